@@ -1,0 +1,1 @@
+"""Channel adapters (terminal, Telegram) that plug into the nanomem core by name."""

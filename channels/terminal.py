@@ -1,0 +1,143 @@
+"""The terminal channel: prompt_toolkit input, rich output, Ctrl-C cancels the running turn."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from pathlib import Path
+
+from prompt_toolkit import PromptSession
+from prompt_toolkit.history import FileHistory
+from prompt_toolkit.key_binding import KeyBindings, KeyPressEvent
+from rich.console import Console
+from rich.markdown import Markdown
+from rich.markup import escape
+
+from nanomem.bus import InboundMessage, MessageBus, OutboundMessage
+from nanomem.loop import STOPPED
+
+EXIT_WORDS = {"/exit", "/quit", "exit", "quit"}
+
+
+def _key_bindings() -> KeyBindings:
+    bindings = KeyBindings()
+
+    @bindings.add("c-c")
+    def _interrupt(event: KeyPressEvent) -> None:
+        # Ctrl-C clears a half-typed line; on an empty line it leaves, like a shell.
+        buffer = event.app.current_buffer
+        if buffer.text:
+            buffer.reset()
+        else:
+            event.app.exit(exception=EOFError())
+
+    @bindings.add("escape", "enter")
+    def _newline(event: KeyPressEvent) -> None:
+        event.app.current_buffer.insert_text("\n")
+
+    return bindings
+
+
+class TerminalChannel:
+    name = "cli"
+
+    def __init__(
+        self, *, history_file: Path, chat_id: str = "direct", console: Console | None = None
+    ) -> None:
+        self.chat_id = chat_id
+        self.history_file = history_file
+        self.console = console or Console(highlight=False)
+        self._bus: MessageBus | None = None
+        self._waiting: dict[str, asyncio.Future[OutboundMessage]] = {}
+
+    async def start(self, bus: MessageBus) -> None:
+        self._bus = bus
+
+    async def stop(self) -> None:
+        for future in self._waiting.values():
+            future.cancel()
+        self._waiting.clear()
+
+    async def send(self, msg: OutboundMessage) -> None:
+        if msg.kind == "progress":
+            self.console.print(f"  [dim]↳ {escape(msg.content)}[/dim]")
+            return
+        future = self._waiting.pop(msg.reply_to or "", None)
+        if future is not None and not future.done():
+            future.set_result(msg)
+        else:
+            self._render(msg)
+
+    async def run_until_exit(self, model: str = "") -> None:
+        self.history_file.parent.mkdir(parents=True, exist_ok=True)
+        prompt: PromptSession[str] = PromptSession(
+            history=FileHistory(str(self.history_file)), key_bindings=_key_bindings()
+        )
+        self.console.print(
+            f"[bold]nanomem[/bold] · {escape(model)} · session cli:{escape(self.chat_id)}\n"
+            "[dim]/help for commands · Esc+Enter for a new line · Ctrl-C stops a reply · "
+            "Ctrl-D exits[/dim]"
+        )
+        while True:
+            try:
+                text = await prompt.prompt_async("you › ")
+            except (EOFError, KeyboardInterrupt):
+                break
+            if not text.strip():
+                continue
+            if text.strip().lower() in EXIT_WORDS:
+                break
+            await self._exchange(text)
+        self.console.print("[dim]bye[/dim]")
+
+    async def _exchange(self, text: str) -> None:
+        """Send one message and wait for its reply; Ctrl-C meanwhile sends /stop."""
+        reply = self._expect(await self._publish(text))
+        stop_reply: asyncio.Future[OutboundMessage] | None = None
+
+        def interrupt() -> None:
+            nonlocal stop_reply
+            if stop_reply is None:
+                stop_reply = asyncio.ensure_future(self._stop())
+
+        loop = asyncio.get_running_loop()
+        loop.add_signal_handler(signal.SIGINT, interrupt)
+        try:
+            with self.console.status("[dim]thinking…[/dim]", spinner="dots"):
+                while not reply.done():
+                    waits: set[asyncio.Future[OutboundMessage]] = {reply}
+                    if stop_reply is not None:
+                        waits.add(stop_reply)
+                    await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+                    if stop_reply is not None and stop_reply.done():
+                        if stop_reply.result().content == STOPPED:
+                            reply.cancel()
+                            self.console.print("[yellow]⏹ cancelled[/yellow]")
+                            return
+                        stop_reply = None  # nothing was running: the reply is on its way
+        finally:
+            loop.remove_signal_handler(signal.SIGINT)
+        self._render(reply.result())
+
+    async def _publish(self, text: str) -> InboundMessage:
+        assert self._bus is not None, "start() must be called first"
+        msg = InboundMessage(self.name, self.chat_id, text, sender_id="user")
+        self._expect(msg)
+        await self._bus.publish_inbound(msg)
+        return msg
+
+    def _expect(self, msg: InboundMessage) -> asyncio.Future[OutboundMessage]:
+        future = self._waiting.get(msg.id)
+        if future is None:
+            future = self._waiting[msg.id] = asyncio.get_running_loop().create_future()
+        return future
+
+    async def _stop(self) -> OutboundMessage:
+        return await self._expect(await self._publish("/stop"))
+
+    def _render(self, msg: OutboundMessage) -> None:
+        if msg.kind == "error":
+            self.console.print(f"[red]{escape(msg.content)}[/red]")
+        else:
+            self.console.print(Markdown(msg.content))
+        self.console.print()

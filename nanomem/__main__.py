@@ -1,0 +1,5 @@
+import sys
+
+from nanomem.cli import main
+
+sys.exit(main())

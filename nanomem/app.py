@@ -1,0 +1,93 @@
+"""The composition root: builds every collaborator once and passes them in."""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from nanomem.bus import MessageBus
+from nanomem.config import Settings
+from nanomem.context import ContextBuilder
+from nanomem.filetools import FileTools
+from nanomem.litellm_provider import LiteLLMProvider
+from nanomem.log import register_secrets
+from nanomem.loop import AgentLoop
+from nanomem.onboard import Home
+from nanomem.provider import Provider, RetryingProvider
+from nanomem.session import SessionStore
+from nanomem.shelltool import ShellTool
+from nanomem.skills import Skills
+from nanomem.templates import Templates
+from nanomem.tools import ToolRegistry
+
+# Channels are found by name, so the core never imports the `channels` package.
+CHANNELS = {
+    "terminal": "channels.terminal:TerminalChannel",
+    "telegram": "channels.telegram:TelegramChannel",
+}
+# Files the agent may read but never write: nanomem maintains them itself.
+PROTECTED_FILES = ("memory/history.jsonl", "memory/.cursor", "memory/.dream_cursor")
+
+
+def load_channel(name: str) -> type[Any]:
+    module_name, _, attr = CHANNELS[name].partition(":")
+    return getattr(importlib.import_module(module_name), attr)
+
+
+@dataclass
+class App:
+    settings: Settings
+    home: Home
+    workspace: Path
+    bus: MessageBus
+    provider: Provider
+    sessions: SessionStore
+    templates: Templates
+    tools: ToolRegistry
+    context: ContextBuilder
+    loop: AgentLoop
+
+
+def workspace_of(settings: Settings, home: Home) -> Path:
+    configured = settings.agent.workspace
+    return configured.expanduser().resolve() if configured else home.workspace
+
+
+def build_app(settings: Settings, home: Home, provider: Provider | None = None) -> App:
+    llm = settings.llm
+    register_secrets([llm.api_key.get_secret_value() if llm.api_key else None])
+    workspace = workspace_of(settings, home)
+    templates = Templates(workspace / "templates")
+    skills = Skills(workspace / "skills")
+    tool_settings = settings.tools
+    tools = ToolRegistry(max_output_chars=tool_settings.max_output_chars)
+    file_tools = FileTools(
+        workspace, restrict=tool_settings.restrict_to_workspace, read_only=PROTECTED_FILES
+    )
+    for tool in [*file_tools.tools(), *skills.tools()]:
+        tools.add(tool)
+    if tool_settings.shell_enabled:
+        shell = ShellTool(
+            workspace,
+            timeout_s=tool_settings.shell_timeout_s,
+            max_output_chars=tool_settings.max_output_chars,
+        )
+        for tool in shell.tools():
+            tools.add(tool)
+    if provider is None:
+        provider = RetryingProvider(LiteLLMProvider(llm), llm.max_retries)
+    bus = MessageBus()
+    sessions = SessionStore(home.sessions)
+    context = ContextBuilder(workspace, templates, skills, tools.names)
+    loop = AgentLoop(
+        bus=bus,
+        sessions=sessions,
+        context=context,
+        provider=provider,
+        tools=tools,
+        templates=templates,
+        settings=settings,
+    )
+    return App(settings, home, workspace, bus, provider, sessions, templates, tools, context, loop)

@@ -1,0 +1,251 @@
+"""The `nanomem` command. Heavy imports happen inside commands, so `--help` stays instant."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import getpass
+import json
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from nanomem.app import App
+    from nanomem.config import Settings
+    from nanomem.onboard import Home
+
+EXIT_CONFIG = 2
+NO_MODEL = (
+    "no model configured: set llm.model in {config} or the environment variable "
+    "NANOMEM_LLM__MODEL (for example openai/gpt-4o-mini, or openai/<name> with "
+    "NANOMEM_LLM__API_BASE for an OpenAI-compatible server)"
+)
+
+
+class CliError(Exception):
+    def __init__(self, message: str, code: int = 1) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="nanomem", description="A personal chat agent that remembers."
+    )
+    parser.add_argument(
+        "--home", type=Path, help="home folder (default $NANOMEM_HOME or ~/.nanomem)"
+    )
+    parser.add_argument("--config", type=Path, help="config file (default <home>/config.toml)")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    onboard = commands.add_parser("onboard", help="create the home folder, config and workspace")
+    onboard.add_argument("--model", help="model to write into the new config.toml")
+
+    chat = commands.add_parser("chat", help="chat in the terminal (or one turn with -m)")
+    chat.add_argument(
+        "-m", "--message", help="send one message, print the reply, exit ('-' reads stdin)"
+    )
+    chat.add_argument("--session", default="direct", help="session name (key cli:NAME)")
+    _add_overrides(chat)
+
+    status = commands.add_parser("status", help="show configuration and state (no model call)")
+    _add_overrides(status)
+    return parser
+
+
+def _add_overrides(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", help="override llm.model")
+    parser.add_argument("--api-base", help="override llm.api_base")
+    parser.add_argument("--workspace", type=Path, help="override agent.workspace")
+    parser.add_argument("--log-level", help="override log.level")
+
+
+def _overrides(args: argparse.Namespace) -> dict[str, Any]:
+    pairs = {
+        ("llm", "model"): getattr(args, "model", None),
+        ("llm", "api_base"): getattr(args, "api_base", None),
+        ("agent", "workspace"): getattr(args, "workspace", None),
+        ("log", "level"): getattr(args, "log_level", None),
+    }
+    result: dict[str, Any] = {}
+    for (section, key), value in pairs.items():
+        if value is not None:
+            result.setdefault(section, {})[key] = value
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        handler = {"onboard": cmd_onboard, "chat": cmd_chat, "status": cmd_status}[args.command]
+        return handler(args)
+    except CliError as exc:
+        print(f"nanomem: {exc}", file=sys.stderr)
+        return exc.code
+    except KeyboardInterrupt:
+        return 130
+    except Exception as exc:  # the last boundary: one line for the person, details in the log
+        from loguru import logger
+
+        logger.opt(exception=exc).error("unexpected failure")
+        print(f"nanomem: internal error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+
+
+def _home(args: argparse.Namespace) -> Home:
+    from nanomem.config import default_home
+    from nanomem.onboard import Home
+
+    return Home((args.home or default_home()).expanduser().resolve())
+
+
+def _config_path(args: argparse.Namespace, home: Home) -> Path:
+    if args.config is not None:
+        path: Path = args.config.expanduser()
+        if not path.exists():
+            raise CliError(f"config error: the config file {path} does not exist", EXIT_CONFIG)
+        return path
+    return home.config
+
+
+def _settings(args: argparse.Namespace, home: Home) -> Settings:
+    from nanomem.config import ConfigError, load_settings
+
+    try:
+        return load_settings(_config_path(args, home), _overrides(args))
+    except ConfigError as exc:
+        raise CliError(str(exc), EXIT_CONFIG) from None
+
+
+def cmd_onboard(args: argparse.Namespace) -> int:
+    from nanomem.onboard import onboard
+
+    home = _home(args)
+    interactive = sys.stdin.isatty() and not home.config.exists()
+    model = args.model or ""
+    api_key = ""
+    if interactive:
+        print(f"Setting up nanomem in {home.root}")
+        model = model or input("Model (e.g. openai/gpt-4o-mini; empty to set later): ").strip()
+        if model:
+            api_key = getpass.getpass("API key (empty to use the provider's env var): ").strip()
+    report = onboard(home, model=model, api_key=api_key)
+    for path in report.created:
+        print(f"created {path}")
+    if not report.created:
+        print(f"{home.root} is already set up; nothing changed")
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from nanomem.app import workspace_of
+    from nanomem.session import SessionStore
+
+    home = _home(args)
+    settings = _settings(args, home)
+    config = _config_path(args, home)
+    llm = settings.llm
+    rows = [
+        ("home", str(home.root)),
+        ("config", f"{config}" + ("" if config.exists() else " (missing: run nanomem onboard)")),
+        ("workspace", str(workspace_of(settings, home))),
+        ("model", llm.model or "(not set: llm.model / NANOMEM_LLM__MODEL)"),
+        ("api base", llm.api_base or "(provider default)"),
+        ("api key", "set" if llm.api_key and llm.api_key.get_secret_value() else "not set"),
+        ("context window", f"{llm.context_window_tokens} tokens"),
+        ("shell tool", "enabled" if settings.tools.shell_enabled else "disabled"),
+        ("sessions", str(SessionStore(home.sessions).count())),
+        ("log file", str(home.logs / "nanomem.log")),
+    ]
+    width = max(len(name) for name, _ in rows)
+    for name, value in rows:
+        print(f"{name.ljust(width)}  {value}")
+    return 0
+
+
+def cmd_chat(args: argparse.Namespace) -> int:
+    from nanomem.log import setup_logging
+    from nanomem.onboard import onboard
+
+    home = _home(args)
+    interactive = args.message is None
+    if not home.config.exists() and args.config is None:
+        if interactive:
+            cmd_onboard(argparse.Namespace(home=home.root, config=None, model=None))
+        else:
+            onboard(home)
+    settings = _settings(args, home)
+    if not settings.llm.model:
+        if not (interactive and sys.stdin.isatty()):
+            raise CliError(NO_MODEL.format(config=_config_path(args, home)), EXIT_CONFIG)
+        settings = _ask_for_model(args, home)
+    # Keep the terminal and `-m` output clean: logs go to the file, and to stderr only for
+    # errors, unless the person asked for a level on the command line.
+    stderr_level = args.log_level or "ERROR"
+    setup_logging(settings.log.level, home.logs, stderr_level=stderr_level)
+    if interactive:
+        from nanomem.litellm_provider import warm_up_in_background
+
+        warm_up_in_background()  # the prompt shows while litellm (~2 s) imports
+    from nanomem.app import build_app
+
+    app = build_app(settings, home)
+    if not interactive:
+        return asyncio.run(_one_shot(app, args.session, _message_text(args.message)))
+    return asyncio.run(_interactive(app, args.session))
+
+
+def _message_text(message: str) -> str:
+    text = sys.stdin.read() if message == "-" else message
+    if not text.strip():
+        raise CliError("the message is empty")
+    return text
+
+
+def _ask_for_model(args: argparse.Namespace, home: Home) -> Settings:
+    from nanomem.onboard import set_config_value
+
+    config = _config_path(args, home)
+    print(NO_MODEL.format(config=config))
+    model = input("Model to use now (saved to the config; empty to quit): ").strip()
+    if not model:
+        raise CliError("no model configured", EXIT_CONFIG)
+    set_config_value(config, "llm", "model", json.dumps(model))
+    return _settings(args, home)
+
+
+async def _one_shot(app: App, session: str, text: str) -> int:
+    from nanomem.bus import InboundMessage
+
+    reply = await app.loop.handle(InboundMessage("cli", session, text, sender_id="user"))
+    await app.loop.close(grace_s=30)
+    if reply is None:
+        print("nanomem: the turn was stopped", file=sys.stderr)
+        return 1
+    if reply.kind == "error":
+        print(f"nanomem: {' '.join(reply.content.split())}", file=sys.stderr)
+        return 1
+    print(reply.content)
+    return 0
+
+
+async def _interactive(app: App, session: str) -> int:
+    from nanomem.app import load_channel
+    from nanomem.channel import pump_outbound
+
+    channel = load_channel("terminal")(history_file=app.home.chat_history, chat_id=session)
+    await channel.start(app.bus)
+    workers = [
+        asyncio.create_task(app.loop.run(), name="agent-loop"),
+        asyncio.create_task(pump_outbound(channel, app.bus), name="terminal-outbox"),
+    ]
+    try:
+        await channel.run_until_exit(model=app.settings.llm.model)
+    finally:
+        await app.loop.close(grace_s=5)
+        for worker in workers:
+            worker.cancel()
+        await asyncio.gather(*workers, return_exceptions=True)
+        await channel.stop()
+    return 0

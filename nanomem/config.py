@@ -1,0 +1,175 @@
+"""Settings: one model for all configuration, loaded from CLI flags, env and config.toml."""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+ENV_PREFIX = "NANOMEM_"
+ENV_DELIMITER = "__"
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_default=True)
+
+
+class LLMSettings(_Section):
+    model: str = ""
+    api_base: str | None = None
+    api_key: SecretStr | None = None
+    timeout_s: float = Field(120.0, gt=0)
+    max_retries: int = Field(3, ge=0, le=10)
+    temperature: float | None = Field(None, ge=0, le=2)
+    max_tokens: int = Field(4096, gt=0)
+    context_window_tokens: int = Field(65536, ge=1024)
+
+
+class AgentSettings(_Section):
+    max_iterations: int = Field(20, ge=1, le=200)
+    max_concurrent_turns: int = Field(16, ge=1, le=1024)
+    workspace: Path | None = None
+    max_message_chars: int = Field(32000, ge=100)
+
+
+class ToolSettings(_Section):
+    restrict_to_workspace: bool = True
+    shell_enabled: bool = False
+    shell_timeout_s: float = Field(60.0, gt=0)
+    max_output_chars: int = Field(16000, ge=500)
+
+
+class LogSettings(_Section):
+    level: Literal["TRACE", "DEBUG", "INFO", "SUCCESS", "WARNING", "ERROR", "CRITICAL"] = "INFO"
+
+
+class Settings(BaseSettings):
+    """Every setting nanomem reads. Sources, highest first: CLI, env, config.toml, defaults."""
+
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX,
+        env_nested_delimiter=ENV_DELIMITER,
+        extra="forbid",
+        case_sensitive=False,
+    )
+
+    llm: LLMSettings = LLMSettings()
+    agent: AgentSettings = AgentSettings()
+    tools: ToolSettings = ToolSettings()
+    log: LogSettings = LogSettings()
+
+
+class ConfigError(Exception):
+    """Configuration that cannot be used; the message is meant for the person as is."""
+
+
+class _DictSource(PydanticBaseSettingsSource):
+    def __init__(self, settings_cls: type[BaseSettings], data: dict[str, Any]) -> None:
+        super().__init__(settings_cls)
+        self._data = data
+
+    def get_field_value(self, field: Any, field_name: str) -> tuple[Any, str, bool]:
+        return None, field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        return self._data
+
+
+def default_home() -> Path:
+    return Path(os.environ.get("NANOMEM_HOME") or Path.home() / ".nanomem").expanduser()
+
+
+def read_toml(path: Path) -> dict[str, Any]:
+    try:
+        with path.open("rb") as fh:
+            return tomllib.load(fh)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"config error in {path}: malformed TOML: {exc}") from None
+    except OSError as exc:
+        raise ConfigError(f"config error: cannot read {path}: {exc.strerror}") from None
+
+
+def load_settings(config_path: Path, overrides: dict[str, Any] | None = None) -> Settings:
+    """Build Settings; a missing file means defaults, anything unusable raises ConfigError."""
+    overrides = overrides or {}
+    file_data = read_toml(config_path) if config_path.exists() else {}
+
+    class _Loaded(Settings):
+        @classmethod
+        def settings_customise_sources(
+            cls,
+            settings_cls: type[BaseSettings],
+            init_settings: PydanticBaseSettingsSource,
+            env_settings: PydanticBaseSettingsSource,
+            dotenv_settings: PydanticBaseSettingsSource,
+            file_secret_settings: PydanticBaseSettingsSource,
+        ) -> tuple[PydanticBaseSettingsSource, ...]:
+            return (init_settings, env_settings, _DictSource(settings_cls, file_data))
+
+    try:
+        return _Loaded(**overrides)
+    except ValidationError as exc:
+        raise ConfigError(_describe(exc, config_path, file_data, overrides)) from None
+
+
+def _describe(
+    exc: ValidationError, path: Path, file_data: dict[str, Any], overrides: dict[str, Any]
+) -> str:
+    lines = []
+    for err in exc.errors():
+        loc = tuple(str(part) for part in err["loc"])
+        key = ".".join(loc[:2]) if loc else "(settings)"
+        value = err.get("input")
+        shown = "<hidden>" if "key" in key or "token" in key else repr(value)
+        msg = err["msg"]
+        if err["type"] == "extra_forbidden":
+            msg = "unknown setting"
+        lines.append(f"{key} = {shown}: {msg} ({_source_of(loc, path, file_data, overrides)})")
+    return "config error: " + "; ".join(lines)
+
+
+def _source_of(
+    loc: tuple[str, ...], path: Path, file_data: dict[str, Any], overrides: dict[str, Any]
+) -> str:
+    if _lookup(overrides, loc) is not None:
+        return "command line"
+    env_name = ENV_PREFIX + ENV_DELIMITER.join(loc[:2]).upper()
+    for name in os.environ:
+        if name.upper() == env_name:
+            return f"environment variable {name}"
+    if _lookup(file_data, loc) is not None:
+        line = _line_of(path, loc)
+        return f"{path}, line {line}" if line else str(path)
+    return "default"
+
+
+def _lookup(data: dict[str, Any], loc: tuple[str, ...]) -> Any:
+    node: Any = data
+    for part in loc[:2]:
+        if not isinstance(node, dict) or part not in node:
+            return None
+        node = node[part]
+    return node
+
+
+def _line_of(path: Path, loc: tuple[str, ...]) -> int | None:
+    """Line of `key` under `[section]`; TOML gives no positions, so scan the text."""
+    if len(loc) < 2:
+        return None
+    section, key = loc[0], loc[1]
+    current = ""
+    for number, raw in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        line = raw.strip()
+        if line.startswith("[") and line.endswith("]"):
+            current = line.strip("[] ")
+            continue
+        name = line.split("=", 1)[0].strip().strip('"') if "=" in line else ""
+        if current == section and name == key:
+            return number
+        if current == "" and name == f"{section}.{key}":
+            return number
+    return None

@@ -1,0 +1,85 @@
+"""Crash-safe file writes: append with fsync, or write a temp file and rename it over."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Iterable
+from pathlib import Path
+
+
+def append_lines(path: Path, lines: Iterable[str]) -> None:
+    """Append whole lines in one write and fsync, so a crash leaves at most one torn last line."""
+    data = "".join(line if line.endswith("\n") else line + "\n" for line in lines)
+    if not data:
+        return
+    with path.open("a", encoding="utf-8") as fh:
+        fh.write(data)
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+def atomic_write_text(path: Path, text: str, *, mode: int | None = None) -> None:
+    """Replace `path` with `text` so readers see the old or the new file, never a mix."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    tmp = Path(tmp_name)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        if mode is not None:
+            tmp.chmod(mode)
+        elif path.exists():
+            tmp.chmod(path.stat().st_mode & 0o7777)
+        tmp.replace(path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    fsync_dir(path.parent)
+
+
+def fsync_dir(directory: Path) -> None:
+    """Make a rename durable: the directory entry itself must reach the disk."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def truncate_torn_tail(path: Path) -> bytes:
+    """Cut a final line that lacks its newline (a write cut short); return the removed bytes."""
+    with path.open("rb+") as fh:
+        fh.seek(0, os.SEEK_END)
+        size = fh.tell()
+        if size == 0:
+            return b""
+        fh.seek(size - 1)
+        if fh.read(1) == b"\n":
+            return b""
+        # Walk back to the previous newline in blocks; the torn tail is usually short.
+        pos = size
+        while pos > 0:
+            step = min(4096, pos)
+            pos -= step
+            fh.seek(pos)
+            block = fh.read(step)
+            idx = block.rfind(b"\n")
+            if idx >= 0:
+                cut = pos + idx + 1
+                break
+        else:
+            cut = 0
+        fh.seek(cut)
+        torn = fh.read()
+        fh.truncate(cut)
+        fh.flush()
+        os.fsync(fh.fileno())
+        return torn

@@ -1,0 +1,151 @@
+"""The one module that imports litellm (lazily: it costs ~2 s and must never reach the internet)."""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+import threading
+from types import ModuleType
+from typing import Any
+
+from loguru import logger
+
+from nanomem.config import LLMSettings
+from nanomem.provider import ErrorCategory, ProviderError, Reply, ToolCall, Usage
+
+_import_lock = threading.Lock()
+_module: ModuleType | None = None
+
+
+def import_litellm() -> ModuleType:
+    """Import and configure litellm once; safe to call from a warm-up thread."""
+    global _module
+    with _import_lock:
+        if _module is None:
+            # Without these, importing litellm fetches a price map and tokenizers from the internet.
+            os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+            os.environ.setdefault("HF_HUB_OFFLINE", "1")
+            import litellm
+
+            # The first call would otherwise import the OpenAI SDK's resources (~0.6 s) lazily.
+            importlib.import_module("openai.resources")
+            litellm.suppress_debug_info = True
+            litellm.drop_params = True
+            litellm.telemetry = False
+            logging.getLogger("LiteLLM").setLevel(logging.WARNING)
+            _module = litellm
+    return _module
+
+
+def warm_up_in_background() -> threading.Thread:
+    thread = threading.Thread(target=import_litellm, name="litellm-import", daemon=True)
+    thread.start()
+    return thread
+
+
+class LiteLLMProvider:
+    """Talks to any model litellm supports; converts its objects and errors into ours."""
+
+    def __init__(self, settings: LLMSettings, *, model: str | None = None) -> None:
+        self.settings = settings
+        self.model = model or settings.model
+
+    async def complete(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None = None,
+        *,
+        max_tokens: int | None = None,
+    ) -> Reply:
+        litellm = import_litellm()
+        kwargs: dict[str, Any] = {
+            "model": self.model,
+            "messages": messages,
+            "timeout": self.settings.timeout_s,
+            "max_retries": 0,  # we retry ourselves, on categories, with backoff
+            "max_tokens": max_tokens or self.settings.max_tokens,
+        }
+        if tools:
+            kwargs["tools"] = tools
+        if self.settings.api_base:
+            kwargs["api_base"] = self.settings.api_base
+        if self.settings.api_key is not None:
+            kwargs["api_key"] = self.settings.api_key.get_secret_value()
+        if self.settings.temperature is not None:
+            kwargs["temperature"] = self.settings.temperature
+        try:
+            response = await litellm.acompletion(**kwargs)
+        except Exception as exc:
+            raise classify(exc) from None
+        return _to_reply(response)
+
+
+def _to_reply(response: Any) -> Reply:
+    choice = response.choices[0]
+    message = choice.message
+    calls = tuple(
+        ToolCall(
+            id=call.id or f"call_{index}",
+            name=call.function.name or "",
+            arguments=call.function.arguments or "{}",
+        )
+        for index, call in enumerate(message.tool_calls or ())
+    )
+    content = message.content
+    if not calls and not (content and content.strip()):
+        raise ProviderError("empty", "the model returned no text and no tool call")
+    usage = getattr(response, "usage", None)
+    return Reply(
+        content=content,
+        tool_calls=calls,
+        usage=Usage(usage.prompt_tokens or 0, usage.completion_tokens or 0) if usage else None,
+        finish_reason=choice.finish_reason,
+    )
+
+
+def classify(exc: Exception) -> ProviderError:
+    """Map any litellm/OpenAI error to a category; decide on status codes, not class names."""
+    status = getattr(exc, "status_code", None)
+    name = type(exc).__name__
+    text = str(exc)
+    lowered = text.lower()
+    category: ErrorCategory
+    if "Timeout" in name or status == 408:
+        category = "timeout"
+    elif (
+        "ContextWindowExceeded" in name
+        or "context length" in lowered
+        or ("maximum context" in lowered)
+    ):
+        category = "context_too_long"
+    elif "APIConnectionError" in name or ("connect" in lowered and status in (None, 500)):
+        category = "unreachable"
+    elif status in (401, 403) or "Authentication" in name or "PermissionDenied" in name:
+        category = "auth"
+    elif status == 429:
+        category = "quota" if "quota" in lowered or "billing" in lowered else "rate_limited"
+    elif status == 404 or "NotFound" in name:
+        category = "not_found"
+    elif status == 409 or (isinstance(status, int) and status >= 500):
+        category = "server"
+    elif isinstance(status, int) and 400 <= status < 500:
+        category = "bad_request"
+    else:
+        category = "unreachable" if "connection" in lowered else "server"
+    logger.debug("provider error {} (status {}): {}", name, status, text[:500])
+    return ProviderError(category, f"{name}: {text[:300]}", status, _retry_after(exc))
+
+
+def _retry_after(exc: Exception) -> float | None:
+    # litellm keeps the real headers here; `exc.response.headers` is empty.
+    headers: Any = getattr(exc, "litellm_response_headers", None) or getattr(
+        getattr(exc, "response", None), "headers", None
+    )
+    if not headers:
+        return None
+    value = headers.get("retry-after") or headers.get("Retry-After")
+    try:
+        return max(0.0, float(value)) if value is not None else None
+    except (TypeError, ValueError):
+        return None

@@ -1,0 +1,86 @@
+"""Logging: loguru to stderr and a rotating file; known secrets are masked in every record."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from loguru import logger
+
+MASK = "***"
+_secrets: list[str] = []
+
+
+def register_secrets(values: Iterable[str | None]) -> None:
+    """Values that must never be written out: API keys, bot tokens."""
+    for value in values:
+        if value and len(value) >= 6 and value not in _secrets:
+            _secrets.append(value)
+    _secrets.sort(key=len, reverse=True)
+
+
+def redact(text: str) -> str:
+    for secret in _secrets:
+        if secret in text:
+            text = text.replace(secret, MASK)
+    return text
+
+
+def _patch(record: Any) -> None:
+    record["message"] = redact(record["message"])
+
+
+def _format(record: Any) -> str:
+    text = "{time:YYYY-MM-DD HH:mm:ss.SSS} | {level: <8} | {name}:{line} | {message}\n"
+    if record["exception"] is not None:
+        import traceback
+
+        exc = record["exception"]
+        lines = traceback.format_exception(exc.type, exc.value, exc.traceback)
+        record["extra"]["trace"] = redact("".join(lines)).replace("{", "{{").replace("}", "}}")
+        text += "{extra[trace]}"
+    return text
+
+
+class _InterceptHandler(logging.Handler):
+    """Route stdlib logging (litellm, httpx, telegram) into loguru, through the same redaction."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            level: str | int = logger.level(record.levelname).name
+        except ValueError:
+            level = record.levelno
+        logger.opt(depth=6, exception=record.exc_info).log(level, record.getMessage())
+
+
+def setup_logging(level: str, log_dir: Path | None, *, stderr_level: str | None = None) -> None:
+    logger.remove()
+    logger.configure(patcher=_patch)
+    logger.add(
+        sys.stderr,
+        level=stderr_level or level,
+        format=_format,
+        backtrace=False,
+        diagnose=False,  # diagnose prints local variables, API keys among them
+        colorize=False,
+    )
+    if log_dir is not None:
+        log_dir.mkdir(parents=True, exist_ok=True)
+        logger.add(
+            log_dir / "nanomem.log",
+            level=level,
+            format=_format,
+            rotation="10 MB",
+            retention=5,
+            encoding="utf-8",
+            backtrace=False,
+            diagnose=False,
+            enqueue=False,
+        )
+    logging.basicConfig(handlers=[_InterceptHandler()], level=logging.INFO, force=True)
+    # httpx logs every request URL at INFO, and a Telegram URL carries the bot token.
+    for noisy in ("httpx", "httpcore", "LiteLLM", "litellm", "asyncio", "telegram", "apscheduler"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)

@@ -1,0 +1,239 @@
+"""AgentLoop: the glue around react() — bus → command or turn → session → bus."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections import defaultdict
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+from loguru import logger
+
+from nanomem.bus import InboundMessage, MessageBus, OutboundMessage
+from nanomem.commands import Command, CommandSet, UnknownCommand
+from nanomem.config import Settings
+from nanomem.context import ContextBuilder
+from nanomem.provider import Provider, ProviderError, ToolCall
+from nanomem.react import ReactResult, react, seal_tool_calls
+from nanomem.session import Session, SessionStore, estimate_tokens
+from nanomem.templates import Templates
+from nanomem.tools import ToolRegistry
+
+TurnHook = Callable[[Session], Awaitable[None]]
+Progress = Callable[[OutboundMessage], Awaitable[None]]
+NewHook = Callable[[Session], Awaitable[str | None]]
+STOPPED = "Stopped."
+NOTHING_TO_STOP = "Nothing is running."
+
+
+class KeyedLocks:
+    """One lock per session key, forgotten when nobody holds or waits for it."""
+
+    def __init__(self) -> None:
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._users: defaultdict[str, int] = defaultdict(int)
+
+    @asynccontextmanager
+    async def hold(self, key: str) -> AsyncIterator[None]:
+        lock = self._locks.setdefault(key, asyncio.Lock())
+        self._users[key] += 1
+        try:
+            async with lock:
+                yield
+        finally:
+            self._users[key] -= 1
+            if not self._users[key]:
+                del self._users[key], self._locks[key]
+
+
+class AgentLoop:
+    def __init__(
+        self,
+        *,
+        bus: MessageBus,
+        sessions: SessionStore,
+        context: ContextBuilder,
+        provider: Provider,
+        tools: ToolRegistry,
+        templates: Templates,
+        settings: Settings,
+    ) -> None:
+        self.bus, self.sessions, self.context = bus, sessions, context
+        self.provider, self.tools, self.templates = provider, tools, templates
+        self.settings = settings
+        self.commands = CommandSet()
+        self.before_turn: list[TurnHook] = []  # awaited before the prompt is built
+        self.after_turn: list[TurnHook] = []  # run in the background after the reply
+        self.before_new: list[NewHook] = []  # awaited by /new before the session is reset
+        self._locks = KeyedLocks()
+        self._turn_slots = asyncio.Semaphore(settings.agent.max_concurrent_turns)
+        self._running: dict[str, asyncio.Task[OutboundMessage]] = {}
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._tools_tokens = len(json.dumps(tools.schemas())) // 3
+        self._register_builtin_commands()
+
+    async def run(self) -> None:
+        """Serve the bus forever: per-session serial, across sessions concurrent."""
+        pending = asyncio.Semaphore(4 * self.settings.agent.max_concurrent_turns + 64)
+        while True:
+            msg = await self.bus.next_inbound()
+            await pending.acquire()
+            task = self._spawn(self._serve(msg))
+            task.add_done_callback(lambda _: pending.release())
+
+    async def _serve(self, msg: InboundMessage) -> None:
+        reply = await self.handle(msg, progress=self.bus.publish_outbound)
+        if reply is not None:
+            await self.bus.publish_outbound(reply)
+
+    async def handle(
+        self, msg: InboundMessage, progress: Progress | None = None
+    ) -> OutboundMessage | None:
+        """One inbound message → its reply (None when a /stop cut the turn short)."""
+        try:
+            limit = self.settings.agent.max_message_chars
+            if len(msg.content) > limit:
+                text = f"That message is too long ({len(msg.content)} characters; limit {limit})."
+                return OutboundMessage.answering(msg, text, kind="error")
+            try:
+                found = self.commands.resolve(msg.content)
+            except UnknownCommand as exc:
+                text = f"Unknown command /{exc.name} — try /help."
+                return OutboundMessage.answering(msg, text, kind="error")
+            if found and found[0].immediate:
+                return OutboundMessage.answering(msg, await found[0].handler(msg, found[1]))
+            async with self._locks.hold(msg.session_key), self._turn_slots:
+                if found:
+                    return OutboundMessage.answering(msg, await found[0].handler(msg, found[1]))
+                return await self._stoppable_turn(msg, progress)
+        except Exception:
+            logger.exception("failed to handle a message for {}", msg.session_key)
+            text = "Something went wrong on my side; the details are in the log."
+            return OutboundMessage.answering(msg, text, kind="error")
+
+    async def _stoppable_turn(
+        self, msg: InboundMessage, progress: Progress | None
+    ) -> OutboundMessage | None:
+        task = asyncio.create_task(self._turn(msg, progress))
+        self._running[msg.session_key] = task
+        try:
+            return await task
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if task.cancelled() and current is not None and not current.cancelling():
+                return None  # /stop cancelled only the turn; /stop's own reply says so
+            raise
+        finally:
+            self._running.pop(msg.session_key, None)
+
+    async def _turn(self, msg: InboundMessage, progress: Progress | None) -> OutboundMessage:
+        session = await self.sessions.get(msg.session_key)
+        for hook in self.before_turn:
+            await hook(session)
+        system = {"role": "system", "content": self.context.system_prompt()}
+        user = self.context.user_message(msg)
+        history = session.history(self._history_budget(system, user))
+        await self.sessions.append(session, [user])  # acknowledged before the model is asked
+
+        async def report(call: ToolCall) -> None:
+            if progress is not None:
+                line = describe_call(call)
+                await progress(OutboundMessage.answering(msg, line, "progress", tool=call.name))
+
+        result = ReactResult(text=None)
+        limits = self.settings.agent
+        try:
+            await react(
+                self.provider,
+                [system, *history, user],
+                self.tools,
+                limits.max_iterations,
+                out=result,
+                on_tool_call=report,
+            )
+        except ProviderError as exc:
+            await self.sessions.append(session, seal_tool_calls(result.messages))
+            logger.warning(
+                "turn for {} failed after {} attempt(s): {}", msg.session_key, exc.attempts, exc
+            )
+            text = self.templates.render(
+                "provider_error.md.j2", category=exc.category, model=self.settings.llm.model
+            )
+            return OutboundMessage.answering(msg, text, kind="error", category=exc.category)
+        except asyncio.CancelledError:
+            await asyncio.shield(self.sessions.append(session, seal_tool_calls(result.messages)))
+            raise
+        await self.sessions.append(session, result.messages)
+        for hook in self.after_turn:
+            self._spawn(hook(session))
+        if result.text is None:
+            text = self.templates.render(
+                "iteration_limit.md.j2", max_iterations=limits.max_iterations
+            )
+            return OutboundMessage.answering(msg, text, kind="error")
+        return OutboundMessage.answering(msg, result.text)
+
+    def _history_budget(self, system: dict[str, Any], user: dict[str, Any]) -> int:
+        llm = self.settings.llm
+        fixed = estimate_tokens(system) + estimate_tokens(user) + self._tools_tokens
+        return max(0, int(llm.context_window_tokens * 0.95) - llm.max_tokens - fixed)
+
+    def _spawn(self, coro: Awaitable[Any]) -> asyncio.Task[Any]:
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._finished)
+        return task
+
+    def _finished(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            logger.opt(exception=task.exception()).error("background task failed")
+
+    async def close(self, grace_s: float = 10.0) -> None:
+        """Let in-flight work finish for up to `grace_s`, then cancel what is left."""
+        if self._tasks:
+            _, still = await asyncio.wait(set(self._tasks), timeout=grace_s)
+            for task in still:
+                task.cancel()
+            if still:
+                await asyncio.wait(still, timeout=2.0)
+
+    def is_busy(self, session_key: str) -> bool:
+        return session_key in self._running
+
+    def _register_builtin_commands(self) -> None:
+        register = self.commands.register
+        register(Command("help", "show the commands", self._cmd_help, immediate=True))
+        register(
+            Command("new", "start a new conversation (earlier ones stay in memory)", self._cmd_new)
+        )
+        register(Command("stop", "stop the reply in progress", self._cmd_stop, immediate=True))
+
+    async def _cmd_help(self, msg: InboundMessage, args: str) -> str:
+        return self.templates.render("help.md.j2", commands=self.commands.all())
+
+    async def _cmd_new(self, msg: InboundMessage, args: str) -> str:
+        session = await self.sessions.get(msg.session_key)
+        notes = [note for hook in self.before_new if (note := await hook(session))]
+        await self.sessions.update_state(session, replay_from=len(session.messages))
+        return "\n".join(["New session started.", *notes])
+
+    async def _cmd_stop(self, msg: InboundMessage, args: str) -> str:
+        task = self._running.get(msg.session_key)
+        if task is None or task.done():
+            return NOTHING_TO_STOP
+        task.cancel()
+        return STOPPED
+
+
+def describe_call(call: ToolCall, width: int = 100) -> str:
+    """A one-line summary of a tool call for progress displays."""
+    try:
+        args = json.loads(call.arguments or "{}")
+        shown = ", ".join(f"{k}={v!r}" for k, v in args.items()) if isinstance(args, dict) else ""
+    except ValueError:
+        shown = call.arguments
+    line = f"{call.name}({shown})".replace("\n", " ")
+    return line if len(line) <= width else line[: width - 1] + "…"

@@ -1,0 +1,76 @@
+"""The ReAct loop: the one place a model call and tool calls alternate. No bus, no session."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from nanomem.provider import Provider, ToolCall, Usage
+from nanomem.tools import ToolRegistry
+
+CANCELLED_RESULT = "Cancelled: the turn was stopped before this tool finished."
+
+
+@dataclass
+class ReactResult:
+    text: str | None  # None: the iteration limit ended the loop
+    messages: list[dict[str, Any]] = field(default_factory=list)
+    usage: list[Usage] = field(default_factory=list)
+
+
+async def react(
+    provider: Provider,
+    messages: list[dict[str, Any]],
+    tools: ToolRegistry | None,
+    max_iterations: int,
+    *,
+    out: ReactResult | None = None,
+    on_tool_call: Callable[[ToolCall], Awaitable[None]] | None = None,
+    max_tokens: int | None = None,
+) -> ReactResult:
+    """Run until the model answers without tool calls; new messages accumulate in `out`
+    as they happen, so a caller that is cancelled still holds the partial turn."""
+    result = out if out is not None else ReactResult(text=None)
+    schemas = tools.schemas() if tools else None
+    for _ in range(max_iterations):
+        reply = await provider.complete(
+            [*messages, *result.messages], schemas, max_tokens=max_tokens
+        )
+        if reply.usage:
+            result.usage.append(reply.usage)
+        result.messages.append(reply.as_message())
+        if not reply.tool_calls:
+            result.text = reply.content or ""
+            return result
+        if on_tool_call is not None:
+            for call in reply.tool_calls:
+                await on_tool_call(call)
+        registry = tools or ToolRegistry()  # a hallucinated call gets an "unknown tool" answer
+        outputs = await asyncio.gather(
+            *(registry.call(c.name, c.arguments) for c in reply.tool_calls)
+        )
+        result.messages.extend(
+            {"role": "tool", "tool_call_id": call.id, "name": call.name, "content": output}
+            for call, output in zip(reply.tool_calls, outputs, strict=True)
+        )
+    return result
+
+
+def seal_tool_calls(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Give every tool call a result, so an interrupted turn is consistent when saved."""
+    answered = {m.get("tool_call_id") for m in messages if m.get("role") == "tool"}
+    sealed = list(messages)
+    for message in messages:
+        for call in message.get("tool_calls") or ():
+            if call["id"] not in answered:
+                sealed.append(
+                    {
+                        "role": "tool",
+                        "tool_call_id": call["id"],
+                        "name": call["function"]["name"],
+                        "content": CANCELLED_RESULT,
+                    }
+                )
+    return sealed

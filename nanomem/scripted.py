@@ -1,0 +1,71 @@
+"""A scripted model for tests and demos: replays Replies (or raises errors) in order."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import json
+from collections import deque
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any
+
+from nanomem.provider import ProviderError, Reply, ToolCall
+
+Step = Reply | ProviderError | Callable[[list[dict[str, Any]]], Reply | Awaitable[Reply]]
+
+
+def text(content: str) -> Reply:
+    return Reply(content=content, finish_reason="stop")
+
+
+def call(name: str, arguments: dict[str, Any] | str, call_id: str | None = None) -> Reply:
+    raw = arguments if isinstance(arguments, str) else json.dumps(arguments)
+    return Reply(
+        content=None,
+        tool_calls=(ToolCall(call_id or f"call_{name}", name, raw),),
+        finish_reason="tool_calls",
+    )
+
+
+class ScriptedProvider:
+    """Implements the Provider port; when the script runs out it echoes the last user text."""
+
+    def __init__(self, steps: Iterable[Step] = (), *, latency: float = 0.0) -> None:
+        self.steps: deque[Step] = deque(steps)
+        self.latency = latency
+        self.calls: list[list[dict[str, Any]]] = []
+        self.tools_seen: list[list[dict[str, Any]] | None] = []
+
+    def add(self, *steps: Step) -> None:
+        self.steps.extend(steps)
+
+    async def complete(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None = None,
+        *,
+        max_tokens: int | None = None,
+    ) -> Reply:
+        self.calls.append(copy.deepcopy(messages))
+        self.tools_seen.append(tools)
+        if self.latency:
+            await asyncio.sleep(self.latency)
+        if not self.steps:
+            return text(f"echo: {last_user_text(messages)}")
+        step = self.steps.popleft()
+        if isinstance(step, ProviderError):
+            raise step
+        if isinstance(step, Reply):
+            return step
+        result = step(messages)
+        return await result if isinstance(result, Awaitable) else result
+
+
+def last_user_text(messages: list[dict[str, Any]]) -> str:
+    for message in reversed(messages):
+        if message.get("role") == "user":
+            content = message.get("content")
+            if isinstance(content, list):
+                return " ".join(p.get("text", "") for p in content if isinstance(p, dict))
+            return str(content or "")
+    return ""

@@ -1,0 +1,39 @@
+"""Jinja2 templates: bundled prompts, overridable by a same-named file in workspace/templates/."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from jinja2 import ChoiceLoader, Environment, FileSystemLoader, StrictUndefined
+
+_PACKAGE_DIR = Path(__file__).resolve().parent
+
+
+def bundled_dir(name: str) -> Path:
+    """A top-level data folder: in the wheel (`_bundled/`), or beside the package in a checkout."""
+    for candidate in (_PACKAGE_DIR / "_bundled" / name, _PACKAGE_DIR.parent / name):
+        if candidate.is_dir():
+            return candidate
+    raise FileNotFoundError(f"nanomem data folder {name!r} is missing from the installation")
+
+
+class Templates:
+    def __init__(self, override_dir: Path | None = None) -> None:
+        loaders = [FileSystemLoader(str(bundled_dir("templates")))]
+        if override_dir is not None:
+            loaders.insert(0, FileSystemLoader(str(override_dir)))
+        self.env = Environment(
+            loader=ChoiceLoader(loaders),
+            undefined=StrictUndefined,
+            keep_trailing_newline=False,
+            trim_blocks=True,
+            lstrip_blocks=True,
+            autoescape=False,
+        )
+
+    def render(self, name: str, **context: Any) -> str:
+        return self.env.get_template(name).render(**context).strip()
+
+    def names(self) -> list[str]:
+        return sorted(self.env.list_templates())

@@ -1,0 +1,126 @@
+"""Tools are typed functions: name from the function, description from its docstring,
+JSON schema from its signature. The registry is the one place a tool failure becomes an
+observation for the model."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any, get_type_hints
+
+from loguru import logger
+from pydantic import BaseModel, ConfigDict, ValidationError, create_model
+
+
+class ToolError(Exception):
+    """A failure the model should read as is (bad path, text not found, ...)."""
+
+
+@dataclass(frozen=True)
+class Tool:
+    name: str
+    description: str
+    fn: Callable[..., Any]
+    arguments: type[BaseModel]
+
+    @classmethod
+    def from_function(cls, fn: Callable[..., Any], name: str | None = None) -> Tool:
+        hints = get_type_hints(fn, include_extras=True)
+        fields: dict[str, Any] = {}
+        for param in inspect.signature(fn).parameters.values():
+            default = ... if param.default is inspect.Parameter.empty else param.default
+            fields[param.name] = (hints.get(param.name, str), default)
+        tool_name = name or fn.__name__
+        model = create_model(
+            f"{tool_name}_arguments",
+            __config__=ConfigDict(extra="forbid"),
+            **fields,
+        )
+        doc = inspect.getdoc(fn) or tool_name
+        return cls(tool_name, doc.strip(), fn, model)
+
+    def schema(self) -> dict[str, Any]:
+        parameters = self.arguments.model_json_schema()
+        parameters.pop("title", None)
+        for prop in parameters.get("properties", {}).values():
+            prop.pop("title", None)
+        return {
+            "type": "function",
+            "function": {
+                "name": self.name,
+                "description": self.description,
+                "parameters": parameters,
+            },
+        }
+
+
+class ToolRegistry:
+    def __init__(self, tools: Iterable[Tool] = (), *, max_output_chars: int = 16000) -> None:
+        self._tools: dict[str, Tool] = {}
+        self.max_output_chars = max_output_chars
+        for tool in tools:
+            self.add(tool)
+        self._schemas: list[dict[str, Any]] | None = None
+
+    def add(self, tool: Tool) -> None:
+        self._tools[tool.name] = tool
+        self._schemas = None
+
+    @property
+    def names(self) -> list[str]:
+        return list(self._tools)
+
+    def get(self, name: str) -> Tool | None:
+        return self._tools.get(name)
+
+    def schemas(self) -> list[dict[str, Any]]:
+        if self._schemas is None:
+            self._schemas = [tool.schema() for tool in self._tools.values()]
+        return self._schemas
+
+    async def call(self, name: str, raw_arguments: str) -> str:
+        """Run one tool call; every failure comes back as text the model can act on."""
+        tool = self._tools.get(name)
+        if tool is None:
+            return f"Error: unknown tool {name!r}. Available tools: {', '.join(self._tools)}."
+        try:
+            parsed = json.loads(raw_arguments or "{}")
+            if not isinstance(parsed, dict):
+                raise ValueError("arguments must be a JSON object")
+            arguments = tool.arguments.model_validate(parsed)
+        except (ValueError, ValidationError) as exc:
+            return f"Error: invalid arguments for {name}: {_short(exc)}"
+        kwargs = {field: getattr(arguments, field) for field in type(arguments).model_fields}
+        try:
+            if inspect.iscoroutinefunction(tool.fn):
+                result = await tool.fn(**kwargs)
+            else:
+                result = await asyncio.to_thread(tool.fn, **kwargs)
+        except ToolError as exc:
+            return f"Error: {exc}"
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            logger.opt(exception=exc).warning("tool {} failed", name)
+            return f"Error: {name} failed: {type(exc).__name__}: {exc}"
+        return self.cap(str(result))
+
+    def cap(self, text: str) -> str:
+        if len(text) <= self.max_output_chars:
+            return text
+        cut = len(text) - self.max_output_chars
+        return (
+            f"{text[: self.max_output_chars]}\n[output truncated: {cut} more characters not shown]"
+        )
+
+
+def _short(exc: Exception) -> str:
+    if isinstance(exc, ValidationError):
+        return "; ".join(
+            f"{'.'.join(str(p) for p in err['loc']) or 'arguments'}: {err['msg']}"
+            for err in exc.errors()
+        )
+    return str(exc)

@@ -1,0 +1,370 @@
+"""Loopback OpenAI-compatible chat-completions server for tests and benchmarks.
+
+The server runs aiohttp on its own event loop in a daemon thread, so async tests, blocking
+(pexpect) tests and benchmarks can all script it the same way. It only binds 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import threading
+import time
+import uuid
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, Literal
+
+from aiohttp import web
+
+StepKind = Literal["reply", "tool_calls", "error", "hang"]
+ToolArgs = dict[str, Any] | str
+_HOST = "127.0.0.1"
+
+
+@dataclass(frozen=True)
+class Step:
+    """One scripted response; every chat-completions request consumes exactly one."""
+
+    kind: StepKind
+    text: str | None = None  # reply text, assistant text beside tool calls, or error message
+    calls: tuple[tuple[str, ToolArgs, str | None], ...] = ()  # (name, arguments, call_id)
+    status: int = 200
+    retry_after: float | None = None
+    latency: float = 0.0
+    usage: dict[str, int] | None = None
+
+    @classmethod
+    def reply(cls, text: str, *, latency: float = 0.0, usage: dict[str, int] | None = None) -> Step:
+        """A plain assistant text reply."""
+        return cls("reply", text=text, latency=latency, usage=usage)
+
+    @classmethod
+    def tool_call(
+        cls,
+        name: str,
+        arguments: ToolArgs,
+        *,
+        call_id: str | None = None,
+        text: str | None = None,
+        latency: float = 0.0,
+    ) -> Step:
+        """An assistant message with a single tool call (string arguments pass through)."""
+        return cls("tool_calls", text=text, calls=((name, arguments, call_id),), latency=latency)
+
+    @classmethod
+    def tool_calls(cls, calls: list[tuple[str, ToolArgs]], *, latency: float = 0.0) -> Step:
+        """An assistant message with several tool calls."""
+        return cls("tool_calls", calls=tuple((n, a, None) for n, a in calls), latency=latency)
+
+    @classmethod
+    def error(
+        cls,
+        status: int,
+        message: str = "scripted error",
+        *,
+        retry_after: float | None = None,
+        latency: float = 0.0,
+    ) -> Step:
+        """An HTTP error with an OpenAI-style error body."""
+        return cls("error", text=message, status=status, retry_after=retry_after, latency=latency)
+
+    @classmethod
+    def hang(cls, seconds: float) -> Step:
+        """Sit on the request for `seconds`, then reply "late"."""
+        return cls("hang", text="late", latency=seconds)
+
+
+def _text_of(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(
+            p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text"
+        )
+    return ""
+
+
+def echo_step(request: dict[str, Any]) -> Step:
+    """Default fallback: echo the text of the last user message."""
+    users = [m for m in request.get("messages") or [] if isinstance(m, dict)]
+    users = [m for m in users if m.get("role") == "user"]
+    return Step.reply("echo: " + (_text_of(users[-1].get("content")) if users else ""))
+
+
+def _pieces(text: str, n: int = 3) -> list[str]:
+    size = max(1, -(-len(text) // n))
+    return [text[i : i + size] for i in range(0, len(text), size)]
+
+
+def _error_response(status: int, message: str, retry_after: float | None = None) -> web.Response:
+    headers = {"Retry-After": f"{retry_after:g}"} if retry_after is not None else None
+    body = {"error": {"message": message, "type": "scripted", "code": status}}
+    return web.json_response(body, status=status, headers=headers)
+
+
+class FakeOpenAI:
+    """Scriptable OpenAI chat-completions server on 127.0.0.1, thread-safe from any thread."""
+
+    def __init__(self, *, model_latency: float = 0.0) -> None:
+        self.model_latency = model_latency
+        self.base_url = ""
+        self._lock = threading.Lock()
+        self._script: deque[Step] = deque()
+        self._fallback: Callable[[dict[str, Any]], Step] | None = None
+        self._requests: list[dict[str, Any]] = []
+        self._auth: list[str | None] = []
+        self._call_seq = 0
+        self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop_event: asyncio.Event | None = None
+        self._startup_error: BaseException | None = None
+        self._inflight: set[asyncio.Task[Any]] = set()  # touched only on the server loop
+
+    def start(self) -> FakeOpenAI:
+        """Start the server thread and block until it is listening."""
+        with self._lock:
+            if self._thread is not None:
+                raise RuntimeError("FakeOpenAI already started")
+            ready = threading.Event()
+            self._startup_error = None
+            self._thread = threading.Thread(
+                target=lambda: asyncio.run(self._serve(ready)), name="fake-openai", daemon=True
+            )
+            self._thread.start()
+        if not ready.wait(10):
+            raise RuntimeError("FakeOpenAI did not start within 10 s")
+        if self._startup_error is not None:
+            self.stop()
+            raise RuntimeError("FakeOpenAI failed to start") from self._startup_error
+        return self
+
+    def stop(self) -> None:
+        """Shut down promptly (in-flight requests are cancelled) and join the thread."""
+        with self._lock:
+            thread, loop, stop_event = self._thread, self._loop, self._stop_event
+            self._thread = None
+        if thread is None:
+            return
+        if loop is not None and stop_event is not None:
+            with contextlib.suppress(RuntimeError):  # loop already closed
+                loop.call_soon_threadsafe(stop_event.set)
+        thread.join(timeout=10)
+
+    def __enter__(self) -> FakeOpenAI:
+        return self.start()
+
+    def __exit__(
+        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+    def add(self, step: Step) -> None:
+        """Append a prebuilt step to the script."""
+        with self._lock:
+            self._script.append(step)
+
+    def reply(
+        self, text: str, *, latency: float = 0.0, usage: dict[str, int] | None = None
+    ) -> None:
+        """Script a text reply."""
+        self.add(Step.reply(text, latency=latency, usage=usage))
+
+    def tool_call(
+        self,
+        name: str,
+        arguments: ToolArgs,
+        *,
+        call_id: str | None = None,
+        text: str | None = None,
+        latency: float = 0.0,
+    ) -> None:
+        """Script one tool call; a str `arguments` is sent verbatim (may be malformed JSON)."""
+        self.add(Step.tool_call(name, arguments, call_id=call_id, text=text, latency=latency))
+
+    def tool_calls(self, calls: list[tuple[str, ToolArgs]], *, latency: float = 0.0) -> None:
+        """Script several tool calls in one assistant message."""
+        self.add(Step.tool_calls(calls, latency=latency))
+
+    def error(
+        self,
+        status: int,
+        message: str = "scripted error",
+        *,
+        retry_after: float | None = None,
+        latency: float = 0.0,
+    ) -> None:
+        """Script an HTTP error response."""
+        self.add(Step.error(status, message, retry_after=retry_after, latency=latency))
+
+    def hang(self, seconds: float) -> None:
+        """Script a response that arrives only after `seconds`."""
+        self.add(Step.hang(seconds))
+
+    def set_fallback(self, fn: Callable[[dict[str, Any]], Step] | None) -> None:
+        """Set fn(request_json) -> Step used when the script is empty (None: echo)."""
+        with self._lock:
+            self._fallback = fn
+
+    def pending(self) -> int:
+        """Number of scripted steps not yet consumed."""
+        with self._lock:
+            return len(self._script)
+
+    def clear(self) -> None:
+        """Drop the remaining script and recorded requests; the fallback is kept."""
+        with self._lock:
+            self._script.clear()
+            self._requests.clear()
+            self._auth.clear()
+
+    @property
+    def requests(self) -> list[dict[str, Any]]:
+        """Snapshot of received chat-completions bodies, in arrival order."""
+        with self._lock:
+            return list(self._requests)
+
+    @property
+    def auth_headers(self) -> list[str | None]:
+        """Snapshot of the Authorization header of each request, parallel to `requests`."""
+        with self._lock:
+            return list(self._auth)
+
+    async def _serve(self, ready: threading.Event) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._stop_event = asyncio.Event()
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", self._chat)
+        app.router.add_get("/v1/models", self._models)
+        runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.5)
+        try:
+            await runner.setup()
+            # Big backlog so a burst of concurrent benchmark connections is never refused.
+            await web.TCPSite(runner, _HOST, 0, backlog=1024).start()
+            self.base_url = f"http://{_HOST}:{runner.addresses[0][1]}/v1"
+        except BaseException as exc:
+            self._startup_error = exc
+            ready.set()
+            await runner.cleanup()
+            return
+        ready.set()
+        await self._stop_event.wait()
+        for task in list(self._inflight):
+            task.cancel()
+        await runner.cleanup()
+
+    async def _models(self, request: web.Request) -> web.Response:
+        model = {"id": "fake", "object": "model", "created": 0, "owned_by": "nanomem-tests"}
+        return web.json_response({"object": "list", "data": [model]})
+
+    async def _chat(self, request: web.Request) -> web.StreamResponse:
+        task = asyncio.current_task()
+        assert task is not None
+        self._inflight.add(task)
+        try:
+            return await self._answer(request)
+        finally:
+            self._inflight.discard(task)
+
+    async def _answer(self, request: web.Request) -> web.StreamResponse:
+        try:
+            body = await request.json()
+        except ValueError:
+            return _error_response(400, "request body is not valid JSON")
+        if not isinstance(body, dict):
+            return _error_response(400, "request body must be a JSON object")
+        with self._lock:
+            self._requests.append(body)
+            self._auth.append(request.headers.get("Authorization"))
+            step = self._script.popleft() if self._script else None
+            fallback = self._fallback or echo_step
+        if step is None:
+            try:
+                step = fallback(body)
+            except Exception as exc:
+                return _error_response(500, f"fallback raised {exc!r}")
+        delay = step.latency + self.model_latency
+        if delay > 0:
+            await asyncio.sleep(delay)
+        if step.kind == "error":
+            return _error_response(step.status, step.text or "", step.retry_after)
+
+        message: dict[str, Any] = {"role": "assistant", "content": step.text}
+        finish = "stop"
+        if step.kind == "tool_calls":
+            message["tool_calls"] = [self._call_json(*call) for call in step.calls]
+            finish = "tool_calls"
+        usage = step.usage or self._estimate_usage(body, message)
+        head = {
+            "id": f"chatcmpl-{uuid.uuid4().hex[:24]}",
+            "created": int(time.time()),
+            "model": body.get("model", "fake"),
+        }
+        if body.get("stream"):
+            include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+            return await self._stream(
+                request, head, message, finish, usage if include_usage else None
+            )
+        choice = {"index": 0, "message": message, "finish_reason": finish}
+        return web.json_response(
+            {**head, "object": "chat.completion", "choices": [choice], "usage": usage}
+        )
+
+    def _call_json(self, name: str, arguments: ToolArgs, call_id: str | None) -> dict[str, Any]:
+        with self._lock:
+            self._call_seq += 1
+            seq = self._call_seq
+        args = arguments if isinstance(arguments, str) else json.dumps(arguments)
+        return {
+            "id": call_id or f"call_{seq}",
+            "type": "function",
+            "function": {"name": name, "arguments": args},
+        }
+
+    @staticmethod
+    def _estimate_usage(body: dict[str, Any], message: dict[str, Any]) -> dict[str, int]:
+        out = len(message["content"] or "") + sum(
+            len(c["function"]["arguments"]) for c in message.get("tool_calls", [])
+        )
+        p, c = len(json.dumps(body.get("messages", []))) // 4, out // 4
+        return {"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c}
+
+    @staticmethod
+    async def _stream(
+        request: web.Request,
+        head: dict[str, Any],
+        message: dict[str, Any],
+        finish: str,
+        usage: dict[str, int] | None,
+    ) -> web.StreamResponse:
+        def chunk(delta: dict[str, Any], finish_reason: str | None = None) -> dict[str, Any]:
+            choice = {"index": 0, "delta": delta, "finish_reason": finish_reason}
+            return {**head, "object": "chat.completion.chunk", "choices": [choice]}
+
+        text = message["content"]
+        events = [chunk({"role": "assistant", "content": "" if text is not None else None})]
+        events += [chunk({"content": piece}) for piece in _pieces(text or "")]
+        for i, call in enumerate(message.get("tool_calls", [])):
+            fn = call["function"]
+            first = {"name": fn["name"], "arguments": ""}
+            events.append(chunk({"tool_calls": [{**call, "index": i, "function": first}]}))
+            events += [
+                chunk({"tool_calls": [{"index": i, "function": {"arguments": piece}}]})
+                for piece in _pieces(fn["arguments"])
+            ]
+        events.append(chunk({}, finish))
+        if usage is not None:
+            events.append(
+                {**head, "object": "chat.completion.chunk", "choices": [], "usage": usage}
+            )
+
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        for event in events:
+            await resp.write(f"data: {json.dumps(event)}\n\n".encode())
+        await resp.write(b"data: [DONE]\n\n")
+        await resp.write_eof()
+        return resp

@@ -1,0 +1,84 @@
+from pathlib import Path
+
+import pytest
+
+from nanomem.config import ConfigError, load_settings
+
+
+def write(path: Path, text: str) -> Path:
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_defaults_when_no_file(tmp_path: Path) -> None:
+    settings = load_settings(tmp_path / "missing.toml")
+    assert settings.llm.model == ""
+    assert settings.tools.restrict_to_workspace is True
+    assert settings.tools.shell_enabled is False
+    assert settings.agent.max_iterations == 20
+
+
+def test_precedence_cli_over_env_over_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    config = write(tmp_path / "c.toml", '[llm]\nmodel = "file/m"\ntimeout_s = 5\nmax_tokens = 9\n')
+    monkeypatch.setenv("NANOMEM_LLM__MODEL", "env/m")
+    monkeypatch.setenv("NANOMEM_LLM__TIMEOUT_S", "7")
+    settings = load_settings(config, {"llm": {"model": "cli/m"}})
+    assert settings.llm.model == "cli/m"
+    assert settings.llm.timeout_s == 7
+    assert settings.llm.max_tokens == 9
+
+
+def test_api_key_is_secret(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("NANOMEM_LLM__API_KEY", "sk-abcdef123456")
+    settings = load_settings(tmp_path / "none.toml")
+    assert settings.llm.api_key is not None
+    assert "sk-abcdef123456" not in repr(settings)
+    assert settings.llm.api_key.get_secret_value() == "sk-abcdef123456"
+
+
+def test_malformed_toml_names_file_and_line(tmp_path: Path) -> None:
+    config = write(tmp_path / "c.toml", '[llm]\nmodel = "ok"\ntimeout_s = = 3\n')
+    with pytest.raises(ConfigError) as err:
+        load_settings(config)
+    assert str(config) in str(err.value)
+    assert "line 3" in str(err.value)
+
+
+def test_unknown_key_in_file_names_key_and_line(tmp_path: Path) -> None:
+    config = write(tmp_path / "c.toml", '[llm]\nmodel = "ok"\n\n[agent]\nmax_iteratons = 3\n')
+    with pytest.raises(ConfigError) as err:
+        load_settings(config)
+    message = str(err.value)
+    assert "agent.max_iteratons" in message
+    assert "unknown setting" in message
+    assert f"{config}, line 5" in message
+
+
+def test_wrong_type_in_env_names_the_variable(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("NANOMEM_LLM__TIMEOUT_S", "soon")
+    with pytest.raises(ConfigError) as err:
+        load_settings(tmp_path / "none.toml")
+    message = str(err.value)
+    assert "llm.timeout_s" in message and "'soon'" in message
+    assert "environment variable NANOMEM_LLM__TIMEOUT_S" in message
+
+
+def test_dotted_keys_are_located(tmp_path: Path) -> None:
+    config = write(tmp_path / "c.toml", "llm.max_tokens = -1\n")
+    with pytest.raises(ConfigError) as err:
+        load_settings(config)
+    assert f"{config}, line 1" in str(err.value)
+
+
+def test_bad_secret_value_is_not_echoed(tmp_path: Path) -> None:
+    config = write(tmp_path / "c.toml", "[llm]\napi_key = 12345678\n")
+    with pytest.raises(ConfigError) as err:
+        load_settings(config)
+    assert "12345678" not in str(err.value)
+    assert "llm.api_key" in str(err.value)
+
+
+def test_out_of_range_cli_value(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as err:
+        load_settings(tmp_path / "none.toml", {"agent": {"max_iterations": 0}})
+    assert "agent.max_iterations" in str(err.value) and "command line" in str(err.value)

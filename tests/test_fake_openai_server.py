@@ -1,0 +1,251 @@
+"""Tests for the loopback OpenAI-compatible fake server, driven through litellm and openai."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from typing import Any
+
+os.environ["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"  # must precede the litellm import
+
+import aiohttp
+import litellm
+import openai
+import pytest
+
+from tests.fakes.openai_server import FakeOpenAI, Step
+
+litellm.suppress_debug_info = True
+
+USER = [{"role": "user", "content": "hi"}]
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "Weather for a city.",
+            "parameters": {
+                "type": "object",
+                "properties": {"city": {"type": "string"}},
+                "required": ["city"],
+            },
+        },
+    }
+]
+
+
+@pytest.fixture
+def srv() -> Iterator[FakeOpenAI]:
+    with FakeOpenAI() as server:
+        yield server
+
+
+async def complete(srv: FakeOpenAI, messages: list[dict[str, Any]] = USER, **kw: Any) -> Any:
+    kw.setdefault("timeout", 5)
+    return await litellm.acompletion(
+        model="openai/fake",
+        api_base=srv.base_url,
+        api_key="sk-test",
+        messages=messages,
+        max_retries=0,
+        **kw,
+    )
+
+
+async def test_scripted_text_reply(srv: FakeOpenAI) -> None:
+    srv.reply("hello there", usage={"prompt_tokens": 7, "completion_tokens": 3, "total_tokens": 10})
+    resp = await complete(srv)
+    assert resp.choices[0].message.content == "hello there"
+    assert resp.choices[0].finish_reason == "stop"
+    assert (resp.usage.prompt_tokens, resp.usage.total_tokens) == (7, 10)
+    assert srv.pending() == 0
+
+
+async def test_tool_call_round_trip(srv: FakeOpenAI) -> None:
+    srv.tool_call("get_weather", {"city": "Oslo"}, call_id="call_abc")
+    srv.reply("It is sunny in Oslo.")
+    first = await complete(srv, tools=TOOLS)
+    msg = first.choices[0].message
+    assert first.choices[0].finish_reason == "tool_calls"
+    assert msg.tool_calls[0].id == "call_abc"
+    assert msg.tool_calls[0].function.name == "get_weather"
+    assert json.loads(msg.tool_calls[0].function.arguments) == {"city": "Oslo"}
+
+    history: list[dict[str, Any]] = [
+        *USER,
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "call_abc",
+                    "type": "function",
+                    "function": {"name": "get_weather", "arguments": '{"city": "Oslo"}'},
+                }
+            ],
+        },
+        {"role": "tool", "tool_call_id": "call_abc", "content": "sunny"},
+    ]
+    second = await complete(srv, history, tools=TOOLS)
+    assert second.choices[0].message.content == "It is sunny in Oslo."
+    sent = srv.requests
+    assert sent[0]["tools"][0]["function"]["name"] == "get_weather"
+    assert sent[1]["messages"][-1] == {
+        "role": "tool",
+        "tool_call_id": "call_abc",
+        "content": "sunny",
+    }
+
+
+async def test_malformed_arguments_pass_through_verbatim(srv: FakeOpenAI) -> None:
+    srv.tool_call("get_weather", '{"city": "Osl', text="let me check")
+    resp = await complete(srv, tools=TOOLS)
+    msg = resp.choices[0].message
+    assert msg.content == "let me check"
+    assert msg.tool_calls[0].function.arguments == '{"city": "Osl'
+
+
+async def test_several_tool_calls_get_distinct_ids(srv: FakeOpenAI) -> None:
+    srv.tool_calls([("get_weather", {"city": "Oslo"}), ("get_weather", {"city": "Rome"})])
+    resp = await complete(srv, tools=TOOLS)
+    calls = resp.choices[0].message.tool_calls
+    assert [json.loads(c.function.arguments)["city"] for c in calls] == ["Oslo", "Rome"]
+    assert len({c.id for c in calls}) == 2
+
+
+async def test_rate_limit_error_with_retry_after(srv: FakeOpenAI) -> None:
+    srv.error(429, "slow down", retry_after=2)
+    with pytest.raises(litellm.RateLimitError) as exc_info:
+        await complete(srv)
+    assert exc_info.value.status_code == 429
+    assert "slow down" in str(exc_info.value)
+    # litellm keeps the real response headers here; exc.response.headers is synthetic/empty.
+    assert getattr(exc_info.value, "litellm_response_headers", {})["retry-after"] == "2"
+
+
+async def test_server_error(srv: FakeOpenAI) -> None:
+    srv.error(500)
+    with pytest.raises(litellm.InternalServerError) as exc_info:
+        await complete(srv)
+    assert exc_info.value.status_code == 500
+
+
+async def test_hang_triggers_client_timeout(srv: FakeOpenAI) -> None:
+    srv.hang(5)
+    started = time.monotonic()
+    with pytest.raises(litellm.Timeout):
+        await complete(srv, timeout=0.5)
+    assert time.monotonic() - started < 2
+
+
+async def test_streaming_text(srv: FakeOpenAI) -> None:
+    srv.reply(
+        "streamed reply text", usage={"prompt_tokens": 1, "completion_tokens": 2, "total_tokens": 3}
+    )
+    stream = await complete(srv, stream=True, stream_options={"include_usage": True})
+    chunks = [chunk async for chunk in stream]
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == "streamed reply text"
+    assert sum(1 for c in chunks if c.choices and c.choices[0].delta.content) > 1
+    assert chunks[-1].usage.total_tokens == 3
+    assert srv.requests[0]["stream"] is True
+
+
+async def test_streaming_tool_calls(srv: FakeOpenAI) -> None:
+    srv.tool_calls([("get_weather", {"city": "Oslo"}), ("get_weather", "{bad")])
+    stream = await complete(srv, tools=TOOLS, stream=True)
+    built: Any = litellm.stream_chunk_builder([chunk async for chunk in stream])
+    calls = built.choices[0].message.tool_calls
+    assert [c.function.arguments for c in calls] == ['{"city": "Oslo"}', "{bad"]
+    assert built.choices[0].finish_reason == "tool_calls"
+
+
+async def test_fallback_echo_and_custom_fallback(srv: FakeOpenAI) -> None:
+    parts = [{"role": "user", "content": [{"type": "text", "text": "ping"}]}]
+    assert (await complete(srv, parts)).choices[0].message.content == "echo: ping"
+    srv.set_fallback(lambda req: Step.reply(f"{len(req['messages'])} messages"))
+    assert (await complete(srv)).choices[0].message.content == "1 messages"
+    srv.set_fallback(None)
+    assert (await complete(srv)).choices[0].message.content == "echo: hi"
+
+
+async def test_concurrent_requests_overlap() -> None:
+    with FakeOpenAI(model_latency=0.3) as srv:
+        started = time.monotonic()
+        replies = await asyncio.gather(
+            *(complete(srv, [{"role": "user", "content": f"m{i}"}]) for i in range(20))
+        )
+        assert time.monotonic() - started < 2
+    assert sorted(r.choices[0].message.content for r in replies) == sorted(
+        f"echo: m{i}" for i in range(20)
+    )
+
+
+async def test_server_handles_a_burst_of_100_raw_requests() -> None:
+    body = {"model": "fake", "messages": USER}
+    with FakeOpenAI(model_latency=0.5) as srv:
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
+
+            async def one() -> int:
+                async with session.post(f"{srv.base_url}/chat/completions", json=body) as r:
+                    await r.read()
+                    return r.status
+
+            started = time.monotonic()
+            statuses = await asyncio.gather(*(one() for _ in range(100)))
+            assert time.monotonic() - started < 1.5
+    assert statuses == [200] * 100
+
+
+async def test_requests_and_auth_headers_recorded(srv: FakeOpenAI) -> None:
+    await complete(srv, tools=TOOLS, temperature=0.2)
+    assert srv.auth_headers == ["Bearer sk-test"]
+    (req,) = srv.requests
+    assert req["model"] == "fake"
+    assert req["messages"] == USER
+    assert req["temperature"] == 0.2
+    srv.reply("unused")
+    srv.clear()
+    assert (srv.requests, srv.auth_headers, srv.pending()) == ([], [], 0)
+
+
+async def test_stop_is_prompt_while_a_request_hangs() -> None:
+    srv = FakeOpenAI().start()
+    srv.hang(30)
+    call = asyncio.create_task(complete(srv, timeout=20))
+    while not srv.requests:
+        await asyncio.sleep(0.01)
+    started = time.monotonic()
+    await asyncio.to_thread(srv.stop)
+    assert time.monotonic() - started < 2
+    # The dropped connection surfaces in litellm as InternalServerError("Connection error.").
+    with pytest.raises(litellm.InternalServerError):
+        await asyncio.wait_for(call, 5)
+    srv.stop()  # idempotent
+
+
+def test_sync_openai_client_and_models_endpoint() -> None:
+    with FakeOpenAI() as srv:
+        client = openai.OpenAI(base_url=srv.base_url, api_key="sk-sync", max_retries=0, timeout=5)
+        srv.reply("from a blocking test")
+        resp = client.chat.completions.create(model="fake", messages=USER)  # type: ignore[arg-type]
+        assert resp.choices[0].message.content == "from a blocking test"
+        assert resp.model == "fake"
+        assert [m.id for m in client.models.list()] == ["fake"]
+        assert srv.auth_headers == ["Bearer sk-sync"]
+
+
+def test_invalid_json_body_is_rejected() -> None:
+    with FakeOpenAI() as srv:
+        req = urllib.request.Request(
+            f"{srv.base_url}/chat/completions", data=b"{nope", method="POST"
+        )
+        with pytest.raises(urllib.error.HTTPError) as exc_info:
+            urllib.request.urlopen(req, timeout=5)
+        assert exc_info.value.code == 400
+        assert srv.requests == []

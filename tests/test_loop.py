@@ -1,0 +1,207 @@
+import asyncio
+import json
+
+from nanomem.bus import InboundMessage
+from nanomem.onboard import Home
+from nanomem.provider import ProviderError
+from nanomem.scripted import ScriptedProvider, call, text
+from tests.conftest import make_app
+
+
+def msg(content: str, chat: str = "direct") -> InboundMessage:
+    return InboundMessage("cli", chat, content, sender_id="user")
+
+
+async def test_a_turn_is_answered_and_persisted(home: Home) -> None:
+    provider = ScriptedProvider([text("Hello!")])
+    app = make_app(home, provider)
+    reply = await app.loop.handle(msg("hi"))
+    assert reply is not None and reply.content == "Hello!" and reply.kind == "reply"
+    session = await app.sessions.get("cli:direct")
+    assert [m["role"] for m in session.messages] == ["user", "assistant"]
+    assert session.messages[0]["content"].endswith("\n\nhi")
+
+
+async def test_system_prompt_is_byte_identical_and_runtime_is_in_the_user_message(
+    home: Home,
+) -> None:
+    provider = ScriptedProvider()
+    app = make_app(home, provider)
+    await app.loop.handle(msg("first"))
+    await app.loop.handle(msg("second"))
+    first, second = provider.calls
+    assert first[0]["role"] == "system" and first[0] == second[0]
+    assert "[runtime ·" in first[-1]["content"] and "channel cli" in first[-1]["content"]
+    assert "[runtime" not in first[0]["content"]
+    # The earlier user message is replayed exactly as it was sent (stable absolute time).
+    assert second[1] == first[1]
+
+
+async def test_memory_file_changes_reach_the_system_prompt(home: Home) -> None:
+    provider = ScriptedProvider()
+    app = make_app(home, provider)
+    await app.loop.handle(msg("one"))
+    (app.workspace / "USER.md").write_text("# User\n- Name: Ada Lovelace\n")
+    await app.loop.handle(msg("two"))
+    assert "Ada Lovelace" not in provider.calls[0][0]["content"]
+    assert "Ada Lovelace" in provider.calls[1][0]["content"]
+
+
+async def test_unknown_command_never_reaches_the_model(home: Home) -> None:
+    provider = ScriptedProvider()
+    app = make_app(home, provider)
+    reply = await app.loop.handle(msg("/frobnicate now"))
+    assert reply is not None and reply.content == "Unknown command /frobnicate — try /help."
+    assert provider.calls == []
+    assert (await app.sessions.get("cli:direct")).messages == []
+
+
+async def test_help_lists_the_commands(home: Home) -> None:
+    app = make_app(home, ScriptedProvider())
+    reply = await app.loop.handle(msg("/help"))
+    assert reply is not None
+    for name in ("/help", "/new", "/stop"):
+        assert name in reply.content
+
+
+async def test_new_starts_a_fresh_conversation_but_keeps_the_transcript(home: Home) -> None:
+    provider = ScriptedProvider()
+    app = make_app(home, provider)
+    await app.loop.handle(msg("remember the blue door"))
+    reply = await app.loop.handle(msg("/new"))
+    assert reply is not None and reply.content.startswith("New session started.")
+    await app.loop.handle(msg("what now"))
+    assert [m["role"] for m in provider.calls[-1]] == ["system", "user"]
+    session = await app.sessions.get("cli:direct")
+    assert len(session.messages) == 4  # the transcript keeps everything
+
+
+async def test_oversized_message_is_refused_and_changes_nothing(home: Home) -> None:
+    provider = ScriptedProvider()
+    app = make_app(home, provider, agent={"max_message_chars": 100})
+    reply = await app.loop.handle(msg("x" * 101))
+    assert reply is not None and reply.kind == "error" and "too long" in reply.content
+    assert provider.calls == []
+    assert (await app.sessions.get("cli:direct")).messages == []
+
+
+async def test_provider_failure_gives_a_short_message_and_stores_no_error(home: Home) -> None:
+    provider = ScriptedProvider([ProviderError("auth", "401 invalid key sk-live-123")])
+    app = make_app(home, provider)
+    reply = await app.loop.handle(msg("hi"))
+    assert reply is not None and reply.kind == "error"
+    assert "refused the API key" in reply.content and "sk-live" not in reply.content
+    session = await app.sessions.get("cli:direct")
+    assert [m["role"] for m in session.messages] == ["user"]
+
+
+async def test_iteration_limit_ends_with_a_clear_message(home: Home) -> None:
+    provider = ScriptedProvider([call("list_dir", {}) for _ in range(5)])
+    app = make_app(home, provider, agent={"max_iterations": 2})
+    reply = await app.loop.handle(msg("loop forever"))
+    assert reply is not None and "stopped after 2 tool steps" in reply.content
+    assert len(provider.calls) == 2
+
+
+async def test_tool_progress_is_reported(home: Home) -> None:
+    provider = ScriptedProvider([call("list_dir", {"path": "memory"}), text("done")])
+    app = make_app(home, provider)
+    seen = []
+
+    async def progress(out):  # type: ignore[no-untyped-def]
+        seen.append(out)
+
+    await app.loop.handle(msg("look"), progress=progress)
+    assert [(p.kind, p.content) for p in seen] == [("progress", "list_dir(path='memory')")]
+
+
+async def test_same_chat_is_serial_and_in_order(home: Home) -> None:
+    provider = ScriptedProvider(latency=0.05)
+    app = make_app(home, provider)
+    replies = await asyncio.gather(*(app.loop.handle(msg(f"m{i}")) for i in range(5)))
+    contents = [r.content for r in replies if r]
+    assert len(contents) == 5
+    assert all(c.endswith(f"\n\nm{i}") for i, c in enumerate(contents))
+    session = await app.sessions.get("cli:direct")
+    users = [m["content"].rsplit("\n", 1)[-1] for m in session.messages if m["role"] == "user"]
+    assert users == [f"m{i}" for i in range(5)]
+    # Each call saw all earlier exchanges: nothing overlapped.
+    assert [len(c) for c in provider.calls] == [2, 4, 6, 8, 10]
+
+
+async def test_different_chats_run_concurrently_up_to_the_limit(home: Home) -> None:
+    running = 0
+    peak = 0
+
+    async def slow(messages):  # type: ignore[no-untyped-def]
+        nonlocal running, peak
+        running += 1
+        peak = max(peak, running)
+        await asyncio.sleep(0.05)
+        running -= 1
+        return text("ok")
+
+    provider = ScriptedProvider([slow] * 12)
+    app = make_app(home, provider, agent={"max_concurrent_turns": 4})
+    await asyncio.gather(*(app.loop.handle(msg("hi", chat=f"c{i}")) for i in range(12)))
+    assert peak == 4
+
+
+async def test_stop_cancels_the_running_turn_and_keeps_the_session_consistent(home: Home) -> None:
+    tool_started = asyncio.Event()
+
+    async def hang(messages):  # type: ignore[no-untyped-def]
+        tool_started.set()
+        await asyncio.sleep(3600)
+
+    provider = ScriptedProvider([call("list_dir", {}, call_id="c1"), hang])
+    app = make_app(home, provider)
+    turn = asyncio.create_task(app.loop.handle(msg("slow task")))
+    await asyncio.wait_for(tool_started.wait(), 5)
+    stop = await app.loop.handle(msg("/stop"))
+    assert stop is not None and stop.content == "Stopped."
+    assert await turn is None
+    again = await app.loop.handle(msg("/stop"))
+    assert again is not None and again.content == "Nothing is running."
+    provider.add(text("fresh answer"))
+    reply = await app.loop.handle(msg("next"))
+    assert reply is not None and reply.content == "fresh answer"
+    sent = provider.calls[-1]
+    call_ids = {c["id"] for m in sent for c in m.get("tool_calls") or ()}
+    result_ids = {m["tool_call_id"] for m in sent if m["role"] == "tool"}
+    assert call_ids == result_ids == {"c1"}
+
+
+async def test_stop_during_a_tool_seals_the_call(home: Home) -> None:
+    started = asyncio.Event()
+    app = make_app(home, ScriptedProvider([call("exec", {"command": "sleep 30"}, "c7")]),
+                   tools={"shell_enabled": True})
+
+    async def watch(out):  # type: ignore[no-untyped-def]
+        started.set()
+
+    turn = asyncio.create_task(app.loop.handle(msg("run it"), progress=watch))
+    await asyncio.wait_for(started.wait(), 5)
+    await asyncio.sleep(0.1)
+    await app.loop.handle(msg("/stop"))
+    assert await turn is None
+    session = await app.sessions.get("cli:direct")
+    tool = [m for m in session.messages if m["role"] == "tool"]
+    assert len(tool) == 1 and tool[0]["tool_call_id"] == "c7"
+    assert "Cancelled" in tool[0]["content"]
+
+
+async def test_a_tool_call_round_trip_through_the_loop(home: Home) -> None:
+    provider = ScriptedProvider(
+        [call("write_file", {"path": "notes.md", "content": "buy milk"}), text("Saved.")]
+    )
+    app = make_app(home, provider)
+    reply = await app.loop.handle(msg("note: buy milk"))
+    assert reply is not None and reply.content == "Saved."
+    assert (app.workspace / "notes.md").read_text() == "buy milk"
+    tool_message = provider.calls[1][-1]
+    assert tool_message["role"] == "tool" and "Wrote 8 characters" in tool_message["content"]
+    assert json.loads(provider.calls[1][-2]["tool_calls"][0]["function"]["arguments"]) == {
+        "path": "notes.md",
+        "content": "buy milk",
+    }

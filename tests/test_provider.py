@@ -1,0 +1,39 @@
+import pytest
+
+from nanomem.provider import ProviderError, RetryingProvider
+from nanomem.scripted import ScriptedProvider, text
+
+
+async def test_retries_transient_errors_then_succeeds() -> None:
+    inner = ScriptedProvider(
+        [ProviderError("rate_limited", retry_after=0.05), ProviderError("server"), text("ok")]
+    )
+    provider = RetryingProvider(inner, max_retries=3, base_delay=0.01)
+    reply = await provider.complete([{"role": "user", "content": "hi"}])
+    assert reply.content == "ok"
+    assert len(inner.calls) == 3
+
+
+async def test_gives_up_after_max_retries() -> None:
+    inner = ScriptedProvider([ProviderError("timeout")] * 5)
+    with pytest.raises(ProviderError) as err:
+        await RetryingProvider(inner, max_retries=2, base_delay=0.01).complete([])
+    assert err.value.category == "timeout"
+    assert err.value.attempts == 3
+    assert len(inner.calls) == 3
+
+
+@pytest.mark.parametrize("category", ["auth", "context_too_long", "bad_request", "quota"])
+async def test_permanent_errors_are_not_retried(category: str) -> None:
+    inner = ScriptedProvider([ProviderError(category), text("never")])  # type: ignore[arg-type]
+    with pytest.raises(ProviderError):
+        await RetryingProvider(inner, max_retries=3, base_delay=0.01).complete([])
+    assert len(inner.calls) == 1
+
+
+async def test_long_retry_after_is_reported_not_waited() -> None:
+    inner = ScriptedProvider([ProviderError("rate_limited", retry_after=3600), text("late")])
+    with pytest.raises(ProviderError) as err:
+        await RetryingProvider(inner, max_retries=3, max_retry_after=60).complete([])
+    assert err.value.category == "rate_limited"
+    assert len(inner.calls) == 1

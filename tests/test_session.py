@@ -1,0 +1,119 @@
+import json
+from pathlib import Path
+
+from nanomem.session import SessionStore, session_filename, to_wire
+
+
+def user(text: str) -> dict[str, object]:
+    return {"role": "user", "content": text}
+
+
+def assistant(text: str) -> dict[str, object]:
+    return {"role": "assistant", "content": text}
+
+
+def tool_call(call_id: str) -> dict[str, object]:
+    return {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {"id": call_id, "type": "function", "function": {"name": "f", "arguments": "{}"}}
+        ],
+    }
+
+
+def tool_result(call_id: str) -> dict[str, object]:
+    return {"role": "tool", "tool_call_id": call_id, "name": "f", "content": "ok"}
+
+
+async def test_append_and_reload(tmp_path: Path) -> None:
+    store = SessionStore(tmp_path)
+    session = await store.get("telegram:42")
+    await store.append(session, [user("hi"), assistant("hello")])
+    reloaded = await SessionStore(tmp_path).get("telegram:42")
+    assert [m["content"] for m in reloaded.messages] == ["hi", "hello"]
+    assert all("ts" in m for m in reloaded.messages)
+    header = json.loads(session.path.read_text().splitlines()[0])
+    assert header["_type"] == "session" and header["version"] == 1 and header["key"] == "telegram:42"
+
+
+async def test_append_writes_only_new_lines(tmp_path: Path) -> None:
+    store = SessionStore(tmp_path)
+    session = await store.get("k")
+    await store.append(session, [user("one")])
+    first = session.path.read_bytes()
+    await store.append(session, [assistant("two")])
+    assert session.path.read_bytes().startswith(first)
+
+
+async def test_torn_last_line_is_dropped_and_appending_still_works(tmp_path: Path) -> None:
+    store = SessionStore(tmp_path)
+    session = await store.get("k")
+    await store.append(session, [user("kept")])
+    with session.path.open("a") as fh:
+        fh.write('{"role": "assistant", "content": "torn')  # a crash mid-write
+    fresh = SessionStore(tmp_path)
+    reloaded = await fresh.get("k")
+    assert [m["content"] for m in reloaded.messages] == ["kept"]
+    await fresh.append(reloaded, [assistant("after")])
+    again = await SessionStore(tmp_path).get("k")
+    assert [m["content"] for m in again.messages] == ["kept", "after"]
+
+
+async def test_corrupt_middle_line_is_skipped(tmp_path: Path) -> None:
+    store = SessionStore(tmp_path)
+    session = await store.get("k")
+    await store.append(session, [user("a")])
+    with session.path.open("a") as fh:
+        fh.write("not json\n")
+    await store.append(session, [assistant("b")])
+    reloaded = await SessionStore(tmp_path).get("k")
+    assert [m["content"] for m in reloaded.messages] == ["a", "b"]
+
+
+def test_filenames_are_collision_free_and_traversal_proof() -> None:
+    keys = ["cli:direct", "cli/direct", "cli_direct", "../../etc/passwd", "a:b:c", "", "x" * 500]
+    names = [session_filename(k) for k in keys]
+    assert len(set(names)) == len(keys)
+    for name in names:
+        assert "/" not in name and "\\" not in name and not name.startswith(".")
+        assert name.endswith(".jsonl") and len(name) < 100
+
+
+async def test_state_records_survive_reload(tmp_path: Path) -> None:
+    store = SessionStore(tmp_path)
+    session = await store.get("k")
+    await store.append(session, [user("old"), assistant("old reply")])
+    await store.update_state(session, replay_from=2)
+    reloaded = await SessionStore(tmp_path).get("k")
+    assert reloaded.replay_from == 2
+    assert reloaded.history(10_000) == []
+
+
+async def test_history_window_starts_at_a_user_turn(tmp_path: Path) -> None:
+    store = SessionStore(tmp_path)
+    session = await store.get("k")
+    turns = []
+    for i in range(50):
+        turns += [user(f"question {i} " + "x" * 90), assistant(f"answer {i} " + "y" * 90)]
+    await store.append(session, turns)
+    window = session.history(budget_tokens=400)
+    assert window and window[0]["role"] == "user"
+    assert window[-1]["content"].startswith("answer 49")
+    assert len(window) < 20
+    assert all(set(m) <= {"role", "content", "tool_calls", "tool_call_id", "name"} for m in window)
+
+
+def test_to_wire_drops_orphan_tool_calls() -> None:
+    messages = [user("go"), tool_call("c1"), tool_result("c1"), tool_call("c2"), user("next")]
+    wire = to_wire(messages)
+    assert [m["role"] for m in wire] == ["user", "assistant", "tool", "user"]
+    assert wire[1]["tool_calls"][0]["id"] == "c1"
+
+
+async def test_cache_is_bounded(tmp_path: Path) -> None:
+    store = SessionStore(tmp_path, cache_size=3)
+    for i in range(10):
+        await store.get(f"k{i}")
+    assert store.cached == 3
+    assert store.count() == 10
