@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import signal
 from pathlib import Path
+from typing import Any
 
 from prompt_toolkit import PromptSession
 from prompt_toolkit.history import FileHistory
@@ -93,28 +94,22 @@ class TerminalChannel:
     async def _exchange(self, text: str) -> None:
         """Send one message and wait for its reply; Ctrl-C meanwhile sends /stop."""
         reply = self._expect(await self._publish(text))
-        stop_reply: asyncio.Future[OutboundMessage] | None = None
-
-        def interrupt() -> None:
-            nonlocal stop_reply
-            if stop_reply is None:
-                stop_reply = asyncio.ensure_future(self._stop())
-
+        interrupted = asyncio.Event()
         loop = asyncio.get_running_loop()
-        loop.add_signal_handler(signal.SIGINT, interrupt)
+        loop.add_signal_handler(signal.SIGINT, interrupted.set)
         try:
             with self.console.status("[dim]thinking…[/dim]", spinner="dots"):
-                while not reply.done():
-                    waits: set[asyncio.Future[OutboundMessage]] = {reply}
-                    if stop_reply is not None:
-                        waits.add(stop_reply)
-                    await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-                    if stop_reply is not None and stop_reply.done():
-                        if stop_reply.result().content == STOPPED:
-                            reply.cancel()
-                            self.console.print("[yellow]⏹ cancelled[/yellow]")
-                            return
-                        stop_reply = None  # nothing was running: the reply is on its way
+                interrupt = asyncio.ensure_future(interrupted.wait())
+                waits: set[asyncio.Future[Any]] = {reply, interrupt}
+                await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+                interrupt.cancel()
+                if not reply.done():
+                    stop = await self._expect(await self._publish("/stop"))
+                    if stop.content == STOPPED:
+                        reply.cancel()
+                        self.console.print("[yellow]⏹ cancelled[/yellow]")
+                        return
+                    await reply  # nothing was running any more: the reply is on its way
         finally:
             loop.remove_signal_handler(signal.SIGINT)
         self._render(reply.result())
@@ -131,9 +126,6 @@ class TerminalChannel:
         if future is None:
             future = self._waiting[msg.id] = asyncio.get_running_loop().create_future()
         return future
-
-    async def _stop(self) -> OutboundMessage:
-        return await self._expect(await self._publish("/stop"))
 
     def _render(self, msg: OutboundMessage) -> None:
         if msg.kind == "error":

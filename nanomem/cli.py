@@ -76,6 +76,9 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from loguru import logger
+
+    logger.remove()  # nothing reaches stderr until setup_logging says how
     args = build_parser().parse_args(argv)
     try:
         handler = {"onboard": cmd_onboard, "chat": cmd_chat, "status": cmd_status}[args.command]
@@ -86,8 +89,6 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     except Exception as exc:  # the last boundary: one line for the person, details in the log
-        from loguru import logger
-
         logger.opt(exception=exc).error("unexpected failure")
         print(f"nanomem: internal error: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1

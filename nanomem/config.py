@@ -12,6 +12,7 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 
 ENV_PREFIX = "NANOMEM_"
 ENV_DELIMITER = "__"
+SECRET_FIELDS = frozenset({"api_key", "token"})
 
 
 class _Section(BaseModel):
@@ -124,7 +125,7 @@ def _describe(
         loc = tuple(str(part) for part in err["loc"])
         key = ".".join(loc[:2]) if loc else "(settings)"
         value = err.get("input")
-        shown = "<hidden>" if "key" in key or "token" in key else repr(value)
+        shown = "<hidden>" if loc and loc[-1] in SECRET_FIELDS else repr(value)
         msg = err["msg"]
         if err["type"] == "extra_forbidden":
             msg = "unknown setting"

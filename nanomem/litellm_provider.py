@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 import logging
 import os
@@ -58,7 +59,8 @@ class LiteLLMProvider:
         *,
         max_tokens: int | None = None,
     ) -> Reply:
-        litellm = import_litellm()
+        # Never wait for the import on the event loop: Ctrl-C and other chats must stay live.
+        litellm = _module if _module is not None else await asyncio.to_thread(import_litellm)
         kwargs: dict[str, Any] = {
             "model": self.model,
             "messages": messages,
@@ -119,6 +121,8 @@ def classify(exc: Exception) -> ProviderError:
         or ("maximum context" in lowered)
     ):
         category = "context_too_long"
+    elif "missing credentials" in lowered or "no api key" in lowered:
+        category = "auth"  # the OpenAI SDK raises this before any request, as a "500"
     elif "APIConnectionError" in name or ("connect" in lowered and status in (None, 500)):
         category = "unreachable"
     elif status in (401, 403) or "Authentication" in name or "PermissionDenied" in name:

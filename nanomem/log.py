@@ -62,7 +62,7 @@ def setup_logging(level: str, log_dir: Path | None, *, stderr_level: str | None 
     logger.add(
         sys.stderr,
         level=stderr_level or level,
-        format=_format,
+        format="{time:HH:mm:ss} | {level: <8} | {message}",
         backtrace=False,
         diagnose=False,  # diagnose prints local variables, API keys among them
         colorize=False,

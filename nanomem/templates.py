@@ -20,6 +20,8 @@ def bundled_dir(name: str) -> Path:
 
 class Templates:
     def __init__(self, override_dir: Path | None = None) -> None:
+        self.override_dir = override_dir
+        self._overridden: dict[str, bool] = {}
         loaders = [FileSystemLoader(str(bundled_dir("templates")))]
         if override_dir is not None:
             loaders.insert(0, FileSystemLoader(str(override_dir)))
@@ -33,6 +35,14 @@ class Templates:
         )
 
     def render(self, name: str, **context: Any) -> str:
+        if self.override_dir is not None:
+            # Jinja re-checks a cached template's own file only; notice an override that a
+            # person added (or removed) while nanomem runs.
+            overridden = (self.override_dir / name).is_file()
+            if self._overridden.setdefault(name, overridden) != overridden:
+                self._overridden[name] = overridden
+                if self.env.cache is not None:
+                    self.env.cache.clear()
         return self.env.get_template(name).render(**context).strip()
 
     def names(self) -> list[str]:

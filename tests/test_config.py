@@ -54,7 +54,9 @@ def test_unknown_key_in_file_names_key_and_line(tmp_path: Path) -> None:
     assert f"{config}, line 5" in message
 
 
-def test_wrong_type_in_env_names_the_variable(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_wrong_type_in_env_names_the_variable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("NANOMEM_LLM__TIMEOUT_S", "soon")
     with pytest.raises(ConfigError) as err:
         load_settings(tmp_path / "none.toml")

@@ -174,8 +174,11 @@ async def test_stop_cancels_the_running_turn_and_keeps_the_session_consistent(ho
 
 async def test_stop_during_a_tool_seals_the_call(home: Home) -> None:
     started = asyncio.Event()
-    app = make_app(home, ScriptedProvider([call("exec", {"command": "sleep 30"}, "c7")]),
-                   tools={"shell_enabled": True})
+    app = make_app(
+        home,
+        ScriptedProvider([call("exec", {"command": "sleep 30"}, "c7")]),
+        tools={"shell_enabled": True},
+    )
 
     async def watch(out):  # type: ignore[no-untyped-def]
         started.set()

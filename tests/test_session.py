@@ -34,7 +34,9 @@ async def test_append_and_reload(tmp_path: Path) -> None:
     assert [m["content"] for m in reloaded.messages] == ["hi", "hello"]
     assert all("ts" in m for m in reloaded.messages)
     header = json.loads(session.path.read_text().splitlines()[0])
-    assert header["_type"] == "session" and header["version"] == 1 and header["key"] == "telegram:42"
+    assert (
+        header["_type"] == "session" and header["version"] == 1 and header["key"] == "telegram:42"
+    )
 
 
 async def test_append_writes_only_new_lines(tmp_path: Path) -> None:

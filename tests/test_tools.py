@@ -7,9 +7,7 @@ from pydantic import Field
 from nanomem.tools import Tool, ToolError, ToolRegistry
 
 
-def greet(
-    name: Annotated[str, Field(description="Who to greet")], times: int = 1
-) -> str:
+def greet(name: Annotated[str, Field(description="Who to greet")], times: int = 1) -> str:
     """Greet someone."""
     return " ".join([f"hello {name}"] * times)
 
@@ -47,7 +45,9 @@ def test_schema_comes_from_signature_and_docstring() -> None:
 
 async def test_sync_and_async_tools_run() -> None:
     tools = registry()
-    assert await tools.call("greet", json.dumps({"name": "ada", "times": 2})) == "hello ada hello ada"
+    assert (
+        await tools.call("greet", json.dumps({"name": "ada", "times": 2})) == "hello ada hello ada"
+    )
     assert await tools.call("slow_double", '{"x": 21}') == "42"
 
 

@@ -1,0 +1,617 @@
+"""Loopback fake of the Telegram Bot API for end-to-end tests.
+
+The server runs its own asyncio loop in a daemon thread, so sync tests (driving a
+``nanomem gateway`` subprocess) and async tests (driving python-telegram-bot in-process)
+can both use it. Every public method is thread-safe.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import html
+import itertools
+import json
+import re
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import PurePosixPath
+from typing import Any, Self, TypedDict, Unpack
+
+from aiohttp import web
+
+JSONDict = dict[str, Any]
+
+# Parameters PTB sends JSON-encoded inside form fields.
+_JSON_KEYS = frozenset(
+    "reply_markup commands entities caption_entities allowed_updates reaction scope"  # noqa: SIM905
+    " link_preview_options reply_parameters media".split()
+)
+_NUMBER_KEYS = frozenset(
+    "chat_id message_id message_thread_id offset limit timeout reply_to_message_id".split()  # noqa: SIM905
+)
+_HTML_TAGS = frozenset(
+    "b strong i em u ins s strike del code pre a blockquote tg-spoiler span".split()  # noqa: SIM905
+)
+_OK_METHODS = frozenset("setwebhook logout close setmessagereaction answercallbackquery".split())  # noqa: SIM905
+_TAG_RE = re.compile(r"<(/?)([a-zA-Z][a-zA-Z0-9-]*)(\s[^<>]*)?>")
+_ENTITY_RE = re.compile(r"&(?:[a-zA-Z]+|#[0-9]+|#x[0-9a-fA-F]+);")
+_COMMAND_RE = re.compile(r"[a-z0-9_]{1,32}")
+_TEXT_LIMIT, _CAPTION_LIMIT = 4096, 1024
+_DEFAULT_GROUP_USER_ID = 4242
+_FOLDERS = {"photo": "photos", "voice": "voice"}
+_NOT_MODIFIED = (
+    "Bad Request: message is not modified: specified new message content and reply markup "
+    "are exactly the same as a current content and reply markup of the message"
+)
+
+
+class Sender(TypedDict, total=False):
+    """Who sends an inbound message, and where (all optional)."""
+
+    user_id: int | None  # private chats default to chat_id, groups to 4242
+    username: str
+    first_name: str
+    chat_type: str  # "private" | "group" | "supergroup"; group chat ids are negative
+    message_thread_id: int | None
+    reply_to_bot: bool
+
+
+class ApiError(Exception):
+    """A Bot API failure, answered as ``{"ok": false, ...}`` with HTTP status = error_code."""
+
+    def __init__(self, code: int, description: str, retry_after: int | None = None) -> None:
+        super().__init__(description)
+        self.code, self.description, self.retry_after = code, description, retry_after
+
+    def response(self) -> web.Response:
+        """Render the error the way Telegram does."""
+        body: JSONDict = {"ok": False, "error_code": self.code, "description": self.description}
+        if self.retry_after is not None:
+            body["parameters"] = {"retry_after": self.retry_after}
+        return web.json_response(body, status=self.code)
+
+
+@dataclass
+class _Fault:
+    error_code: int
+    description: str
+    retry_after: int | None
+    times: int
+    chat_id: int | None
+
+
+def _bad(description: str) -> ApiError:
+    return ApiError(400, f"Bad Request: {description}")
+
+
+def _utf16_len(text: str) -> int:
+    # Telegram measures text in UTF-16 code units (an emoji outside the BMP counts twice).
+    return len(text.encode("utf-16-le")) // 2
+
+
+def _without_reply(message: JSONDict) -> JSONDict:
+    return {k: v for k, v in message.items() if k != "reply_to_message"}
+
+
+def html_error(text: str) -> str | None:
+    """Return Telegram's parse error for ``text`` sent with parse_mode=HTML, None if valid."""
+    stack: list[str] = []
+    end = 0
+    for special in re.finditer(r"[<&]", text):
+        if (i := special.start()) < end:  # inside a tag already consumed
+            continue
+        at = f"at byte offset {len(text[:i].encode())}"
+        if text[i] == "&":
+            if not _ENTITY_RE.match(text, i):
+                return f"Can't find end of the entity starting {at}"
+            continue
+        if (match := _TAG_RE.match(text, i)) is None:
+            return f"Unsupported start tag {at}"
+        tag, end = match.group(2).lower(), match.end()
+        if not match.group(1):
+            if tag not in _HTML_TAGS:
+                return f'Unsupported start tag "{tag}" {at}'
+            stack.append(tag)
+        elif not stack or stack.pop() != tag:
+            return f"Unexpected end tag {at}"
+    return f'Can\'t find end tag corresponding to start tag "{stack[-1]}"' if stack else None
+
+
+def _coerce(key: str, value: Any) -> Any:
+    """Turn a form-encoded string back into the JSON value PTB serialised."""
+    if not isinstance(value, str):
+        return value
+    if key in _JSON_KEYS:
+        with contextlib.suppress(ValueError):
+            return json.loads(value)
+    if key in _NUMBER_KEYS and re.fullmatch(r"-?[0-9]+(\.[0-9]*)?", value):
+        return float(value) if "." in value else int(value)
+    if key not in ("text", "caption") and value in ("true", "false"):
+        return value == "true"
+    return value
+
+
+async def _read_params(request: web.Request) -> JSONDict:
+    """Merge query string and body (form, multipart or JSON) into one parameter dict."""
+    raw: dict[str, Any] = dict(request.query)
+    if request.content_type == "application/json":
+        body = await request.text()
+        raw.update(json.loads(body) if body.strip() else {})
+    elif request.can_read_body:
+        for key, value in (await request.post()).items():
+            raw[key] = value
+            if isinstance(value, web.FileField):
+                raw[key] = {"file_name": value.filename, "mime_type": value.content_type,
+                            "data": value.file.read()}  # fmt: skip
+    return {key: _coerce(key, value) for key, value in raw.items()}
+
+
+class FakeTelegram:
+    """In-process Telegram Bot API server bound to 127.0.0.1 on a random port."""
+
+    def __init__(
+        self, token: str = "123456:TEST-TOKEN", *, bot_username: str = "nanomem_test_bot"
+    ) -> None:
+        self.token, self.bot_username = token, bot_username
+        self.bot_id = int(token.split(":", 1)[0])
+        self.port, self.base_url, self.base_file_url = 0, "", ""
+        self.calls: list[tuple[str, JSONDict]] = []
+        self.commands: list[JSONDict] | None = None
+        self.getupdates_count = 0
+        self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)
+        self._updates: list[JSONDict] = []
+        self._update_ids, self._file_ids = itertools.count(1), itertools.count(1)
+        self._message_ids: dict[int, itertools.count[int]] = {}
+        self._messages: dict[tuple[int, int], JSONDict] = {}  # every message, by (chat, id)
+        self._sent: list[JSONDict] = []
+        self._actions: list[JSONDict] = []
+        self._chats: dict[int, JSONDict] = {}
+        self._files: dict[str, JSONDict] = {}  # file_id -> getFile result
+        self._file_data: dict[str, bytes] = {}  # file_path -> bytes
+        self._faults: dict[str, list[_Fault]] = {}
+        self._html_rejects: list[int | None] = []
+        self._token_valid, self._paused, self._stopping = True, False, False
+        self._waiters: set[asyncio.Event] = set()  # only touched on the server loop
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._runner: web.AppRunner | None = None
+
+    def start(self) -> Self:
+        """Start the server thread and wait until the port is bound."""
+        if self._thread is not None:
+            return self
+        loop = self._loop = asyncio.new_event_loop()
+        self._stopping = False
+        self._thread = threading.Thread(target=loop.run_forever, name="fake-telegram", daemon=True)
+        self._thread.start()
+        self.port = asyncio.run_coroutine_threadsafe(self._serve(), loop).result(timeout=10)
+        self.base_url = f"http://127.0.0.1:{self.port}/bot"
+        self.base_file_url = f"http://127.0.0.1:{self.port}/file/bot"
+        return self
+
+    def stop(self) -> None:
+        """Answer pending long-polls with [] and shut the server down."""
+        loop, thread = self._loop, self._thread
+        if loop is None or thread is None:
+            return
+        with self._lock:
+            self._stopping = True
+        try:
+            asyncio.run_coroutine_threadsafe(self._shutdown(), loop).result(timeout=10)
+        finally:
+            loop.call_soon_threadsafe(loop.stop)
+            thread.join(timeout=10)
+            loop.close()
+            self._loop = self._thread = None
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, *_: object) -> None:
+        self.stop()
+
+    async def _serve(self) -> int:
+        app = web.Application(client_max_size=64 * 1024 * 1024)
+        app.router.add_route("*", "/file/bot{token}/{path:.+}", self._handle_file)
+        app.router.add_route("*", "/bot{token}/{method}", self._handle_method)
+        # Short shutdown_timeout: a stale long-poll abandoned by its client must not delay stop().
+        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
+        await self._runner.setup()
+        await web.TCPSite(self._runner, "127.0.0.1", 0).start()
+        return int(self._runner.addresses[0][1])
+
+    async def _shutdown(self) -> None:
+        self._wake()
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    def _wake(self) -> None:
+        for event in self._waiters:
+            event.set()
+
+    def _wake_threadsafe(self) -> None:
+        if (loop := self._loop) is not None:
+            with contextlib.suppress(RuntimeError):  # loop already closed by stop()
+                loop.call_soon_threadsafe(self._wake)
+
+    async def _handle_method(self, request: web.Request) -> web.Response:
+        method = request.match_info["method"].lower()
+        params = await _read_params(request)
+        try:
+            with self._lock:
+                self.calls.append((method, params))
+                if not self._token_valid or request.match_info["token"] != self.token:
+                    raise ApiError(401, "Unauthorized")
+                self.getupdates_count += method == "getupdates"
+                self._take_fault(method, params)
+                if method in _OK_METHODS:
+                    return web.json_response({"ok": True, "result": True})
+                if method != "getupdates":
+                    handler = getattr(self, f"_api_{method}", None)
+                    if handler is None:
+                        raise ApiError(404, "Not Found: method not found")
+                    # Serialised under the lock: stored messages may be edited concurrently.
+                    return web.json_response({"ok": True, "result": handler(params)})
+            return web.json_response({"ok": True, "result": await self._get_updates(params)})
+        except ApiError as exc:
+            return exc.response()
+
+    async def _handle_file(self, request: web.Request) -> web.Response:
+        with self._lock:
+            if not self._token_valid or request.match_info["token"] != self.token:
+                return ApiError(401, "Unauthorized").response()
+            data = self._file_data.get(request.match_info["path"])
+        if data is None:
+            return ApiError(404, "Not Found").response()
+        return web.Response(body=data, content_type="application/octet-stream")
+
+    async def _get_updates(self, params: JSONDict) -> list[JSONDict]:
+        offset, limit = params.get("offset"), int(params.get("limit") or 100)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + max(float(params.get("timeout") or 0), 0.0)
+        while True:
+            with self._lock:
+                if isinstance(offset, int) and offset > 0:  # confirms everything before it
+                    self._updates = [u for u in self._updates if u["update_id"] >= offset]
+                if self._stopping:
+                    return []
+                if self._updates and not self._paused:
+                    return self._updates[:limit]
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return []
+            # Registered right after the check, with no await in between: no lost wake-up.
+            event = asyncio.Event()
+            self._waiters.add(event)
+            try:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(event.wait(), remaining)
+            finally:
+                self._waiters.discard(event)
+
+    def _take_fault(self, method: str, params: JSONDict) -> None:
+        queue = self._faults.get(method, [])
+        for fault in queue:
+            if fault.chat_id is None or fault.chat_id == params.get("chat_id"):
+                fault.times -= 1
+                if fault.times <= 0:
+                    queue.remove(fault)
+                raise ApiError(fault.error_code, fault.description, fault.retry_after)
+
+    # Bot API methods, named _api_<lowercase method>; called with the lock held.
+
+    def _bot_user(self) -> JSONDict:
+        return {"id": self.bot_id, "is_bot": True, "first_name": "Nanomem Test",
+                "username": self.bot_username}  # fmt: skip
+
+    def _api_getme(self, _: JSONDict) -> JSONDict:
+        return self._bot_user() | {"can_join_groups": True, "can_read_all_group_messages": False,
+                                   "supports_inline_queries": False}  # fmt: skip
+
+    def _api_deletewebhook(self, params: JSONDict) -> bool:
+        if params.get("drop_pending_updates") is True:
+            self._updates.clear()
+        return True
+
+    def _api_getwebhookinfo(self, _: JSONDict) -> JSONDict:
+        return {"url": "", "has_custom_certificate": False,
+                "pending_update_count": len(self._updates)}  # fmt: skip
+
+    def _chat_id(self, params: JSONDict) -> int:
+        if not isinstance(chat_id := params.get("chat_id"), int):
+            raise _bad("chat not found")
+        return chat_id
+
+    def _new_message(self, chat_id: int, sender: JSONDict, **fields: Any) -> JSONDict:
+        chat = self._chats.get(chat_id) or {
+            "id": chat_id,
+            "type": "private" if chat_id > 0 else "supergroup",
+        }
+        message_id = next(self._message_ids.setdefault(chat_id, itertools.count(1)))
+        message = {"message_id": message_id, "date": int(time.time()), "chat": chat,
+                   "from": sender, **fields}  # fmt: skip
+        self._messages[(chat_id, message_id)] = message
+        return message
+
+    def _record_sent(self, chat_id: int, fields: JSONDict) -> JSONDict:
+        message = self._new_message(chat_id, self._bot_user(), **fields)
+        self._sent.append(message)
+        self._changed.notify_all()
+        return message
+
+    def _check_text(self, params: JSONDict, *, is_send: bool) -> JSONDict:
+        """Validate text/parse_mode; return the message fields Telegram would store."""
+        text = params.get("text")
+        if not isinstance(text, str) or not text.strip():
+            raise _bad("message text is empty")
+        fields: JSONDict = {"text": text}
+        if str(params.get("parse_mode", "")).lower() == "html":
+            chat_id = params.get("chat_id")
+            if is_send and (chat_id in self._html_rejects or None in self._html_rejects):
+                self._html_rejects.remove(chat_id if chat_id in self._html_rejects else None)
+                raise _bad("can't parse entities: Unsupported start tag at byte offset 0")
+            if (error := html_error(text)) is not None:
+                raise _bad(f"can't parse entities: {error}")
+            # Telegram stores the visible text; the raw markup is kept for assertions.
+            fields = {"text": html.unescape(_TAG_RE.sub("", text)), "html": text}
+        if _utf16_len(fields["text"]) > _TEXT_LIMIT:
+            raise _bad("message is too long")
+        if "reply_markup" in params:
+            fields["reply_markup"] = params["reply_markup"]
+        return fields
+
+    def _reply_fields(self, chat_id: int, params: JSONDict) -> JSONDict:
+        fields: JSONDict = {}
+        if isinstance(thread_id := params.get("message_thread_id"), int):
+            fields |= {"message_thread_id": thread_id, "is_topic_message": True}
+        reply = params.get("reply_parameters") or {"message_id": params.get("reply_to_message_id")}
+        if isinstance(reply, dict) and (reply_id := reply.get("message_id")):
+            target = self._messages.get((chat_id, int(reply_id)))
+            if target is None:
+                raise _bad("message to be replied not found")
+            fields["reply_to_message"] = _without_reply(target)
+        return fields
+
+    def _api_sendmessage(self, params: JSONDict) -> JSONDict:
+        chat_id = self._chat_id(params)
+        fields = self._check_text(params, is_send=True) | self._reply_fields(chat_id, params)
+        return self._record_sent(chat_id, fields)
+
+    def _api_editmessagetext(self, params: JSONDict) -> JSONDict | bool:
+        if params.get("inline_message_id"):
+            return True
+        chat_id = self._chat_id(params)
+        message = self._messages.get((chat_id, int(params.get("message_id") or 0)))
+        if message is None or message["from"]["id"] != self.bot_id:
+            raise _bad("message to edit not found")
+        fields = self._check_text(params, is_send=False)
+        keys = ("text", "html", "reply_markup")
+        if all(fields.get(k) == message.get(k) for k in keys):
+            raise ApiError(400, _NOT_MODIFIED)
+        for key in keys:
+            message.pop(key, None)
+        message |= fields | {"edit_date": int(time.time())}
+        self._changed.notify_all()
+        return message
+
+    def _api_sendchataction(self, params: JSONDict) -> bool:
+        action = {"chat_id": self._chat_id(params), "action": params.get("action")}
+        if "message_thread_id" in params:
+            action["message_thread_id"] = params["message_thread_id"]
+        self._actions.append(action)
+        return True
+
+    def _api_setmycommands(self, params: JSONDict) -> bool:
+        if not isinstance(commands := params.get("commands"), list):
+            raise _bad("parameter commands is required")
+        for cmd in commands:
+            if not _COMMAND_RE.fullmatch(str(cmd.get("command", ""))):
+                raise _bad("BOT_COMMAND_INVALID")
+            if not 1 <= len(str(cmd.get("description", ""))) <= 256:
+                raise _bad("BOT_COMMAND_DESCRIPTION_INVALID")
+        self.commands = commands
+        return True
+
+    def _api_getmycommands(self, _: JSONDict) -> list[JSONDict]:
+        return self.commands or []
+
+    def _api_deletemycommands(self, _: JSONDict) -> bool:
+        self.commands = []
+        return True
+
+    def _api_getfile(self, params: JSONDict) -> JSONDict:
+        if (info := self._files.get(str(params.get("file_id")))) is None:
+            raise _bad("invalid file_id")
+        return info
+
+    def _media(self, kind: str, data: bytes, name: str | None, mime: str | None) -> Any:
+        """Store uploaded bytes; return the photo/document/voice object referencing them."""
+        n = next(self._file_ids)
+        suffix = {"photo": ".jpg", "voice": ".oga"}.get(kind) or PurePosixPath(name or "").suffix
+        path = f"{_FOLDERS.get(kind, 'documents')}/file_{n}{suffix}"
+        file_id = f"{kind}-{n}"
+        info = {"file_id": file_id, "file_unique_id": f"uniq{n}", "file_size": len(data)}
+        self._files[file_id] = info | {"file_path": path}
+        self._file_data[path] = data
+        if kind == "photo":
+            return [info | {"width": 90, "height": 90}]
+        return info | {"mime_type": mime} | ({"file_name": name} if kind == "document" else {})
+
+    def _send_media(self, kind: str, params: JSONDict) -> JSONDict:
+        chat_id = self._chat_id(params)
+        upload = params.get(kind)
+        if isinstance(upload, dict):  # multipart upload
+            media = self._media(kind, upload["data"], upload["file_name"], upload["mime_type"])
+        elif isinstance(upload, str) and upload in self._files:  # re-send by file_id
+            info = {k: v for k, v in self._files[upload].items() if k != "file_path"}
+            media = [info | {"width": 90, "height": 90}] if kind == "photo" else info
+        else:
+            raise _bad(f"there is no {kind} in the request")
+        fields: JSONDict = {kind: media}
+        if caption := params.get("caption"):
+            if _utf16_len(str(caption)) > _CAPTION_LIMIT:
+                raise _bad("message caption is too long")
+            fields["caption"] = caption
+        return self._record_sent(chat_id, fields | self._reply_fields(chat_id, params))
+
+    def _api_sendphoto(self, params: JSONDict) -> JSONDict:
+        return self._send_media("photo", params)
+
+    def _api_senddocument(self, params: JSONDict) -> JSONDict:
+        return self._send_media("document", params)
+
+    # Inbound: what a user sends to the bot.
+
+    def _inbound(self, chat_id: int, fields: JSONDict, sender: Sender) -> JSONDict:
+        chat_type = sender.get("chat_type", "private")
+        username, first_name = sender.get("username", "alice"), sender.get("first_name", "Alice")
+        user_id = sender.get("user_id")
+        if chat_type == "private":
+            chat = {"id": chat_id, "type": "private", "first_name": first_name,
+                    "username": username}  # fmt: skip
+            user_id = chat_id if user_id is None else user_id
+        elif chat_id >= 0:
+            raise ValueError(f"{chat_type} chat ids must be negative, got {chat_id}")
+        else:
+            chat = {"id": chat_id, "type": chat_type, "title": "Test Group"}
+            user_id = _DEFAULT_GROUP_USER_ID if user_id is None else user_id
+        user = {"id": user_id, "is_bot": False, "first_name": first_name, "username": username,
+                "language_code": "en"}  # fmt: skip
+        if (thread_id := sender.get("message_thread_id")) is not None:
+            chat["is_forum"] = chat_type == "supergroup"
+            fields |= {"message_thread_id": thread_id, "is_topic_message": True}
+        with self._lock:
+            self._chats[chat_id] = chat
+            if sender.get("reply_to_bot"):
+                ours = [m for m in self._sent if m["chat"]["id"] == chat_id]
+                target = ours[-1] if ours else self._new_message(chat_id, self._bot_user(),
+                                                                 text="earlier")  # fmt: skip
+                fields["reply_to_message"] = _without_reply(target)
+            update = {"update_id": next(self._update_ids),
+                      "message": self._new_message(chat_id, user, **fields)}  # fmt: skip
+            self._updates.append(update)
+        self._wake_threadsafe()
+        return update
+
+    def send_text(self, chat_id: int, text: str, **sender: Unpack[Sender]) -> JSONDict:
+        """Queue a user's text message; "/cmd[@bot] args" gets a bot_command entity."""
+        fields: JSONDict = {"text": text}
+        if text.startswith("/") and len(text) > 1:
+            length = _utf16_len(text.split(maxsplit=1)[0])
+            fields["entities"] = [{"type": "bot_command", "offset": 0, "length": length}]
+        return self._inbound(chat_id, fields, sender)
+
+    def _send_file(
+        self, chat_id: int, kind: str, media: Any, caption: str, sender: Sender
+    ) -> JSONDict:
+        fields = {kind: media} | ({"caption": caption} if caption else {})
+        return self._inbound(chat_id, fields, sender)
+
+    def send_photo(
+        self, chat_id: int, data: bytes, *, caption: str = "", **sender: Unpack[Sender]
+    ) -> JSONDict:
+        """Queue a user's photo; getFile + the file URL serve the bytes back."""
+        with self._lock:
+            media = self._media("photo", data, None, "image/jpeg")
+        return self._send_file(chat_id, "photo", media, caption, sender)
+
+    def send_document(
+        self,
+        chat_id: int,
+        data: bytes,
+        *,
+        file_name: str,
+        mime_type: str = "application/octet-stream",
+        caption: str = "",
+        **sender: Unpack[Sender],
+    ) -> JSONDict:
+        """Queue a user's document; getFile + the file URL serve the bytes back."""
+        with self._lock:
+            media = self._media("document", data, file_name, mime_type)
+        return self._send_file(chat_id, "document", media, caption, sender)
+
+    def send_voice(
+        self, chat_id: int, data: bytes, *, duration: int = 1, **sender: Unpack[Sender]
+    ) -> JSONDict:
+        """Queue a user's voice note; getFile + the file URL serve the bytes back."""
+        with self._lock:
+            media = self._media("voice", data, None, "audio/ogg") | {"duration": duration}
+        return self._send_file(chat_id, "voice", media, "", sender)
+
+    # Outbound: what the bot did.
+
+    def sent_messages(self, chat_id: int | None = None) -> list[JSONDict]:
+        """Messages the bot sent (text, photo, document), in order, with edits applied."""
+        with self._lock:
+            return [dict(m) for m in self._sent if chat_id in (None, m["chat"]["id"])]
+
+    def wait_for_messages(self, chat_id: int, count: int, timeout: float = 10.0) -> list[JSONDict]:
+        """Block until the bot sent ``count`` messages to ``chat_id``; AssertionError if not.
+
+        Never call it from the thread whose event loop runs the bot: use the async variant.
+        """
+        with self._changed:
+            self._changed.wait_for(
+                lambda: sum(m["chat"]["id"] == chat_id for m in self._sent) >= count, timeout
+            )
+        if len(got := self.sent_messages(chat_id)) < count:
+            texts = [m.get("text", m.get("caption")) for m in got]
+            recent = [method for method, _ in self.calls if method != "getupdates"][-20:]
+            raise AssertionError(
+                f"expected {count} bot messages in chat {chat_id} within {timeout}s, "
+                f"got {len(got)}: {texts!r}; recent calls: {recent}"
+            )
+        return got
+
+    async def wait_for_messages_async(
+        self, chat_id: int, count: int, timeout: float = 10.0
+    ) -> list[JSONDict]:
+        """:meth:`wait_for_messages` without blocking the caller's event loop."""
+        return await asyncio.to_thread(self.wait_for_messages, chat_id, count, timeout)
+
+    def chat_actions(self, chat_id: int | None = None) -> list[JSONDict]:
+        """sendChatAction calls as ``{"chat_id", "action"[, "message_thread_id"]}``."""
+        with self._lock:
+            return [dict(a) for a in self._actions if chat_id in (None, a["chat_id"])]
+
+    # Fault injection.
+
+    def fail_next(
+        self,
+        method: str,
+        *,
+        error_code: int = 429,
+        description: str = "Too Many Requests: retry after 1",
+        retry_after: int | None = 1,
+        times: int = 1,
+        chat_id: int | None = None,
+    ) -> None:
+        """Make the next ``times`` calls of ``method`` (optionally for one chat) fail.
+
+        ``retry_after`` is only sent with 429s, since PTB turns any retry_after into RetryAfter.
+        """
+        retry_after = retry_after if error_code == 429 else None
+        with self._lock:
+            self._faults.setdefault(method.lower(), []).append(
+                _Fault(error_code, description, retry_after, times, chat_id)
+            )
+
+    def reject_html_next(self, chat_id: int | None = None) -> None:
+        """Make the next HTML sendMessage (to ``chat_id``, or to any chat) fail to parse."""
+        with self._lock:
+            self._html_rejects.append(chat_id)
+
+    def set_token_valid(self, valid: bool) -> None:
+        """When False, every method answers 401 Unauthorized."""
+        with self._lock:
+            self._token_valid = valid
+
+    def pause_updates(self, paused: bool) -> None:
+        """Simulate a stalled connection: getUpdates waits out its timeout while paused."""
+        with self._lock:
+            self._paused = paused
+        self._wake_threadsafe()

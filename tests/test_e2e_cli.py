@@ -1,0 +1,241 @@
+"""The real `nanomem` command in a subprocess, talking to the loopback model through litellm."""
+
+import json
+import os
+import stat
+from pathlib import Path
+
+from nanomem.onboard import Home
+from nanomem.session import session_filename
+from tests.conftest import TEST_KEY, cli_env, run_cli
+from tests.fakes.openai_server import FakeOpenAI
+
+
+def session_lines(home: Home, key: str = "cli:direct") -> list[dict]:
+    path = home.sessions / session_filename(key)
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_one_shot_chat(home: Home, fake_llm: FakeOpenAI) -> None:
+    fake_llm.reply("Hello from the model")
+    result = run_cli("chat", "-m", "hi there", env=cli_env(home, fake_llm))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "Hello from the model\n"
+    request = fake_llm.requests[0]
+    assert request["model"] == "fake"
+    assert request["messages"][0]["role"] == "system"
+    assert request["messages"][-1]["content"].endswith("hi there")
+    assert {t["function"]["name"] for t in request["tools"]} >= {"read_file", "edit_file"}
+    assert fake_llm.auth_headers[0] == f"Bearer {TEST_KEY}"
+
+
+def test_tool_call_round_trip(home: Home, fake_llm: FakeOpenAI) -> None:
+    fake_llm.tool_call("write_file", {"path": "todo.md", "content": "- call mum"})
+    fake_llm.reply("Added to todo.md")
+    result = run_cli("chat", "-m", "add 'call mum' to my todo", env=cli_env(home, fake_llm))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "Added to todo.md"
+    assert (home.workspace / "todo.md").read_text() == "- call mum"
+    followup = fake_llm.requests[1]["messages"]
+    assert followup[-1]["role"] == "tool" and followup[-1]["content"].startswith("Wrote 10")
+    assert followup[-2]["tool_calls"][0]["function"]["name"] == "write_file"
+
+
+def test_path_traversal_is_refused(home: Home, fake_llm: FakeOpenAI) -> None:
+    fake_llm.tool_call("read_file", {"path": "../config.toml"})
+    fake_llm.reply("I can't read that.")
+    result = run_cli("chat", "-m", "show me your config", env=cli_env(home, fake_llm))
+    assert result.returncode == 0, result.stderr
+    observation = fake_llm.requests[1]["messages"][-1]["content"]
+    assert observation.startswith("Error:") and "'..'" in observation
+    assert "[llm]" not in observation
+
+
+def test_retries_on_429_and_500_then_succeeds(home: Home, fake_llm: FakeOpenAI) -> None:
+    fake_llm.error(429, "slow down", retry_after=0.1)
+    fake_llm.error(500, "oops")
+    fake_llm.reply("third time lucky")
+    result = run_cli("chat", "-m", "hi", env=cli_env(home, fake_llm))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "third time lucky"
+    assert len(fake_llm.requests) == 3
+
+
+def test_permanent_failure_gives_a_short_message_and_a_consistent_session(
+    home: Home, fake_llm: FakeOpenAI
+) -> None:
+    for _ in range(4):
+        fake_llm.error(503, '{"internal": "stack trace here"}')
+    env = cli_env(home, fake_llm, NANOMEM_LLM__MAX_RETRIES="1")
+    result = run_cli("chat", "-m", "hi", env=env)
+    assert result.returncode == 1
+    assert result.stdout == ""
+    lines = result.stderr.strip().splitlines()
+    assert lines == ["nanomem: The model service had an internal error. Please try again shortly."]
+    assert len(fake_llm.requests) == 2
+    roles = [r.get("role") for r in session_lines(home)[1:]]
+    assert roles == ["user"]  # the user's words are kept; no error text poses as the assistant
+    fake_llm.reply("back again")
+    second = run_cli("chat", "-m", "are you there?", env=cli_env(home, fake_llm))
+    assert second.stdout.strip() == "back again"
+    sent = fake_llm.requests[-1]["messages"]
+    assert [m["role"] for m in sent] == ["system", "user", "user"]
+
+
+def test_unreachable_model_is_named(home: Home) -> None:
+    env = cli_env(
+        home,
+        None,
+        NANOMEM_LLM__MODEL="openai/fake",
+        NANOMEM_LLM__API_KEY="sk-x",
+        NANOMEM_LLM__API_BASE="http://127.0.0.1:9/v1",
+        NANOMEM_LLM__MAX_RETRIES="0",
+    )
+    result = run_cli("chat", "-m", "hi", env=env)
+    assert result.returncode == 1
+    assert result.stderr.strip() == (
+        "nanomem: I could not reach the model service. Check the network or `llm.api_base`, "
+        "then try again."
+    )
+
+
+def test_session_is_persisted_and_reloaded_by_a_second_process(
+    home: Home, fake_llm: FakeOpenAI
+) -> None:
+    fake_llm.reply("Nice to meet you, Ada.")
+    run_cli("chat", "-m", "my name is Ada", env=cli_env(home, fake_llm))
+    fake_llm.reply("You are Ada.")
+    result = run_cli("chat", "-m", "who am I?", env=cli_env(home, fake_llm))
+    assert result.stdout.strip() == "You are Ada."
+    replayed = fake_llm.requests[1]["messages"]
+    assert [m["role"] for m in replayed] == ["system", "user", "assistant", "user"]
+    assert replayed[1]["content"].endswith("my name is Ada")
+    assert replayed[1] == fake_llm.requests[0]["messages"][1]
+    assert replayed[0] == fake_llm.requests[0]["messages"][0]
+
+
+def test_named_sessions_are_separate(home: Home, fake_llm: FakeOpenAI) -> None:
+    run_cli("chat", "-m", "in work", "--session", "work", env=cli_env(home, fake_llm))
+    run_cli("chat", "-m", "in default", env=cli_env(home, fake_llm))
+    assert [m["role"] for m in fake_llm.requests[1]["messages"]] == ["system", "user"]
+    assert (home.sessions / session_filename("cli:work")).exists()
+
+
+def test_commands_through_the_cli(home: Home, fake_llm: FakeOpenAI) -> None:
+    env = cli_env(home, fake_llm)
+    unknown = run_cli("chat", "-m", "/bogus", env=env)
+    assert unknown.returncode == 1
+    assert unknown.stderr.strip() == "nanomem: Unknown command /bogus — try /help."
+    helped = run_cli("chat", "-m", "/help", env=env)
+    assert "/new" in helped.stdout and "/stop" in helped.stdout
+    run_cli("chat", "-m", "remember this", env=env)
+    assert run_cli("chat", "-m", "/new", env=env).stdout.startswith("New session started.")
+    run_cli("chat", "-m", "fresh", env=env)
+    assert fake_llm.requests == fake_llm.requests[:2]
+    assert [m["role"] for m in fake_llm.requests[-1]["messages"]] == ["system", "user"]
+
+
+def test_message_from_stdin(home: Home, fake_llm: FakeOpenAI) -> None:
+    result = run_cli("chat", "-m", "-", env=cli_env(home, fake_llm), stdin="line one\nline two")
+    assert result.returncode == 0
+    assert fake_llm.requests[0]["messages"][-1]["content"].endswith("line one\nline two")
+
+
+def test_no_model_configured_says_what_to_set(tmp_path: Path) -> None:
+    home = Home(tmp_path / "fresh")
+    result = run_cli("chat", "-m", "hi", env=cli_env(home))
+    assert result.returncode == 2
+    assert "llm.model" in result.stderr and "NANOMEM_LLM__MODEL" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert home.config.exists()  # chat onboarded the missing home first
+
+
+def test_bad_config_exits_2_naming_key_value_and_source(home: Home) -> None:
+    home.config.write_text(
+        home.config.read_text().replace("max_tokens = 4096", "max_tokens = 'lots'")
+    )
+    result = run_cli("chat", "-m", "hi", env=cli_env(home))
+    assert result.returncode == 2
+    assert result.stderr.count("\n") == 1
+    assert "llm.max_tokens = 'lots'" in result.stderr
+    assert f"{home.config}, line" in result.stderr
+    env_result = run_cli("status", env=cli_env(home, None, NANOMEM_TOOLS__SHELL_ENABLED="perhaps"))
+    assert env_result.returncode == 2
+    assert "environment variable NANOMEM_TOOLS__SHELL_ENABLED" in env_result.stderr
+
+
+def test_malformed_toml_exits_2(home: Home) -> None:
+    home.config.write_text("[llm\nmodel = 1\n")
+    result = run_cli("status", env=cli_env(home))
+    assert result.returncode == 2
+    assert "malformed TOML" in result.stderr and "line 1" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_named_config_file_must_exist(home: Home) -> None:
+    result = run_cli("--config", "/nonexistent/nanomem.toml", "status", env=cli_env(home))
+    assert result.returncode == 2
+    assert "/nonexistent/nanomem.toml does not exist" in result.stderr
+
+
+def test_status_never_prints_the_key(home: Home, fake_llm: FakeOpenAI) -> None:
+    run_cli("chat", "-m", "hi", env=cli_env(home, fake_llm))
+    before = len(fake_llm.requests)
+    result = run_cli("status", env=cli_env(home, fake_llm))
+    assert result.returncode == 0
+    assert TEST_KEY not in result.stdout
+    assert "api key" in result.stdout and "set" in result.stdout
+    assert "openai/fake" in result.stdout
+    assert "sessions        1" in result.stdout or " 1\n" in result.stdout
+    assert len(fake_llm.requests) == before  # status does not call the model
+
+
+def test_onboard_is_idempotent_private_and_keeps_edits(tmp_path: Path) -> None:
+    home = Home(tmp_path / "h")
+    env = cli_env(home)
+    first = run_cli("onboard", env=env)
+    assert first.returncode == 0 and "created" in first.stdout
+    assert stat.S_IMODE(home.config.stat().st_mode) == 0o600
+    for name in ("SOUL.md", "USER.md", "AGENTS.md", "memory/MEMORY.md", "skills/remember/SKILL.md"):
+        assert (home.workspace / name).is_file(), name
+    assert home.sessions.is_dir() and home.logs.is_dir()
+    (home.workspace / "USER.md").write_text("# User\n- my own words\n")
+    (home.workspace / "SOUL.md").unlink()
+    second = run_cli("onboard", env=env)
+    assert second.returncode == 0
+    assert (home.workspace / "USER.md").read_text() == "# User\n- my own words\n"
+    assert (home.workspace / "SOUL.md").exists()  # a missing file is restored
+    assert "created" in second.stdout and "config.toml" not in second.stdout
+
+
+def test_secrets_never_reach_logs(home: Home, fake_llm: FakeOpenAI) -> None:
+    fake_llm.error(401, f"Incorrect API key provided: {TEST_KEY}")
+    env = cli_env(home, fake_llm, NANOMEM_LOG__LEVEL="DEBUG")
+    result = run_cli("chat", "-m", "hi", "--log-level", "DEBUG", env=env)
+    assert result.returncode == 1
+    log_text = (home.logs / "nanomem.log").read_text()
+    assert "auth" in log_text  # the failure itself is logged...
+    assert TEST_KEY not in log_text and TEST_KEY not in result.stderr  # ...the key is not
+    assert "***" in log_text
+
+
+def test_no_traceback_for_an_unwritable_home(tmp_path: Path) -> None:
+    if os.geteuid() == 0:
+        blocker = tmp_path / "file"
+        blocker.write_text("x")
+        home = Home(blocker / "home")  # a path under a regular file cannot be created
+    else:
+        home = Home(Path("/proc/nanomem-home"))
+    result = run_cli("chat", "-m", "hi", env=cli_env(home))
+    assert result.returncode != 0
+    assert "Traceback" not in result.stderr
+    assert result.stderr.startswith("nanomem:")
+
+
+def test_missing_api_key_is_reported_as_an_auth_problem(home: Home, fake_llm: FakeOpenAI) -> None:
+    env = cli_env(home, fake_llm)
+    del env["NANOMEM_LLM__API_KEY"]
+    env.pop("OPENAI_API_KEY", None)
+    result = run_cli("chat", "-m", "hi", env=env)
+    assert result.returncode == 1
+    assert "refused the API key" in result.stderr

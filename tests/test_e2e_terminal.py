@@ -1,0 +1,106 @@
+"""`nanomem chat` in a pseudo-terminal: what a person at a keyboard sees."""
+
+import json
+import sys
+from collections.abc import Iterator
+
+import pexpect
+import pytest
+
+from nanomem.onboard import Home
+from nanomem.session import session_filename
+from tests.conftest import cli_env
+from tests.fakes.openai_server import FakeOpenAI
+
+PROMPT = "you ›"
+
+
+@pytest.fixture
+def chat(home: Home, fake_llm: FakeOpenAI) -> Iterator[pexpect.spawn]:
+    child = pexpect.spawn(
+        sys.executable,
+        ["-m", "nanomem", "chat"],
+        env=cli_env(home, fake_llm, TERM="xterm", PROMPT_TOOLKIT_NO_CPR="1"),
+        encoding="utf-8",
+        timeout=30,
+        dimensions=(40, 100),
+    )
+    child.expect_exact(PROMPT)
+    yield child
+    if child.isalive():
+        child.terminate(force=True)
+
+
+def test_a_reply_is_shown_with_tool_progress(chat: pexpect.spawn, fake_llm: FakeOpenAI) -> None:
+    fake_llm.tool_call("list_dir", {"path": "memory"})
+    fake_llm.reply("Your memory folder holds **MEMORY.md**.")
+    chat.sendline("what is in memory?")
+    chat.expect_exact("list_dir(path='memory')")
+    chat.expect_exact("Your memory folder holds")
+    chat.expect_exact("MEMORY.md")
+    chat.expect_exact(PROMPT)
+
+
+def test_ctrl_c_cancels_a_slow_turn_and_the_prompt_returns(
+    chat: pexpect.spawn, fake_llm: FakeOpenAI, home: Home
+) -> None:
+    fake_llm.reply("far too late", latency=30)
+    chat.sendline("take your time")
+    chat.expect_exact("thinking")
+    chat.sendcontrol("c")
+    chat.expect_exact("cancelled", timeout=10)
+    chat.expect_exact(PROMPT)
+    fake_llm.reply("a quick answer")
+    chat.sendline("and now?")
+    chat.expect_exact("a quick answer")
+    chat.expect_exact(PROMPT)
+    lines = (home.sessions / session_filename("cli:direct")).read_text().splitlines()
+    roles = [json.loads(line).get("role") for line in lines[1:]]
+    assert roles == ["user", "user", "assistant"]
+
+
+def test_ctrl_d_exits_cleanly(chat: pexpect.spawn) -> None:
+    chat.sendcontrol("d")
+    chat.expect(pexpect.EOF)
+    chat.close()
+    assert chat.exitstatus == 0
+
+
+def test_ctrl_c_on_an_empty_prompt_exits(chat: pexpect.spawn) -> None:
+    chat.sendcontrol("c")
+    chat.expect(pexpect.EOF)
+    chat.close()
+    assert chat.exitstatus == 0
+
+
+def test_ctrl_c_clears_a_half_typed_line(chat: pexpect.spawn, fake_llm: FakeOpenAI) -> None:
+    chat.send("never mind this")
+    chat.sendcontrol("c")
+    chat.sendline("hello")
+    chat.expect_exact("echo: ")
+    chat.expect_exact(PROMPT)
+    last = fake_llm.requests[-1]["messages"][-1]["content"]
+    assert last.endswith("\n\nhello")
+
+
+def test_unknown_command_is_answered_without_the_model(
+    chat: pexpect.spawn, fake_llm: FakeOpenAI
+) -> None:
+    chat.sendline("/nope")
+    chat.expect_exact("Unknown command /nope")
+    chat.expect_exact(PROMPT)
+    assert fake_llm.requests == []
+
+
+def test_pasted_lines_and_esc_enter_stay_in_one_message(
+    chat: pexpect.spawn, fake_llm: FakeOpenAI
+) -> None:
+    chat.send("\x1b[200~first line\nsecond line\x1b[201~")  # a bracketed paste
+    chat.send("\x1b\r")  # Esc+Enter: a newline, not a submit
+    chat.send("third line\r")
+    chat.expect_exact("echo: ")
+    chat.expect_exact(PROMPT)
+    assert len(fake_llm.requests) == 1
+    assert fake_llm.requests[0]["messages"][-1]["content"].endswith(
+        "\n\nfirst line\nsecond line\nthird line"
+    )

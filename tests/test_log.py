@@ -1,0 +1,32 @@
+from pathlib import Path
+
+from loguru import logger
+
+from nanomem.log import register_secrets, setup_logging
+
+
+def test_registered_secrets_are_masked_in_messages_and_tracebacks(tmp_path: Path) -> None:
+    secret = "sk-unit-test-secret-999"
+    register_secrets([secret, None, ""])
+    setup_logging("DEBUG", tmp_path)
+    logger.info("calling with key {}", secret)
+    try:
+        raise RuntimeError(f"provider said: bad key {secret}")
+    except RuntimeError:
+        logger.exception("failed")
+    logger.complete()
+    text = (tmp_path / "nanomem.log").read_text()
+    assert "calling with key ***" in text
+    assert "RuntimeError: provider said: bad key ***" in text
+    assert secret not in text
+
+
+def test_stdlib_loggers_are_routed_and_masked(tmp_path: Path) -> None:
+    import logging
+
+    secret = "123456:telegram-bot-token-abc"
+    register_secrets([secret])
+    setup_logging("DEBUG", tmp_path)
+    logging.getLogger("httpx").warning("POST https://api.telegram.org/bot%s/getMe", secret)
+    text = (tmp_path / "nanomem.log").read_text()
+    assert "/bot***/getMe" in text and secret not in text

@@ -1,0 +1,87 @@
+"""The wheel carries templates/ and workspace-template/, and an installed copy finds them."""
+
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_wheel_carries_the_data_folders_and_works_installed(tmp_path: Path) -> None:
+    dist = tmp_path / "dist"
+    build = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            "-w",
+            str(dist),
+            str(ROOT),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert build.returncode == 0, build.stderr
+    (wheel,) = dist.glob("nanomem-*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    for expected in (
+        "nanomem/_bundled/templates/system.md.j2",
+        "nanomem/_bundled/templates/config.toml.j2",
+        "nanomem/_bundled/workspace-template/SOUL.md",
+        "nanomem/_bundled/workspace-template/memory/MEMORY.md",
+        "nanomem/_bundled/workspace-template/skills/remember/SKILL.md",
+        "channels/terminal.py",
+        "nanomem/cli.py",
+    ):
+        assert expected in names, expected
+    assert not any(name.startswith("tests/") for name in names)
+
+    target = tmp_path / "site"
+    install = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--no-deps",
+            "-q",
+            "--target",
+            str(target),
+            str(wheel),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert install.returncode == 0, install.stderr
+    home = tmp_path / "home"
+    env = {**os.environ, "PYTHONPATH": str(target), "NANOMEM_HOME": str(home)}
+    probe = (
+        "import nanomem.templates as t; print(t.bundled_dir('templates'));"
+        "print(t.bundled_dir('workspace-template'))"
+    )
+    found = subprocess.run(
+        [sys.executable, "-c", probe],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert all(line.startswith(str(target)) for line in found.stdout.splitlines())
+    onboard = subprocess.run(
+        [sys.executable, "-m", "nanomem", "onboard"],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+    )
+    assert onboard.returncode == 0, onboard.stderr
+    assert (home / "workspace" / "memory" / "MEMORY.md").is_file()

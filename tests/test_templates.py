@@ -1,0 +1,113 @@
+"""Every prompt is a template; each renders with a sample context, and a workspace can override."""
+
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from jinja2 import UndefinedError
+
+from nanomem.bus import InboundMessage
+from nanomem.context import ContextBuilder
+from nanomem.skills import Skill, Skills
+from nanomem.templates import Templates, bundled_dir
+
+SAMPLES = {
+    "system.md.j2": {
+        "workspace": "/ws",
+        "files": {"soul": "be kind", "user": "Ada", "agents": "rules", "memory": "facts"},
+        "skills": [Skill("remember", "how to remember", Path("/ws/skills/remember/SKILL.md"))],
+        "tools": ["read_file", "edit_file", "exec"],
+    },
+    "runtime_context.md.j2": {
+        "time": "2026-11-22 10:00:00 CET (UTC+0100)",
+        "weekday": "Sunday",
+        "channel": "telegram",
+        "chat_id": "42",
+        "sender": "Ada",
+        "media": ["media/photo.jpg"],
+    },
+    "help.md.j2": {"commands": []},
+    "provider_error.md.j2": {"category": "auth", "model": "openai/x"},
+    "iteration_limit.md.j2": {"max_iterations": 20},
+    "config.toml.j2": {"model": "openai/gpt-4o-mini", "api_key": ""},
+}
+
+
+def test_every_bundled_template_has_a_sample() -> None:
+    assert set(Templates().names()) == set(SAMPLES)
+
+
+@pytest.mark.parametrize("name", sorted(SAMPLES))
+def test_template_renders(name: str) -> None:
+    text = Templates().render(name, **SAMPLES[name])
+    assert text.strip()
+
+
+def test_missing_variables_are_errors_not_blanks() -> None:
+    with pytest.raises(UndefinedError):
+        Templates().render("iteration_limit.md.j2")
+
+
+def test_every_error_category_has_its_own_message() -> None:
+    categories = [
+        "unreachable",
+        "auth",
+        "rate_limited",
+        "quota",
+        "context_too_long",
+        "timeout",
+        "not_found",
+        "bad_request",
+        "empty",
+        "server",
+    ]
+    texts = {Templates().render("provider_error.md.j2", category=c, model="m") for c in categories}
+    assert len(texts) == len(categories)
+
+
+def test_workspace_override_wins(tmp_path: Path) -> None:
+    (tmp_path / "help.md.j2").write_text("custom help with {{ commands | length }} commands")
+    assert (
+        Templates(tmp_path).render("help.md.j2", commands=[1, 2]) == "custom help with 2 commands"
+    )
+
+
+def test_config_template_is_valid_toml_with_every_setting() -> None:
+    import tomllib
+
+    from nanomem.config import Settings
+
+    text = Templates().render("config.toml.j2", model="openai/x", api_key="sk-1")
+    data = tomllib.loads(text)
+    assert data["llm"]["model"] == "openai/x" and data["llm"]["api_key"] == "sk-1"
+    for section, model in Settings.model_fields.items():
+        assert model.annotation is not None
+        for key in model.annotation.model_fields:  # type: ignore[union-attr]
+            assert f"{key} =" in text, f"{section}.{key} is not documented in config.toml"
+
+
+def test_context_builder_lists_skills_and_overrides(tmp_path: Path) -> None:
+    workspace = tmp_path / "ws"
+    (workspace / "skills" / "weather").mkdir(parents=True)
+    (workspace / "skills" / "weather" / "SKILL.md").write_text(
+        "---\nname: weather\ndescription: Look up the forecast\n---\nUse the API.\n"
+    )
+    (workspace / "SOUL.md").write_text("Speak like a pirate.")
+    skills = Skills(workspace / "skills")
+    builder = ContextBuilder(workspace, Templates(workspace / "templates"), skills, ["read_skill"])
+    prompt = builder.system_prompt()
+    assert "Speak like a pirate." in prompt
+    assert "`weather`: Look up the forecast" in prompt
+    assert skills.read_skill("weather").endswith("Use the API.\n")
+    (workspace / "templates").mkdir()
+    (workspace / "templates" / "system.md.j2").write_text("mine: {{ files.soul }}")
+    assert builder.system_prompt() == "mine: Speak like a pirate."
+    msg = InboundMessage("telegram", "42", "hi", timestamp=datetime(2026, 1, 2, 3, 4, tzinfo=UTC))
+    user = builder.user_message(msg)
+    assert user["content"].startswith("[runtime · 2026-01-02")
+    assert "channel telegram" in user["content"] and user["content"].endswith("\n\nhi")
+
+
+def test_bundled_data_folders_exist() -> None:
+    assert (bundled_dir("workspace-template") / "SOUL.md").is_file()
+    assert (bundled_dir("templates") / "system.md.j2").is_file()
