@@ -7,7 +7,15 @@ import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 ENV_PREFIX = "NANOMEM_"
@@ -44,6 +52,52 @@ class ToolSettings(_Section):
     max_output_chars: int = Field(16000, ge=500)
 
 
+class MemorySettings(_Section):
+    # Shares of the prompt budget (context window − max_tokens − a safety margin).
+    consolidate_at: float = Field(0.6, gt=0, le=1)
+    consolidate_to: float = Field(0.4, gt=0, lt=1)
+    keep_recent_turns: int = Field(4, ge=1, le=100)
+    max_rounds: int = Field(4, ge=1, le=50)
+    history_share: float = Field(0.1, ge=0, le=0.5)
+
+    @model_validator(mode="after")
+    def _target_below_trigger(self) -> MemorySettings:
+        if self.consolidate_to >= self.consolidate_at:
+            raise ValueError("memory.consolidate_to must be smaller than memory.consolidate_at")
+        return self
+
+
+class TelegramSettings(_Section):
+    enabled: bool = False
+    token: SecretStr | None = None
+    allow_from: list[int | str] = Field(default_factory=list)
+    base_url: str = "https://api.telegram.org/bot"
+    base_file_url: str = "https://api.telegram.org/file/bot"
+    proxy: str | None = None
+    group_policy: Literal["mention", "open"] = "mention"
+    max_file_mb: int = Field(20, ge=1, le=2000)
+
+    @field_validator("allow_from")
+    @classmethod
+    def _numeric_ids(cls, values: list[int | str]) -> list[int | str]:
+        """Usernames can change hands; only numeric user ids (or "*") grant access."""
+        checked: list[int | str] = []
+        for value in values:
+            if value == "*" or isinstance(value, int):
+                checked.append(value)
+            elif isinstance(value, str) and value.strip().lstrip("-").isdigit():
+                checked.append(int(value))
+            else:
+                raise ValueError(f'{value!r} is not a numeric Telegram user id (or "*")')
+        return checked
+
+
+class GatewaySettings(_Section):
+    host: str = "127.0.0.1"
+    port: int = Field(18790, ge=0, le=65535)
+    grace_s: float = Field(30.0, ge=0, le=3600)
+
+
 class LogSettings(_Section):
     level: Literal["TRACE", "DEBUG", "INFO", "SUCCESS", "WARNING", "ERROR", "CRITICAL"] = "INFO"
 
@@ -61,6 +115,9 @@ class Settings(BaseSettings):
     llm: LLMSettings = LLMSettings()
     agent: AgentSettings = AgentSettings()
     tools: ToolSettings = ToolSettings()
+    memory: MemorySettings = MemorySettings()
+    telegram: TelegramSettings = TelegramSettings()
+    gateway: GatewaySettings = GatewaySettings()
     log: LogSettings = LogSettings()
 
 

@@ -84,3 +84,27 @@ def test_out_of_range_cli_value(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as err:
         load_settings(tmp_path / "none.toml", {"agent": {"max_iterations": 0}})
     assert "agent.max_iterations" in str(err.value) and "command line" in str(err.value)
+
+
+def test_telegram_allow_from_takes_numeric_ids_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("NANOMEM_TELEGRAM__ALLOW_FROM", '[123456, "789"]')
+    assert load_settings(tmp_path / "none.toml").telegram.allow_from == [123456, 789]
+    monkeypatch.setenv("NANOMEM_TELEGRAM__ALLOW_FROM", '["@alice"]')
+    with pytest.raises(ConfigError) as err:
+        load_settings(tmp_path / "none.toml")
+    assert "telegram.allow_from" in str(err.value) and "numeric Telegram user id" in str(err.value)
+
+
+def test_telegram_is_off_and_closed_by_default(tmp_path: Path) -> None:
+    telegram = load_settings(tmp_path / "none.toml").telegram
+    assert telegram.enabled is False and telegram.allow_from == [] and telegram.token is None
+
+
+def test_consolidation_target_must_be_below_trigger(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as err:
+        load_settings(
+            tmp_path / "none.toml", {"memory": {"consolidate_at": 0.5, "consolidate_to": 0.6}}
+        )
+    assert "consolidate_to must be smaller" in str(err.value)
