@@ -9,8 +9,10 @@ from typing import Any
 
 from nanomem.bus import MessageBus
 from nanomem.config import Settings
+from nanomem.consolidator import Consolidator
 from nanomem.context import ContextBuilder
 from nanomem.filetools import FileTools
+from nanomem.history import HistoryStore
 from nanomem.litellm_provider import LiteLLMProvider
 from nanomem.log import register_secrets
 from nanomem.loop import AgentLoop
@@ -20,6 +22,7 @@ from nanomem.session import SessionStore
 from nanomem.shelltool import ShellTool
 from nanomem.skills import Skills
 from nanomem.templates import Templates
+from nanomem.tokens import BpeTokenizer, Budget, Calibration
 from nanomem.tools import ToolRegistry
 
 # Channels are found by name, so the core never imports the `channels` package.
@@ -48,6 +51,9 @@ class App:
     tools: ToolRegistry
     context: ContextBuilder
     loop: AgentLoop
+    history: HistoryStore
+    consolidator: Consolidator
+    budget: Budget
 
 
 def workspace_of(settings: Settings, home: Home) -> Path:
@@ -76,11 +82,17 @@ def build_app(settings: Settings, home: Home, provider: Provider | None = None) 
         )
         for tool in shell.tools():
             tools.add(tool)
+    history = HistoryStore(workspace / "memory")
+    for tool in history.tools():
+        tools.add(tool)
     if provider is None:
         provider = RetryingProvider(LiteLLMProvider(llm), llm.max_retries)
+    budget = Budget(BpeTokenizer(), Calibration(), llm, settings.memory)
     bus = MessageBus()
-    sessions = SessionStore(home.sessions)
-    context = ContextBuilder(workspace, templates, skills, tools.names)
+    sessions = SessionStore(home.sessions, counter=budget.count)
+    context = ContextBuilder(
+        workspace, templates, skills, tools.names, history, budget.history_chars
+    )
     loop = AgentLoop(
         bus=bus,
         sessions=sessions,
@@ -88,6 +100,35 @@ def build_app(settings: Settings, home: Home, provider: Provider | None = None) 
         provider=provider,
         tools=tools,
         templates=templates,
+        budget=budget,
         settings=settings,
     )
-    return App(settings, home, workspace, bus, provider, sessions, templates, tools, context, loop)
+    consolidator = Consolidator(
+        sessions=sessions,
+        history=history,
+        provider=provider,
+        context=context,
+        templates=templates,
+        budget=budget,
+        tools=tools,
+        keep_recent_turns=settings.memory.keep_recent_turns,
+        max_rounds=settings.memory.max_rounds,
+    )
+    loop.before_turn.append(consolidator.before_turn)
+    loop.after_turn.append(consolidator.after_turn)
+    loop.before_new.append(consolidator.before_new)
+    return App(
+        settings,
+        home,
+        workspace,
+        bus,
+        provider,
+        sessions,
+        templates,
+        tools,
+        context,
+        loop,
+        history,
+        consolidator,
+        budget,
+    )

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from nanomem.bus import InboundMessage
+from nanomem.history import HistoryStore
 from nanomem.skills import Skills
 from nanomem.templates import Templates
 
@@ -20,29 +22,50 @@ MEMORY_FILES = {
 
 class ContextBuilder:
     def __init__(
-        self, workspace: Path, templates: Templates, skills: Skills, tool_names: list[str]
+        self,
+        workspace: Path,
+        templates: Templates,
+        skills: Skills,
+        tool_names: list[str],
+        history: HistoryStore | None = None,
+        history_chars: int = 0,
     ) -> None:
         self.workspace = workspace
         self.templates = templates
         self.skills = skills
         self.tool_names = tool_names
-        self._cached_key: tuple[Any, ...] | None = None
-        self._cached_prompt = ""
+        self.history = history
+        self.history_chars = history_chars
+        self._cache: dict[str, tuple[tuple[Any, ...], str]] = {}
 
-    def system_prompt(self) -> str:
-        """Rendered again only when a memory file or skill changes: same files, same bytes."""
-        key = self._files_key()
-        if key != self._cached_key:
-            files = {name: self._read(rel) for name, rel in MEMORY_FILES.items()}
-            self._cached_prompt = self.templates.render(
-                "system.md.j2",
-                workspace=str(self.workspace),
-                files=files,
-                skills=self.skills.all(),
-                tools=self.tool_names,
-            )
-            self._cached_key = key
-        return self._cached_prompt
+    async def system_prompt(self, session_key: str) -> str:
+        return await asyncio.to_thread(self.render_system_prompt, session_key)
+
+    def render_system_prompt(self, session_key: str) -> str:
+        """Rendered again only when memory files, skills or this chat's history entries
+        change: same inputs, same bytes (so provider prompt caches keep working)."""
+        entries = (
+            self.history.recent(session_key, self.history_chars)
+            if self.history is not None and self.history_chars
+            else []
+        )
+        key = (self._files_key(), tuple(e.cursor for e in entries))
+        cached = self._cache.get(session_key)
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        files = {name: self._read(rel) for name, rel in MEMORY_FILES.items()}
+        prompt = self.templates.render(
+            "system.md.j2",
+            workspace=str(self.workspace),
+            files=files,
+            skills=self.skills.all(),
+            tools=self.tool_names,
+            history=entries,
+        )
+        if len(self._cache) > 1024:
+            self._cache.clear()
+        self._cache[session_key] = (key, prompt)
+        return prompt
 
     def user_message(self, msg: InboundMessage, now: datetime | None = None) -> dict[str, Any]:
         """Runtime facts go here, not in the system prompt, and are stored with the message,

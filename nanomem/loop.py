@@ -17,11 +17,13 @@ from nanomem.config import Settings
 from nanomem.context import ContextBuilder
 from nanomem.provider import Provider, ProviderError, ToolCall
 from nanomem.react import ReactResult, react, seal_tool_calls
-from nanomem.session import Session, SessionStore, estimate_tokens
+from nanomem.session import Session, SessionStore
 from nanomem.templates import Templates
+from nanomem.tokens import Budget
 from nanomem.tools import ToolRegistry
 
-TurnHook = Callable[[Session], Awaitable[None]]
+BeforeTurn = Callable[[Session, InboundMessage], Awaitable[None]]
+AfterTurn = Callable[[Session], Awaitable[None]]
 Progress = Callable[[OutboundMessage], Awaitable[None]]
 NewHook = Callable[[Session], Awaitable[str | None]]
 STOPPED = "Stopped."
@@ -58,20 +60,22 @@ class AgentLoop:
         provider: Provider,
         tools: ToolRegistry,
         templates: Templates,
+        budget: Budget,
         settings: Settings,
     ) -> None:
         self.bus, self.sessions, self.context = bus, sessions, context
         self.provider, self.tools, self.templates = provider, tools, templates
-        self.settings = settings
+        self.budget, self.settings = budget, settings
         self.commands = CommandSet()
-        self.before_turn: list[TurnHook] = []  # awaited before the prompt is built
-        self.after_turn: list[TurnHook] = []  # run in the background after the reply
+        self.before_turn: list[BeforeTurn] = []  # awaited before the prompt is built
+        self.after_turn: list[AfterTurn] = []  # run in the background after the reply
         self.before_new: list[NewHook] = []  # awaited by /new before the session is reset
         self._locks = KeyedLocks()
         self._turn_slots = asyncio.Semaphore(settings.agent.max_concurrent_turns)
         self._running: dict[str, asyncio.Task[OutboundMessage]] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
-        self._tools_tokens = len(json.dumps(tools.schemas())) // 3
+        self._tools_tokens = budget.count_tools(tools.schemas())
+        self._system_tokens: tuple[str, int] = ("", 0)
         self._register_builtin_commands()
 
     async def run(self) -> None:
@@ -131,10 +135,11 @@ class AgentLoop:
     async def _turn(self, msg: InboundMessage, progress: Progress | None) -> OutboundMessage:
         session = await self.sessions.get(msg.session_key)
         for hook in self.before_turn:
-            await hook(session)
-        system = {"role": "system", "content": self.context.system_prompt()}
+            await hook(session, msg)
+        system = {"role": "system", "content": await self.context.system_prompt(msg.session_key)}
         user = self.context.user_message(msg)
-        history = session.history(self._history_budget(system, user))
+        fixed = self._count_system(system["content"]) + self.budget.count(user) + self._tools_tokens
+        history, history_tokens = session.history(self.budget.prompt_limit - fixed)
         await self.sessions.append(session, [user])  # acknowledged before the model is asked
 
         async def report(call: ToolCall) -> None:
@@ -166,8 +171,10 @@ class AgentLoop:
             await asyncio.shield(self.sessions.append(session, seal_tool_calls(result.messages)))
             raise
         await self.sessions.append(session, result.messages)
-        for hook in self.after_turn:
-            self._spawn(hook(session))
+        if result.usage:
+            self.budget.calibration.observe(fixed + history_tokens, result.usage[0].prompt_tokens)
+        for after in self.after_turn:
+            self._spawn(after(session))
         if result.text is None:
             text = self.templates.render(
                 "iteration_limit.md.j2", max_iterations=limits.max_iterations
@@ -175,10 +182,10 @@ class AgentLoop:
             return OutboundMessage.answering(msg, text, kind="error")
         return OutboundMessage.answering(msg, result.text)
 
-    def _history_budget(self, system: dict[str, Any], user: dict[str, Any]) -> int:
-        llm = self.settings.llm
-        fixed = estimate_tokens(system) + estimate_tokens(user) + self._tools_tokens
-        return max(0, int(llm.context_window_tokens * 0.95) - llm.max_tokens - fixed)
+    def _count_system(self, text: str) -> int:
+        if self._system_tokens[0] != text:  # the system prompt rarely changes: count it once
+            self._system_tokens = (text, self.budget.count({"role": "system", "content": text}))
+        return self._system_tokens[1]
 
     def _spawn(self, coro: Awaitable[Any]) -> asyncio.Task[Any]:
         task = asyncio.ensure_future(coro)

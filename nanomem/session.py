@@ -7,6 +7,7 @@ import hashlib
 import json
 import re
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -26,11 +27,14 @@ def now_iso() -> str:
 
 
 def estimate_tokens(message: dict[str, Any]) -> int:
-    """A cheap, deliberately generous estimate (≈3 chars a token) used to bound the replay."""
+    """A cheap, deliberately generous estimate (≈3 chars a token) when no tokenizer is given."""
     size = len(str(message.get("content") or ""))
     for call in message.get("tool_calls") or ():
         size += len(call["function"]["name"]) + len(call["function"]["arguments"])
     return size // 3 + 8
+
+
+Counter = Callable[[dict[str, Any]], int]
 
 
 @dataclass
@@ -40,7 +44,12 @@ class Session:
     created_at: str
     messages: list[dict[str, Any]] = field(default_factory=list)
     state: dict[str, Any] = field(default_factory=dict)
+    counter: Counter = field(default=estimate_tokens, repr=False)
     _tokens: list[int] = field(default_factory=list, repr=False)
+    # Running sum of tokens over messages[_sum_from:_sum_to], kept up to date incrementally.
+    _sum_from: int = field(default=0, repr=False)
+    _sum_to: int = field(default=0, repr=False)
+    _sum: int = field(default=0, repr=False)
 
     @property
     def replay_from(self) -> int:
@@ -49,14 +58,34 @@ class Session:
 
     def token_count(self, index: int) -> int:
         while len(self._tokens) <= index:
-            self._tokens.append(estimate_tokens(self.messages[len(self._tokens)]))
+            self._tokens.append(self.counter(self.messages[len(self._tokens)]))
         return self._tokens[index]
 
-    def history(self, budget_tokens: int) -> list[dict[str, Any]]:
-        """The newest messages that fit the budget, starting at a user turn, in wire format.
+    def unconsolidated_tokens(self) -> int:
+        """Tokens of everything the model still sees; costs only what changed since last asked."""
+        start = self.replay_from
+        if start < self._sum_from or start > self._sum_to:
+            self._sum_from = self._sum_to = start
+            self._sum = 0
+        while self._sum_from < start:
+            self._sum -= self.token_count(self._sum_from)
+            self._sum_from += 1
+        while self._sum_to < len(self.messages):
+            self._sum += self.token_count(self._sum_to)
+            self._sum_to += 1
+        return self._sum
 
-        Walks back from the end, so the cost depends on the window, not the session's length.
-        """
+    def user_turn_starts(self) -> list[int]:
+        return [
+            i
+            for i in range(self.replay_from, len(self.messages))
+            if self.messages[i].get("role") == "user"
+        ]
+
+    def history(self, budget_tokens: int) -> tuple[list[dict[str, Any]], int]:
+        """The newest messages that fit the budget, starting at a user turn, in wire format,
+        with their token count. Walks back from the end: the cost depends on the window, not
+        on the session's length."""
         start = len(self.messages)
         used = 0
         while start > self.replay_from:
@@ -66,8 +95,9 @@ class Session:
             used += cost
             start -= 1
         while start < len(self.messages) and self.messages[start].get("role") != "user":
+            used -= self.token_count(start)
             start += 1
-        return to_wire(self.messages[start:])
+        return to_wire(self.messages[start:]), used
 
 
 def to_wire(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -102,10 +132,15 @@ def session_filename(key: str) -> str:
 class SessionStore:
     """Loads each transcript once, then only appends to it."""
 
-    def __init__(self, directory: Path, cache_size: int = 256) -> None:
+    def __init__(
+        self, directory: Path, *, counter: Counter = estimate_tokens, cache_size: int = 256
+    ) -> None:
         self.directory = directory
+        self.counter = counter
         self._cache: OrderedDict[str, Session] = OrderedDict()
         self._cache_size = cache_size
+        # A turn and a background consolidation may append to one file at the same time.
+        self._write_locks: dict[Path, asyncio.Lock] = {}
 
     async def get(self, key: str) -> Session:
         session = self._cache.get(key)
@@ -123,13 +158,18 @@ class SessionStore:
             return
         stamped = [m if "ts" in m else {**m, "ts": now_iso()} for m in messages]
         lines = [json.dumps(m, ensure_ascii=False) for m in stamped]
-        await asyncio.to_thread(append_lines, session.path, lines)
-        session.messages.extend(stamped)
+        async with self._write_lock(session):
+            await asyncio.to_thread(append_lines, session.path, lines)
+            session.messages.extend(stamped)
 
     async def update_state(self, session: Session, **changes: Any) -> None:
         record = {"_type": "state", **changes, "ts": now_iso()}
-        await asyncio.to_thread(append_lines, session.path, [json.dumps(record)])
-        session.state.update(changes)
+        async with self._write_lock(session):
+            await asyncio.to_thread(append_lines, session.path, [json.dumps(record)])
+            session.state.update(changes)
+
+    def _write_lock(self, session: Session) -> asyncio.Lock:
+        return self._write_locks.setdefault(session.path, asyncio.Lock())
 
     @property
     def cached(self) -> int:
@@ -144,14 +184,14 @@ class SessionStore:
         self.directory.mkdir(parents=True, exist_ok=True)
         path = self.directory / session_filename(key)
         if not path.exists():
-            session = Session(key=key, path=path, created_at=now_iso())
+            session = Session(key=key, path=path, created_at=now_iso(), counter=self.counter)
             header = {"_type": "session", "version": FORMAT_VERSION, "key": key}
             append_lines(path, [json.dumps({**header, "created_at": session.created_at})])
             return session
         torn = truncate_torn_tail(path)
         if torn:
             logger.warning("session {}: dropped a torn last line ({} bytes)", key, len(torn))
-        session = Session(key=key, path=path, created_at="")
+        session = Session(key=key, path=path, created_at="", counter=self.counter)
         with path.open(encoding="utf-8") as fh:
             for number, line in enumerate(fh, start=1):
                 try:

@@ -129,9 +129,10 @@ def test_commands_through_the_cli(home: Home, fake_llm: FakeOpenAI) -> None:
     helped = run_cli("chat", "-m", "/help", env=env)
     assert "/new" in helped.stdout and "/stop" in helped.stdout
     run_cli("chat", "-m", "remember this", env=env)
+    fake_llm.reply("- 2026-11-22: the user asked me to remember this")
     assert run_cli("chat", "-m", "/new", env=env).stdout.startswith("New session started.")
     run_cli("chat", "-m", "fresh", env=env)
-    assert fake_llm.requests == fake_llm.requests[:2]
+    assert len(fake_llm.requests) == 3  # the first turn, /new's summary, the fresh turn
     assert [m["role"] for m in fake_llm.requests[-1]["messages"]] == ["system", "user"]
 
 

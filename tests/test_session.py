@@ -89,7 +89,7 @@ async def test_state_records_survive_reload(tmp_path: Path) -> None:
     await store.update_state(session, replay_from=2)
     reloaded = await SessionStore(tmp_path).get("k")
     assert reloaded.replay_from == 2
-    assert reloaded.history(10_000) == []
+    assert reloaded.history(10_000) == ([], 0)
 
 
 async def test_history_window_starts_at_a_user_turn(tmp_path: Path) -> None:
@@ -99,7 +99,8 @@ async def test_history_window_starts_at_a_user_turn(tmp_path: Path) -> None:
     for i in range(50):
         turns += [user(f"question {i} " + "x" * 90), assistant(f"answer {i} " + "y" * 90)]
     await store.append(session, turns)
-    window = session.history(budget_tokens=400)
+    window, tokens = session.history(budget_tokens=400)
+    assert 0 < tokens <= 400
     assert window and window[0]["role"] == "user"
     assert window[-1]["content"].startswith("answer 49")
     assert len(window) < 20
@@ -119,3 +120,16 @@ async def test_cache_is_bounded(tmp_path: Path) -> None:
         await store.get(f"k{i}")
     assert store.cached == 3
     assert store.count() == 10
+
+
+async def test_unconsolidated_tokens_follow_appends_and_the_boundary(tmp_path: Path) -> None:
+    store = SessionStore(tmp_path, counter=lambda m: len(str(m.get("content"))))
+    session = await store.get("k")
+    await store.append(session, [user("aaaa"), assistant("bb")])
+    assert session.unconsolidated_tokens() == 6
+    await store.append(session, [user("ccc")])
+    assert session.unconsolidated_tokens() == 9
+    await store.update_state(session, replay_from=2)
+    assert session.unconsolidated_tokens() == 3
+    await store.update_state(session, replay_from=0)
+    assert session.unconsolidated_tokens() == 9

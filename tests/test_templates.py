@@ -8,6 +8,7 @@ from jinja2 import UndefinedError
 
 from nanomem.bus import InboundMessage
 from nanomem.context import ContextBuilder
+from nanomem.history import HistoryEntry
 from nanomem.skills import Skill, Skills
 from nanomem.templates import Templates, bundled_dir
 
@@ -16,8 +17,12 @@ SAMPLES = {
         "workspace": "/ws",
         "files": {"soul": "be kind", "user": "Ada", "agents": "rules", "memory": "facts"},
         "skills": [Skill("remember", "how to remember", Path("/ws/skills/remember/SKILL.md"))],
-        "tools": ["read_file", "edit_file", "exec"],
+        "tools": ["read_file", "edit_file", "exec", "search_history"],
+        "history": [
+            HistoryEntry(7, "2026-11-20T10:00:00+01:00", "cli:direct", "- Ada likes tea", "summary")
+        ],
     },
+    "consolidate.md.j2": {"first": "2026-11-01", "last": "2026-11-20", "today": "2026-11-22"},
     "runtime_context.md.j2": {
         "time": "2026-11-22 10:00:00 CET (UTC+0100)",
         "weekday": "Sunday",
@@ -95,13 +100,13 @@ def test_context_builder_lists_skills_and_overrides(tmp_path: Path) -> None:
     (workspace / "SOUL.md").write_text("Speak like a pirate.")
     skills = Skills(workspace / "skills")
     builder = ContextBuilder(workspace, Templates(workspace / "templates"), skills, ["read_skill"])
-    prompt = builder.system_prompt()
+    prompt = builder.render_system_prompt("cli:direct")
     assert "Speak like a pirate." in prompt
     assert "`weather`: Look up the forecast" in prompt
     assert skills.read_skill("weather").endswith("Use the API.\n")
     (workspace / "templates").mkdir()
     (workspace / "templates" / "system.md.j2").write_text("mine: {{ files.soul }}")
-    assert builder.system_prompt() == "mine: Speak like a pirate."
+    assert builder.render_system_prompt("cli:direct") == "mine: Speak like a pirate."
     msg = InboundMessage("telegram", "42", "hi", timestamp=datetime(2026, 1, 2, 3, 4, tzinfo=UTC))
     user = builder.user_message(msg)
     assert user["content"].startswith("[runtime · 2026-01-02")

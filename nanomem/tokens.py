@@ -1,0 +1,125 @@
+"""Token accounting: offline counts, calibrated against the usage the provider reports."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from nanomem.config import LLMSettings, MemorySettings
+
+MESSAGE_OVERHEAD = 4  # role and separators, as OpenAI counts them
+IMAGE_TOKENS = 765  # a high-detail 1024×1024 image; generous on purpose
+
+
+class Tokenizer(Protocol):
+    def count(self, text: str) -> int: ...
+
+
+class CharTokenizer:
+    """Four characters a token: no dependencies, for tests and as a fallback."""
+
+    def count(self, text: str) -> int:
+        return (len(text) + 3) // 4
+
+
+class BpeTokenizer:
+    """cl100k via tiktoken, reading the BPE file litellm ships (so it works offline and
+    without paying for importing litellm itself)."""
+
+    def __init__(self) -> None:
+        self._encoding: Any = None
+        self._lock = threading.Lock()
+
+    def _load(self) -> Any:
+        with self._lock:
+            if self._encoding is None:
+                spec = importlib.util.find_spec("litellm")
+                if spec and spec.submodule_search_locations:
+                    bundled = Path(next(iter(spec.submodule_search_locations)))
+                    tokenizers = bundled / "litellm_core_utils" / "tokenizers"
+                    os.environ.setdefault("TIKTOKEN_CACHE_DIR", str(tokenizers))
+                import tiktoken
+
+                self._encoding = tiktoken.get_encoding("cl100k_base")
+        return self._encoding
+
+    def count(self, text: str) -> int:
+        encoding = self._encoding or self._load()
+        return len(encoding.encode_ordinary(text))
+
+
+def message_tokens(tokenizer: Tokenizer, message: dict[str, Any]) -> int:
+    total = MESSAGE_OVERHEAD
+    content = message.get("content")
+    if isinstance(content, str):
+        total += tokenizer.count(content)
+    elif isinstance(content, list):
+        for part in content:
+            if part.get("type") == "text":
+                total += tokenizer.count(part.get("text", ""))
+            else:
+                total += IMAGE_TOKENS
+    for call in message.get("tool_calls") or ():
+        function = call.get("function", {})
+        total += tokenizer.count(function.get("name", "")) + tokenizer.count(
+            function.get("arguments", "")
+        )
+    return total
+
+
+class Calibration:
+    """Our estimate × factor ≈ what the provider counted; learned from each reply's usage."""
+
+    def __init__(self, initial: float = 1.1, weight: float = 0.3) -> None:
+        self.factor = initial
+        self.weight = weight
+
+    def observe(self, estimated: int, actual: int) -> None:
+        # Tiny prompts are dominated by provider overheads; they would teach the wrong ratio.
+        if estimated < 200 or actual <= 0:
+            return
+        ratio = min(4.0, max(0.8, actual / estimated))
+        self.factor = (1 - self.weight) * self.factor + self.weight * ratio
+
+    def apply(self, estimated: int) -> int:
+        return int(estimated * self.factor)
+
+
+@dataclass
+class Budget:
+    """How many prompt tokens a turn may use, and the consolidation trigger and target."""
+
+    tokenizer: Tokenizer
+    calibration: Calibration
+    llm: LLMSettings
+    memory: MemorySettings
+
+    @property
+    def prompt_limit(self) -> int:
+        window = self.llm.context_window_tokens
+        margin = max(256, window // 20)
+        return max(512, window - self.llm.max_tokens - margin)
+
+    @property
+    def trigger(self) -> int:
+        return int(self.prompt_limit * self.memory.consolidate_at)
+
+    @property
+    def target(self) -> int:
+        return int(self.prompt_limit * self.memory.consolidate_to)
+
+    @property
+    def history_chars(self) -> int:
+        """Room for history entries in the prompt, in characters (≈4 a token)."""
+        return int(self.prompt_limit * self.memory.history_share * 4)
+
+    def count(self, message: dict[str, Any]) -> int:
+        return message_tokens(self.tokenizer, message)
+
+    def count_tools(self, schemas: list[dict[str, Any]]) -> int:
+        return self.tokenizer.count(json.dumps(schemas))
