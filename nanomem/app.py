@@ -11,13 +11,17 @@ from nanomem.bus import MessageBus
 from nanomem.config import Settings
 from nanomem.consolidator import Consolidator
 from nanomem.context import ContextBuilder
+from nanomem.dream import Dream
 from nanomem.filetools import FileTools
+from nanomem.gitstore import GitStore
 from nanomem.history import HistoryStore
 from nanomem.litellm_provider import LiteLLMProvider
 from nanomem.log import register_secrets
 from nanomem.loop import AgentLoop
+from nanomem.memory_commands import MemoryCommands
 from nanomem.onboard import Home
 from nanomem.provider import Provider, RetryingProvider
+from nanomem.scheduler import DreamScheduler
 from nanomem.session import SessionStore
 from nanomem.shelltool import ShellTool
 from nanomem.skills import Skills
@@ -54,6 +58,9 @@ class App:
     history: HistoryStore
     consolidator: Consolidator
     budget: Budget
+    git: GitStore
+    dream: Dream
+    scheduler: DreamScheduler
 
 
 def workspace_of(settings: Settings, home: Home) -> Path:
@@ -117,6 +124,22 @@ def build_app(settings: Settings, home: Home, provider: Provider | None = None) 
     loop.before_turn.append(consolidator.before_turn)
     loop.after_turn.append(consolidator.after_turn)
     loop.before_new.append(consolidator.before_new)
+    git = GitStore(home.memory_git, workspace)
+    dream_provider = provider
+    if settings.dream.model_override:
+        override = LiteLLMProvider(llm, model=settings.dream.model_override)
+        dream_provider = RetryingProvider(override, llm.max_retries)
+    dream = Dream(
+        history=history,
+        git=git,
+        provider=dream_provider,
+        templates=templates,
+        workspace=workspace,
+        settings=settings.dream,
+        state_path=home.dream_state,
+    )
+    MemoryCommands(dream, git).register(loop.commands)
+    scheduler = DreamScheduler(dream, history, settings.dream)
     return App(
         settings,
         home,
@@ -131,4 +154,7 @@ def build_app(settings: Settings, home: Home, provider: Provider | None = None) 
         history,
         consolidator,
         budget,
+        git,
+        dream,
+        scheduler,
     )

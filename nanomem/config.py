@@ -98,6 +98,18 @@ class GatewaySettings(_Section):
     grace_s: float = Field(30.0, ge=0, le=3600)
 
 
+class DreamSettings(_Section):
+    enabled: bool = True
+    interval_h: float = Field(2.0, gt=0, le=24 * 30)
+    max_batch_size: int = Field(20, ge=1, le=500)
+    max_iterations: int = Field(10, ge=1, le=100)
+    model_override: str | None = None
+    max_tokens: int = Field(200_000, ge=1000)
+    max_wall_s: float = Field(300.0, gt=0)
+    max_delete_share: float = Field(0.25, gt=0, le=1)
+    trigger_entries: int = Field(40, ge=1)
+
+
 class LogSettings(_Section):
     level: Literal["TRACE", "DEBUG", "INFO", "SUCCESS", "WARNING", "ERROR", "CRITICAL"] = "INFO"
 
@@ -116,6 +128,7 @@ class Settings(BaseSettings):
     agent: AgentSettings = AgentSettings()
     tools: ToolSettings = ToolSettings()
     memory: MemorySettings = MemorySettings()
+    dream: DreamSettings = DreamSettings()
     telegram: TelegramSettings = TelegramSettings()
     gateway: GatewaySettings = GatewaySettings()
     log: LogSettings = LogSettings()

@@ -123,6 +123,11 @@ class HistoryStore:
     def dream_cursor(self) -> int:
         return _read_int(self.dream_cursor_path) or 0
 
+    def advance_dream_cursor(self, cursor: int) -> None:
+        """Written atomically, and only forward: a restore never makes Dream re-read history."""
+        if cursor > self.dream_cursor():
+            atomic_write_text(self.dream_cursor_path, f"{cursor}\n")
+
     def iter_backwards(self, stop_at_cursor: int = 0) -> Iterator[HistoryEntry]:
         """Newest first, down to (not including) `stop_at_cursor`; unreadable lines skipped."""
         if not self.path.exists():

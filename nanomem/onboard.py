@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from nanomem.durable import atomic_write_text
+from nanomem.gitstore import GitStore
 from nanomem.templates import Templates, bundled_dir
 
 
@@ -34,6 +35,16 @@ class Home:
     @property
     def chat_history(self) -> Path:
         return self.root / "chat_history"
+
+    @property
+    def memory_git(self) -> Path:
+        """Versions of the memory files; outside the workspace, so it never collides with a
+        git repository the workspace may sit in, and the agent's tools cannot reach it."""
+        return self.root / "memory.git"
+
+    @property
+    def dream_state(self) -> Path:
+        return self.root / "dream.json"
 
 
 @dataclass
@@ -68,6 +79,7 @@ def onboard(
             dest.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(src, dest)
             report.created.append(dest)
+    GitStore(home.memory_git, target).ensure()  # the first memory version
     return report
 
 

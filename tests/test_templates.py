@@ -22,6 +22,15 @@ SAMPLES = {
             HistoryEntry(7, "2026-11-20T10:00:00+01:00", "cli:direct", "- Ada likes tea", "summary")
         ],
     },
+    "dream_system.md.j2": {},
+    "dream_analyse.md.j2": {
+        "entries": [HistoryEntry(3, "2026-11-20T10:00:00+01:00", "cli:direct", "- Ada", "summary")],
+        "files": {"SOUL.md": "# Soul", "USER.md": "", "memory/MEMORY.md": "# Memory"},
+    },
+    "dream_edit.md.j2": {
+        "analysis": "NEW: USER.md: name is Ada",
+        "files": {"SOUL.md": "# Soul", "USER.md": "", "memory/MEMORY.md": "# Memory"},
+    },
     "consolidate.md.j2": {"first": "2026-11-01", "last": "2026-11-20", "today": "2026-11-22"},
     "runtime_context.md.j2": {
         "time": "2026-11-22 10:00:00 CET (UTC+0100)",
