@@ -3,11 +3,18 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Protocol
+from collections import deque
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Protocol
 
 from loguru import logger
 
 from nanomem.bus import MessageBus, OutboundMessage
+
+if TYPE_CHECKING:
+    from nanomem.app import App
+
+Job = Callable[[], Awaitable[None]]
 
 
 class Channel(Protocol):
@@ -19,6 +26,70 @@ class Channel(Protocol):
     async def stop(self) -> None: ...
 
     async def send(self, msg: OutboundMessage) -> None: ...
+
+
+class GatewayChannel(Channel, Protocol):
+    """A channel `nanomem gateway` runs unattended: built from the app, watched, restarted."""
+
+    @classmethod
+    def from_app(cls, app: App) -> GatewayChannel:
+        """Build from the app's settings; raise ConfigError when the settings cannot work."""
+        ...
+
+    async def stop_receiving(self) -> None:
+        """Take no new messages; sending keeps working for the replies still on their way."""
+
+    def problem(self) -> str | None:
+        """None while the channel works; otherwise one line saying what is wrong."""
+
+
+class ChannelDown(Exception):
+    """A channel cannot run right now (bad token, network down); the message is one line."""
+
+
+class ChatQueues:
+    """Jobs run one at a time per chat and concurrently across chats; idle chats cost nothing."""
+
+    def __init__(self, label: str) -> None:
+        self.label = label
+        self._jobs: dict[str, deque[Job]] = {}
+        self._workers: dict[str, asyncio.Task[None]] = {}
+
+    def submit(self, chat: str, job: Job) -> None:
+        jobs = self._jobs.setdefault(chat, deque())
+        jobs.append(job)
+        if chat not in self._workers:
+            self._workers[chat] = asyncio.create_task(self._work(chat), name=f"{self.label}:{chat}")
+
+    async def _work(self, chat: str) -> None:
+        jobs = self._jobs[chat]
+        try:
+            while jobs:
+                try:
+                    await jobs.popleft()()
+                except asyncio.CancelledError:
+                    raise
+                except Exception:
+                    logger.exception("{}: a job for chat {} failed", self.label, chat)
+        finally:
+            del self._jobs[chat], self._workers[chat]
+
+    def depth(self) -> int:
+        return sum(len(jobs) for jobs in self._jobs.values()) + len(self._workers)
+
+    async def drain(self, within_s: float) -> bool:
+        """Wait up to `within_s` seconds for every queued job; True when all of them ran."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + within_s
+        while self._workers and (left := deadline - loop.time()) > 0:
+            await asyncio.wait(set(self._workers.values()), timeout=left)
+        return not self._workers
+
+    async def cancel(self) -> None:
+        workers = list(self._workers.values())
+        for worker in workers:
+            worker.cancel()
+        await asyncio.gather(*workers, return_exceptions=True)
 
 
 async def pump_outbound(channel: Channel, bus: MessageBus) -> None:

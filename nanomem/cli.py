@@ -51,6 +51,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     status = commands.add_parser("status", help="show configuration and state (no model call)")
     _add_overrides(status)
+
+    gateway = commands.add_parser(
+        "gateway",
+        help="serve the enabled channels (Telegram) and GET /health until SIGTERM",
+        description="Run the agent for every enabled channel, with GET /health on "
+        "gateway.host:gateway.port. SIGTERM/SIGINT stop it gracefully (in-flight replies get "
+        "gateway.grace_s seconds); a second signal stops it at once.",
+    )
+    _add_overrides(gateway)
     return parser
 
 
@@ -81,7 +90,12 @@ def main(argv: list[str] | None = None) -> int:
     logger.remove()  # nothing reaches stderr until setup_logging says how
     args = build_parser().parse_args(argv)
     try:
-        handler = {"onboard": cmd_onboard, "chat": cmd_chat, "status": cmd_status}[args.command]
+        handler = {
+            "onboard": cmd_onboard,
+            "chat": cmd_chat,
+            "status": cmd_status,
+            "gateway": cmd_gateway,
+        }[args.command]
         return handler(args)
     except CliError as exc:
         print(f"nanomem: {exc}", file=sys.stderr)
@@ -250,3 +264,25 @@ async def _interactive(app: App, session: str) -> int:
         await asyncio.gather(*workers, return_exceptions=True)
         await channel.stop()
     return 0
+
+
+def cmd_gateway(args: argparse.Namespace) -> int:
+    from nanomem.config import ConfigError
+    from nanomem.log import setup_logging
+    from nanomem.onboard import onboard
+
+    home = _home(args)
+    if not home.config.exists() and args.config is None:
+        onboard(home)  # a fresh container volume: configured by environment variables
+    settings = _settings(args, home)
+    if not settings.llm.model:
+        raise CliError(NO_MODEL.format(config=_config_path(args, home)), EXIT_CONFIG)
+    setup_logging(settings.log.level, home.logs, stderr_level=args.log_level)
+    from nanomem.app import build_app
+    from nanomem.gateway import Gateway
+
+    try:
+        gateway = Gateway.from_app(build_app(settings, home))
+        return asyncio.run(gateway.run())
+    except ConfigError as exc:
+        raise CliError(str(exc), EXIT_CONFIG) from None

@@ -1,0 +1,382 @@
+"""Per-chat state and delivery of the Telegram channel, free of python-telegram-bot.
+
+The channel hands every reply to a per-chat worker here and returns at once, so one chat waiting
+out a flood limit never delays another; the Bot API itself is reached through a small port.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Protocol, TypeVar
+
+from loguru import logger
+
+from channels.telegram_format import TELEGRAM_LIMIT, html_to_plain, render_chunks
+from nanomem.bus import OutboundMessage
+from nanomem.channel import ChannelDown, ChatQueues
+from nanomem.commands import Command
+from nanomem.loop import STOPPED
+
+T = TypeVar("T")
+_COMMAND_NAME = re.compile(r"[a-z0-9_]{1,32}")
+TOKEN_REJECTED = "telegram: the bot token was rejected (check telegram.token)"
+INTERRUPTED = "I was restarted before I could answer; please send your last message again."
+EMPTY = "(the model sent an empty reply)"
+SEND_ATTEMPTS = 6
+TYPING_MAX_S = 600.0  # a turn silent this long gets no more typing actions
+
+
+class SendError(Exception):
+    """The Bot API refused a call: a flood limit (`retry_after`), a network fault or 5xx
+    (`transient`), HTML it cannot parse (`bad_html`), or anything else (final)."""
+
+    def __init__(
+        self,
+        text: str,
+        *,
+        retry_after: float | None = None,
+        transient: bool = False,
+        bad_html: bool = False,
+    ) -> None:
+        super().__init__(text)
+        self.retry_after, self.transient, self.bad_html = retry_after, transient, bad_html
+
+
+class BotPort(Protocol):
+    """The three Bot API calls delivery needs; they raise SendError."""
+
+    async def send_text(
+        self, key: str, text: str, *, html: bool, reply_to: int | None = None, quiet: bool = False
+    ) -> int:
+        """Send to a chat (or forum topic) key; the new message's id."""
+
+    async def edit_text(self, key: str, message_id: int, text: str) -> None: ...
+
+    async def typing(self, key: str) -> None: ...
+
+
+def target(key: str) -> tuple[int, int | None]:
+    """A session chat id (`<chat>` or `<chat>:<topic>`) → (Telegram chat id, thread id)."""
+    chat, _, thread = key.partition(":")
+    return int(chat), int(thread) if thread else None
+
+
+def is_allowed(allow_from: list[int | str], user_id: int, chat_id: int) -> bool:
+    """Numeric user ids (or a group's own id) grant access; "*" lets anyone in."""
+    return "*" in allow_from or user_id in allow_from or chat_id in allow_from
+
+
+def strip_mention(text: str, username: str) -> str:
+    """Drop "@bot" from a group message; a message that is only the mention stays as is."""
+    if not username:
+        return text
+    stripped = re.sub(rf"(?<![\w@/])@{re.escape(username)}\b", "", text, flags=re.IGNORECASE)
+    return re.sub(r"[ \t]{2,}", " ", stripped).strip() or text
+
+
+def command_menu(commands: list[Command]) -> list[tuple[str, str]]:
+    """(name, description) for Telegram's command menu: `dream-log` becomes `dream_log`."""
+    menu = [("start", "say hello")]
+    for command in commands:
+        name = command.name.replace("-", "_")
+        if _COMMAND_NAME.fullmatch(name):  # Telegram allows [a-z0-9_]{1,32} only
+            menu.append((name, command.summary[:256] or name))
+    return menu
+
+
+def chunks_of(msg: OutboundMessage) -> list[tuple[str, bool]]:
+    """(text, is_html) messages for one reply: rendered Markdown, or plain text for errors."""
+    if msg.kind == "error":
+        text = msg.content
+        parts = [text[i : i + TELEGRAM_LIMIT] for i in range(0, len(text), TELEGRAM_LIMIT)]
+        chunks = [(part, False) for part in parts if part.strip()]
+    else:
+        chunks = [(chunk, True) for chunk in render_chunks(msg.content)]
+    return chunks or [(EMPTY, False)]
+
+
+@dataclass
+class ChatState:
+    """Which messages of one chat await an answer, its flood wait, its progress message."""
+
+    pending: list[str] = field(default_factory=list)  # inbound ids not answered yet, oldest first
+    stops: set[str] = field(default_factory=set)  # ids of /stop messages
+    typing: asyncio.Task[None] | None = None
+    active: float = 0.0  # last sign of life of a turn (monotonic)
+    blocked_until: float = 0.0  # flood control: nothing is sent before this (monotonic)
+    status_id: int | None = None  # the tool-progress message being edited
+    status_line: str = ""
+    status_steps: int = 0
+    status_at: float = 0.0
+    status_queued: bool = False
+
+    def accept(self, inbound_id: str, command: str | None, immediate: bool) -> bool:
+        """Note a message handed to the core; True when the person now waits for an answer."""
+        self.active = time.monotonic()
+        if command == "stop":
+            self.stops.add(inbound_id)
+        if immediate:
+            return False  # answered at once, even while a turn runs
+        self.pending.append(inbound_id)
+        return True
+
+    def answer(self, msg: OutboundMessage) -> None:
+        """Note a reply or error; a "Stopped." answer to /stop ends the running turn too."""
+        self.active = time.monotonic()
+        done = [msg.reply_to] if msg.reply_to in self.pending else []
+        if msg.reply_to in self.stops:
+            self.stops.discard(msg.reply_to)
+            if msg.content == STOPPED and self.pending:
+                done.append(self.pending[0])  # the running turn is the oldest unanswered one
+        for inbound_id in done:
+            if inbound_id in self.pending:
+                self.pending.remove(inbound_id)
+            self.status_id, self.status_steps, self.status_at = None, 0, 0.0
+        if not self.pending:
+            self.stop_typing()
+
+    def stop_typing(self) -> None:
+        if self.typing is not None:
+            self.typing.cancel()
+            self.typing = None
+
+    def progress(self, line: str) -> bool:
+        """Record a tool-progress line; True when a refresh of the status message should queue."""
+        self.active = time.monotonic()
+        if not self.pending:
+            return False  # the turn already ended
+        self.status_line, self.status_steps = line, self.status_steps + 1
+        if self.status_queued:
+            return False
+        self.status_queued = True
+        return True
+
+    def status_due(self, every_s: float) -> str | None:
+        """The status text to show now, or None (throttled, flood-blocked or turn over)."""
+        self.status_queued = False
+        now = time.monotonic()
+        if not self.pending or now < self.blocked_until or now - self.status_at < every_s:
+            return None
+        self.status_at = now
+        steps = f" · {self.status_steps} steps" if self.status_steps > 1 else ""
+        return f"⚙️ {self.status_line}{steps}"
+
+    def block(self, seconds: float) -> None:
+        self.blocked_until = max(self.blocked_until, time.monotonic() + seconds)
+
+    def wait_s(self) -> float:
+        return max(0.0, self.blocked_until - time.monotonic())
+
+
+class Delivery:
+    """Replies, errors, notices, typing and progress for every chat, through a BotPort."""
+
+    def __init__(self, port: BotPort, *, typing_every_s: float, status_every_s: float) -> None:
+        self.port = port
+        self.typing_every_s, self.status_every_s = typing_every_s, status_every_s
+        self.chats: dict[str, ChatState] = {}
+        self.queues = ChatQueues("telegram-out")
+        self._message_ids: OrderedDict[str, int] = OrderedDict()  # inbound id → Telegram id
+
+    def chat(self, key: str) -> ChatState:
+        return self.chats.setdefault(key, ChatState())
+
+    def accepted(
+        self, key: str, inbound_id: str, message_id: int, command: str | None, immediate: bool
+    ) -> None:
+        """A message went to the core: remember its Telegram id, show typing while it waits."""
+        self._message_ids[inbound_id] = message_id
+        while len(self._message_ids) > 4096:
+            self._message_ids.popitem(last=False)
+        chat = self.chat(key)
+        if chat.accept(inbound_id, command, immediate) and chat.typing is None:
+            chat.typing = asyncio.create_task(self._type(key, chat), name=f"typing:{key}")
+
+    def send(self, msg: OutboundMessage) -> None:
+        chat = self.chat(msg.chat_id)
+        if msg.kind == "progress":
+            if chat.progress(msg.content):
+                self.queues.submit(msg.chat_id, lambda: self._show_status(msg.chat_id, chat))
+            return
+        chat.answer(msg)
+        self.queues.submit(msg.chat_id, lambda: self._deliver(msg))
+
+    def notify(self, key: str, text: str) -> None:
+        """A short plain-text note from the channel itself."""
+        self.queues.submit(key, lambda: self._send(key, text, html=False))
+
+    async def close(self, within_s: float) -> None:
+        """Tell chats whose turn was cut short, deliver what is queued, then stop."""
+        for key, chat in self.chats.items():
+            chat.stop_typing()
+            if chat.pending:
+                chat.pending.clear()
+                self.notify(key, INTERRUPTED)
+        await self.queues.drain(within_s)
+        await self.queues.cancel()
+
+    async def _deliver(self, msg: OutboundMessage) -> None:
+        chunks = chunks_of(msg)
+        in_group = msg.chat_id.startswith("-")  # quote the question only where it helps
+        reply_to = self._message_ids.get(msg.reply_to or "") if in_group else None
+        for number, (text, html) in enumerate(chunks, start=1):
+            try:
+                await self._send(msg.chat_id, text, html=html, reply_to=reply_to)
+            except SendError as exc:
+                logger.error(
+                    "telegram: gave up delivering part {}/{} of a {} to chat {}: {} "
+                    "(the turn is saved in the session)",
+                    number,
+                    len(chunks),
+                    msg.kind,
+                    msg.chat_id,
+                    exc,
+                )
+                return
+            reply_to = None
+
+    async def _send(self, key: str, text: str, *, html: bool, reply_to: int | None = None) -> None:
+        def attempt(body: str, as_html: bool) -> Callable[[], Awaitable[int]]:
+            return lambda: self.port.send_text(key, body, html=as_html, reply_to=reply_to)
+
+        try:
+            await self._retrying(key, attempt(text, html))
+        except SendError as exc:
+            if not (html and exc.bad_html):
+                raise
+            logger.warning(
+                "telegram: Telegram refused the HTML of a message to {} ({}); resent as plain text",
+                key,
+                exc,
+            )
+            await self._retrying(key, attempt(html_to_plain(text), False))
+
+    async def _retrying(self, key: str, call: Callable[[], Awaitable[T]]) -> T:
+        """Honour flood limits for this chat only; retry network errors and 5xx with backoff."""
+        chat, delay, attempt = self.chat(key), 1.0, 0
+        while True:
+            attempt += 1
+            await asyncio.sleep(chat.wait_s())
+            try:
+                return await call()
+            except SendError as exc:
+                if attempt >= SEND_ATTEMPTS or not (exc.retry_after is not None or exc.transient):
+                    raise
+                if exc.retry_after is not None:
+                    chat.block(exc.retry_after + 0.5)
+                    logger.warning(
+                        "telegram: flood control for chat {}: waiting {:.0f} s",
+                        key,
+                        exc.retry_after,
+                    )
+                else:
+                    logger.warning(
+                        "telegram: sending to chat {} failed ({}); retrying in {:.0f} s",
+                        key,
+                        exc,
+                        delay,
+                    )
+                    await asyncio.sleep(delay)
+                    delay = min(delay * 2, 30.0)
+
+    async def _type(self, key: str, chat: ChatState) -> None:
+        try:
+            while chat.pending and time.monotonic() - chat.active < TYPING_MAX_S:
+                if not chat.wait_s():
+                    await self.port.typing(key)
+                await asyncio.sleep(self.typing_every_s)
+        except SendError as exc:  # any failure ends the indicator; the reply still comes
+            if exc.retry_after is not None:
+                chat.block(exc.retry_after)
+            logger.debug("telegram: the typing action in {} ended: {}", key, exc)
+        finally:
+            if chat.typing is asyncio.current_task():
+                chat.typing = None
+
+    async def _show_status(self, key: str, chat: ChatState) -> None:
+        """Tool progress as one edited message; best effort: never waits, never retries."""
+        if (text := chat.status_due(self.status_every_s)) is None:
+            return
+        try:
+            if chat.status_id is None:
+                chat.status_id = await self.port.send_text(key, text, html=False, quiet=True)
+            else:
+                await self.port.edit_text(key, chat.status_id, text)
+        except SendError as exc:
+            if exc.retry_after is not None:
+                chat.block(exc.retry_after)
+            logger.debug("telegram: progress in {} not shown: {}", key, exc)
+
+
+class PollWatch:
+    """Watches the getUpdates long poll and restarts it when it died or stalled.
+
+    PTB's polling task ends silently on a 401 (a revoked token) while `updater.running` stays
+    True, and a poll that never comes back would go unnoticed too.
+    """
+
+    def __init__(self, stall_after_s: float) -> None:
+        self.stall_after_s = stall_after_s
+        self.error = ""  # the last polling error PTB reported, if any
+        self.problem: str | None = None  # what /health shows
+        self.reset()
+
+    def reset(self) -> None:
+        self.last_done = self.last_ok = time.monotonic()
+        self.last_status = 0
+
+    def finished(self, status: int | None) -> None:
+        """Called as each poll ends (status None: no HTTP answer at all)."""
+        self.last_done = time.monotonic()
+        if status is not None:
+            self.last_status = status
+            if status == 200:
+                self.last_ok, self.error = self.last_done, ""
+
+    def dead(self) -> bool:
+        unauthorized = self.last_status in (401, 404)
+        return unauthorized or time.monotonic() - self.last_done > self.stall_after_s
+
+    def diagnose(self) -> str | None:
+        if self.last_status in (401, 404):
+            return TOKEN_REJECTED
+        if self.last_status not in (0, 200) and self.error:
+            return f"telegram: polling fails: {self.error}"
+        quiet = time.monotonic() - self.last_ok
+        if quiet > self.stall_after_s:
+            return f"telegram: no answer to polling for {quiet:.0f} s"
+        return None
+
+    def report(self, problem: str | None) -> None:
+        if problem != self.problem:
+            if problem:
+                logger.error(problem)
+            else:
+                logger.info("telegram: polling works again")
+        self.problem = problem
+
+    async def run(self, restart: Callable[[], Awaitable[None]], every_s: float) -> None:
+        """Check every `every_s`; restart a dead poll, backing off while restarts fail."""
+        delay = every_s
+        while True:
+            await asyncio.sleep(delay)
+            self.report(self.diagnose())
+            if not self.dead():
+                delay = every_s
+                continue
+            logger.warning("telegram: polling stopped; restarting it")
+            try:
+                await restart()
+                delay = every_s
+                continue
+            except ChannelDown as exc:
+                self.report(str(exc))
+            except Exception as exc:
+                logger.opt(exception=exc).debug("restarting Telegram polling failed")
+                self.report(f"telegram: restarting polling failed: {type(exc).__name__}: {exc}")
+            delay = min(max(delay * 2, 1.0), 300.0)

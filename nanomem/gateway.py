@@ -1,0 +1,161 @@
+"""`nanomem gateway`: the agent loop, every enabled channel and GET /health in one asyncio loop."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from loguru import logger
+
+from nanomem.app import CHANNELS, App, load_channel
+from nanomem.channel import ChannelDown, GatewayChannel, pump_outbound
+from nanomem.config import ConfigError, Settings
+from nanomem.health import Health, serve_health
+
+RETRY_FIRST_S, RETRY_MAX_S = 1.0, 300.0
+STOP_CHANNEL_S = 25.0  # per channel, after the grace period
+FORCED_EXIT_S = 5.0  # after a second signal: cancel everything, then leave whatever happens
+NO_CHANNEL = (
+    "no channel is enabled: set telegram.enabled = true and telegram.token in {config} "
+    "(or NANOMEM_TELEGRAM__ENABLED=true and NANOMEM_TELEGRAM__TOKEN)"
+)
+
+
+def enabled_channels(settings: Settings) -> list[str]:
+    """Channels whose settings section says `enabled = true` (the terminal has none)."""
+    return [name for name in CHANNELS if getattr(getattr(settings, name, None), "enabled", False)]
+
+
+class Gateway:
+    def __init__(self, app: App, channels: dict[str, GatewayChannel]) -> None:
+        self.app = app
+        self.channels = channels
+        self.health = Health(app.bus, last_dream=app.dream.last_run)
+        self.port = 0
+        self._stop = asyncio.Event()
+        self._forced = False
+        self._exit_code = 0
+        self._tasks: list[asyncio.Task[Any]] = []
+        self._cancelling: asyncio.Future[Any] | None = None  # the second signal's hard stop
+
+    @classmethod
+    def from_app(cls, app: App) -> Gateway:
+        names = enabled_channels(app.settings)
+        if not names:
+            raise ConfigError(NO_CHANNEL.format(config=app.home.config))
+        return cls(app, {name: load_channel(name).from_app(app) for name in names})
+
+    async def run(self) -> int:
+        """Serve until SIGTERM/SIGINT, then shut down gracefully; the exit code."""
+        settings = self.app.settings.gateway
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            asyncio.get_running_loop().add_signal_handler(sig, self.request_stop)
+        try:
+            runner, self.port = await serve_health(self.health, settings.host, settings.port)
+        except OSError as exc:
+            where = f"{settings.host}:{settings.port}"
+            raise ConfigError(
+                f"gateway: cannot listen on {where} ({exc.strerror}); "
+                "change gateway.host or gateway.port"
+            ) from None
+        logger.info("gateway: health at http://{}:{}/health", settings.host, self.port)
+        dispatcher = asyncio.create_task(self.app.loop.run(), name="agent-loop")
+        dispatcher.add_done_callback(self._dispatcher_ended)
+        self.app.scheduler.start()
+        for name, channel in self.channels.items():
+            self.health.problems[name] = channel.problem
+            self._tasks.append(asyncio.create_task(self._supervise(name, channel), name=name))
+        try:
+            await self._stop.wait()
+            await self._shutdown(dispatcher, settings.grace_s)
+        finally:
+            await runner.cleanup()
+        logger.info("gateway: stopped")
+        return self._exit_code
+
+    def _dispatcher_ended(self, task: asyncio.Task[None]) -> None:
+        if not task.cancelled() and (exc := task.exception()) is not None:
+            logger.opt(exception=exc).critical("gateway: the agent loop died; stopping")
+            self._exit_code = 1  # a supervisor (Docker, systemd) restarts the gateway
+            self._stop.set()
+
+    def request_stop(self) -> None:
+        if not self._stop.is_set():
+            logger.info("gateway: stopping (a second signal stops at once)")
+            self._stop.set()
+        elif not self._forced:
+            logger.warning("gateway: stopping at once")
+            self._forced = True
+            self._cancelling = asyncio.gather(
+                self.app.loop.close(grace_s=0), self.app.scheduler.stop(grace_s=0)
+            )
+            asyncio.get_running_loop().call_later(FORCED_EXIT_S, os._exit, 130)
+        else:
+            os._exit(130)
+
+    async def _supervise(self, name: str, channel: GatewayChannel) -> None:
+        """Start a channel, retrying with backoff until it runs; then deliver its outbox."""
+        delay = RETRY_FIRST_S
+        while True:
+            self.health.set_channel(name, "starting")
+            try:
+                await channel.start(self.app.bus)
+                break
+            except ChannelDown as exc:
+                line = str(exc)
+            except Exception as exc:
+                logger.opt(exception=exc).debug("{} failed to start", name)
+                line = f"{name}: could not start: {type(exc).__name__}: {exc}"
+            self.health.set_channel(name, "down", line)
+            logger.error("{} (retrying in {:.0f} s)", line, delay)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, RETRY_MAX_S)
+        self.health.set_channel(name, "up")
+        logger.info("{}: running", name)
+        await pump_outbound(channel, self.app.bus)
+
+    async def _shutdown(self, dispatcher: asyncio.Task[None], grace_s: float) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + grace_s
+
+        def left() -> float:
+            return 0.0 if self._forced else max(0.0, deadline - loop.time())
+
+        for name, channel in self.channels.items():
+            self.health.set_channel(name, "stopping")
+            await self._bounded(channel.stop_receiving(), f"{name} intake")
+        await self.app.scheduler.stop(grace_s=left())  # a running Dream may finish, too
+        # What the channels already accepted is still served, inside the grace period.
+        await _until(lambda: self._forced or not self.app.bus.inbound_depth, left())
+        dispatcher.cancel()
+        await asyncio.gather(dispatcher, return_exceptions=True)
+        await self.app.loop.close(grace_s=left())
+        await _until(lambda: self._forced or not self._outboxes_busy(), max(1.0, left()))
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        for name, channel in self.channels.items():
+            await self._bounded(channel.stop(), name)
+
+    def _outboxes_busy(self) -> bool:
+        return any(self.app.bus.outbound_depth().get(name) for name in self.channels)
+
+    async def _bounded(self, step: Awaitable[None], what: str) -> None:
+        limit_s = 1.0 if self._forced else STOP_CHANNEL_S
+        try:
+            await asyncio.wait_for(step, limit_s)
+        except TimeoutError:
+            logger.warning("gateway: {} did not stop within {:.0f} s", what, limit_s)
+        except Exception:
+            logger.exception("gateway: stopping {} failed", what)
+
+
+async def _until(done: Callable[[], bool], within_s: float) -> None:
+    """Check `done` for up to `within_s`: the bus's queues offer nothing to await instead."""
+    for _ in range(int(within_s / 0.05)):
+        if done():
+            return
+        await asyncio.sleep(0.05)

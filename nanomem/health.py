@@ -1,0 +1,89 @@
+"""What `GET /health` reports: uptime, each channel's state, the last Dream run, queue depths."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+from aiohttp import web
+
+from nanomem.bus import MessageBus
+from nanomem.log import redact
+
+State = Literal["starting", "up", "down", "stopping"]
+
+
+def _iso(epoch: float) -> str:
+    return datetime.fromtimestamp(epoch, UTC).isoformat(timespec="seconds")
+
+
+@dataclass
+class ChannelReport:
+    state: State = "starting"
+    detail: str = ""
+    since: str = ""
+    restarts: int = 0
+
+
+class Health:
+    def __init__(
+        self,
+        bus: MessageBus,
+        last_dream: Callable[[], dict[str, Any] | None] = lambda: None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.bus = bus
+        self.last_dream = last_dream  # Dream's persisted record of its last run
+        self._clock = clock
+        self.started = clock()
+        self.channels: dict[str, ChannelReport] = {}
+        self.problems: dict[str, Callable[[], str | None]] = {}  # live checks, per channel
+
+    def set_channel(self, name: str, state: State, detail: str = "") -> None:
+        report = self.channels.setdefault(name, ChannelReport())
+        if report.state == "down" and state == "up":
+            report.restarts += 1
+        report.state, report.detail, report.since = state, redact(detail), _iso(self._clock())
+
+    def snapshot(self) -> tuple[bool, dict[str, Any]]:
+        """(healthy, the JSON body); healthy means every channel is up and has no problem."""
+        channels: dict[str, dict[str, Any]] = {}
+        for name, report in self.channels.items():
+            shown = asdict(report)
+            check = self.problems.get(name)
+            problem = check() if check is not None and report.state == "up" else None
+            if problem:
+                shown.update(state="down", detail=problem)
+            channels[name] = shown
+        healthy = all(c["state"] == "up" for c in channels.values())
+        body = {
+            "status": "ok" if healthy else "degraded",
+            "uptime_s": round(self._clock() - self.started, 1),
+            "started_at": _iso(self.started),
+            "channels": channels,
+            "last_dream": self.last_dream(),
+            "queues": {"inbound": self.bus.inbound_depth, "outbound": self.bus.outbound_depth()},
+        }
+        return healthy, body
+
+
+async def serve_health(health: Health, host: str, port: int) -> tuple[web.AppRunner, int]:
+    """Serve GET /health (200, or 503 when a channel is down); returns the runner and port."""
+
+    async def handle(_: web.Request) -> web.Response:
+        healthy, body = health.snapshot()
+        return web.json_response(body, status=200 if healthy else 503)
+
+    app = web.Application()
+    app.router.add_get("/health", handle)
+    runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
+    await runner.setup()
+    try:
+        await web.TCPSite(runner, host, port).start()
+    except OSError:
+        await runner.cleanup()
+        raise
+    return runner, int(runner.addresses[0][1])

@@ -1,0 +1,339 @@
+"""`nanomem gateway` in a subprocess: python-telegram-bot against the loopback Bot API, litellm
+against the loopback model server. One gateway serves most tests (it takes seconds to start)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import signal
+import subprocess
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from nanomem.onboard import Home, onboard
+from nanomem.session import Session, SessionStore
+from tests.conftest import NANOMEM, cli_env
+from tests.fakes.openai_server import FakeOpenAI, Step, echo_step
+from tests.fakes.telegram_server import FakeTelegram
+
+TOKEN_REJECTED = "telegram: the bot token was rejected (check telegram.token)"
+ALLOWED = list(range(1001, 1020))
+LAST_DREAM = {"last_run": "2026-11-21T08:00:00+00:00", "status": "changed", "entries": 12}
+LONG = "\n\n".join(f"Paragraph {n:03d}: " + "lorem ipsum dolor sit amet " * 4 for n in range(80))
+
+
+def scripted(request: dict[str, Any]) -> Step:
+    """The model's answer, chosen by a keyword in the last user message (tests run at once)."""
+    last = str(request["messages"][-1].get("content", ""))
+    if "LONG" in last:
+        return Step.reply(LONG)
+    if "SLOW" in last:
+        return Step.reply("the slow answer", latency=30)
+    if "LATE" in last:
+        return Step.reply("the late answer", latency=1.0)
+    if "HTML" in last:
+        return Step.reply("**bold** and `code` & more")
+    return echo_step(request)
+
+
+class GatewayProcess:
+    """The real `nanomem gateway`, its stderr collected line by line."""
+
+    def __init__(self, home: Home, telegram: FakeTelegram, llm: FakeOpenAI, **env: str) -> None:
+        self.home = home
+        settings = {
+            "NANOMEM_TELEGRAM__ENABLED": "true",
+            "NANOMEM_TELEGRAM__TOKEN": telegram.token,
+            "NANOMEM_TELEGRAM__BASE_URL": telegram.base_url,
+            "NANOMEM_TELEGRAM__BASE_FILE_URL": telegram.base_file_url,
+            "NANOMEM_TELEGRAM__ALLOW_FROM": json.dumps(ALLOWED),
+            "NANOMEM_GATEWAY__PORT": "0",
+            "NANOMEM_DREAM__ENABLED": "false",  # no scheduled run may consume scripted replies
+        }
+        self.proc = subprocess.Popen(
+            [*NANOMEM, "gateway"],
+            env=cli_env(home, llm, **(settings | env)),
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        self.lines: list[str] = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+        found = self.wait_for_line(r"health at http://[\d.]+:(\d+)/health", timeout=60)
+        self.port = int(found.group(1))
+        self.wait_for_line(r"telegram: running")
+
+    def _read(self) -> None:
+        assert self.proc.stderr is not None
+        for line in self.proc.stderr:
+            self.lines.append(line)
+
+    def wait_for_line(self, pattern: str, timeout: float = 15) -> re.Match[str]:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for line in list(self.lines):
+                if found := re.search(pattern, line):
+                    return found
+            if self.proc.poll() is not None and not self._reader.is_alive():
+                break
+            time.sleep(0.05)
+        raise AssertionError(f"no line matching {pattern!r} in:\n{''.join(self.lines)}")
+
+    def health(self) -> tuple[int, dict[str, Any]]:
+        url = f"http://127.0.0.1:{self.port}/health"
+        try:
+            with urllib.request.urlopen(url, timeout=5) as response:
+                return response.status, json.load(response)
+        except urllib.error.HTTPError as exc:
+            return exc.code, json.load(exc)
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 30) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        code = self.proc.wait(timeout)
+        self._reader.join(5)
+        return code
+
+
+def load_session(home: Home, key: str) -> Session:
+    return asyncio.run(SessionStore(home.sessions).get(key))
+
+
+def wait_until(check: Any, timeout: float = 15, what: str = "condition") -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if result := check():
+            return result
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def texts(messages: list[dict[str, Any]]) -> list[str]:
+    return [m.get("text", "") for m in messages]
+
+
+def user_texts(request: dict[str, Any]) -> list[str]:
+    return [str(m.get("content")) for m in request["messages"] if m.get("role") == "user"]
+
+
+def asked(llm: FakeOpenAI, word: str) -> list[dict[str, Any]]:
+    """Model requests whose last user message contains `word`."""
+    return [r for r in llm.requests if word in user_texts(r)[-1]]
+
+
+@pytest.fixture(scope="module")
+def servers() -> Iterator[tuple[FakeTelegram, FakeOpenAI]]:
+    with FakeTelegram() as telegram, FakeOpenAI() as llm:
+        llm.set_fallback(scripted)
+        yield telegram, llm
+
+
+@pytest.fixture(scope="module")
+def gateway(
+    servers: tuple[FakeTelegram, FakeOpenAI], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[GatewayProcess]:
+    home = Home(tmp_path_factory.mktemp("gateway") / "home")
+    onboard(home)
+    home.dream_state.write_text(json.dumps(LAST_DREAM))
+    process = GatewayProcess(home, *servers, NANOMEM_GATEWAY__GRACE_S="5")
+    yield process
+    assert process.stop() == 0, "".join(process.lines)
+
+
+@pytest.fixture
+def telegram(servers: tuple[FakeTelegram, FakeOpenAI]) -> FakeTelegram:
+    return servers[0]
+
+
+@pytest.fixture
+def llm(servers: tuple[FakeTelegram, FakeOpenAI]) -> FakeOpenAI:
+    return servers[1]
+
+
+def test_an_allowed_user_gets_the_reply(
+    gateway: GatewayProcess, telegram: FakeTelegram, llm: FakeOpenAI
+) -> None:
+    telegram.send_text(1001, "hello there")
+    (reply,) = telegram.wait_for_messages(1001, 1)
+    assert reply["text"].startswith("echo: ") and reply["text"].endswith("hello there")
+    assert "channel telegram" in asked(llm, "hello there")[0]["messages"][-1]["content"]
+    assert {"chat_id": 1001, "action": "typing"} in telegram.chat_actions(1001)
+    assert {c["command"] for c in telegram.commands or []} >= {"start", "help", "new", "stop"}
+
+
+def test_a_stranger_gets_nothing_and_never_reaches_the_model(
+    gateway: GatewayProcess, telegram: FakeTelegram, llm: FakeOpenAI
+) -> None:
+    for text in ("secret words", "/start", "/help"):
+        telegram.send_text(666, text, username="mallory")
+    telegram.send_text(1002, "after the stranger")
+    telegram.wait_for_messages(1002, 1)  # later than the stranger's messages in the same poll
+    time.sleep(0.3)
+    assert telegram.sent_messages(666) == [] and telegram.chat_actions(666) == []
+    assert not any("secret words" in json.dumps(r) for r in llm.requests)
+    gateway.wait_for_line(r"refused Telegram user 666 \(@mallory\); add it to telegram\.allow_from")
+    assert sum("refused Telegram user 666" in line for line in gateway.lines) == 1
+    sessions = [p.name for p in gateway.home.sessions.iterdir()]
+    assert not any("666" in name for name in sessions)
+
+
+def test_a_long_reply_arrives_as_ordered_chunks(
+    gateway: GatewayProcess, telegram: FakeTelegram
+) -> None:
+    telegram.send_text(1003, "LONG please")
+    wait_until(
+        lambda: "Paragraph 079" in "".join(texts(telegram.sent_messages(1003))),
+        what="the last paragraph",
+    )
+    chunks = texts(telegram.sent_messages(1003))
+    assert len(chunks) >= 3 and all(len(chunk) <= 4096 for chunk in chunks)
+    numbers = [int(n) for n in re.findall(r"Paragraph (\d{3})", "".join(chunks))]
+    assert numbers == list(range(80))
+
+
+def test_html_that_telegram_rejects_is_resent_as_plain_text(
+    gateway: GatewayProcess, telegram: FakeTelegram
+) -> None:
+    telegram.reject_html_next(chat_id=1004)
+    telegram.send_text(1004, "HTML please")
+    (reply,) = telegram.wait_for_messages(1004, 1)
+    assert reply["text"] == "bold and code & more"
+    assert "html" not in reply  # sent without parse_mode
+    gateway.wait_for_line(r"refused the HTML of a message to 1004")
+
+
+def test_a_flood_limit_on_one_chat_never_delays_another(
+    gateway: GatewayProcess, telegram: FakeTelegram
+) -> None:
+    telegram.fail_next("sendMessage", chat_id=1005, retry_after=2)
+    started = time.monotonic()
+    telegram.send_text(1005, "first chat")
+    time.sleep(0.2)
+    telegram.send_text(1006, "second chat")
+    telegram.wait_for_messages(1006, 1)
+    b_done = time.monotonic()
+    (late,) = telegram.wait_for_messages(1005, 1)
+    a_done = time.monotonic()
+    assert late["text"].endswith("first chat")
+    assert b_done - started < 2 <= a_done - started
+    order = [m["chat"]["id"] for m in telegram.sent_messages() if m["chat"]["id"] in (1005, 1006)]
+    assert order == [1006, 1005]
+
+
+def test_new_starts_a_fresh_session(
+    gateway: GatewayProcess, telegram: FakeTelegram, llm: FakeOpenAI
+) -> None:
+    telegram.send_text(1007, "remember the blue door")
+    telegram.wait_for_messages(1007, 1)
+    telegram.send_text(1007, "/new")
+    assert texts(telegram.wait_for_messages(1007, 2))[1].startswith("New session started.")
+    telegram.send_text(1007, "what now")
+    telegram.wait_for_messages(1007, 3)
+    (fresh,) = asked(llm, "what now")
+    assert not any("blue door" in text for text in user_texts(fresh))
+
+
+def test_help_and_unknown_commands(gateway: GatewayProcess, telegram: FakeTelegram) -> None:
+    telegram.send_text(1008, "/help")
+    assert "/new" in telegram.wait_for_messages(1008, 1)[0]["text"]
+    telegram.send_text(1008, "/bogus")
+    assert texts(telegram.wait_for_messages(1008, 2))[1] == "Unknown command /bogus — try /help."
+
+
+def test_stop_cancels_a_slow_turn(
+    gateway: GatewayProcess, telegram: FakeTelegram, llm: FakeOpenAI
+) -> None:
+    telegram.send_text(1009, "SLOW question")
+    wait_until(lambda: asked(llm, "SLOW question"), what="the model to be asked")
+    telegram.send_text(1009, "/stop")
+    assert texts(telegram.wait_for_messages(1009, 1)) == ["Stopped."]
+    telegram.send_text(1009, "still there?")
+    replies = texts(telegram.wait_for_messages(1009, 2))
+    assert replies[1].endswith("still there?")
+    assert "the slow answer" not in replies
+
+
+def test_health_reports_and_turns_503_while_the_token_is_refused(
+    gateway: GatewayProcess, telegram: FakeTelegram
+) -> None:
+    status, body = gateway.health()
+    assert status == 200 and body["status"] == "ok"
+    assert body["channels"]["telegram"]["state"] == "up"
+    assert body["last_dream"] == LAST_DREAM and body["uptime_s"] > 0
+    assert body["queues"]["inbound"] == 0
+    telegram.set_token_valid(False)
+    try:
+        telegram.send_text(1010, "wakes the long poll")  # the next poll meets the 401
+        status, body = wait_until(
+            lambda: (h := gateway.health())[0] == 503 and h,
+            what="/health to report the refused token",
+        )
+        assert body["channels"]["telegram"] == body["channels"]["telegram"] | {
+            "state": "down",
+            "detail": TOKEN_REJECTED,
+        }
+    finally:
+        telegram.set_token_valid(True)
+    wait_until(lambda: gateway.health()[0] == 200, timeout=20, what="polling to recover")
+    telegram.send_text(1010, "back again")
+    wait_until(
+        lambda: any(t.endswith("back again") for t in texts(telegram.sent_messages(1010))),
+        what="an answer after recovery",
+    )
+
+
+@pytest.fixture
+def own_servers() -> Iterator[tuple[FakeTelegram, FakeOpenAI]]:
+    """For a gateway of its own: two gateways polling one bot would steal each other's updates."""
+    with FakeTelegram() as telegram, FakeOpenAI() as llm:
+        llm.set_fallback(scripted)
+        yield telegram, llm
+
+
+def test_sigterm_lets_running_turns_finish_within_the_grace_period(
+    own_servers: tuple[FakeTelegram, FakeOpenAI], tmp_path: Path
+) -> None:
+    telegram, llm = own_servers
+    home = Home(tmp_path / "home")
+    process = GatewayProcess(home, telegram, llm, NANOMEM_GATEWAY__GRACE_S="3")
+    telegram.send_text(1011, "LATE question")  # answered 1 s later: inside the grace period
+    telegram.send_text(1012, "SLOW question")  # 30 s: cut short when the grace period ends
+    wait_until(
+        lambda: asked(llm, "LATE question") and asked(llm, "SLOW question"),
+        what="both turns to reach the model",
+    )
+    started = time.monotonic()
+    assert process.stop(signal.SIGTERM) == 0, "".join(process.lines)
+    assert time.monotonic() - started < 3 + 4
+    assert texts(telegram.sent_messages(1011)) == ["the late answer"]
+    assert texts(telegram.sent_messages(1012)) == [
+        "I was restarted before I could answer; please send your last message again."
+    ]
+    session = load_session(home, "telegram:1012")
+    assert session.messages[0]["role"] == "user"
+    assert session.messages[0]["content"].endswith("SLOW question")
+
+
+def test_a_second_signal_stops_at_once(
+    own_servers: tuple[FakeTelegram, FakeOpenAI], tmp_path: Path
+) -> None:
+    telegram, llm = own_servers
+    home = Home(tmp_path / "home")
+    process = GatewayProcess(home, telegram, llm, NANOMEM_GATEWAY__GRACE_S="60")
+    telegram.send_text(1013, "SLOW and patient")
+    wait_until(lambda: asked(llm, "SLOW and patient"), what="the model to be asked")
+    process.proc.send_signal(signal.SIGTERM)
+    process.wait_for_line("a second signal stops at once")
+    started = time.monotonic()
+    assert process.stop(signal.SIGINT) == 0, "".join(process.lines)
+    assert time.monotonic() - started < 4
+    session = load_session(home, "telegram:1013")
+    assert session.messages[0]["content"].endswith("SLOW and patient")
