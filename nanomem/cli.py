@@ -52,6 +52,17 @@ def build_parser() -> argparse.ArgumentParser:
     status = commands.add_parser("status", help="show configuration and state (no model call)")
     _add_overrides(status)
 
+    dream = commands.add_parser("dream", help="learn from new history now (like /dream)")
+    _add_overrides(dream)
+    memory = commands.add_parser("memory", help="inspect or undo memory changes")
+    memory_commands = memory.add_subparsers(dest="memory_command", required=True, metavar="ACTION")
+    log = memory_commands.add_parser("log", help="the latest memory change, or one by id")
+    log.add_argument("sha", nargs="?", default="", help="a version id (any unique 4+ prefix)")
+    restore = memory_commands.add_parser("restore", help="list versions, or undo one by id")
+    restore.add_argument("sha", nargs="?", default="", help="the version to undo")
+    for action in (log, restore):
+        _add_overrides(action)
+
     gateway = commands.add_parser(
         "gateway",
         help="serve the enabled channels (Telegram) and GET /health until SIGTERM",
@@ -95,6 +106,8 @@ def main(argv: list[str] | None = None) -> int:
             "chat": cmd_chat,
             "status": cmd_status,
             "gateway": cmd_gateway,
+            "dream": cmd_dream,
+            "memory": cmd_memory,
         }[args.command]
         return handler(args)
     except CliError as exc:
@@ -255,9 +268,11 @@ async def _interactive(app: App, session: str) -> int:
         asyncio.create_task(app.loop.run(), name="agent-loop"),
         asyncio.create_task(pump_outbound(channel, app.bus), name="terminal-outbox"),
     ]
+    app.scheduler.start()  # Dream runs on its interval while the chat is open
     try:
         await channel.run_until_exit(model=app.settings.llm.model)
     finally:
+        await app.scheduler.stop(grace_s=5)
         await app.loop.close(grace_s=5)
         for worker in workers:
             worker.cancel()
@@ -286,3 +301,48 @@ def cmd_gateway(args: argparse.Namespace) -> int:
         return asyncio.run(gateway.run())
     except ConfigError as exc:
         raise CliError(str(exc), EXIT_CONFIG) from None
+
+
+def _memory_app(args: argparse.Namespace, *, needs_model: bool) -> App:
+    from nanomem.app import build_app
+    from nanomem.log import setup_logging
+    from nanomem.onboard import onboard
+
+    home = _home(args)
+    if not home.config.exists() and args.config is None:
+        onboard(home)
+    settings = _settings(args, home)
+    if needs_model and not settings.llm.model:
+        raise CliError(NO_MODEL.format(config=_config_path(args, home)), EXIT_CONFIG)
+    setup_logging(settings.log.level, home.logs, stderr_level=args.log_level or "ERROR")
+    return build_app(settings, home)
+
+
+def cmd_dream(args: argparse.Namespace) -> int:
+    from nanomem.dream import DreamBusy
+
+    app = _memory_app(args, needs_model=True)
+    try:
+        result = asyncio.run(app.dream.run("cli"))
+    except DreamBusy:
+        raise CliError("Dream is already running") from None
+    print(result.describe())
+    return 1 if result.status == "failed" else 0
+
+
+def cmd_memory(args: argparse.Namespace) -> int:
+    from nanomem.gitstore import GitStoreError
+    from nanomem.memory_commands import MemoryCommands
+
+    app = _memory_app(args, needs_model=False)
+    texts = MemoryCommands(app.dream, app.git)
+    try:
+        if args.memory_command == "log":
+            print(texts.log_text(args.sha))
+        elif args.sha:
+            print(texts.restore_text(args.sha))
+        else:
+            print(texts.versions_text(limit=50))
+    except GitStoreError as exc:
+        raise CliError(str(exc)) from None
+    return 0

@@ -104,3 +104,40 @@ def test_pasted_lines_and_esc_enter_stay_in_one_message(
     assert fake_llm.requests[0]["messages"][-1]["content"].endswith(
         "\n\nfirst line\nsecond line\nthird line"
     )
+
+
+def spawn_chat(env: dict[str, str]) -> pexpect.spawn:
+    return pexpect.spawn(
+        sys.executable, ["-m", "nanomem", "chat"], env=env, encoding="utf-8", timeout=30
+    )
+
+
+def test_first_run_onboards_interactively(tmp_path, fake_llm: FakeOpenAI) -> None:  # type: ignore[no-untyped-def]
+    home = Home(tmp_path / "new-home")
+    env = cli_env(home, fake_llm, TERM="xterm", PROMPT_TOOLKIT_NO_CPR="1")
+    del env["NANOMEM_LLM__MODEL"]
+    child = spawn_chat(env)
+    child.expect_exact("Model (e.g. openai/gpt-4o-mini; empty to set later):")
+    child.sendline("openai/fake")
+    child.expect_exact("API key")
+    child.sendline("sk-typed-at-the-prompt")
+    child.expect_exact(PROMPT)
+    config = home.config.read_text()
+    assert 'model = "openai/fake"' in config and 'api_key = "sk-typed-at-the-prompt"' in config
+    child.sendline("hello")
+    child.expect_exact("echo: ")
+    child.sendcontrol("d")
+    child.expect(pexpect.EOF)
+
+
+def test_a_missing_model_is_asked_for_and_saved(home: Home, fake_llm: FakeOpenAI) -> None:
+    env = cli_env(home, fake_llm, TERM="xterm", PROMPT_TOOLKIT_NO_CPR="1")
+    del env["NANOMEM_LLM__MODEL"]
+    child = spawn_chat(env)
+    child.expect_exact("NANOMEM_LLM__MODEL")
+    child.expect_exact("Model to use now")
+    child.sendline("openai/fake")
+    child.expect_exact(PROMPT)
+    assert 'model = "openai/fake"' in home.config.read_text()
+    child.sendcontrol("d")
+    child.expect(pexpect.EOF)
