@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from loguru import logger
-from telegram import BotCommand, Message, MessageEntity, ReplyParameters, Update, User
+from telegram import BotCommand, Message, ReplyParameters, Update, User
 from telegram.constants import ChatAction, ChatType, ParseMode
 from telegram.error import (
     BadRequest,
@@ -31,6 +31,7 @@ from channels.telegram_chat import (
     SendError,
     command_menu,
     is_allowed,
+    mentions,
     strip_mention,
     target,
 )
@@ -53,6 +54,7 @@ NO_DOWNLOAD = "I could not download that file; please send it again."
 UNSUPPORTED = "I can read text, photos, documents, voice notes and audio, not this kind of message."
 STEP_S = 10.0  # the longest any one start or stop step may take
 _SUFFIX = re.compile(r"\.[a-z0-9]{1,8}")
+_COMMAND = re.compile(r"/([A-Za-z0-9_-]+)(?:@(\w+))?")
 
 
 class _PollRequest(HTTPXRequest):
@@ -92,17 +94,13 @@ def is_addressed(message: Message, bot: User, our_commands: set[str]) -> bool:
     reply = message.reply_to_message
     if reply is not None and reply.from_user is not None and reply.from_user.id == bot.id:
         return True
-    username = (bot.username or "").lower()
-    kinds: list[str | None] = [MessageEntity.MENTION, MessageEntity.BOT_COMMAND]
-    found = {**message.parse_entities(kinds), **message.parse_caption_entities(kinds)}
-    for entity, value in found.items():
-        if entity.type == MessageEntity.MENTION and value[1:].lower() == username:
-            return True
-        if entity.type == MessageEntity.BOT_COMMAND and entity.offset == 0:
-            name, _, addressee = value[1:].lower().partition("@")
-            if addressee == username or (not addressee and name.replace("_", "-") in our_commands):
-                return True
-    return False
+    text, username = message.text or message.caption or "", (bot.username or "").lower()
+    if mentions(text, username):
+        return True
+    if (command := _COMMAND.match(text)) is None:
+        return False
+    name, addressee = command.group(1).lower(), (command.group(2) or "").lower()
+    return addressee == username or (not addressee and name.replace("_", "-") in our_commands)
 
 
 def _attachment(message: Message) -> tuple[str, Any, str, str] | None:

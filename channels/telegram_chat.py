@@ -71,11 +71,19 @@ def is_allowed(allow_from: list[int | str], user_id: int, chat_id: int) -> bool:
     return "*" in allow_from or user_id in allow_from or chat_id in allow_from
 
 
+def _mention(username: str) -> str:
+    return rf"(?<![\w@/])@{re.escape(username)}\b"
+
+
+def mentions(text: str, username: str) -> bool:
+    return bool(username) and re.search(_mention(username), text, re.IGNORECASE) is not None
+
+
 def strip_mention(text: str, username: str) -> str:
     """Drop "@bot" from a group message; a message that is only the mention stays as is."""
     if not username:
         return text
-    stripped = re.sub(rf"(?<![\w@/])@{re.escape(username)}\b", "", text, flags=re.IGNORECASE)
+    stripped = re.sub(_mention(username) + r"[ \t]*", "", text, flags=re.IGNORECASE)
     return re.sub(r"[ \t]{2,}", " ", stripped).strip() or text
 
 
@@ -176,9 +184,12 @@ class ChatState:
 class Delivery:
     """Replies, errors, notices, typing and progress for every chat, through a BotPort."""
 
-    def __init__(self, port: BotPort, *, typing_every_s: float, status_every_s: float) -> None:
+    def __init__(
+        self, port: BotPort, *, typing_every_s: float, status_every_s: float, backoff_s: float = 1.0
+    ) -> None:
         self.port = port
         self.typing_every_s, self.status_every_s = typing_every_s, status_every_s
+        self.backoff_s = backoff_s  # the first wait after a network error; doubles up to 30 s
         self.chats: dict[str, ChatState] = {}
         self.queues = ChatQueues("telegram-out")
         self._message_ids: OrderedDict[str, int] = OrderedDict()  # inbound id → Telegram id
@@ -208,7 +219,8 @@ class Delivery:
 
     def notify(self, key: str, text: str) -> None:
         """A short plain-text note from the channel itself."""
-        self.queues.submit(key, lambda: self._send(key, text, html=False))
+        note = OutboundMessage("telegram", key, text, kind="error")
+        self.queues.submit(key, lambda: self._deliver(note))
 
     async def close(self, within_s: float) -> None:
         """Tell chats whose turn was cut short, deliver what is queued, then stop."""
@@ -258,7 +270,7 @@ class Delivery:
 
     async def _retrying(self, key: str, call: Callable[[], Awaitable[T]]) -> T:
         """Honour flood limits for this chat only; retry network errors and 5xx with backoff."""
-        chat, delay, attempt = self.chat(key), 1.0, 0
+        chat, delay, attempt = self.chat(key), self.backoff_s, 0
         while True:
             attempt += 1
             await asyncio.sleep(chat.wait_s())
@@ -320,8 +332,8 @@ class PollWatch:
     True, and a poll that never comes back would go unnoticed too.
     """
 
-    def __init__(self, stall_after_s: float) -> None:
-        self.stall_after_s = stall_after_s
+    def __init__(self, stall_after_s: float, backoff_s: float = 1.0) -> None:
+        self.stall_after_s, self.backoff_s = stall_after_s, backoff_s
         self.error = ""  # the last polling error PTB reported, if any
         self.problem: str | None = None  # what /health shows
         self.reset()
@@ -379,4 +391,4 @@ class PollWatch:
             except Exception as exc:
                 logger.opt(exception=exc).debug("restarting Telegram polling failed")
                 self.report(f"telegram: restarting polling failed: {type(exc).__name__}: {exc}")
-            delay = min(max(delay * 2, 1.0), 300.0)
+            delay = min(max(delay * 2, self.backoff_s), 300.0)

@@ -15,6 +15,7 @@ from nanomem.channel import ChannelDown, GatewayChannel, pump_outbound
 from nanomem.config import ConfigError, Settings
 from nanomem.health import Health, serve_health
 
+SIGNALS = (signal.SIGTERM, signal.SIGINT)
 RETRY_FIRST_S, RETRY_MAX_S = 1.0, 300.0
 STOP_CHANNEL_S = 25.0  # per channel, after the grace period
 FORCED_EXIT_S = 5.0  # after a second signal: cancel everything, then leave whatever happens
@@ -40,6 +41,7 @@ class Gateway:
         self._exit_code = 0
         self._tasks: list[asyncio.Task[Any]] = []
         self._cancelling: asyncio.Future[Any] | None = None  # the second signal's hard stop
+        self._hard_exit: asyncio.TimerHandle | None = None  # in case even that hangs
 
     @classmethod
     def from_app(cls, app: App) -> Gateway:
@@ -50,9 +52,7 @@ class Gateway:
 
     async def run(self) -> int:
         """Serve until SIGTERM/SIGINT, then shut down gracefully; the exit code."""
-        settings = self.app.settings.gateway
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            asyncio.get_running_loop().add_signal_handler(sig, self.request_stop)
+        settings, loop = self.app.settings.gateway, asyncio.get_running_loop()
         try:
             runner, self.port = await serve_health(self.health, settings.host, settings.port)
         except OSError as exc:
@@ -61,6 +61,8 @@ class Gateway:
                 f"gateway: cannot listen on {where} ({exc.strerror}); "
                 "change gateway.host or gateway.port"
             ) from None
+        for sig in SIGNALS:
+            loop.add_signal_handler(sig, self.request_stop)
         logger.info("gateway: health at http://{}:{}/health", settings.host, self.port)
         dispatcher = asyncio.create_task(self.app.loop.run(), name="agent-loop")
         dispatcher.add_done_callback(self._dispatcher_ended)
@@ -73,6 +75,10 @@ class Gateway:
             await self._shutdown(dispatcher, settings.grace_s)
         finally:
             await runner.cleanup()
+            for sig in SIGNALS:
+                loop.remove_signal_handler(sig)
+            if self._hard_exit is not None:
+                self._hard_exit.cancel()
         logger.info("gateway: stopped")
         return self._exit_code
 
@@ -92,7 +98,7 @@ class Gateway:
             self._cancelling = asyncio.gather(
                 self.app.loop.close(grace_s=0), self.app.scheduler.stop(grace_s=0)
             )
-            asyncio.get_running_loop().call_later(FORCED_EXIT_S, os._exit, 130)
+            self._hard_exit = asyncio.get_running_loop().call_later(FORCED_EXIT_S, os._exit, 130)
         else:
             os._exit(130)
 

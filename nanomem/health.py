@@ -33,20 +33,22 @@ class Health:
         self,
         bus: MessageBus,
         last_dream: Callable[[], dict[str, Any] | None] = lambda: None,
-        clock: Callable[[], float] = time.time,
     ) -> None:
         self.bus = bus
         self.last_dream = last_dream  # Dream's persisted record of its last run
-        self._clock = clock
-        self.started = clock()
+        self.started = time.time()
         self.channels: dict[str, ChannelReport] = {}
         self.problems: dict[str, Callable[[], str | None]] = {}  # live checks, per channel
+        self._failed: set[str] = set()
 
     def set_channel(self, name: str, state: State, detail: str = "") -> None:
         report = self.channels.setdefault(name, ChannelReport())
-        if report.state == "down" and state == "up":
-            report.restarts += 1
-        report.state, report.detail, report.since = state, redact(detail), _iso(self._clock())
+        if state == "down":
+            self._failed.add(name)
+        elif state == "up" and name in self._failed:
+            self._failed.discard(name)
+            report.restarts += 1  # back up after a failure
+        report.state, report.detail, report.since = state, redact(detail), _iso(time.time())
 
     def snapshot(self) -> tuple[bool, dict[str, Any]]:
         """(healthy, the JSON body); healthy means every channel is up and has no problem."""
@@ -61,7 +63,7 @@ class Health:
         healthy = all(c["state"] == "up" for c in channels.values())
         body = {
             "status": "ok" if healthy else "degraded",
-            "uptime_s": round(self._clock() - self.started, 1),
+            "uptime_s": round(time.time() - self.started, 1),
             "started_at": _iso(self.started),
             "channels": channels,
             "last_dream": self.last_dream(),

@@ -248,6 +248,18 @@ def test_help_and_unknown_commands(gateway: GatewayProcess, telegram: FakeTelegr
     assert texts(telegram.wait_for_messages(1008, 2))[1] == "Unknown command /bogus — try /help."
 
 
+def test_memory_commands_work_in_both_spellings(
+    gateway: GatewayProcess, telegram: FakeTelegram
+) -> None:
+    replies = []
+    for number, text in enumerate(("/dream_restore", "/dream-restore", "/dream_log"), start=1):
+        telegram.send_text(1014, text)
+        replies.append(texts(telegram.wait_for_messages(1014, number))[-1])
+    restore, hyphenated, log = replies
+    assert restore == hyphenated and restore.startswith("Memory versions")
+    assert not log.startswith("Unknown command")
+
+
 def test_stop_cancels_a_slow_turn(
     gateway: GatewayProcess, telegram: FakeTelegram, llm: FakeOpenAI
 ) -> None:

@@ -1,0 +1,244 @@
+"""The gateway in-process: supervision, /health, graceful and forced stops (scripted model)."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from loguru import logger
+
+from nanomem.app import App
+from nanomem.bus import InboundMessage, MessageBus, OutboundMessage
+from nanomem.channel import ChannelDown
+from nanomem.config import ConfigError
+from nanomem.gateway import Gateway, enabled_channels
+from nanomem.onboard import Home
+from nanomem.scripted import ScriptedProvider, text
+from tests.conftest import cli_env, make_app, run_cli, settings_for
+
+
+class FakeChannel:
+    """A GatewayChannel whose first `fail_starts` starts fail, recording what it is sent."""
+
+    def __init__(self, name: str, fail_starts: int = 0) -> None:
+        self.name, self.fail_starts = name, fail_starts
+        self.bus: MessageBus | None = None
+        self.sent: list[OutboundMessage] = []
+        self.trouble: str | None = None
+        self.events: list[str] = []
+
+    @classmethod
+    def from_app(cls, app: App) -> FakeChannel:
+        return cls("fake")
+
+    async def start(self, bus: MessageBus) -> None:
+        self.events.append("start")
+        if self.fail_starts:
+            self.fail_starts -= 1
+            raise ChannelDown(f"{self.name}: the network is down")
+        self.bus = bus
+
+    async def stop_receiving(self) -> None:
+        self.events.append("stop_receiving")
+
+    async def stop(self) -> None:
+        self.events.append("stop")
+
+    async def send(self, msg: OutboundMessage) -> None:
+        self.sent.append(msg)
+
+    def problem(self) -> str | None:
+        return self.trouble
+
+    async def say(self, content: str, chat: str = "1") -> None:
+        assert self.bus is not None
+        await self.bus.publish_inbound(InboundMessage(self.name, chat, content, sender_id="u"))
+
+
+async def until(check: Callable[[], Any], timeout: float = 5) -> Any:
+    for _ in range(int(timeout / 0.02)):
+        if result := check():
+            return result
+        await asyncio.sleep(0.02)
+    raise AssertionError("timed out")
+
+
+class Served:
+    def __init__(self, gateway: Gateway, task: asyncio.Task[int]) -> None:
+        self.gateway, self.task = gateway, task
+
+    async def health(self) -> tuple[int, dict[str, Any]]:
+        url = f"http://127.0.0.1:{self.gateway.port}/health"
+        async with aiohttp.ClientSession() as session, session.get(url) as response:
+            return response.status, await response.json()
+
+
+@pytest.fixture
+def logged() -> Iterator[list[str]]:
+    lines: list[str] = []
+    sink = logger.add(lambda m: lines.append(m.rstrip("\n")), level="INFO", format="{message}")
+    yield lines
+    logger.remove(sink)
+
+
+@pytest.fixture
+async def serve(home: Home) -> AsyncIterator[Callable[..., Awaitable[Served]]]:
+    started: list[Served] = []
+
+    async def start(
+        *channels: FakeChannel, provider: ScriptedProvider | None = None, grace_s: float = 5
+    ) -> Served:
+        app = make_app(
+            home,
+            provider or ScriptedProvider(),
+            gateway={"port": 0, "grace_s": grace_s},
+            dream={"enabled": False},
+        )
+        gateway = Gateway(app, {channel.name: channel for channel in channels})
+        served = Served(gateway, asyncio.create_task(gateway.run()))
+        started.append(served)
+        await until(lambda: gateway.port)
+        return served
+
+    yield start
+    for served in started:  # a failed test must not leave a gateway running
+        if not served.task.done():
+            served.gateway.request_stop()
+            served.gateway.request_stop()
+            await asyncio.wait_for(served.task, 5)
+
+
+def test_only_enabled_channels_are_run(home: Home) -> None:
+    assert enabled_channels(settings_for(home)) == []
+    assert enabled_channels(settings_for(home, telegram={"enabled": True})) == ["telegram"]
+    with pytest.raises(ConfigError, match=r"no channel is enabled: set telegram\.enabled"):
+        Gateway.from_app(make_app(home, ScriptedProvider()))
+
+
+def test_the_command_exits_2_when_no_channel_is_enabled(home: Home) -> None:
+    result = run_cli("gateway", env=cli_env(home, None, NANOMEM_LLM__MODEL="openai/fake"))
+    assert result.returncode == 2
+    assert result.stderr.startswith("nanomem: no channel is enabled: set telegram.enabled")
+    assert "Traceback" not in result.stderr
+
+
+def test_enabled_telegram_without_a_token_exits_2(home: Home) -> None:
+    env = cli_env(home, None, NANOMEM_LLM__MODEL="openai/fake", NANOMEM_TELEGRAM__ENABLED="1")
+    result = run_cli("gateway", env=env)
+    assert result.returncode == 2
+    assert result.stderr.strip().startswith("nanomem: telegram.token is not set")
+
+
+async def test_health_reports_channels_queues_and_uptime(
+    serve: Callable[..., Awaitable[Served]],
+) -> None:
+    channel = FakeChannel("fake")
+    served = await serve(channel)
+    await until(lambda: channel.bus)
+    status, body = await served.health()
+    assert status == 200
+    assert body["status"] == "ok" and body["last_dream"] is None
+    assert body["channels"]["fake"]["state"] == "up" and body["channels"]["fake"]["restarts"] == 0
+    assert body["queues"] == {"inbound": 0, "outbound": {"fake": 0}}
+    channel.trouble = "fake: polling stalled"
+    status, body = await served.health()
+    assert status == 503 and body["status"] == "degraded"
+    assert (
+        body["channels"]["fake"] | {"state": "down", "detail": "fake: polling stalled"}
+        == body["channels"]["fake"]
+    )
+    served.gateway.request_stop()
+    assert await served.task == 0
+
+
+async def test_a_channel_that_cannot_start_is_retried_while_others_work(
+    serve: Callable[..., Awaitable[Served]], logged: list[str]
+) -> None:
+    broken, working = FakeChannel("broken", fail_starts=2), FakeChannel("working")
+    served = await serve(broken, working)
+    await until(lambda: working.bus)
+    status, body = await served.health()
+    assert status == 503
+    assert body["channels"]["broken"]["state"] == "down"
+    assert body["channels"]["broken"]["detail"] == "broken: the network is down"
+    assert "broken: the network is down (retrying in 1 s)" in logged
+    await working.say("hello")
+    reply = await until(lambda: working.sent)
+    assert reply[0].content.endswith("\n\nhello")
+    await until(lambda: broken.bus, timeout=5)  # third start, after 1 s and 2 s
+    status, body = await served.health()
+    assert status == 200 and body["channels"]["broken"]["restarts"] == 1
+    served.gateway.request_stop()
+    assert await served.task == 0
+
+
+async def test_a_graceful_stop_finishes_running_turns_and_delivers_them(
+    serve: Callable[..., Awaitable[Served]],
+) -> None:
+    channel = FakeChannel("fake")
+    provider = ScriptedProvider([text("done in time")], latency=0.5)
+    served = await serve(channel, provider=provider)
+    await until(lambda: channel.bus)
+    await channel.say("take your time")
+    await until(lambda: provider.calls)
+    served.gateway.request_stop()
+    assert await asyncio.wait_for(served.task, 5) == 0
+    assert [m.content for m in channel.sent] == ["done in time"]
+    assert channel.events == ["start", "stop_receiving", "stop"]
+
+
+async def test_the_grace_period_bounds_the_wait_and_sessions_stay_whole(
+    serve: Callable[..., Awaitable[Served]], home: Home
+) -> None:
+    channel = FakeChannel("fake")
+    provider = ScriptedProvider(latency=30)
+    served = await serve(channel, provider=provider, grace_s=0.5)
+    await until(lambda: channel.bus)
+    await channel.say("a very slow question", chat="9")
+    await until(lambda: provider.calls)
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    served.gateway.request_stop()
+    assert await asyncio.wait_for(served.task, 5) == 0
+    assert loop.time() - started < 2.5
+    session = await served.gateway.app.sessions.get("fake:9")
+    assert session.messages[0]["content"].endswith("a very slow question")
+
+
+async def test_a_second_stop_request_cancels_at_once(
+    serve: Callable[..., Awaitable[Served]],
+) -> None:
+    channel = FakeChannel("fake")
+    provider = ScriptedProvider(latency=30)
+    served = await serve(channel, provider=provider, grace_s=60)
+    await until(lambda: channel.bus)
+    await channel.say("slow")
+    await until(lambda: provider.calls)
+    served.gateway.request_stop()
+    await asyncio.sleep(0.1)
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    served.gateway.request_stop()
+    assert await asyncio.wait_for(served.task, 5) == 0
+    assert loop.time() - started < 2
+
+
+async def test_a_busy_port_is_a_configuration_error(home: Home) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        app = make_app(home, ScriptedProvider(), gateway={"port": port})
+        with pytest.raises(ConfigError, match=f"cannot listen on 127.0.0.1:{port}"):
+            await Gateway(app, {"fake": FakeChannel("fake")}).run()
+
+
+def test_home_is_onboarded_by_the_gateway_itself(tmp_path: Path) -> None:
+    fresh = Home(tmp_path / "fresh")
+    run_cli("gateway", env=cli_env(fresh, None, NANOMEM_LLM__MODEL="openai/fake"))
+    assert fresh.config.exists() and (fresh.workspace / "SOUL.md").exists()

@@ -1,0 +1,276 @@
+"""The Telegram channel in-process: real python-telegram-bot against the loopback Bot API."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from loguru import logger
+
+from channels.telegram import GREETING, TOO_BIG, TelegramChannel
+from channels.telegram_chat import INTERRUPTED, TOKEN_REJECTED
+from nanomem.bus import InboundMessage, MessageBus, OutboundMessage
+from nanomem.channel import ChannelDown
+from nanomem.commands import Command
+from nanomem.config import ConfigError, TelegramSettings
+from tests.fakes.telegram_server import FakeTelegram
+
+OWNER, FRIEND, STRANGER, GROUP = 42, 43, 666, -100123
+
+
+async def _answer(msg: InboundMessage, args: str) -> str:
+    return ""
+
+
+COMMANDS = [
+    Command("help", "show the commands", _answer, immediate=True),
+    Command("new", "start a new conversation", _answer),
+    Command("stop", "stop the reply in progress", _answer, immediate=True),
+    Command("dream-restore", "list memory versions, or undo one", _answer),
+]
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeTelegram]:
+    with FakeTelegram() as server:
+        yield server
+
+
+def settings_for(fake: FakeTelegram, **values: Any) -> TelegramSettings:
+    base = {"enabled": True, "token": fake.token, "allow_from": [OWNER, FRIEND]}
+    base |= {"base_url": fake.base_url, "base_file_url": fake.base_file_url}
+    return TelegramSettings.model_validate(base | values)
+
+
+def make_channel(fake: FakeTelegram, workspace: Path, **values: Any) -> TelegramChannel:
+    return TelegramChannel(
+        settings_for(fake, **values),
+        workspace=workspace,
+        commands=COMMANDS,
+        poll_timeout_s=1,
+        typing_every_s=0.2,
+        watch_every_s=0.1,
+    )
+
+
+class Running:
+    def __init__(self, channel: TelegramChannel, bus: MessageBus) -> None:
+        self.channel, self.bus = channel, bus
+
+    async def next(self, timeout: float = 5) -> InboundMessage:
+        return await asyncio.wait_for(self.bus.next_inbound(), timeout)
+
+    async def nothing(self, wait: float = 0.5) -> None:
+        await asyncio.sleep(wait)
+        assert self.bus.inbound_depth == 0
+
+
+@pytest.fixture
+async def running(fake: FakeTelegram, tmp_path: Path) -> AsyncIterator[Running]:
+    bus = MessageBus()
+    channel = make_channel(fake, tmp_path)
+    await channel.start(bus)
+    try:
+        yield Running(channel, bus)
+    finally:
+        await channel.stop()
+
+
+async def until(check: Callable[[], object], timeout: float = 5) -> None:
+    for _ in range(int(timeout / 0.02)):
+        if check():
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError("timed out")
+
+
+@pytest.fixture
+def logged() -> Iterator[list[str]]:
+    lines: list[str] = []
+    sink = logger.add(lambda m: lines.append(m.rstrip("\n")), level="INFO", format="{message}")
+    yield lines
+    logger.remove(sink)
+
+
+async def test_a_private_message_reaches_the_bus_and_the_answer_comes_back(
+    running: Running, fake: FakeTelegram
+) -> None:
+    sent = fake.send_text(OWNER, "hello")["message"]
+    msg = await running.next()
+    assert (msg.channel, msg.chat_id, msg.content, msg.sender_id) == (
+        "telegram",
+        "42",
+        "hello",
+        "42",
+    )
+    assert msg.metadata == {"message_id": sent["message_id"]}  # no sender name in private
+    await until(lambda: fake.chat_actions(OWNER) == [{"chat_id": OWNER, "action": "typing"}])
+    await running.channel.send(OutboundMessage.answering(msg, "**hi** there"))
+    (reply,) = await fake.wait_for_messages_async(OWNER, 1)
+    assert reply["html"] == "<b>hi</b> there" and "reply_to_message" not in reply
+
+
+async def test_commands_are_registered_with_underscores(
+    running: Running, fake: FakeTelegram
+) -> None:
+    assert [c["command"] for c in fake.commands or []] == [
+        "start",
+        "help",
+        "new",
+        "stop",
+        "dream_restore",
+    ]
+
+
+async def test_strangers_are_refused_silently_and_logged_once(
+    running: Running, fake: FakeTelegram, logged: list[str]
+) -> None:
+    for text in ("/start", "hello?", "/help"):
+        fake.send_text(STRANGER, text, username="mallory")
+    fake.send_text(OWNER, "me")
+    assert (await running.next()).content == "me"
+    await running.nothing(0.3)
+    assert fake.sent_messages(STRANGER) == [] and fake.chat_actions(STRANGER) == []
+    refusals = [line for line in logged if "refused Telegram user" in line]
+    assert refusals == ["refused Telegram user 666 (@mallory); add it to telegram.allow_from"]
+    reactions = [method for method, _ in fake.calls if method == "setmessagereaction"]
+    assert reactions == []
+
+
+async def test_start_is_answered_by_the_channel(running: Running, fake: FakeTelegram) -> None:
+    fake.send_text(OWNER, "/start", first_name="Ada")
+    (greeting,) = await fake.wait_for_messages_async(OWNER, 1)
+    assert greeting["text"] == GREETING.format(name="Ada")
+    await running.nothing(0.2)
+
+
+@pytest.mark.parametrize("text", ["/dream_restore 3f2a", "/dream-restore 3f2a", "/new"])
+async def test_commands_reach_the_core_unchanged(
+    running: Running, fake: FakeTelegram, text: str
+) -> None:
+    fake.send_text(OWNER, text)
+    assert (await running.next()).content == text
+
+
+async def test_group_messages_need_a_mention_a_reply_or_a_command(
+    running: Running, fake: FakeTelegram
+) -> None:
+    group = {"chat_type": "supergroup", "user_id": FRIEND, "first_name": "Bea"}
+    fake.send_text(GROUP, "chatting among ourselves", **group)  # type: ignore[arg-type]
+    fake.send_text(GROUP, "/help@some_other_bot", **group)  # type: ignore[arg-type]
+    fake.send_text(GROUP, "/weather", **group)  # type: ignore[arg-type]
+    fake.send_text(GROUP, "@nanomem_test_bot what time is it?", username="bea", **group)  # type: ignore[arg-type]
+    mentioned = await running.next()
+    assert mentioned.content == "what time is it?"
+    assert mentioned.chat_id == str(GROUP) and mentioned.sender_id == str(FRIEND)
+    assert mentioned.metadata["sender_name"] == "Bea (@bea)"
+    fake.send_text(GROUP, "and tomorrow?", reply_to_bot=True, **group)  # type: ignore[arg-type]
+    assert (await running.next()).content == "and tomorrow?"
+    fake.send_text(GROUP, "/new", **group)  # type: ignore[arg-type]
+    assert (await running.next()).content == "/new"
+    fake.send_text(GROUP, "/help@nanomem_test_bot", **group)  # type: ignore[arg-type]
+    assert (await running.next()).content == "/help@nanomem_test_bot"
+    await running.nothing(0.3)
+
+
+async def test_open_groups_hear_everything(fake: FakeTelegram, tmp_path: Path) -> None:
+    bus = MessageBus()
+    channel = make_channel(fake, tmp_path, group_policy="open")
+    await channel.start(bus)
+    try:
+        fake.send_text(GROUP, "no mention", chat_type="group", user_id=OWNER)
+        msg = await asyncio.wait_for(bus.next_inbound(), 5)
+        assert msg.content == "no mention" and msg.metadata["sender_name"] == "Alice (@alice)"
+    finally:
+        await channel.stop()
+
+
+async def test_a_group_member_not_allowed_is_refused(running: Running, fake: FakeTelegram) -> None:
+    fake.send_text(GROUP, "@nanomem_test_bot hi", chat_type="supergroup", user_id=STRANGER)
+    await running.nothing()
+
+
+async def test_forum_topics_are_separate_sessions_and_replies_stay_in_the_topic(
+    running: Running, fake: FakeTelegram
+) -> None:
+    question = fake.send_text(
+        GROUP, "@nanomem_test_bot hi", chat_type="supergroup", user_id=OWNER, message_thread_id=7
+    )["message"]
+    msg = await running.next()
+    assert msg.chat_id == f"{GROUP}:7" and msg.session_key == f"telegram:{GROUP}:7"
+    typing = {"chat_id": GROUP, "action": "typing", "message_thread_id": 7}
+    await until(lambda: typing in fake.chat_actions())
+    await running.channel.send(OutboundMessage.answering(msg, "in the topic"))
+    (reply,) = await fake.wait_for_messages_async(GROUP, 1)
+    assert reply["message_thread_id"] == 7
+    assert reply["reply_to_message"]["message_id"] == question["message_id"]
+
+
+async def test_media_is_saved_in_the_workspace(
+    running: Running, fake: FakeTelegram, tmp_path: Path
+) -> None:
+    fake.send_photo(OWNER, b"jpeg-bytes", caption="what is this?")
+    photo = await running.next()
+    assert photo.content == "[photo]\nwhat is this?"
+    (path,) = photo.media
+    assert path.startswith("media/") and path.endswith(".jpg")
+    assert (tmp_path / path).read_bytes() == b"jpeg-bytes"
+    fake.send_document(OWNER, b"%PDF", file_name="Report 2026.PDF", mime_type="application/pdf")
+    document = await running.next()
+    assert document.content == "[document: Report 2026.PDF]"
+    assert document.media[0].endswith(".pdf") and (tmp_path / document.media[0]).exists()
+    fake.send_voice(OWNER, b"ogg")
+    voice = await running.next()
+    assert voice.content == "[voice note]" and voice.media[0].endswith(".oga")
+
+
+async def test_files_over_the_limit_get_a_clear_reply(fake: FakeTelegram, tmp_path: Path) -> None:
+    bus = MessageBus()
+    channel = make_channel(fake, tmp_path, max_file_mb=1)
+    await channel.start(bus)
+    try:
+        fake.send_document(OWNER, b"x" * (3 * 2**19), file_name="big.bin")
+        (notice,) = await fake.wait_for_messages_async(OWNER, 1)
+        assert notice["text"] == TOO_BIG.format(size=1.5, limit=1)
+        assert bus.inbound_depth == 0 and not (tmp_path / "media").exists()
+    finally:
+        await channel.stop()
+
+
+async def test_stopping_with_a_turn_in_flight_says_so(fake: FakeTelegram, tmp_path: Path) -> None:
+    bus = MessageBus()
+    channel = make_channel(fake, tmp_path)
+    await channel.start(bus)
+    fake.send_text(OWNER, "a long question")
+    await asyncio.wait_for(bus.next_inbound(), 5)
+    await channel.stop()
+    assert [m["text"] for m in fake.sent_messages(OWNER)] == [INTERRUPTED]
+    final_poll = [p for m, p in fake.calls if m == "getupdates"][-1]
+    assert final_poll["timeout"] == 0  # PTB confirmed the offsets: nothing is redelivered
+
+
+async def test_a_revoked_token_is_reported_and_polling_recovers(
+    running: Running, fake: FakeTelegram
+) -> None:
+    fake.set_token_valid(False)
+    fake.send_text(OWNER, "sent while the token is refused")
+    await until(lambda: running.channel.problem() == TOKEN_REJECTED)
+    fake.set_token_valid(True)
+    await until(lambda: running.channel.problem() is None)
+    fake.send_text(OWNER, "after recovery")
+    received = [(await running.next()).content for _ in range(2)]
+    assert received == ["sent while the token is refused", "after recovery"]  # none lost
+
+
+async def test_start_says_why_it_cannot_run(fake: FakeTelegram, tmp_path: Path) -> None:
+    fake.set_token_valid(False)
+    with pytest.raises(ChannelDown, match=r"^telegram: the bot token was rejected \(check"):
+        await make_channel(fake, tmp_path).start(MessageBus())
+    unreachable = make_channel(fake, tmp_path, base_url="http://127.0.0.1:9/bot")
+    with pytest.raises(ChannelDown, match=r"^telegram: cannot reach the Bot API"):
+        await unreachable.start(MessageBus())
+    with pytest.raises(ConfigError, match=r"telegram\.token is not set"):
+        make_channel(fake, tmp_path, token=None)
