@@ -161,7 +161,6 @@ class TelegramChannel:
         self.settings, self.workspace, self._token = settings, workspace, token
         self._commands = commands
         self._our_commands = {c.name for c in commands} | {"start"}
-        self._immediate = {c.name for c in commands if c.immediate}
         self.poll_timeout_s, self.watch_every_s = poll_timeout_s, watch_every_s
         # A poll lasts its own timeout plus the read timeout; allow some slack on top.
         self._poll = PollWatch(stall_after_s=poll_timeout_s + 35.0)
@@ -296,6 +295,8 @@ class TelegramChannel:
             return
         if not is_allowed(self.settings.allow_from, user.id, message.chat_id):
             if user.id not in self._refused:  # refused silently: no reply, typing or reaction
+                if len(self._refused) >= 10_000:  # a flood of strangers must not grow memory
+                    self._refused.clear()
                 self._refused.add(user.id)
                 name = f"@{user.username}" if user.username else user.full_name
                 logger.warning(
@@ -341,8 +342,7 @@ class TelegramChannel:
             handle = f" (@{user.username})" if user.username else ""
             metadata["sender_name"] = f"{user.full_name}{handle}"
         inbound = InboundMessage(self.name, key, text, str(user.id), media, metadata)
-        immediate = command in self._immediate
-        self.delivery.accepted(key, inbound.id, message.message_id, command, immediate)
+        self.delivery.accepted(key, inbound.id, message.message_id, command)
         assert self._bus is not None
         await self._bus.publish_inbound(inbound)
 

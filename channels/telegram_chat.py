@@ -84,7 +84,7 @@ def strip_mention(text: str, username: str) -> str:
     if not username:
         return text
     stripped = re.sub(_mention(username) + r"[ \t]*", "", text, flags=re.IGNORECASE)
-    return re.sub(r"[ \t]{2,}", " ", stripped).strip() or text
+    return stripped.strip() or text
 
 
 def command_menu(commands: list[Command]) -> list[tuple[str, str]]:
@@ -113,7 +113,7 @@ class ChatState:
     """Which messages of one chat await an answer, its flood wait, its progress message."""
 
     pending: list[str] = field(default_factory=list)  # inbound ids not answered yet, oldest first
-    stops: set[str] = field(default_factory=set)  # ids of /stop messages
+    commands: dict[str, str] = field(default_factory=dict)  # pending id → its command's name
     typing: asyncio.Task[None] | None = None
     active: float = 0.0  # last sign of life of a turn (monotonic)
     blocked_until: float = 0.0  # flood control: nothing is sent before this (monotonic)
@@ -123,28 +123,26 @@ class ChatState:
     status_at: float = 0.0
     status_queued: bool = False
 
-    def accept(self, inbound_id: str, command: str | None, immediate: bool) -> bool:
-        """Note a message handed to the core; True when the person now waits for an answer."""
+    def accept(self, inbound_id: str, command: str | None) -> None:
+        """Note a message handed to the core: the person now waits for its answer."""
         self.active = time.monotonic()
-        if command == "stop":
-            self.stops.add(inbound_id)
-        if immediate:
-            return False  # answered at once, even while a turn runs
         self.pending.append(inbound_id)
-        return True
+        if command is not None:
+            self.commands[inbound_id] = command
 
     def answer(self, msg: OutboundMessage) -> None:
         """Note a reply or error; a "Stopped." answer to /stop ends the running turn too."""
         self.active = time.monotonic()
-        done = [msg.reply_to] if msg.reply_to in self.pending else []
-        if msg.reply_to in self.stops:
-            self.stops.discard(msg.reply_to)
-            if msg.content == STOPPED and self.pending:
-                done.append(self.pending[0])  # the running turn is the oldest unanswered one
+        done = [msg.reply_to]
+        if self.commands.get(msg.reply_to or "") == "stop" and msg.content == STOPPED:
+            # The turn /stop cancelled: the oldest waiting message that is not a command.
+            done += [i for i in self.pending if i not in self.commands][:1]
         for inbound_id in done:
-            if inbound_id in self.pending:
-                self.pending.remove(inbound_id)
-            self.status_id, self.status_steps, self.status_at = None, 0, 0.0
+            if inbound_id not in self.pending:
+                continue
+            self.pending.remove(inbound_id)
+            if self.commands.pop(inbound_id, None) is None:  # a turn ended: a new status next
+                self.status_id, self.status_steps, self.status_at = None, 0, 0.0
         if not self.pending:
             self.stop_typing()
 
@@ -197,15 +195,14 @@ class Delivery:
     def chat(self, key: str) -> ChatState:
         return self.chats.setdefault(key, ChatState())
 
-    def accepted(
-        self, key: str, inbound_id: str, message_id: int, command: str | None, immediate: bool
-    ) -> None:
+    def accepted(self, key: str, inbound_id: str, message_id: int, command: str | None) -> None:
         """A message went to the core: remember its Telegram id, show typing while it waits."""
         self._message_ids[inbound_id] = message_id
         while len(self._message_ids) > 4096:
             self._message_ids.popitem(last=False)
         chat = self.chat(key)
-        if chat.accept(inbound_id, command, immediate) and chat.typing is None:
+        chat.accept(inbound_id, command)
+        if chat.typing is None:
             chat.typing = asyncio.create_task(self._type(key, chat), name=f"typing:{key}")
 
     def send(self, msg: OutboundMessage) -> None:

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import socket
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
-from loguru import logger
 
 from nanomem.app import App
 from nanomem.bus import InboundMessage, MessageBus, OutboundMessage
@@ -20,6 +19,7 @@ from nanomem.gateway import Gateway, enabled_channels
 from nanomem.onboard import Home
 from nanomem.scripted import ScriptedProvider, text
 from tests.conftest import cli_env, make_app, run_cli, settings_for
+from tests.test_telegram_channel import log_lines, until
 
 
 class FakeChannel:
@@ -60,14 +60,6 @@ class FakeChannel:
         await self.bus.publish_inbound(InboundMessage(self.name, chat, content, sender_id="u"))
 
 
-async def until(check: Callable[[], Any], timeout: float = 5) -> Any:
-    for _ in range(int(timeout / 0.02)):
-        if result := check():
-            return result
-        await asyncio.sleep(0.02)
-    raise AssertionError("timed out")
-
-
 class Served:
     def __init__(self, gateway: Gateway, task: asyncio.Task[int]) -> None:
         self.gateway, self.task = gateway, task
@@ -76,14 +68,6 @@ class Served:
         url = f"http://127.0.0.1:{self.gateway.port}/health"
         async with aiohttp.ClientSession() as session, session.get(url) as response:
             return response.status, await response.json()
-
-
-@pytest.fixture
-def logged() -> Iterator[list[str]]:
-    lines: list[str] = []
-    sink = logger.add(lambda m: lines.append(m.rstrip("\n")), level="INFO", format="{message}")
-    yield lines
-    logger.remove(sink)
 
 
 @pytest.fixture
@@ -157,16 +141,17 @@ async def test_health_reports_channels_queues_and_uptime(
 
 
 async def test_a_channel_that_cannot_start_is_retried_while_others_work(
-    serve: Callable[..., Awaitable[Served]], logged: list[str]
+    serve: Callable[..., Awaitable[Served]],
 ) -> None:
     broken, working = FakeChannel("broken", fail_starts=2), FakeChannel("working")
-    served = await serve(broken, working)
-    await until(lambda: working.bus)
+    with log_lines() as logged:
+        served = await serve(broken, working)
+        await until(lambda: working.bus)
+        await until(lambda: "broken: the network is down (retrying in 1 s)" in logged)
     status, body = await served.health()
     assert status == 503
     assert body["channels"]["broken"]["state"] == "down"
     assert body["channels"]["broken"]["detail"] == "broken: the network is down"
-    assert "broken: the network is down (retrying in 1 s)" in logged
     await working.say("hello")
     reply = await until(lambda: working.sent)
     assert reply[0].content.endswith("\n\nhello")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -79,20 +80,30 @@ async def running(fake: FakeTelegram, tmp_path: Path) -> AsyncIterator[Running]:
         await channel.stop()
 
 
-async def until(check: Callable[[], object], timeout: float = 5) -> None:
+async def until(check: Callable[[], Any], timeout: float = 5) -> Any:
+    """Poll `check` until it returns something true, and return that."""
     for _ in range(int(timeout / 0.02)):
-        if check():
-            return
+        if result := check():
+            return result
         await asyncio.sleep(0.02)
     raise AssertionError("timed out")
 
 
-@pytest.fixture
-def logged() -> Iterator[list[str]]:
+@contextmanager
+def log_lines() -> Iterator[list[str]]:
+    """The messages logged at INFO and above meanwhile."""
     lines: list[str] = []
     sink = logger.add(lambda m: lines.append(m.rstrip("\n")), level="INFO", format="{message}")
-    yield lines
-    logger.remove(sink)
+    try:
+        yield lines
+    finally:
+        logger.remove(sink)
+
+
+@pytest.fixture
+def logged() -> Iterator[list[str]]:
+    with log_lines() as lines:
+        yield lines
 
 
 async def test_a_private_message_reaches_the_bus_and_the_answer_comes_back(

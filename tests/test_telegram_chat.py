@@ -106,6 +106,7 @@ def test_access_is_by_numeric_id_and_denied_by_default(
         ("@nanomem_bot_two hi", "@nanomem_bot_two hi"),  # another bot
         ("/help@nanomem_bot", "/help@nanomem_bot"),  # the core parses command addressees
         ("line one\n@nanomem_bot line two", "line one\nline two"),
+        ("@nanomem_bot run:\n    x  =  1", "run:\n    x  =  1"),  # code keeps its spaces
     ],
 )
 def test_strip_mention(text: str, expected: str) -> None:
@@ -146,19 +147,21 @@ def test_chunks_of_replies_errors_and_empty_text() -> None:
 
 def test_stop_answer_ends_the_running_turn() -> None:
     chat = ChatState()
-    assert chat.accept("turn", None, immediate=False)
-    assert chat.accept("queued", None, immediate=False)
-    assert not chat.accept("stop", "stop", immediate=True)
+    chat.accept("dream", "dream")  # a long command, answered on its own
+    chat.accept("turn", None)
+    chat.accept("queued", None)
+    chat.accept("stop", "stop")
     chat.answer(reply("1", STOPPED, "stop"))
-    assert chat.pending == ["queued"]  # the running (oldest) turn was cut; the next waits on
+    assert chat.pending == ["dream", "queued"]  # the running turn was cut; the rest still wait
     chat.answer(reply("1", "done", "queued"))
-    assert chat.pending == []
+    chat.answer(reply("1", "Nothing new to learn.", "dream"))
+    assert chat.pending == [] and chat.commands == {}
 
 
 def test_nothing_to_stop_leaves_waiting_messages_alone() -> None:
     chat = ChatState()
-    chat.accept("new", "new", immediate=False)  # a queued command, not a running turn
-    chat.accept("stop", "stop", immediate=True)
+    chat.accept("new", "new")  # a queued command, not a running turn
+    chat.accept("stop", "stop")
     chat.answer(reply("1", NOTHING_TO_STOP, "stop"))
     assert chat.pending == ["new"]
 
@@ -166,8 +169,8 @@ def test_nothing_to_stop_leaves_waiting_messages_alone() -> None:
 async def test_replies_are_rendered_and_quoted_only_in_groups(
     delivery: Delivery, port: FakePort
 ) -> None:
-    delivery.accepted("42", "in-1", 11, None, immediate=False)
-    delivery.accepted("-100:5", "in-2", 12, None, immediate=False)
+    delivery.accepted("42", "in-1", 11, None)
+    delivery.accepted("-100:5", "in-2", 12, None)
     delivery.send(reply("42", "**private**", "in-1"))
     delivery.send(reply("-100:5", "*group*", "in-2"))
     await settle(delivery)
@@ -180,7 +183,7 @@ async def test_replies_are_rendered_and_quoted_only_in_groups(
 async def test_long_replies_go_out_in_order_and_only_the_first_part_quotes(
     delivery: Delivery, port: FakePort
 ) -> None:
-    delivery.accepted("-100", "in", 9, None, immediate=False)
+    delivery.accepted("-100", "in", 9, None)
     text = "\n\n".join(f"part {n:02d} " + "word " * 150 for n in range(20))
     delivery.send(reply("-100", text, "in"))
     await settle(delivery)
@@ -237,11 +240,11 @@ async def test_a_flood_wait_in_one_chat_never_delays_another(
 async def test_typing_runs_while_a_turn_waits_and_stops_with_the_answer(
     delivery: Delivery, port: FakePort
 ) -> None:
-    delivery.accepted("42", "turn", 1, None, immediate=False)
-    delivery.accepted("42", "help", 2, "help", immediate=True)
+    delivery.accepted("42", "turn", 1, None)
+    delivery.accepted("42", "help", 2, "help")
     await asyncio.sleep(0.18)
     assert port.typed.count("42") >= 3
-    delivery.send(reply("42", "help text", "help"))  # an immediate answer: still waiting
+    delivery.send(reply("42", "help text", "help"))  # answered at once: the turn still runs
     await asyncio.sleep(0.1)
     assert delivery.chat("42").typing is not None
     delivery.send(reply("42", "the answer", "turn"))
@@ -257,21 +260,21 @@ async def test_typing_stops_on_failure_and_on_stop(delivery: Delivery, port: Fak
         raise SendError("network down", transient=True)
 
     port.typing = broken  # type: ignore[method-assign]
-    delivery.accepted("1", "turn", 1, None, immediate=False)
+    delivery.accepted("1", "turn", 1, None)
     await asyncio.sleep(0.05)
     assert delivery.chat("1").typing is None and delivery.chat("1").pending == ["turn"]
 
     port2 = FakePort()
     other = Delivery(port2, typing_every_s=0.05, status_every_s=0.2)
-    other.accepted("2", "turn", 1, None, immediate=False)
-    other.accepted("2", "stop", 2, "stop", immediate=True)
+    other.accepted("2", "turn", 1, None)
+    other.accepted("2", "stop", 2, "stop")
     other.send(reply("2", STOPPED, "stop"))
     await settle(other)
     assert other.chat("2").typing is None and other.chat("2").pending == []
 
 
 async def test_progress_is_one_throttled_quiet_message(delivery: Delivery, port: FakePort) -> None:
-    delivery.accepted("42", "turn", 1, None, immediate=False)
+    delivery.accepted("42", "turn", 1, None)
     for n in range(5):
         delivery.send(reply("42", f"read_file(path='{n}.md')", "turn", kind="progress"))
     await settle(delivery)
@@ -289,8 +292,8 @@ async def test_progress_is_one_throttled_quiet_message(delivery: Delivery, port:
 async def test_close_tells_chats_whose_turn_was_cut_short(
     delivery: Delivery, port: FakePort
 ) -> None:
-    delivery.accepted("1", "turn", 1, None, immediate=False)
-    delivery.accepted("2", "turn2", 2, None, immediate=False)
+    delivery.accepted("1", "turn", 1, None)
+    delivery.accepted("2", "turn2", 2, None)
     delivery.send(reply("2", "answered", "turn2"))
     await delivery.close(within_s=5)
     assert port.texts("1") == [INTERRUPTED] and port.texts("2") == ["answered"]
