@@ -4,18 +4,21 @@ from __future__ import annotations
 
 import asyncio
 import signal
+from collections.abc import Callable
+from html import escape as html_escape
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from prompt_toolkit import PromptSession
+from prompt_toolkit import PromptSession, print_formatted_text
+from prompt_toolkit.formatted_text import HTML
 from prompt_toolkit.history import FileHistory
 from prompt_toolkit.key_binding import KeyBindings, KeyPressEvent
-from rich.console import Console
-from rich.markdown import Markdown
-from rich.markup import escape
 
 from nanomem.bus import InboundMessage, MessageBus, OutboundMessage
 from nanomem.loop import STOPPED
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 EXIT_WORDS = {"/exit", "/quit", "exit", "quit"}
 
@@ -47,9 +50,17 @@ class TerminalChannel:
     ) -> None:
         self.chat_id = chat_id
         self.history_file = history_file
-        self.console = console or Console(highlight=False)
+        self._console = console
         self._bus: MessageBus | None = None
         self._waiting: dict[str, asyncio.Future[OutboundMessage]] = {}
+
+    @property
+    def console(self) -> Console:
+        if self._console is None:
+            from rich.console import Console  # after the prompt shows: startup speed
+
+            self._console = Console(highlight=False)
+        return self._console
 
     async def start(self, bus: MessageBus) -> None:
         self._bus = bus
@@ -61,7 +72,7 @@ class TerminalChannel:
 
     async def send(self, msg: OutboundMessage) -> None:
         if msg.kind == "progress":
-            self.console.print(f"  [dim]↳ {escape(msg.content)}[/dim]")
+            self.console.print(f"  ↳ {msg.content}", style="dim", markup=False, highlight=False)
             return
         future = self._waiting.pop(msg.reply_to or "", None)
         if future is not None and not future.done():
@@ -69,19 +80,25 @@ class TerminalChannel:
         else:
             self._render(msg)
 
-    async def run_until_exit(self, model: str = "") -> None:
+    async def run_until_exit(
+        self, model: str = "", on_ready: Callable[[], None] | None = None
+    ) -> None:
+        """Chat until the person leaves; `on_ready` runs once the first prompt is drawn."""
         self.history_file.parent.mkdir(parents=True, exist_ok=True)
         prompt: PromptSession[str] = PromptSession(
             history=FileHistory(str(self.history_file)), key_bindings=_key_bindings()
         )
-        self.console.print(
-            f"[bold]nanomem[/bold] · {escape(model)} · session cli:{escape(self.chat_id)}\n"
-            "[dim]/help for commands · Esc+Enter for a new line · Ctrl-C stops a reply · "
-            "Ctrl-D exits[/dim]"
+        print_formatted_text(
+            HTML(
+                f"<b>nanomem</b> · {html_escape(model)} · session cli:{html_escape(self.chat_id)}\n"
+                "<style fg='ansibrightblack'>/help for commands · Esc+Enter for a new line · "
+                "Ctrl-C stops a reply · Ctrl-D exits</style>"
+            )
         )
         while True:
             try:
-                text = await prompt.prompt_async("you › ")
+                text = await prompt.prompt_async("you › ", pre_run=on_ready)
+                on_ready = None
             except (EOFError, KeyboardInterrupt):
                 break
             if not text.strip():
@@ -129,7 +146,9 @@ class TerminalChannel:
 
     def _render(self, msg: OutboundMessage) -> None:
         if msg.kind == "error":
-            self.console.print(f"[red]{escape(msg.content)}[/red]")
+            self.console.print(msg.content, style="red", markup=False)
         else:
+            from rich.markdown import Markdown  # ~0.1 s of imports: not before the first reply
+
             self.console.print(Markdown(msg.content))
         self.console.print()

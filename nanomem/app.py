@@ -2,20 +2,23 @@
 
 from __future__ import annotations
 
+import functools
 import importlib
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from nanomem.bus import MessageBus
-from nanomem.config import Settings
+from nanomem.config import LLMSettings, Settings
 from nanomem.consolidator import Consolidator
 from nanomem.context import ContextBuilder
 from nanomem.dream import Dream
 from nanomem.filetools import FileTools
 from nanomem.gitstore import GitStore
 from nanomem.history import HistoryStore
-from nanomem.litellm_provider import LiteLLMProvider
+from nanomem.litellm_provider import LiteLLMProvider, import_litellm, supports_images
 from nanomem.log import register_secrets
 from nanomem.loop import AgentLoop
 from nanomem.memory_commands import MemoryCommands
@@ -61,6 +64,23 @@ class App:
     git: GitStore
     dream: Dream
     scheduler: DreamScheduler
+    transports: list[Provider]  # the model clients, closed by aclose()
+
+    async def aclose(self) -> None:
+        """Close the model clients' connections (in the loop that used them)."""
+        for transport in self.transports:
+            close = getattr(transport, "close", None)
+            if close is not None:
+                await close()
+
+    def warm_up(self) -> None:
+        """Load the slow libraries in the background (never on the event loop)."""
+
+        def load() -> None:
+            self.budget.tokenizer.count("warm up")
+            import_litellm()
+
+        threading.Thread(target=load, name="warm-up", daemon=True).start()
 
 
 def workspace_of(settings: Settings, home: Home) -> Path:
@@ -92,13 +112,20 @@ def build_app(settings: Settings, home: Home, provider: Provider | None = None) 
     history = HistoryStore(workspace / "memory")
     for tool in history.tools():
         tools.add(tool)
+    transports: list[Provider] = []
     if provider is None:
-        provider = RetryingProvider(LiteLLMProvider(llm), llm.max_retries)
+        provider = _model(llm, transports)
     budget = Budget(BpeTokenizer(), Calibration(), llm, settings.memory)
     bus = MessageBus()
     sessions = SessionStore(home.sessions, counter=budget.count)
     context = ContextBuilder(
-        workspace, templates, skills, tools.names, history, budget.history_chars
+        workspace,
+        templates,
+        skills,
+        tools.names,
+        history,
+        budget.history_chars,
+        vision=_vision_check(settings),
     )
     loop = AgentLoop(
         bus=bus,
@@ -127,8 +154,8 @@ def build_app(settings: Settings, home: Home, provider: Provider | None = None) 
     git = GitStore(home.memory_git, workspace)
     dream_provider = provider
     if settings.dream.model_override:
-        override = LiteLLMProvider(llm, model=settings.dream.model_override)
-        dream_provider = RetryingProvider(override, llm.max_retries)
+        override = llm.model_copy(update={"model": settings.dream.model_override})
+        dream_provider = _model(override, transports)
     dream = Dream(
         history=history,
         git=git,
@@ -157,4 +184,23 @@ def build_app(settings: Settings, home: Home, provider: Provider | None = None) 
         git,
         dream,
         scheduler,
+        transports,
     )
+
+
+def _model(llm: LLMSettings, transports: list[Provider]) -> Provider:
+    """The model client the settings ask for, with retries around it."""
+    client: Provider = LiteLLMProvider(llm)
+    if llm.transport == "direct":
+        from nanomem.openai_http import OpenAIHTTPProvider  # aiohttp: only when chosen
+
+        client = OpenAIHTTPProvider(llm)
+    transports.append(client)
+    return RetryingProvider(client, llm.max_retries)
+
+
+def _vision_check(settings: Settings) -> Callable[[], bool]:
+    configured = settings.llm.supports_images
+    if configured is not None:
+        return lambda: configured
+    return functools.partial(supports_images, settings.llm.model)

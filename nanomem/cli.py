@@ -212,10 +212,6 @@ def cmd_chat(args: argparse.Namespace) -> int:
     # errors, unless the person asked for a level on the command line.
     stderr_level = args.log_level or "ERROR"
     setup_logging(settings.log.level, home.logs, stderr_level=stderr_level)
-    if interactive:
-        from nanomem.litellm_provider import warm_up_in_background
-
-        warm_up_in_background()  # the prompt shows while litellm (~2 s) imports
     from nanomem.app import build_app
 
     app = build_app(settings, home)
@@ -248,6 +244,7 @@ async def _one_shot(app: App, session: str, text: str) -> int:
 
     reply = await app.loop.handle(InboundMessage("cli", session, text, sender_id="user"))
     await app.loop.close(grace_s=30)
+    await app.aclose()
     if reply is None:
         print("nanomem: the turn was stopped", file=sys.stderr)
         return 1
@@ -270,10 +267,12 @@ async def _interactive(app: App, session: str) -> int:
     ]
     app.scheduler.start()  # Dream runs on its interval while the chat is open
     try:
-        await channel.run_until_exit(model=app.settings.llm.model)
+        # litellm (~2 s) and the tokenizer load while the person types their first message.
+        await channel.run_until_exit(model=app.settings.llm.model, on_ready=app.warm_up)
     finally:
         await app.scheduler.stop(grace_s=5)
         await app.loop.close(grace_s=5)
+        await app.aclose()
         for worker in workers:
             worker.cancel()
         await asyncio.gather(*workers, return_exceptions=True)
@@ -319,11 +318,17 @@ def _memory_app(args: argparse.Namespace, *, needs_model: bool) -> App:
 
 
 def cmd_dream(args: argparse.Namespace) -> int:
-    from nanomem.dream import DreamBusy
+    from nanomem.dream import DreamBusy, DreamResult
 
     app = _memory_app(args, needs_model=True)
+    async def dream_once() -> DreamResult:
+        try:
+            return await app.dream.run("cli")
+        finally:
+            await app.aclose()
+
     try:
-        result = asyncio.run(app.dream.run("cli"))
+        result = asyncio.run(dream_once())
     except DreamBusy:
         raise CliError("Dream is already running") from None
     print(result.describe())

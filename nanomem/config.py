@@ -36,6 +36,10 @@ class LLMSettings(_Section):
     temperature: float | None = Field(None, ge=0, le=2)
     max_tokens: int = Field(4096, gt=0)
     context_window_tokens: int = Field(65536, ge=1024)
+    # Whether the model takes images; unset asks litellm's model list.
+    supports_images: bool | None = None
+    # "direct" talks to an OpenAI-compatible server without litellm (less CPU per call).
+    transport: Literal["litellm", "direct"] = "litellm"
 
 
 class AgentSettings(_Section):

@@ -76,15 +76,14 @@ class Consolidator:
         self.keep_recent_turns = keep_recent_turns
         self.max_rounds = max_rounds
         self._locks: dict[str, asyncio.Lock] = {}
-        self._tools_tokens: int | None = None
 
     # -- hooks for the AgentLoop ----------------------------------------------------------
 
     async def before_turn(self, session: Session, msg: InboundMessage) -> None:
         """Block the turn only when its prompt would not fit; otherwise stay out of the way."""
         await self.recover(session)
-        incoming = self.budget.tokenizer.count(msg.content) + 100
-        if await self.estimate(session) + incoming > self.budget.prompt_limit:
+        # The new message is already saved in the session, so the estimate includes it.
+        if await self.estimate(session) > self.budget.prompt_limit:
             await self.consolidate(session)
 
     async def after_turn(self, session: Session) -> None:
@@ -107,11 +106,9 @@ class Consolidator:
     async def estimate(self, session: Session) -> int:
         """The next prompt's size: system prompt, tools, and what the model still sees."""
         system = await self.context.system_prompt(session.key)
-        if self._tools_tokens is None:
-            self._tools_tokens = self.budget.count_tools(self.tools.schemas())
         raw = (
-            self.budget.count({"role": "system", "content": system})
-            + self._tools_tokens
+            self.budget.count_system(system)
+            + self.budget.count_tools(self.tools.schema_text)
             + session.unconsolidated_tokens()
         )
         return self.budget.calibration.apply(raw)

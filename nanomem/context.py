@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import base64
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -12,6 +14,13 @@ from nanomem.history import HistoryStore
 from nanomem.skills import Skills
 from nanomem.templates import Templates
 
+IMAGE_TYPES = {
+    ".jpg": "image/jpeg",
+    ".jpeg": "image/jpeg",
+    ".png": "image/png",
+    ".webp": "image/webp",
+    ".gif": "image/gif",
+}
 MEMORY_FILES = {
     "soul": "SOUL.md",
     "user": "USER.md",
@@ -29,6 +38,7 @@ class ContextBuilder:
         tool_names: list[str],
         history: HistoryStore | None = None,
         history_chars: int = 0,
+        vision: Callable[[], bool] | None = None,
     ) -> None:
         self.workspace = workspace
         self.templates = templates
@@ -36,6 +46,7 @@ class ContextBuilder:
         self.tool_names = tool_names
         self.history = history
         self.history_chars = history_chars
+        self.vision = vision
         self._cache: dict[str, tuple[tuple[Any, ...], str]] = {}
 
     async def system_prompt(self, session_key: str) -> str:
@@ -66,6 +77,28 @@ class ContextBuilder:
             self._cache.clear()
         self._cache[session_key] = (key, prompt)
         return prompt
+
+    async def with_images(self, user: dict[str, Any], media: tuple[str, ...]) -> dict[str, Any]:
+        """The message as sent to a vision model: the text plus attached images inline.
+
+        The session keeps the text form (the paths are in its runtime header), so a photo is
+        sent once, not with every later turn."""
+        images = [m for m in media if Path(m).suffix.lower() in IMAGE_TYPES]
+        if not images or self.vision is None or not await asyncio.to_thread(self.vision):
+            return user
+        parts: list[dict[str, Any]] = [{"type": "text", "text": user["content"]}]
+        for relative in images:
+            data = await asyncio.to_thread(self._image_data_url, relative)
+            if data:
+                parts.append({"type": "image_url", "image_url": {"url": data}})
+        return {**user, "content": parts} if len(parts) > 1 else user
+
+    def _image_data_url(self, relative: str) -> str | None:
+        path = (self.workspace / relative).resolve()
+        if not path.is_relative_to(self.workspace.resolve()) or not path.is_file():
+            return None
+        encoded = base64.b64encode(path.read_bytes()).decode("ascii")
+        return f"data:{IMAGE_TYPES[path.suffix.lower()]};base64,{encoded}"
 
     def user_message(self, msg: InboundMessage, now: datetime | None = None) -> dict[str, Any]:
         """Runtime facts go here, not in the system prompt, and are stored with the message,

@@ -14,17 +14,18 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-
-from dulwich.objects import Blob, Commit, ObjectID, Tree
-from dulwich.patch import write_tree_diff
-from dulwich.refs import Ref
-from dulwich.repo import Repo
+from typing import TYPE_CHECKING, cast
 
 from nanomem.durable import atomic_write_text
 
+if TYPE_CHECKING:  # dulwich itself is imported on first use: not on the way to the prompt
+    from dulwich.objects import ObjectID
+    from dulwich.refs import Ref
+    from dulwich.repo import Repo
+
 TRACKED = ("SOUL.md", "USER.md", "memory/MEMORY.md")
-BRANCH = Ref(b"refs/heads/main")
-HEAD = Ref(b"HEAD")
+BRANCH = cast("Ref", b"refs/heads/main")
+HEAD = cast("Ref", b"HEAD")
 IDENTITY = b"nanomem <nanomem@localhost>"
 FILE_MODE = 0o100644
 DIR_MODE = 0o040000
@@ -71,7 +72,7 @@ class GitStore:
         """Create the repository on first use, with the current files as the first version."""
         if not (self.git_dir / "HEAD").exists():
             self.git_dir.mkdir(parents=True, exist_ok=True)
-            Repo.init_bare(str(self.git_dir), default_branch=b"main").close()
+            _dulwich_repo().init_bare(str(self.git_dir), default_branch=b"main").close()
         if self._head() is None:
             self._commit(self.read_workspace(), "initial memory", allow_empty=True)
 
@@ -97,10 +98,13 @@ class GitStore:
         so neither a Dream run nor a restore can silently discard them."""
         return self.commit_if_changed("manual edit")
 
+    def _open(self) -> Repo:
+        return _dulwich_repo()(str(self.git_dir))
+
     def _commit(self, files: Files, kind: str, *, allow_empty: bool = False) -> Version:
         """Commit `files`; the message is built from the real diff: `<kind>: <stats>` and the
         changed lines, never from anyone's claims about them."""
-        with Repo(str(self.git_dir)) as repo:
+        with self._open() as repo:
             parent = self._head(repo)
             tree_id = self._write_tree(repo, files)
             parent_tree = repo[parent].tree if parent else None  # type: ignore[attr-defined]
@@ -108,6 +112,8 @@ class GitStore:
             stats = _stats(diff)
             if not allow_empty and not stats:
                 raise GitStoreError("nothing changed")
+            from dulwich.objects import Commit
+
             commit = Commit()
             commit.tree = tree_id
             commit.parents = [parent] if parent else []
@@ -125,6 +131,8 @@ class GitStore:
 
     def _write_tree(self, repo: Repo, files: Files) -> ObjectID:
         """Nested trees for paths like memory/MEMORY.md; missing files are simply absent."""
+        from dulwich.objects import Blob, Tree
+
         nested: dict[str, Files] = {}
         root = Tree()
         for rel, content in sorted(files.items()):
@@ -148,7 +156,7 @@ class GitStore:
         if repo is None:
             if not (self.git_dir / "HEAD").exists():
                 return None
-            with Repo(str(self.git_dir)) as opened:
+            with self._open() as opened:
                 return self._head(opened)
         try:
             return repo.refs[BRANCH]
@@ -158,7 +166,7 @@ class GitStore:
     def files_at(self, sha: ObjectID | None) -> Files:
         if sha is None:
             return dict.fromkeys(self.tracked)
-        with Repo(str(self.git_dir)) as repo:
+        with self._open() as repo:
             tree = repo[repo[sha].tree]  # type: ignore[attr-defined]
             files: Files = {}
             for rel in self.tracked:
@@ -171,7 +179,7 @@ class GitStore:
 
     def log(self, limit: int = 20) -> list[Version]:
         self.ensure()
-        with Repo(str(self.git_dir)) as repo:
+        with self._open() as repo:
             head = self._head(repo)
             if head is None:
                 return []
@@ -185,7 +193,7 @@ class GitStore:
         if not re.fullmatch(r"[0-9a-f]{4,40}", prefix):
             raise GitStoreError(f"{prefix!r} is not a version id (4 to 40 hex characters)")
         self.ensure()
-        with Repo(str(self.git_dir)) as repo:
+        with self._open() as repo:
             head = self._head(repo)
             shas = [e.commit.id.decode() for e in repo.get_walker([head])] if head else []
         matches = [sha for sha in shas if sha.startswith(prefix)]
@@ -197,7 +205,7 @@ class GitStore:
 
     def show(self, sha: str) -> tuple[Version, str]:
         """A version and its diff against its parent."""
-        with Repo(str(self.git_dir)) as repo:
+        with self._open() as repo:
             commit = repo[sha.encode()]
             parent_tree = repo[commit.parents[0]].tree if commit.parents else None  # type: ignore[attr-defined]
             diff = self._diff_bytes(repo, parent_tree, commit.tree)  # type: ignore[attr-defined]
@@ -213,6 +221,8 @@ class GitStore:
 
     @staticmethod
     def _diff_bytes(repo: Repo, old_tree: ObjectID | None, new_tree: ObjectID) -> bytes:
+        from dulwich.patch import write_tree_diff
+
         buffer = io.BytesIO()
         write_tree_diff(buffer, repo.object_store, old_tree, new_tree)
         return buffer.getvalue()
@@ -225,7 +235,7 @@ class GitStore:
         self.commit_manual_edits()
         full = self.resolve(sha)
         undone, _ = self.show(full)
-        with Repo(str(self.git_dir)) as repo:
+        with self._open() as repo:
             parents = repo[full.encode()].parents  # type: ignore[attr-defined]
         if not parents:
             raise GitStoreError(f"{undone.short} is the first version; there is nothing before it")
@@ -284,3 +294,9 @@ def _message(kind: str, stats: dict[str, tuple[int, int]], diff: bytes, max_line
     if len(changed) > max_lines:
         body.append(f"… {len(changed) - max_lines} more changed lines")
     return f"{kind}: {describe_stats(stats)}\n\n" + "\n".join(body) + "\n"
+
+
+def _dulwich_repo() -> type[Repo]:
+    from dulwich.repo import Repo
+
+    return Repo

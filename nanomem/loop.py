@@ -73,9 +73,9 @@ class AgentLoop:
         self._locks = KeyedLocks()
         self._turn_slots = asyncio.Semaphore(settings.agent.max_concurrent_turns)
         self._running: dict[str, asyncio.Task[OutboundMessage]] = {}
+        self._starting: set[str] = set()  # turns whose message is still being saved
+        self._stop_before_start: set[str] = set()
         self._tasks: set[asyncio.Task[Any]] = set()
-        self._tools_tokens = budget.count_tools(tools.schemas())
-        self._system_tokens: tuple[str, int] = ("", 0)
         self._register_builtin_commands()
 
     async def run(self) -> None:
@@ -120,8 +120,23 @@ class AgentLoop:
     async def _stoppable_turn(
         self, msg: InboundMessage, progress: Progress | None
     ) -> OutboundMessage | None:
-        task = asyncio.create_task(self._turn(msg, progress))
-        self._running[msg.session_key] = task
+        # What the person said is saved before the turn exists, so neither a /stop nor a
+        # shutdown can lose it: the turn may be cut short, the message never is.
+        key = msg.session_key
+        self._starting.add(key)
+        saving = asyncio.ensure_future(self._acknowledge(msg))
+        try:
+            session, user = await asyncio.shield(saving)
+        except asyncio.CancelledError:
+            await saving
+            raise
+        finally:
+            self._starting.discard(key)
+        if key in self._stop_before_start:
+            self._stop_before_start.discard(key)
+            return None  # a /stop came while the message was being saved
+        task = asyncio.create_task(self._turn(msg, session, user, progress))
+        self._running[key] = task
         try:
             return await task
         except asyncio.CancelledError:
@@ -132,15 +147,23 @@ class AgentLoop:
         finally:
             self._running.pop(msg.session_key, None)
 
-    async def _turn(self, msg: InboundMessage, progress: Progress | None) -> OutboundMessage:
-        session = await self.sessions.get(msg.session_key)
+    async def _turn(
+        self,
+        msg: InboundMessage,
+        session: Session,
+        user: dict[str, Any],
+        progress: Progress | None,
+    ) -> OutboundMessage:
         for hook in self.before_turn:
             await hook(session, msg)
         system = {"role": "system", "content": await self.context.system_prompt(msg.session_key)}
-        user = self.context.user_message(msg)
-        fixed = self._count_system(system["content"]) + self.budget.count(user) + self._tools_tokens
-        history, history_tokens = session.history(self.budget.prompt_limit - fixed)
-        await self.sessions.append(session, [user])  # acknowledged before the model is asked
+        fixed = (
+            self.budget.count_system(system["content"])
+            + self.budget.count(user)
+            + self.budget.count_tools(self.tools.schema_text)
+        )
+        earlier = len(session.messages) - 1  # everything before the message just saved
+        history, history_tokens = session.history(self.budget.prompt_limit - fixed, end=earlier)
 
         async def report(call: ToolCall) -> None:
             if progress is not None:
@@ -149,10 +172,11 @@ class AgentLoop:
 
         result = ReactResult(text=None)
         limits = self.settings.agent
+        sent = await self.context.with_images(user, msg.media)
         try:
             await react(
                 self.provider,
-                [system, *history, user],
+                [system, *history, sent],
                 self.tools,
                 limits.max_iterations,
                 out=result,
@@ -182,10 +206,11 @@ class AgentLoop:
             return OutboundMessage.answering(msg, text, kind="error")
         return OutboundMessage.answering(msg, result.text)
 
-    def _count_system(self, text: str) -> int:
-        if self._system_tokens[0] != text:  # the system prompt rarely changes: count it once
-            self._system_tokens = (text, self.budget.count({"role": "system", "content": text}))
-        return self._system_tokens[1]
+    async def _acknowledge(self, msg: InboundMessage) -> tuple[Session, dict[str, Any]]:
+        session = await self.sessions.get(msg.session_key)
+        user = self.context.user_message(msg)
+        await self.sessions.append(session, [user])
+        return session, user
 
     def _spawn(self, coro: Awaitable[Any]) -> asyncio.Task[Any]:
         task = asyncio.ensure_future(coro)
@@ -208,7 +233,7 @@ class AgentLoop:
                 await asyncio.wait(still, timeout=2.0)
 
     def is_busy(self, session_key: str) -> bool:
-        return session_key in self._running
+        return session_key in self._running or session_key in self._starting
 
     def _register_builtin_commands(self) -> None:
         register = self.commands.register
@@ -229,6 +254,9 @@ class AgentLoop:
 
     async def _cmd_stop(self, msg: InboundMessage, args: str) -> str:
         task = self._running.get(msg.session_key)
+        if msg.session_key in self._starting:
+            self._stop_before_start.add(msg.session_key)
+            return STOPPED
         if task is None or task.done():
             return NOTHING_TO_STOP
         task.cancel()

@@ -82,11 +82,14 @@ class Session:
             if self.messages[i].get("role") == "user"
         ]
 
-    def history(self, budget_tokens: int) -> tuple[list[dict[str, Any]], int]:
-        """The newest messages that fit the budget, starting at a user turn, in wire format,
-        with their token count. Walks back from the end: the cost depends on the window, not
-        on the session's length."""
-        start = len(self.messages)
+    def history(
+        self, budget_tokens: int, end: int | None = None
+    ) -> tuple[list[dict[str, Any]], int]:
+        """The newest messages before `end` that fit the budget, starting at a user turn, in
+        wire format, with their token count. Walks back from the end: the cost depends on the
+        window, not on the session's length."""
+        end = len(self.messages) if end is None else end
+        start = end
         used = 0
         while start > self.replay_from:
             cost = self.token_count(start - 1)
@@ -94,10 +97,10 @@ class Session:
                 break
             used += cost
             start -= 1
-        while start < len(self.messages) and self.messages[start].get("role") != "user":
+        while start < end and self.messages[start].get("role") != "user":
             used -= self.token_count(start)
             start += 1
-        return to_wire(self.messages[start:]), used
+        return to_wire(self.messages[start:end]), used
 
 
 def to_wire(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:

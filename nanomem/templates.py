@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from jinja2 import ChoiceLoader, Environment, FileSystemLoader, StrictUndefined
+if TYPE_CHECKING:
+    from jinja2 import Environment
 
 _PACKAGE_DIR = Path(__file__).resolve().parent
 
@@ -22,17 +23,26 @@ class Templates:
     def __init__(self, override_dir: Path | None = None) -> None:
         self.override_dir = override_dir
         self._overridden: dict[str, bool] = {}
-        loaders = [FileSystemLoader(str(bundled_dir("templates")))]
-        if override_dir is not None:
-            loaders.insert(0, FileSystemLoader(str(override_dir)))
-        self.env = Environment(
-            loader=ChoiceLoader(loaders),
-            undefined=StrictUndefined,
-            keep_trailing_newline=False,
-            trim_blocks=True,
-            lstrip_blocks=True,
-            autoescape=False,
-        )
+        self._env: Environment | None = None
+
+    @property
+    def env(self) -> Environment:
+        """Built on first use: jinja2 is not needed before the first prompt is rendered."""
+        if self._env is None:
+            from jinja2 import ChoiceLoader, Environment, FileSystemLoader, StrictUndefined
+
+            loaders = [FileSystemLoader(str(bundled_dir("templates")))]
+            if self.override_dir is not None:
+                loaders.insert(0, FileSystemLoader(str(self.override_dir)))
+            self._env = Environment(
+                loader=ChoiceLoader(loaders),
+                undefined=StrictUndefined,
+                keep_trailing_newline=False,
+                trim_blocks=True,
+                lstrip_blocks=True,
+                autoescape=False,
+            )
+        return self._env
 
     def render(self, name: str, **context: Any) -> str:
         if self.override_dir is not None:

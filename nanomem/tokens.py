@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import importlib.util
-import json
 import os
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -98,6 +97,7 @@ class Budget:
     calibration: Calibration
     llm: LLMSettings
     memory: MemorySettings
+    _memo: dict[str, int] = field(default_factory=dict, repr=False)
 
     @property
     def prompt_limit(self) -> int:
@@ -121,5 +121,18 @@ class Budget:
     def count(self, message: dict[str, Any]) -> int:
         return message_tokens(self.tokenizer, message)
 
-    def count_tools(self, schemas: list[dict[str, Any]]) -> int:
-        return self.tokenizer.count(json.dumps(schemas))
+    def count_tools(self, schema_text: str) -> int:
+        return self.count_prompt_text(schema_text)
+
+    def count_system(self, text: str) -> int:
+        return MESSAGE_OVERHEAD + self.count_prompt_text(text)
+
+    def count_prompt_text(self, text: str) -> int:
+        """System prompts and tool schemas repeat turn after turn (one per chat, and the
+        loop and the Consolidator both ask), so their counts are remembered by text."""
+        counted = self._memo.get(text)
+        if counted is None:
+            if len(self._memo) >= 512:
+                self._memo.clear()
+            counted = self._memo[text] = self.tokenizer.count(text)
+        return counted

@@ -64,6 +64,7 @@ class ToolRegistry:
         for tool in tools:
             self.add(tool)
         self._schemas: list[dict[str, Any]] | None = None
+        self._schema_text = "[]"
 
     def add(self, tool: Tool) -> None:
         self._tools[tool.name] = tool
@@ -79,7 +80,14 @@ class ToolRegistry:
     def schemas(self) -> list[dict[str, Any]]:
         if self._schemas is None:
             self._schemas = [tool.schema() for tool in self._tools.values()]
+            self._schema_text = json.dumps(self._schemas)
         return self._schemas
+
+    @property
+    def schema_text(self) -> str:
+        """The schemas as JSON, built once: token counting reads it every turn."""
+        self.schemas()
+        return self._schema_text
 
     async def call(self, name: str, raw_arguments: str) -> str:
         """Run one tool call; every failure comes back as text the model can act on."""

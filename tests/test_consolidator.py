@@ -55,7 +55,9 @@ async def talk(app: App, turns: int, start: int = 0, chat: str = "direct") -> No
 
 
 def prompt_size(app: App, messages: list[dict[str, Any]]) -> int:
-    return sum(app.budget.count(m) for m in messages) + app.budget.count_tools(app.tools.schemas())
+    return sum(app.budget.count(m) for m in messages) + app.budget.count_tools(
+        app.tools.schema_text
+    )
 
 
 async def test_a_long_conversation_stays_inside_the_budget(home: Home) -> None:

@@ -235,8 +235,30 @@ def test_no_traceback_for_an_unwritable_home(tmp_path: Path) -> None:
 
 def test_missing_api_key_is_reported_as_an_auth_problem(home: Home, fake_llm: FakeOpenAI) -> None:
     env = cli_env(home, fake_llm)
-    del env["NANOMEM_LLM__API_KEY"]
+    del env["NANOMEM_LLM__API_KEY"], env["NANOMEM_LLM__API_BASE"]  # OpenAI itself, no key
     env.pop("OPENAI_API_KEY", None)
     result = run_cli("chat", "-m", "hi", env=env)
     assert result.returncode == 1
     assert "refused the API key" in result.stderr
+
+
+def test_a_local_server_needs_no_key(home: Home, fake_llm: FakeOpenAI) -> None:
+    env = cli_env(home, fake_llm)
+    del env["NANOMEM_LLM__API_KEY"]
+    env.pop("OPENAI_API_KEY", None)
+    fake_llm.reply("no key needed")
+    result = run_cli("chat", "-m", "hi", env=env)
+    assert result.stdout.strip() == "no key needed", result.stderr
+
+
+def test_the_direct_transport_does_a_tool_round_trip(home: Home, fake_llm: FakeOpenAI) -> None:
+    fake_llm.tool_call("write_file", {"path": "direct.md", "content": "fast"})
+    fake_llm.reply("Done without litellm.")
+    env = cli_env(home, fake_llm, NANOMEM_LLM__TRANSPORT="direct")
+    result = run_cli("chat", "-m", "write it", env=env)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "Done without litellm."
+    assert result.stderr == ""  # the HTTP session was closed: no "Unclosed" warnings
+    assert (home.workspace / "direct.md").read_text() == "fast"
+    assert fake_llm.requests[0]["model"] == "fake"
+    assert fake_llm.auth_headers[0] == f"Bearer {TEST_KEY}"

@@ -61,7 +61,7 @@ async def test_long_conversation_through_litellm_stays_under_budget(
     chat_requests = [r for r in fake_llm.requests if SUMMARY_MARK not in str(r["messages"][-1])]
     for request in chat_requests:
         size = sum(app.budget.count(m) for m in request["messages"])
-        size += app.budget.count_tools(request["tools"])
+        size += app.budget.count_tools(json.dumps(request["tools"]))
         assert size <= limit, (size, limit)
     entries = history_entries(home)
     assert [e["cursor"] for e in entries] == list(range(1, len(entries) + 1))

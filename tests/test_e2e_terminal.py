@@ -126,6 +126,7 @@ def test_first_run_onboards_interactively(tmp_path, fake_llm: FakeOpenAI) -> Non
     assert 'model = "openai/fake"' in config and 'api_key = "sk-typed-at-the-prompt"' in config
     child.sendline("hello")
     child.expect_exact("echo: ")
+    child.expect_exact(PROMPT)  # a Ctrl-D typed before the prompt is back would be lost
     child.sendcontrol("d")
     child.expect(pexpect.EOF)
 

@@ -208,3 +208,18 @@ async def test_a_tool_call_round_trip_through_the_loop(home: Home) -> None:
         "path": "notes.md",
         "content": "buy milk",
     }
+
+
+async def test_a_stop_right_after_sending_still_keeps_the_message(home: Home) -> None:
+    provider = ScriptedProvider(latency=30)
+    app = make_app(home, provider)
+    turn = asyncio.create_task(app.loop.handle(msg("keep me")))
+    for _ in range(100):  # cancel as early as /stop can reach the turn
+        if app.loop.is_busy("cli:direct"):
+            break
+        await asyncio.sleep(0)
+    stop = await app.loop.handle(msg("/stop"))
+    assert stop is not None and stop.content == "Stopped."
+    assert await turn is None
+    stored = await type(app.sessions)(app.sessions.directory).get("cli:direct")  # from disk
+    assert [m["content"].rsplit("\n", 1)[-1] for m in stored.messages] == ["keep me"]

@@ -1,0 +1,211 @@
+"""A lean direct client for OpenAI-compatible `/chat/completions` (the `direct` transport).
+
+litellm spends milliseconds of CPU per call (cost maps, logging, request transforms), which
+caps how many chats one process can serve; this does one POST over a shared aiohttp session
+and maps answers and failures onto the same Reply and ProviderError categories as
+`litellm_provider.classify`. It never retries: RetryingProvider does that.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import os
+import re
+from typing import Any
+from urllib.parse import urlsplit
+
+import aiohttp
+from loguru import logger
+
+from nanomem.config import LLMSettings
+from nanomem.provider import ErrorCategory, ProviderError, Reply, ToolCall, Usage
+
+OPENAI_BASE = "https://api.openai.com/v1"
+_CONNECTIONS = 256  # one connection per concurrent chat; the default of 100 would queue them
+# classify()'s phrases plus those litellm maps to ContextWindowExceededError itself.
+_CONTEXT_PHRASES = (
+    "context length",
+    "maximum context",
+    "exceed context limit",
+    "model's maximum context limit",
+    "exceeds the available context size",  # llama.cpp
+    "input tokens exceed the configured limit",
+    "exceeds the maximum number of tokens allowed",
+)
+_RATE_LIMIT = re.compile(r"rate[\s_\-]*limit")
+_RATE_PHRASES = ("request too large", "service tier capacity exceeded")
+
+
+class OpenAIHTTPProvider:
+    """Talks to one OpenAI-compatible endpoint; converts its JSON and errors into ours."""
+
+    def __init__(self, settings: LLMSettings) -> None:
+        self.settings = settings
+        self.model = settings.model.removeprefix("openai/")  # litellm's provider prefix
+        # Same fallbacks as litellm: settings, then the OpenAI SDK's environment variables.
+        base = settings.api_base or os.environ.get("OPENAI_BASE_URL")
+        self.base_url = (base or os.environ.get("OPENAI_API_BASE") or OPENAI_BASE).rstrip("/")
+        self.url = f"{self.base_url}/chat/completions"
+        key = settings.api_key.get_secret_value() if settings.api_key is not None else ""
+        self._key = key or os.environ.get("OPENAI_API_KEY", "")
+        self._headers = {"Content-Type": "application/json"}
+        if self._key:
+            self._headers["Authorization"] = f"Bearer {self._key}"
+        self._session: aiohttp.ClientSession | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    async def complete(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None = None,
+        *,
+        max_tokens: int | None = None,
+    ) -> Reply:
+        if not self._key and urlsplit(self.base_url).hostname == "api.openai.com":
+            # OpenAI would answer 401 anyway; a local server may legitimately need no key.
+            raise ProviderError("auth", "Missing credentials: no API key for an OpenAI model")
+        body: dict[str, Any] = {
+            "model": self.model,
+            "messages": messages,
+            "max_tokens": max_tokens or self.settings.max_tokens,
+        }
+        if tools:
+            body["tools"] = tools
+        if self.settings.temperature is not None:
+            body["temperature"] = self.settings.temperature
+        try:
+            # No redirects: following one could carry the key to another host.
+            async with self._client().post(
+                self.url, data=json.dumps(body), headers=self._headers, allow_redirects=False
+            ) as resp:
+                raw = await resp.read()
+                status, retry_after = resp.status, resp.headers.get("Retry-After")
+        except TimeoutError:  # asyncio's, and aiohttp's ServerTimeoutError
+            detail = f"no answer within {self.settings.timeout_s:g} s"
+            raise ProviderError("timeout", detail, 408) from None
+        except aiohttp.ClientError as exc:  # refused, reset, DNS, truncated body, bad URL
+            raise ProviderError("unreachable", self._safe(f"{type(exc).__name__}: {exc}")) from None
+        if not 200 <= status < 300:
+            raise self._error(status, raw, retry_after)
+        return _to_reply(raw)
+
+    async def close(self) -> None:
+        """Close the shared session; one made in another (finished) loop can only be dropped."""
+        session, self._session = self._session, None
+        if session is not None and self._loop is asyncio.get_running_loop():
+            await session.close()
+
+    def _client(self) -> aiohttp.ClientSession:
+        """The shared session, made lazily: aiohttp binds it to the loop it is created in."""
+        loop = asyncio.get_running_loop()
+        if self._session is None or self._session.closed or self._loop is not loop:
+            # A session from another (usually finished) loop cannot be used or closed here.
+            connector = aiohttp.TCPConnector(limit=_CONNECTIONS, limit_per_host=_CONNECTIONS)
+            timeout = aiohttp.ClientTimeout(total=self.settings.timeout_s)
+            self._session = aiohttp.ClientSession(connector=connector, timeout=timeout)
+            self._loop = loop
+        return self._session
+
+    def _error(self, status: int, raw: bytes, retry_after: str | None) -> ProviderError:
+        text = raw.decode("utf-8", "replace")
+        category = categorize(status, text)
+        logger.debug("provider error (status {}): {}", status, self._safe(text[:500]))
+        detail = self._safe(f"HTTP {status}: {_message(text)[:300]}")
+        return ProviderError(category, detail, status, _seconds(retry_after))
+
+    def _safe(self, text: str) -> str:
+        # Servers and proxies sometimes echo the request; the key must never reach a log or chat.
+        return text.replace(self._key, "***") if self._key else text
+
+
+def categorize(status: int, body: str) -> ErrorCategory:
+    """The category litellm's exception mapping + classify() give this HTTP status and body."""
+    lowered = body.lower()
+    if any(phrase in lowered for phrase in _CONTEXT_PHRASES):
+        return "context_too_long"
+    # litellm makes any error whose text talks of a rate limit a RateLimitError (429).
+    if status == 429 or _RATE_LIMIT.search(lowered) or any(p in lowered for p in _RATE_PHRASES):
+        return "quota" if "quota" in lowered or "billing" in lowered else "rate_limited"
+    if status in (408, 504) or "a timeout occurred" in lowered:
+        return "timeout"
+    if "missing credentials" in lowered or "no api key" in lowered:
+        return "auth"
+    if status == 500 and "connect" in lowered:
+        return "unreachable"  # e.g. a proxy that could not reach the model
+    if status in (401, 403):
+        return "auth"
+    if status == 404 or ("model_not_found" in lowered and "invalid_request_error" in lowered):
+        return "not_found"
+    if status == 409 or status >= 500:
+        return "server"
+    if 400 <= status < 500:
+        return "bad_request"
+    return "unreachable" if "connection" in lowered else "server"
+
+
+def _message(text: str) -> str:
+    """The human part of an OpenAI-style error body, else the (trimmed) body itself."""
+    try:
+        error = json.loads(text).get("error")
+    except (ValueError, AttributeError):
+        return " ".join(text.split())
+    if isinstance(error, dict) and isinstance(error.get("message"), str):
+        return str(error["message"])
+    return error if isinstance(error, str) else " ".join(text.split())
+
+
+def _seconds(value: str | None) -> float | None:
+    """Retry-After in seconds; an HTTP-date form is ignored, like litellm's adapter does."""
+    try:
+        seconds = float(value) if value is not None else math.nan
+    except ValueError:
+        return None
+    return max(0.0, seconds) if math.isfinite(seconds) else None
+
+
+def _to_reply(raw: bytes) -> Reply:
+    try:
+        data = json.loads(raw)
+        choice = data["choices"][0]
+        message = choice["message"]
+        calls = tuple(
+            ToolCall(
+                id=call.get("id") or f"call_{index}",
+                name=call["function"].get("name") or "",
+                arguments=_arguments(call["function"].get("arguments")),
+            )
+            for index, call in enumerate(message.get("tool_calls") or ())
+        )
+        content = message.get("content")
+        usage = data.get("usage")
+        finish_reason = choice.get("finish_reason")
+    except (ValueError, LookupError, TypeError, AttributeError):
+        snippet = " ".join(raw[:120].decode("utf-8", "replace").split())
+        raise ProviderError("server", f"malformed response: {snippet!r}") from None
+    content = content if isinstance(content, str) else None
+    if not calls and not (content and content.strip()):
+        raise ProviderError("empty", "the model returned no text and no tool call")
+    return Reply(
+        content=content,
+        tool_calls=calls,
+        usage=_usage(usage),
+        finish_reason=finish_reason if isinstance(finish_reason, str) else None,
+    )
+
+
+def _arguments(value: Any) -> str:
+    # Kept as the raw text (malformed JSON included): the tool registry validates it.
+    if isinstance(value, str):
+        return value or "{}"
+    return "{}" if value is None else json.dumps(value)
+
+
+def _usage(usage: Any) -> Usage | None:
+    if not isinstance(usage, dict):
+        return None
+    try:
+        return Usage(int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0))
+    except (TypeError, ValueError):
+        return None
