@@ -83,14 +83,14 @@ class Consolidator:
         """Block the turn only when its prompt would not fit; otherwise stay out of the way."""
         await self.recover(session)
         # The new message is already saved in the session, so the estimate includes it.
-        if await self.estimate(session) > self.budget.prompt_limit:
+        if await self.estimate(session, fresh=False) > self.budget.prompt_limit:
             await self.consolidate(session)
 
     async def after_turn(self, session: Session) -> None:
         """Runs in the background: start early, so no turn has to wait later."""
         if self._lock(session).locked():
             return
-        if await self.estimate(session) > self.budget.trigger:
+        if await self.estimate(session, fresh=False) > self.budget.trigger:
             await self.consolidate(session)
 
     async def before_new(self, session: Session) -> str | None:
@@ -103,11 +103,16 @@ class Consolidator:
 
     # -- consolidation --------------------------------------------------------------------
 
-    async def estimate(self, session: Session) -> int:
-        """The next prompt's size: system prompt, tools, and what the model still sees."""
-        system = await self.context.system_prompt(session.key)
+    async def estimate(self, session: Session, *, fresh: bool = True) -> int:
+        """The next prompt's size: system prompt, tools, and what the model still sees.
+
+        Not `fresh`: the system prompt's size from the chat's last turn, which is what the
+        quick checks around every turn need (building the prompt again costs a file scan)."""
+        system_tokens = session.system_tokens
+        if fresh or system_tokens is None:
+            system_tokens = self.budget.count_system(await self.context.system_prompt(session.key))
         raw = (
-            self.budget.count_system(system)
+            system_tokens
             + self.budget.count_tools(self.tools.schema_text)
             + session.unconsolidated_tokens()
         )

@@ -157,8 +157,9 @@ class AgentLoop:
         for hook in self.before_turn:
             await hook(session, msg)
         system = {"role": "system", "content": await self.context.system_prompt(msg.session_key)}
+        session.system_tokens = self.budget.count_system(system["content"])
         fixed = (
-            self.budget.count_system(system["content"])
+            session.system_tokens
             + self.budget.count(user)
             + self.budget.count_tools(self.tools.schema_text)
         )

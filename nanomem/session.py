@@ -45,6 +45,8 @@ class Session:
     messages: list[dict[str, Any]] = field(default_factory=list)
     state: dict[str, Any] = field(default_factory=dict)
     counter: Counter = field(default=estimate_tokens, repr=False)
+    system_tokens: int | None = None  # size of the system prompt of the last turn (not saved)
+    unsaved: bool = False  # a new session: the header goes out with the first write
     _tokens: list[int] = field(default_factory=list, repr=False)
     # Running sum of tokens over messages[_sum_from:_sum_to], kept up to date incrementally.
     _sum_from: int = field(default=0, repr=False)
@@ -162,14 +164,24 @@ class SessionStore:
         stamped = [m if "ts" in m else {**m, "ts": now_iso()} for m in messages]
         lines = [json.dumps(m, ensure_ascii=False) for m in stamped]
         async with self._write_lock(session):
-            await asyncio.to_thread(append_lines, session.path, lines)
+            await asyncio.to_thread(append_lines, session.path, self._header(session) + lines)
             session.messages.extend(stamped)
 
     async def update_state(self, session: Session, **changes: Any) -> None:
         record = {"_type": "state", **changes, "ts": now_iso()}
         async with self._write_lock(session):
-            await asyncio.to_thread(append_lines, session.path, [json.dumps(record)])
+            lines = [*self._header(session), json.dumps(record)]
+            await asyncio.to_thread(append_lines, session.path, lines)
             session.state.update(changes)
+
+    @staticmethod
+    def _header(session: Session) -> list[str]:
+        """The versioned first line, for a session that has no file yet."""
+        if not session.unsaved:
+            return []
+        session.unsaved = False
+        header = {"_type": "session", "version": FORMAT_VERSION, "key": session.key}
+        return [json.dumps({**header, "created_at": session.created_at})]
 
     def _write_lock(self, session: Session) -> asyncio.Lock:
         return self._write_locks.setdefault(session.path, asyncio.Lock())
@@ -187,10 +199,7 @@ class SessionStore:
         self.directory.mkdir(parents=True, exist_ok=True)
         path = self.directory / session_filename(key)
         if not path.exists():
-            session = Session(key=key, path=path, created_at=now_iso(), counter=self.counter)
-            header = {"_type": "session", "version": FORMAT_VERSION, "key": key}
-            append_lines(path, [json.dumps({**header, "created_at": session.created_at})])
-            return session
+            return Session(key, path, now_iso(), counter=self.counter, unsaved=True)
         torn = truncate_torn_tail(path)
         if torn:
             logger.warning("session {}: dropped a torn last line ({} bytes)", key, len(torn))

@@ -117,9 +117,19 @@ def test_to_wire_drops_orphan_tool_calls() -> None:
 async def test_cache_is_bounded(tmp_path: Path) -> None:
     store = SessionStore(tmp_path, cache_size=3)
     for i in range(10):
-        await store.get(f"k{i}")
+        await store.append(await store.get(f"k{i}"), [user("hi")])
     assert store.cached == 3
     assert store.count() == 10
+    assert [m["content"] for m in (await store.get("k0")).messages] == ["hi"]  # reloaded
+
+
+async def test_a_session_file_appears_with_its_first_message(tmp_path: Path) -> None:
+    store = SessionStore(tmp_path)
+    session = await store.get("only:looked-at")
+    assert store.count() == 0
+    await store.append(session, [user("now")])
+    lines = session.path.read_text().splitlines()
+    assert json.loads(lines[0])["_type"] == "session" and len(lines) == 2
 
 
 async def test_unconsolidated_tokens_follow_appends_and_the_boundary(tmp_path: Path) -> None:

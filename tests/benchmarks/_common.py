@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import os
 import statistics
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -91,3 +92,29 @@ def table(headers: list[str], rows: list[list[Any]]) -> str:
 
 def verdict(ok: bool) -> str:
     return "PASS" if ok else "FAIL"
+
+
+class ModelServer:
+    """The loopback fake model in a process of its own, as a real model server would be:
+    its CPU is not charged to the process under measurement."""
+
+    def __init__(self, latency: float = 0.0) -> None:
+        self.latency = latency
+        self.base_url = ""
+        self._process: subprocess.Popen[str] | None = None
+
+    def __enter__(self) -> ModelServer:
+        self._process = subprocess.Popen(
+            [sys.executable, "-m", "tests.fakes.openai_server", "--latency", str(self.latency)],
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert self._process.stdout is not None
+        self.base_url = self._process.stdout.readline().strip()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._process is not None:
+            self._process.terminate()
+            self._process.wait(timeout=10)

@@ -115,10 +115,13 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--turns", type=int, default=30)
     parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--transport", choices=["litellm", "direct"], default="litellm")
     args = parser.parse_args()
     profile = cProfile.Profile() if args.profile else None
     with tempfile.TemporaryDirectory() as tmp, FakeOpenAI() as server:
-        app = _common.make_app(_common.new_home(Path(tmp)), server.base_url)
+        app = _common.make_app(
+            _common.new_home(Path(tmp)), server.base_url, llm={"transport": args.transport}
+        )
         results = asyncio.run(measure(app, server, args.turns, profile))
     base = _common.median(results[SIZES[0]][0])
     rows = []
@@ -136,7 +139,10 @@ def main() -> int:
         "p90 ms",
         "ratio to 10",
     ]
-    print(f"### Per-turn overhead vs session length ({args.turns} turns, zero-latency model)\n")
+    print(
+        f"### Per-turn overhead vs session length ({args.turns} turns, zero-latency model, "
+        f"llm.transport = {args.transport})\n"
+    )
     print(_common.table(headers, rows))
     print(f"\n{_common.verdict(ok)}: ratio at {SIZES[-1]:,} messages ≤ {TARGET}×")
     if profile is not None:

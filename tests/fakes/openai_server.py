@@ -368,3 +368,25 @@ class FakeOpenAI:
         await resp.write(b"data: [DONE]\n\n")
         await resp.write_eof()
         return resp
+
+
+def main() -> None:
+    """Serve the echo fallback from a process of its own (benchmarks: the model's CPU is then
+    not charged to the process being measured). Prints the base URL, then serves until killed."""
+    import argparse
+    import signal
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--latency", type=float, default=0.0)
+    args = parser.parse_args()
+    server = FakeOpenAI(model_latency=args.latency).start()
+    print(server.base_url, flush=True)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    with contextlib.suppress(KeyboardInterrupt):
+        stop.wait()
+    server.stop()
+
+
+if __name__ == "__main__":
+    main()
