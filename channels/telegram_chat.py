@@ -238,11 +238,10 @@ class Delivery:
                 await self._send(msg.chat_id, text, html=html, reply_to=reply_to)
             except SendError as exc:
                 logger.error(
-                    "telegram: gave up delivering part {}/{} of a {} to chat {}: {} "
-                    "(the turn is saved in the session)",
+                    "telegram: gave up sending {} part {}/{} to chat {}: {}",
+                    msg.kind,
                     number,
                     len(chunks),
-                    msg.kind,
                     msg.chat_id,
                     exc,
                 )
@@ -358,7 +357,8 @@ class PollWatch:
             return f"telegram: polling fails: {self.error}"
         quiet = time.monotonic() - self.last_ok
         if quiet > self.stall_after_s:
-            return f"telegram: no answer to polling for {quiet:.0f} s"
+            cause = f" (last error: {self.error})" if self.error else ""
+            return f"telegram: no answer to polling for {quiet:.0f} s{cause}"
         return None
 
     def report(self, problem: str | None) -> None:

@@ -74,9 +74,6 @@ class ChatQueues:
         finally:
             del self._jobs[chat], self._workers[chat]
 
-    def depth(self) -> int:
-        return sum(len(jobs) for jobs in self._jobs.values()) + len(self._workers)
-
     async def drain(self, within_s: float) -> bool:
         """Wait up to `within_s` seconds for every queued job; True when all of them ran."""
         loop = asyncio.get_running_loop()

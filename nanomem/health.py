@@ -58,7 +58,7 @@ class Health:
             check = self.problems.get(name)
             problem = check() if check is not None and report.state == "up" else None
             if problem:
-                shown.update(state="down", detail=problem)
+                shown.update(state="down", detail=redact(problem))
             channels[name] = shown
         healthy = all(c["state"] == "up" for c in channels.values())
         body = {
