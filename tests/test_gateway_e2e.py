@@ -303,6 +303,8 @@ def test_health_reports_and_turns_503_while_the_token_is_refused(
         lambda: any(t.endswith("back again") for t in texts(telegram.sent_messages(1010))),
         what="an answer after recovery",
     )
+    log = (gateway.home.logs / "nanomem.log").read_text() + "".join(gateway.lines)
+    assert TOKEN_REJECTED in log and telegram.token not in log  # PTB's errors are redacted
 
 
 @pytest.fixture
