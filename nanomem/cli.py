@@ -321,6 +321,7 @@ def cmd_dream(args: argparse.Namespace) -> int:
     from nanomem.dream import DreamBusy, DreamResult
 
     app = _memory_app(args, needs_model=True)
+
     async def dream_once() -> DreamResult:
         try:
             return await app.dream.run("cli")

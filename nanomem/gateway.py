@@ -145,6 +145,7 @@ class Gateway:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         for name, channel in self.channels.items():
             await self._bounded(channel.stop(), name)
+        await self._bounded(self.app.aclose(), "the model client")
 
     def _outboxes_busy(self) -> bool:
         return any(self.app.bus.outbound_depth().get(name) for name in self.channels)

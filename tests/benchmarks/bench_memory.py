@@ -120,10 +120,10 @@ def bench_history(root: Path) -> tuple[list[list[object]], bool]:
         timings[size] = medians
         rows.append([size, *(f"{m:.3f}" for m in medians)])
     small, large = timings[HISTORY_SIZES[0]], timings[HISTORY_SIZES[-1]]
-    # Appends are dominated by fsync, which is noisy; allow it more slack than the reads.
-    ok = large[0] <= small[0] * 2 + 1 and all(
-        big <= little * 1.5 + 0.3 for little, big in zip(small[1:], large[1:], strict=True)
-    )
+    # A whole-file re-parse would cost ~100x more with 100x the entries; a binary search or
+    # a bounded backwards read costs a small constant more. Under 3x tells them apart on a
+    # shared machine whose fsync and cache timings wander.
+    ok = all(big <= little * 3 for little, big in zip(small, large, strict=True))
     return rows, ok
 
 
@@ -148,7 +148,7 @@ def main() -> int:
         )
     )
     print(
-        "\nTarget: flat from 1,000 to 100,000 entries (no whole-file re-parse) — "
+        "\nTarget: 100× the entries costs under 3× the time (no whole-file re-parse) — "
         f"{_common.verdict(history_ok)}"
     )
     return 0 if estimate_ok and history_ok else 1
