@@ -13,14 +13,15 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     NANOMEM_GATEWAY__PORT=18790
 
 WORKDIR /app
-COPY requirements.lock ./
-RUN pip install --no-cache-dir --require-hashes -r requirements.lock
+# Runtime dependencies and the build backend, all pinned by hash: nothing unlocked is fetched.
+COPY requirements.lock requirements-build.lock ./
+RUN pip install --no-cache-dir --require-hashes -r requirements.lock -r requirements-build.lock
 COPY pyproject.toml README.md LICENSE ./
 COPY nanomem ./nanomem
 COPY channels ./channels
 COPY templates ./templates
 COPY workspace-template ./workspace-template
-RUN pip install --no-cache-dir --no-deps . \
+RUN pip install --no-cache-dir --no-deps --no-build-isolation . \
     && groupadd --gid 10001 nanomem \
     && useradd --create-home --uid 10001 --gid 10001 nanomem \
     && mkdir -p /data \

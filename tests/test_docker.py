@@ -26,6 +26,7 @@ from tests.fakes.telegram_server import FakeTelegram
 ROOT = Path(__file__).resolve().parent.parent
 # What RUN may do besides pip: create the unprivileged user and the data folder.
 USER_SETUP = ("groupadd", "useradd", "mkdir", "chown")
+LOCKS = ("requirements.lock", "requirements-build.lock")
 
 
 def instructions() -> list[tuple[str, str]]:
@@ -99,8 +100,10 @@ def test_the_image_is_slim_unprivileged_and_runs_the_gateway() -> None:
     assert json.loads(values("CMD")[0]) == ["nanomem", "gateway"]
     assert healthcheck()[0] == "python"  # no curl in a slim image
     first, second = pip_commands()
-    assert "--require-hashes" in first and first[-2:] == ["-r", "requirements.lock"]
+    assert "--require-hashes" in first
+    assert first[-4:] == ["-r", "requirements.lock", "-r", "requirements-build.lock"]
     assert "--no-deps" in second  # the project itself adds no unlocked dependency
+    assert "--no-build-isolation" in second  # ...and its build backend comes from the lock
 
 
 @pytest.fixture(scope="module")
@@ -111,7 +114,8 @@ def image(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFacto
     under a hash of the lock file and the command; the project is reinstalled on every run.
     """
     first, *rest = pip_commands()
-    digest = hashlib.sha256((ROOT / "requirements.lock").read_bytes() + str(first).encode())
+    locks = b"".join((ROOT / name).read_bytes() for name in LOCKS)
+    digest = hashlib.sha256(locks + str(first).encode())
     cache = request.config.cache.mkdir("docker-venv")
     prefix = cache / digest.hexdigest()[:16]
     context = tmp_path_factory.mktemp("image") / "app"

@@ -2,10 +2,22 @@ import asyncio
 import json
 from datetime import UTC, datetime, timedelta
 
+from nanomem.app import App
 from nanomem.history import NewEntry
 from nanomem.onboard import Home
 from nanomem.scripted import ScriptedProvider, text
 from tests.conftest import make_app
+
+
+async def run_until_a_dream_is_recorded(app: App, home: Home) -> None:
+    app.scheduler.start()
+    try:
+        for _ in range(100):
+            if home.dream_state.exists():
+                return
+            await asyncio.sleep(0.05)
+    finally:
+        await app.scheduler.stop(grace_s=5)
 
 
 def test_first_run_follows_the_persisted_last_run(home: Home) -> None:
@@ -24,14 +36,7 @@ async def test_the_scheduler_dreams_on_its_own_and_records_it(home: Home) -> Non
     app = make_app(home, ScriptedProvider([text("NOTHING"), text("ok")]))
     app.scheduler.startup_delay_s = 0.2
     await app.history.append([NewEntry("cli:direct", "- a fact", "summary")])
-    app.scheduler.start()
-    try:
-        for _ in range(100):
-            if home.dream_state.exists():
-                break
-            await asyncio.sleep(0.05)
-    finally:
-        await app.scheduler.stop(grace_s=5)
+    await run_until_a_dream_is_recorded(app, home)
     state = json.loads(home.dream_state.read_text())
     assert state["trigger"] == "schedule" and state["status"] == "unchanged"
     assert app.history.dream_cursor() == 1
@@ -44,14 +49,7 @@ async def test_a_backlog_of_history_starts_a_dream_early(home: Home) -> None:
     app.scheduler.startup_delay_s = 3600
     app.scheduler.backlog_check_s = 0.1
     await app.history.append([NewEntry("cli:direct", f"- fact {i}", "summary") for i in range(3)])
-    app.scheduler.start()
-    try:
-        for _ in range(100):
-            if home.dream_state.exists():
-                break
-            await asyncio.sleep(0.05)
-    finally:
-        await app.scheduler.stop(grace_s=5)
+    await run_until_a_dream_is_recorded(app, home)
     assert json.loads(home.dream_state.read_text())["trigger"] == "backlog"
 
 

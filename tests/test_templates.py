@@ -2,6 +2,7 @@
 
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import get_args
 
 import pytest
 from jinja2 import UndefinedError
@@ -9,6 +10,7 @@ from jinja2 import UndefinedError
 from nanomem.bus import InboundMessage
 from nanomem.context import ContextBuilder
 from nanomem.history import HistoryEntry
+from nanomem.provider import ErrorCategory
 from nanomem.skills import Skill, Skills
 from nanomem.templates import Templates, bundled_dir
 
@@ -63,18 +65,7 @@ def test_missing_variables_are_errors_not_blanks() -> None:
 
 
 def test_every_error_category_has_its_own_message() -> None:
-    categories = [
-        "unreachable",
-        "auth",
-        "rate_limited",
-        "quota",
-        "context_too_long",
-        "timeout",
-        "not_found",
-        "bad_request",
-        "empty",
-        "server",
-    ]
+    categories = get_args(ErrorCategory)  # every category the providers can report
     texts = {Templates().render("provider_error.md.j2", category=c, model="m") for c in categories}
     assert len(texts) == len(categories)
 
