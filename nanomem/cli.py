@@ -193,28 +193,10 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_chat(args: argparse.Namespace) -> int:
-    from nanomem.log import setup_logging
-    from nanomem.onboard import onboard
-
-    home = _home(args)
     interactive = args.message is None
-    if not home.config.exists() and args.config is None:
-        if interactive:
-            cmd_onboard(argparse.Namespace(home=home.root, config=None, model=None))
-        else:
-            onboard(home)
-    settings = _settings(args, home)
-    if not settings.llm.model:
-        if not (interactive and sys.stdin.isatty()):
-            raise CliError(NO_MODEL.format(config=_config_path(args, home)), EXIT_CONFIG)
-        settings = _ask_for_model(args, home)
     # Keep the terminal and `-m` output clean: logs go to the file, and to stderr only for
     # errors, unless the person asked for a level on the command line.
-    stderr_level = args.log_level or "ERROR"
-    setup_logging(settings.log.level, home.logs, stderr_level=stderr_level)
-    from nanomem.app import build_app
-
-    app = build_app(settings, home)
+    app = _app(args, needs_model=True, stderr_level=args.log_level or "ERROR", ask=interactive)
     if not interactive:
         return asyncio.run(_one_shot(app, args.session, _message_text(args.message)))
     return asyncio.run(_interactive(app, args.session))
@@ -282,45 +264,45 @@ async def _interactive(app: App, session: str) -> int:
 
 def cmd_gateway(args: argparse.Namespace) -> int:
     from nanomem.config import ConfigError
-    from nanomem.log import setup_logging
-    from nanomem.onboard import onboard
-
-    home = _home(args)
-    if not home.config.exists() and args.config is None:
-        onboard(home)  # a fresh container volume: configured by environment variables
-    settings = _settings(args, home)
-    if not settings.llm.model:
-        raise CliError(NO_MODEL.format(config=_config_path(args, home)), EXIT_CONFIG)
-    setup_logging(settings.log.level, home.logs, stderr_level=args.log_level)
-    from nanomem.app import build_app
     from nanomem.gateway import Gateway
 
+    # A fresh container volume is onboarded silently and configured by environment variables.
+    app = _app(args, needs_model=True, stderr_level=args.log_level)
     try:
-        gateway = Gateway.from_app(build_app(settings, home))
+        gateway = Gateway.from_app(app)
         return asyncio.run(gateway.run())
     except ConfigError as exc:
         raise CliError(str(exc), EXIT_CONFIG) from None
 
 
-def _memory_app(args: argparse.Namespace, *, needs_model: bool) -> App:
+def _app(
+    args: argparse.Namespace, *, needs_model: bool, stderr_level: str | None, ask: bool = False
+) -> App:
+    """Home (onboarded if missing), settings, logging, then the app. With `ask`, a person at a
+    terminal is asked for what is missing instead of being told to set it."""
     from nanomem.app import build_app
     from nanomem.log import setup_logging
     from nanomem.onboard import onboard
 
     home = _home(args)
     if not home.config.exists() and args.config is None:
-        onboard(home)
+        if ask:
+            cmd_onboard(argparse.Namespace(home=home.root, config=None, model=None))
+        else:
+            onboard(home)
     settings = _settings(args, home)
     if needs_model and not settings.llm.model:
-        raise CliError(NO_MODEL.format(config=_config_path(args, home)), EXIT_CONFIG)
-    setup_logging(settings.log.level, home.logs, stderr_level=args.log_level or "ERROR")
+        if not (ask and sys.stdin.isatty()):
+            raise CliError(NO_MODEL.format(config=_config_path(args, home)), EXIT_CONFIG)
+        settings = _ask_for_model(args, home)
+    setup_logging(settings.log.level, home.logs, stderr_level=stderr_level)
     return build_app(settings, home)
 
 
 def cmd_dream(args: argparse.Namespace) -> int:
     from nanomem.dream import DreamBusy, DreamResult
 
-    app = _memory_app(args, needs_model=True)
+    app = _app(args, needs_model=True, stderr_level=args.log_level or "ERROR")
 
     async def dream_once() -> DreamResult:
         try:
@@ -340,7 +322,7 @@ def cmd_memory(args: argparse.Namespace) -> int:
     from nanomem.gitstore import GitStoreError
     from nanomem.memory_commands import MemoryCommands
 
-    app = _memory_app(args, needs_model=False)
+    app = _app(args, needs_model=False, stderr_level=args.log_level or "ERROR")
     texts = MemoryCommands(app.dream, app.git)
     try:
         if args.memory_command == "log":

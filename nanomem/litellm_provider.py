@@ -13,7 +13,7 @@ from typing import Any
 from loguru import logger
 
 from nanomem.config import LLMSettings
-from nanomem.provider import ErrorCategory, ProviderError, Reply, ToolCall, Usage
+from nanomem.provider import ErrorCategory, ProviderError, Reply, ToolCall, Usage, categorize
 
 _import_lock = threading.Lock()
 _module: ModuleType | None = None
@@ -144,32 +144,20 @@ def classify(exc: Exception) -> ProviderError:
     status = getattr(exc, "status_code", None)
     name = type(exc).__name__
     text = str(exc)
-    lowered = text.lower()
     category: ErrorCategory
-    if "Timeout" in name or status == 408:
+    # litellm's exception classes say a little more than the status; the rest is shared.
+    if "Timeout" in name:
         category = "timeout"
-    elif (
-        "ContextWindowExceeded" in name
-        or "context length" in lowered
-        or ("maximum context" in lowered)
-    ):
+    elif "ContextWindowExceeded" in name:
         category = "context_too_long"
-    elif "missing credentials" in lowered or "no api key" in lowered:
-        category = "auth"  # the OpenAI SDK raises this before any request, as a "500"
-    elif "APIConnectionError" in name or ("connect" in lowered and status in (None, 500)):
+    elif "APIConnectionError" in name:
         category = "unreachable"
-    elif status in (401, 403) or "Authentication" in name or "PermissionDenied" in name:
+    elif "Authentication" in name or "PermissionDenied" in name:
         category = "auth"
-    elif status == 429:
-        category = "quota" if "quota" in lowered or "billing" in lowered else "rate_limited"
-    elif status == 404 or "NotFound" in name:
+    elif "NotFound" in name:
         category = "not_found"
-    elif status == 409 or (isinstance(status, int) and status >= 500):
-        category = "server"
-    elif isinstance(status, int) and 400 <= status < 500:
-        category = "bad_request"
     else:
-        category = "unreachable" if "connection" in lowered else "server"
+        category = categorize(status if isinstance(status, int) else None, text)
     logger.debug("provider error {} (status {}): {}", name, status, text[:500])
     return ProviderError(category, f"{name}: {text[:300]}", status, _retry_after(exc))
 

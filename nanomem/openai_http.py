@@ -12,7 +12,6 @@ import asyncio
 import json
 import math
 import os
-import re
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -20,22 +19,10 @@ import aiohttp
 from loguru import logger
 
 from nanomem.config import LLMSettings
-from nanomem.provider import ErrorCategory, ProviderError, Reply, ToolCall, Usage
+from nanomem.provider import ProviderError, Reply, ToolCall, Usage, categorize
 
 OPENAI_BASE = "https://api.openai.com/v1"
 _CONNECTIONS = 256  # one connection per concurrent chat; the default of 100 would queue them
-# classify()'s phrases plus those litellm maps to ContextWindowExceededError itself.
-_CONTEXT_PHRASES = (
-    "context length",
-    "maximum context",
-    "exceed context limit",
-    "model's maximum context limit",
-    "exceeds the available context size",  # llama.cpp
-    "input tokens exceed the configured limit",
-    "exceeds the maximum number of tokens allowed",
-)
-_RATE_LIMIT = re.compile(r"rate[\s_\-]*limit")
-_RATE_PHRASES = ("request too large", "service tier capacity exceeded")
 
 
 class OpenAIHTTPProvider:
@@ -118,31 +105,6 @@ class OpenAIHTTPProvider:
     def _safe(self, text: str) -> str:
         # Servers and proxies sometimes echo the request; the key must never reach a log or chat.
         return text.replace(self._key, "***") if self._key else text
-
-
-def categorize(status: int, body: str) -> ErrorCategory:
-    """The category litellm's exception mapping + classify() give this HTTP status and body."""
-    lowered = body.lower()
-    if any(phrase in lowered for phrase in _CONTEXT_PHRASES):
-        return "context_too_long"
-    # litellm makes any error whose text talks of a rate limit a RateLimitError (429).
-    if status == 429 or _RATE_LIMIT.search(lowered) or any(p in lowered for p in _RATE_PHRASES):
-        return "quota" if "quota" in lowered or "billing" in lowered else "rate_limited"
-    if status in (408, 504) or "a timeout occurred" in lowered:
-        return "timeout"
-    if "missing credentials" in lowered or "no api key" in lowered:
-        return "auth"
-    if status == 500 and "connect" in lowered:
-        return "unreachable"  # e.g. a proxy that could not reach the model
-    if status in (401, 403):
-        return "auth"
-    if status == 404 or ("model_not_found" in lowered and "invalid_request_error" in lowered):
-        return "not_found"
-    if status == 409 or status >= 500:
-        return "server"
-    if 400 <= status < 500:
-        return "bad_request"
-    return "unreachable" if "connection" in lowered else "server"
 
 
 def _message(text: str) -> str:

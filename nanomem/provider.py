@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import re
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -22,6 +23,18 @@ ErrorCategory = Literal[
     "empty",
 ]
 RETRYABLE: frozenset[str] = frozenset({"unreachable", "rate_limited", "timeout", "server", "empty"})
+# What providers say when the prompt is too long (litellm's list, llama.cpp's wording).
+_CONTEXT_PHRASES = (
+    "context length",
+    "maximum context",
+    "exceed context limit",
+    "model's maximum context limit",
+    "exceeds the available context size",  # llama.cpp
+    "input tokens exceed the configured limit",
+    "exceeds the maximum number of tokens allowed",
+)
+_RATE_LIMIT = re.compile(r"rate[\s_\-]*limit")
+_RATE_PHRASES = ("request too large", "service tier capacity exceeded")
 
 
 @dataclass(frozen=True)
@@ -75,6 +88,33 @@ class ProviderError(Exception):
     @property
     def retryable(self) -> bool:
         return self.category in RETRYABLE
+
+
+def categorize(status: int | None, text: str) -> ErrorCategory:
+    """The category of a failed model call from its HTTP status (None when no answer came)
+    and its error text: one set of rules for every transport."""
+    lowered = text.lower()
+    code = status or 0
+    if any(phrase in lowered for phrase in _CONTEXT_PHRASES):
+        return "context_too_long"
+    # Any error that talks of a rate limit is one, whatever its status (litellm agrees).
+    if code == 429 or _RATE_LIMIT.search(lowered) or any(p in lowered for p in _RATE_PHRASES):
+        return "quota" if "quota" in lowered or "billing" in lowered else "rate_limited"
+    if code in (408, 504) or "a timeout occurred" in lowered:
+        return "timeout"
+    if "missing credentials" in lowered or "no api key" in lowered:
+        return "auth"  # the OpenAI SDK says this before sending anything, as a "500"
+    if code in (0, 500) and "connect" in lowered:
+        return "unreachable"  # a refused connection, or a proxy that could not reach the model
+    if code in (401, 403):
+        return "auth"
+    if code == 404 or ("model_not_found" in lowered and "invalid_request_error" in lowered):
+        return "not_found"
+    if code == 409 or code >= 500:
+        return "server"
+    if 400 <= code < 500:
+        return "bad_request"
+    return "unreachable" if "connection" in lowered else "server"
 
 
 class Provider(Protocol):

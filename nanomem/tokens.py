@@ -19,13 +19,6 @@ class Tokenizer(Protocol):
     def count(self, text: str) -> int: ...
 
 
-class CharTokenizer:
-    """Four characters a token: no dependencies, for tests and as a fallback."""
-
-    def count(self, text: str) -> int:
-        return (len(text) + 3) // 4
-
-
 class BpeTokenizer:
     """cl100k via tiktoken, reading the BPE file litellm ships (so it works offline and
     without paying for importing litellm itself)."""

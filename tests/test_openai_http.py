@@ -11,8 +11,8 @@ import pytest
 from pydantic import SecretStr
 
 from nanomem.config import LLMSettings
-from nanomem.openai_http import OpenAIHTTPProvider, _to_reply, categorize
-from nanomem.provider import ProviderError, RetryingProvider
+from nanomem.openai_http import OpenAIHTTPProvider, _to_reply
+from nanomem.provider import ProviderError, RetryingProvider, categorize
 from tests.conftest import TEST_KEY
 from tests.fakes.openai_server import FakeOpenAI
 
