@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import os
+from collections import OrderedDict
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
@@ -21,6 +23,7 @@ IMAGE_TYPES = {
     ".webp": "image/webp",
     ".gif": "image/gif",
 }
+PROMPT_CACHE_SIZE = 256
 MEMORY_FILES = {
     "soul": "SOUL.md",
     "user": "USER.md",
@@ -47,7 +50,12 @@ class ContextBuilder:
         self.history = history
         self.history_chars = history_chars
         self.vision = vision
-        self._cache: dict[str, tuple[tuple[Any, ...], str]] = {}
+        # Keyed by what the prompt is made of, not by chat: every chat without history
+        # entries of its own shares one rendering.
+        self._cache: OrderedDict[tuple[Any, ...], str] = OrderedDict()
+        self._memory_paths = [str(workspace / rel) for rel in MEMORY_FILES.values()]
+        self._skills_dir = str(skills.directory)
+        self._overrides_dir = str(workspace / "templates")
 
     async def system_prompt(self, session_key: str) -> str:
         return await asyncio.to_thread(self.render_system_prompt, session_key)
@@ -61,9 +69,10 @@ class ContextBuilder:
             else []
         )
         key = (self._files_key(), tuple(e.cursor for e in entries))
-        cached = self._cache.get(session_key)
-        if cached is not None and cached[0] == key:
-            return cached[1]
+        cached = self._cache.get(key)
+        if cached is not None:
+            self._cache.move_to_end(key)
+            return cached
         files = {name: self._read(rel) for name, rel in MEMORY_FILES.items()}
         prompt = self.templates.render(
             "system.md.j2",
@@ -73,9 +82,9 @@ class ContextBuilder:
             tools=self.tool_names,
             history=entries,
         )
-        if len(self._cache) > 1024:
-            self._cache.clear()
-        self._cache[session_key] = (key, prompt)
+        self._cache[key] = prompt
+        if len(self._cache) > PROMPT_CACHE_SIZE:
+            self._cache.popitem(last=False)
         return prompt
 
     async def with_images(self, user: dict[str, Any], media: tuple[str, ...]) -> dict[str, Any]:
@@ -123,18 +132,30 @@ class ContextBuilder:
             return ""
 
     def _files_key(self) -> tuple[Any, ...]:
-        paths = [self.workspace / rel for rel in MEMORY_FILES.values()]
-        skills_dir = self.skills.directory
-        if skills_dir.is_dir():
-            paths.extend(sorted(skills_dir.glob("*/SKILL.md")))
-        overrides = self.workspace / "templates"
-        if overrides.is_dir():
-            paths.extend(sorted(overrides.glob("*.j2")))
-        stamps: list[tuple[str, int | None, int | None]] = []
-        for path in paths:
-            try:
-                stat = path.stat()
-                stamps.append((str(path), stat.st_mtime_ns, stat.st_size))
-            except FileNotFoundError:
-                stamps.append((str(path), None, None))
-        return tuple(stamps)
+        """Size and mtime of every file the prompt is made of; asked on every turn, so plain
+        os calls on prepared paths (pathlib's glob and stat cost ~5x as much here)."""
+        paths = list(self._memory_paths)
+        paths += _files_below(self._skills_dir, lambda entry: f"{entry}/SKILL.md")
+        paths += _files_below(self._overrides_dir, _if_template)
+        return tuple(_stamp(path) for path in paths)
+
+
+def _files_below(directory: str, pick: Callable[[str], str | None]) -> list[str]:
+    try:
+        with os.scandir(directory) as entries:
+            names = sorted(entry.path for entry in entries)
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    return [path for name in names if (path := pick(name)) is not None]
+
+
+def _if_template(path: str) -> str | None:
+    return path if path.endswith(".j2") else None
+
+
+def _stamp(path: str) -> tuple[str, int | None, int | None]:
+    try:
+        stat = os.stat(path)  # noqa: PTH116 (see _files_key)
+    except (FileNotFoundError, NotADirectoryError):
+        return (path, None, None)
+    return (path, stat.st_mtime_ns, stat.st_size)

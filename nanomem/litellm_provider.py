@@ -73,7 +73,9 @@ class LiteLLMProvider:
         litellm = _module if _module is not None else await asyncio.to_thread(import_litellm)
         kwargs: dict[str, Any] = {
             "model": self.model,
-            "messages": messages,
+            # Copies: some of litellm's provider adapters edit messages in place, and a
+            # session hands out the same message objects turn after turn.
+            "messages": [dict(message) for message in messages],
             "timeout": self.settings.timeout_s,
             "max_retries": 0,  # we retry ourselves, on categories, with backoff
             "max_tokens": max_tokens or self.settings.max_tokens,

@@ -22,7 +22,8 @@ from nanomem.templates import Templates
 from nanomem.tokens import Budget
 from nanomem.tools import ToolRegistry
 
-BeforeTurn = Callable[[Session, InboundMessage], Awaitable[None]]
+# True when the hook changed what the system prompt is made of (e.g. archived messages).
+BeforeTurn = Callable[[Session, InboundMessage], Awaitable[bool]]
 AfterTurn = Callable[[Session], Awaitable[None]]
 Progress = Callable[[OutboundMessage], Awaitable[None]]
 NewHook = Callable[[Session], Awaitable[str | None]]
@@ -67,7 +68,7 @@ class AgentLoop:
         self.provider, self.tools, self.templates = provider, tools, templates
         self.budget, self.settings = budget, settings
         self.commands = CommandSet()
-        self.before_turn: list[BeforeTurn] = []  # awaited before the prompt is built
+        self.before_turn: list[BeforeTurn] = []  # awaited once the prompt's size is known
         self.after_turn: list[AfterTurn] = []  # run in the background after the reply
         self.before_new: list[NewHook] = []  # awaited by /new before the session is reset
         self._locks = KeyedLocks()
@@ -154,12 +155,12 @@ class AgentLoop:
         user: dict[str, Any],
         progress: Progress | None,
     ) -> OutboundMessage:
+        system = await self._system_message(session)
         for hook in self.before_turn:
-            await hook(session, msg)
-        system = {"role": "system", "content": await self.context.system_prompt(msg.session_key)}
-        session.system_tokens = self.budget.count_system(system["content"])
+            if await hook(session, msg):
+                system = await self._system_message(session)
         fixed = (
-            session.system_tokens
+            self.budget.count_system(system["content"])  # remembered by text: a lookup
             + self.budget.count(user)
             + self.budget.count_tools(self.tools.schema_text)
         )
@@ -206,6 +207,11 @@ class AgentLoop:
             )
             return OutboundMessage.answering(msg, text, kind="error")
         return OutboundMessage.answering(msg, result.text)
+
+    async def _system_message(self, session: Session) -> dict[str, Any]:
+        text = await self.context.system_prompt(session.key)
+        session.system_tokens = self.budget.count_system(text)
+        return {"role": "system", "content": text}
 
     async def _acknowledge(self, msg: InboundMessage) -> tuple[Session, dict[str, Any]]:
         session = await self.sessions.get(msg.session_key)

@@ -6,6 +6,7 @@ import asyncio
 import hashlib
 import json
 import re
+from bisect import bisect_left, bisect_right
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -39,6 +40,10 @@ Counter = Callable[[dict[str, Any]], int]
 
 @dataclass
 class Session:
+    """A transcript plus running indexes over it, so a turn costs the same at 10 messages as at
+    100,000: token prefix sums (the replay window is a binary search), the positions of user
+    turns, and each finished turn's wire form, computed once. Messages are only ever appended."""
+
     key: str
     path: Path
     created_at: str
@@ -47,69 +52,81 @@ class Session:
     counter: Counter = field(default=estimate_tokens, repr=False)
     system_tokens: int | None = None  # size of the system prompt of the last turn (not saved)
     unsaved: bool = False  # a new session: the header goes out with the first write
-    _tokens: list[int] = field(default_factory=list, repr=False)
-    # Running sum of tokens over messages[_sum_from:_sum_to], kept up to date incrementally.
-    _sum_from: int = field(default=0, repr=False)
-    _sum_to: int = field(default=0, repr=False)
-    _sum: int = field(default=0, repr=False)
+    # The indexes cover messages[_base:]: what was consolidated before they were built is never
+    # counted. _cumulative[i] = tokens of messages[_base : _base + i].
+    _base: int = field(default=0, repr=False)
+    _cumulative: list[int] = field(default_factory=lambda: [0], repr=False)
+    _user_turns: list[int] = field(default_factory=list, repr=False)  # absolute indices
+    _wire: list[dict[str, Any] | None] = field(default_factory=list, repr=False)
 
     @property
     def replay_from(self) -> int:
         """Index of the first message the model still sees (moved by /new and consolidation)."""
         return int(self.state.get("replay_from", 0))
 
+    def _index(self, upto: int | None = None) -> None:
+        """Count and classify messages up to `upto` (default: all), each exactly once."""
+        if self.replay_from < self._base or len(self._cumulative) == 1:
+            self._base, self._cumulative = self.replay_from, [0]
+            self._user_turns, self._wire = [], []
+        upto = len(self.messages) if upto is None else upto
+        cumulative = self._cumulative
+        for index in range(self._base + len(cumulative) - 1, upto):
+            message = self.messages[index]
+            cumulative.append(cumulative[-1] + self.counter(message))
+            if message.get("role") == "user":
+                self._user_turns.append(index)
+
+    def tokens_between(self, start: int, end: int) -> int:
+        self._index(end)
+        return self._cumulative[end - self._base] - self._cumulative[start - self._base]
+
     def token_count(self, index: int) -> int:
-        while len(self._tokens) <= index:
-            self._tokens.append(self.counter(self.messages[len(self._tokens)]))
-        return self._tokens[index]
+        return self.tokens_between(index, index + 1)
 
     def unconsolidated_tokens(self) -> int:
-        """Tokens of everything the model still sees; costs only what changed since last asked."""
-        start = self.replay_from
-        if start < self._sum_from or start > self._sum_to:
-            self._sum_from = self._sum_to = start
-            self._sum = 0
-        while self._sum_from < start:
-            self._sum -= self.token_count(self._sum_from)
-            self._sum_from += 1
-        while self._sum_to < len(self.messages):
-            self._sum += self.token_count(self._sum_to)
-            self._sum_to += 1
-        return self._sum
+        """Tokens of everything the model still sees."""
+        return self.tokens_between(self.replay_from, len(self.messages))
 
     def user_turn_starts(self) -> list[int]:
-        return [
-            i
-            for i in range(self.replay_from, len(self.messages))
-            if self.messages[i].get("role") == "user"
-        ]
+        self._index()
+        return self._user_turns[bisect_left(self._user_turns, self.replay_from) :]
 
     def history(
         self, budget_tokens: int, end: int | None = None
     ) -> tuple[list[dict[str, Any]], int]:
         """The newest messages before `end` that fit the budget, starting at a user turn, in
-        wire format, with their token count. Walks back from the end: the cost depends on the
-        window, not on the session's length."""
-        end = len(self.messages) if end is None else end
-        start = end
-        used = 0
-        while start > self.replay_from:
-            cost = self.token_count(start - 1)
-            if used + cost > budget_tokens:
-                break
-            used += cost
-            start -= 1
-        while start < end and self.messages[start].get("role") != "user":
-            used -= self.token_count(start)
-            start += 1
-        return to_wire(self.messages[start:end]), used
+        wire format, with their token count."""
+        end = max(self.replay_from, len(self.messages) if end is None else end)
+        total = self.tokens_between(self.replay_from, end)
+        base, cumulative = self._base, self._cumulative
+        # The oldest start whose messages up to `end` fit: cumulative[start] ≥ total − budget.
+        target = cumulative[end - base] - min(budget_tokens, total)
+        start = base + bisect_left(cumulative, target, self.replay_from - base, end - base)
+        turn = bisect_left(self._user_turns, start)
+        start = min(self._user_turns[turn], end) if turn < len(self._user_turns) else end
+        return self._wire_forms(start, end), self.tokens_between(start, end)
+
+    def _wire_forms(self, start: int, end: int) -> list[dict[str, Any]]:
+        """messages[start:end] for the model. A turn is final once the next user message
+        exists (no tool result can follow it), so finished turns are converted once."""
+        self._index(end)
+        cached_to = self._base + len(self._wire)
+        turns = self._user_turns
+        for boundary in turns[bisect_right(turns, cached_to) : bisect_right(turns, end)]:
+            self._wire.extend(wire_forms(self.messages[cached_to:boundary]))
+            cached_to = boundary
+        head = self._wire[start - self._base : cached_to - self._base] if start < cached_to else []
+        tail = wire_forms(self.messages[max(start, cached_to) : end])
+        return [form for form in (*head, *tail) if form is not None]
 
 
-def to_wire(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Strip our own fields and drop tool calls left without results (a crash mid-turn)."""
+def wire_forms(messages: list[dict[str, Any]]) -> list[dict[str, Any] | None]:
+    """Each message as the model API takes it (our own fields stripped), or None where it must
+    be left out: a tool call without a result (a crash mid-turn), or a result without a call."""
     answered = {m.get("tool_call_id") for m in messages if m.get("role") == "tool"}
     called: set[str] = set()
-    wire: list[dict[str, Any]] = []
+    forms: list[dict[str, Any] | None] = []
     for message in messages:
         out = {k: message[k] for k in _WIRE_KEYS if k in message}
         if out.get("tool_calls"):
@@ -119,12 +136,15 @@ def to_wire(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 out["tool_calls"] = calls
             else:
                 del out["tool_calls"]
-                if not out.get("content"):
-                    continue
-        if out.get("role") == "tool" and out.get("tool_call_id") not in called:
-            continue
-        wire.append(out)
-    return wire
+        orphan_call = bool(message.get("tool_calls")) and not out.get("tool_calls")
+        orphan_result = out.get("role") == "tool" and out.get("tool_call_id") not in called
+        forms.append(None if (orphan_call and not out.get("content")) or orphan_result else out)
+    return forms
+
+
+def to_wire(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Strip our own fields and drop tool calls left without results (a crash mid-turn)."""
+    return [form for form in wire_forms(messages) if form is not None]
 
 
 def session_filename(key: str) -> str:

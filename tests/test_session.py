@@ -1,7 +1,8 @@
 import json
+import random
 from pathlib import Path
 
-from nanomem.session import SessionStore, session_filename, to_wire
+from nanomem.session import Counter, SessionStore, session_filename, to_wire
 
 
 def user(text: str) -> dict[str, object]:
@@ -143,3 +144,89 @@ async def test_unconsolidated_tokens_follow_appends_and_the_boundary(tmp_path: P
     assert session.unconsolidated_tokens() == 3
     await store.update_state(session, replay_from=0)
     assert session.unconsolidated_tokens() == 9
+
+
+def reference_history(
+    messages: list[dict[str, object]], replay_from: int, budget: int, end: int, count: Counter
+) -> tuple[list[dict[str, object]], int]:
+    """The window the plain way: walk back from `end` while it fits, then on to a user turn."""
+    start, used = end, 0
+    while start > replay_from and used + count(messages[start - 1]) <= budget:
+        used += count(messages[start - 1])
+        start -= 1
+    while start < end and messages[start]["role"] != "user":
+        used -= count(messages[start])
+        start += 1
+    # Orphans are judged turn by turn: a tool result can only follow its call in one turn.
+    turns: list[list[dict[str, object]]] = []
+    for message in messages[start:end]:
+        if message["role"] == "user" or not turns:
+            turns.append([])
+        turns[-1].append(message)
+    return [wire for turn in turns for wire in to_wire(turn)], used
+
+
+def random_turn(rng: random.Random, n: int) -> list[dict[str, object]]:
+    turn = [user(f"q{n} " + "x" * rng.randint(0, 300))]
+    for step in range(rng.choice([0, 0, 1, 2])):
+        call_id = f"c{n}-{step}"
+        turn.append(tool_call(call_id))
+        if rng.random() > 0.15:  # sometimes a crash left the call without its result
+            turn.append(tool_result(call_id))
+    if rng.random() > 0.1:
+        turn.append(assistant(f"a{n} " + "y" * rng.randint(0, 300)))
+    return turn
+
+
+async def test_history_window_matches_the_plain_walk(tmp_path: Path) -> None:
+    def count(message: dict[str, object]) -> int:
+        return 4 + len(str(message.get("content") or "")) // 3
+
+    rng = random.Random(5)
+    store = SessionStore(tmp_path, counter=count)
+    session = await store.get("k")
+    turn_starts: list[int] = []
+    for n in range(300):
+        turn_starts.append(len(session.messages))
+        await store.append(session, random_turn(rng, n))
+        if rng.random() < 0.05:  # consolidation or /new moved the start forward
+            await store.update_state(session, replay_from=rng.choice(turn_starts))
+        for _ in range(3):
+            budget = rng.choice([0, 50, 400, 3000, 10**6])
+            end = rng.choice([len(session.messages), turn_starts[-1]])
+            expected = reference_history(session.messages, session.replay_from, budget, end, count)
+            assert session.history(budget, end=end) == expected, (n, budget, end)
+
+
+async def test_each_message_is_counted_once_and_archived_ones_never(tmp_path: Path) -> None:
+    counted: list[str] = []
+
+    def count(message: dict[str, object]) -> int:
+        counted.append(str(message["content"]))
+        return 10
+
+    store = SessionStore(tmp_path)
+    session = await store.get("k")
+    await store.append(
+        session, [user(f"m{i}") if i % 2 == 0 else assistant(f"m{i}") for i in range(1000)]
+    )
+    await store.update_state(session, replay_from=990)
+    reloaded = await SessionStore(tmp_path, counter=count).get("k")
+    for _ in range(5):
+        reloaded.history(budget_tokens=10**6)
+        reloaded.unconsolidated_tokens()
+    assert counted == [f"m{i}" for i in range(990, 1000)]
+
+
+async def test_a_turn_torn_by_a_crash_loses_its_unanswered_call_only(tmp_path: Path) -> None:
+    store = SessionStore(tmp_path)
+    session = await store.get("k")
+    await store.append(
+        session, [user("first"), tool_call("c1"), tool_result("c1"), assistant("ok")]
+    )
+    await store.append(session, [user("second"), tool_call("c2")])  # the result never made it
+    reloaded = await SessionStore(tmp_path).get("k")
+    await store.append(reloaded, [user("third")])
+    window, _ = reloaded.history(10**6, end=len(reloaded.messages) - 1)
+    assert [m["role"] for m in window] == ["user", "assistant", "tool", "assistant", "user"]
+    assert all(m.get("tool_calls", [{"id": "c1"}])[0]["id"] == "c1" for m in window)

@@ -9,7 +9,7 @@ from jinja2 import UndefinedError
 
 from nanomem.bus import InboundMessage
 from nanomem.context import ContextBuilder
-from nanomem.history import HistoryEntry
+from nanomem.history import HistoryEntry, HistoryStore, NewEntry
 from nanomem.provider import ErrorCategory
 from nanomem.skills import Skill, Skills
 from nanomem.templates import Templates, bundled_dir
@@ -111,6 +111,27 @@ def test_context_builder_lists_skills_and_overrides(tmp_path: Path) -> None:
     user = builder.user_message(msg)
     assert user["content"].startswith("[runtime · 2026-01-02")
     assert "channel telegram" in user["content"] and user["content"].endswith("\n\nhi")
+
+
+async def test_chats_share_a_rendering_but_never_each_others_history(tmp_path: Path) -> None:
+    workspace = tmp_path / "ws"
+    (workspace / "memory").mkdir(parents=True)
+    history = HistoryStore(workspace / "memory")
+    skills = Skills(workspace / "skills")
+    builder = ContextBuilder(
+        workspace, Templates(), skills, ["read_skill"], history, history_chars=4000
+    )
+    plain = builder.render_system_prompt("telegram:1")
+    assert builder.render_system_prompt("telegram:2") == plain
+    await history.append([NewEntry("telegram:1", "Ada prefers tea over coffee.", "summary")])
+    assert "prefers tea" in builder.render_system_prompt("telegram:1")
+    assert builder.render_system_prompt("telegram:2") == plain
+    (workspace / "skills" / "weather").mkdir(parents=True)
+    (workspace / "skills" / "weather" / "SKILL.md").write_text(
+        "---\nname: weather\ndescription: Look up the forecast\n---\n"
+    )
+    for chat in ("telegram:1", "telegram:2"):
+        assert "`weather`: Look up the forecast" in builder.render_system_prompt(chat)
 
 
 def test_bundled_data_folders_exist() -> None:
