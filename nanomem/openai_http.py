@@ -19,7 +19,7 @@ import aiohttp
 from loguru import logger
 
 from nanomem.config import LLMSettings
-from nanomem.provider import ProviderError, Reply, ToolCall, Usage, categorize
+from nanomem.provider import ProviderError, Reply, ToolCall, Usage, categorize, encode_messages
 
 OPENAI_BASE = "https://api.openai.com/v1"
 _CONNECTIONS = 256  # one connection per concurrent chat; the default of 100 would queue them
@@ -55,17 +55,18 @@ class OpenAIHTTPProvider:
             raise ProviderError("auth", "Missing credentials: no API key for an OpenAI model")
         body: dict[str, Any] = {
             "model": self.model,
-            "messages": messages,
             "max_tokens": max_tokens or self.settings.max_tokens,
         }
         if tools:
             body["tools"] = tools
         if self.settings.temperature is not None:
             body["temperature"] = self.settings.temperature
+        # The replayed history is most of the request, and its messages arrive encoded.
+        data = f'{json.dumps(body)[:-1]}, "messages": {encode_messages(messages)}}}'
         try:
             # No redirects: following one could carry the key to another host.
             async with self._client().post(
-                self.url, data=json.dumps(body), headers=self._headers, allow_redirects=False
+                self.url, data=data, headers=self._headers, allow_redirects=False
             ) as resp:
                 raw = await resp.read()
                 status, retry_after = resp.status, resp.headers.get("Retry-After")

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import copy
+import json
 import random
 import re
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, NoReturn, Protocol
 
 from loguru import logger
 
@@ -35,6 +37,38 @@ _CONTEXT_PHRASES = (
 )
 _RATE_LIMIT = re.compile(r"rate[\s_\-]*limit")
 _RATE_PHRASES = ("request too large", "service tier capacity exceeded")
+
+
+class WireMessage(dict[str, Any]):
+    """A message in the model API's format that a session hands out turn after turn: read-only,
+    so its JSON can be encoded once and reused. Copies (`dict(m)`, deepcopy) are plain dicts."""
+
+    __slots__ = ("_json",)
+
+    def json(self) -> str:
+        try:
+            return self._json
+        except AttributeError:
+            self._json: str = json.dumps(self)
+            return self._json
+
+    def _read_only(self, *args: Any, **kwargs: Any) -> NoReturn:
+        raise TypeError("a WireMessage is shared between turns; change a copy: dict(message)")
+
+    __setitem__ = __delitem__ = __ior__ = _read_only
+    clear = pop = popitem = setdefault = update = _read_only
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> dict[str, Any]:
+        return copy.deepcopy(dict(self), memo)
+
+    def __reduce__(self) -> tuple[type[dict[str, Any]], tuple[dict[str, Any]]]:
+        return (dict, (dict(self),))
+
+
+def encode_messages(messages: list[dict[str, Any]]) -> str:
+    """The JSON array of `messages`, reusing each WireMessage's own encoding."""
+    parts = (m.json() if isinstance(m, WireMessage) else json.dumps(m) for m in messages)
+    return "[" + ", ".join(parts) + "]"  # json.dumps' own separator
 
 
 @dataclass(frozen=True)

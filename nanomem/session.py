@@ -17,6 +17,7 @@ from typing import Any
 from loguru import logger
 
 from nanomem.durable import append_lines, truncate_torn_tail
+from nanomem.provider import WireMessage
 
 FORMAT_VERSION = 1
 # Keys the model API understands; everything else in a stored message is ours (timestamps).
@@ -57,7 +58,7 @@ class Session:
     _base: int = field(default=0, repr=False)
     _cumulative: list[int] = field(default_factory=lambda: [0], repr=False)
     _user_turns: list[int] = field(default_factory=list, repr=False)  # absolute indices
-    _wire: list[dict[str, Any] | None] = field(default_factory=list, repr=False)
+    _wire: list[WireMessage | None] = field(default_factory=list, repr=False)
 
     @property
     def replay_from(self) -> int:
@@ -121,12 +122,12 @@ class Session:
         return [form for form in (*head, *tail) if form is not None]
 
 
-def wire_forms(messages: list[dict[str, Any]]) -> list[dict[str, Any] | None]:
+def wire_forms(messages: list[dict[str, Any]]) -> list[WireMessage | None]:
     """Each message as the model API takes it (our own fields stripped), or None where it must
     be left out: a tool call without a result (a crash mid-turn), or a result without a call."""
     answered = {m.get("tool_call_id") for m in messages if m.get("role") == "tool"}
     called: set[str] = set()
-    forms: list[dict[str, Any] | None] = []
+    forms: list[WireMessage | None] = []
     for message in messages:
         out = {k: message[k] for k in _WIRE_KEYS if k in message}
         if out.get("tool_calls"):
@@ -138,11 +139,12 @@ def wire_forms(messages: list[dict[str, Any]]) -> list[dict[str, Any] | None]:
                 del out["tool_calls"]
         orphan_call = bool(message.get("tool_calls")) and not out.get("tool_calls")
         orphan_result = out.get("role") == "tool" and out.get("tool_call_id") not in called
-        forms.append(None if (orphan_call and not out.get("content")) or orphan_result else out)
+        orphan = (orphan_call and not out.get("content")) or orphan_result
+        forms.append(None if orphan else WireMessage(out))
     return forms
 
 
-def to_wire(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def to_wire(messages: list[dict[str, Any]]) -> list[WireMessage]:
     """Strip our own fields and drop tool calls left without results (a crash mid-turn)."""
     return [form for form in wire_forms(messages) if form is not None]
 

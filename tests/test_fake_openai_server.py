@@ -249,3 +249,25 @@ def test_invalid_json_body_is_rejected() -> None:
             urllib.request.urlopen(req, timeout=5)
         assert exc_info.value.code == 400
         assert srv.requests == []
+
+
+async def test_drain_hands_out_request_sizes_once(srv: FakeOpenAI) -> None:
+    await complete(srv, [*USER, {"role": "assistant", "content": "yo"}, *USER])
+    await complete(srv)
+    srv.reply("slow", latency=0.4)
+    await complete(srv)
+    drain = urllib.request.Request(f"{srv.base_url}/_drain", method="POST")
+    with urllib.request.urlopen(drain, timeout=5) as resp:
+        first = json.loads(resp.read())
+    assert first["requests"] == [{"messages": 3}, {"messages": 1}, {"messages": 1}]
+    assert 0 < first["busy_seconds"] < 0.3  # the scripted latency is the model's, not work
+    assert srv.requests == []
+    with urllib.request.urlopen(drain, timeout=5) as resp:
+        assert json.loads(resp.read()) == {"requests": [], "busy_seconds": 0.0}
+
+
+async def test_usage_is_estimated_from_the_request_size(srv: FakeOpenAI) -> None:
+    small = await complete(srv)
+    large = await complete(srv, [{"role": "user", "content": "word " * 400}])
+    assert 0 < small.usage.prompt_tokens < 60
+    assert 500 <= large.usage.prompt_tokens <= 560  # 2,000 characters at ~4 a token

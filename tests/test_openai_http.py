@@ -12,7 +12,7 @@ from pydantic import SecretStr
 
 from nanomem.config import LLMSettings
 from nanomem.openai_http import OpenAIHTTPProvider, _to_reply
-from nanomem.provider import ProviderError, RetryingProvider, categorize
+from nanomem.provider import ProviderError, RetryingProvider, WireMessage, categorize
 from tests.conftest import TEST_KEY
 from tests.fakes.openai_server import FakeOpenAI
 
@@ -283,3 +283,18 @@ def test_a_new_event_loop_gets_a_new_session(srv: FakeOpenAI) -> None:
     assert first is not second
     assert second is not None and second.closed
     assert len(srv.requests) == 2
+
+
+async def test_shared_and_fresh_messages_arrive_exactly(srv: FakeOpenAI, make: Make) -> None:
+    call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": '{"a": 1}'}}
+    shared = [
+        WireMessage(role="user", content='héllo ✓ "quoted"\nline'),
+        WireMessage(role="assistant", content=None, tool_calls=[call]),
+        WireMessage(role="tool", tool_call_id="c1", name="f", content="ok"),
+    ]
+    sent = [{"role": "system", "content": "sys"}, *shared, {"role": "user", "content": "now"}]
+    provider = make()
+    for _ in range(2):  # the second request reuses the shared messages' encodings
+        srv.reply("fine")
+        await provider.complete(sent)
+    assert [request["messages"] for request in srv.requests] == [sent, sent]

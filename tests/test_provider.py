@@ -1,6 +1,10 @@
+import copy
+import json
+import pickle
+
 import pytest
 
-from nanomem.provider import ProviderError, RetryingProvider
+from nanomem.provider import ProviderError, RetryingProvider, WireMessage, encode_messages
 from nanomem.scripted import ScriptedProvider, text
 
 
@@ -37,3 +41,26 @@ async def test_long_retry_after_is_reported_not_waited() -> None:
         await RetryingProvider(inner, max_retries=3, max_retry_after=60).complete([])
     assert err.value.category == "rate_limited"
     assert len(inner.calls) == 1
+
+
+def test_a_wire_message_is_read_only_and_its_copies_are_plain() -> None:
+    message = WireMessage(role="user", content="héllo")
+    for change in (
+        lambda: message.__setitem__("content", "x"),
+        lambda: message.update(content="x"),
+        lambda: message.pop("content"),
+        lambda: message.__delitem__("role"),
+    ):
+        with pytest.raises(TypeError):
+            change()
+    assert message == {"role": "user", "content": "héllo"}
+    for copied in (dict(message), copy.deepcopy(message), pickle.loads(pickle.dumps(message))):
+        assert type(copied) is dict and copied == message
+        copied["content"] = "changed"  # a copy is the caller's to change
+    assert json.loads(message.json()) == message
+
+
+def test_encoded_messages_are_the_json_of_the_list() -> None:
+    messages = [WireMessage(role="user", content='a\n"b"'), {"role": "assistant", "content": "ü"}]
+    assert json.loads(encode_messages(messages)) == messages
+    assert encode_messages(messages) == json.dumps(messages)

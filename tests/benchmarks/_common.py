@@ -7,10 +7,12 @@ so each script can be run as `python tests/benchmarks/<name>.py` from anywhere.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import statistics
 import subprocess
 import sys
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -113,6 +115,14 @@ class ModelServer:
         assert self._process.stdout is not None
         self.base_url = self._process.stdout.readline().strip()
         return self
+
+    def drain(self) -> tuple[list[int], float]:
+        """Since the last drain: how many messages each request carried (oldest first), and
+        the seconds the server spent handling them (the fake model's own share)."""
+        request = urllib.request.Request(f"{self.base_url}/_drain", method="POST")
+        with urllib.request.urlopen(request, timeout=10) as resp:
+            drained = json.loads(resp.read())
+        return [size["messages"] for size in drained["requests"]], drained["busy_seconds"]
 
     def __exit__(self, *exc: object) -> None:
         if self._process is not None:

@@ -23,6 +23,7 @@ from aiohttp import web
 StepKind = Literal["reply", "tool_calls", "error", "hang"]
 ToolArgs = dict[str, Any] | str
 _HOST = "127.0.0.1"
+_SLEPT = web.RequestKey("slept", float)  # scripted latency a request waited out
 
 
 @dataclass(frozen=True)
@@ -116,6 +117,7 @@ class FakeOpenAI:
         self._script: deque[Step] = deque()
         self._fallback: Callable[[dict[str, Any]], Step] | None = None
         self._requests: list[dict[str, Any]] = []
+        self._busy_seconds = 0.0  # handling requests, scripted latency excluded
         self._auth: list[str | None] = []
         self._call_seq = 0
         self._thread: threading.Thread | None = None
@@ -239,6 +241,7 @@ class FakeOpenAI:
         app = web.Application()
         app.router.add_post("/v1/chat/completions", self._chat)
         app.router.add_get("/v1/models", self._models)
+        app.router.add_post("/v1/_drain", self._drain)
         runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.5)
         try:
             await runner.setup()
@@ -260,18 +263,34 @@ class FakeOpenAI:
         model = {"id": "fake", "object": "model", "created": 0, "owned_by": "nanomem-tests"}
         return web.json_response({"object": "list", "data": [model]})
 
+    async def _drain(self, request: web.Request) -> web.Response:
+        """The requests' sizes and the server's own busy time so far, forgotten as they are
+        handed out: how a benchmark sees what was sent, and what the model's side cost, when
+        the server runs in a process of its own."""
+        with self._lock:
+            taken, self._requests = self._requests, []
+            busy, self._busy_seconds = self._busy_seconds, 0.0
+            self._auth.clear()
+        sizes = [{"messages": len(body.get("messages") or [])} for body in taken]
+        return web.json_response({"requests": sizes, "busy_seconds": busy})
+
     async def _chat(self, request: web.Request) -> web.StreamResponse:
         task = asyncio.current_task()
         assert task is not None
         self._inflight.add(task)
+        started = time.perf_counter()
         try:
             return await self._answer(request)
         finally:
             self._inflight.discard(task)
+            busy = time.perf_counter() - started - request.get(_SLEPT, 0.0)
+            with self._lock:
+                self._busy_seconds += busy
 
     async def _answer(self, request: web.Request) -> web.StreamResponse:
+        raw = await request.read()
         try:
-            body = await request.json()
+            body = json.loads(raw)
         except ValueError:
             return _error_response(400, "request body is not valid JSON")
         if not isinstance(body, dict):
@@ -288,7 +307,9 @@ class FakeOpenAI:
                 return _error_response(500, f"fallback raised {exc!r}")
         delay = step.latency + self.model_latency
         if delay > 0:
+            asleep = time.perf_counter()
             await asyncio.sleep(delay)
+            request[_SLEPT] = time.perf_counter() - asleep
         if step.kind == "error":
             return _error_response(step.status, step.text or "", step.retry_after)
 
@@ -297,7 +318,7 @@ class FakeOpenAI:
         if step.kind == "tool_calls":
             message["tool_calls"] = [self._call_json(*call) for call in step.calls]
             finish = "tool_calls"
-        usage = step.usage or self._estimate_usage(body, message)
+        usage = step.usage or self._estimate_usage(len(raw), message)
         head = {
             "id": f"chatcmpl-{uuid.uuid4().hex[:24]}",
             "created": int(time.time()),
@@ -325,11 +346,13 @@ class FakeOpenAI:
         }
 
     @staticmethod
-    def _estimate_usage(body: dict[str, Any], message: dict[str, Any]) -> dict[str, int]:
+    def _estimate_usage(request_bytes: int, message: dict[str, Any]) -> dict[str, int]:
+        """About four bytes a token, of the whole request (tool schemas count, as they do at
+        real providers); sized from the bytes, so it costs nothing per message."""
         out = len(message["content"] or "") + sum(
             len(c["function"]["arguments"]) for c in message.get("tool_calls", [])
         )
-        p, c = len(json.dumps(body.get("messages", []))) // 4, out // 4
+        p, c = request_bytes // 4, out // 4
         return {"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c}
 
     @staticmethod
