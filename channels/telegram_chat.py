@@ -19,8 +19,7 @@ from loguru import logger
 from channels.telegram_format import TELEGRAM_LIMIT, html_to_plain, render_chunks
 from nanomem.bus import OutboundMessage
 from nanomem.channel import ChannelDown, ChatQueues
-from nanomem.commands import Command
-from nanomem.loop import STOPPED
+from nanomem.commands import STOPPED, Command
 
 T = TypeVar("T")
 _COMMAND_NAME = re.compile(r"[a-z0-9_]{1,32}")

@@ -15,7 +15,7 @@ from prompt_toolkit.history import FileHistory
 from prompt_toolkit.key_binding import KeyBindings, KeyPressEvent
 
 from nanomem.bus import InboundMessage, MessageBus, OutboundMessage
-from nanomem.loop import STOPPED
+from nanomem.commands import STOPPED
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -95,10 +95,18 @@ class TerminalChannel:
                 "Ctrl-C stops a reply · Ctrl-D exits</style>"
             )
         )
+        loop = asyncio.get_running_loop()
+
+        def after_first_draw() -> None:
+            # prompt_toolkit calls pre_run just before it draws: run on_ready one turn later.
+            nonlocal on_ready
+            if on_ready is not None:
+                loop.call_soon(on_ready)
+                on_ready = None
+
         while True:
             try:
-                text = await prompt.prompt_async("you › ", pre_run=on_ready)
-                on_ready = None
+                text = await prompt.prompt_async("you › ", pre_run=after_first_draw)
             except (EOFError, KeyboardInterrupt):
                 break
             if not text.strip():

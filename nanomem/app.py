@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import functools
-import importlib
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from nanomem.bus import MessageBus
 from nanomem.config import LLMSettings, Settings
@@ -32,18 +30,8 @@ from nanomem.templates import Templates
 from nanomem.tokens import BpeTokenizer, Budget, Calibration
 from nanomem.tools import ToolRegistry
 
-# Channels are found by name, so the core never imports the `channels` package.
-CHANNELS = {
-    "terminal": "channels.terminal:TerminalChannel",
-    "telegram": "channels.telegram:TelegramChannel",
-}
 # Files the agent may read but never write: nanomem maintains them itself.
 PROTECTED_FILES = ("memory/history.jsonl", "memory/.cursor", "memory/.dream_cursor")
-
-
-def load_channel(name: str) -> type[Any]:
-    module_name, _, attr = CHANNELS[name].partition(":")
-    return getattr(importlib.import_module(module_name), attr)
 
 
 @dataclass
@@ -88,7 +76,9 @@ def workspace_of(settings: Settings, home: Home) -> Path:
     return configured.expanduser().resolve() if configured else home.workspace
 
 
-def build_app(settings: Settings, home: Home, provider: Provider | None = None) -> App:
+def build_app(
+    settings: Settings, home: Home, provider: Provider | None = None, bus: MessageBus | None = None
+) -> App:
     llm = settings.llm
     register_secrets([llm.api_key.get_secret_value() if llm.api_key else None])
     workspace = workspace_of(settings, home)
@@ -116,7 +106,7 @@ def build_app(settings: Settings, home: Home, provider: Provider | None = None) 
     if provider is None:
         provider = _model(llm, transports)
     budget = Budget(BpeTokenizer(), Calibration(), llm, settings.memory)
-    bus = MessageBus()
+    bus = bus or MessageBus()
     sessions = SessionStore(home.sessions, counter=budget.count)
     context = ContextBuilder(
         workspace,

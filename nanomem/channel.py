@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import importlib
 from collections import deque
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from loguru import logger
 
@@ -15,6 +16,16 @@ if TYPE_CHECKING:
     from nanomem.app import App
 
 Job = Callable[[], Awaitable[None]]
+# Channels are found by name, so the core never imports the `channels` package.
+CHANNELS = {
+    "terminal": "channels.terminal:TerminalChannel",
+    "telegram": "channels.telegram:TelegramChannel",
+}
+
+
+def load_channel(name: str) -> type[Any]:
+    module_name, _, attr = CHANNELS[name].partition(":")
+    return getattr(importlib.import_module(module_name), attr)
 
 
 class Channel(Protocol):

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from nanomem.app import App
+    from nanomem.bus import MessageBus
     from nanomem.config import Settings
     from nanomem.onboard import Home
 
@@ -193,13 +194,14 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_chat(args: argparse.Namespace) -> int:
-    interactive = args.message is None
     # Keep the terminal and `-m` output clean: logs go to the file, and to stderr only for
     # errors, unless the person asked for a level on the command line.
-    app = _app(args, needs_model=True, stderr_level=args.log_level or "ERROR", ask=interactive)
-    if not interactive:
+    stderr_level = args.log_level or "ERROR"
+    if args.message is not None:
+        app = _app(args, needs_model=True, stderr_level=stderr_level)
         return asyncio.run(_one_shot(app, args.session, _message_text(args.message)))
-    return asyncio.run(_interactive(app, args.session))
+    home, settings = _configured(args, needs_model=True, stderr_level=stderr_level, ask=True)
+    return asyncio.run(_interactive(home, settings, args.session))
 
 
 def _message_text(message: str) -> str:
@@ -237,27 +239,37 @@ async def _one_shot(app: App, session: str, text: str) -> int:
     return 0
 
 
-async def _interactive(app: App, session: str) -> int:
-    from nanomem.app import load_channel
-    from nanomem.channel import pump_outbound
+async def _interactive(home: Home, settings: Settings, session: str) -> int:
+    """The prompt comes first; the app is built behind it while the person types (what they
+    send meanwhile waits on the bus), then litellm and the tokenizer load the same way."""
+    from nanomem.bus import MessageBus
+    from nanomem.channel import load_channel, pump_outbound
 
-    channel = load_channel("terminal")(history_file=app.home.chat_history, chat_id=session)
-    await channel.start(app.bus)
-    workers = [
-        asyncio.create_task(app.loop.run(), name="agent-loop"),
-        asyncio.create_task(pump_outbound(channel, app.bus), name="terminal-outbox"),
-    ]
-    app.scheduler.start()  # Dream runs on its interval while the chat is open
+    bus = MessageBus()
+    channel = load_channel("terminal")(history_file=home.chat_history, chat_id=session)
+    await channel.start(bus)
+    drawn = asyncio.Event()
+    chat = asyncio.create_task(channel.run_until_exit(settings.llm.model, on_ready=drawn.set))
+    workers = [asyncio.create_task(pump_outbound(channel, bus), name="terminal-outbox")]
+    app: App | None = None
     try:
-        # litellm (~2 s) and the tokenizer load while the person types their first message.
-        await channel.run_until_exit(model=app.settings.llm.model, on_ready=app.warm_up)
+        first_draw = asyncio.ensure_future(drawn.wait())
+        await asyncio.wait([chat, first_draw], return_when=asyncio.FIRST_COMPLETED)
+        first_draw.cancel()
+        if not chat.done():
+            app = await asyncio.to_thread(_build, home, settings, bus)
+            workers.append(asyncio.create_task(app.loop.run(), name="agent-loop"))
+            app.scheduler.start()  # Dream runs on its interval while the chat is open
+            app.warm_up()
+        await chat
     finally:
-        await app.scheduler.stop(grace_s=5)
-        await app.loop.close(grace_s=5)
-        await app.aclose()
-        for worker in workers:
-            worker.cancel()
-        await asyncio.gather(*workers, return_exceptions=True)
+        if app is not None:
+            await app.scheduler.stop(grace_s=5)
+            await app.loop.close(grace_s=5)
+            await app.aclose()
+        for task in [*workers, chat]:
+            task.cancel()
+        await asyncio.gather(*workers, chat, return_exceptions=True)
         await channel.stop()
     return 0
 
@@ -275,12 +287,21 @@ def cmd_gateway(args: argparse.Namespace) -> int:
         raise CliError(str(exc), EXIT_CONFIG) from None
 
 
-def _app(
+def _app(args: argparse.Namespace, *, needs_model: bool, stderr_level: str | None) -> App:
+    return _build(*_configured(args, needs_model=needs_model, stderr_level=stderr_level))
+
+
+def _build(home: Home, settings: Settings, bus: MessageBus | None = None) -> App:
+    from nanomem.app import build_app  # most of nanomem: imported only when needed
+
+    return build_app(settings, home, bus=bus)
+
+
+def _configured(
     args: argparse.Namespace, *, needs_model: bool, stderr_level: str | None, ask: bool = False
-) -> App:
-    """Home (onboarded if missing), settings, logging, then the app. With `ask`, a person at a
-    terminal is asked for what is missing instead of being told to set it."""
-    from nanomem.app import build_app
+) -> tuple[Home, Settings]:
+    """Home (onboarded if missing), settings and logging. With `ask`, a person at a terminal is
+    asked for what is missing instead of being told to set it."""
     from nanomem.log import setup_logging
     from nanomem.onboard import onboard
 
@@ -296,7 +317,7 @@ def _app(
             raise CliError(NO_MODEL.format(config=_config_path(args, home)), EXIT_CONFIG)
         settings = _ask_for_model(args, home)
     setup_logging(settings.log.level, home.logs, stderr_level=stderr_level)
-    return build_app(settings, home)
+    return home, settings
 
 
 def cmd_dream(args: argparse.Namespace) -> int:

@@ -12,6 +12,9 @@ from nanomem.bus import InboundMessage
 _COMMAND = re.compile(r"^/([A-Za-z][A-Za-z0-9_-]{0,31})(?:@[A-Za-z0-9_]+)?(?:\s+(.*))?$", re.S)
 
 Handler = Callable[[InboundMessage, str], Awaitable[str]]
+# /stop's two answers; channels compare against them to know whether a turn was cut short.
+STOPPED = "Stopped."
+NOTHING_TO_STOP = "Nothing is running."
 
 
 @dataclass(frozen=True)

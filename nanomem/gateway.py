@@ -10,8 +10,8 @@ from typing import Any
 
 from loguru import logger
 
-from nanomem.app import CHANNELS, App, load_channel
-from nanomem.channel import ChannelDown, GatewayChannel, pump_outbound
+from nanomem.app import App
+from nanomem.channel import CHANNELS, ChannelDown, GatewayChannel, load_channel, pump_outbound
 from nanomem.config import ConfigError, Settings
 from nanomem.health import Health, serve_health
 

@@ -12,7 +12,7 @@ from typing import Any
 from loguru import logger
 
 from nanomem.bus import InboundMessage, MessageBus, OutboundMessage
-from nanomem.commands import Command, CommandSet, UnknownCommand
+from nanomem.commands import NOTHING_TO_STOP, STOPPED, Command, CommandSet, UnknownCommand
 from nanomem.config import Settings
 from nanomem.context import ContextBuilder
 from nanomem.provider import Provider, ProviderError, ToolCall
@@ -27,8 +27,6 @@ BeforeTurn = Callable[[Session, InboundMessage], Awaitable[bool]]
 AfterTurn = Callable[[Session], Awaitable[None]]
 Progress = Callable[[OutboundMessage], Awaitable[None]]
 NewHook = Callable[[Session], Awaitable[str | None]]
-STOPPED = "Stopped."
-NOTHING_TO_STOP = "Nothing is running."
 
 
 class KeyedLocks:

@@ -26,8 +26,7 @@ from channels.telegram_chat import (
 )
 from nanomem.bus import InboundMessage, OutboundMessage
 from nanomem.channel import ChannelDown
-from nanomem.commands import Command
-from nanomem.loop import NOTHING_TO_STOP, STOPPED
+from nanomem.commands import NOTHING_TO_STOP, STOPPED, Command
 
 
 @dataclass
