@@ -75,6 +75,7 @@ class HistoryStore:
         self._lock = asyncio.Lock()
         self._last_cursor: int | None = None
         self._recent: dict[str, tuple[tuple[Any, ...], list[HistoryEntry]]] = {}
+        self._newest_of: dict[str, int] = {}  # per chat, the newest cursor this process wrote
 
     # -- writing -------------------------------------------------------------------------
 
@@ -91,6 +92,8 @@ class HistoryStore:
         ]
         self.path.parent.mkdir(parents=True, exist_ok=True)
         append_lines(self.path, [entry.to_json() for entry in written])
+        for entry in written:
+            self._newest_of[entry.session] = entry.cursor
         if written:
             self._last_cursor = written[-1].cursor
             atomic_write_text(self.cursor_path, f"{self._last_cursor}\n")
@@ -192,15 +195,17 @@ class HistoryStore:
     def recent(self, session: str, max_chars: int, *, scan_limit: int = 5000) -> list[HistoryEntry]:
         """This chat's entries that Dream has not digested yet, newest first, within a size cap.
 
-        Cached until the archive or the Dream cursor moves, so a turn costs one small file read.
+        Cached until this chat archives something or the Dream cursor moves (other chats'
+        archiving changes nothing here), so a turn costs one small file read.
         """
-        key = (session, max_chars, self.last_cursor(), self.dream_cursor())
+        digested = self.dream_cursor()
+        key = (session, max_chars, self._newest_of.get(session), digested)
         cached = self._recent.get(session)
         if cached is not None and cached[0] == key:
             return cached[1]
         picked: list[HistoryEntry] = []
         used = 0
-        for scanned, entry in enumerate(self.iter_backwards(self.dream_cursor())):
+        for scanned, entry in enumerate(self.iter_backwards(digested)):
             if scanned >= scan_limit:
                 break
             if entry.session != session:

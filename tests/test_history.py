@@ -76,6 +76,19 @@ async def test_recent_notices_new_entries_and_dream_progress(store: HistoryStore
     assert store.recent("cli:direct", 1000) == []
 
 
+async def test_recent_is_not_rescanned_when_other_chats_archive(store: HistoryStore) -> None:
+    await store.append([entry("mine")])
+    assert [e.content for e in store.recent("cli:direct", 1000)] == ["mine"]
+    # Written behind the store's back: only a rescan of the archive could find it.
+    unseen = {"cursor": 50, "timestamp": "", "session": "cli:direct", "content": "unseen"}
+    with store.path.open("a") as fh:
+        fh.write(json.dumps({**unseen, "kind": "summary"}) + "\n")
+    await store.append([entry("theirs", "telegram:9")])
+    assert [e.content for e in store.recent("cli:direct", 1000)] == ["mine"]
+    await store.append([entry("mine again")])
+    assert [e.content for e in store.recent("cli:direct", 1000)] == ["mine again", "unseen", "mine"]
+
+
 async def test_search_history_tool(store: HistoryStore) -> None:
     await store.append([entry("- Ada adopted a cat named Pixel"), entry("- Meeting moved")])
     await store.append([entry("- PIXEL needs a vet visit on 2026-12-01")])
