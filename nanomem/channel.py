@@ -8,8 +8,6 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
-from loguru import logger
-
 from nanomem.bus import MessageBus, OutboundMessage
 
 if TYPE_CHECKING:
@@ -21,6 +19,14 @@ CHANNELS = {
     "terminal": "channels.terminal:TerminalChannel",
     "telegram": "channels.telegram:TelegramChannel",
 }
+
+
+def _logger() -> Any:
+    # This module is on `nanomem chat`'s path to its prompt, and only failures log here:
+    # loguru (~25 ms to import) loads behind the prompt instead.
+    from loguru import logger
+
+    return logger
 
 
 def load_channel(name: str) -> type[Any]:
@@ -81,7 +87,7 @@ class ChatQueues:
                 except asyncio.CancelledError:
                     raise
                 except Exception:
-                    logger.exception("{}: a job for chat {} failed", self.label, chat)
+                    _logger().exception("{}: a job for chat {} failed", self.label, chat)
         finally:
             del self._jobs[chat], self._workers[chat]
 
@@ -110,6 +116,6 @@ async def pump_outbound(channel: Channel, bus: MessageBus) -> None:
         except asyncio.CancelledError:
             raise
         except Exception:
-            logger.exception(
+            _logger().exception(
                 "{}: could not deliver a message to chat {}", channel.name, msg.chat_id
             )

@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import getpass
 import json
+import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -97,9 +98,8 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from loguru import logger
-
-    logger.remove()  # nothing reaches stderr until setup_logging says how
+    # Nothing reaches stderr until setup_logging says how (loguru would add a stderr sink).
+    os.environ.setdefault("LOGURU_AUTOINIT", "False")
     args = build_parser().parse_args(argv)
     try:
         handler = {
@@ -117,6 +117,8 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     except Exception as exc:  # the last boundary: one line for the person, details in the log
+        from loguru import logger
+
         logger.opt(exception=exc).error("unexpected failure")
         print(f"nanomem: internal error: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
@@ -200,8 +202,8 @@ def cmd_chat(args: argparse.Namespace) -> int:
     if args.message is not None:
         app = _app(args, needs_model=True, stderr_level=stderr_level)
         return asyncio.run(_one_shot(app, args.session, _message_text(args.message)))
-    home, settings = _configured(args, needs_model=True, stderr_level=stderr_level, ask=True)
-    return asyncio.run(_interactive(home, settings, args.session))
+    home, settings = _configured(args, needs_model=True, ask=True)
+    return asyncio.run(_interactive(home, settings, args.session, stderr_level))
 
 
 def _message_text(message: str) -> str:
@@ -239,7 +241,7 @@ async def _one_shot(app: App, session: str, text: str) -> int:
     return 0
 
 
-async def _interactive(home: Home, settings: Settings, session: str) -> int:
+async def _interactive(home: Home, settings: Settings, session: str, stderr_level: str) -> int:
     """The prompt comes first; the app is built behind it while the person types (what they
     send meanwhile waits on the bus), then litellm and the tokenizer load the same way."""
     from nanomem.bus import MessageBus
@@ -257,7 +259,7 @@ async def _interactive(home: Home, settings: Settings, session: str) -> int:
         await asyncio.wait([chat, first_draw], return_when=asyncio.FIRST_COMPLETED)
         first_draw.cancel()
         if not chat.done():
-            app = await asyncio.to_thread(_build, home, settings, bus)
+            app = await asyncio.to_thread(_build, home, settings, stderr_level, bus)
             workers.append(asyncio.create_task(app.loop.run(), name="agent-loop"))
             app.scheduler.start()  # Dream runs on its interval while the chat is open
             app.warm_up()
@@ -288,21 +290,26 @@ def cmd_gateway(args: argparse.Namespace) -> int:
 
 
 def _app(args: argparse.Namespace, *, needs_model: bool, stderr_level: str | None) -> App:
-    return _build(*_configured(args, needs_model=needs_model, stderr_level=stderr_level))
+    home, settings = _configured(args, needs_model=needs_model)
+    return _build(home, settings, stderr_level)
 
 
-def _build(home: Home, settings: Settings, bus: MessageBus | None = None) -> App:
-    from nanomem.app import build_app  # most of nanomem: imported only when needed
+def _build(
+    home: Home, settings: Settings, stderr_level: str | None, bus: MessageBus | None = None
+) -> App:
+    """Logging, then the app (most of nanomem, imported only now)."""
+    from nanomem.app import build_app
+    from nanomem.log import setup_logging
 
+    setup_logging(settings.log.level, home.logs, stderr_level=stderr_level)
     return build_app(settings, home, bus=bus)
 
 
 def _configured(
-    args: argparse.Namespace, *, needs_model: bool, stderr_level: str | None, ask: bool = False
+    args: argparse.Namespace, *, needs_model: bool, ask: bool = False
 ) -> tuple[Home, Settings]:
-    """Home (onboarded if missing), settings and logging. With `ask`, a person at a terminal is
-    asked for what is missing instead of being told to set it."""
-    from nanomem.log import setup_logging
+    """Home (onboarded if missing) and settings. With `ask`, a person at a terminal is asked for
+    what is missing instead of being told to set it."""
     from nanomem.onboard import onboard
 
     home = _home(args)
@@ -316,7 +323,6 @@ def _configured(
         if not (ask and sys.stdin.isatty()):
             raise CliError(NO_MODEL.format(config=_config_path(args, home)), EXIT_CONFIG)
         settings = _ask_for_model(args, home)
-    setup_logging(settings.log.level, home.logs, stderr_level=stderr_level)
     return home, settings
 
 

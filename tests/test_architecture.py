@@ -66,3 +66,26 @@ def test_importing_the_core_has_no_side_effects(tmp_path: Path) -> None:
     result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     assert list(tmp_path.iterdir()) == []  # no folder or file was created on import
+
+
+def test_the_chat_prompt_waits_for_nothing_it_does_not_need() -> None:
+    """What `nanomem chat` imports before its prompt shows; the rest loads behind it."""
+    import subprocess
+    import sys
+
+    before_prompt = (
+        "nanomem.cli, nanomem.config, nanomem.onboard, nanomem.channel, channels.terminal"
+    )
+    behind = [
+        "nanomem.app",
+        "nanomem.loop",
+        "loguru",
+        "litellm",
+        "dulwich",
+        "apscheduler",
+        "jinja2",
+    ]
+    code = f"import sys, {before_prompt}; print(sorted(set({behind!r}) & set(sys.modules)))"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"
