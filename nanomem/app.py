@@ -106,7 +106,7 @@ def build_app(
     if provider is None:
         provider = _model(llm, transports)
     budget = Budget(BpeTokenizer(), Calibration(), llm, settings.memory)
-    bus = bus or MessageBus()
+    bus = bus if bus is not None else MessageBus()
     sessions = SessionStore(home.sessions, counter=budget.count)
     context = ContextBuilder(
         workspace,
