@@ -25,6 +25,24 @@ NO_MODEL = (
 )
 
 
+# loguru adds a stderr sink when it is first imported, unless this variable says no.
+LOGURU_SWITCH = "LOGURU_AUTOINIT"
+_switched_off_by_us = False
+
+
+def _quiet_until_logging_is_set_up() -> None:
+    """Nothing may reach stderr before setup_logging says how. Importing loguru here to remove
+    its sink would make the chat prompt wait ~25 ms; the variable does it at no cost."""
+    global _switched_off_by_us
+    if "loguru" in sys.modules:  # already imported (an in-process caller)
+        from loguru import logger
+
+        logger.remove()
+    elif LOGURU_SWITCH not in os.environ:
+        os.environ[LOGURU_SWITCH] = "False"
+        _switched_off_by_us = True
+
+
 class CliError(Exception):
     def __init__(self, message: str, code: int = 1) -> None:
         super().__init__(message)
@@ -98,8 +116,7 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    # Nothing reaches stderr until setup_logging says how (loguru would add a stderr sink).
-    os.environ.setdefault("LOGURU_AUTOINIT", "False")
+    _quiet_until_logging_is_set_up()
     args = build_parser().parse_args(argv)
     try:
         handler = {
@@ -302,6 +319,8 @@ def _build(
     from nanomem.log import setup_logging
 
     setup_logging(settings.log.level, home.logs, stderr_level=stderr_level)
+    if _switched_off_by_us:  # loguru is set up: commands the agent runs must not inherit it
+        os.environ.pop(LOGURU_SWITCH, None)
     return build_app(settings, home, bus=bus)
 
 

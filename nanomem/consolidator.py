@@ -79,14 +79,12 @@ class Consolidator:
 
     # -- hooks for the AgentLoop ----------------------------------------------------------
 
-    async def before_turn(self, session: Session, msg: InboundMessage) -> bool:
-        """Block the turn only when its prompt would not fit; otherwise stay out of the way.
-        True when messages were archived (the system prompt's history entries changed)."""
-        recovered = await self.recover(session)
+    async def before_turn(self, session: Session, msg: InboundMessage) -> None:
+        """Block the turn only when its prompt would not fit; otherwise stay out of the way."""
+        await self.recover(session)
         # The new message is already saved in the session, so the estimate includes it.
         if await self.estimate(session, fresh=False) > self.budget.prompt_limit:
-            return bool(await self.consolidate(session)) or recovered
-        return recovered
+            await self.consolidate(session)
 
     async def after_turn(self, session: Session) -> None:
         """Runs in the background: start early, so no turn has to wait later."""
@@ -203,13 +201,17 @@ class Consolidator:
 
     # -- crash recovery -------------------------------------------------------------------
 
-    async def recover(self, session: Session) -> bool:
-        """Finish or undo a consolidation that a crash interrupted (journalled in the session);
-        True when that moved the session's replay start."""
-        journal = session.state.get("consolidating")
-        if not journal:
-            return False
+    async def recover(self, session: Session) -> None:
+        """Finish or undo a consolidation that a crash interrupted (journalled in the session)."""
+        if not session.state.get("consolidating"):
+            return
         async with self._lock(session):
+            # Read again under the lock: a consolidation running meanwhile may have finished
+            # this round (and journalled others); acting on a stale journal would move the
+            # replay start back.
+            journal = session.state.get("consolidating")
+            if not journal:
+                return
             after, ref = int(journal["after"]), journal["ref"]
             found = await asyncio.to_thread(
                 lambda: [e for e in self.history.iter_backwards(after) if e.ref == ref]
@@ -219,7 +221,7 @@ class Consolidator:
                 logger.warning(
                     "{}: an interrupted consolidation left nothing; redoing it later", session.key
                 )
-                return False
+                return
             if found[0].kind == "raw" and len(found) < found[0].parts:
                 have = {e.part for e in found}
                 chunk = session.messages[int(journal["from"]) : int(journal["to"])]
@@ -231,7 +233,6 @@ class Consolidator:
                 session, replay_from=int(journal["to"]), consolidating=None
             )
             logger.warning("{}: completed a consolidation interrupted by a crash", session.key)
-            return True
 
     def _lock(self, session: Session) -> asyncio.Lock:
         return self._locks.setdefault(session.key, asyncio.Lock())

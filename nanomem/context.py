@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import os
+import threading
 from collections import OrderedDict
 from collections.abc import Callable
 from datetime import datetime
@@ -53,6 +54,7 @@ class ContextBuilder:
         # Keyed by what the prompt is made of, not by chat: every chat without history
         # entries of its own shares one rendering.
         self._cache: OrderedDict[tuple[Any, ...], str] = OrderedDict()
+        self._cache_lock = threading.Lock()  # renders run in worker threads
         self._memory_paths = [str(workspace / rel) for rel in MEMORY_FILES.values()]
         self._skills_dir = str(skills.directory)
         self._overrides_dir = str(workspace / "templates")
@@ -69,10 +71,11 @@ class ContextBuilder:
             else []
         )
         key = (self._files_key(), tuple(e.cursor for e in entries))
-        cached = self._cache.get(key)
-        if cached is not None:
-            self._cache.move_to_end(key)
-            return cached
+        with self._cache_lock:
+            cached = self._cache.get(key)
+            if cached is not None:
+                self._cache.move_to_end(key)
+                return cached
         files = {name: self._read(rel) for name, rel in MEMORY_FILES.items()}
         prompt = self.templates.render(
             "system.md.j2",
@@ -82,9 +85,10 @@ class ContextBuilder:
             tools=self.tool_names,
             history=entries,
         )
-        self._cache[key] = prompt
-        if len(self._cache) > PROMPT_CACHE_SIZE:
-            self._cache.popitem(last=False)
+        with self._cache_lock:
+            self._cache[key] = prompt
+            if len(self._cache) > PROMPT_CACHE_SIZE:
+                self._cache.popitem(last=False)
         return prompt
 
     async def with_images(self, user: dict[str, Any], media: tuple[str, ...]) -> dict[str, Any]:

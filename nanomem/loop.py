@@ -22,8 +22,7 @@ from nanomem.templates import Templates
 from nanomem.tokens import Budget
 from nanomem.tools import ToolRegistry
 
-# True when the hook changed what the system prompt is made of (e.g. archived messages).
-BeforeTurn = Callable[[Session, InboundMessage], Awaitable[bool]]
+BeforeTurn = Callable[[Session, InboundMessage], Awaitable[None]]
 AfterTurn = Callable[[Session], Awaitable[None]]
 Progress = Callable[[OutboundMessage], Awaitable[None]]
 NewHook = Callable[[Session], Awaitable[str | None]]
@@ -153,10 +152,15 @@ class AgentLoop:
         user: dict[str, Any],
         progress: Progress | None,
     ) -> OutboundMessage:
+        shown_from = session.replay_from
         system = await self._system_message(session)
         for hook in self.before_turn:
-            if await hook(session, msg):
-                system = await self._system_message(session)
+            await hook(session, msg)
+        # Archiving (a hook's, or a background consolidation that finished meanwhile) moves the
+        # replay start and adds history entries that the prompt must show.
+        while session.replay_from != shown_from:
+            shown_from = session.replay_from
+            system = await self._system_message(session)
         fixed = (
             self.budget.count_system(system["content"])  # remembered by text: a lookup
             + self.budget.count(user)

@@ -62,8 +62,9 @@ class Session:
 
     @property
     def replay_from(self) -> int:
-        """Index of the first message the model still sees (moved by /new and consolidation)."""
-        return int(self.state.get("replay_from", 0))
+        """Index of the first message the model still sees (moved by /new and consolidation);
+        never past the end, even when a corrupt line was skipped on load."""
+        return min(int(self.state.get("replay_from", 0)), len(self.messages))
 
     def _index(self, upto: int | None = None) -> None:
         """Count and classify messages up to `upto` (default: all), each exactly once."""
@@ -117,7 +118,8 @@ class Session:
         for boundary in turns[bisect_right(turns, cached_to) : bisect_right(turns, end)]:
             self._wire.extend(wire_forms(self.messages[cached_to:boundary]))
             cached_to = boundary
-        head = self._wire[start - self._base : cached_to - self._base] if start < cached_to else []
+        stop = min(cached_to, end)
+        head = self._wire[start - self._base : stop - self._base] if start < stop else []
         tail = wire_forms(self.messages[max(start, cached_to) : end])
         return [form for form in (*head, *tail) if form is not None]
 

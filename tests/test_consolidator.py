@@ -1,5 +1,6 @@
 """The Consolidator with a model double that summarises by listing the facts it was shown."""
 
+import asyncio
 import re
 from typing import Any
 
@@ -219,3 +220,67 @@ async def test_usage_calibrates_the_estimate(home: Home) -> None:
     model.prompt_tokens = 6000  # the provider counts far more than our tokenizer
     await talk(app, 2)
     assert app.budget.calibration.factor > before + 0.3
+
+
+class HeldModel(Model):
+    """Summary requests wait at a gate, so a consolidation can be caught half-way."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.summarising = asyncio.Event()
+        self.gate = asyncio.Event()
+
+    async def complete(self, messages, tools=None, *, max_tokens=None) -> Reply:  # type: ignore[no-untyped-def]
+        if SUMMARY_MARK in str(messages[-1].get("content")):
+            self.summarising.set()
+            await self.gate.wait()
+        return await super().complete(messages, tools, max_tokens=max_tokens)
+
+
+def facts(text: str) -> set[str]:
+    return set(re.findall(r"fact number \d+", text))
+
+
+def fact_turns(count: int) -> list[dict[str, Any]]:
+    turns: list[dict[str, Any]] = []
+    for i in range(count):
+        turns += [
+            {"role": "user", "content": f"Please remember fact number {i}: " + "detail " * 30},
+            {"role": "assistant", "content": "Noted. " + "A long reply. " * 20},
+        ]
+    return turns
+
+
+async def test_a_turn_shows_what_a_consolidation_archived_while_it_waited(home: Home) -> None:
+    model = HeldModel()
+    app = app_with(home, model)
+    session = await app.sessions.get("cli:direct")
+    await app.sessions.append(session, fact_turns(30))
+    archiving = asyncio.create_task(app.consolidator.consolidate(session))  # as after a turn
+    await model.summarising.wait()
+    question = InboundMessage("cli", "direct", "And fact number 30?", sender_id="u")
+    turn = asyncio.create_task(app.loop.handle(question))
+    await asyncio.sleep(0.3)  # the turn now waits for the archive to finish
+    model.gate.set()
+    assert await archiving and await turn is not None
+    sent = model.chat_calls()[-1]
+    shown = facts(sent[0]["content"]) | facts(" ".join(str(m["content"]) for m in sent[1:]))
+    assert shown == {f"fact number {i}" for i in range(31)}
+
+
+async def test_recovery_behind_a_running_consolidation_never_moves_back(home: Home) -> None:
+    model = HeldModel()
+    app = app_with(home, model)
+    session = await app.sessions.get("cli:direct")
+    await app.sessions.append(session, fact_turns(60))  # far over: archiving takes rounds
+    archiving = asyncio.create_task(app.consolidator.consolidate(session))
+    await model.summarising.wait()  # round one is journalled and under way
+    recovering = asyncio.create_task(app.consolidator.recover(session))
+    await asyncio.sleep(0.05)
+    model.gate.set()
+    rounds = await archiving
+    await recovering
+    assert len(rounds) >= 2
+    archived = facts("\n".join(e.content for e in app.history.iter_backwards()))
+    replayed = facts(" ".join(str(m["content"]) for m in session.messages[session.replay_from :]))
+    assert archived and replayed and not archived & replayed

@@ -262,3 +262,18 @@ def test_the_direct_transport_does_a_tool_round_trip(home: Home, fake_llm: FakeO
     assert (home.workspace / "direct.md").read_text() == "fast"
     assert fake_llm.requests[0]["model"] == "fake"
     assert fake_llm.auth_headers[0] == f"Bearer {TEST_KEY}"
+
+
+def test_commands_the_agent_runs_keep_a_normal_environment(
+    home: Home, fake_llm: FakeOpenAI
+) -> None:
+    # nanomem keeps loguru quiet until its logging is set up; that switch must not leak into
+    # the commands the agent runs (their own loguru would lose its output).
+    fake_llm.tool_call("exec", {"command": 'echo "switch=${LOGURU_AUTOINIT:-unset}"'})
+    fake_llm.reply("done")
+    env = {**cli_env(home, fake_llm), "NANOMEM_TOOLS__SHELL_ENABLED": "true"}
+    env.pop("LOGURU_AUTOINIT", None)
+    result = run_cli("chat", "-m", "run it", env=env)
+    assert result.returncode == 0, result.stderr
+    observation = fake_llm.requests[1]["messages"][-1]["content"]
+    assert observation.startswith("exit code 0") and "switch=unset" in observation

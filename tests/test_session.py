@@ -193,7 +193,7 @@ async def test_history_window_matches_the_plain_walk(tmp_path: Path) -> None:
             await store.update_state(session, replay_from=rng.choice(turn_starts))
         for _ in range(3):
             budget = rng.choice([0, 50, 400, 3000, 10**6])
-            end = rng.choice([len(session.messages), turn_starts[-1]])
+            end = rng.choice([len(session.messages), turn_starts[-1], rng.choice(turn_starts)])
             expected = reference_history(session.messages, session.replay_from, budget, end, count)
             assert session.history(budget, end=end) == expected, (n, budget, end)
 
@@ -230,3 +230,15 @@ async def test_a_turn_torn_by_a_crash_loses_its_unanswered_call_only(tmp_path: P
     window, _ = reloaded.history(10**6, end=len(reloaded.messages) - 1)
     assert [m["role"] for m in window] == ["user", "assistant", "tool", "assistant", "user"]
     assert all(m.get("tool_calls", [{"id": "c1"}])[0]["id"] == "c1" for m in window)
+
+
+async def test_a_replay_start_past_the_end_means_nothing_to_replay(tmp_path: Path) -> None:
+    store = SessionStore(tmp_path)
+    session = await store.get("k")
+    await store.append(session, [user("one"), assistant("two")])
+    await store.update_state(session, replay_from=4)  # lines lost to corruption since
+    reloaded = await SessionStore(tmp_path).get("k")
+    assert reloaded.history(10**6) == ([], 0)
+    assert reloaded.unconsolidated_tokens() == 0
+    await store.append(reloaded, [user("three"), assistant("four"), user("five")])
+    assert [m["content"] for m in reloaded.history(10**6)[0]] == ["five"]  # from index 4 on
