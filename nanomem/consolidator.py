@@ -141,13 +141,9 @@ class Consolidator:
         if not allowed:
             return None
         chunk_cap = self.budget.prompt_limit // 2
-        freed = 0
-        index = session.replay_from
         chosen = None
         for boundary in allowed:
-            while index < boundary:
-                freed += session.token_count(index)
-                index += 1
+            freed = session.tokens_between(session.replay_from, boundary)
             if chosen is not None and freed > chunk_cap:
                 break
             chosen = boundary

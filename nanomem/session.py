@@ -83,9 +83,6 @@ class Session:
         self._index(end)
         return self._cumulative[end - self._base] - self._cumulative[start - self._base]
 
-    def token_count(self, index: int) -> int:
-        return self.tokens_between(index, index + 1)
-
     def unconsolidated_tokens(self) -> int:
         """Tokens of everything the model still sees."""
         return self.tokens_between(self.replay_from, len(self.messages))
