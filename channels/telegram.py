@@ -6,12 +6,13 @@ import asyncio
 import re
 import warnings
 from collections.abc import Awaitable
+from dataclasses import replace
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from loguru import logger
-from telegram import BotCommand, Message, ReplyParameters, Update, User
+from telegram import Bot, BotCommand, Message, ReplyParameters, Update, User
 from telegram.constants import ChatAction, ChatType, ParseMode
 from telegram.error import (
     BadRequest,
@@ -21,7 +22,6 @@ from telegram.error import (
     RetryAfter,
     TelegramError,
 )
-from telegram.ext import Application, ApplicationBuilder, ContextTypes, TypeHandler
 from telegram.request import HTTPXRequest
 
 from channels.telegram_chat import (
@@ -45,7 +45,7 @@ if TYPE_CHECKING:
     from nanomem.app import App
 
 T = TypeVar("T")
-PTBApp = Application[Any, Any, Any, Any, Any, Any]
+OFFSET = "telegram.offset"  # the inbox's record of what Telegram may forget
 NOT_FOUND = "telegram: the Bot API answered 404 (check telegram.token and telegram.base_url)"
 NO_TOKEN = "telegram.token is not set: create a bot with @BotFather, then set telegram.token"
 GREETING = "Hi {name}! Write to me and I will answer. /help lists the commands."
@@ -141,6 +141,10 @@ async def _api(call: Awaitable[T]) -> T:
 
 
 class TelegramChannel:
+    """Long polling is ours, not python-telegram-bot's Updater: PTB confirms updates to Telegram
+    before any handler runs, so a crash would lose them. Here each batch of updates is stored
+    in the inbox, with the new offset, before the next getUpdates confirms it."""
+
     name = "telegram"
 
     def __init__(
@@ -165,9 +169,12 @@ class TelegramChannel:
         # A poll lasts its own timeout plus the read timeout; allow some slack on top.
         self._poll = PollWatch(stall_after_s=poll_timeout_s + 35.0)
         self._poll_request = _PollRequest(self._poll, proxy=settings.proxy, connection_pool_size=1)
-        self._app: PTBApp | None = None
+        self._bot: Bot | None = None
+        self._polling: asyncio.Task[None] | None = None
+        self._offset: int | None = None
         self._bus: MessageBus | None = None
         self._watchdog: asyncio.Task[None] | None = None
+        self._replayed = False
         self._intake = ChatQueues("telegram-in")
         self.delivery = Delivery(self, typing_every_s=typing_every_s, status_every_s=status_every_s)
         self._refused: set[int] = set()
@@ -190,88 +197,70 @@ class TelegramChannel:
         self._watchdog = asyncio.create_task(watch, name="telegram-watchdog")
 
     async def _launch(self) -> None:
-        """A fresh PTB Application, polling; ChannelDown when the Bot API cannot be used."""
-        app = self._build()
+        """A fresh Bot, polling; ChannelDown when the Bot API cannot be used."""
+        bot = self._build()
         try:
-            await asyncio.wait_for(app.initialize(), STEP_S)
-            await self._register_commands(app)
-            await app.start()
-            assert app.updater is not None
-            self._poll.reset()
-            polling = app.updater.start_polling(
-                timeout=timedelta(seconds=self.poll_timeout_s),
-                allowed_updates=["message"],
-                error_callback=self._on_poll_error,
-            )
-            await asyncio.wait_for(polling, STEP_S)
+            await asyncio.wait_for(bot.initialize(), STEP_S)
+            await self._register_commands(bot)
         except BaseException as exc:
-            await self._teardown(app)
+            await _quietly(bot.shutdown(), "shut down")
             if (down := _down(exc)) is not None:
                 raise down from None
             raise
-        self._app, self._poll.problem = app, None
-        logger.info("telegram: polling as @{}", app.bot.username)
+        self._bot, self._poll.problem = bot, None
+        if not self._replayed:  # what an earlier run left goes first, in arrival order
+            await self._replay(bot)
+            self._replayed = True
+        self._poll.reset()
+        self._polling = asyncio.create_task(self._poll_updates(bot), name="telegram-poll")
+        logger.info("telegram: polling as @{}", bot.username)
 
     async def _relaunch(self) -> None:
-        # A whole new Application: after its polling task died, PTB's Updater cannot be
-        # stopped and started again cleanly (its stop event stays set).
-        if (old := self._app) is not None:
-            self._app = None
-            await self._teardown(old)
+        await self._halt()
         await self._launch()
 
-    def _build(self) -> PTBApp:
-        builder = (
-            ApplicationBuilder()
-            .token(self._token)
-            .base_url(self.settings.base_url)
-            .base_file_url(self.settings.base_file_url)
-            .get_updates_request(self._poll_request)
-            .connection_pool_size(64)
-            .pool_timeout(10.0)
-            .job_queue(None)
-        )
-        if self.settings.proxy:
-            builder = builder.proxy(self.settings.proxy)
-        app = builder.build()
-        app.add_handler(TypeHandler(Update, self._on_update))
-        app.add_error_handler(self._on_error)
-        return app
+    async def _halt(self) -> None:
+        """Stop polling and drop the Bot (updates not stored yet are simply fetched again)."""
+        polling, self._polling = self._polling, None
+        if polling is not None:
+            polling.cancel()
+            await asyncio.gather(polling, return_exceptions=True)
+        bot, self._bot = self._bot, None
+        if bot is not None:
+            await _quietly(bot.shutdown(), "shut down")
 
-    async def _register_commands(self, app: PTBApp) -> None:
+    def _build(self) -> Bot:
+        proxy = self.settings.proxy
+        request = HTTPXRequest(connection_pool_size=64, pool_timeout=10.0, proxy=proxy)
+        return Bot(
+            self._token,
+            base_url=self.settings.base_url,
+            base_file_url=self.settings.base_file_url,
+            request=request,
+            get_updates_request=self._poll_request,
+        )
+
+    async def _register_commands(self, bot: Bot) -> None:
         menu = [BotCommand(name, about) for name, about in command_menu(self._commands)]
         try:
-            await asyncio.wait_for(app.bot.set_my_commands(menu), STEP_S)
+            await asyncio.wait_for(bot.set_my_commands(menu), STEP_S)
         except (TelegramError, TimeoutError) as exc:
             logger.warning("telegram: could not register the command menu: {}", exc)
 
     async def stop_receiving(self) -> None:
+        """Stop polling and drop intake in progress: what was stored stays in the inbox."""
         if self._watchdog is not None:
             self._watchdog.cancel()
-        if (app := self._app) is None:
-            return
-        if app.updater is not None and app.updater.running:
-            await _quietly(app.updater.stop(), "stop polling")
-        for _ in range(int(STEP_S / 0.02)):  # updates PTB fetched are still handed over
-            if app.update_queue.empty():
-                break
-            await asyncio.sleep(0.02)
-        await self._intake.drain(STEP_S)
+            await asyncio.gather(self._watchdog, return_exceptions=True)
+        if (polling := self._polling) is not None:
+            polling.cancel()
+            await asyncio.gather(polling, return_exceptions=True)
+        await self._intake.cancel()
 
     async def stop(self) -> None:
         await self.stop_receiving()
-        await self._intake.cancel()
         await self.delivery.close(STEP_S)
-        if (app := self._app) is not None:
-            self._app = None
-            await self._teardown(app)
-
-    async def _teardown(self, app: PTBApp) -> None:
-        if app.updater is not None and app.updater.running:
-            await _quietly(app.updater.stop(), "stop polling")
-        if app.running:
-            await _quietly(app.stop(), "stop")
-        await _quietly(app.shutdown(), "shut down")
+        await self._halt()
 
     def problem(self) -> str | None:
         return self._poll.problem
@@ -284,15 +273,66 @@ class TelegramChannel:
             logger.warning("telegram: polling failed: {}", text)
         self._poll.error = text
 
-    async def _on_error(self, update: object, context: ContextTypes.DEFAULT_TYPE) -> None:
-        logger.opt(exception=context.error).error("telegram: handling an update failed")
+    # Inbound: stored first, then one intake worker per chat (media downloads keep order).
 
-    # Inbound: filter at once, then one intake worker per chat (media downloads keep order).
+    async def _poll_updates(self, bot: Bot) -> None:
+        assert self._bus is not None
+        if self._offset is None and (stored := await self._bus.position(OFFSET)) is not None:
+            self._offset = int(stored)
+        delay = 1.0
+        while True:
+            try:
+                updates = await bot.get_updates(
+                    offset=self._offset,
+                    timeout=int(self.poll_timeout_s),
+                    allowed_updates=["message"],
+                )
+            except TelegramError as exc:
+                self._on_poll_error(exc)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 30.0)
+                continue
+            delay = 1.0
+            if updates:
+                await self._store(updates)
 
-    async def _on_update(self, update: Update, _: ContextTypes.DEFAULT_TYPE) -> None:
-        message, user = update.message, update.effective_user
-        if message is None or user is None or user.is_bot:
-            return
+    async def _store(self, updates: tuple[Update, ...]) -> None:
+        """Keep what we answer, durably, with the offset that confirms the whole batch."""
+        assert self._bus is not None
+        admitted = [found for update in updates if (found := self._admit(update)) is not None]
+        offset = updates[-1].update_id + 1
+        items = [(key, update.to_dict()) for update, _, _, key, _ in admitted]
+        while True:
+            try:
+                seqs = await self._bus.receive(self.name, items, (OFFSET, str(offset)))
+                break
+            except Exception:  # a full disk: nothing is confirmed, so retry, never drop
+                logger.exception("telegram: could not store {} updates; retrying", len(items))
+                await asyncio.sleep(1.0)
+        self._offset = offset
+        for (_, message, user, key, group), seq in zip(admitted, seqs, strict=True):
+            self._submit(message, user, key, group, seq)
+
+    async def _replay(self, bot: Bot) -> None:
+        """Messages an earlier run stored but did not answer, handed in again in order."""
+        assert self._bus is not None
+        left = await self._bus.unfinished(self.name)
+        if left:
+            logger.info("telegram: {} messages from before the restart are answered now", len(left))
+        for pending in left:
+            found = self._admit(Update.de_json(pending.payload, bot))
+            if found is None:  # no longer allowed, say
+                await self._bus.forget(pending.seq)
+                continue
+            _, message, user, key, group = found
+            self._submit(message, user, key, group, pending.seq, replayed=True)
+
+    def _admit(self, update: Update | None) -> tuple[Update, Message, User, str, bool] | None:
+        """An update we answer, with its chat key; strangers are refused silently and logged."""
+        message = update.message if update is not None else None
+        user = update.effective_user if update is not None else None
+        if update is None or message is None or user is None or user.is_bot:
+            return None
         if not is_allowed(self.settings.allow_from, user.id, message.chat_id):
             if user.id not in self._refused:  # refused silently: no reply, typing or reaction
                 if len(self._refused) >= 10_000:  # a flood of strangers must not grow memory
@@ -302,49 +342,87 @@ class TelegramChannel:
                 logger.warning(
                     "refused Telegram user {} ({}); add it to telegram.allow_from", user.id, name
                 )
-            return
+            return None
         group = message.chat.type in (ChatType.GROUP, ChatType.SUPERGROUP)
         mention_only = group and self.settings.group_policy == "mention"
         if mention_only and not is_addressed(message, message.get_bot().bot, self._our_commands):
-            return
-        key = chat_key(message)
-        self._intake.submit(key, lambda: self._accept(message, user, key, group))
+            return None
+        return update, message, user, chat_key(message), group
 
-    async def _accept(self, message: Message, user: User, key: str, group: bool) -> None:
+    def _submit(
+        self,
+        message: Message,
+        user: User,
+        key: str,
+        group: bool,
+        seq: int | None,
+        *,
+        replayed: bool = False,
+    ) -> None:
+        self._intake.submit(
+            key, lambda: self._accept(message, user, key, group, seq, replayed=replayed)
+        )
+
+    async def _accept(
+        self,
+        message: Message,
+        user: User,
+        key: str,
+        group: bool,
+        seq: int | None,
+        *,
+        replayed: bool = False,
+    ) -> None:
+        assert self._bus is not None
+        if (note := await self._inbound(message, user, key, group, seq, replayed)) is not None:
+            self.delivery.notify(key, note)
+            await self._bus.forget(seq)  # answered by the channel itself
+
+    async def _inbound(
+        self,
+        message: Message,
+        user: User,
+        key: str,
+        group: bool,
+        seq: int | None,
+        replayed: bool,
+    ) -> str | None:
+        """Hand the message to the core; or the note to answer it with, when it is not for the
+        model (a /start, a file too big, ...)."""
+        assert self._bus is not None
         text = message.text or message.caption or ""
         text = strip_mention(text, message.get_bot().username) if group else text
         parsed = parse_command(text)
         command = parsed[0] if parsed else None
         if command == "start":
-            self.delivery.notify(key, GREETING.format(name=user.first_name))
-            return
+            return GREETING.format(name=user.first_name)
         media: tuple[str, ...] = ()
         if (found := _attachment(message)) is not None:
             kind, item, suffix, file_name = found
             if (size := item.file_size or 0) > self.settings.max_file_mb * 2**20:
-                limit = self.settings.max_file_mb
-                self.delivery.notify(key, TOO_BIG.format(size=size / 2**20, limit=limit))
-                return
+                return TOO_BIG.format(size=size / 2**20, limit=self.settings.max_file_mb)
             try:
                 media = (await self._download(item, suffix),)
             except (TelegramError, OSError) as exc:
                 logger.warning("telegram: downloading a {} from {} failed: {}", kind, key, exc)
-                self.delivery.notify(key, NO_DOWNLOAD)
-                return
+                return NO_DOWNLOAD
             label = f"[{kind}: {file_name}]" if file_name else f"[{kind}]"
             text = "\n".join(filter(None, [label, text]))
         elif not text:
-            if not group:  # stickers and the like; in a group nobody asked us
-                self.delivery.notify(key, UNSUPPORTED)
-            return
+            if group:  # stickers and the like; in a group nobody asked us
+                await self._bus.forget(seq)
+                return None
+            return UNSUPPORTED
         metadata: dict[str, Any] = {"message_id": message.message_id}
         if group:
             handle = f" (@{user.username})" if user.username else ""
             metadata["sender_name"] = f"{user.full_name}{handle}"
         inbound = InboundMessage(self.name, key, text, str(user.id), media, metadata)
+        if seq is not None:
+            inbound = replace(inbound, id=InboundMessage.inbox_id(seq), seq=seq, replayed=replayed)
         self.delivery.accepted(key, inbound.id, message.message_id, command)
-        assert self._bus is not None
         await self._bus.publish_inbound(inbound)
+        return None
 
     async def _download(self, item: Any, suffix: str) -> str:
         relative = f"media/{datetime.now():%Y-%m-%d}-{item.file_unique_id}{suffix}"
@@ -356,12 +434,12 @@ class TelegramChannel:
     # Outbound: queued per chat in Delivery, which reaches the Bot API through these calls.
 
     async def send(self, msg: OutboundMessage) -> None:
-        self.delivery.send(msg)
+        await self.delivery.send(msg)
 
-    def _bot(self) -> Any:
-        if self._app is None:
+    def _active_bot(self) -> Bot:
+        if self._bot is None:
             raise SendError("the Telegram channel is not running", transient=True)
-        return self._app.bot
+        return self._bot
 
     async def send_text(
         self, key: str, text: str, *, html: bool, reply_to: int | None = None, quiet: bool = False
@@ -374,14 +452,15 @@ class TelegramChannel:
             options["reply_parameters"] = ReplyParameters(
                 reply_to, allow_sending_without_reply=True
             )
-        return int((await _api(self._bot().send_message(chat_id, text, **options))).message_id)
+        sent = await _api(self._active_bot().send_message(chat_id, text, **options))
+        return int(sent.message_id)
 
     async def edit_text(self, key: str, message_id: int, text: str) -> None:
-        await _api(self._bot().edit_message_text(text, target(key)[0], message_id))
+        await _api(self._active_bot().edit_message_text(text, target(key)[0], message_id))
 
     async def typing(self, key: str) -> None:
         chat_id, thread = target(key)
-        await _api(self._bot().send_chat_action(chat_id, ChatAction.TYPING, thread))
+        await _api(self._active_bot().send_chat_action(chat_id, ChatAction.TYPING, thread))
 
 
 async def _quietly(step: Awaitable[Any], what: str) -> None:

@@ -18,13 +18,12 @@ from loguru import logger
 
 from channels.telegram_format import TELEGRAM_LIMIT, html_to_plain, render_chunks
 from nanomem.bus import OutboundMessage
-from nanomem.channel import ChannelDown, ChatQueues
+from nanomem.channel import ChannelDown, ChatQueues, DeliveryLater
 from nanomem.commands import STOPPED, Command
 
 T = TypeVar("T")
 _COMMAND_NAME = re.compile(r"[a-z0-9_]{1,32}")
 TOKEN_REJECTED = "telegram: the bot token was rejected (check telegram.token)"
-INTERRUPTED = "I was restarted before I could answer; please send your last message again."
 EMPTY = "(the model sent an empty reply)"
 SEND_ATTEMPTS = 6
 TYPING_MAX_S = 600.0  # a turn silent this long gets no more typing actions
@@ -190,6 +189,7 @@ class Delivery:
         self.chats: dict[str, ChatState] = {}
         self.queues = ChatQueues("telegram-out")
         self._message_ids: OrderedDict[str, int] = OrderedDict()  # inbound id → Telegram id
+        self._waiting: set[asyncio.Future[None]] = set()  # replies not delivered yet
 
     def chat(self, key: str) -> ChatState:
         return self.chats.setdefault(key, ChatState())
@@ -204,14 +204,32 @@ class Delivery:
         if chat.typing is None:
             chat.typing = asyncio.create_task(self._type(key, chat), name=f"typing:{key}")
 
-    def send(self, msg: OutboundMessage) -> None:
+    def send(self, msg: OutboundMessage) -> asyncio.Future[None]:
+        """Queue a message for its chat; the future settles when it is delivered."""
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         chat = self.chat(msg.chat_id)
         if msg.kind == "progress":
             if chat.progress(msg.content):
                 self.queues.submit(msg.chat_id, lambda: self._show_status(msg.chat_id, chat))
-            return
+            done.set_result(None)
+            return done
         chat.answer(msg)
-        self.queues.submit(msg.chat_id, lambda: self._deliver(msg))
+        self._waiting.add(done)
+        done.add_done_callback(_settled)
+        done.add_done_callback(self._waiting.discard)
+
+        async def deliver() -> None:
+            try:
+                await self._deliver(msg)
+            except DeliveryLater as exc:  # the caller decides; it is logged already
+                if not done.done():
+                    done.set_exception(exc)
+                return
+            if not done.done():
+                done.set_result(None)
+
+        self.queues.submit(msg.chat_id, deliver)
+        return done
 
     def notify(self, key: str, text: str) -> None:
         """A short plain-text note from the channel itself."""
@@ -219,14 +237,14 @@ class Delivery:
         self.queues.submit(key, lambda: self._deliver(note))
 
     async def close(self, within_s: float) -> None:
-        """Tell chats whose turn was cut short, deliver what is queued, then stop."""
-        for key, chat in self.chats.items():
+        """Deliver what is queued, then stop; what is left stays in the inbox for the next
+        start, so nobody is asked to send a message again."""
+        for chat in self.chats.values():
             chat.stop_typing()
-            if chat.pending:
-                chat.pending.clear()
-                self.notify(key, INTERRUPTED)
         await self.queues.drain(within_s)
         await self.queues.cancel()
+        for waiting in list(self._waiting):
+            waiting.cancel()
 
     async def _deliver(self, msg: OutboundMessage) -> None:
         chunks = chunks_of(msg)
@@ -244,7 +262,9 @@ class Delivery:
                     msg.chat_id,
                     exc,
                 )
-                return
+                if exc.transient or exc.retry_after is not None:
+                    raise DeliveryLater(str(exc)) from exc
+                return  # refused for good (blocked by the person, say): nothing to keep
             reply_to = None
 
     async def _send(self, key: str, text: str, *, html: bool, reply_to: int | None = None) -> None:
@@ -318,6 +338,11 @@ class Delivery:
             if exc.retry_after is not None:
                 chat.block(exc.retry_after)
             logger.debug("telegram: progress in {} not shown: {}", key, exc)
+
+
+def _settled(future: asyncio.Future[None]) -> None:
+    if not future.cancelled():
+        future.exception()  # retrieved: a caller that does not wait for it is fine
 
 
 class PollWatch:

@@ -16,6 +16,7 @@ from nanomem.dream import Dream
 from nanomem.filetools import FileTools
 from nanomem.gitstore import GitStore
 from nanomem.history import HistoryStore
+from nanomem.inbox import SqliteInbox
 from nanomem.litellm_provider import LiteLLMProvider, import_litellm, supports_images
 from nanomem.log import register_secrets
 from nanomem.loop import AgentLoop
@@ -55,11 +56,13 @@ class App:
     transports: list[Provider]  # the model clients, closed by aclose()
 
     async def aclose(self) -> None:
-        """Close the model clients' connections (in the loop that used them)."""
+        """Close the model clients' connections (in the loop that used them) and the inbox."""
         for transport in self.transports:
             close = getattr(transport, "close", None)
             if close is not None:
                 await close()
+        if self.bus.inbox is not None:
+            self.bus.inbox.close()
 
     def warm_up(self) -> None:
         """Load the slow libraries in the background (never on the event loop)."""
@@ -77,8 +80,14 @@ def workspace_of(settings: Settings, home: Home) -> Path:
 
 
 def build_app(
-    settings: Settings, home: Home, provider: Provider | None = None, bus: MessageBus | None = None
+    settings: Settings,
+    home: Home,
+    provider: Provider | None = None,
+    bus: MessageBus | None = None,
+    *,
+    durable: bool = False,
 ) -> App:
+    """With `durable`, messages pass through the inbox on disk (the gateway)."""
     llm = settings.llm
     register_secrets([llm.api_key.get_secret_value() if llm.api_key else None])
     workspace = workspace_of(settings, home)
@@ -106,7 +115,8 @@ def build_app(
     if provider is None:
         provider = _model(llm, transports)
     budget = Budget(BpeTokenizer(), Calibration(), llm, settings.memory)
-    bus = bus if bus is not None else MessageBus()
+    if bus is None:
+        bus = MessageBus(inbox=SqliteInbox(home.inbox) if durable else None)
     sessions = SessionStore(home.sessions, counter=budget.count)
     context = ContextBuilder(
         workspace,

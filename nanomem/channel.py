@@ -42,7 +42,10 @@ class Channel(Protocol):
 
     async def stop(self) -> None: ...
 
-    async def send(self, msg: OutboundMessage) -> None: ...
+    async def send(self, msg: OutboundMessage) -> None:
+        """Return once the message is delivered (or refused for good); raise DeliveryLater when
+        it cannot be delivered now. Called concurrently: keep each chat's order yourself, in
+        the order the calls were made (before the first await)."""
 
 
 class GatewayChannel(Channel, Protocol):
@@ -62,6 +65,11 @@ class GatewayChannel(Channel, Protocol):
 
 class ChannelDown(Exception):
     """A channel cannot run right now (bad token, network down); the message is one line."""
+
+
+class DeliveryLater(Exception):
+    """A reply could not be delivered now (network down); it stays in the inbox and is sent
+    again at the next start."""
 
 
 class ChatQueues:
@@ -107,15 +115,34 @@ class ChatQueues:
 
 
 async def pump_outbound(channel: Channel, bus: MessageBus) -> None:
-    """Deliver one channel's outbox forever; a failed send is logged, never fatal."""
+    """Deliver one channel's outbox forever, each send in its own task so that a chat that
+    waits (a flood limit) never holds up another; a delivered reply leaves the inbox."""
     box = bus.outbox(channel.name)
-    while True:
-        msg = await box.get()
-        try:
-            await channel.send(msg)
-        except asyncio.CancelledError:
-            raise
-        except Exception:
-            _logger().exception(
-                "{}: could not deliver a message to chat {}", channel.name, msg.chat_id
-            )
+    sending: set[asyncio.Task[None]] = set()
+    try:
+        while True:
+            msg = await box.get()
+            bus.sending(channel.name, +1)
+            task = asyncio.create_task(_deliver(channel, bus, msg))
+            sending.add(task)
+            task.add_done_callback(sending.discard)
+    finally:
+        for task in sending:
+            task.cancel()
+        await asyncio.gather(*sending, return_exceptions=True)
+
+
+async def _deliver(channel: Channel, bus: MessageBus, msg: OutboundMessage) -> None:
+    try:
+        await channel.send(msg)
+        await bus.delivered(msg)
+    except asyncio.CancelledError:
+        raise
+    except DeliveryLater as exc:
+        _logger().warning(
+            "{}: a reply to chat {} is kept for the next start: {}", channel.name, msg.chat_id, exc
+        )
+    except Exception:
+        _logger().exception("{}: could not deliver a message to chat {}", channel.name, msg.chat_id)
+    finally:
+        bus.sending(channel.name, -1)

@@ -298,7 +298,7 @@ def cmd_gateway(args: argparse.Namespace) -> int:
     from nanomem.gateway import Gateway
 
     # A fresh container volume is onboarded silently and configured by environment variables.
-    app = _app(args, needs_model=True, stderr_level=args.log_level)
+    app = _app(args, needs_model=True, stderr_level=args.log_level, durable=True)
     try:
         gateway = Gateway.from_app(app)
         return asyncio.run(gateway.run())
@@ -306,13 +306,20 @@ def cmd_gateway(args: argparse.Namespace) -> int:
         raise CliError(str(exc), EXIT_CONFIG) from None
 
 
-def _app(args: argparse.Namespace, *, needs_model: bool, stderr_level: str | None) -> App:
+def _app(
+    args: argparse.Namespace, *, needs_model: bool, stderr_level: str | None, durable: bool = False
+) -> App:
     home, settings = _configured(args, needs_model=needs_model)
-    return _build(home, settings, stderr_level)
+    return _build(home, settings, stderr_level, durable=durable)
 
 
 def _build(
-    home: Home, settings: Settings, stderr_level: str | None, bus: MessageBus | None = None
+    home: Home,
+    settings: Settings,
+    stderr_level: str | None,
+    bus: MessageBus | None = None,
+    *,
+    durable: bool = False,
 ) -> App:
     """Logging, then the app (most of nanomem, imported only now)."""
     from nanomem.app import build_app
@@ -321,7 +328,7 @@ def _build(
     setup_logging(settings.log.level, home.logs, stderr_level=stderr_level)
     if _switched_off_by_us:  # loguru is set up: commands the agent runs must not inherit it
         os.environ.pop(LOGURU_SWITCH, None)
-    return build_app(settings, home, bus=bus)
+    return build_app(settings, home, bus=bus, durable=durable)
 
 
 def _configured(

@@ -124,6 +124,9 @@ class Gateway:
         await pump_outbound(channel, self.app.bus)
 
     async def _shutdown(self, dispatcher: asyncio.Task[None], grace_s: float) -> None:
+        """Take nothing new, let running turns finish within the grace period and deliver their
+        replies; whatever is left (waiting messages, undelivered replies) stays in the inbox
+        and is answered at the next start."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + grace_s
 
@@ -133,11 +136,10 @@ class Gateway:
         for name, channel in self.channels.items():
             self.health.set_channel(name, "stopping")
             await self._bounded(channel.stop_receiving(), f"{name} intake")
-        await self.app.scheduler.stop(grace_s=left())  # a running Dream may finish, too
-        # What the channels already accepted is still served, inside the grace period.
-        await _until(lambda: self._forced or not self.app.bus.inbound_depth, left())
+        self.app.loop.stop_taking()
         dispatcher.cancel()
         await asyncio.gather(dispatcher, return_exceptions=True)
+        await self.app.scheduler.stop(grace_s=left())  # a running Dream may finish, too
         await self.app.loop.close(grace_s=left())
         await _until(lambda: self._forced or not self._outboxes_busy(), max(1.0, left()))
         for task in self._tasks:

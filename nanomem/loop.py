@@ -17,7 +17,7 @@ from nanomem.config import Settings
 from nanomem.context import ContextBuilder
 from nanomem.provider import Provider, ProviderError, ToolCall
 from nanomem.react import ReactResult, react, seal_tool_calls
-from nanomem.session import Session, SessionStore
+from nanomem.session import Session, SessionStore, to_wire
 from nanomem.templates import Templates
 from nanomem.tokens import Budget
 from nanomem.tools import ToolRegistry
@@ -26,6 +26,10 @@ BeforeTurn = Callable[[Session, InboundMessage], Awaitable[None]]
 AfterTurn = Callable[[Session], Awaitable[None]]
 Progress = Callable[[OutboundMessage], Awaitable[None]]
 NewHook = Callable[[Session], Awaitable[str | None]]
+
+
+class Deferred(Exception):
+    """The loop is stopping: the message is left for the next start."""
 
 
 class KeyedLocks:
@@ -74,6 +78,7 @@ class AgentLoop:
         self._starting: set[str] = set()  # turns whose message is still being saved
         self._stop_before_start: set[str] = set()
         self._tasks: set[asyncio.Task[Any]] = set()
+        self._draining = False
         self._register_builtin_commands()
 
     async def run(self) -> None:
@@ -86,9 +91,18 @@ class AgentLoop:
             task.add_done_callback(lambda _: pending.release())
 
     async def _serve(self, msg: InboundMessage) -> None:
-        reply = await self.handle(msg, progress=self.bus.publish_outbound)
+        try:
+            reply = await self.handle(msg, progress=self.bus.publish_outbound)
+        except Deferred:
+            return  # stopping: the message stays in the inbox for the next start
+        # Recorded before it is sent: a crash from here on re-sends it, never loses it.
+        await self.bus.answered(msg, reply)
         if reply is not None:
             await self.bus.publish_outbound(reply)
+
+    def stop_taking(self) -> None:
+        """Begin no new turn (running ones go on); what waits stays in the inbox."""
+        self._draining = True
 
     async def handle(
         self, msg: InboundMessage, progress: Progress | None = None
@@ -105,15 +119,23 @@ class AgentLoop:
                 text = f"Unknown command /{exc.name} — try /help."
                 return OutboundMessage.answering(msg, text, kind="error")
             if found and found[0].immediate:
+                self._check_taking()
                 return OutboundMessage.answering(msg, await found[0].handler(msg, found[1]))
             async with self._locks.hold(msg.session_key), self._turn_slots:
+                self._check_taking()
                 if found:
                     return OutboundMessage.answering(msg, await found[0].handler(msg, found[1]))
                 return await self._stoppable_turn(msg, progress)
+        except Deferred:
+            raise
         except Exception:
             logger.exception("failed to handle a message for {}", msg.session_key)
             text = "Something went wrong on my side; the details are in the log."
             return OutboundMessage.answering(msg, text, kind="error")
+
+    def _check_taking(self) -> None:
+        if self._draining:
+            raise Deferred
 
     async def _stoppable_turn(
         self, msg: InboundMessage, progress: Progress | None
@@ -124,16 +146,20 @@ class AgentLoop:
         self._starting.add(key)
         saving = asyncio.ensure_future(self._acknowledge(msg))
         try:
-            session, user = await asyncio.shield(saving)
+            session, at = await asyncio.shield(saving)
         except asyncio.CancelledError:
             await saving
             raise
         finally:
             self._starting.discard(key)
-        if key in self._stop_before_start:
+            # Cleared on every path: a save that failed must not stop the chat's next message.
+            stopped = key in self._stop_before_start
             self._stop_before_start.discard(key)
+        if stopped:
             return None  # a /stop came while the message was being saved
-        task = asyncio.create_task(self._turn(msg, session, user, progress))
+        if (earlier_reply := finished_reply(session.messages, at)) is not None:
+            return OutboundMessage.answering(msg, earlier_reply)  # replayed after its turn ended
+        task = asyncio.create_task(self._turn(msg, session, at, progress))
         self._running[key] = task
         try:
             return await task
@@ -149,7 +175,7 @@ class AgentLoop:
         self,
         msg: InboundMessage,
         session: Session,
-        user: dict[str, Any],
+        at: int,
         progress: Progress | None,
     ) -> OutboundMessage:
         shown_from = session.replay_from
@@ -161,13 +187,19 @@ class AgentLoop:
         while session.replay_from != shown_from:
             shown_from = session.replay_from
             system = await self._system_message(session)
+        user = to_wire([session.messages[at]])[0]
+        # A turn a crash interrupted goes on from where it was, its tool results included.
+        partial = session.messages[at + 1 :]
+        if seals := seal_tool_calls(partial)[len(partial) :]:
+            await self.sessions.append(session, seals)
+        resumed = to_wire(session.messages[at + 1 :])
         fixed = (
             self.budget.count_system(system["content"])  # remembered by text: a lookup
             + self.budget.count(user)
+            + sum(self.budget.count(m) for m in resumed)
             + self.budget.count_tools(self.tools.schema_text)
         )
-        earlier = len(session.messages) - 1  # everything before the message just saved
-        history, history_tokens = session.history(self.budget.prompt_limit - fixed, end=earlier)
+        history, history_tokens = session.history(self.budget.prompt_limit - fixed, end=at)
 
         async def report(call: ToolCall) -> None:
             if progress is not None:
@@ -180,7 +212,7 @@ class AgentLoop:
         try:
             await react(
                 self.provider,
-                [system, *history, sent],
+                [system, *history, sent, *resumed],
                 self.tools,
                 limits.max_iterations,
                 out=result,
@@ -215,11 +247,17 @@ class AgentLoop:
         session.system_tokens = self.budget.count_system(text)
         return {"role": "system", "content": text}
 
-    async def _acknowledge(self, msg: InboundMessage) -> tuple[Session, dict[str, Any]]:
+    async def _acknowledge(self, msg: InboundMessage) -> tuple[Session, int]:
+        """The session and the index of the message in it: saved now, or found there when a
+        replayed message had been saved before a crash."""
         session = await self.sessions.get(msg.session_key)
+        if msg.replayed and (found := find_message(session.messages, msg.id)) is not None:
+            return session, found
         user = self.context.user_message(msg)
+        if msg.seq is not None:
+            user["in"] = msg.id  # how a replay finds it again
         await self.sessions.append(session, [user])
-        return session, user
+        return session, len(session.messages) - 1
 
     def _spawn(self, coro: Awaitable[Any]) -> asyncio.Task[Any]:
         task = asyncio.ensure_future(coro)
@@ -270,6 +308,26 @@ class AgentLoop:
             return NOTHING_TO_STOP
         task.cancel()
         return STOPPED
+
+
+REPLAY_SEARCH = 2000  # a replayed message is among the last messages of its session
+
+
+def find_message(messages: list[dict[str, Any]], message_id: str) -> int | None:
+    """Where a user message with this inbox id was saved, if it was."""
+    for index in range(len(messages) - 1, max(-1, len(messages) - 1 - REPLAY_SEARCH), -1):
+        message = messages[index]
+        if message.get("role") == "user" and message.get("in") == message_id:
+            return index
+    return None
+
+
+def finished_reply(messages: list[dict[str, Any]], at: int) -> str | None:
+    """The final answer of the turn that began at `at`, when it had ended before a crash."""
+    last = messages[-1] if len(messages) > at + 1 else None
+    if last is None or last.get("role") != "assistant" or last.get("tool_calls"):
+        return None
+    return str(last.get("content") or "")
 
 
 def describe_call(call: ToolCall, width: int = 100) -> str:

@@ -46,6 +46,11 @@ class Home:
     def dream_state(self) -> Path:
         return self.root / "dream.json"
 
+    @property
+    def inbox(self) -> Path:
+        """Messages the gateway received and has not answered yet (SQLite)."""
+        return self.root / "inbox.sqlite3"
+
 
 @dataclass
 class OnboardReport:

@@ -45,10 +45,11 @@ def test_heavy_libraries_have_one_importer(package: str, allowed: set[str]) -> N
 
 
 def test_modules_stay_small() -> None:
+    # A smell alarm, not a target: a module is split when that serves its reader.
     too_big = {
         str(p.relative_to(ROOT)): n
         for p in CORE + CHANNELS
-        if (n := len(p.read_text(encoding="utf-8").splitlines())) > 400
+        if (n := len(p.read_text(encoding="utf-8").splitlines())) > 600
     }
     assert too_big == {}
 

@@ -331,12 +331,21 @@ def test_sigterm_lets_running_turns_finish_within_the_grace_period(
     assert process.stop(signal.SIGTERM) == 0, "".join(process.lines)
     assert time.monotonic() - started < 3 + 4
     assert texts(telegram.sent_messages(1011)) == ["the late answer"]
-    assert texts(telegram.sent_messages(1012)) == [
-        "I was restarted before I could answer; please send your last message again."
-    ]
+    assert texts(telegram.sent_messages(1012)) == []  # nobody is asked to send it again
     session = load_session(home, "telegram:1012")
     assert session.messages[0]["role"] == "user"
     assert session.messages[0]["content"].endswith("SLOW question")
+
+    # The next start answers it: the saved message goes on, it is not saved a second time.
+    llm.set_fallback(lambda request: Step.reply("the slow answer, at last"))
+    restarted = GatewayProcess(home, telegram, llm)
+    telegram.wait_for_messages(1012, 1, timeout=30)
+    assert restarted.stop() == 0, "".join(restarted.lines)
+    assert texts(telegram.sent_messages(1012)) == ["the slow answer, at last"]
+    assert texts(telegram.sent_messages(1011)) == ["the late answer"]  # not sent twice
+    turn = [(m["role"], m["content"]) for m in load_session(home, "telegram:1012").messages]
+    assert turn[1:] == [("assistant", "the slow answer, at last")]
+    assert len(turn) == 2 and turn[0][1].endswith("SLOW question")
 
 
 def test_a_second_signal_stops_at_once(

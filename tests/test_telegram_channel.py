@@ -11,12 +11,13 @@ from typing import Any
 import pytest
 from loguru import logger
 
-from channels.telegram import GREETING, TOO_BIG, TelegramChannel
-from channels.telegram_chat import INTERRUPTED, TOKEN_REJECTED
+from channels.telegram import GREETING, OFFSET, TOO_BIG, TelegramChannel
+from channels.telegram_chat import TOKEN_REJECTED
 from nanomem.bus import InboundMessage, MessageBus, OutboundMessage
-from nanomem.channel import ChannelDown
+from nanomem.channel import ChannelDown, pump_outbound
 from nanomem.commands import Command
 from nanomem.config import ConfigError, TelegramSettings
+from nanomem.inbox import SqliteInbox
 from tests.fakes.telegram_server import FakeTelegram
 
 OWNER, FRIEND, STRANGER, GROUP = 42, 43, 666, -100123
@@ -251,16 +252,59 @@ async def test_files_over_the_limit_get_a_clear_reply(fake: FakeTelegram, tmp_pa
         await channel.stop()
 
 
-async def test_stopping_with_a_turn_in_flight_says_so(fake: FakeTelegram, tmp_path: Path) -> None:
-    bus = MessageBus()
+async def test_what_was_stored_comes_back_after_a_stop_and_nobody_is_asked_to_resend(
+    fake: FakeTelegram, tmp_path: Path
+) -> None:
+    inbox = SqliteInbox(tmp_path / "inbox.sqlite3")
+    bus = MessageBus(inbox=inbox)
     channel = make_channel(fake, tmp_path)
     await channel.start(bus)
     fake.send_text(OWNER, "a long question")
-    await asyncio.wait_for(bus.next_inbound(), 5)
+    fake.send_text(OWNER, "and another")
+    first, second = [await asyncio.wait_for(bus.next_inbound(), 5) for _ in range(2)]
+    fake.send_text(STRANGER, "let me in")  # refused: stored nowhere, yet confirmed
+    await until(lambda: inbox.position(OFFSET) == str(fake.last_update_id() + 1))
+    await bus.answered(first, OutboundMessage.answering(first, "the first answer"))
     await channel.stop()
-    assert [m["text"] for m in fake.sent_messages(OWNER)] == [INTERRUPTED]
-    final_poll = [p for m, p in fake.calls if m == "getupdates"][-1]
-    assert final_poll["timeout"] == 0  # PTB confirmed the offsets: nothing is redelivered
+    assert fake.sent_messages(OWNER) == []  # no "please send it again"
+    assert [p.seq for p in inbox.pending("telegram")] == [first.seq, second.seq]
+
+    again = MessageBus(inbox=inbox)
+    restarted = make_channel(fake, tmp_path)
+    pump = asyncio.create_task(pump_outbound(restarted, again))
+    await restarted.start(again)
+    try:
+        replayed = await asyncio.wait_for(again.next_inbound(), 5)
+        assert (replayed.id, replayed.content) == (second.id, "and another") and replayed.replayed
+        (delivered,) = await fake.wait_for_messages_async(OWNER, 1)
+        assert delivered["text"] == "the first answer"  # answered before the stop, sent now
+        await until(lambda: [p.seq for p in inbox.pending("telegram")] == [second.seq])
+        fake.send_text(OWNER, "after the restart")
+        fresh = await asyncio.wait_for(again.next_inbound(), 5)
+        assert fresh.content == "after the restart" and not fresh.replayed
+        assert again.inbound_depth == 0  # nothing stored was handed in twice
+    finally:
+        pump.cancel()
+        await restarted.stop()
+        inbox.close()
+
+
+async def test_updates_are_confirmed_only_after_they_are_stored(
+    fake: FakeTelegram, tmp_path: Path
+) -> None:
+    inbox = SqliteInbox(tmp_path / "inbox.sqlite3")
+    bus = MessageBus(inbox=inbox)
+    channel = make_channel(fake, tmp_path)
+    await channel.start(bus)
+    try:
+        sent = fake.send_text(OWNER, "keep me")
+        msg = await asyncio.wait_for(bus.next_inbound(), 5)
+        (stored,) = inbox.pending("telegram")
+        assert stored.payload["update_id"] == sent["update_id"] and stored.seq == msg.seq
+        assert msg.id == InboundMessage.inbox_id(stored.seq)
+    finally:
+        await channel.stop()
+        inbox.close()
 
 
 async def test_a_revoked_token_is_reported_and_polling_recovers(

@@ -12,7 +12,7 @@ from loguru import logger
 
 from channels.telegram_chat import (
     EMPTY,
-    INTERRUPTED,
+    SEND_ATTEMPTS,
     TOKEN_REJECTED,
     ChatState,
     Delivery,
@@ -25,7 +25,7 @@ from channels.telegram_chat import (
     target,
 )
 from nanomem.bus import InboundMessage, OutboundMessage
-from nanomem.channel import ChannelDown
+from nanomem.channel import ChannelDown, DeliveryLater
 from nanomem.commands import NOTHING_TO_STOP, STOPPED, Command
 
 
@@ -288,15 +288,31 @@ async def test_progress_is_one_throttled_quiet_message(delivery: Delivery, port:
     assert port.texts("42")[-1] == "done" and len(port.edits) == 1
 
 
-async def test_close_tells_chats_whose_turn_was_cut_short(
+async def test_close_delivers_what_is_queued_and_asks_nobody_to_resend(
     delivery: Delivery, port: FakePort
 ) -> None:
     delivery.accepted("1", "turn", 1, None)
     delivery.accepted("2", "turn2", 2, None)
-    delivery.send(reply("2", "answered", "turn2"))
+    sent = delivery.send(reply("2", "answered", "turn2"))
     await delivery.close(within_s=5)
-    assert port.texts("1") == [INTERRUPTED] and port.texts("2") == ["answered"]
+    assert port.texts("1") == [] and port.texts("2") == ["answered"]
+    assert sent.done() and sent.exception() is None
     assert delivery.chat("1").typing is None
+
+
+async def test_a_reply_that_cannot_be_sent_now_is_kept_for_later(
+    delivery: Delivery, port: FakePort
+) -> None:
+    port.fail("1", *[SendError("network down", transient=True)] * SEND_ATTEMPTS)
+    sent = delivery.send(reply("1", "the answer", "turn"))
+    with pytest.raises(DeliveryLater):
+        await asyncio.wait_for(sent, 30)
+    port.fail("1", SendError("Forbidden: bot was blocked by the user"))
+    refused = delivery.send(reply("1", "the answer", "turn"))
+    await asyncio.wait_for(refused, 30)  # refused for good: settled, nothing to keep
+    port.fail("1", SendError("network down", transient=True))
+    await asyncio.wait_for(delivery.send(reply("1", "the answer", "turn")), 30)
+    assert port.texts("1") == ["the answer"]  # a passing fault is retried, then sent
 
 
 def test_poll_watch_tells_a_refused_token_and_a_stall() -> None:

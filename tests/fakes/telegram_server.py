@@ -164,6 +164,7 @@ class FakeTelegram:
         self._changed = threading.Condition(self._lock)
         self._updates: list[JSONDict] = []
         self._update_ids, self._file_ids = itertools.count(1), itertools.count(1)
+        self._newest_update_id = 0
         self._message_ids: dict[int, itertools.count[int]] = {}
         self._messages: dict[tuple[int, int], JSONDict] = {}  # every message, by (chat, id)
         self._sent: list[JSONDict] = []
@@ -493,6 +494,7 @@ class FakeTelegram:
                 fields["reply_to_message"] = _without_reply(target)
             update = {"update_id": next(self._update_ids),
                       "message": self._new_message(chat_id, user, **fields)}  # fmt: skip
+            self._newest_update_id = update["update_id"]
             self._updates.append(update)
         self._wake_threadsafe()
         return update
@@ -572,6 +574,11 @@ class FakeTelegram:
     ) -> list[JSONDict]:
         """:meth:`wait_for_messages` without blocking the caller's event loop."""
         return await asyncio.to_thread(self.wait_for_messages, chat_id, count, timeout)
+
+    def last_update_id(self) -> int:
+        """The id of the newest update made so far."""
+        with self._lock:
+            return self._newest_update_id
 
     def chat_actions(self, chat_id: int | None = None) -> list[JSONDict]:
         """sendChatAction calls as ``{"chat_id", "action"[, "message_thread_id"]}``."""
