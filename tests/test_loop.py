@@ -1,7 +1,11 @@
 import asyncio
 import json
+import os
+from dataclasses import replace
+from pathlib import Path
 
 from nanomem.bus import InboundMessage
+from nanomem.commands import STOPPED
 from nanomem.onboard import Home
 from nanomem.provider import ProviderError
 from nanomem.scripted import ScriptedProvider, call, text
@@ -223,3 +227,58 @@ async def test_a_stop_right_after_sending_still_keeps_the_message(home: Home) ->
     assert await turn is None
     stored = await type(app.sessions)(app.sessions.directory).get("cli:direct")  # from disk
     assert [m["content"].rsplit("\n", 1)[-1] for m in stored.messages] == ["keep me"]
+
+
+async def test_a_replayed_message_whose_turn_had_ended_is_not_asked_again(home: Home) -> None:
+    provider = ScriptedProvider([text("said before the crash")])
+    app = make_app(home, provider)
+    first = InboundMessage("telegram", "42", "hello", "42", id=InboundMessage.inbox_id(7), seq=7)
+    await app.loop.handle(first)
+    replayed = replace(first, replayed=True)
+    reply = await app.loop.handle(replayed)
+    assert reply is not None and reply.content == "said before the crash"
+    assert len(provider.calls) == 1  # the model was not asked a second time
+    session = await app.sessions.get("telegram:42")
+    assert [m["role"] for m in session.messages] == ["user", "assistant"]
+    assert session.messages[0]["in"] == "in-7"
+
+
+async def test_a_turn_a_crash_cut_short_goes_on_from_where_it_was(home: Home) -> None:
+    provider = ScriptedProvider([text("finished now")])
+    app = make_app(home, provider)
+    msg = InboundMessage("telegram", "42", "list the files", "42", id="in-9", seq=9)
+    session = await app.sessions.get("telegram:42")
+    user = {**app.context.user_message(msg), "in": "in-9"}
+    started = call("list_dir", {"path": "."}, call_id="c1").as_message()
+    await app.sessions.append(session, [user, started])  # then the process died
+    reply = await app.loop.handle(replace(msg, replayed=True))
+    assert reply is not None and reply.content == "finished now"
+    sent = provider.calls[0]
+    assert [m["role"] for m in sent[-3:]] == ["user", "assistant", "tool"]
+    assert sent[-1]["tool_call_id"] == "c1" and sent[-1]["content"].startswith("Cancelled")
+    roles = [m["role"] for m in session.messages]
+    assert roles == ["user", "assistant", "tool", "assistant"]  # the question saved once
+
+
+async def test_a_stop_during_a_failed_save_does_not_stop_the_next_message(
+    home: Home, tmp_path: Path
+) -> None:
+    app = make_app(home, ScriptedProvider())
+    await app.loop.handle(msg("one"))
+    session = await app.sessions.get("cli:direct")
+    kept = session.path.read_bytes()
+    session.path.unlink()
+    os.mkfifo(session.path)  # the next save blocks until we let it fail
+    turn = asyncio.create_task(app.loop.handle(msg("two")))
+    while not app.loop.is_busy("cli:direct"):
+        await asyncio.sleep(0.01)
+    stop = await app.loop.handle(msg("/stop"))
+    assert stop is not None and stop.content == STOPPED
+    reader = os.open(session.path, os.O_RDONLY | os.O_NONBLOCK)
+    os.close(reader)  # the writer's fsync on a pipe (or its write) now fails
+    failed = await asyncio.wait_for(turn, 10)
+    assert failed is not None and failed.kind == "error"
+    session.path.unlink()
+    session.path.write_bytes(kept)
+    answered = await app.loop.handle(msg("three"))
+    assert answered is not None and answered.content.endswith("three")
