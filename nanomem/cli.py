@@ -66,7 +66,11 @@ def build_parser() -> argparse.ArgumentParser:
     chat.add_argument(
         "-m", "--message", help="send one message, print the reply, exit ('-' reads stdin)"
     )
-    chat.add_argument("--session", default="direct", help="session name (key cli:NAME)")
+    chat.add_argument(
+        "--session",
+        default="direct",
+        help="session name (key cli:NAME); with -m also a whole key such as telegram:123",
+    )
     _add_overrides(chat)
 
     status = commands.add_parser("status", help="show configuration and state (no model call)")
@@ -219,6 +223,8 @@ def cmd_chat(args: argparse.Namespace) -> int:
     if args.message is not None:
         app = _app(args, needs_model=True, stderr_level=stderr_level)
         return asyncio.run(_one_shot(app, args.session, _message_text(args.message)))
+    if ":" in args.session:
+        raise CliError("--session takes a name here; whole keys (telegram:123) go with -m")
     home, settings = _configured(args, needs_model=True, ask=True)
     return asyncio.run(_interactive(home, settings, args.session, stderr_level))
 
@@ -245,7 +251,9 @@ def _ask_for_model(args: argparse.Namespace, home: Home) -> Settings:
 async def _one_shot(app: App, session: str, text: str) -> int:
     from nanomem.bus import InboundMessage
 
-    reply = await app.loop.handle(InboundMessage("cli", session, text, sender_id="user"))
+    # A whole key continues another channel's conversation (its reply is printed here).
+    channel, chat = (session.split(":", 1)) if ":" in session else ("cli", session)
+    reply = await app.loop.handle(InboundMessage(channel, chat, text, sender_id="user"))
     await app.loop.close(grace_s=30)
     await app.aclose()
     if reply is None:

@@ -277,3 +277,15 @@ def test_commands_the_agent_runs_keep_a_normal_environment(
     assert result.returncode == 0, result.stderr
     observation = fake_llm.requests[1]["messages"][-1]["content"]
     assert observation.startswith("exit code 0") and "switch=unset" in observation
+
+
+def test_one_shot_can_continue_another_channels_session(home: Home, fake_llm: FakeOpenAI) -> None:
+    fake_llm.reply("Hello again")
+    env = cli_env(home, fake_llm)
+    result = run_cli("chat", "-m", "from the shell", "--session", "telegram:42", env=env)
+    assert result.returncode == 0, result.stderr
+    lines = session_lines(home, "telegram:42")
+    assert lines[0]["key"] == "telegram:42" and "channel telegram" in lines[1]["content"]
+    assert not (home.sessions / session_filename("cli:telegram:42")).exists()
+    refused = run_cli("chat", "--session", "telegram:42", env=env)
+    assert refused.returncode == 1 and "whole keys (telegram:123) go with -m" in refused.stderr
