@@ -67,7 +67,12 @@ class Health:
             "started_at": _iso(self.started),
             "channels": channels,
             "last_dream": self.last_dream(),
-            "queues": {"inbound": self.bus.inbound_depth, "outbound": self.bus.outbound_depth()},
+            "queues": {
+                "inbound": self.bus.inbound_depth,
+                "outbound": self.bus.outbound_depth(),
+                # Stored, not yet answered and delivered (a small indexed count).
+                "inbox": self.bus.inbox.count() if self.bus.inbox is not None else None,
+            },
         }
         return healthy, body
 

@@ -67,6 +67,9 @@ class Inbox(Protocol):
     def pending(self, channel: str) -> list[Pending]:
         """What is left for a channel, oldest first."""
 
+    def count(self) -> int:
+        """Messages stored and not yet answered and delivered."""
+
     def close(self) -> None: ...
 
 
