@@ -31,8 +31,9 @@ from nanomem.templates import Templates
 from nanomem.tokens import BpeTokenizer, Budget, Calibration
 from nanomem.tools import ToolRegistry
 
-# Files the agent may read but never write: nanomem maintains them itself.
-PROTECTED_FILES = ("memory/history.jsonl", "memory/.cursor", "memory/.dream_cursor")
+# Files and folders the agent may read but never write: nanomem maintains them itself, and
+# templates are the agent's own instructions (the person overrides them by hand).
+PROTECTED_FILES = ("memory/history.jsonl", "memory/.cursor", "memory/.dream_cursor", "templates")
 
 
 @dataclass

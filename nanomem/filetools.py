@@ -21,7 +21,8 @@ class FileTools:
     ) -> None:
         self.root = workspace.resolve()
         self.restrict = restrict
-        # Files the agent may read but must never write (cursors, the history archive).
+        # Files (and folders) the agent may read but must never write: the history archive,
+        # cursors, and the prompt templates, which would otherwise let it rewrite its rules.
         self.read_only = {(self.root / rel).resolve() for rel in read_only}
 
     def tools(self) -> list[Tool]:
@@ -125,7 +126,7 @@ class FileTools:
 
     def _writable(self, path: str) -> Path:
         target = self.resolve(path)
-        if target in self.read_only:
+        if any(target == kept or target.is_relative_to(kept) for kept in self.read_only):
             raise ToolError(f"{path!r} is maintained by nanomem itself and cannot be changed")
         if target.is_dir():
             raise ToolError(f"{path!r} is a folder")

@@ -6,6 +6,7 @@ from typing import get_args
 
 import pytest
 from jinja2 import UndefinedError
+from loguru import logger
 
 from nanomem.bus import InboundMessage
 from nanomem.context import ContextBuilder
@@ -137,3 +138,32 @@ async def test_chats_share_a_rendering_but_never_each_others_history(tmp_path: P
 def test_bundled_data_folders_exist() -> None:
     assert (bundled_dir("workspace-template") / "SOUL.md").is_file()
     assert (bundled_dir("templates") / "system.md.j2").is_file()
+
+
+PAYLOADS = [
+    "{{ cycler.__init__.__globals__.os.popen('touch PWNED').read() }}",
+    "{{ ''.__class__.__mro__[1].__subclasses__() }}",
+    "{{ self._TemplateReference__context.cycler.__init__.__globals__.os.system('touch PWNED') }}",
+    "{% set x = [] %}{{ x.append(1) }}",  # mutating calls are refused too
+    "{{ broken",
+]
+
+
+@pytest.mark.parametrize("payload", PAYLOADS)
+def test_a_hostile_or_broken_override_runs_nothing_and_falls_back(
+    tmp_path: Path, payload: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    overrides = tmp_path / "templates"
+    overrides.mkdir()
+    (overrides / "help.md.j2").write_text(payload)
+    logged: list[str] = []
+    sink = logger.add(logged.append, level="WARNING", format="{message}")
+    try:
+        shown = Templates(overrides).render("help.md.j2", commands=[])
+    finally:
+        logger.remove(sink)
+    assert shown == Templates().render("help.md.j2", commands=[])  # the bundled text
+    assert not (tmp_path / "PWNED").exists()
+    assert len(logged) == 1 and str(overrides / "help.md.j2") in logged[0]
+    assert "the bundled one is used instead" in logged[0]
