@@ -105,6 +105,7 @@ def build_app(
         shell = ShellTool(
             workspace,
             timeout_s=tool_settings.shell_timeout_s,
+            allowed_env=tool_settings.shell_env,
             max_output_chars=tool_settings.max_output_chars,
         )
         for tool in shell.tools():

@@ -20,7 +20,6 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 
 ENV_PREFIX = "NANOMEM_"
 ENV_DELIMITER = "__"
-SECRET_FIELDS = frozenset({"api_key", "token"})
 
 
 class _Section(BaseModel):
@@ -53,6 +52,8 @@ class ToolSettings(_Section):
     restrict_to_workspace: bool = True
     shell_enabled: bool = False
     shell_timeout_s: float = Field(60.0, gt=0)
+    # Environment variables commands may see beyond PATH, HOME, LANG and TERM.
+    shell_env: list[str] = Field(default_factory=list)
     max_output_chars: int = Field(16000, ge=500)
 
 
@@ -170,6 +171,20 @@ def read_toml(path: Path) -> dict[str, Any]:
         raise ConfigError(f"config error: cannot read {path}: {exc.strerror}") from None
 
 
+def key_source(llm: LLMSettings) -> str:
+    """Where the model's API key comes from, for the person to check when it is refused."""
+    for name in os.environ:
+        if name.upper() == f"{ENV_PREFIX}LLM{ENV_DELIMITER}API_KEY":
+            return f"the environment variable {name}"
+    if llm.api_key is not None:
+        return "`llm.api_key` in config.toml"
+    provider = llm.model.split("/", 1)[0] if "/" in llm.model else "openai"
+    variable = f"{provider.upper().replace('-', '_')}_API_KEY"
+    if variable in os.environ:
+        return f"the environment variable {variable}"
+    return f"no key is set (`llm.api_key`, or {variable})"
+
+
 def load_settings(config_path: Path, overrides: dict[str, Any] | None = None) -> Settings:
     """Build Settings; a missing file means defaults, anything unusable raises ConfigError."""
     overrides = overrides or {}
@@ -200,12 +215,11 @@ def _describe(
     for err in exc.errors():
         loc = tuple(str(part) for part in err["loc"])
         key = ".".join(loc[:2]) if loc else "(settings)"
-        value = err.get("input")
-        shown = "<hidden>" if loc and loc[-1] in SECRET_FIELDS else repr(value)
+        # Never the value: a mistyped key (`llm.apikey`) may well hold a secret.
         msg = err["msg"]
         if err["type"] == "extra_forbidden":
             msg = "unknown setting"
-        lines.append(f"{key} = {shown}: {msg} ({_source_of(loc, path, file_data, overrides)})")
+        lines.append(f"{key}: {msg} ({_source_of(loc, path, file_data, overrides)})")
     return "config error: " + "; ".join(lines)
 
 

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import logging
+import os
+import re
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -22,11 +24,51 @@ def register_secrets(values: Iterable[str | None]) -> None:
     _secrets.sort(key=len, reverse=True)
 
 
+# Variables whose values are secrets: what providers and tools read (OPENAI_API_KEY,
+# ANTHROPIC_API_KEY, AWS_SECRET_ACCESS_KEY, GITHUB_TOKEN, NANOMEM_TELEGRAM__TOKEN, ...).
+_SECRET_NAME = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIALS?)$|SECRET", re.I)
+_MIN_ENV_SECRET = 8  # shorter values are too likely to be ordinary words
+
+
+def is_secret_name(name: str) -> bool:
+    return bool(_SECRET_NAME.search(name))
+
+
+def register_environment_secrets(environ: Mapping[str, str] = os.environ) -> None:
+    register_secrets(
+        value
+        for name, value in environ.items()
+        if is_secret_name(name) and len(value) >= _MIN_ENV_SECRET
+    )
+
+
 def redact(text: str) -> str:
     for secret in _secrets:
         if secret in text:
             text = text.replace(secret, MASK)
     return text
+
+
+def redact_message(message: dict[str, Any]) -> dict[str, Any]:
+    """A chat message with every known secret masked (its text and tool-call arguments)."""
+    if not _secrets:
+        return message
+    content = message.get("content")
+    out = dict(message)
+    if isinstance(content, str):
+        out["content"] = redact(content)
+    if message.get("tool_calls"):
+        out["tool_calls"] = [
+            {
+                **call,
+                "function": {
+                    **call["function"],
+                    "arguments": redact(call["function"]["arguments"]),
+                },
+            }
+            for call in message["tool_calls"]
+        ]
+    return out
 
 
 def _patch(record: Any) -> None:
@@ -57,6 +99,7 @@ class _InterceptHandler(logging.Handler):
 
 
 def setup_logging(level: str, log_dir: Path | None, *, stderr_level: str | None = None) -> None:
+    register_environment_secrets()
     logger.remove()
     logger.configure(patcher=_patch)
     logger.add(

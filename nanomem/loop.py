@@ -13,8 +13,9 @@ from loguru import logger
 
 from nanomem.bus import InboundMessage, MessageBus, OutboundMessage
 from nanomem.commands import NOTHING_TO_STOP, STOPPED, Command, CommandSet, UnknownCommand
-from nanomem.config import Settings
+from nanomem.config import Settings, key_source
 from nanomem.context import ContextBuilder
+from nanomem.log import redact, redact_message
 from nanomem.provider import Provider, ProviderError, ToolCall
 from nanomem.react import ReactResult, react, seal_tool_calls
 from nanomem.session import Session, SessionStore, to_wire
@@ -219,18 +220,21 @@ class AgentLoop:
                 on_tool_call=report,
             )
         except ProviderError as exc:
-            await self.sessions.append(session, seal_tool_calls(result.messages))
+            await self._save(session, seal_tool_calls(result.messages))
             logger.warning(
                 "turn for {} failed after {} attempt(s): {}", msg.session_key, exc.attempts, exc
             )
             text = self.templates.render(
-                "provider_error.md.j2", category=exc.category, model=self.settings.llm.model
+                "provider_error.md.j2",
+                category=exc.category,
+                model=self.settings.llm.model,
+                key_source=key_source(self.settings.llm),
             )
             return OutboundMessage.answering(msg, text, kind="error", category=exc.category)
         except asyncio.CancelledError:
-            await asyncio.shield(self.sessions.append(session, seal_tool_calls(result.messages)))
+            await asyncio.shield(self._save(session, seal_tool_calls(result.messages)))
             raise
-        await self.sessions.append(session, result.messages)
+        await self._save(session, result.messages)
         if result.usage:
             self.budget.calibration.observe(fixed + history_tokens, result.usage[0].prompt_tokens)
         for after in self.after_turn:
@@ -240,7 +244,11 @@ class AgentLoop:
                 "iteration_limit.md.j2", max_iterations=limits.max_iterations
             )
             return OutboundMessage.answering(msg, text, kind="error")
-        return OutboundMessage.answering(msg, result.text)
+        return OutboundMessage.answering(msg, redact(result.text))
+
+    async def _save(self, session: Session, messages: list[dict[str, Any]]) -> None:
+        # A secret the model repeats (from a tool's output, say) is never written down.
+        await self.sessions.append(session, [redact_message(m) for m in messages])
 
     async def _system_message(self, session: Session) -> dict[str, Any]:
         text = await self.context.system_prompt(session.key)

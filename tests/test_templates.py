@@ -44,7 +44,7 @@ SAMPLES = {
         "media": ["media/photo.jpg"],
     },
     "help.md.j2": {"commands": []},
-    "provider_error.md.j2": {"category": "auth", "model": "openai/x"},
+    "provider_error.md.j2": {"category": "auth", "model": "openai/x", "key_source": "X"},
     "iteration_limit.md.j2": {"max_iterations": 20},
     "config.toml.j2": {"model": "openai/gpt-4o-mini", "api_key": ""},
 }
@@ -67,7 +67,10 @@ def test_missing_variables_are_errors_not_blanks() -> None:
 
 def test_every_error_category_has_its_own_message() -> None:
     categories = get_args(ErrorCategory)  # every category the providers can report
-    texts = {Templates().render("provider_error.md.j2", category=c, model="m") for c in categories}
+    texts = {
+        Templates().render("provider_error.md.j2", category=c, model="m", key_source="k")
+        for c in categories
+    }
     assert len(texts) == len(categories)
 
 

@@ -1,0 +1,90 @@
+"""Runs one shell command as the root of its own process tree, then leaves nothing behind.
+
+Started by the shell tool as `python -I -S reaper.py COMMAND` (standard library only, nothing
+of nanomem imported). It makes itself a child subreaper, so every descendant of the command,
+even one that called setsid() or was orphaned, stays in its tree; when the command ends, or
+on SIGTERM (the tool's timeout), it kills the whole tree and reaps it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+PR_SET_CHILD_SUBREAPER = 36
+TIMED_OUT = 124
+
+
+def _descendants(root: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_bytes()
+        except OSError:
+            continue
+        # The command name may hold spaces and parentheses: the fields follow the last ")".
+        fields = stat[stat.rfind(b")") + 2 :].split()
+        children.setdefault(int(fields[1]), []).append(int(entry.name))
+    found, todo = [], [root]
+    while todo:
+        for child in children.get(todo.pop(), ()):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def _kill_tree() -> None:
+    # Forks may race the listing: repeat until the tree is empty.
+    for _ in range(100):
+        pids = _descendants(os.getpid())
+        if not pids:
+            break
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.01)  # let the kernel finish them, then collect them
+        _reap()
+    _reap()
+
+
+def _reap() -> None:
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
+def _on_term(signum: int, frame: object) -> None:
+    _kill_tree()
+    os._exit(TIMED_OUT)
+
+
+def main() -> int:
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass  # not Linux: descendants that stay attached are still found and killed
+    signal.signal(signal.SIGTERM, _on_term)
+    command = sys.argv[1]
+    pid = os.fork()
+    if pid == 0:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.execv("/bin/sh", ["sh", "-c", command])
+    _, status = os.waitpid(pid, 0)
+    _kill_tree()  # what the command left running in the background goes with it
+    return os.waitstatus_to_exitcode(status)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
