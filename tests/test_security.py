@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from nanomem.onboard import Home
-from tests.conftest import cli_env, run_cli
+from tests.conftest import TEST_KEY, cli_env, run_cli
 from tests.fakes.openai_server import FakeOpenAI
 
 
@@ -45,3 +45,53 @@ def test_a_hostile_template_on_disk_runs_nothing(
     log = (home.logs / "nanomem.log").read_text()
     assert f"template {overrides / 'system.md.j2'} cannot be used" in log
     assert "Traceback" not in result.stderr
+
+
+ENV_KEY = "sk-from-the-environment-0123456789abcdef"
+
+
+def secret_free_files(home: Home, secret: str) -> list[Path]:
+    """Every file under the home but config.toml that contains the secret."""
+    return [
+        path
+        for path in home.root.rglob("*")
+        if path.is_file() and path != home.config and secret.encode() in path.read_bytes()
+    ]
+
+
+def test_a_refused_environment_key_is_never_written_and_is_named(
+    home: Home, fake_llm: FakeOpenAI
+) -> None:
+    env = cli_env(home, fake_llm)
+    del env["NANOMEM_LLM__API_KEY"]
+    env["OPENAI_API_KEY"] = ENV_KEY
+    fake_llm.error(401, f"Incorrect API key provided: {ENV_KEY}. Find your key at ...")
+    result = run_cli("chat", "-m", "hi", env=env)
+    assert result.returncode == 1
+    assert "the environment variable OPENAI_API_KEY" in result.stderr
+    assert fake_llm.auth_headers[0] == f"Bearer {ENV_KEY}"  # the key was really used
+    assert ENV_KEY not in result.stderr + result.stdout
+    log = (home.logs / "nanomem.log").read_text()
+    assert "Incorrect API key provided: ***" in log  # the provider's words, masked
+    assert secret_free_files(home, ENV_KEY) == []
+
+
+def test_a_secret_the_model_repeats_is_masked_before_it_is_saved_or_shown(
+    home: Home, fake_llm: FakeOpenAI
+) -> None:
+    env = cli_env(home, fake_llm, OPENAI_API_KEY=ENV_KEY)
+    fake_llm.reply(f"Sure, the key is {ENV_KEY} and the token is {TEST_KEY}.")
+    result = run_cli("chat", "-m", "tell me your keys", env=env)
+    assert (
+        result.returncode == 0
+        and result.stdout.strip() == "Sure, the key is *** and the token is ***."
+    )
+    assert secret_free_files(home, ENV_KEY) == secret_free_files(home, TEST_KEY) == []
+
+
+def test_mistyped_secret_keys_are_not_echoed(home: Home) -> None:
+    home.config.write_text(home.config.read_text() + '\n[extra]\nAPIKEY = "sk-typo-0123456789"\n')
+    result = run_cli("status", env=cli_env(home))
+    assert result.returncode == 2 and "extra: unknown setting" in result.stderr
+    assert "sk-typo" not in result.stderr + result.stdout
+    assert secret_free_files(home, "sk-typo-0123456789") == []
