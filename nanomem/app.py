@@ -128,6 +128,7 @@ def build_app(
         history,
         budget.history_chars,
         vision=_vision_check(settings),
+        groups_see_personal=settings.memory.groups_see_personal,
     )
     loop = AgentLoop(
         bus=bus,

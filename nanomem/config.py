@@ -64,6 +64,8 @@ class MemorySettings(_Section):
     keep_recent_turns: int = Field(4, ge=1, le=100)
     max_rounds: int = Field(4, ge=1, le=50)
     history_share: float = Field(0.1, ge=0, le=0.5)
+    # In group chats, show USER.md, MEMORY.md and all history as in personal chats.
+    groups_see_personal: bool = False
 
     @model_validator(mode="after")
     def _target_below_trigger(self) -> MemorySettings:

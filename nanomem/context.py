@@ -12,6 +12,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from nanomem.audience import audience_of
 from nanomem.bus import InboundMessage
 from nanomem.history import HistoryStore
 from nanomem.skills import Skills
@@ -25,6 +26,7 @@ IMAGE_TYPES = {
     ".gif": "image/gif",
 }
 PROMPT_CACHE_SIZE = 256
+PERSONAL_FILES = ("user", "memory")  # never in a shared room's prompt
 MEMORY_FILES = {
     "soul": "SOUL.md",
     "user": "USER.md",
@@ -43,6 +45,7 @@ class ContextBuilder:
         history: HistoryStore | None = None,
         history_chars: int = 0,
         vision: Callable[[], bool] | None = None,
+        groups_see_personal: bool = False,
     ) -> None:
         self.workspace = workspace
         self.templates = templates
@@ -51,6 +54,7 @@ class ContextBuilder:
         self.history = history
         self.history_chars = history_chars
         self.vision = vision
+        self.groups_see_personal = groups_see_personal
         # Keyed by what the prompt is made of, not by chat: every chat without history
         # entries of its own shares one rendering.
         self._cache: OrderedDict[tuple[Any, ...], str] = OrderedDict()
@@ -70,13 +74,17 @@ class ContextBuilder:
             if self.history is not None and self.history_chars
             else []
         )
-        key = (self._files_key(), tuple(e.cursor for e in entries))
+        personal = audience_of(session_key, self.groups_see_personal).personal
+        key = (self._files_key(), tuple(e.cursor for e in entries), personal)
         with self._cache_lock:
             cached = self._cache.get(key)
             if cached is not None:
                 self._cache.move_to_end(key)
                 return cached
-        files = {name: self._read(rel) for name, rel in MEMORY_FILES.items()}
+        files = {
+            name: self._read(rel) if personal or name not in PERSONAL_FILES else ""
+            for name, rel in MEMORY_FILES.items()
+        }
         prompt = self.templates.render(
             "system.md.j2",
             workspace=str(self.workspace),
@@ -84,6 +92,7 @@ class ContextBuilder:
             skills=self.skills.all(),
             tools=self.tool_names,
             history=entries,
+            shared_room=not personal,
         )
         with self._cache_lock:
             self._cache[key] = prompt

@@ -7,6 +7,7 @@ from typing import Annotated
 
 from pydantic import Field
 
+from nanomem.audience import PERSONAL_PATHS, current
 from nanomem.durable import atomic_write_text
 from nanomem.tools import Tool, ToolError
 
@@ -24,6 +25,7 @@ class FileTools:
         # Files (and folders) the agent may read but must never write: the history archive,
         # cursors, and the prompt templates, which would otherwise let it rewrite its rules.
         self.read_only = {(self.root / rel).resolve() for rel in read_only}
+        self.personal = {(self.root / rel).resolve() for rel in PERSONAL_PATHS}
 
     def tools(self) -> list[Tool]:
         return [
@@ -52,6 +54,14 @@ class FileTools:
     def _display(self, path: Path) -> str:
         return str(path.relative_to(self.root)) if path.is_relative_to(self.root) else str(path)
 
+    def _private(self, target: Path, path: str) -> None:
+        """In a shared room (a group chat), the owner's personal memory cannot be opened."""
+        seen_by = current()
+        if seen_by is None or seen_by.personal:
+            return
+        if any(target == kept or target.is_relative_to(kept) for kept in self.personal):
+            raise ToolError(f"{path!r} is the owner's personal memory; not available in a group")
+
     def read_file(
         self,
         path: Annotated[str, Field(description="File path relative to the workspace")],
@@ -60,6 +70,7 @@ class FileTools:
     ) -> str:
         """Read a text file from the workspace, optionally a range of lines."""
         target = self.resolve(path)
+        self._private(target, path)
         if not target.is_file():
             raise ToolError(f"no file at {path!r}")
         with target.open("rb") as fh:
@@ -112,6 +123,7 @@ class FileTools:
     ) -> str:
         """List a workspace folder: sub-folders end with '/', files show their size."""
         target = self.resolve(path)
+        self._private(target, path)
         if not target.is_dir():
             raise ToolError(f"no folder at {path!r}")
         rows = []
@@ -126,6 +138,7 @@ class FileTools:
 
     def _writable(self, path: str) -> Path:
         target = self.resolve(path)
+        self._private(target, path)
         if any(target == kept or target.is_relative_to(kept) for kept in self.read_only):
             raise ToolError(f"{path!r} is maintained by nanomem itself and cannot be changed")
         if target.is_dir():

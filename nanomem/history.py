@@ -14,6 +14,7 @@ from typing import Annotated, Any, Literal
 from loguru import logger
 from pydantic import Field
 
+from nanomem.audience import current
 from nanomem.durable import append_lines, atomic_write_text, truncate_torn_tail
 from nanomem.tools import Tool
 
@@ -217,10 +218,13 @@ class HistoryStore:
         self._recent[session] = (key, picked)
         return picked
 
-    def search(self, query: str, limit: int = 10) -> list[HistoryEntry]:
+    def search(self, query: str, limit: int = 10, *, only: str | None = None) -> list[HistoryEntry]:
+        """Newest first; `only` keeps one session's entries (a group searches its own)."""
         needle = query.casefold()
         hits = []
         for entry in self.iter_backwards():
+            if only is not None and entry.session != only:
+                continue
             if needle in entry.content.casefold():
                 hits.append(entry)
                 if len(hits) >= limit:
@@ -236,7 +240,9 @@ class HistoryStore:
         limit: Annotated[int, Field(ge=1, le=50, description="Most entries to return")] = 10,
     ) -> str:
         """Search the archive of earlier conversations (case-insensitive), newest first."""
-        hits = self.search(query, limit)
+        seen_by = current()
+        only = None if seen_by is None or seen_by.personal else seen_by.session
+        hits = self.search(query, limit, only=only)
         if not hits:
             return f"No history entries match {query!r}."
         return "\n\n".join(f"[{e.timestamp}] ({e.session})\n{e.content}" for e in hits)

@@ -11,6 +11,7 @@ from typing import Any
 
 from loguru import logger
 
+from nanomem.audience import audience_of, enter
 from nanomem.bus import InboundMessage, MessageBus, OutboundMessage
 from nanomem.commands import NOTHING_TO_STOP, STOPPED, Command, CommandSet, UnknownCommand
 from nanomem.config import Settings, key_source
@@ -179,6 +180,7 @@ class AgentLoop:
         at: int,
         progress: Progress | None,
     ) -> OutboundMessage:
+        enter(audience_of(session.key, self.settings.memory.groups_see_personal))
         shown_from = session.replay_from
         system = await self._system_message(session)
         for hook in self.before_turn:

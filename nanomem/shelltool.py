@@ -14,7 +14,8 @@ from typing import Annotated
 
 from pydantic import Field
 
-from nanomem.tools import Tool
+from nanomem.audience import current
+from nanomem.tools import Tool, ToolError
 
 REAPER = Path(__file__).with_name("reaper.py")
 BASE_ENV = ("PATH", "HOME", "LANG", "TERM")
@@ -51,6 +52,9 @@ class ShellTool:
 
     async def exec(self, command: Annotated[str, Field(description="A shell command line")]) -> str:
         """Run a shell command in the workspace and return its exit code and output."""
+        seen_by = current()
+        if seen_by is not None and not seen_by.personal:
+            raise ToolError("the shell is not available in group chats")
         # The reaper owns the command's whole process tree (setsid'd children included).
         process = await asyncio.create_subprocess_exec(
             sys.executable,

@@ -17,6 +17,7 @@ from nanomem.templates import Templates, bundled_dir
 
 SAMPLES = {
     "system.md.j2": {
+        "shared_room": True,
         "workspace": "/ws",
         "files": {"soul": "be kind", "user": "Ada", "agents": "rules", "memory": "facts"},
         "skills": [Skill("remember", "how to remember", Path("/ws/skills/remember/SKILL.md"))],
