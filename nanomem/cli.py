@@ -120,6 +120,7 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    os.umask(0o077)  # conversations and logs are the owner's alone (see nanomem.private)
     _quiet_until_logging_is_set_up()
     args = build_parser().parse_args(argv)
     try:
@@ -172,6 +173,7 @@ def _settings(args: argparse.Namespace, home: Home) -> Settings:
 
 def cmd_onboard(args: argparse.Namespace) -> int:
     from nanomem.onboard import onboard
+    from nanomem.private import make_private
 
     home = _home(args)
     interactive = sys.stdin.isatty() and not home.config.exists()
@@ -185,7 +187,10 @@ def cmd_onboard(args: argparse.Namespace) -> int:
     report = onboard(home, model=model, api_key=api_key)
     for path in report.created:
         print(f"created {path}")
-    if not report.created:
+    tightened = make_private(home)
+    if tightened:
+        print(f"made {len(tightened)} files and folders in {home.root} private (owner only)")
+    if not report.created and not tightened:
         print(f"{home.root} is already set up; nothing changed")
     return 0
 
@@ -342,9 +347,10 @@ def _build(
 def _configured(
     args: argparse.Namespace, *, needs_model: bool, ask: bool = False
 ) -> tuple[Home, Settings]:
-    """Home (onboarded if missing) and settings. With `ask`, a person at a terminal is asked for
-    what is missing instead of being told to set it."""
+    """Home (onboarded if missing, made private) and settings. With `ask`, a person at a
+    terminal is asked for what is missing instead of being told to set it."""
     from nanomem.onboard import onboard
+    from nanomem.private import make_private
 
     home = _home(args)
     if not home.config.exists() and args.config is None:
@@ -352,6 +358,12 @@ def _configured(
             cmd_onboard(argparse.Namespace(home=home.root, config=None, model=None))
         else:
             onboard(home)
+    if tightened := make_private(home):
+        print(
+            f"nanomem: made {len(tightened)} files and folders in {home.root} private "
+            "(they were readable by others)",
+            file=sys.stderr,
+        )
     settings = _settings(args, home)
     if needs_model and not settings.llm.model:
         if not (ask and sys.stdin.isatty()):

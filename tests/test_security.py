@@ -95,3 +95,39 @@ def test_mistyped_secret_keys_are_not_echoed(home: Home) -> None:
     assert result.returncode == 2 and "extra: unknown setting" in result.stderr
     assert "sk-typo" not in result.stderr + result.stdout
     assert secret_free_files(home, "sk-typo-0123456789") == []
+
+
+def test_a_home_that_was_readable_by_others_is_made_private(
+    home: Home, fake_llm: FakeOpenAI
+) -> None:
+    fake_llm.reply("first")
+    env = cli_env(home, fake_llm)
+    assert run_cli("chat", "-m", "one", env=env).returncode == 0
+    for path in [home.root, *home.root.rglob("*")]:  # as if copied from a backup, say
+        if not path.is_symlink():
+            path.chmod(0o755 if path.is_dir() else 0o644)
+    fake_llm.reply("second")
+    result = run_cli("chat", "-m", "two", env=env)
+    assert result.returncode == 0 and "private (they were readable by others)" in result.stderr
+    private = [home.root, home.sessions, home.logs, home.memory_git, home.config]
+    private += [*home.sessions.iterdir(), *home.logs.iterdir(), *home.memory_git.rglob("*")]
+    loose = {str(p): oct(p.stat().st_mode & 0o777) for p in private if p.stat().st_mode & 0o077}
+    assert loose == {}
+    assert any(home.sessions.iterdir()) and any(home.logs.iterdir())  # there was something
+    again = run_cli("onboard", env=env)
+    assert again.returncode == 0 and "nothing changed" in again.stdout
+
+
+def test_onboarding_an_existing_loose_home_says_it_tightened_it(tmp_path: Path) -> None:
+    root = tmp_path / "existing"
+    (root / "sessions").mkdir(parents=True)
+    (root / "sessions" / "old.jsonl").write_text("{}\n")
+    root.chmod(0o755)
+    (root / "sessions").chmod(0o755)
+    (root / "sessions" / "old.jsonl").chmod(0o644)
+    result = run_cli("--home", str(root), "onboard", env=cli_env(Home(root)))
+    assert result.returncode == 0 and f"in {root} private (owner only)" in result.stdout
+    assert (root / "sessions" / "old.jsonl").stat().st_mode & 0o777 == 0o600
+    assert root.stat().st_mode & 0o777 == 0o700
+    created = root / "config.toml"
+    assert created.stat().st_mode & 0o777 == 0o600
