@@ -70,7 +70,8 @@ class ShellTool:
             start_new_session=True,
         )
         assert process.stdout is not None
-        output = BoundedOutput(self.max_output_chars)
+        # Room for the exit code and the cut note: the registry's own cap must not cut the end.
+        output = BoundedOutput(self.max_output_chars - 100)
         try:
             await asyncio.wait_for(output.read_all(process.stdout), self.timeout_s)
             await asyncio.wait_for(process.wait(), self.timeout_s)

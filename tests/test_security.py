@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 from nanomem.onboard import Home
-from tests.conftest import TEST_KEY, cli_env, run_cli
+from tests.conftest import NANOMEM, TEST_KEY, cli_env, run_cli
 from tests.fakes.openai_server import FakeOpenAI
 
 
@@ -131,3 +133,59 @@ def test_onboarding_an_existing_loose_home_says_it_tightened_it(tmp_path: Path) 
     assert root.stat().st_mode & 0o777 == 0o700
     created = root / "config.toml"
     assert created.stat().st_mode & 0o777 == 0o600
+
+
+def test_the_shell_shows_no_secret_and_kills_what_escapes(
+    home: Home, fake_llm: FakeOpenAI, tmp_path: Path
+) -> None:
+    pid_file = tmp_path / "escaped.pid"
+    escape = f"setsid sh -c 'echo $$ > {pid_file}; exec sleep 300' >/dev/null 2>&1 & sleep 60"
+    fake_llm.tool_call("exec", {"command": "env"})
+    fake_llm.tool_call("exec", {"command": escape})
+    fake_llm.reply("done")
+    env = cli_env(
+        home,
+        fake_llm,
+        OPENAI_API_KEY=ENV_KEY,
+        NANOMEM_TOOLS__SHELL_ENABLED="true",
+        NANOMEM_TOOLS__SHELL_TIMEOUT_S="2",
+    )
+    result = run_cli("chat", "-m", "show me your environment", env=env)
+    assert result.returncode == 0, result.stderr
+    shown = fake_llm.requests[1]["messages"][-1]["content"]
+    assert shown.startswith("exit code 0") and "PATH=" in shown  # the command did run
+    assert ENV_KEY not in shown and TEST_KEY not in shown and "NANOMEM_" not in shown
+    timed_out = fake_llm.requests[2]["messages"][-1]["content"]
+    assert "timed out after 2s" in timed_out
+    pid = int(pid_file.read_text())
+    assert not Path(f"/proc/{pid}").exists() or " Z " in Path(f"/proc/{pid}/stat").read_text()
+    assert secret_free_files(home, ENV_KEY) == secret_free_files(home, TEST_KEY) == []
+
+
+def test_a_gigabyte_of_shell_output_keeps_the_agent_small(home: Home, fake_llm: FakeOpenAI) -> None:
+    fake_llm.tool_call("exec", {"command": "yes nanomem | head -c 1000000000; echo THE-END"})
+    fake_llm.reply("done")
+    env = cli_env(
+        home,
+        fake_llm,
+        NANOMEM_TOOLS__SHELL_ENABLED="true",
+        NANOMEM_TOOLS__SHELL_TIMEOUT_S="120",
+        NANOMEM_LLM__TRANSPORT="direct",  # litellm alone weighs ~200 MB
+    )
+    measure = (
+        "import resource, subprocess, sys\n"
+        "done = subprocess.run(sys.argv[1:], capture_output=True)\n"
+        "print(done.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss // 1024)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", measure, *NANOMEM, "chat", "-m", "flood"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    code, peak_mib = result.stdout.split()
+    assert code == "0", result.stderr
+    shown = fake_llm.requests[1]["messages"][-1]["content"]
+    assert "THE-END" in shown and "bytes cut" in shown and len(shown) < 17000
+    assert int(peak_mib) < 200
