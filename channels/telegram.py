@@ -294,12 +294,16 @@ class TelegramChannel:
                 continue
             delay = 1.0
             if updates:
-                await self._store(updates)
+                try:
+                    await self._store(updates)
+                except Exception:  # an update we cannot read: fetched again, so never lost
+                    logger.exception("telegram: could not take {} updates", len(updates))
+                    await asyncio.sleep(1.0)
 
     async def _store(self, updates: tuple[Update, ...]) -> None:
         """Keep what we answer, durably, with the offset that confirms the whole batch."""
         assert self._bus is not None
-        admitted = [found for update in updates if (found := self._admit(update)) is not None]
+        admitted = [found for update in updates if (found := self._admit_or_skip(update))]
         offset = updates[-1].update_id + 1
         items = [(key, update.to_dict()) for update, _, _, key, _ in admitted]
         while True:
@@ -326,6 +330,13 @@ class TelegramChannel:
                 continue
             _, message, user, key, group = found
             self._submit(message, user, key, group, pending.seq, replayed=True)
+
+    def _admit_or_skip(self, update: Update) -> tuple[Update, Message, User, str, bool] | None:
+        try:
+            return self._admit(update)
+        except Exception:  # one unreadable update must not hold up every chat
+            logger.exception("telegram: skipped update {} that could not be read", update.update_id)
+            return None
 
     def _admit(self, update: Update | None) -> tuple[Update, Message, User, str, bool] | None:
         """An update we answer, with its chat key; strangers are refused silently and logged."""
