@@ -224,7 +224,18 @@ def cmd_chat(args: argparse.Namespace) -> int:
 
 
 def _message_text(message: str) -> str:
-    text = sys.stdin.read() if message == "-" else message
+    """The message as valid UTF-8 text: bytes that are not become U+FFFD, said once on stderr."""
+    from nanomem.utf8 import clean_text, decode, is_valid
+
+    if message == "-":
+        stdin = getattr(sys.stdin, "buffer", None)
+        text, valid = decode(stdin.read()) if stdin is not None else (sys.stdin.read(), True)
+    else:
+        text, valid = message, True  # argv bytes that are not UTF-8 arrive as lone surrogates
+    if not (valid and is_valid(text)):
+        text = clean_text(text)
+        note = "the message is not valid UTF-8; invalid bytes were replaced by U+FFFD"
+        print(f"nanomem: {note}", file=sys.stderr)
     if not text.strip():
         raise CliError("the message is empty")
     return text

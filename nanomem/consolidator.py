@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+import weakref
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -75,7 +76,8 @@ class Consolidator:
         self.tools = tools
         self.keep_recent_turns = keep_recent_turns
         self.max_rounds = max_rounds
-        self._locks: dict[str, asyncio.Lock] = {}
+        # Weak: a session's lock lives while a pass holds or awaits it, then goes.
+        self._locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
 
     # -- hooks for the AgentLoop ----------------------------------------------------------
 

@@ -19,7 +19,7 @@ from nanomem.config import DreamSettings
 from nanomem.durable import atomic_write_text
 from nanomem.gitstore import TRACKED, Files, GitStore, Version
 from nanomem.history import HistoryEntry, HistoryStore
-from nanomem.provider import Provider, ProviderError, Reply
+from nanomem.provider import Provider, ProviderError, Reply, ToolChoice
 from nanomem.react import react
 from nanomem.templates import Templates
 from nanomem.tools import Tool, ToolError, ToolRegistry
@@ -114,10 +114,13 @@ class TokenCap:
         tools: list[dict[str, Any]] | None = None,
         *,
         max_tokens: int | None = None,
+        tool_choice: ToolChoice | None = None,
     ) -> Reply:
         if self.used >= self.limit:
             raise DreamAborted(f"the token cap ({self.limit}) was reached")
-        reply = await self.inner.complete(messages, tools, max_tokens=max_tokens)
+        reply = await self.inner.complete(
+            messages, tools, max_tokens=max_tokens, tool_choice=tool_choice
+        )
         if reply.usage is not None:
             self.used += reply.usage.prompt_tokens + reply.usage.completion_tokens
         else:  # no usage reported: count what we sent, generously

@@ -16,6 +16,7 @@ from pydantic import Field
 
 from nanomem.durable import append_lines, atomic_write_text, truncate_torn_tail
 from nanomem.tools import Tool
+from nanomem.utf8 import clean_text
 
 FORMAT_VERSION = 1
 EntryKind = Literal["summary", "raw"]
@@ -87,7 +88,9 @@ class HistoryStore:
         last = self.last_cursor()
         stamp = now_iso()
         written = [
-            HistoryEntry(last + i, stamp, e.session, e.content, e.kind, e.ref, e.part, e.parts)
+            HistoryEntry(
+                last + i, stamp, e.session, clean_text(e.content), e.kind, e.ref, e.part, e.parts
+            )
             for i, e in enumerate(entries, start=1)
         ]
         self.path.parent.mkdir(parents=True, exist_ok=True)

@@ -14,6 +14,8 @@ from typing import Any, get_type_hints
 from loguru import logger
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
+from nanomem.utf8 import clean_value
+
 
 class ToolError(Exception):
     """A failure the model should read as is (bad path, text not found, ...)."""
@@ -95,7 +97,8 @@ class ToolRegistry:
         if tool is None:
             return f"Error: unknown tool {name!r}. Available tools: {', '.join(self._tools)}."
         try:
-            parsed = json.loads(raw_arguments or "{}")
+            # Clean: "\ud83d" escapes in the JSON text would reach the tools as lone surrogates.
+            parsed = clean_value(json.loads(raw_arguments or "{}"))
             if not isinstance(parsed, dict):
                 raise ValueError("arguments must be a JSON object")
             arguments = tool.arguments.model_validate(parsed)
