@@ -22,7 +22,7 @@ from nanomem.history import HistoryEntry, HistoryStore
 from nanomem.provider import Provider, ProviderError, Reply, ToolChoice
 from nanomem.react import react
 from nanomem.templates import Templates
-from nanomem.tools import Tool, ToolError, ToolRegistry
+from nanomem.tools import Tool, ToolError, ToolRegistry, read_only_tool
 
 MemoryFile = Literal["SOUL.md", "USER.md", "memory/MEMORY.md"]
 Status = Literal["changed", "unchanged", "nothing_new", "failed"]
@@ -65,6 +65,7 @@ class MemoryTools:
         functions = (self.read_memory, self.edit_memory, self.append_memory)
         return ToolRegistry([Tool.from_function(f) for f in functions])
 
+    @read_only_tool
     def read_memory(self, file: MemoryFile) -> str:
         """Read one memory file."""
         path = self.workspace / file

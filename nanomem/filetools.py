@@ -8,7 +8,7 @@ from typing import Annotated
 from pydantic import Field
 
 from nanomem.durable import atomic_write_text
-from nanomem.tools import Tool, ToolError
+from nanomem.tools import Tool, ToolError, read_only_tool
 
 MAX_READ_BYTES = 2_000_000
 
@@ -51,6 +51,7 @@ class FileTools:
     def _display(self, path: Path) -> str:
         return str(path.relative_to(self.root)) if path.is_relative_to(self.root) else str(path)
 
+    @read_only_tool
     def read_file(
         self,
         path: Annotated[str, Field(description="File path relative to the workspace")],
@@ -106,6 +107,7 @@ class FileTools:
         atomic_write_text(target, content.replace(old_text, new_text, 1))
         return f"Edited {self._display(target)}"
 
+    @read_only_tool
     def list_dir(
         self, path: Annotated[str, Field(description="Folder relative to the workspace")] = "."
     ) -> str:

@@ -15,7 +15,7 @@ from loguru import logger
 from pydantic import Field
 
 from nanomem.durable import append_lines, atomic_write_text, truncate_torn_tail
-from nanomem.tools import Tool
+from nanomem.tools import Tool, read_only_tool
 from nanomem.utf8 import clean_text
 
 FORMAT_VERSION = 1
@@ -233,6 +233,7 @@ class HistoryStore:
     def tools(self) -> list[Tool]:
         return [Tool.from_function(self.search_history)]
 
+    @read_only_tool
     def search_history(
         self,
         query: Annotated[str, Field(min_length=1, description="Words to look for")],

@@ -277,3 +277,25 @@ def test_commands_the_agent_runs_keep_a_normal_environment(
     assert result.returncode == 0, result.stderr
     observation = fake_llm.requests[1]["messages"][-1]["content"]
     assert observation.startswith("exit code 0") and "switch=unset" in observation
+
+
+def test_eight_edits_of_one_file_in_one_step_are_all_kept(home: Home, fake_llm: FakeOpenAI) -> None:
+    (home.workspace / "list.md").write_text("".join(f"item {i}: todo\n" for i in range(8)))
+    fake_llm.tool_calls(
+        [
+            (
+                "edit_file",
+                {"path": "list.md", "old_text": f"item {i}: todo", "new_text": f"item {i}: done"},
+            )
+            for i in range(8)
+        ]
+    )
+    fake_llm.reply("all eight done")
+    result = run_cli("chat", "-m", "tick everything off", env=cli_env(home, fake_llm))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "all eight done\n"
+    assert (home.workspace / "list.md").read_text() == "".join(
+        f"item {i}: done\n" for i in range(8)
+    )
+    results = [m for m in fake_llm.requests[1]["messages"] if m["role"] == "tool"]
+    assert [m["content"] for m in results] == ["Edited list.md"] * 8
