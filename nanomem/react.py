@@ -7,7 +7,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from nanomem.provider import Provider, ToolCall, Usage
+from nanomem.provider import Provider, ToolCall, ToolChoice, Usage
 from nanomem.tools import ToolRegistry
 
 CANCELLED_RESULT = "Cancelled: the turn was stopped before this tool finished."
@@ -29,6 +29,7 @@ async def react(
     out: ReactResult | None = None,
     on_tool_call: Callable[[ToolCall], Awaitable[None]] | None = None,
     max_tokens: int | None = None,
+    tool_choice: ToolChoice | None = None,
 ) -> ReactResult:
     """Run until the model answers without tool calls; new messages accumulate in `out`
     as they happen, so a caller that is cancelled still holds the partial turn."""
@@ -36,7 +37,7 @@ async def react(
     schemas = tools.schemas() if tools else None
     for _ in range(max_iterations):
         reply = await provider.complete(
-            [*messages, *result.messages], schemas, max_tokens=max_tokens
+            [*messages, *result.messages], schemas, max_tokens=max_tokens, tool_choice=tool_choice
         )
         if reply.usage:
             result.usage.append(reply.usage)
