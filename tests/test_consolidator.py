@@ -173,6 +173,14 @@ async def test_a_nothing_new_summary_archives_no_entry_but_moves_the_replay_star
     assert summary_calls == consolidations  # one request each: NOTHING is an answer, not a failure
 
 
+async def test_session_locks_are_not_kept_once_passes_end(home: Home) -> None:
+    app = app_with(home, Model())
+    for chat in range(5):
+        await talk(app, 30 if chat == 0 else 1, chat=str(chat))
+    assert app.history.last_cursor() > 0  # chat 0 consolidated
+    assert len(app.consolidator._locks) == 0
+
+
 async def test_history_reaches_the_next_system_prompt(home: Home) -> None:
     model = Model()
     app = app_with(home, model)
