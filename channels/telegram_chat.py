@@ -16,7 +16,7 @@ from typing import Protocol, TypeVar
 
 from loguru import logger
 
-from channels.telegram_format import TELEGRAM_LIMIT, html_to_plain, render_chunks
+from channels.telegram_format import halves, html_to_plain, message_chunks, too_long
 from nanomem.bus import OutboundMessage
 from nanomem.channel import ChannelDown, ChatQueues, DeliveryLater
 from nanomem.commands import STOPPED, Command
@@ -97,13 +97,7 @@ def command_menu(commands: list[Command]) -> list[tuple[str, str]]:
 
 def chunks_of(msg: OutboundMessage) -> list[tuple[str, bool]]:
     """(text, is_html) messages for one reply: rendered Markdown, or plain text for errors."""
-    if msg.kind == "error":
-        text = msg.content
-        parts = [text[i : i + TELEGRAM_LIMIT] for i in range(0, len(text), TELEGRAM_LIMIT)]
-        chunks = [(part, False) for part in parts if part.strip()]
-    else:
-        chunks = [(chunk, True) for chunk in render_chunks(msg.content)]
-    return chunks or [(EMPTY, False)]
+    return message_chunks(msg.content, plain=msg.kind == "error") or [(EMPTY, False)]
 
 
 @dataclass
@@ -250,22 +244,38 @@ class Delivery:
         chunks = chunks_of(msg)
         in_group = msg.chat_id.startswith("-")  # quote the question only where it helps
         reply_to = self._message_ids.get(msg.reply_to or "") if in_group else None
-        for number, (text, html) in enumerate(chunks, start=1):
-            try:
-                await self._send(msg.chat_id, text, html=html, reply_to=reply_to)
-            except SendError as exc:
-                logger.error(
-                    "telegram: gave up sending {} part {}/{} to chat {}: {}",
-                    msg.kind,
-                    number,
-                    len(chunks),
-                    msg.chat_id,
-                    exc,
-                )
-                if exc.transient or exc.retry_after is not None:
-                    raise DeliveryLater(str(exc)) from exc
-                return  # refused for good (blocked by the person, say): nothing to keep
+        try:
+            for number, (text, html) in enumerate(chunks, start=1):
+                try:
+                    await self._send_fitting(msg.chat_id, text, html=html, reply_to=reply_to)
+                except SendError as exc:
+                    where = f"{msg.kind} part {number}/{len(chunks)} to chat {msg.chat_id}"
+                    logger.error("telegram: gave up sending {}: {}", where, exc)
+                    if exc.transient or exc.retry_after is not None:
+                        raise DeliveryLater(str(exc)) from exc
+                    return  # refused for good (blocked by the person, say): nothing to keep
+                reply_to = None
+        finally:
+            self._forget_if_idle(msg.chat_id)
+
+    async def _send_fitting(self, key: str, text: str, *, html: bool, reply_to: int | None) -> None:
+        """Send one part; a part Telegram still finds too long goes out in smaller pieces."""
+        try:
+            return await self._send(key, text, html=html, reply_to=reply_to)
+        except SendError as exc:
+            if not too_long(str(exc)) or (pieces := halves(text, html=html)) is None:
+                raise
+        logger.warning("telegram: a message too long for {} goes in {} pieces", key, len(pieces))
+        for piece in pieces:
+            await self._send_fitting(key, piece, html=html, reply_to=reply_to)
             reply_to = None
+
+    def _forget_if_idle(self, key: str) -> None:
+        """Drop an idle chat's state, so the map does not grow with every chat ever seen."""
+        chat = self.chats.get(key)  # later jobs start from a fresh one: that is what idle means
+        busy = chat is None or chat.pending or chat.commands or chat.typing or chat.status_queued
+        if not busy and chat is not None and not chat.wait_s():
+            del self.chats[key]
 
     async def _send(self, key: str, text: str, *, html: bool, reply_to: int | None = None) -> None:
         def attempt(body: str, as_html: bool) -> Callable[[], Awaitable[int]]:

@@ -1,5 +1,8 @@
 """Markdown → Telegram Bot API HTML (``parse_mode=HTML``), split into messages that fit the limit.
 
+Telegram's limit counts UTF-16 code units of the visible text (after entity parsing), so that
+is what splitting measures: not Python characters, not tags.
+
 Kept free of python-telegram-bot so it stays a pure, easily tested text transformation.
 """
 
@@ -12,7 +15,21 @@ from html import escape, unescape
 from markdown_it import MarkdownIt
 from markdown_it.token import Token
 
-__all__ = ["TELEGRAM_LIMIT", "html_to_plain", "markdown_to_html", "render_chunks", "split_html"]
+from nanomem.utf8 import clean_text
+
+__all__ = [
+    "TELEGRAM_LIMIT",
+    "halves",
+    "html_to_plain",
+    "markdown_to_html",
+    "message_chunks",
+    "render_chunks",
+    "split_html",
+    "split_plain",
+    "too_long",
+    "utf16_length",
+    "visible_length",
+]
 
 TELEGRAM_LIMIT = 4096
 
@@ -24,7 +41,7 @@ _LANG_JUNK_RE = re.compile(r"[^\w+#.-]")
 _ATOM_RE = re.compile(r"<[^<>]*>|&(?:#\d+|#[xX][0-9a-fA-F]+|[A-Za-z][A-Za-z0-9]*);|.", re.DOTALL)
 _TAG_RE = re.compile(r"<(/?)([A-Za-z][\w-]*)[^<>]*>")
 _INLINE_TAGS = {"strong": "b", "em": "i", "s": "s"}
-_MIN_LIMIT = 16  # must hold the longest entity atom (``&#x10FFFF;``)
+_MIN_LIMIT = 16  # far below any real use; a piece must at least hold one character
 
 Tag = tuple[bool, str]  # (is_closing, name)
 Stack = list[tuple[str, str]]  # (name, full opening tag) of currently open elements
@@ -248,18 +265,36 @@ def _tidy(atoms: list[str]) -> str:
     return "".join(out)
 
 
-def _take(atoms: list[str], i: int, stack: Stack, limit: int) -> tuple[int, str, Stack]:
+def visible_length(html: str) -> int:
+    """What Telegram counts against its limit: UTF-16 code units of the text after entity
+    parsing (tags not counted, an entity counts as its character, an emoji beyond the BMP
+    counts 2)."""
+    return utf16_length(html_to_plain(html))
+
+
+def utf16_length(text: str) -> int:
+    return len(text) + sum(1 for ch in text if ord(ch) > 0xFFFF)
+
+
+def _weight(atom: str) -> int:
+    if atom[0] == "<" and len(atom) > 1:
+        return 0 if _tag(atom) else utf16_length(atom)
+    return utf16_length(unescape(atom)) if atom[0] == "&" and len(atom) > 1 else utf16_length(atom)
+
+
+def _take(
+    atoms: list[str], weights: list[int], i: int, stack: Stack, limit: int
+) -> tuple[int, str, Stack]:
     """Pick the best cut after ``atoms[i]``; returns (end index, chunk html, stack at end)."""
-    size = sum(len(opening) + len(name) + 3 for name, opening in stack)  # reopen + close tags
+    size = 0  # visible text only: the tags reopened and closed around a chunk cost nothing
     best: list[int | None] = [None] * 4  # last cut by priority: any, space, line, paragraph
     seen_text, prev_text, k = False, "", i
     while k < len(atoms):
         atom = atoms[k]
         tag = _tag(atom)
-        grow = len(atom) + (len(tag[1]) + 3 if not tag[0] else -len(atom)) if tag else len(atom)
-        if size + grow > limit:
+        if size + weights[k] > limit:
             break
-        size += grow
+        size += weights[k]
         k += 1
         if tag:
             if not tag[0]:
@@ -274,14 +309,14 @@ def _take(atoms: list[str], i: int, stack: Stack, limit: int) -> tuple[int, str,
     end = k if k == len(atoms) else next((b for b in reversed(best) if b is not None), None)
     cur = list(stack)
     if end is None:
-        # Tag overhead alone exceeds the limit: degrade this piece to unformatted text.
+        # No cut with text before it fits (only opening tags did): go on unformatted.
         parts, size, k = [], 0, i
-        while k < len(atoms) and ((tag := _tag(atoms[k])) or size + len(atoms[k]) <= limit):
+        while k < len(atoms) and ((tag := _tag(atoms[k])) or size + weights[k] <= limit):
             if tag:
                 _apply(cur, atoms[k], tag)
             else:
                 parts.append(atoms[k])
-                size += len(atoms[k])
+                size += weights[k]
             k += 1
         return k, _tidy(parts), cur
     for atom in atoms[i:end]:
@@ -292,18 +327,67 @@ def _take(atoms: list[str], i: int, stack: Stack, limit: int) -> tuple[int, str,
 
 
 def split_html(html: str, limit: int = TELEGRAM_LIMIT) -> list[str]:
-    """Split Telegram HTML into balanced chunks of at most ``limit`` characters each."""
+    """Split Telegram HTML into balanced chunks whose visible text is at most ``limit`` UTF-16
+    code units each (see `visible_length`)."""
     if limit < _MIN_LIMIT:
         raise ValueError(f"limit must be at least {_MIN_LIMIT}")
     atoms = _ATOM_RE.findall(html)
+    weights = [_weight(atom) for atom in atoms]
     chunks: list[str] = []
     stack: Stack = []
     i = 0
     while i < len(atoms):
-        i, chunk, stack = _take(atoms, i, stack, limit)
+        i, chunk, stack = _take(atoms, weights, i, stack, limit)
         if chunk:
             chunks.append(chunk)
     return chunks
+
+
+def split_plain(text: str, limit: int = TELEGRAM_LIMIT) -> list[str]:
+    """Split plain text into pieces of at most ``limit`` UTF-16 code units, at a line break or
+    a space when one is in the second half of a piece; whitespace-only pieces are dropped."""
+    if limit < 2:
+        raise ValueError("limit must be at least 2")
+    pieces: list[str] = []
+    start = 0
+    while start < len(text):
+        end, units = start, 0
+        while end < len(text) and units + (w := utf16_length(text[end])) <= limit:
+            units += w
+            end += 1
+        if end < len(text):
+            half = start + (end - start) // 2
+            cut = max(text.rfind("\n", half, end), text.rfind(" ", half, end))
+            end = cut + 1 if cut >= half else end
+        pieces.append(text[start:end])
+        start = end
+    return [piece for piece in pieces if piece.strip()]
+
+
+def message_chunks(
+    text: str, *, plain: bool = False, limit: int = TELEGRAM_LIMIT
+) -> list[tuple[str, bool]]:
+    """(text, is_html) messages for a reply: Markdown rendered and split, or plain text split,
+    each within Telegram's limit as Telegram counts it."""
+    text = clean_text(text)  # a lone surrogate would make the whole request fail
+    if plain:
+        return [(piece, False) for piece in split_plain(text, limit)]
+    return [(chunk, True) for chunk in render_chunks(text, limit)]
+
+
+def too_long(error: str) -> bool:
+    """Telegram refused a message for its length ("Bad Request: message is too long")."""
+    return any(words in error.lower() for words in ("too long", "too_long"))
+
+
+def halves(text: str, *, html: bool, floor: int = 256) -> list[str] | None:
+    """`text` in pieces of half its size (at least `floor` units) for a message Telegram
+    refused as too long after all; None when it is that small already."""
+    size = visible_length(text) if html else utf16_length(text)
+    if size <= floor:
+        return None
+    limit = max(floor, -(-size // 2))
+    return split_html(text, limit) if html else split_plain(text, limit)
 
 
 def html_to_plain(html: str) -> str:
@@ -312,5 +396,5 @@ def html_to_plain(html: str) -> str:
 
 
 def render_chunks(markdown: str, limit: int = TELEGRAM_LIMIT) -> list[str]:
-    """Markdown → list of Telegram HTML messages, each at most ``limit`` characters."""
+    """Markdown → Telegram HTML messages, each within ``limit`` (see `split_html`)."""
     return split_html(markdown_to_html(markdown), limit)

@@ -173,7 +173,6 @@ def _settings(args: argparse.Namespace, home: Home) -> Settings:
 
 def cmd_onboard(args: argparse.Namespace) -> int:
     from nanomem.onboard import onboard
-    from nanomem.private import make_private
 
     home = _home(args)
     interactive = sys.stdin.isatty() and not home.config.exists()
@@ -187,7 +186,7 @@ def cmd_onboard(args: argparse.Namespace) -> int:
     report = onboard(home, model=model, api_key=api_key)
     for path in report.created:
         print(f"created {path}")
-    tightened = make_private(home)
+    tightened = [p for p in report.tightened if p not in report.created and p != home.root]
     if tightened:
         print(f"made {len(tightened)} files and folders in {home.root} private (owner only)")
     if not report.created and not tightened:
@@ -235,7 +234,18 @@ def cmd_chat(args: argparse.Namespace) -> int:
 
 
 def _message_text(message: str) -> str:
-    text = sys.stdin.read() if message == "-" else message
+    """The message as valid UTF-8 text: bytes that are not become U+FFFD, said once on stderr."""
+    from nanomem.utf8 import clean_text, decode, is_valid
+
+    if message == "-":
+        stdin = getattr(sys.stdin, "buffer", None)
+        text, valid = decode(stdin.read()) if stdin is not None else (sys.stdin.read(), True)
+    else:
+        text, valid = message, True  # argv bytes that are not UTF-8 arrive as lone surrogates
+    if not (valid and is_valid(text)):
+        text = clean_text(text)
+        note = "the message is not valid UTF-8; invalid bytes were replaced by U+FFFD"
+        print(f"nanomem: {note}", file=sys.stderr)
     if not text.strip():
         raise CliError("the message is empty")
     return text

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+import weakref
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -24,6 +25,7 @@ from nanomem.tools import ToolRegistry
 
 RAW_ENTRY_CHARS = 4000
 SUMMARY_ATTEMPTS = 2
+NOTHING = "NOTHING"  # the whole answer of a summary with nothing worth keeping
 
 
 class SummaryFailed(Exception):
@@ -36,6 +38,8 @@ class Archived:
     entries: list[HistoryEntry]
 
     def describe(self) -> str:
+        if not self.entries:
+            return f"Archived {self.messages} messages; nothing in them needed keeping."
         kinds = {e.kind for e in self.entries}
         how = "as a summary" if kinds == {"summary"} else f"as {len(self.entries)} raw entries"
         return f"Archived {self.messages} messages to memory/history.jsonl {how}."
@@ -75,7 +79,8 @@ class Consolidator:
         self.tools = tools
         self.keep_recent_turns = keep_recent_turns
         self.max_rounds = max_rounds
-        self._locks: dict[str, asyncio.Lock] = {}
+        # Weak: a session's lock lives while a pass holds or awaits it, then goes.
+        self._locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
 
     # -- hooks for the AgentLoop ----------------------------------------------------------
 
@@ -158,11 +163,14 @@ class Consolidator:
         await self.sessions.update_state(session, consolidating=journal)
         try:
             summary = await self._summarise(session, start, end)
-            entries = [NewEntry(session.key, summary, "summary", ref)]
+            # Nothing worth keeping: no entry, but the slice still counts as consolidated. A
+            # crash before the state update finds no entry for the journal and redoes the
+            # slice, which is just as right.
+            entries = [NewEntry(session.key, summary, "summary", ref)] if summary else []
         except SummaryFailed as exc:
             logger.warning("consolidation of {} fell back to raw entries: {}", session.key, exc)
             entries = raw_entries(session.key, session.messages[start:end], ref)
-        written = await self.history.append(entries)
+        written = await self.history.append(entries) if entries else []
         await self.sessions.update_state(session, replay_from=end, consolidating=None)
         logger.info(
             "consolidated {} messages of {} into {} entries", end - start, session.key, len(written)
@@ -170,6 +178,7 @@ class Consolidator:
         return Archived(end - start, written)
 
     async def _summarise(self, session: Session, start: int, end: int) -> str:
+        """The summary of messages[start:end]; "" when the model says nothing is worth keeping."""
         chunk = session.messages[start:end]
         system = await self.context.system_prompt(session.key)
         instruction = self.templates.render(
@@ -183,13 +192,22 @@ class Consolidator:
         problem = "no attempt"
         for _ in range(SUMMARY_ATTEMPTS):
             try:
-                result = await react(self.provider, prompt, _NoToolsNow(self.tools.schemas()), 1)
+                # The tools stay offered (same prompt prefix for the cache) but may not be used.
+                result = await react(
+                    self.provider,
+                    prompt,
+                    _NoToolsNow(self.tools.schemas()),
+                    1,
+                    tool_choice="none",
+                )
             except ProviderError as exc:
                 problem = str(exc)
                 if not exc.retryable:
                     break
                 continue
             text = (result.text or "").strip()
+            if says_nothing_new(text):
+                return ""
             if usable(text):
                 return text
             problem = "the model's summary was empty or unusable"
@@ -232,6 +250,12 @@ class Consolidator:
 
     def _lock(self, session: Session) -> asyncio.Lock:
         return self._locks.setdefault(session.key, asyncio.Lock())
+
+
+def says_nothing_new(text: str) -> bool:
+    """The answer consolidate.md.j2 asks for when nothing is worth keeping: NOTHING, alone
+    (a bullet, quotes or a full stop around it are tolerated)."""
+    return text.strip().strip(" -*•`'\".").upper() == NOTHING
 
 
 def usable(text: str) -> bool:

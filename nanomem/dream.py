@@ -19,10 +19,10 @@ from nanomem.config import DreamSettings
 from nanomem.durable import atomic_write_text
 from nanomem.gitstore import TRACKED, Files, GitStore, Version
 from nanomem.history import HistoryEntry, HistoryStore
-from nanomem.provider import Provider, ProviderError, Reply
+from nanomem.provider import Provider, ProviderError, Reply, ToolChoice
 from nanomem.react import react
 from nanomem.templates import Templates
-from nanomem.tools import Tool, ToolError, ToolRegistry
+from nanomem.tools import Tool, ToolError, ToolRegistry, read_only_tool
 
 MemoryFile = Literal["SOUL.md", "USER.md", "memory/MEMORY.md"]
 Status = Literal["changed", "unchanged", "nothing_new", "failed"]
@@ -65,6 +65,7 @@ class MemoryTools:
         functions = (self.read_memory, self.edit_memory, self.append_memory)
         return ToolRegistry([Tool.from_function(f) for f in functions])
 
+    @read_only_tool
     def read_memory(self, file: MemoryFile) -> str:
         """Read one memory file."""
         path = self.workspace / file
@@ -114,10 +115,13 @@ class TokenCap:
         tools: list[dict[str, Any]] | None = None,
         *,
         max_tokens: int | None = None,
+        tool_choice: ToolChoice | None = None,
     ) -> Reply:
         if self.used >= self.limit:
             raise DreamAborted(f"the token cap ({self.limit}) was reached")
-        reply = await self.inner.complete(messages, tools, max_tokens=max_tokens)
+        reply = await self.inner.complete(
+            messages, tools, max_tokens=max_tokens, tool_choice=tool_choice
+        )
         if reply.usage is not None:
             self.used += reply.usage.prompt_tokens + reply.usage.completion_tokens
         else:  # no usage reported: count what we sent, generously

@@ -7,13 +7,16 @@ import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
+from nanomem.utf8 import encode
+
 
 def append_lines(path: Path, lines: Iterable[str]) -> None:
-    """Append whole lines in one write and fsync, so a crash leaves at most one torn last line."""
-    data = "".join(line if line.endswith("\n") else line + "\n" for line in lines)
+    """Append whole lines in one write and fsync, so a crash leaves at most one torn last line.
+    Always valid UTF-8: a lone surrogate is replaced, never a reason to lose the write."""
+    data = encode("".join(line if line.endswith("\n") else line + "\n" for line in lines))
     if not data:
         return
-    with path.open("a", encoding="utf-8") as fh:
+    with path.open("ab") as fh:
         fh.write(data)
         fh.flush()
         os.fsync(fh.fileno())
@@ -25,8 +28,8 @@ def atomic_write_text(path: Path, text: str, *, mode: int | None = None) -> None
     fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     tmp = Path(tmp_name)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(encode(text))
             fh.flush()
             os.fsync(fh.fileno())
         if mode is not None:

@@ -9,7 +9,7 @@ from pydantic import Field
 
 from nanomem.audience import PERSONAL_PATHS, current
 from nanomem.durable import atomic_write_text
-from nanomem.tools import Tool, ToolError
+from nanomem.tools import Tool, ToolError, read_only_tool
 
 MAX_READ_BYTES = 2_000_000
 
@@ -62,6 +62,7 @@ class FileTools:
         if any(target == kept or target.is_relative_to(kept) for kept in self.personal):
             raise ToolError(f"{path!r} is the owner's personal memory; not available in a group")
 
+    @read_only_tool
     def read_file(
         self,
         path: Annotated[str, Field(description="File path relative to the workspace")],
@@ -118,6 +119,7 @@ class FileTools:
         atomic_write_text(target, content.replace(old_text, new_text, 1))
         return f"Edited {self._display(target)}"
 
+    @read_only_tool
     def list_dir(
         self, path: Annotated[str, Field(description="Folder relative to the workspace")] = "."
     ) -> str:

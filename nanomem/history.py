@@ -16,7 +16,8 @@ from pydantic import Field
 
 from nanomem.audience import current
 from nanomem.durable import append_lines, atomic_write_text, truncate_torn_tail
-from nanomem.tools import Tool
+from nanomem.tools import Tool, read_only_tool
+from nanomem.utf8 import clean_text
 
 FORMAT_VERSION = 1
 EntryKind = Literal["summary", "raw"]
@@ -88,7 +89,9 @@ class HistoryStore:
         last = self.last_cursor()
         stamp = now_iso()
         written = [
-            HistoryEntry(last + i, stamp, e.session, e.content, e.kind, e.ref, e.part, e.parts)
+            HistoryEntry(
+                last + i, stamp, e.session, clean_text(e.content), e.kind, e.ref, e.part, e.parts
+            )
             for i, e in enumerate(entries, start=1)
         ]
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -234,6 +237,7 @@ class HistoryStore:
     def tools(self) -> list[Tool]:
         return [Tool.from_function(self.search_history)]
 
+    @read_only_tool
     def search_history(
         self,
         query: Annotated[str, Field(min_length=1, description="Words to look for")],

@@ -13,8 +13,19 @@ from typing import Any
 from loguru import logger
 
 from nanomem.config import LLMSettings
-from nanomem.provider import ErrorCategory, ProviderError, Reply, ToolCall, Usage, categorize
+from nanomem.provider import (
+    ErrorCategory,
+    ProviderError,
+    Reply,
+    ToolCall,
+    ToolChoice,
+    Usage,
+    categorize,
+)
+from nanomem.utf8 import clean_text
 
+# What litellm says when a response arrived but is not a chat completion.
+_MALFORMED = ("Invalid response object", "Unable to get json response", "no 'choices'")
 _import_lock = threading.Lock()
 _module: ModuleType | None = None
 
@@ -68,6 +79,7 @@ class LiteLLMProvider:
         tools: list[dict[str, Any]] | None = None,
         *,
         max_tokens: int | None = None,
+        tool_choice: ToolChoice | None = None,
     ) -> Reply:
         # Never wait for the import on the event loop: Ctrl-C and other chats must stay live.
         litellm = _module if _module is not None else await asyncio.to_thread(import_litellm)
@@ -82,6 +94,8 @@ class LiteLLMProvider:
         }
         if tools:
             kwargs["tools"] = tools
+            if tool_choice is not None:
+                kwargs["tool_choice"] = tool_choice
         if self.settings.api_base:
             kwargs["api_base"] = self.settings.api_base
         if self.settings.api_key is not None:
@@ -119,26 +133,41 @@ def supports_images(model: str) -> bool:
 
 
 def _to_reply(response: Any) -> Reply:
-    choice = response.choices[0]
-    message = choice.message
-    calls = tuple(
-        ToolCall(
-            id=call.id or f"call_{index}",
-            name=call.function.name or "",
-            arguments=call.function.arguments or "{}",
+    """Our Reply from litellm's response; a response without a usable message is a
+    retryable fault, and all text is made valid UTF-8 before anyone stores it."""
+    try:
+        choice = response.choices[0]
+        message = choice.message
+        calls = tuple(
+            ToolCall(
+                id=clean_text(call.id or f"call_{index}"),
+                name=clean_text(call.function.name or ""),
+                arguments=clean_text(call.function.arguments or "{}"),
+            )
+            for index, call in enumerate(message.tool_calls or ())
         )
-        for index, call in enumerate(message.tool_calls or ())
-    )
-    content = message.content
+        content = message.content
+        finish_reason = choice.finish_reason
+    except (LookupError, AttributeError, TypeError):
+        shape = "no choices" if not getattr(response, "choices", None) else "no message"
+        raise ProviderError("empty", f"malformed response: {shape}") from None
+    content = clean_text(content) if isinstance(content, str) else None
     if not calls and not (content and content.strip()):
         raise ProviderError("empty", "the model returned no text and no tool call")
     usage = getattr(response, "usage", None)
     return Reply(
         content=content,
         tool_calls=calls,
-        usage=Usage(usage.prompt_tokens or 0, usage.completion_tokens or 0) if usage else None,
-        finish_reason=choice.finish_reason,
+        usage=_usage(usage),
+        finish_reason=finish_reason if isinstance(finish_reason, str) else None,
     )
+
+
+def _usage(usage: Any) -> Usage | None:
+    try:
+        return Usage(int(usage.prompt_tokens or 0), int(usage.completion_tokens or 0))
+    except (AttributeError, TypeError, ValueError):
+        return None
 
 
 def classify(exc: Exception) -> ProviderError:
@@ -148,7 +177,9 @@ def classify(exc: Exception) -> ProviderError:
     text = str(exc)
     category: ErrorCategory
     # litellm's exception classes say a little more than the status; the rest is shared.
-    if "Timeout" in name:
+    if any(phrase in text for phrase in _MALFORMED):
+        category = "server"  # an answer came, but not one we can read (litellm says "connection")
+    elif "Timeout" in name:
         category = "timeout"
     elif "ContextWindowExceeded" in name:
         category = "context_too_long"

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from nanomem.durable import atomic_write_text
 from nanomem.gitstore import GitStore
+from nanomem.private import make_private
 from nanomem.templates import Templates, bundled_dir
 
 
@@ -56,6 +57,7 @@ class Home:
 class OnboardReport:
     created: list[Path] = field(default_factory=list)
     kept: list[Path] = field(default_factory=list)
+    tightened: list[Path] = field(default_factory=list)  # were readable by others
 
 
 def onboard(
@@ -85,6 +87,7 @@ def onboard(
             shutil.copyfile(src, dest)
             report.created.append(dest)
     GitStore(home.memory_git, target).ensure()  # the first memory version
+    report.tightened = make_private(home)
     return report
 
 

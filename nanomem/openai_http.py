@@ -19,7 +19,16 @@ import aiohttp
 from loguru import logger
 
 from nanomem.config import LLMSettings
-from nanomem.provider import ProviderError, Reply, ToolCall, Usage, categorize, encode_messages
+from nanomem.provider import (
+    ProviderError,
+    Reply,
+    ToolCall,
+    ToolChoice,
+    Usage,
+    categorize,
+    encode_messages,
+)
+from nanomem.utf8 import clean_text
 
 OPENAI_BASE = "https://api.openai.com/v1"
 _CONNECTIONS = 256  # one connection per concurrent chat; the default of 100 would queue them
@@ -49,6 +58,7 @@ class OpenAIHTTPProvider:
         tools: list[dict[str, Any]] | None = None,
         *,
         max_tokens: int | None = None,
+        tool_choice: ToolChoice | None = None,
     ) -> Reply:
         if not self._key and urlsplit(self.base_url).hostname == "api.openai.com":
             # OpenAI would answer 401 anyway; a local server may legitimately need no key.
@@ -59,6 +69,8 @@ class OpenAIHTTPProvider:
         }
         if tools:
             body["tools"] = tools
+            if tool_choice is not None:
+                body["tool_choice"] = tool_choice
         if self.settings.temperature is not None:
             body["temperature"] = self.settings.temperature
         # The replayed history is most of the request, and its messages arrive encoded.
@@ -129,15 +141,20 @@ def _seconds(value: str | None) -> float | None:
 
 
 def _to_reply(raw: bytes) -> Reply:
+    """Our Reply from the response body; a body without a usable message is a retryable fault
+    ("empty" for no choices, "server" for the rest), and all text is made valid UTF-8."""
+    snippet = " ".join(raw[:120].decode("utf-8", "replace").split())
     try:
-        data = json.loads(raw)
+        data = json.loads(raw.decode("utf-8", "replace"))
+        if isinstance(data, dict) and data.get("choices") == []:
+            raise ProviderError("empty", f"malformed response: no choices: {snippet!r}")
         choice = data["choices"][0]
         message = choice["message"]
         calls = tuple(
             ToolCall(
-                id=call.get("id") or f"call_{index}",
-                name=call["function"].get("name") or "",
-                arguments=_arguments(call["function"].get("arguments")),
+                id=clean_text(str(call.get("id") or f"call_{index}")),
+                name=clean_text(str(call["function"].get("name") or "")),
+                arguments=clean_text(_arguments(call["function"].get("arguments"))),
             )
             for index, call in enumerate(message.get("tool_calls") or ())
         )
@@ -145,9 +162,8 @@ def _to_reply(raw: bytes) -> Reply:
         usage = data.get("usage")
         finish_reason = choice.get("finish_reason")
     except (ValueError, LookupError, TypeError, AttributeError):
-        snippet = " ".join(raw[:120].decode("utf-8", "replace").split())
         raise ProviderError("server", f"malformed response: {snippet!r}") from None
-    content = content if isinstance(content, str) else None
+    content = clean_text(content) if isinstance(content, str) else None
     if not calls and not (content and content.strip()):
         raise ProviderError("empty", "the model returned no text and no tool call")
     return Reply(

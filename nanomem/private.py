@@ -7,8 +7,10 @@ from __future__ import annotations
 import os
 import stat
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from nanomem.onboard import Home
+if TYPE_CHECKING:
+    from nanomem.onboard import Home
 
 PRIVATE_UMASK = 0o077  # set by the CLI: every file nanomem creates is the owner's alone
 

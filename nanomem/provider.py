@@ -24,6 +24,9 @@ ErrorCategory = Literal[
     "server",
     "empty",
 ]
+# "none": answer in text even though tools are offered (summaries keep the chat's tool list so
+# the provider's prompt cache serves them); "auto" is every API's default.
+ToolChoice = Literal["none", "auto", "required"]
 RETRYABLE: frozenset[str] = frozenset({"unreachable", "rate_limited", "timeout", "server", "empty"})
 # What providers say when the prompt is too long (litellm's list, llama.cpp's wording).
 _CONTEXT_PHRASES = (
@@ -158,6 +161,7 @@ class Provider(Protocol):
         tools: list[dict[str, Any]] | None = None,
         *,
         max_tokens: int | None = None,
+        tool_choice: ToolChoice | None = None,
     ) -> Reply: ...
 
 
@@ -185,12 +189,15 @@ class RetryingProvider:
         tools: list[dict[str, Any]] | None = None,
         *,
         max_tokens: int | None = None,
+        tool_choice: ToolChoice | None = None,
     ) -> Reply:
         attempt = 0
         while True:
             attempt += 1
             try:
-                return await self.inner.complete(messages, tools, max_tokens=max_tokens)
+                return await self.inner.complete(
+                    messages, tools, max_tokens=max_tokens, tool_choice=tool_choice
+                )
             except ProviderError as exc:
                 exc.attempts = attempt
                 delay = self._delay(exc, attempt)

@@ -7,7 +7,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from nanomem.provider import Provider, ToolCall, Usage
+from nanomem.provider import Provider, ToolCall, ToolChoice, Usage
 from nanomem.tools import ToolRegistry
 
 CANCELLED_RESULT = "Cancelled: the turn was stopped before this tool finished."
@@ -29,6 +29,7 @@ async def react(
     out: ReactResult | None = None,
     on_tool_call: Callable[[ToolCall], Awaitable[None]] | None = None,
     max_tokens: int | None = None,
+    tool_choice: ToolChoice | None = None,
 ) -> ReactResult:
     """Run until the model answers without tool calls; new messages accumulate in `out`
     as they happen, so a caller that is cancelled still holds the partial turn."""
@@ -36,7 +37,7 @@ async def react(
     schemas = tools.schemas() if tools else None
     for _ in range(max_iterations):
         reply = await provider.complete(
-            [*messages, *result.messages], schemas, max_tokens=max_tokens
+            [*messages, *result.messages], schemas, max_tokens=max_tokens, tool_choice=tool_choice
         )
         if reply.usage:
             result.usage.append(reply.usage)
@@ -48,14 +49,21 @@ async def react(
             for call in reply.tool_calls:
                 await on_tool_call(call)
         registry = tools or ToolRegistry()  # a hallucinated call gets an "unknown tool" answer
-        outputs = await asyncio.gather(
-            *(registry.call(c.name, c.arguments) for c in reply.tool_calls)
-        )
-        result.messages.extend(
-            {"role": "tool", "tool_call_id": call.id, "name": call.name, "content": output}
-            for call, output in zip(reply.tool_calls, outputs, strict=True)
-        )
+        calls = reply.tool_calls
+        if all(registry.is_read_only(c.name) for c in calls):
+            outputs = await asyncio.gather(*(registry.call(c.name, c.arguments) for c in calls))
+            result.messages.extend(map(_tool_message, calls, outputs))
+        else:
+            # Anything that may write runs in the order the model asked, each call seeing the
+            # last one's effect: eight edits of one file at once kept only five.
+            for call in calls:
+                output = await registry.call(call.name, call.arguments)
+                result.messages.append(_tool_message(call, output))
     return result
+
+
+def _tool_message(call: ToolCall, output: str) -> dict[str, Any]:
+    return {"role": "tool", "tool_call_id": call.id, "name": call.name, "content": output}
 
 
 def seal_tool_calls(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -9,7 +9,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
-from nanomem.provider import ProviderError, Reply, ToolCall
+from nanomem.provider import ProviderError, Reply, ToolCall, ToolChoice
 
 Step = Reply | ProviderError | Callable[[list[dict[str, Any]]], Reply | Awaitable[Reply]]
 
@@ -35,6 +35,7 @@ class ScriptedProvider:
         self.latency = latency
         self.calls: list[list[dict[str, Any]]] = []
         self.tools_seen: list[list[dict[str, Any]] | None] = []
+        self.tool_choices: list[ToolChoice | None] = []
 
     def add(self, *steps: Step) -> None:
         self.steps.extend(steps)
@@ -45,9 +46,11 @@ class ScriptedProvider:
         tools: list[dict[str, Any]] | None = None,
         *,
         max_tokens: int | None = None,
+        tool_choice: ToolChoice | None = None,
     ) -> Reply:
         self.calls.append(copy.deepcopy(messages))
         self.tools_seen.append(tools)
+        self.tool_choices.append(tool_choice)
         if self.latency:
             await asyncio.sleep(self.latency)
         if not self.steps:

@@ -6,6 +6,7 @@ import asyncio
 import hashlib
 import json
 import re
+import weakref
 from bisect import bisect_left, bisect_right
 from collections import OrderedDict
 from collections.abc import Callable
@@ -18,6 +19,7 @@ from loguru import logger
 
 from nanomem.durable import append_lines, truncate_torn_tail
 from nanomem.provider import WireMessage
+from nanomem.utf8 import clean_value, is_valid
 
 FORMAT_VERSION = 1
 # Keys the model API understands; everything else in a stored message is ours (timestamps).
@@ -166,7 +168,10 @@ class SessionStore:
         self._cache: OrderedDict[str, Session] = OrderedDict()
         self._cache_size = cache_size
         # A turn and a background consolidation may append to one file at the same time.
-        self._write_locks: dict[Path, asyncio.Lock] = {}
+        # Weak: a lock lives while someone holds or awaits it, so the map never outgrows use.
+        self._write_locks: weakref.WeakValueDictionary[Path, asyncio.Lock] = (
+            weakref.WeakValueDictionary()
+        )
 
     async def get(self, key: str) -> Session:
         session = self._cache.get(key)
@@ -184,23 +189,31 @@ class SessionStore:
             return
         stamped = [m if "ts" in m else {**m, "ts": now_iso()} for m in messages]
         lines = [json.dumps(m, ensure_ascii=False) for m in stamped]
+        for i, line in enumerate(lines):
+            if not is_valid(line):  # a lone surrogate: memory must hold what the file holds
+                stamped[i] = clean_value(stamped[i])
+                lines[i] = json.dumps(stamped[i], ensure_ascii=False)
         async with self._write_lock(session):
-            await asyncio.to_thread(append_lines, session.path, self._header(session) + lines)
+            await self._write(session, lines)
             session.messages.extend(stamped)
 
     async def update_state(self, session: Session, **changes: Any) -> None:
         record = {"_type": "state", **changes, "ts": now_iso()}
         async with self._write_lock(session):
-            lines = [*self._header(session), json.dumps(record)]
-            await asyncio.to_thread(append_lines, session.path, lines)
+            await self._write(session, [json.dumps(record)])
             session.state.update(changes)
+
+    async def _write(self, session: Session, lines: list[str]) -> None:
+        # The header goes out with the first write that succeeds: a failed write must not
+        # leave the next one thinking the file already has it.
+        await asyncio.to_thread(append_lines, session.path, self._header(session) + lines)
+        session.unsaved = False
 
     @staticmethod
     def _header(session: Session) -> list[str]:
         """The versioned first line, for a session that has no file yet."""
         if not session.unsaved:
             return []
-        session.unsaved = False
         header = {"_type": "session", "version": FORMAT_VERSION, "key": session.key}
         return [json.dumps({**header, "created_at": session.created_at})]
 

@@ -8,7 +8,7 @@ from typing import Annotated
 
 from pydantic import Field
 
-from nanomem.tools import Tool, ToolError
+from nanomem.tools import Tool, ToolError, read_only_tool
 
 
 @dataclass(frozen=True)
@@ -50,6 +50,7 @@ class Skills:
     def tools(self) -> list[Tool]:
         return [Tool.from_function(self.read_skill)]
 
+    @read_only_tool
     def read_skill(
         self, name: Annotated[str, Field(description="The skill's name as listed")]
     ) -> str:

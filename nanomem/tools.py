@@ -9,14 +9,24 @@ import inspect
 import json
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, get_type_hints
+from typing import Any, TypeVar, get_type_hints
 
 from loguru import logger
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
+from nanomem.utf8 import clean_value
+
+F = TypeVar("F", bound=Callable[..., Any])
+
 
 class ToolError(Exception):
     """A failure the model should read as is (bad path, text not found, ...)."""
+
+
+def read_only_tool(fn: F) -> F:
+    """Mark a tool function as changing nothing, so calls to it may run side by side."""
+    setattr(fn, "read_only_tool", True)  # noqa: B010 (a function attribute, read by Tool)
+    return fn
 
 
 @dataclass(frozen=True)
@@ -25,6 +35,7 @@ class Tool:
     description: str
     fn: Callable[..., Any]
     arguments: type[BaseModel]
+    read_only: bool = False  # True only when declared: an unknown tool may write
 
     @classmethod
     def from_function(cls, fn: Callable[..., Any], name: str | None = None) -> Tool:
@@ -40,7 +51,7 @@ class Tool:
             **fields,
         )
         doc = inspect.getdoc(fn) or tool_name
-        return cls(tool_name, doc.strip(), fn, model)
+        return cls(tool_name, doc.strip(), fn, model, getattr(fn, "read_only_tool", False))
 
     def schema(self) -> dict[str, Any]:
         parameters = self.arguments.model_json_schema()
@@ -77,6 +88,10 @@ class ToolRegistry:
     def get(self, name: str) -> Tool | None:
         return self._tools.get(name)
 
+    def is_read_only(self, name: str) -> bool:
+        tool = self._tools.get(name)
+        return tool is not None and tool.read_only
+
     def schemas(self) -> list[dict[str, Any]]:
         if self._schemas is None:
             self._schemas = [tool.schema() for tool in self._tools.values()]
@@ -95,7 +110,8 @@ class ToolRegistry:
         if tool is None:
             return f"Error: unknown tool {name!r}. Available tools: {', '.join(self._tools)}."
         try:
-            parsed = json.loads(raw_arguments or "{}")
+            # Clean: "\ud83d" escapes in the JSON text would reach the tools as lone surrogates.
+            parsed = clean_value(json.loads(raw_arguments or "{}"))
             if not isinstance(parsed, dict):
                 raise ValueError("arguments must be a JSON object")
             arguments = tool.arguments.model_validate(parsed)

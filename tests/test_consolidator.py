@@ -4,6 +4,8 @@ import asyncio
 import re
 from typing import Any
 
+import pytest
+
 from nanomem.app import App
 from nanomem.bus import InboundMessage
 from nanomem.history import NewEntry
@@ -24,9 +26,11 @@ class Model:
         self.summary_failure: ProviderError | None = None
         self.summary_text: str | None = None
         self.prompt_tokens: int | None = None
+        self.tool_choices: list[str | None] = []
 
-    async def complete(self, messages, tools=None, *, max_tokens=None) -> Reply:  # type: ignore[no-untyped-def]
+    async def complete(self, messages, tools=None, *, max_tokens=None, tool_choice=None) -> Reply:  # type: ignore[no-untyped-def]
         self.calls.append(messages)
+        self.tool_choices.append(tool_choice)
         last = str(messages[-1].get("content"))
         if SUMMARY_MARK in last:
             if self.summary_failure is not None:
@@ -94,13 +98,15 @@ async def test_tool_calls_are_never_split_from_their_results(home: Home) -> None
     app = app_with(home, model)
     calls = 0
 
-    async def with_tools(messages, tools=None, *, max_tokens=None):  # type: ignore[no-untyped-def]
+    async def with_tools(messages, tools=None, *, max_tokens=None, tool_choice=None):  # type: ignore[no-untyped-def]
         nonlocal calls
         calls += 1
         last = messages[-1]
         if SUMMARY_MARK not in str(last.get("content")) and last["role"] == "user":
             return Reply(None, (ToolCall(f"c{calls}", "list_dir", '{"path": "memory"}'),))
-        return await Model.complete(model, messages, tools, max_tokens=max_tokens)
+        return await Model.complete(
+            model, messages, tools, max_tokens=max_tokens, tool_choice=tool_choice
+        )
 
     model.complete = with_tools  # type: ignore[method-assign]
     await talk(app, 30)
@@ -136,6 +142,43 @@ async def test_unusable_summaries_are_retried_then_archived_raw(home: Home) -> N
     summary_calls = len(model.calls) - len(model.chat_calls())
     assert summary_calls >= 2
     assert {e.kind for e in app.history.iter_backwards()} == {"raw"}
+
+
+async def test_summary_requests_offer_the_tools_but_forbid_calling_them(home: Home) -> None:
+    model = Model()
+    app = app_with(home, model)
+    await talk(app, 3)
+    await app.loop.handle(InboundMessage("cli", "direct", "/new"))
+    kinds = [
+        (SUMMARY_MARK in str(call[-1].get("content")), choice)
+        for call, choice in zip(model.calls, model.tool_choices, strict=True)
+    ]
+    assert kinds == [(False, None)] * 3 + [(True, "none")]
+
+
+@pytest.mark.parametrize("answer", ["NOTHING", "nothing.", "- NOTHING"])
+async def test_a_nothing_new_summary_archives_no_entry_but_moves_the_replay_start(
+    home: Home, answer: str
+) -> None:
+    model = Model()
+    model.summary_text = answer
+    app = app_with(home, model)
+    await talk(app, 30)
+    session = await app.sessions.get("cli:direct")
+    assert session.replay_from > 0
+    assert session.state.get("consolidating") is None
+    assert list(app.history.iter_backwards()) == []
+    summary_calls = len(model.calls) - len(model.chat_calls())
+    consolidations = sum(1 for line in session.path.read_text().splitlines() if '"to"' in line)
+    assert summary_calls == consolidations  # one request each: NOTHING is an answer, not a failure
+
+
+async def test_session_locks_are_not_kept_once_passes_end(home: Home) -> None:
+    app = app_with(home, Model())
+    for chat in range(5):
+        await talk(app, 30 if chat == 0 else 1, chat=str(chat))
+    assert app.history.last_cursor() > 0  # chat 0 consolidated
+    assert len(app.consolidator._locks) == 0
 
 
 async def test_history_reaches_the_next_system_prompt(home: Home) -> None:
@@ -230,11 +273,13 @@ class HeldModel(Model):
         self.summarising = asyncio.Event()
         self.gate = asyncio.Event()
 
-    async def complete(self, messages, tools=None, *, max_tokens=None) -> Reply:  # type: ignore[no-untyped-def]
+    async def complete(self, messages, tools=None, *, max_tokens=None, tool_choice=None) -> Reply:  # type: ignore[no-untyped-def]
         if SUMMARY_MARK in str(messages[-1].get("content")):
             self.summarising.set()
             await self.gate.wait()
-        return await super().complete(messages, tools, max_tokens=max_tokens)
+        return await super().complete(
+            messages, tools, max_tokens=max_tokens, tool_choice=tool_choice
+        )
 
 
 def facts(text: str) -> set[str]:

@@ -290,3 +290,25 @@ def test_one_shot_can_continue_another_channels_session(home: Home, fake_llm: Fa
     assert not (home.sessions / session_filename("cli:telegram:42")).exists()
     refused = run_cli("chat", "--session", "telegram:42", env=env)
     assert refused.returncode == 1 and "whole keys (telegram:123) go with -m" in refused.stderr
+
+
+def test_eight_edits_of_one_file_in_one_step_are_all_kept(home: Home, fake_llm: FakeOpenAI) -> None:
+    (home.workspace / "list.md").write_text("".join(f"item {i}: todo\n" for i in range(8)))
+    fake_llm.tool_calls(
+        [
+            (
+                "edit_file",
+                {"path": "list.md", "old_text": f"item {i}: todo", "new_text": f"item {i}: done"},
+            )
+            for i in range(8)
+        ]
+    )
+    fake_llm.reply("all eight done")
+    result = run_cli("chat", "-m", "tick everything off", env=cli_env(home, fake_llm))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "all eight done\n"
+    assert (home.workspace / "list.md").read_text() == "".join(
+        f"item {i}: done\n" for i in range(8)
+    )
+    results = [m for m in fake_llm.requests[1]["messages"] if m["role"] == "tool"]
+    assert [m["content"] for m in results] == ["Edited list.md"] * 8

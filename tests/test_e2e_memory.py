@@ -149,3 +149,57 @@ def test_sigkill_during_new_loses_and_duplicates_nothing(
     final = [json.loads(line) for line in session_file.read_text().splitlines()]
     states = [line for line in final if line.get("_type") == "state"]
     assert states[-1].get("consolidating") is None
+
+
+def tool_loving_model(request: dict[str, Any]) -> Step:
+    """Answers a summary request with a tool call whenever it is allowed to (as some models
+    do when tools are offered); with tool_choice "none" it writes the summary."""
+    if SUMMARY_MARK in str(request["messages"][-1]["content"]):
+        if request.get("tools") and request.get("tool_choice") != "none":
+            return Step.tool_call("read_file", {"path": "USER.md"})
+        return scripted_model(request)
+    return Step.reply("Noted.")
+
+
+@pytest.mark.parametrize("transport", ["litellm", "direct"])
+def test_the_summary_request_forbids_tool_calls(
+    home: Home, fake_llm: FakeOpenAI, transport: str
+) -> None:
+    env = cli_env(home, fake_llm, NANOMEM_LLM__TRANSPORT=transport)
+    fake_llm.set_fallback(tool_loving_model)
+    run_cli("chat", "-m", "fact number 7: my cat is called Pixel", env=env)
+    result = run_cli("chat", "-m", "/new", env=env)
+    assert result.returncode == 0, result.stderr
+    summary_request = fake_llm.requests[-1]
+    assert summary_request["tools"], "the chat's tools stay offered (prompt cache)"
+    assert summary_request["tool_choice"] == "none"
+    entries = history_entries(home)
+    assert [e["kind"] for e in entries] == ["summary"]
+    assert entries[0]["content"] == "- 2026-11-22: the user said fact number 7"
+    chat_request = fake_llm.requests[0]
+    assert "tool_choice" not in chat_request  # chat turns keep the provider's default
+
+
+def test_a_nothing_new_summary_archives_nothing_and_moves_the_replay_start(
+    home: Home, fake_llm: FakeOpenAI
+) -> None:
+    env = cli_env(home, fake_llm)
+    fake_llm.reply("Hello!")
+    run_cli("chat", "-m", "hi", env=env)
+    fake_llm.reply("NOTHING")
+    result = run_cli("chat", "-m", "/new", env=env)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == [
+        "New session started.",
+        "Archived 2 messages; nothing in them needed keeping.",
+    ]
+    assert history_entries(home) == []
+    session_file = home.sessions / session_filename("cli:direct")
+    state: dict[str, Any] = {}
+    for line in session_file.read_text().splitlines():
+        record = json.loads(line)
+        state.update(record if record.get("_type") == "state" else {})
+    assert state["replay_from"] == 2 and state["consolidating"] is None
+    fake_llm.reply("Hi again")
+    run_cli("chat", "-m", "hello?", env=env)
+    assert [m["role"] for m in fake_llm.requests[-1]["messages"]] == ["system", "user"]

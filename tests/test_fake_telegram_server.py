@@ -204,6 +204,19 @@ async def test_text_limits(fake: FakeTelegram, bot: Bot) -> None:
     assert (await bot.send_message(CHAT, "x" * 4096)).text == "x" * 4096
     with pytest.raises(BadRequest, match=r"(?i)text is empty"):
         await bot.send_message(CHAT, " ")
+    # With HTML, the visible text counts: tags are free, an entity is its one character.
+    for fits, html in [
+        (True, "<b>" + "x" * 4096 + "</b>"),
+        (True, "&amp;" * 4096),
+        (False, "&amp;" * 4097),
+        (True, "<i>😀</i>" * 2048),
+        (False, "<i>😀</i>" * 2049),
+    ]:
+        if fits:
+            assert await bot.send_message(CHAT, html, parse_mode="HTML")
+        else:
+            with pytest.raises(BadRequest, match=r"(?i)message is too long"):
+                await bot.send_message(CHAT, html, parse_mode="HTML")
 
 
 async def test_edit_message_text(fake: FakeTelegram, bot: Bot) -> None:

@@ -212,10 +212,18 @@ def test_missing_ids_and_malformed_bodies() -> None:
     reply = _to_reply(body)
     assert [(c.id, c.name, c.arguments) for c in reply.tool_calls] == [("call_0", "f", "{}")]
     assert (reply.content, reply.usage, reply.finish_reason) == (None, None, None)
-    for raw in (b"<html>oops</html>", b"{}", b'{"choices": []}', b"[1]"):
+    bodies = {
+        b"<html>oops</html>": "server",
+        b"{}": "server",
+        b'{"choices": []}': "empty",
+        b'{"choices": [{"index": 0}]}': "server",  # no message
+        b"[1]": "server",
+        b"\xff\xfe": "server",
+    }
+    for raw, category in bodies.items():
         with pytest.raises(ProviderError) as err:
             _to_reply(raw)
-        assert err.value.category == "server"
+        assert (err.value.category, err.value.retryable) == (category, True)
         assert err.value.detail.startswith("malformed response")
 
 

@@ -1,9 +1,12 @@
 import asyncio
+import json
+from pathlib import Path
 
+from nanomem.filetools import FileTools
 from nanomem.provider import Reply, ToolCall
 from nanomem.react import CANCELLED_RESULT, ReactResult, react, seal_tool_calls
 from nanomem.scripted import ScriptedProvider, call, text
-from nanomem.tools import Tool, ToolRegistry
+from nanomem.tools import Tool, ToolRegistry, read_only_tool
 
 
 def two_calls() -> Reply:
@@ -14,14 +17,16 @@ def two_calls() -> Reply:
     )
 
 
-async def test_tool_calls_of_one_step_run_concurrently_and_return_in_order() -> None:
+async def test_read_only_calls_of_one_step_run_concurrently_and_return_in_order() -> None:
     second_started = asyncio.Event()
 
+    @read_only_tool
     async def first() -> str:
         """Waits until the second tool has started: deadlocks if calls run one by one."""
         await asyncio.wait_for(second_started.wait(), timeout=2)
         return "first done"
 
+    @read_only_tool
     async def second() -> str:
         """Signals that it runs."""
         second_started.set()
@@ -87,3 +92,74 @@ async def test_partial_turn_is_visible_after_cancellation() -> None:
         "name": "forever",
         "content": CANCELLED_RESULT,
     }
+
+
+def calls_of(*calls: tuple[str, dict[str, object]]) -> Reply:
+    return Reply(
+        content=None,
+        tool_calls=tuple(ToolCall(f"c{i}", n, json.dumps(a)) for i, (n, a) in enumerate(calls)),
+        finish_reason="tool_calls",
+    )
+
+
+async def test_calls_that_may_write_run_one_after_another_in_call_order() -> None:
+    log: list[str] = []
+
+    async def slow_write(tag: str) -> str:
+        """Writes slowly: overlapping runs would interleave their log lines."""
+        log.append(f"start {tag}")
+        await asyncio.sleep(0.01)
+        log.append(f"end {tag}")
+        return tag
+
+    @read_only_tool
+    async def peek(tag: str) -> str:
+        """Reads."""
+        log.append(f"peek {tag}")
+        return tag
+
+    tools = ToolRegistry([Tool.from_function(slow_write), Tool.from_function(peek)])
+    step = calls_of(
+        ("slow_write", {"tag": "a"}), ("peek", {"tag": "b"}), ("slow_write", {"tag": "c"})
+    )
+    provider = ScriptedProvider([step, text("done")])
+    result = await react(provider, [], tools, 5)
+    assert log == ["start a", "end a", "peek b", "start c", "end c"]
+    assert [m["content"] for m in result.messages if m["role"] == "tool"] == ["a", "b", "c"]
+
+
+async def test_an_unknown_tool_counts_as_one_that_may_write() -> None:
+    tools = ToolRegistry([Tool.from_function(read_only_tool(lambda: "x"), name="look")])
+    assert tools.is_read_only("look") and not tools.is_read_only("nope")
+
+
+def test_the_file_and_memory_tools_declare_what_they_only_read(tmp_path: Path) -> None:
+    from nanomem.dream import MemoryTools
+    from nanomem.history import HistoryStore
+    from nanomem.skills import Skills
+
+    registry = ToolRegistry(
+        [
+            *FileTools(tmp_path).tools(),
+            *Skills(tmp_path).tools(),
+            *HistoryStore(tmp_path).tools(),
+        ]
+    )
+    memory = MemoryTools(tmp_path).registry()
+    read_only = {n for r in (registry, memory) for n in r.names if r.is_read_only(n)}
+    assert read_only == {"read_file", "list_dir", "read_skill", "search_history", "read_memory"}
+
+
+async def test_eight_edits_of_one_file_in_one_step_are_all_kept(tmp_path: Path) -> None:
+    (tmp_path / "list.md").write_text("".join(f"item {i}: todo\n" for i in range(8)))
+    edits = [
+        (
+            "edit_file",
+            {"path": "list.md", "old_text": f"item {i}: todo", "new_text": f"item {i}: done"},
+        )
+        for i in range(8)
+    ]
+    provider = ScriptedProvider([calls_of(*edits), text("all done")])
+    result = await react(provider, [], ToolRegistry(FileTools(tmp_path).tools()), 5)
+    assert [m["content"] for m in result.messages if m["role"] == "tool"] == ["Edited list.md"] * 8
+    assert (tmp_path / "list.md").read_text() == "".join(f"item {i}: done\n" for i in range(8))

@@ -242,3 +242,11 @@ async def test_a_replay_start_past_the_end_means_nothing_to_replay(tmp_path: Pat
     assert reloaded.unconsolidated_tokens() == 0
     await store.append(reloaded, [user("three"), assistant("four"), user("five")])
     assert [m["content"] for m in reloaded.history(10**6)[0]] == ["five"]  # from index 4 on
+
+
+async def test_write_locks_are_not_kept_for_sessions_no_longer_written(tmp_path: Path) -> None:
+    store = SessionStore(tmp_path)
+    for n in range(100):
+        session = await store.get(f"telegram:{n}")
+        await store.append(session, [user("hi")])
+    assert len(store._write_locks) == 0  # each lock lived only while it was held

@@ -329,3 +329,43 @@ async def test_start_says_why_it_cannot_run(fake: FakeTelegram, tmp_path: Path) 
         await unreachable.start(MessageBus())
     with pytest.raises(ConfigError, match=r"telegram\.token is not set"):
         make_channel(fake, tmp_path, token=None)
+
+
+def utf16(text: str) -> int:
+    return len(text.encode("utf-16-le")) // 2
+
+
+async def test_a_reply_of_3000_emoji_arrives_whole_in_parts_within_the_limit(
+    running: Running, fake: FakeTelegram
+) -> None:
+    fake.send_text(OWNER, "emoji please")
+    msg = await running.next()
+    text = "😀" * 3000  # 3,000 characters, 6,000 UTF-16 units: more than one message
+    await running.channel.send(OutboundMessage.answering(msg, text))
+    parts = await fake.wait_for_messages_async(OWNER, 2)
+    assert [utf16(p["text"]) for p in parts] == [4096, 6000 - 4096]
+    assert "".join(p["text"] for p in parts) == text
+    await asyncio.sleep(0.3)
+    assert len(fake.sent_messages(OWNER)) == 2
+
+
+async def test_a_part_telegram_refuses_as_too_long_is_split_again_and_delivered(
+    running: Running, fake: FakeTelegram, logged: list[str]
+) -> None:
+    fake.send_text(OWNER, "a long one")
+    msg = await running.next()
+    text = " ".join(f"word{i}" for i in range(600))  # about 4,300 units: two parts
+    fake.fail_next(
+        "sendMessage", error_code=400, description="Bad Request: message is too long", times=1
+    )
+    await running.channel.send(OutboundMessage.answering(msg, text))
+    await fake.wait_for_messages_async(OWNER, 3)  # two parts, the refused one in pieces
+
+    def words() -> list[str]:
+        return " ".join(p["text"] for p in fake.sent_messages(OWNER)).split()
+
+    await until(lambda: len(words()) >= 600)
+    assert words() == text.split()
+    parts = fake.sent_messages(OWNER)
+    assert all(utf16(p["text"]) <= 2048 for p in parts[:-1])  # the refused part, halved
+    assert any("too long" in line for line in logged)

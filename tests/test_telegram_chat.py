@@ -352,3 +352,48 @@ async def test_poll_watch_restarts_with_backoff_until_it_works() -> None:
     task.cancel()
     assert len(calls) == 3 and watch.problem is None
     assert calls[1] - calls[0] >= 0.1 and calls[2] - calls[1] >= 0.2  # failures back off
+
+
+async def test_idle_chats_are_forgotten_once_answered(delivery: Delivery, port: FakePort) -> None:
+    for n in range(50):
+        delivery.accepted(str(n), f"in{n}", n, None)
+        delivery.send(reply(str(n), "done", reply_to=f"in{n}"))
+    delivery.accepted("busy", "a", 1, None)
+    delivery.accepted("busy", "b", 2, None)
+    delivery.send(reply("busy", "first answered", reply_to="a"))
+    await settle(delivery)
+    assert list(delivery.chats) == ["busy"]  # still waits for "b"
+    assert len(port.sent) == 51
+
+
+async def test_a_flood_blocked_chat_is_remembered(delivery: Delivery, port: FakePort) -> None:
+    delivery.chat("1").block(60)
+    delivery._forget_if_idle("1")
+    assert "1" in delivery.chats  # its flood wait must bind the next send too
+    delivery.chat("2")
+    delivery._forget_if_idle("2")
+    assert "2" not in delivery.chats
+
+
+async def test_a_part_refused_as_too_long_is_sent_in_smaller_pieces(
+    delivery: Delivery, port: FakePort
+) -> None:
+    port.fail("1", SendError("Bad Request: message is too long"))
+    port.fail("1", SendError("Bad Request: message is too long"))
+    text = "\n\n".join(f"paragraph {n} " + "words " * 60 for n in range(10))
+    delivery.send(reply("1", text))
+    await settle(delivery)
+    sent = port.texts("1")
+    assert len(sent) >= 3  # halved, then the first half halved again
+    assert len(sent[0]) <= len(text) // 4 + 1
+    assert " ".join(sent).split() == text.split()
+
+
+async def test_a_short_part_refused_as_too_long_is_given_up_not_split_forever(
+    delivery: Delivery, port: FakePort
+) -> None:
+    port.fail("1", SendError("Bad Request: message is too long"))
+    delivery.send(reply("1", "short"))
+    delivery.send(reply("1", "next"))
+    await settle(delivery)
+    assert port.texts("1") == ["next"]

@@ -17,6 +17,9 @@ from channels.telegram_format import (
     markdown_to_html,
     render_chunks,
     split_html,
+    split_plain,
+    utf16_length,
+    visible_length,
 )
 
 ALLOWED_TAGS = {"b", "i", "u", "s", "code", "pre", "a", "blockquote", "tg-spoiler"}
@@ -99,7 +102,7 @@ def check_chunks(chunks: list[str], html: str, limit: int = TELEGRAM_LIMIT) -> N
     """The splitting invariants: valid, within limit, non-empty, trimmed, nothing lost."""
     plains = []
     for chunk in chunks:
-        assert len(chunk) <= limit, (len(chunk), chunk[:80])
+        assert visible_length(chunk) <= limit, (visible_length(chunk), chunk[:80])
         plain = check_html(chunk)
         assert plain == html_to_plain(chunk)
         assert plain.strip(), chunk
@@ -320,7 +323,9 @@ def test_long_code_block_becomes_balanced_pre_chunks() -> None:
     check_chunks(chunks, html)
     opener = '<pre><code class="language-python">'
     assert all(c.startswith(opener) and c.endswith("</code></pre>") for c in chunks)
-    assert all(len(c) > TELEGRAM_LIMIT - 100 for c in chunks[:-1])  # packed, not line-per-message
+    # Packed, not line-per-message; the entities (&lt; &amp;) count as one unit each.
+    assert all(visible_length(c) > TELEGRAM_LIMIT - 100 for c in chunks[:-1])
+    assert any(len(c) > TELEGRAM_LIMIT for c in chunks)  # the markup is not counted
     # Cuts fall on line boundaries, so every code line survives intact and in order.
     assert "\n".join(html_to_plain(c) for c in chunks) == "\n".join(lines)
 
@@ -378,15 +383,35 @@ def test_entity_never_split(limit: int) -> None:
     assert "".join(chunks) == html  # no whitespace anywhere, so cuts lose nothing
 
 
-def test_entity_at_boundary_moves_whole() -> None:
-    assert split_html("a" * 40 + "&amp;" + "b" * 10, 42) == ["a" * 40, "&amp;" + "b" * 10]
+def test_entity_at_boundary_moves_whole_and_counts_as_its_character() -> None:
+    html = "a" * 40 + "&amp;" + "b" * 10
+    assert split_html(html, 40) == ["a" * 40, "&amp;" + "b" * 10]
+    assert split_html(html, 41) == ["a" * 40 + "&amp;", "b" * 10]
 
 
-def test_tag_overhead_too_big_degrades_to_plain_text() -> None:
+def test_tags_cost_nothing_visible() -> None:
     html = '<a href="https://e.com/' + "p" * 60 + '">click here</a> then more'
-    chunks = split_html(html, 40)
-    check_chunks(chunks, html, 40)
-    assert chunks == ["click here then more"]
+    assert split_html(html, 20) == [html]
+
+
+@pytest.mark.parametrize("emoji", ["😀", "👍🏽", "🇩🇪"])
+def test_emoji_beyond_the_bmp_count_two_units(emoji: str) -> None:
+    reply = emoji * 3000
+    chunks = render_chunks(reply)
+    check_chunks(chunks, reply)
+    assert "".join(chunks) == reply
+    assert [visible_length(c) for c in chunks[:-1]] == [TELEGRAM_LIMIT] * (len(chunks) - 1)
+    assert len(chunks) == -(-utf16_length(reply) // TELEGRAM_LIMIT)
+
+
+def test_plain_text_splits_by_utf16_units_at_spaces() -> None:
+    text = " ".join(["😀" * 10] * 500)  # 10,499 code units
+    pieces = split_plain(text)
+    assert all(utf16_length(p) <= TELEGRAM_LIMIT for p in pieces)
+    assert all(p.endswith(" ") for p in pieces[:-1])  # cut after a space, never in a word
+    assert "".join(pieces) == text
+    assert split_plain("x" * 10, 4) == ["xxxx", "xxxx", "xx"]
+    assert split_plain("😀😀😀", 3) == ["😀", "😀", "😀"]
 
 
 def test_code_indentation_kept_after_line_cut() -> None:

@@ -20,7 +20,7 @@ from typing import Any, Literal
 
 from aiohttp import web
 
-StepKind = Literal["reply", "tool_calls", "error", "hang"]
+StepKind = Literal["reply", "tool_calls", "error", "hang", "raw"]
 ToolArgs = dict[str, Any] | str
 _HOST = "127.0.0.1"
 _SLEPT = web.RequestKey("slept", float)  # scripted latency a request waited out
@@ -72,6 +72,11 @@ class Step:
     ) -> Step:
         """An HTTP error with an OpenAI-style error body."""
         return cls("error", text=message, status=status, retry_after=retry_after, latency=latency)
+
+    @classmethod
+    def raw(cls, body: str, *, status: int = 200) -> Step:
+        """`body` sent verbatim as the JSON response (malformed answers, `"\\ud83d"` escapes)."""
+        return cls("raw", text=body, status=status)
 
     @classmethod
     def hang(cls, seconds: float) -> Step:
@@ -202,6 +207,10 @@ class FakeOpenAI:
         """Script an HTTP error response."""
         self.add(Step.error(status, message, retry_after=retry_after, latency=latency))
 
+    def raw(self, body: str, *, status: int = 200) -> None:
+        """Script a response body sent verbatim (e.g. `{"choices": []}`)."""
+        self.add(Step.raw(body, status=status))
+
     def hang(self, seconds: float) -> None:
         """Script a response that arrives only after `seconds`."""
         self.add(Step.hang(seconds))
@@ -312,6 +321,10 @@ class FakeOpenAI:
             request[_SLEPT] = time.perf_counter() - asleep
         if step.kind == "error":
             return _error_response(step.status, step.text or "", step.retry_after)
+        if step.kind == "raw":
+            return web.Response(
+                text=step.text or "", status=step.status, content_type="application/json"
+            )
 
         message: dict[str, Any] = {"role": "assistant", "content": step.text}
         finish = "stop"
