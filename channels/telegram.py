@@ -40,6 +40,7 @@ from nanomem.channel import ChannelDown, ChatQueues
 from nanomem.commands import Command, parse_command
 from nanomem.config import ConfigError, TelegramSettings
 from nanomem.log import register_secrets
+from nanomem.utf8 import clean_text
 
 if TYPE_CHECKING:
     from nanomem.app import App
@@ -401,7 +402,7 @@ class TelegramChannel:
         """Hand the message to the core; or the note to answer it with, when it is not for the
         model (a /start, a file too big, ...)."""
         assert self._bus is not None
-        text = message.text or message.caption or ""
+        text = clean_text(message.text or message.caption or "")  # lone surrogates stop here
         text = strip_mention(text, message.get_bot().username) if group else text
         parsed = parse_command(text)
         command = parsed[0] if parsed else None

@@ -14,6 +14,7 @@ from typing import Any, TypeVar, get_type_hints
 from loguru import logger
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
+from nanomem.log import redact
 from nanomem.utf8 import clean_value
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -130,7 +131,8 @@ class ToolRegistry:
         except Exception as exc:
             logger.opt(exception=exc).warning("tool {} failed", name)
             return f"Error: {name} failed: {type(exc).__name__}: {exc}"
-        return self.cap(str(result))
+        # A secret a tool came across (a file, a command's output) never reaches the model.
+        return self.cap(redact(str(result)))
 
     def cap(self, text: str) -> str:
         if len(text) <= self.max_output_chars:

@@ -189,3 +189,12 @@ def test_a_gigabyte_of_shell_output_keeps_the_agent_small(home: Home, fake_llm: 
     shown = fake_llm.requests[1]["messages"][-1]["content"]
     assert "THE-END" in shown and "bytes cut" in shown and len(shown) < 17000
     assert int(peak_mib) < 200
+
+
+def test_a_secret_in_a_file_never_reaches_the_model(home: Home, fake_llm: FakeOpenAI) -> None:
+    (home.workspace / "notes.md").write_text(f"deploy with key {TEST_KEY}\n")
+    fake_llm.tool_call("read_file", {"path": "notes.md"})
+    fake_llm.reply("read it")
+    assert run_cli("chat", "-m", "read my notes", env=cli_env(home, fake_llm)).returncode == 0
+    seen = fake_llm.requests[1]["messages"][-1]["content"]
+    assert seen == "deploy with key ***\n"  # the file was read, the key masked
