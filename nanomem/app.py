@@ -99,7 +99,7 @@ def build_app(
         )
         for tool in shell.tools():
             tools.add(tool)
-    history = HistoryStore(workspace / "memory")
+    history = HistoryStore(workspace / "memory", home.lock("history"))
     for tool in history.tools():
         tools.add(tool)
     transports: list[Provider] = []
@@ -107,7 +107,7 @@ def build_app(
         provider = _model(llm, transports)
     budget = Budget(BpeTokenizer(), Calibration(), llm, settings.memory)
     bus = bus if bus is not None else MessageBus()
-    sessions = SessionStore(home.sessions, counter=budget.count)
+    sessions = SessionStore(home.sessions, counter=budget.count, lock_dir=home.locks / "sessions")
     context = ContextBuilder(
         workspace,
         templates,
@@ -141,7 +141,7 @@ def build_app(
     loop.before_turn.append(consolidator.before_turn)
     loop.after_turn.append(consolidator.after_turn)
     loop.before_new.append(consolidator.before_new)
-    git = GitStore(home.memory_git, workspace)
+    git = GitStore(home.memory_git, workspace, lock=home.lock("memory"))
     dream_provider = provider
     if settings.dream.model_override:
         override = llm.model_copy(update={"model": settings.dream.model_override})
@@ -154,6 +154,8 @@ def build_app(
         workspace=workspace,
         settings=settings.dream,
         state_path=home.dream_state,
+        lock=home.lock("dream"),
+        journal_path=home.dream_journal,
     )
     MemoryCommands(dream, git).register(loop.commands)
     scheduler = DreamScheduler(dream, history, settings.dream)

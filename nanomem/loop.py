@@ -106,7 +106,11 @@ class AgentLoop:
                 return OutboundMessage.answering(msg, text, kind="error")
             if found and found[0].immediate:
                 return OutboundMessage.answering(msg, await found[0].handler(msg, found[1]))
-            async with self._locks.hold(msg.session_key), self._turn_slots:
+            async with (
+                self._locks.hold(msg.session_key),
+                self.sessions.lease(msg.session_key),
+                self._turn_slots,
+            ):
                 if found:
                     return OutboundMessage.answering(msg, await found[0].handler(msg, found[1]))
                 return await self._stoppable_turn(msg, progress)
