@@ -381,7 +381,5 @@ def cmd_memory(args: argparse.Namespace) -> int:
     except GitStoreError as exc:
         raise CliError(str(exc)) from None
     except DreamBusy:
-        raise CliError(
-            f"nothing restored: {DREAM_IS_RUNNING[0].lower()}{DREAM_IS_RUNNING[1:]}"
-        ) from None
+        raise CliError(DREAM_IS_RUNNING) from None
     return 0

@@ -10,7 +10,7 @@ from nanomem.dream import Dream, DreamBusy
 from nanomem.gitstore import GitStore, GitStoreError, Version
 
 CHAT_DIFF_CHARS = 3000
-DREAM_IS_RUNNING = "Dream is running; try again when it has finished."
+DREAM_IS_RUNNING = "Dream is running; try again when it has finished. Nothing was restored."
 
 
 class MemoryCommands:
@@ -59,7 +59,7 @@ class MemoryCommands:
         except GitStoreError as exc:
             return f"Nothing restored: {exc}."
         except DreamBusy:
-            return f"Nothing restored: {DREAM_IS_RUNNING[0].lower()}{DREAM_IS_RUNNING[1:]}"
+            return DREAM_IS_RUNNING
 
     async def run_dream(self) -> str:
         try:
