@@ -110,7 +110,7 @@ def build_app(
         )
         for tool in shell.tools():
             tools.add(tool)
-    history = HistoryStore(workspace / "memory")
+    history = HistoryStore(workspace / "memory", home.lock("history"))
     for tool in history.tools():
         tools.add(tool)
     transports: list[Provider] = []
@@ -119,7 +119,7 @@ def build_app(
     budget = Budget(BpeTokenizer(), Calibration(), llm, settings.memory)
     if bus is None:
         bus = MessageBus(inbox=SqliteInbox(home.inbox) if durable else None)
-    sessions = SessionStore(home.sessions, counter=budget.count)
+    sessions = SessionStore(home.sessions, counter=budget.count, lock_dir=home.locks / "sessions")
     context = ContextBuilder(
         workspace,
         templates,
@@ -154,7 +154,7 @@ def build_app(
     loop.before_turn.append(consolidator.before_turn)
     loop.after_turn.append(consolidator.after_turn)
     loop.before_new.append(consolidator.before_new)
-    git = GitStore(home.memory_git, workspace)
+    git = GitStore(home.memory_git, workspace, lock=home.lock("memory"))
     dream_provider = provider
     if settings.dream.model_override:
         override = llm.model_copy(update={"model": settings.dream.model_override})
@@ -167,6 +167,8 @@ def build_app(
         workspace=workspace,
         settings=settings.dream,
         state_path=home.dream_state,
+        lock=home.lock("dream"),
+        journal_path=home.dream_journal,
     )
     MemoryCommands(dream, git).register(loop.commands)
     scheduler = DreamScheduler(dream, history, settings.dream)

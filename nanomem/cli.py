@@ -402,8 +402,9 @@ def cmd_dream(args: argparse.Namespace) -> int:
 
 
 def cmd_memory(args: argparse.Namespace) -> int:
+    from nanomem.dream import DreamBusy
     from nanomem.gitstore import GitStoreError
-    from nanomem.memory_commands import MemoryCommands
+    from nanomem.memory_commands import DREAM_IS_RUNNING, MemoryCommands
 
     app = _app(args, needs_model=False, stderr_level=args.log_level or "ERROR")
     texts = MemoryCommands(app.dream, app.git)
@@ -416,4 +417,6 @@ def cmd_memory(args: argparse.Namespace) -> int:
             print(texts.versions_text(limit=50))
     except GitStoreError as exc:
         raise CliError(str(exc)) from None
+    except DreamBusy:
+        raise CliError(DREAM_IS_RUNNING) from None
     return 0

@@ -95,12 +95,16 @@ class Consolidator:
         """Runs in the background: start early, so no turn has to wait later."""
         if self._lock(session).locked():
             return
-        if await self.estimate(session, fresh=False) > self.budget.trigger:
-            await self.consolidate(session)
+        async with self.sessions.lease(session.key):
+            # The turn's lease may have ended first, and another process may have written to
+            # the session before ours was taken: work on the session as the file has it now.
+            session = await self.sessions.get(session.key)
+            if await self.estimate(session, fresh=False) > self.budget.trigger:
+                await self.consolidate(session)
 
     async def before_new(self, session: Session) -> str | None:
         await self.recover(session)
-        async with self._lock(session):
+        async with self.sessions.lease(session.key), self._lock(session):
             end = len(session.messages)
             if end <= session.replay_from:
                 return None
@@ -219,7 +223,7 @@ class Consolidator:
         """Finish or undo a consolidation that a crash interrupted (journalled in the session)."""
         if not session.state.get("consolidating"):
             return
-        async with self._lock(session):
+        async with self.sessions.lease(session.key), self._lock(session):
             # Read again under the lock: a consolidation running meanwhile may have finished
             # this round (and journalled others); acting on a stale journal would move the
             # replay start back.

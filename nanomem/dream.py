@@ -1,12 +1,18 @@
 """Dream: turns new history entries into durable knowledge in SOUL.md, USER.md and
-memory/MEMORY.md, with small exact edits, one git commit per run, and a full rollback when
-anything goes wrong."""
+memory/MEMORY.md, with small exact edits, one git commit per run, and nothing changed when
+anything goes wrong.
+
+One run at a time across processes (the home's Dream lock). A run edits a staging copy of the
+files; only a finished run touches the live files, through the journal (dream_journal.py), so
+a kill at any instant neither loses an edit nor applies one twice."""
 
 from __future__ import annotations
 
 import asyncio
 import difflib
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -16,9 +22,11 @@ from loguru import logger
 from pydantic import Field
 
 from nanomem.config import DreamSettings
+from nanomem.dream_journal import DreamJournal, Edit, EditConflict, Staging, journal_of
 from nanomem.durable import atomic_write_text
 from nanomem.gitstore import TRACKED, Files, GitStore, Version
-from nanomem.history import HistoryEntry, HistoryStore
+from nanomem.history import HistoryEntry, HistoryStore, clean_temp_files
+from nanomem.locks import FileLock, LockBusy, to_thread_to_the_end
 from nanomem.provider import Provider, ProviderError, Reply, ToolChoice
 from nanomem.react import react
 from nanomem.templates import Templates
@@ -29,7 +37,7 @@ Status = Literal["changed", "unchanged", "nothing_new", "failed"]
 
 
 class DreamBusy(Exception):
-    """Another Dream run holds the lock."""
+    """Another Dream run (in any process) holds the lock."""
 
 
 class DreamAborted(Exception):
@@ -56,10 +64,11 @@ class DreamResult:
 
 
 class MemoryTools:
-    """The only tools a Dream run has: read and surgically edit the three memory files."""
+    """The only tools a Dream run has: read and surgically edit the three memory files (their
+    staging copies: the live files change only when the whole run has succeeded)."""
 
-    def __init__(self, workspace: Path) -> None:
-        self.workspace = workspace
+    def __init__(self, staging: Staging) -> None:
+        self.staging = staging
 
     def registry(self) -> ToolRegistry:
         functions = (self.read_memory, self.edit_memory, self.append_memory)
@@ -68,8 +77,7 @@ class MemoryTools:
     @read_only_tool
     def read_memory(self, file: MemoryFile) -> str:
         """Read one memory file."""
-        path = self.workspace / file
-        return path.read_text(encoding="utf-8") if path.exists() else "(empty file)"
+        return self.staging.read(file) or "(empty file)"
 
     def edit_memory(
         self,
@@ -78,13 +86,10 @@ class MemoryTools:
         new_text: Annotated[str, Field(description="Replacement (empty to delete)")],
     ) -> str:
         """Replace one exact occurrence of old_text in a memory file."""
-        path = self.workspace / file
-        content = path.read_text(encoding="utf-8") if path.exists() else ""
-        count = content.count(old_text)
-        if count != 1:
-            where = "was not found" if count == 0 else f"occurs {count} times"
-            raise ToolError(f"old_text {where} in {file}; read the file and copy text exactly")
-        atomic_write_text(path, content.replace(old_text, new_text, 1))
+        try:
+            self.staging.apply(Edit(file, "edit", old_text, new_text))
+        except EditConflict as exc:
+            raise ToolError(f"{exc}; read the file and copy text exactly") from None
         return f"Edited {file}"
 
     def append_memory(
@@ -93,11 +98,7 @@ class MemoryTools:
         line: Annotated[str, Field(min_length=1, description="One line to add at the end")],
     ) -> str:
         """Append one line to a memory file."""
-        path = self.workspace / file
-        content = path.read_text(encoding="utf-8") if path.exists() else ""
-        if content and not content.endswith("\n"):
-            content += "\n"
-        atomic_write_text(path, content + line.strip("\n") + "\n")
+        self.staging.apply(Edit(file, "append", "", line))
         return f"Appended to {file}"
 
 
@@ -140,15 +141,20 @@ class Dream:
         workspace: Path,
         settings: DreamSettings,
         state_path: Path,
+        lock: FileLock | None = None,
+        journal_path: Path | None = None,
     ) -> None:
         self.history, self.git, self.provider = history, git, provider
         self.templates, self.workspace, self.settings = templates, workspace, settings
         self.state_path = state_path
-        self._lock = asyncio.Lock()
+        self.lock = lock or FileLock(state_path.parent / "locks" / "dream.lock")
+        journal_path = journal_path or state_path.with_name("dream-journal.json")
+        self.journal = DreamJournal(journal_path, git, history)
 
     @property
     def running(self) -> bool:
-        return self._lock.locked()
+        """A run of this process is going (another process's shows as DreamBusy)."""
+        return self.lock.held
 
     def last_run(self) -> dict[str, Any] | None:
         try:
@@ -158,41 +164,79 @@ class Dream:
             return None
 
     async def run(self, trigger: str = "manual") -> DreamResult:
-        if self._lock.locked():
-            raise DreamBusy
-        async with self._lock:
+        try:
+            await self.lock.acquire(wait_s=0)
+        except LockBusy:
+            raise DreamBusy from None
+        try:
             result = await self._run()
             logger.info("dream ({}): {} {}", trigger, result.status, result.reason)
-            await asyncio.to_thread(self._record, trigger, result)
+            await to_thread_to_the_end(self._record, trigger, result)
             return result
+        finally:
+            self.lock.release()
+
+    @contextmanager
+    def exclusive(self) -> Iterator[None]:
+        """Hold the Dream lock, so no run starts meanwhile (for a restore; blocking: call in a
+        worker thread). DreamBusy if a run is going. A run a crash interrupted is finished
+        first, so the restore applies to what that run wrote."""
+        try:
+            self.lock.acquire_sync(wait_s=0)
+        except LockBusy:
+            raise DreamBusy from None
+        try:
+            self._recover()
+            yield
+        finally:
+            self.lock.release()
+
+    def _recover(self) -> None:
+        for folder in {self.state_path.parent, self.workspace, self.history.path.parent}:
+            clean_temp_files(folder)
+        self.journal.recover()
 
     async def _run(self) -> DreamResult:
-        after = self.history.dream_cursor()
+        await to_thread_to_the_end(self._recover)
+        # The cursor is read under the lock: another process's run may have just moved it.
+        after = await asyncio.to_thread(self.history.dream_cursor)
         limit = self.settings.max_batch_size
         entries = await asyncio.to_thread(self.history.read_after, after, limit)
         if not entries:
             return DreamResult("nothing_new")
-        await asyncio.to_thread(self.git.commit_manual_edits)
-        before = await asyncio.to_thread(self.git.read_workspace)
+        base_sha, base = await to_thread_to_the_end(self._base)
+        staging = Staging(base)
         try:
-            await asyncio.wait_for(self._learn(entries), self.settings.max_wall_s)
-            after_files = await asyncio.to_thread(self.git.read_workspace)
-            self._check_surgical(before, after_files)
+            await asyncio.wait_for(self._learn(entries, staging), self.settings.max_wall_s)
+            self._check_surgical(base, staging.files())
         except (DreamAborted, ProviderError, TimeoutError) as exc:
-            await asyncio.to_thread(self._roll_back, before)
+            # The live files were never touched: dropping the staging copy is the rollback.
             reason = str(exc) or f"the time cap ({self.settings.max_wall_s:g} s) was reached"
             return DreamResult("failed", len(entries), reason=reason)
-        except BaseException:
-            await asyncio.shield(asyncio.to_thread(self._roll_back, before))
-            raise
-        version = await asyncio.to_thread(self.git.commit_if_changed, "dream")
-        # Advance also when nothing changed: a batch with nothing to learn must not stall.
-        await asyncio.to_thread(self.history.advance_dream_cursor, entries[-1].cursor)
+        cursor = entries[-1].cursor
+        if staging.files() == base:
+            # Advance also when nothing changed: a batch with nothing to learn must not stall.
+            await to_thread_to_the_end(self.history.advance_dream_cursor, cursor)
+            return DreamResult("unchanged", len(entries))
+        journal = journal_of(cursor, base_sha, staging)
+        try:
+            version = await to_thread_to_the_end(self.journal.complete, journal)
+        except EditConflict as exc:
+            reason = (
+                f"the memory files changed during the run and its edits no longer apply ({exc})"
+            )
+            return DreamResult("failed", len(entries), reason=reason)
         return DreamResult("changed" if version else "unchanged", len(entries), version)
 
-    async def _learn(self, entries: list[HistoryEntry]) -> None:
+    def _base(self) -> tuple[str | None, Files]:
+        """The files a run starts from: edits made outside Dream are committed first."""
+        with self.git.writing():
+            self.git.commit_manual_edits()
+            return self.git.head_sha(), self.git.read_workspace()
+
+    async def _learn(self, entries: list[HistoryEntry], staging: Staging) -> None:
         provider = TokenCap(self.provider, self.settings.max_tokens)
-        files = {rel: self._read(rel) for rel in TRACKED}
+        files = {rel: staging.read(rel) for rel in TRACKED}
         analyse = [
             {"role": "system", "content": self.templates.render("dream_system.md.j2")},
             {
@@ -212,7 +256,7 @@ class Dream:
                 ),
             },
         ]
-        tools = MemoryTools(self.workspace).registry()
+        tools = MemoryTools(staging).registry()
         result = await react(provider, edit, tools, self.settings.max_iterations)
         if result.text is None:
             raise DreamAborted(f"the step cap ({self.settings.max_iterations}) was reached")
@@ -228,18 +272,6 @@ class Dream:
                     f"the edits would delete {removed} of {len(old)} lines of {rel} "
                     f"(more than {share:.0%}); rolled back"
                 )
-
-    def _roll_back(self, before: Files) -> None:
-        for rel, content in before.items():
-            path = self.workspace / rel
-            if content is None:
-                path.unlink(missing_ok=True)
-            elif not path.exists() or path.read_bytes() != content:
-                atomic_write_text(path, content.decode("utf-8", errors="replace"))
-
-    def _read(self, rel: str) -> str:
-        path = self.workspace / rel
-        return path.read_text(encoding="utf-8") if path.exists() else ""
 
     def _record(self, trigger: str, result: DreamResult) -> None:
         state = {

@@ -4,6 +4,10 @@ The repository lives outside the workspace and has no index or worktree of its o
 are built from the files' bytes, and restores write files back atomically. So it can never
 collide with a git repository the workspace happens to sit in, and the standard `git` reads
 it (`git --git-dir=<home>/memory.git log`). All of it is blocking: call through to_thread.
+
+Every write (a commit, a restore, the first version) holds the home's memory lock, so several
+processes on one home take turns; a git ref lock file found while we hold it was left by a
+killed process, and is removed.
 """
 
 from __future__ import annotations
@@ -11,12 +15,15 @@ from __future__ import annotations
 import io
 import re
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
 from nanomem.durable import atomic_write_text
+from nanomem.locks import FileLock, LockBusy
 
 if TYPE_CHECKING:  # dulwich itself is imported on first use: not on the way to the prompt
     from dulwich.objects import ObjectID
@@ -29,6 +36,9 @@ HEAD = cast("Ref", b"HEAD")
 IDENTITY = b"nanomem <nanomem@localhost>"
 FILE_MODE = 0o100644
 DIR_MODE = 0o040000
+LOCK_WAIT_S = 120.0  # writers hold the memory lock for milliseconds; this is a safety net
+# Left behind when a process dies mid-update; only ever stale while we hold the memory lock.
+REF_LOCKS = ("HEAD.lock", "packed-refs.lock", "refs/**/*.lock")
 
 Files = dict[str, bytes | None]  # path → content, None when the file does not exist
 
@@ -61,20 +71,55 @@ class Restored:
 
 
 class GitStore:
-    def __init__(self, git_dir: Path, workspace: Path, tracked: tuple[str, ...] = TRACKED) -> None:
+    def __init__(
+        self,
+        git_dir: Path,
+        workspace: Path,
+        tracked: tuple[str, ...] = TRACKED,
+        *,
+        lock: FileLock | None = None,
+    ) -> None:
         self.git_dir = git_dir
         self.workspace = workspace
         self.tracked = tracked
+        self.lock = lock or FileLock(git_dir.parent / "locks" / "memory.lock")
 
     # -- setup and commits ----------------------------------------------------------------
 
+    @contextmanager
+    def writing(self) -> Iterator[None]:
+        """Hold the memory lock (re-entrant in this thread) for writes to the repository or
+        the memory files on behalf of Dream or a restore."""
+        try:
+            self.lock.acquire_sync(LOCK_WAIT_S)
+        except LockBusy:
+            raise GitStoreError("memory is being changed by another process; try again") from None
+        try:
+            self._clear_stale_ref_locks()
+            yield
+        finally:
+            self.lock.release()
+
+    def _clear_stale_ref_locks(self) -> None:
+        for pattern in REF_LOCKS:
+            for stale in self.git_dir.glob(pattern):
+                from loguru import logger  # only here: onboarding runs before the chat prompt
+
+                stale.unlink(missing_ok=True)
+                logger.warning(
+                    "memory.git: removed the stale lock file {} (left by a killed process)", stale
+                )
+
     def ensure(self) -> None:
         """Create the repository on first use, with the current files as the first version."""
-        if not (self.git_dir / "HEAD").exists():
-            self.git_dir.mkdir(parents=True, exist_ok=True)
-            _dulwich_repo().init_bare(str(self.git_dir), default_branch=b"main").close()
-        if self._head() is None:
-            self._commit(self.read_workspace(), "initial memory", allow_empty=True)
+        if (self.git_dir / "HEAD").exists() and self._head() is not None:
+            return
+        with self.writing():
+            if not (self.git_dir / "HEAD").exists():
+                self.git_dir.mkdir(parents=True, exist_ok=True)
+                _dulwich_repo().init_bare(str(self.git_dir), default_branch=b"main").close()
+            if self._head() is None:
+                self._commit(self.read_workspace(), "initial memory", allow_empty=True)
 
     def read_workspace(self) -> Files:
         files: Files = {}
@@ -87,11 +132,16 @@ class GitStore:
 
     def commit_if_changed(self, message: str) -> Version | None:
         """Commit the workspace's tracked files if they differ from the last version."""
-        self.ensure()
-        current = self.read_workspace()
-        if current == self.files_at(self._head()):
-            return None
-        return self._commit(current, message)
+        with self.writing():
+            self.ensure()
+            return self.commit_files(self.read_workspace(), message)
+
+    def commit_files(self, files: Files, kind: str, trailer: str = "") -> Version | None:
+        """Commit these contents (not re-read from disk) if they differ from the last version."""
+        with self.writing():
+            if files == self.files_at(self._head()):
+                return None
+            return self._commit(files, kind, trailer=trailer)
 
     def commit_manual_edits(self) -> Version | None:
         """Edits made outside Dream (by the person, or the chat agent) become their own version,
@@ -101,9 +151,12 @@ class GitStore:
     def _open(self) -> Repo:
         return _dulwich_repo()(str(self.git_dir))
 
-    def _commit(self, files: Files, kind: str, *, allow_empty: bool = False) -> Version:
+    def _commit(
+        self, files: Files, kind: str, *, allow_empty: bool = False, trailer: str = ""
+    ) -> Version:
         """Commit `files`; the message is built from the real diff: `<kind>: <stats>` and the
-        changed lines, never from anyone's claims about them."""
+        changed lines, never from anyone's claims about them. A `trailer` (`Key: value`) ends
+        the message, where git's trailer tools find it."""
         with self._open() as repo:
             parent = self._head(repo)
             tree_id = self._write_tree(repo, files)
@@ -123,7 +176,8 @@ class GitStore:
             commit.author_time = commit.commit_time = now
             commit.author_timezone = commit.commit_timezone = offset
             commit.encoding = b"UTF-8"
-            commit.message = _message(kind, stats, diff).encode("utf-8")
+            message = _message(kind, stats, diff) + (f"\n{trailer}\n" if trailer else "")
+            commit.message = message.encode("utf-8")
             repo.object_store.add_object(commit)
             repo.refs[BRANCH] = commit.id
             repo.refs.set_symbolic_ref(HEAD, BRANCH)
@@ -163,9 +217,29 @@ class GitStore:
         except KeyError:
             return None
 
-    def files_at(self, sha: ObjectID | None) -> Files:
+    def head_sha(self) -> str | None:
+        head = self._head()
+        return head.decode() if head is not None else None
+
+    def head_trailer(self, key: str) -> str | None:
+        """The value of a `key: value` trailer of the newest version, if it has one."""
+        head = self._head()
+        if head is None:
+            return None
+        with self._open() as repo:
+            message = repo[head].message.decode("utf-8", errors="replace")  # type: ignore[attr-defined]
+        paragraphs = message.strip().split("\n\n")
+        for line in paragraphs[-1].splitlines():
+            name, sep, value = line.partition(":")
+            if sep and name.strip() == key:
+                return value.strip()
+        return None
+
+    def files_at(self, sha: ObjectID | str | None) -> Files:
         if sha is None:
             return dict.fromkeys(self.tracked)
+        if isinstance(sha, str):
+            sha = cast("ObjectID", sha.encode())
         with self._open() as repo:
             tree = repo[repo[sha].tree]  # type: ignore[attr-defined]
             files: Files = {}
@@ -232,6 +306,10 @@ class GitStore:
     def restore(self, sha: str) -> Restored:
         """Undo one version as a new version: the files it changed go back to their state
         before it. History is kept, so the restore can itself be restored."""
+        with self.writing():
+            return self._restore(sha)
+
+    def _restore(self, sha: str) -> Restored:
         self.commit_manual_edits()
         full = self.resolve(sha)
         undone, _ = self.show(full)
@@ -246,20 +324,24 @@ class GitStore:
         target = self.files_at(self._head())
         for rel in undone.files:
             target[rel] = before.get(rel)
-        try:
-            version = self._commit(target, f"restore {undone.short}")
-        except GitStoreError:
+        if target == self.files_at(self._head()):
             raise GitStoreError(
                 f"the files already match their state before {undone.short}; nothing to restore"
-            ) from None
-        for rel in undone.files:
+            )
+        # Files first, then the commit: a kill in between leaves the restored files, which the
+        # next writer commits as a manual edit; the other order would lose the undo.
+        self.write_files(target)
+        version = self._commit(target, f"restore {undone.short}")
+        return Restored(version, undone, later)
+
+    def write_files(self, files: Files) -> None:
+        """Put these contents into the workspace, each file atomically, only where they differ."""
+        for rel, content in files.items():
             path = self.workspace / rel
-            content = target[rel]
             if content is None:
                 path.unlink(missing_ok=True)
-            else:
+            elif not path.exists() or path.read_bytes() != content:
                 atomic_write_text(path, content.decode("utf-8", errors="replace"))
-        return Restored(version, undone, later)
 
 
 def _stats(diff: bytes) -> dict[str, tuple[int, int]]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
@@ -16,12 +17,14 @@ from pydantic import Field
 
 from nanomem.audience import current
 from nanomem.durable import append_lines, atomic_write_text, truncate_torn_tail
+from nanomem.locks import FileLock, in_thread_holding
 from nanomem.tools import Tool, read_only_tool
 from nanomem.utf8 import clean_text
 
 FORMAT_VERSION = 1
 EntryKind = Literal["summary", "raw"]
 _BLOCK = 64 * 1024
+TEMP_FILE_AGE_S = 60  # an atomic write takes milliseconds: an older temp file is a leftover
 
 
 @dataclass(frozen=True)
@@ -66,26 +69,44 @@ def now_iso() -> str:
     return datetime.now(UTC).astimezone().isoformat(timespec="seconds")
 
 
-class HistoryStore:
-    """Appends are serialised and fsynced; reads walk the file backwards or binary-search it,
-    so no per-turn operation re-parses the whole archive."""
+@dataclass
+class _Recent:
+    """One chat's undigested entries, newest first, as of the archive's newest cursor."""
 
-    def __init__(self, memory_dir: Path) -> None:
+    max_chars: int
+    digested: int
+    seen: tuple[int, int, int]  # the file's inode, size and mtime when last looked at
+    scanned_to: int  # the newest cursor in the archive at that time
+    entries: list[HistoryEntry]
+
+
+class HistoryStore:
+    """Appends hold the home's history lock (across processes) and are fsynced; the newest
+    cursor is read from the file under that lock, never from a cache, so any number of
+    processes can append. Reads walk the file backwards or binary-search it, so no per-turn
+    operation re-parses the whole archive."""
+
+    def __init__(self, memory_dir: Path, lock: FileLock | None = None) -> None:
         self.path = memory_dir / "history.jsonl"
         self.cursor_path = memory_dir / ".cursor"
         self.dream_cursor_path = memory_dir / ".dream_cursor"
-        self._lock = asyncio.Lock()
-        self._last_cursor: int | None = None
-        self._recent: dict[str, tuple[tuple[Any, ...], list[HistoryEntry]]] = {}
-        self._newest_of: dict[str, int] = {}  # per chat, the newest cursor this process wrote
+        self.lock = lock or FileLock(memory_dir / ".history.lock")
+        self._lock = asyncio.Lock()  # this process's writers queue here, not by polling
+        self._recovered = False
+        self._recent: dict[str, _Recent] = {}
 
     # -- writing -------------------------------------------------------------------------
 
     async def append(self, entries: list[NewEntry]) -> list[HistoryEntry]:
         async with self._lock:
-            return await asyncio.to_thread(self._append, entries)
+            return await in_thread_holding(self.lock, self._append, entries)
 
     def _append(self, entries: list[NewEntry]) -> list[HistoryEntry]:
+        """Runs holding the history lock."""
+        if not self._recovered:
+            self._recover()
+        elif self.path.exists() and truncate_torn_tail(self.path):  # another process died
+            logger.warning("history.jsonl: dropped a torn last line")
         last = self.last_cursor()
         stamp = now_iso()
         written = [
@@ -96,25 +117,27 @@ class HistoryStore:
         ]
         self.path.parent.mkdir(parents=True, exist_ok=True)
         append_lines(self.path, [entry.to_json() for entry in written])
-        for entry in written:
-            self._newest_of[entry.session] = entry.cursor
         if written:
-            self._last_cursor = written[-1].cursor
-            atomic_write_text(self.cursor_path, f"{self._last_cursor}\n")
+            atomic_write_text(self.cursor_path, f"{written[-1].cursor}\n")
         return written
 
-    def last_cursor(self) -> int:
-        """The newest cursor; the file is the truth, `.cursor` only a cache of it."""
-        if self._last_cursor is None:
-            self._last_cursor = self._recover_cursor()
-        return self._last_cursor
+    def recover(self) -> None:
+        """Repair what a crash may have left: a torn last line, a stale `.cursor`, temp files."""
+        with self.lock.hold_sync():
+            self._recover()
 
-    def _recover_cursor(self) -> int:
+    def last_cursor(self) -> int:
+        """The newest cursor, read from the file (`.cursor` is only a copy of it)."""
+        return next((e.cursor for e in self.iter_backwards()), 0)
+
+    def _recover(self) -> None:
+        self._recovered = True
+        clean_temp_files(self.path.parent)
         if self.path.exists():
             torn = truncate_torn_tail(self.path)
             if torn:
                 logger.warning("history.jsonl: dropped a torn last line ({} bytes)", len(torn))
-        from_file = next((e.cursor for e in self.iter_backwards()), 0)
+        from_file = self.last_cursor()
         cached = _read_int(self.cursor_path)
         if cached != from_file:
             if cached is not None:
@@ -123,15 +146,16 @@ class HistoryStore:
                 )
             if from_file or cached is not None:
                 atomic_write_text(self.cursor_path, f"{from_file}\n")
-        return from_file
 
     # -- reading -------------------------------------------------------------------------
 
     def dream_cursor(self) -> int:
+        """Always read from the file: another process's Dream may have moved it."""
         return _read_int(self.dream_cursor_path) or 0
 
     def advance_dream_cursor(self, cursor: int) -> None:
-        """Written atomically, and only forward: a restore never makes Dream re-read history."""
+        """Written atomically, and only forward: a restore never makes Dream re-read history.
+        The caller holds the Dream lock."""
         if cursor > self.dream_cursor():
             atomic_write_text(self.dream_cursor_path, f"{cursor}\n")
 
@@ -199,27 +223,45 @@ class HistoryStore:
     def recent(self, session: str, max_chars: int, *, scan_limit: int = 5000) -> list[HistoryEntry]:
         """This chat's entries that Dream has not digested yet, newest first, within a size cap.
 
-        Cached until this chat archives something or the Dream cursor moves (other chats'
-        archiving changes nothing here), so a turn costs one small file read.
+        Cached while the archive's file and the Dream cursor stay the same; when the file grew
+        (any process may append), only the entries added since are read, so a turn costs a
+        stat and a small read.
         """
         digested = self.dream_cursor()
-        key = (session, max_chars, self._newest_of.get(session), digested)
+        seen = self._stat()
         cached = self._recent.get(session)
-        if cached is not None and cached[0] == key:
-            return cached[1]
-        picked: list[HistoryEntry] = []
-        used = 0
-        for scanned, entry in enumerate(self.iter_backwards(digested)):
-            if scanned >= scan_limit:
+        if cached is not None and cached.max_chars == max_chars:
+            if cached.seen == seen and cached.digested == digested:
+                return cached.entries
+            grown = cached.seen[0] == seen[0] and cached.seen[1] <= seen[1]
+            added = self.read_after(cached.scanned_to, scan_limit) if grown else []
+            if grown and len(added) < scan_limit:
+                # Only appended to. What was cut before is older than all of it, so it stays
+                # out: digested, or over the cap. A scan may have seen entries newer than
+                # `scanned_to` already: those are not added twice.
+                known = cached.entries[0].cursor if cached.entries else 0
+                mine = [e for e in reversed(added) if e.session == session and e.cursor > known]
+                newest = added[-1].cursor if added else cached.scanned_to
+                picked = _within([*mine, *cached.entries], digested, max_chars)
+                self._recent[session] = _Recent(max_chars, digested, seen, newest, picked)
+                return picked
+        newest = self.last_cursor()
+        scanned = []
+        for count, entry in enumerate(self.iter_backwards(digested)):
+            if count >= scan_limit:
                 break
-            if entry.session != session:
-                continue
-            used += len(entry.content)
-            if used > max_chars:
-                break
-            picked.append(entry)
-        self._recent[session] = (key, picked)
+            if entry.session == session:
+                scanned.append(entry)
+        picked = _within(scanned, digested, max_chars)
+        self._recent[session] = _Recent(max_chars, digested, seen, newest, picked)
         return picked
+
+    def _stat(self) -> tuple[int, int, int]:
+        try:
+            info = self.path.stat()
+        except FileNotFoundError:
+            return (0, 0, 0)
+        return (info.st_ino, info.st_size, info.st_mtime_ns)
 
     def search(self, query: str, limit: int = 10, *, only: str | None = None) -> list[HistoryEntry]:
         """Newest first; `only` keeps one session's entries (a group searches its own)."""
@@ -259,6 +301,33 @@ class HistoryStore:
         if entry is None:
             logger.warning("history.jsonl: skipped an unreadable line")
         return entry
+
+
+def _within(entries: list[HistoryEntry], digested: int, max_chars: int) -> list[HistoryEntry]:
+    """The newest of `entries` (newest first) that Dream has not digested, within the cap."""
+    picked: list[HistoryEntry] = []
+    used = 0
+    for entry in entries:
+        if entry.cursor <= digested:
+            break
+        used += len(entry.content)
+        if used > max_chars:
+            break
+        picked.append(entry)
+    return picked
+
+
+def clean_temp_files(folder: Path, older_than_s: float = TEMP_FILE_AGE_S) -> None:
+    """Remove the temp files (`.<name>.*.tmp`) that `atomic_write_text` leaves when a process
+    dies mid-write. Young ones may belong to a write in progress in another process."""
+    cutoff = time.time() - older_than_s
+    for leftover in folder.glob(".*.tmp"):
+        try:
+            if leftover.is_file() and leftover.stat().st_mtime < cutoff:
+                leftover.unlink()
+                logger.info("removed a leftover temp file {}", leftover)
+        except FileNotFoundError:
+            continue
 
 
 def _read_int(path: Path) -> int | None:

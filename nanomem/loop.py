@@ -123,7 +123,11 @@ class AgentLoop:
             if found and found[0].immediate:
                 self._check_taking()
                 return OutboundMessage.answering(msg, await found[0].handler(msg, found[1]))
-            async with self._locks.hold(msg.session_key), self._turn_slots:
+            async with (
+                self._locks.hold(msg.session_key),
+                self.sessions.lease(msg.session_key),
+                self._turn_slots,
+            ):
                 self._check_taking()
                 if found:
                     return OutboundMessage.answering(msg, await found[0].handler(msg, found[1]))

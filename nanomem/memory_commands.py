@@ -10,6 +10,7 @@ from nanomem.dream import Dream, DreamBusy
 from nanomem.gitstore import GitStore, GitStoreError, Version
 
 CHAT_DIFF_CHARS = 3000
+DREAM_IS_RUNNING = "Dream is running; try again when it has finished. Nothing was restored."
 
 
 class MemoryCommands:
@@ -57,6 +58,8 @@ class MemoryCommands:
             return await asyncio.to_thread(self.restore_text, args)
         except GitStoreError as exc:
             return f"Nothing restored: {exc}."
+        except DreamBusy:
+            return DREAM_IS_RUNNING
 
     async def run_dream(self) -> str:
         try:
@@ -83,7 +86,9 @@ class MemoryCommands:
         return f"Memory versions, newest first:\n{rows}\n\n/dream-restore <id> undoes one."
 
     def restore_text(self, sha: str) -> str:
-        restored = self.git.restore(sha)
+        """Blocking. A restore never overlaps a Dream run (in any process): DreamBusy."""
+        with self.dream.exclusive():
+            restored = self.git.restore(sha)
         undone = restored.undone
         files = ", ".join(sorted(undone.files))
         lines = [

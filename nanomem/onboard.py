@@ -9,6 +9,7 @@ from pathlib import Path
 
 from nanomem.durable import atomic_write_text
 from nanomem.gitstore import GitStore
+from nanomem.locks import FileLock
 from nanomem.private import make_private
 from nanomem.templates import Templates, bundled_dir
 
@@ -52,6 +53,20 @@ class Home:
         """Messages the gateway received and has not answered yet (SQLite)."""
         return self.root / "inbox.sqlite3"
 
+    @property
+    def dream_journal(self) -> Path:
+        """A Dream run's finished edits, until they are applied, committed and consumed."""
+        return self.root / "dream-journal.json"
+
+    @property
+    def locks(self) -> Path:
+        """Lock files shared by every process on this home; outside the workspace, so the
+        agent's file tools can never replace one."""
+        return self.root / "locks"
+
+    def lock(self, name: str) -> FileLock:
+        return FileLock(self.locks / f"{name}.lock")
+
 
 @dataclass
 class OnboardReport:
@@ -86,7 +101,7 @@ def onboard(
             dest.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(src, dest)
             report.created.append(dest)
-    GitStore(home.memory_git, target).ensure()  # the first memory version
+    GitStore(home.memory_git, target, lock=home.lock("memory")).ensure()  # the first version
     report.tightened = make_private(home)
     return report
 

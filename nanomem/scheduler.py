@@ -83,7 +83,10 @@ class DreamScheduler:
         return job.next_run_time if job else None
 
     async def _check_backlog(self) -> None:
-        waiting = self.history.last_cursor() - self.history.dream_cursor()
+        # Both cursors fresh from their files: other processes append and dream too.
+        waiting = await asyncio.to_thread(
+            lambda: self.history.last_cursor() - self.history.dream_cursor()
+        )
         if waiting >= self.settings.trigger_entries:
             await self._launch("backlog")
 

@@ -1,4 +1,8 @@
-"""Sessions: one append-only JSONL transcript per chat, cached in memory (LRU)."""
+"""Sessions: one append-only JSONL transcript per chat, cached in memory (LRU).
+
+Several processes may serve one home (the gateway, `chat -m`, a second terminal): a lease, a
+lock file per session, lets one process at a time work on a session, and a process that takes
+it reloads the transcript if another process changed the file meanwhile."""
 
 from __future__ import annotations
 
@@ -9,7 +13,8 @@ import re
 import weakref
 from bisect import bisect_left, bisect_right
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -18,6 +23,7 @@ from typing import Any
 from loguru import logger
 
 from nanomem.durable import append_lines, truncate_torn_tail
+from nanomem.locks import FileLock, to_thread_to_the_end
 from nanomem.provider import WireMessage
 from nanomem.utf8 import clean_value, is_valid
 
@@ -55,6 +61,9 @@ class Session:
     counter: Counter = field(default=estimate_tokens, repr=False)
     system_tokens: int | None = None  # size of the system prompt of the last turn (not saved)
     unsaved: bool = False  # a new session: the header goes out with the first write
+    # The file's (inode, size) after this process last read or wrote it: if it differs when a
+    # lease is taken, another process changed the transcript.
+    on_disk: tuple[int, int] | None = field(default=None, repr=False)
     # The indexes cover messages[_base:]: what was consolidated before they were built is never
     # counted. _cumulative[i] = tokens of messages[_base : _base + i].
     _base: int = field(default=0, repr=False)
@@ -157,14 +166,28 @@ def session_filename(key: str) -> str:
     return f"{readable}-{digest}.jsonl"
 
 
+@dataclass
+class _Lease:
+    lock: FileLock
+    gate: asyncio.Lock = field(default_factory=asyncio.Lock)
+    users: int = 0
+    held: bool = False
+
+
 class SessionStore:
     """Loads each transcript once, then only appends to it."""
 
     def __init__(
-        self, directory: Path, *, counter: Counter = estimate_tokens, cache_size: int = 256
+        self,
+        directory: Path,
+        *,
+        counter: Counter = estimate_tokens,
+        cache_size: int = 256,
+        lock_dir: Path | None = None,
     ) -> None:
         self.directory = directory
         self.counter = counter
+        self.lock_dir = lock_dir or directory / ".locks"
         self._cache: OrderedDict[str, Session] = OrderedDict()
         self._cache_size = cache_size
         # A turn and a background consolidation may append to one file at the same time.
@@ -172,6 +195,41 @@ class SessionStore:
         self._write_locks: weakref.WeakValueDictionary[Path, asyncio.Lock] = (
             weakref.WeakValueDictionary()
         )
+        self._leases: dict[str, _Lease] = {}
+
+    @asynccontextmanager
+    async def lease(self, key: str) -> AsyncIterator[None]:
+        """Work on one session, exclusively across processes. Shared within this process (a
+        turn and its session's background consolidation hold it together); whoever takes it
+        first reloads the session if another process changed its file."""
+        lease = self._leases.get(key)
+        if lease is None:
+            name = session_filename(key).removesuffix(".jsonl")
+            lease = self._leases[key] = _Lease(FileLock(self.lock_dir / f"{name}.lock"))
+        lease.users += 1
+        try:
+            async with lease.gate:
+                if not lease.held:
+                    await lease.lock.acquire()
+                    lease.held = True
+                    await self._refresh(key)
+            yield
+        finally:
+            lease.users -= 1
+            if not lease.users:
+                if lease.held:
+                    lease.lock.release()
+                    lease.held = False
+                del self._leases[key]
+
+    async def _refresh(self, key: str) -> None:
+        session = self._cache.get(key)
+        if session is None:
+            return
+        now = await asyncio.to_thread(_on_disk, session.path)
+        if now != session.on_disk:
+            logger.info("session {}: changed by another process; reloading", key)
+            self._cache[key] = await asyncio.to_thread(self._load, key)
 
     async def get(self, key: str) -> Session:
         session = self._cache.get(key)
@@ -194,28 +252,28 @@ class SessionStore:
                 stamped[i] = clean_value(stamped[i])
                 lines[i] = json.dumps(stamped[i], ensure_ascii=False)
         async with self._write_lock(session):
-            await self._write(session, lines)
+            await to_thread_to_the_end(self._write, session, lines)
             session.messages.extend(stamped)
 
     async def update_state(self, session: Session, **changes: Any) -> None:
         record = {"_type": "state", **changes, "ts": now_iso()}
         async with self._write_lock(session):
-            await self._write(session, [json.dumps(record)])
+            await to_thread_to_the_end(self._write, session, [json.dumps(record)])
             session.state.update(changes)
 
-    async def _write(self, session: Session, lines: list[str]) -> None:
-        # The header goes out with the first write that succeeds: a failed write must not
-        # leave the next one thinking the file already has it.
-        await asyncio.to_thread(append_lines, session.path, self._header(session) + lines)
-        session.unsaved = False
-
     @staticmethod
-    def _header(session: Session) -> list[str]:
-        """The versioned first line, for a session that has no file yet."""
-        if not session.unsaved:
-            return []
-        header = {"_type": "session", "version": FORMAT_VERSION, "key": session.key}
-        return [json.dumps({**header, "created_at": session.created_at})]
+    def _write(session: Session, lines: list[str]) -> None:
+        """Append, with the versioned header first for a session that has no file yet (never
+        twice, even if another process created the file meanwhile). The header counts as
+        written only once a write succeeded: a failed one must not leave the file without it."""
+        if session.unsaved:
+            existing = _on_disk(session.path)
+            if existing is None or existing[1] == 0:
+                header = {"_type": "session", "version": FORMAT_VERSION, "key": session.key}
+                lines = [json.dumps({**header, "created_at": session.created_at}), *lines]
+        append_lines(session.path, lines)
+        session.unsaved = False
+        session.on_disk = _on_disk(session.path)
 
     def _write_lock(self, session: Session) -> asyncio.Lock:
         return self._write_locks.setdefault(session.path, asyncio.Lock())
@@ -255,4 +313,13 @@ class SessionStore:
                     session.state.update(record)
                 elif kind is None and "role" in record:
                     session.messages.append(record)
+        session.on_disk = _on_disk(path)
         return session
+
+
+def _on_disk(path: Path) -> tuple[int, int] | None:
+    try:
+        info = path.stat()
+    except FileNotFoundError:
+        return None
+    return (info.st_ino, info.st_size)

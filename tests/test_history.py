@@ -33,6 +33,7 @@ async def test_torn_line_and_stale_cursor_are_recovered(store: HistoryStore) -> 
     store.cursor_path.write_text("garbage")
     fresh = HistoryStore(store.path.parent)
     assert fresh.last_cursor() == 2
+    fresh.recover()
     assert fresh.cursor_path.read_text().strip() == "2"
     written = await fresh.append([entry("c")])
     assert written[0].cursor == 3
@@ -76,17 +77,23 @@ async def test_recent_notices_new_entries_and_dream_progress(store: HistoryStore
     assert store.recent("cli:direct", 1000) == []
 
 
-async def test_recent_is_not_rescanned_when_other_chats_archive(store: HistoryStore) -> None:
+async def test_recent_notices_what_another_process_appended(store: HistoryStore) -> None:
     await store.append([entry("mine")])
     assert [e.content for e in store.recent("cli:direct", 1000)] == ["mine"]
-    # Written behind the store's back: only a rescan of the archive could find it.
-    unseen = {"cursor": 50, "timestamp": "", "session": "cli:direct", "content": "unseen"}
-    with store.path.open("a") as fh:
-        fh.write(json.dumps({**unseen, "kind": "summary"}) + "\n")
-    await store.append([entry("theirs", "telegram:9")])
+    other = HistoryStore(store.path.parent)  # another process on the same home
+    await other.append([entry("theirs", "telegram:9"), entry("mine, from there")])
+    assert [e.content for e in store.recent("cli:direct", 1000)] == ["mine, from there", "mine"]
+    assert [e.cursor for e in await store.append([entry("next")])] == [4]  # no cached cursor
+    assert [e.content for e in store.recent("cli:direct", 22)] == ["next", "mine, from there"]
+
+
+async def test_recent_reads_only_what_was_appended(store: HistoryStore) -> None:
+    await store.append([entry("mine")])
     assert [e.content for e in store.recent("cli:direct", 1000)] == ["mine"]
-    await store.append([entry("mine again")])
-    assert [e.content for e in store.recent("cli:direct", 1000)] == ["mine again", "unseen", "mine"]
+    # Rewritten behind the store's back, before the end it has read: a rescan would show it.
+    store.path.write_text(store.path.read_text().replace("mine", "MINE"))
+    await store.append([entry("theirs", "telegram:9"), entry("new")])
+    assert [e.content for e in store.recent("cli:direct", 1000)] == ["new", "mine"]
 
 
 async def test_search_history_tool(store: HistoryStore) -> None:

@@ -1,6 +1,5 @@
 import asyncio
 import json
-import os
 from dataclasses import replace
 from pathlib import Path
 
@@ -267,18 +266,19 @@ async def test_a_stop_during_a_failed_save_does_not_stop_the_next_message(
     await app.loop.handle(msg("one"))
     session = await app.sessions.get("cli:direct")
     kept = session.path.read_bytes()
-    session.path.unlink()
-    os.mkfifo(session.path)  # the next save blocks until we let it fail
+    gate = app.sessions._write_lock(session)  # held: the next save waits here
+    await gate.acquire()
     turn = asyncio.create_task(app.loop.handle(msg("two")))
     while not app.loop.is_busy("cli:direct"):
         await asyncio.sleep(0.01)
     stop = await app.loop.handle(msg("/stop"))
     assert stop is not None and stop.content == STOPPED
-    reader = os.open(session.path, os.O_RDONLY | os.O_NONBLOCK)
-    os.close(reader)  # the writer's fsync on a pipe (or its write) now fails
+    session.path.unlink()
+    session.path.mkdir()  # the waiting save now fails
+    gate.release()
     failed = await asyncio.wait_for(turn, 10)
     assert failed is not None and failed.kind == "error"
-    session.path.unlink()
+    session.path.rmdir()
     session.path.write_bytes(kept)
     answered = await app.loop.handle(msg("three"))
     assert answered is not None and answered.content.endswith("three")

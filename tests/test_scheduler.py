@@ -57,3 +57,19 @@ def test_disabled_dream_schedules_nothing(home: Home) -> None:
     app = make_app(home, ScriptedProvider(), dream={"enabled": False})
     app.scheduler.start()
     assert app.scheduler.next_run is None
+
+
+async def test_the_backlog_counts_what_other_processes_archived(home: Home) -> None:
+    from nanomem.history import HistoryStore
+
+    app = make_app(
+        home, ScriptedProvider([text("NOTHING"), text("ok")]), dream={"trigger_entries": 3}
+    )
+    app.scheduler.startup_delay_s = 3600
+    app.scheduler.backlog_check_s = 0.1
+    assert app.history.last_cursor() == 0
+    elsewhere = HistoryStore(app.history.path.parent, home.lock("history"))  # another process
+    await elsewhere.append([NewEntry("telegram:1", f"- fact {i}", "summary") for i in range(3)])
+    await run_until_a_dream_is_recorded(app, home)
+    assert json.loads(home.dream_state.read_text())["trigger"] == "backlog"
+    assert app.history.dream_cursor() == 3
