@@ -67,8 +67,8 @@ def delivery(telegram: FakeTelegram, sent: list[Sent]) -> Delivery:
     """Match every reply to the messages it quotes (the model echoes the message)."""
     result = Delivery(sent=len(sent))
     replies: dict[str, list[int]] = {}  # token -> positions of the replies quoting it
-    for position, message in enumerate(telegram.sent_messages()):
-        text = str(message.get("text") or "")
+    for position, reply in enumerate(telegram.sent_messages()):
+        text = str(reply.get("text") or "")
         result.notices += RESTART_NOTICE in text
         for found in set(tokens_in(text)):
             replies.setdefault(found, []).append(position)
@@ -128,8 +128,9 @@ def check_files(home: Path, workspace: Path) -> Files:
                 json.loads(path.read_text(encoding="utf-8"))
             except ValueError as exc:
                 files.bad(path, str(exc))
-    for path in sorted(p for p in home.rglob("*inbox*") if p.is_file()):
-        _inbox(path, files)
+    for path in sorted(home.rglob("*")):  # an inbox file, or any file in an inbox folder
+        if path.is_file() and any("inbox" in part for part in path.relative_to(home).parts):
+            _inbox(path, files)
     return files
 
 
@@ -199,7 +200,12 @@ def _inbox(path: Path, files: Files) -> None:
             verdict = str(exc)
         if verdict != "ok":
             files.bad(path, f"integrity_check: {verdict}")
-    elif path.suffix in (".jsonl", ".json", ".log"):
+    elif path.suffix == ".json":
+        try:
+            json.loads(head)
+        except ValueError as exc:
+            files.bad(path, f"not JSON: {exc}")
+    elif path.suffix in (".jsonl", ".log"):
         lines = head.split(b"\n")
         body = lines[:-1] if head.endswith(b"\n") else lines[:-2]  # the torn tail is allowed
         for number, line in enumerate(body, start=1):

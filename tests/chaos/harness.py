@@ -5,6 +5,7 @@ process is stopped and the home is judged (tests/chaos/checks.py)."""
 
 from __future__ import annotations
 
+import contextlib
 import random
 import shutil
 import signal
@@ -40,6 +41,7 @@ class Options:
     seed: int = 1
     dreams: int = 20  # multi: `nanomem dream` runs, two at a time
     cli_turns: int = 5  # multi: `chat -m` turns by each of two writers on one session
+    cli_session: str = "shared"  # their `--session`: a name (cli:<name>) or, once supported, a key
     quiet_s: float = 0.0  # the final drain ends after this long without a reply (0: derived)
     drain_cap_s: float = 300.0
     run_dir: Path | None = None  # kept for inspection; a temporary one is removed if all is well
@@ -107,6 +109,10 @@ class Worker(threading.Thread):
         self.results: list[tuple[list[str], int, str]] = []  # (args, exit code, output)
 
     def run(self) -> None:
+        with contextlib.suppress(RuntimeError):  # the run ended early: start nothing more
+            self._rounds()
+
+    def _rounds(self) -> None:
         for number, jobs in enumerate(self.rounds, start=1):
             started = [
                 self.children.start(
@@ -196,7 +202,7 @@ def _run(
         report.notes.append(f"{gateway.hung_stops} SIGTERMs needed a SIGKILL")
 
     report.dream_after = _final_dreams(children, env, report)
-    _judge(report, home, telegram, sender.sent, workers, before)
+    _judge(report, home, telegram, sender.sent, workers, before, _session_key(options))
     if "Traceback (most recent call last)" in gateway.logs():
         report.notes.append("a gateway log holds a traceback (see the logs folder)")
     return report
@@ -215,9 +221,14 @@ def _workers(
             f"{PADDING}\nline {turn} of writer {writer}: w{writer}t{turn:02d}"
             for turn in range(1, options.cli_turns + 1)
         ]
-        turns = [[["chat", "-m", text, "--session", "shared"]] for text in texts]
+        turns = [[["chat", "-m", text, "--session", options.cli_session]] for text in texts]
         workers.append(Worker(f"writer{writer}", children, env, turns))
     return workers
+
+
+def _session_key(options: Options) -> str:
+    name = options.cli_session
+    return name if ":" in name else f"cli:{name}"
 
 
 def _drain(telegram: FakeTelegram, sent: list[checks.Sent], quiet_s: float, cap_s: float) -> None:
@@ -257,6 +268,7 @@ def _judge(
     sent: list[checks.Sent],
     workers: list[Worker],
     before: Counter[tuple[str, str]],
+    cli_key: str,
 ) -> None:
     got = checks.delivery(telegram, sent)
     report.sent, report.acknowledged, report.answered = got.sent, got.acknowledged, got.answered
@@ -283,11 +295,10 @@ def _judge(
                 report.dream_runs += 1
                 report.dream_failures += code != 0
             elif code == 0:
-                expected.setdefault("cli:shared", []).append(checks.tokens_in(args[2])[0])
+                expected.setdefault(cli_key, []).append(checks.tokens_in(args[2])[0])
             else:
                 report.cli_failures += 1
-    if expected:
-        keys.append("cli:shared")
+    keys += [key for key in expected if key not in keys]
     faults = checks.session_faults(home.root, keys, expected)
     report.session_faults = len(faults) + report.cli_failures
     report.notes += faults[:10]

@@ -90,10 +90,14 @@ class Children:
         self._live: dict[int, subprocess.Popen[bytes]] = {}
         self._lock = threading.Lock()
         self._count = 0
+        self._closed = False
         atexit.register(self.kill_all)
 
     def start(self, name: str, args: list[str], env: dict[str, str]) -> Child:
+        """Start a command; RuntimeError once `kill_all` ran (a worker thread may still ask)."""
         with self._lock:
+            if self._closed:
+                raise RuntimeError("the run is over")
             self._count += 1
             log = self.log_dir / f"{self._count:03d}-{name}.log"
         with log.open("wb") as out:
@@ -126,7 +130,7 @@ class Children:
 
     def kill_all(self) -> None:
         with self._lock:
-            live, self._live = list(self._live.values()), {}
+            live, self._live, self._closed = list(self._live.values()), {}, True
         for proc in live:
             if proc.poll() is None:
                 proc.kill()

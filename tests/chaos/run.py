@@ -35,6 +35,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--dreams", type=int, default=20, help="multi: `nanomem dream` runs")
     parser.add_argument("--cli-turns", type=int, default=5, help="multi: turns per writer")
+    parser.add_argument(
+        "--cli-session", default="shared", help="multi: the writers' --session (name or key)"
+    )
     parser.add_argument("--run-dir", type=Path, help="keep the home and logs here")
     return parser.parse_args(argv)
 
@@ -52,6 +55,7 @@ def options_for(scenario: str, args: argparse.Namespace) -> Options:
         seed=args.seed,
         dreams=args.dreams,
         cli_turns=args.cli_turns,
+        cli_session=args.cli_session,
         run_dir=run_dir,
     )
 
