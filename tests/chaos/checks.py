@@ -194,8 +194,12 @@ def _inbox(path: Path, files: Files) -> None:
         return
     if head.startswith(b"SQLite format 3\x00"):
         try:
-            with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as db:
+            # Read-write: a WAL file left by a kill is replayed first, as the next start would.
+            db = sqlite3.connect(path, timeout=10)
+            try:
                 verdict = db.execute("PRAGMA integrity_check").fetchone()[0]
+            finally:
+                db.close()
         except sqlite3.Error as exc:
             verdict = str(exc)
         if verdict != "ok":

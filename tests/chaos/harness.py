@@ -26,6 +26,7 @@ from tests.fakes.telegram_server import FakeTelegram
 FIRST_CHAT = 1000
 DOWN_MAX_S = 1.0  # the gateway stays down up to this long between a signal and the restart
 READY_S = 90.0  # bound on a start that never reaches the Bot API
+WARM_S = 2.0  # a gateway's first turn also imports litellm (about 2 s)
 # About 130 tokens, so that a few turns fill the small context window of processes.Sizes.
 PADDING = "lorem ipsum dolor sit amet " * 25
 
@@ -167,8 +168,9 @@ def _run(
     if not gateway.wait_polling(READY_S):
         report.notes.append("the first gateway never polled the Bot API")
     startup_s = time.monotonic() - spawned
-    # The busy window: starting, replaying, answering; a signal lands anywhere inside it.
-    window_s = startup_s + 3 * options.latency + 1.0
+    # The busy window: starting, replaying, loading the model library, answering; a signal
+    # lands anywhere inside it.
+    window_s = startup_s + WARM_S + 3 * options.latency + 1.0
     cycles = len(plan.signals)
     sender = Sender(telegram, plan, max(1.0, cycles * (window_s / 2 + DOWN_MAX_S / 2 + 0.3)))
     sender.start()
