@@ -41,6 +41,7 @@ class Options:
     latency: float = 1.5
     seed: int = 1
     dreams: int = 20  # multi: `nanomem dream` runs, two at a time
+    dream_kills: int = 0  # multi: of those rounds, how many have one run SIGKILLed
     cli_turns: int = 5  # multi: `chat -m` turns by each of two writers on one session
     cli_session: str = "shared"  # their `--session`: a name (cli:<name>) or, once supported, a key
     quiet_s: float = 0.0  # the final drain ends after this long without a reply (0: derived)
@@ -57,6 +58,7 @@ class Plan:
     up: list[float]  # per cycle: when the signal comes, as a share of the busy window
     down: list[float]  # per cycle: seconds down before the restart
     sends: list[tuple[float, int, int]]  # (share of the signal phase, chat, number), in time order
+    dream_kills: dict[int, float]  # multi: Dream round -> when one run is killed (lifetime share)
 
     @classmethod
     def draw(cls, options: Options) -> Plan:
@@ -69,7 +71,9 @@ class Plan:
         for chat in range(FIRST_CHAT, FIRST_CHAT + options.chats):
             times = sorted(rng.random() for _ in range(options.messages))
             sends += [(t, chat, n) for n, t in enumerate(times, start=1)]
-        return cls(signals, up, down, sorted(sends))
+        rounds = (options.dreams + 1) // 2
+        killed = rng.sample(range(1, rounds + 1), min(rounds, options.dream_kills))
+        return cls(signals, up, down, sorted(sends), {r: rng.random() for r in killed})
 
 
 class Sender(threading.Thread):
@@ -104,9 +108,12 @@ class Worker(threading.Thread):
         env: dict[str, str],
         rounds: list[list[list[str]]],
         pause_s: float = 0.0,
+        kills: dict[int, float] | None = None,
     ) -> None:
         super().__init__(name=name, daemon=True)
         self.children, self.env, self.rounds, self.pause_s = children, env, rounds, pause_s
+        self.kills = kills or {}  # round -> when its first command is killed (lifetime share)
+        self.lifetime_s = 4.0  # how long a command lives; the longest seen replaces the guess
         self.results: list[tuple[list[str], int, str]] = []  # (args, exit code, output)
 
     def run(self) -> None:
@@ -121,9 +128,15 @@ class Worker(threading.Thread):
                 )
                 for i, a in enumerate(jobs)
             ]
+            began = time.monotonic()
+            if (share := self.kills.get(number)) is not None:
+                time.sleep(share * self.lifetime_s)
+                started[0].proc.kill()  # at any instant of its life, a commit included
             for args, child in zip(jobs, started, strict=True):
                 code = self.children.reap(child, 180)
                 self.results.append((args, code, child.output()))
+                if code >= 0:
+                    self.lifetime_s = max(self.lifetime_s, time.monotonic() - began)
             if number < len(self.rounds):
                 time.sleep(self.pause_s)
 
@@ -176,7 +189,7 @@ def _run(
     sender = Sender(telegram, plan, max(1.0, cycles * (window_s / 2 + DOWN_MAX_S / 2 + 0.3)))
     sender.start()
     multi = options.scenario == "multi"
-    workers = _workers(options, children, env, sender.duration_s) if multi else []
+    workers = _workers(options, plan, children, env, sender.duration_s) if multi else []
     for worker in workers:
         worker.start()
 
@@ -213,13 +226,14 @@ def _run(
 
 
 def _workers(
-    options: Options, children: Children, env: dict[str, str], duration_s: float
+    options: Options, plan: Plan, children: Children, env: dict[str, str], duration_s: float
 ) -> list[Worker]:
     """Two `nanomem dream` at a time, in rounds spread over the run, and two `chat -m` writers
     on one shared session."""
     rounds = [[["dream"], ["dream"]] for _ in range(options.dreams // 2)]
     rounds += [[["dream"]]] * (options.dreams % 2)
-    workers = [Worker("dream", children, env, rounds, duration_s / max(1, len(rounds)))]
+    pause_s = duration_s / max(1, len(rounds))
+    workers = [Worker("dream", children, env, rounds, pause_s, plan.dream_kills)]
     for writer in (1, 2):
         texts = [
             f"{PADDING}\nline {turn} of writer {writer}: w{writer}t{turn:02d}"
@@ -297,7 +311,8 @@ def _judge(
         for args, code, _ in worker.results:
             if args[0] == "dream":
                 report.dream_runs += 1
-                report.dream_failures += code != 0
+                report.dream_kills += code == -signal.SIGKILL
+                report.dream_failures += code not in (0, -signal.SIGKILL)
             elif code == 0:
                 expected.setdefault(cli_key, []).append(checks.tokens_in(args[2])[0])
             else:

@@ -48,6 +48,7 @@ class Report:
     session_faults: int = 0
     dream_after: str = "not run"
     dream_runs: int = 0  # multi: `nanomem dream` runs beside the gateway
+    dream_kills: int = 0  # of those, SIGKILLed at a random instant
     dream_failures: int = 0
     cli_failures: int = 0  # multi: `chat -m` turns that did not exit 0
     notes: list[str] = field(default_factory=list)
@@ -89,7 +90,8 @@ class Report:
         lines = [
             f"[{self.scenario}] unacknowledged {self.unacknowledged}, restart notices "
             f"{self.notices}, history entries {self.history_entries}, dream runs beside "
-            f"{self.dream_runs} ({self.dream_failures} failed), chat -m failures "
+            f"{self.dream_runs} ({self.dream_kills} SIGKILLed, {self.dream_failures} failed), "
+            f"chat -m failures "
             f"{self.cli_failures}"
         ]
         lines += [f"  missed: {line}" for line in self.failures()]

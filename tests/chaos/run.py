@@ -21,8 +21,8 @@ from loguru import logger
 from tests.chaos.harness import Options, run
 from tests.chaos.report import Report, table
 
-# Per scenario: kills, terms, chats (the multi scenario shares the home with other processes).
-DEFAULTS = {"gateway": (20, 5, 20), "multi": (5, 1, 6)}
+# Per scenario: kills, terms, chats, Dream kills (multi shares the home with other processes).
+DEFAULTS = {"gateway": (20, 5, 20, 0), "multi": (5, 1, 6, 5)}
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
@@ -35,6 +35,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--latency", type=float, default=1.5, help="model latency of a turn, s")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--dreams", type=int, default=20, help="multi: `nanomem dream` runs")
+    parser.add_argument(
+        "--dream-kills", type=int, help="multi: Dream runs SIGKILLed at random instants (5)"
+    )
     parser.add_argument("--cli-turns", type=int, default=5, help="multi: turns per writer")
     parser.add_argument(
         "--cli-session", default="shared", help="multi: the writers' --session (name or key)"
@@ -44,7 +47,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def options_for(scenario: str, args: argparse.Namespace) -> Options:
-    kills, terms, chats = DEFAULTS[scenario]
+    kills, terms, chats, dream_kills = DEFAULTS[scenario]
     run_dir = args.run_dir / scenario if args.run_dir else None
     return Options(
         scenario=scenario,
@@ -55,6 +58,7 @@ def options_for(scenario: str, args: argparse.Namespace) -> Options:
         latency=args.latency,
         seed=args.seed,
         dreams=args.dreams,
+        dream_kills=dream_kills if args.dream_kills is None else args.dream_kills,
         cli_turns=args.cli_turns,
         cli_session=args.cli_session,
         run_dir=run_dir,

@@ -49,6 +49,7 @@ def test_several_processes_on_one_home_keep_everything_once(tmp_path: Path) -> N
         seed=11,
         quiet_s=6,
         dreams=4,
+        dream_kills=1,
         cli_turns=2,
         run_dir=tmp_path,
     )
