@@ -9,12 +9,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import re
 import threading
 import time
 import uuid
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import TracebackType
 from typing import Any, Literal
 
@@ -404,6 +405,62 @@ class FakeOpenAI:
         await resp.write(b"data: [DONE]\n\n")
         await resp.write_eof()
         return resp
+
+
+# A model that also does nanomem's memory work (Dream, consolidation summaries), so a run that
+# archives and dreams for real can be checked line by line (the chaos suite uses it).
+
+FACT_PREFIX = "- learned: history entry "
+_ENTRY_RE = re.compile(r"^### entry (\d+) · (.+?) · (.+)$", re.MULTILINE)
+
+
+def fact_line(cursor: int, timestamp: str, session: str) -> str:
+    """The one memory line the memory-aware model adds for a history entry it was shown."""
+    return f"{FACT_PREFIX}{cursor} at {timestamp} from {session}"
+
+
+def _user_texts(request: dict[str, Any]) -> list[str]:
+    messages = [m for m in request.get("messages") or [] if isinstance(m, dict)]
+    return [_text_of(m.get("content")) for m in messages if m.get("role") == "user"]
+
+
+def memory_step(request: dict[str, Any]) -> Step | None:
+    """Dream's analysis (templates/dream_analyse.md.j2), Dream's edit loop (dream_edit.md.j2:
+    one `append_memory` per fact, then a final text) and a consolidation summary
+    (consolidate.md.j2); None for anything else, such as a chat turn."""
+    users = _user_texts(request)
+    if not users:
+        return None
+    first = users[0]  # Dream's prompt is its first user message; tool results follow it
+    if "## Your task (analysis only" in first:
+        facts = [fact_line(int(c), ts, s.strip()) for c, ts, s in _ENTRY_RE.findall(first)]
+        return Step.reply("NEW:\n" + "\n".join(facts) if facts else "NOTHING TO CHANGE")
+    if "## Analysis of the new history" in first:
+        analysis = first.split("## Current memory files", 1)[0]
+        facts = [line for line in analysis.splitlines() if line.startswith(FACT_PREFIX)]
+        done = sum(1 for m in request["messages"] if m.get("role") == "tool")
+        if done < len(facts):
+            arguments = {"file": "memory/MEMORY.md", "line": facts[done]}
+            return Step.tool_call("append_memory", arguments)
+        return Step.reply(f"Added {len(facts)} facts to memory/MEMORY.md.")
+    if "Summarise everything above" in users[-1]:
+        said = [u.strip().splitlines()[-1][:160] for u in users[:-1] if u.strip()]
+        return Step.reply("\n".join(f"- the person wrote: {line}" for line in said))
+    return None
+
+
+def memory_aware(
+    chat: Callable[[dict[str, Any]], Step] = echo_step, *, latency: float = 0.0
+) -> Callable[[dict[str, Any]], Step]:
+    """A fallback: memory work answered at once, chat turns by `chat` after `latency` s."""
+
+    def answer(request: dict[str, Any]) -> Step:
+        if (step := memory_step(request)) is not None:
+            return step
+        step = chat(request)
+        return replace(step, latency=step.latency + latency)
+
+    return answer
 
 
 def main() -> None:

@@ -175,6 +175,7 @@ class FakeTelegram:
         self._faults: dict[str, list[_Fault]] = {}
         self._html_rejects: list[int | None] = []
         self._token_valid, self._paused, self._stopping = True, False, False
+        self._ack_offset, self._dropped = 0, set[int]()  # acknowledgement bookkeeping (chaos)
         self._waiters: set[asyncio.Event] = set()  # only touched on the server loop
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -276,6 +277,7 @@ class FakeTelegram:
         deadline = loop.time() + max(float(params.get("timeout") or 0), 0.0)
         while True:
             with self._lock:
+                self._note_offset(offset)
                 if isinstance(offset, int) and offset > 0:  # confirms everything before it
                     self._updates = [u for u in self._updates if u["update_id"] >= offset]
                 if self._stopping:
@@ -315,6 +317,7 @@ class FakeTelegram:
 
     def _api_deletewebhook(self, params: JSONDict) -> bool:
         if params.get("drop_pending_updates") is True:
+            self._note_dropped(self._updates)
             self._updates.clear()
         return True
 
@@ -584,6 +587,30 @@ class FakeTelegram:
         """sendChatAction calls as ``{"chat_id", "action"[, "message_thread_id"]}``."""
         with self._lock:
             return [dict(a) for a in self._actions if chat_id in (None, a["chat_id"])]
+
+    # Acknowledgement bookkeeping: which updates the bot confirmed (the chaos suite's "acked").
+
+    def _note_offset(self, offset: Any) -> None:
+        """A getUpdates offset confirms every update before it; called with the lock held."""
+        if isinstance(offset, int) and offset > self._ack_offset:
+            self._ack_offset = offset
+
+    def _note_dropped(self, updates: list[JSONDict]) -> None:
+        """deleteWebhook(drop_pending_updates) consumes updates as surely as an offset does."""
+        self._dropped.update(u["update_id"] for u in updates)
+
+    def acknowledged(self, update_id: int) -> bool:
+        """Whether Telegram would consider the update delivered (it will not send it again)."""
+        with self._lock:
+            return self._confirmed(update_id)
+
+    def pending_updates(self) -> list[int]:
+        """Ids of updates queued and not yet confirmed, oldest first."""
+        with self._lock:
+            return [u["update_id"] for u in self._updates if not self._confirmed(u["update_id"])]
+
+    def _confirmed(self, update_id: int) -> bool:
+        return update_id < self._ack_offset or update_id in self._dropped
 
     # Fault injection.
 

@@ -1,0 +1,5 @@
+"""`python -m tests.chaos`: see tests/chaos/run.py."""
+
+from tests.chaos.run import main
+
+raise SystemExit(main())
