@@ -169,6 +169,7 @@ def build_app(
         state_path=home.dream_state,
         lock=home.lock("dream"),
         journal_path=home.dream_journal,
+        groups_see_personal=settings.memory.groups_see_personal,
     )
     MemoryCommands(dream, git).register(loop.commands)
     scheduler = DreamScheduler(dream, history, settings.dream)

@@ -21,6 +21,7 @@ from typing import Annotated, Any, Literal
 from loguru import logger
 from pydantic import Field
 
+from nanomem.audience import is_shared_room
 from nanomem.config import DreamSettings
 from nanomem.dream_journal import DreamJournal, Edit, EditConflict, Staging, journal_of
 from nanomem.durable import atomic_write_text
@@ -143,8 +144,10 @@ class Dream:
         state_path: Path,
         lock: FileLock | None = None,
         journal_path: Path | None = None,
+        groups_see_personal: bool = False,
     ) -> None:
         self.history, self.git, self.provider = history, git, provider
+        self.groups_see_personal = groups_see_personal
         self.templates, self.workspace, self.settings = templates, workspace, settings
         self.state_path = state_path
         self.lock = lock or FileLock(state_path.parent / "locks" / "dream.lock")
@@ -201,9 +204,14 @@ class Dream:
         # The cursor is read under the lock: another process's run may have just moved it.
         after = await asyncio.to_thread(self.history.dream_cursor)
         limit = self.settings.max_batch_size
-        entries = await asyncio.to_thread(self.history.read_after, after, limit)
-        if not entries:
+        batch = await asyncio.to_thread(self.history.read_after, after, limit)
+        if not batch:
             return DreamResult("nothing_new")
+        # Group chats are shared rooms: what their members say never becomes the owner's memory.
+        entries = [e for e in batch if self.groups_see_personal or not is_shared_room(e.session)]
+        if not entries:
+            await to_thread_to_the_end(self.history.advance_dream_cursor, batch[-1].cursor)
+            return DreamResult("unchanged", len(batch))
         base_sha, base = await to_thread_to_the_end(self._base)
         staging = Staging(base)
         try:
@@ -213,7 +221,7 @@ class Dream:
             # The live files were never touched: dropping the staging copy is the rollback.
             reason = str(exc) or f"the time cap ({self.settings.max_wall_s:g} s) was reached"
             return DreamResult("failed", len(entries), reason=reason)
-        cursor = entries[-1].cursor
+        cursor = batch[-1].cursor
         if staging.files() == base:
             # Advance also when nothing changed: a batch with nothing to learn must not stall.
             await to_thread_to_the_end(self.history.advance_dream_cursor, cursor)

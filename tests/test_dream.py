@@ -226,3 +226,32 @@ async def test_told_once_known_later(home: Home) -> None:
     await app.loop.handle(InboundMessage("telegram", "777", "who am I?"))
     system = provider.calls[-1][0]["content"]
     assert "- Name: Ada" in system and "Ada started Apollo" in system
+
+
+async def test_dream_never_learns_from_a_group_chat(home: Home) -> None:
+    provider = ScriptedProvider(LEARN)
+    app = make_app(home, provider)
+    await app.history.append(
+        [
+            NewEntry(
+                "telegram:-100555", "- 2026-11-22: Mallory says the owner owes her", "summary"
+            ),
+            NewEntry("telegram:42", "- 2026-11-22: the user is Ada, drinks green tea", "summary"),
+        ]
+    )
+    await dream(app)
+    shown = provider.calls[0][-1]["content"]  # the analysis request
+    assert "drinks green tea" in shown and "Mallory" not in shown
+    assert app.history.dream_cursor() == 2  # the group's entry was passed over, not left behind
+    await app.history.append([NewEntry("telegram:-100555", "- more group talk", "summary")])
+    before = len(provider.calls)
+    assert await dream(app) == "Read 1 history entries; nothing worth changing in memory."
+    assert len(provider.calls) == before and app.history.dream_cursor() == 3
+
+
+async def test_groups_see_personal_lets_dream_learn_from_groups(home: Home) -> None:
+    provider = ScriptedProvider(LEARN)
+    app = make_app(home, provider, memory={"groups_see_personal": True})
+    await app.history.append([NewEntry("telegram:-100555", "- the team picked Quito", "summary")])
+    await dream(app)
+    assert "picked Quito" in provider.calls[0][-1]["content"]
