@@ -22,6 +22,7 @@ from nanomem.tools import Tool, read_only_tool
 from nanomem.utf8 import clean_text
 
 FORMAT_VERSION = 1
+RECENT_CHATS = 4096  # chats whose prompt entries are cached
 EntryKind = Literal["summary", "raw"]
 _BLOCK = 64 * 1024
 TEMP_FILE_AGE_S = 60  # an atomic write takes milliseconds: an older temp file is a leftover
@@ -243,7 +244,7 @@ class HistoryStore:
                 mine = [e for e in reversed(added) if e.session == session and e.cursor > known]
                 newest = added[-1].cursor if added else cached.scanned_to
                 picked = _within([*mine, *cached.entries], digested, max_chars)
-                self._recent[session] = _Recent(max_chars, digested, seen, newest, picked)
+                self._remember(session, _Recent(max_chars, digested, seen, newest, picked))
                 return picked
         newest = self.last_cursor()
         scanned = []
@@ -253,8 +254,15 @@ class HistoryStore:
             if entry.session == session:
                 scanned.append(entry)
         picked = _within(scanned, digested, max_chars)
-        self._recent[session] = _Recent(max_chars, digested, seen, newest, picked)
+        self._remember(session, _Recent(max_chars, digested, seen, newest, picked))
         return picked
+
+    def _remember(self, session: str, recent: _Recent) -> None:
+        """Most recently used chats first to stay: the map never outgrows RECENT_CHATS."""
+        self._recent.pop(session, None)
+        while len(self._recent) >= RECENT_CHATS:
+            del self._recent[next(iter(self._recent))]
+        self._recent[session] = recent
 
     def _stat(self) -> tuple[int, int, int]:
         try:

@@ -1,9 +1,10 @@
+import asyncio
 import json
 from pathlib import Path
 
 import pytest
 
-from nanomem.history import HistoryStore, NewEntry
+from nanomem.history import RECENT_CHATS, HistoryStore, NewEntry
 
 
 @pytest.fixture
@@ -109,3 +110,12 @@ async def test_search_history_tool(store: HistoryStore) -> None:
         == 1
     )
     assert store.search_history("unicorn") == "No history entries match 'unicorn'."
+
+
+def test_the_per_chat_cache_stays_bounded(tmp_path: Path) -> None:
+    store = HistoryStore(tmp_path / "memory")
+    asyncio.run(store.append([NewEntry("cli:a", "- a fact", "summary")]))
+    for n in range(RECENT_CHATS + 50):
+        store.recent(f"telegram:{n}", 1000)
+    assert len(store._recent) == RECENT_CHATS
+    assert [e.content for e in store.recent("cli:a", 1000)] == ["- a fact"]  # still right
