@@ -92,6 +92,7 @@ def dream_env(home: Home, fake_llm: FakeOpenAI) -> tuple[dict[str, str], DreamMo
     return cli_env(home, fake_llm, NANOMEM_LLM__TIMEOUT_S="300"), model
 
 
+@pytest.mark.timeout(900)  # 20 rounds of two processes: minutes on a loaded machine
 def test_two_dreams_at_once_learn_every_fact_exactly_once(
     home: Home, dream_env: tuple[dict[str, str], DreamModel]
 ) -> None:
