@@ -14,7 +14,7 @@ from nanomem.consolidator import Consolidator
 from nanomem.context import ContextBuilder
 from nanomem.dream import Dream
 from nanomem.filetools import FileTools
-from nanomem.gitstore import GitStore
+from nanomem.gitstore import TRACKED, GitStore
 from nanomem.history import HistoryStore
 from nanomem.inbox import SqliteInbox
 from nanomem.litellm_provider import LiteLLMProvider, import_litellm, supports_images
@@ -97,7 +97,11 @@ def build_app(
     tool_settings = settings.tools
     tools = ToolRegistry(max_output_chars=tool_settings.max_output_chars)
     file_tools = FileTools(
-        workspace, restrict=tool_settings.restrict_to_workspace, read_only=PROTECTED_FILES
+        workspace,
+        restrict=tool_settings.restrict_to_workspace,
+        read_only=PROTECTED_FILES,
+        memory_files=TRACKED,
+        memory_lock=home.lock("memory"),
     )
     for tool in [*file_tools.tools(), *skills.tools()]:
         tools.add(tool)

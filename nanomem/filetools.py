@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path, PurePosixPath
 from typing import Annotated
 
@@ -9,16 +10,24 @@ from pydantic import Field
 
 from nanomem.audience import PERSONAL_PATHS, current
 from nanomem.durable import atomic_write_text
+from nanomem.locks import FileLock
 from nanomem.tools import Tool, ToolError, read_only_tool
 
 MAX_READ_BYTES = 2_000_000
+LOCK_WAIT_S = 60.0  # Dream holds the memory lock only to apply and commit
 
 
 class FileTools:
     """read_file, write_file, edit_file and list_dir over one workspace."""
 
     def __init__(
-        self, workspace: Path, *, restrict: bool = True, read_only: tuple[str, ...] = ()
+        self,
+        workspace: Path,
+        *,
+        restrict: bool = True,
+        read_only: tuple[str, ...] = (),
+        memory_files: tuple[str, ...] = (),
+        memory_lock: FileLock | None = None,
     ) -> None:
         self.root = workspace.resolve()
         self.restrict = restrict
@@ -26,6 +35,10 @@ class FileTools:
         # cursors, and the prompt templates, which would otherwise let it rewrite its rules.
         self.read_only = {(self.root / rel).resolve() for rel in read_only}
         self.personal = {(self.root / rel).resolve() for rel in PERSONAL_PATHS}
+        # Dream applies its edits to these under the memory lock: a write of ours in between
+        # would be overwritten, so ours take the lock too (briefly, never for a whole run).
+        self.memory_files = {(self.root / rel).resolve() for rel in memory_files}
+        self.memory_lock = memory_lock
 
     def tools(self) -> list[Tool]:
         return [
@@ -53,6 +66,11 @@ class FileTools:
 
     def _display(self, path: Path) -> str:
         return str(path.relative_to(self.root)) if path.is_relative_to(self.root) else str(path)
+
+    def _guarded(self, target: Path) -> AbstractContextManager[None]:
+        if self.memory_lock is not None and target in self.memory_files:
+            return self.memory_lock.hold_sync(wait_s=LOCK_WAIT_S)
+        return nullcontext()
 
     def _private(self, target: Path, path: str) -> None:
         """In a shared room (a group chat), the owner's personal memory cannot be opened."""
@@ -93,7 +111,8 @@ class FileTools:
     ) -> str:
         """Create or overwrite a text file in the workspace (parent folders are created)."""
         target = self._writable(path)
-        atomic_write_text(target, content)
+        with self._guarded(target):
+            atomic_write_text(target, content)
         return f"Wrote {len(content)} characters to {self._display(target)}"
 
     def edit_file(
@@ -108,6 +127,10 @@ class FileTools:
             raise ToolError(f"no file at {path!r}")
         if not old_text:
             raise ToolError("old_text is empty; use write_file to create a file")
+        with self._guarded(target):
+            return self._replace(target, path, old_text, new_text)
+
+    def _replace(self, target: Path, path: str, old_text: str, new_text: str) -> str:
         content = target.read_text(encoding="utf-8")
         count = content.count(old_text)
         if count == 0:

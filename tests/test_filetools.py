@@ -1,8 +1,10 @@
+import threading
 from pathlib import Path
 
 import pytest
 
 from nanomem.filetools import FileTools
+from nanomem.locks import FileLock
 from nanomem.tools import ToolError
 
 
@@ -88,3 +90,17 @@ def test_binary_and_missing_files(workspace: Path) -> None:
 
 def test_unrestricted_mode_allows_absolute_paths(workspace: Path, tmp_path: Path) -> None:
     assert tools(workspace, restrict=False).read_file(str(tmp_path / "secret.txt")) == "TOP SECRET"
+
+
+def test_writes_to_memory_files_wait_for_the_memory_lock(tmp_path: Path) -> None:
+    lock = FileLock(tmp_path / "locks" / "memory.lock")
+    tools = FileTools(tmp_path, memory_files=("USER.md",), memory_lock=lock)
+    lock.acquire_sync()  # as Dream holds it while it applies and commits
+    writer = threading.Thread(target=tools.write_file, args=("USER.md", "- mine\n"))
+    writer.start()
+    writer.join(0.3)
+    assert writer.is_alive() and not (tmp_path / "USER.md").exists()
+    tools.write_file("notes.md", "other files never wait")  # positive control
+    lock.release()
+    writer.join(10)
+    assert (tmp_path / "USER.md").read_text() == "- mine\n"
