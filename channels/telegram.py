@@ -6,7 +6,7 @@ import asyncio
 import re
 import warnings
 from collections.abc import Awaitable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -139,6 +139,18 @@ async def _api(call: Awaitable[T]) -> T:
         raise SendError(str(exc), transient=True) from exc
     except TelegramError as exc:
         raise SendError(str(exc)) from exc
+
+
+@dataclass(frozen=True)
+class Incoming:
+    """An update we answer: its message, sender, chat key, and place in the inbox."""
+
+    message: Message
+    user: User
+    key: str
+    group: bool
+    seq: int | None = None
+    replayed: bool = False
 
 
 class TelegramChannel:
@@ -304,9 +316,9 @@ class TelegramChannel:
     async def _store(self, updates: tuple[Update, ...]) -> None:
         """Keep what we answer, durably, with the offset that confirms the whole batch."""
         assert self._bus is not None
-        admitted = [found for update in updates if (found := self._admit_or_skip(update))]
+        admitted = [(update, found) for update in updates if (found := self._admit_or_skip(update))]
         offset = updates[-1].update_id + 1
-        items = [(key, update.to_dict()) for update, _, _, key, _ in admitted]
+        items = [(found.key, update.to_dict()) for update, found in admitted]
         while True:
             try:
                 seqs = await self._bus.receive(self.name, items, (OFFSET, str(offset)))
@@ -315,8 +327,8 @@ class TelegramChannel:
                 logger.exception("telegram: could not store {} updates; retrying", len(items))
                 await asyncio.sleep(1.0)
         self._offset = offset
-        for (_, message, user, key, group), seq in zip(admitted, seqs, strict=True):
-            self._submit(message, user, key, group, seq)
+        for (_, found), seq in zip(admitted, seqs, strict=True):
+            self._submit(replace(found, seq=seq))
 
     async def _replay(self, bot: Bot) -> None:
         """Messages an earlier run stored but did not answer, handed in again in order."""
@@ -329,17 +341,16 @@ class TelegramChannel:
             if found is None:  # no longer allowed, say
                 await self._bus.forget(pending.seq)
                 continue
-            _, message, user, key, group = found
-            self._submit(message, user, key, group, pending.seq, replayed=True)
+            self._submit(replace(found, seq=pending.seq, replayed=True))
 
-    def _admit_or_skip(self, update: Update) -> tuple[Update, Message, User, str, bool] | None:
+    def _admit_or_skip(self, update: Update) -> Incoming | None:
         try:
             return self._admit(update)
         except Exception:  # one unreadable update must not hold up every chat
             logger.exception("telegram: skipped update {} that could not be read", update.update_id)
             return None
 
-    def _admit(self, update: Update | None) -> tuple[Update, Message, User, str, bool] | None:
+    def _admit(self, update: Update | None) -> Incoming | None:
         """An update we answer, with its chat key; strangers are refused silently and logged."""
         message = update.message if update is not None else None
         user = update.effective_user if update is not None else None
@@ -359,48 +370,21 @@ class TelegramChannel:
         mention_only = group and self.settings.group_policy == "mention"
         if mention_only and not is_addressed(message, message.get_bot().bot, self._our_commands):
             return None
-        return update, message, user, chat_key(message), group
+        return Incoming(message, user, chat_key(message), group)
 
-    def _submit(
-        self,
-        message: Message,
-        user: User,
-        key: str,
-        group: bool,
-        seq: int | None,
-        *,
-        replayed: bool = False,
-    ) -> None:
-        self._intake.submit(
-            key, lambda: self._accept(message, user, key, group, seq, replayed=replayed)
-        )
+    def _submit(self, incoming: Incoming) -> None:
+        self._intake.submit(incoming.key, lambda: self._accept(incoming))
 
-    async def _accept(
-        self,
-        message: Message,
-        user: User,
-        key: str,
-        group: bool,
-        seq: int | None,
-        *,
-        replayed: bool = False,
-    ) -> None:
+    async def _accept(self, incoming: Incoming) -> None:
         assert self._bus is not None
-        if (note := await self._inbound(message, user, key, group, seq, replayed)) is not None:
-            self.delivery.notify(key, note)
-            await self._bus.forget(seq)  # answered by the channel itself
+        if (note := await self._inbound(incoming)) is not None:
+            self.delivery.notify(incoming.key, note)
+            await self._bus.forget(incoming.seq)  # answered by the channel itself
 
-    async def _inbound(
-        self,
-        message: Message,
-        user: User,
-        key: str,
-        group: bool,
-        seq: int | None,
-        replayed: bool,
-    ) -> str | None:
+    async def _inbound(self, incoming: Incoming) -> str | None:
         """Hand the message to the core; or the note to answer it with, when it is not for the
         model (a /start, a file too big, ...)."""
+        message, user, key, group = incoming.message, incoming.user, incoming.key, incoming.group
         assert self._bus is not None
         text = clean_text(message.text or message.caption or "")  # lone surrogates stop here
         text = strip_mention(text, message.get_bot().username) if group else text
@@ -422,7 +406,7 @@ class TelegramChannel:
             text = "\n".join(filter(None, [label, text]))
         elif not text:
             if group:  # stickers and the like; in a group nobody asked us
-                await self._bus.forget(seq)
+                await self._bus.forget(incoming.seq)
                 return None
             return UNSUPPORTED
         metadata: dict[str, Any] = {"message_id": message.message_id}
@@ -430,8 +414,10 @@ class TelegramChannel:
             handle = f" (@{user.username})" if user.username else ""
             metadata["sender_name"] = f"{user.full_name}{handle}"
         inbound = InboundMessage(self.name, key, text, str(user.id), media, metadata)
-        if seq is not None:
-            inbound = replace(inbound, id=InboundMessage.inbox_id(seq), seq=seq, replayed=replayed)
+        if (seq := incoming.seq) is not None:
+            inbound = replace(
+                inbound, id=InboundMessage.inbox_id(seq), seq=seq, replayed=incoming.replayed
+            )
         self.delivery.accepted(key, inbound.id, message.message_id, command)
         await self._bus.publish_inbound(inbound)
         return None
