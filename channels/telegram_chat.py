@@ -201,6 +201,9 @@ class Delivery:
     def send(self, msg: OutboundMessage) -> asyncio.Future[None]:
         """Queue a message for its chat; the future settles when it is delivered."""
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        if msg.kind == "stream":  # not shown as it grows yet: the whole reply follows
+            done.set_result(None)
+            return done
         chat = self.chat(msg.chat_id)
         if msg.kind == "progress":
             if chat.progress(msg.content):

@@ -71,6 +71,8 @@ class TerminalChannel:
         self._waiting.clear()
 
     async def send(self, msg: OutboundMessage) -> None:
+        if msg.kind == "stream":
+            return  # shown whole when the reply comes
         if msg.kind == "progress":
             self.console.print(f"  ↳ {msg.content}", style="dim", markup=False, highlight=False)
             return

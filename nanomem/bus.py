@@ -17,7 +17,9 @@ from typing import TYPE_CHECKING, Any, Literal
 if TYPE_CHECKING:  # sqlite and loguru stay off `nanomem chat`'s way to its prompt
     from nanomem.inbox import Inbox, Pending
 
-OutboundKind = Literal["reply", "progress", "error"]
+# "stream": a piece of the reply while the model writes it (metadata: `text` so far, `step`);
+# channels that cannot show it wait for the "reply", which always follows with all of it.
+OutboundKind = Literal["reply", "progress", "error", "stream"]
 
 
 def _now() -> datetime:
@@ -139,7 +141,7 @@ class MessageBus:
             await asyncio.to_thread(self.inbox.answered, msg.seq, content)
 
     async def delivered(self, reply: OutboundMessage) -> None:
-        if self.inbox is not None and reply.seq is not None and reply.kind != "progress":
+        if self.inbox is not None and reply.seq is not None and reply.kind in ("reply", "error"):
             await asyncio.to_thread(self.inbox.done, reply.seq)
 
     async def forget(self, seq: int | None) -> None:

@@ -39,6 +39,8 @@ class LLMSettings(_Section):
     supports_images: bool | None = None
     # "direct" talks to an OpenAI-compatible server without litellm (less CPU per call).
     transport: Literal["litellm", "direct"] = "litellm"
+    # Replies arrive piece by piece as the model writes them; off for servers that cannot.
+    stream: bool = True
 
 
 class AgentSettings(_Section):

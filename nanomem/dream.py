@@ -28,7 +28,7 @@ from nanomem.durable import atomic_write_text
 from nanomem.gitstore import TRACKED, Files, GitStore, Version
 from nanomem.history import HistoryEntry, HistoryStore, clean_temp_files
 from nanomem.locks import FileLock, LockBusy, to_thread_to_the_end
-from nanomem.provider import Provider, ProviderError, Reply, ToolChoice
+from nanomem.provider import Provider, ProviderError, Reply, TextSink, ToolChoice
 from nanomem.react import react
 from nanomem.templates import Templates
 from nanomem.tools import Tool, ToolError, ToolRegistry, read_only_tool
@@ -118,11 +118,12 @@ class TokenCap:
         *,
         max_tokens: int | None = None,
         tool_choice: ToolChoice | None = None,
+        on_text: TextSink | None = None,
     ) -> Reply:
         if self.used >= self.limit:
             raise DreamAborted(f"the token cap ({self.limit}) was reached")
         reply = await self.inner.complete(
-            messages, tools, max_tokens=max_tokens, tool_choice=tool_choice
+            messages, tools, max_tokens=max_tokens, tool_choice=tool_choice, on_text=on_text
         )
         if reply.usage is not None:
             self.used += reply.usage.prompt_tokens + reply.usage.completion_tokens

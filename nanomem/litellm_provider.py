@@ -17,6 +17,7 @@ from nanomem.provider import (
     ErrorCategory,
     ProviderError,
     Reply,
+    TextSink,
     ToolCall,
     ToolChoice,
     Usage,
@@ -80,6 +81,7 @@ class LiteLLMProvider:
         *,
         max_tokens: int | None = None,
         tool_choice: ToolChoice | None = None,
+        on_text: TextSink | None = None,
     ) -> Reply:
         # Never wait for the import on the event loop: Ctrl-C and other chats must stay live.
         litellm = _module if _module is not None else await asyncio.to_thread(import_litellm)
@@ -108,7 +110,10 @@ class LiteLLMProvider:
             response = await litellm.acompletion(**kwargs)
         except Exception as exc:
             raise classify(exc) from None
-        return _to_reply(response)
+        reply = _to_reply(response)
+        if on_text is not None and reply.content:  # not streamed yet: the text in one piece
+            await on_text(reply.content)
+        return reply
 
 
 def _openai_key_missing(litellm: ModuleType, model: str, kwargs: dict[str, Any]) -> bool:

@@ -18,7 +18,7 @@ from nanomem.config import Settings, key_source
 from nanomem.context import ContextBuilder
 from nanomem.log import redact, redact_message
 from nanomem.provider import Provider, ProviderError, ToolCall
-from nanomem.react import ReactResult, react, seal_tool_calls
+from nanomem.react import ReactResult, StepText, react, seal_tool_calls
 from nanomem.session import Session, SessionStore, to_wire
 from nanomem.templates import Templates
 from nanomem.tokens import Budget
@@ -224,21 +224,14 @@ class AgentLoop:
                 limits.max_iterations,
                 out=result,
                 on_tool_call=report,
+                on_text=self._streamer(msg, progress),
             )
         except ProviderError as exc:
-            await self._save(session, seal_tool_calls(result.messages))
-            logger.warning(
-                "turn for {} failed after {} attempt(s): {}", msg.session_key, exc.attempts, exc
-            )
-            text = self.templates.render(
-                "provider_error.md.j2",
-                category=exc.category,
-                model=self.settings.llm.model,
-                key_source=key_source(self.settings.llm),
-            )
-            return OutboundMessage.answering(msg, text, kind="error", category=exc.category)
+            return await self._failed(msg, session, result, exc)
         except asyncio.CancelledError:
-            await asyncio.shield(self._save(session, seal_tool_calls(result.messages)))
+            # What the person saw of a reply cut short stays, so the next turn knows it.
+            shown = [interrupted(result.streamed)] if result.streamed else []
+            await asyncio.shield(self._save(session, seal_tool_calls(result.messages) + shown))
             raise
         await self._save(session, result.messages)
         if result.usage:
@@ -251,6 +244,37 @@ class AgentLoop:
             )
             return OutboundMessage.answering(msg, text, kind="error")
         return OutboundMessage.answering(msg, redact(result.text))
+
+    def _streamer(self, msg: InboundMessage, progress: Progress | None) -> StepText | None:
+        """Pieces of the reply go out as they arrive, each with the step's text so far."""
+        if progress is None or not self.settings.llm.stream:
+            return None
+        so_far: dict[int, str] = {}
+
+        async def show(step: int, piece: str) -> None:
+            text = so_far[step] = so_far.get(step, "") + piece
+            await progress(OutboundMessage.answering(msg, piece, "stream", step=step, text=text))
+
+        return show
+
+    async def _failed(
+        self, msg: InboundMessage, session: Session, result: ReactResult, exc: ProviderError
+    ) -> OutboundMessage:
+        logger.warning(
+            "turn for {} failed after {} attempt(s): {}", msg.session_key, exc.attempts, exc
+        )
+        note = self.templates.render(
+            "provider_error.md.j2",
+            category=exc.category,
+            model=self.settings.llm.model,
+            key_source=key_source(self.settings.llm),
+        )
+        shown = [interrupted(exc.shown)] if exc.shown else []
+        await self._save(session, seal_tool_calls(result.messages) + shown)
+        if exc.shown:  # what was shown stands, with a note; never a second, different reply
+            text = f"{redact(exc.shown)}\n\n({note})"
+            return OutboundMessage.answering(msg, text, category=exc.category, cut_short=True)
+        return OutboundMessage.answering(msg, note, kind="error", category=exc.category)
 
     async def _save(self, session: Session, messages: list[dict[str, Any]]) -> None:
         # A secret the model repeats (from a tool's output, say) is never written down.
@@ -342,6 +366,11 @@ def finished_reply(messages: list[dict[str, Any]], at: int) -> str | None:
     if last is None or last.get("role") != "assistant" or last.get("tool_calls"):
         return None
     return str(last.get("content") or "")
+
+
+def interrupted(text: str) -> dict[str, Any]:
+    """The part of a reply the person saw before it was cut short, as the assistant's."""
+    return {"role": "assistant", "content": text, "interrupted": True}
 
 
 def describe_call(call: ToolCall, width: int = 100) -> str:

@@ -22,6 +22,7 @@ from nanomem.config import LLMSettings
 from nanomem.provider import (
     ProviderError,
     Reply,
+    TextSink,
     ToolCall,
     ToolChoice,
     Usage,
@@ -59,6 +60,7 @@ class OpenAIHTTPProvider:
         *,
         max_tokens: int | None = None,
         tool_choice: ToolChoice | None = None,
+        on_text: TextSink | None = None,
     ) -> Reply:
         if not self._key and urlsplit(self.base_url).hostname == "api.openai.com":
             # OpenAI would answer 401 anyway; a local server may legitimately need no key.
@@ -89,7 +91,10 @@ class OpenAIHTTPProvider:
             raise ProviderError("unreachable", self._safe(f"{type(exc).__name__}: {exc}")) from None
         if not 200 <= status < 300:
             raise self._error(status, raw, retry_after)
-        return _to_reply(raw)
+        reply = _to_reply(raw)
+        if on_text is not None and reply.content:  # not streamed yet: the text in one piece
+            await on_text(reply.content)
+        return reply
 
     async def close(self) -> None:
         """Close the shared session; one made in another (finished) loop can only be dropped."""

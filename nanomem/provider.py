@@ -7,6 +7,7 @@ import copy
 import json
 import random
 import re
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, NoReturn, Protocol
 
@@ -27,6 +28,8 @@ ErrorCategory = Literal[
 # "none": answer in text even though tools are offered (summaries keep the chat's tool list so
 # the provider's prompt cache serves them); "auto" is every API's default.
 ToolChoice = Literal["none", "auto", "required"]
+# Receives the assistant's text piece by piece as the model writes it (streaming).
+TextSink = Callable[[str], Awaitable[None]]
 RETRYABLE: frozenset[str] = frozenset({"unreachable", "rate_limited", "timeout", "server", "empty"})
 # What providers say when the prompt is too long (litellm's list, llama.cpp's wording).
 _CONTEXT_PHRASES = (
@@ -118,6 +121,7 @@ class ProviderError(Exception):
     status: int | None = None
     retry_after: float | None = None
     attempts: int = field(default=1)
+    shown: str = ""  # text already streamed to the person before the failure
 
     def __str__(self) -> str:
         return f"{self.category}: {self.detail}" if self.detail else self.category
@@ -162,7 +166,12 @@ class Provider(Protocol):
         *,
         max_tokens: int | None = None,
         tool_choice: ToolChoice | None = None,
-    ) -> Reply: ...
+        on_text: TextSink | None = None,
+    ) -> Reply:
+        """One model call. With `on_text`, stream: each piece of the reply's text is awaited
+        into it as it arrives (the Reply still holds it all); a failure after some text was
+        given to it raises ProviderError with that text in `shown`."""
+        ...
 
 
 class RetryingProvider:
@@ -190,16 +199,31 @@ class RetryingProvider:
         *,
         max_tokens: int | None = None,
         tool_choice: ToolChoice | None = None,
+        on_text: TextSink | None = None,
     ) -> Reply:
+        shown: list[str] = []
+
+        async def show(piece: str) -> None:
+            shown.append(piece)
+            assert on_text is not None
+            await on_text(piece)
+
         attempt = 0
         while True:
             attempt += 1
             try:
                 return await self.inner.complete(
-                    messages, tools, max_tokens=max_tokens, tool_choice=tool_choice
+                    messages,
+                    tools,
+                    max_tokens=max_tokens,
+                    tool_choice=tool_choice,
+                    on_text=show if on_text is not None else None,
                 )
             except ProviderError as exc:
                 exc.attempts = attempt
+                if shown:  # the person saw part of a reply: a retry would repeat it
+                    exc.shown = "".join(shown)
+                    raise
                 delay = self._delay(exc, attempt)
                 if delay is None:
                     raise

@@ -18,6 +18,11 @@ class ReactResult:
     text: str | None  # None: the iteration limit ended the loop
     messages: list[dict[str, Any]] = field(default_factory=list)
     usage: list[Usage] = field(default_factory=list)
+    streamed: str = ""  # the current step's text shown so far (kept if the turn is cut short)
+
+
+# Receives each piece of streamed text with the number of the model call it belongs to.
+StepText = Callable[[int, str], Awaitable[None]]
 
 
 async def react(
@@ -30,15 +35,31 @@ async def react(
     on_tool_call: Callable[[ToolCall], Awaitable[None]] | None = None,
     max_tokens: int | None = None,
     tool_choice: ToolChoice | None = None,
+    on_text: StepText | None = None,
 ) -> ReactResult:
     """Run until the model answers without tool calls; new messages accumulate in `out`
-    as they happen, so a caller that is cancelled still holds the partial turn."""
+    as they happen, so a caller that is cancelled still holds the partial turn. With
+    `on_text`, each model call streams its text into it."""
     result = out if out is not None else ReactResult(text=None)
     schemas = tools.schemas() if tools else None
-    for _ in range(max_iterations):
+    for step in range(max_iterations):
+        result.streamed = ""
+        sink = None
+        if on_text is not None:
+
+            async def sink(piece: str, step: int = step) -> None:
+                result.streamed += piece
+                assert on_text is not None
+                await on_text(step, piece)
+
         reply = await provider.complete(
-            [*messages, *result.messages], schemas, max_tokens=max_tokens, tool_choice=tool_choice
+            [*messages, *result.messages],
+            schemas,
+            max_tokens=max_tokens,
+            tool_choice=tool_choice,
+            on_text=sink,
         )
+        result.streamed = ""  # now part of the messages
         if reply.usage:
             result.usage.append(reply.usage)
         result.messages.append(reply.as_message())

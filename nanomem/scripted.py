@@ -5,11 +5,12 @@ from __future__ import annotations
 import asyncio
 import copy
 import json
+import re
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
-from nanomem.provider import ProviderError, Reply, ToolCall, ToolChoice
+from nanomem.provider import ProviderError, Reply, TextSink, ToolCall, ToolChoice
 
 Step = Reply | ProviderError | Callable[[list[dict[str, Any]]], Reply | Awaitable[Reply]]
 
@@ -47,6 +48,20 @@ class ScriptedProvider:
         *,
         max_tokens: int | None = None,
         tool_choice: ToolChoice | None = None,
+        on_text: TextSink | None = None,
+    ) -> Reply:
+        reply = await self._next(messages, tools, tool_choice)
+        if on_text is not None and reply.content:
+            for piece in re.findall(r"\S*\s*", reply.content):  # word by word, as models do
+                if piece:
+                    await on_text(piece)
+        return reply
+
+    async def _next(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None,
+        tool_choice: ToolChoice | None,
     ) -> Reply:
         self.calls.append(copy.deepcopy(messages))
         self.tools_seen.append(tools)

@@ -28,7 +28,9 @@ class Model:
         self.prompt_tokens: int | None = None
         self.tool_choices: list[str | None] = []
 
-    async def complete(self, messages, tools=None, *, max_tokens=None, tool_choice=None) -> Reply:  # type: ignore[no-untyped-def]
+    async def complete(
+        self, messages, tools=None, *, max_tokens=None, tool_choice=None, on_text=None
+    ) -> Reply:  # type: ignore[no-untyped-def]
         self.calls.append(messages)
         self.tool_choices.append(tool_choice)
         last = str(messages[-1].get("content"))
@@ -98,7 +100,7 @@ async def test_tool_calls_are_never_split_from_their_results(home: Home) -> None
     app = app_with(home, model)
     calls = 0
 
-    async def with_tools(messages, tools=None, *, max_tokens=None, tool_choice=None):  # type: ignore[no-untyped-def]
+    async def with_tools(messages, tools=None, *, max_tokens=None, tool_choice=None, on_text=None):  # type: ignore[no-untyped-def]
         nonlocal calls
         calls += 1
         last = messages[-1]
@@ -273,7 +275,9 @@ class HeldModel(Model):
         self.summarising = asyncio.Event()
         self.gate = asyncio.Event()
 
-    async def complete(self, messages, tools=None, *, max_tokens=None, tool_choice=None) -> Reply:  # type: ignore[no-untyped-def]
+    async def complete(
+        self, messages, tools=None, *, max_tokens=None, tool_choice=None, on_text=None
+    ) -> Reply:  # type: ignore[no-untyped-def]
         if SUMMARY_MARK in str(messages[-1].get("content")):
             self.summarising.set()
             await self.gate.wait()

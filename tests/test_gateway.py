@@ -50,7 +50,8 @@ class FakeChannel:
         self.events.append("stop")
 
     async def send(self, msg: OutboundMessage) -> None:
-        self.sent.append(msg)
+        if msg.kind != "stream":  # a channel that does not stream: the reply follows whole
+            self.sent.append(msg)
 
     def problem(self) -> str | None:
         return self.trouble
