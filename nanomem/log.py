@@ -49,6 +49,15 @@ def redact(text: str) -> str:
     return text
 
 
+def shown_so_far(text: str) -> str:
+    """The part of a growing text that can be shown now: masked, and short of the end by as
+    much as the longest secret, so a secret still arriving is never shown in part."""
+    masked = redact(text)
+    if not _secrets:
+        return masked
+    return masked[: max(0, len(masked) - (len(_secrets[0]) - 1))]
+
+
 def redact_message(message: dict[str, Any]) -> dict[str, Any]:
     """A chat message with every known secret masked (its text and tool-call arguments)."""
     if not _secrets:

@@ -16,7 +16,7 @@ from nanomem.bus import InboundMessage, MessageBus, OutboundMessage
 from nanomem.commands import NOTHING_TO_STOP, STOPPED, Command, CommandSet, UnknownCommand
 from nanomem.config import Settings, key_source
 from nanomem.context import ContextBuilder
-from nanomem.log import redact, redact_message
+from nanomem.log import redact, redact_message, shown_so_far
 from nanomem.provider import Provider, ProviderError, ToolCall
 from nanomem.react import ReactResult, StepText, react, seal_tool_calls
 from nanomem.session import Session, SessionStore, to_wire
@@ -249,11 +249,18 @@ class AgentLoop:
         """Pieces of the reply go out as they arrive, each with the step's text so far."""
         if progress is None or not self.settings.llm.stream:
             return None
-        so_far: dict[int, str] = {}
+        written: dict[int, str] = {}  # per step: the text so far, as the model wrote it
+        shown: dict[int, str] = {}  # ... and what of it went out (masked, never half a secret)
 
         async def show(step: int, piece: str) -> None:
-            text = so_far[step] = so_far.get(step, "") + piece
-            await progress(OutboundMessage.answering(msg, piece, "stream", step=step, text=text))
+            text = written[step] = written.get(step, "") + piece
+            safe = shown_so_far(text)
+            if len(safe) > len(before := shown.get(step, "")):
+                shown[step] = safe
+                delta = safe[len(before) :]
+                await progress(
+                    OutboundMessage.answering(msg, delta, "stream", step=step, text=safe)
+                )
 
         return show
 

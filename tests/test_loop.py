@@ -3,10 +3,12 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
-from nanomem.bus import InboundMessage
+from nanomem.app import App
+from nanomem.bus import InboundMessage, OutboundMessage
 from nanomem.commands import STOPPED
+from nanomem.log import register_secrets, shown_so_far
 from nanomem.onboard import Home
-from nanomem.provider import ProviderError
+from nanomem.provider import ProviderError, Reply, RetryingProvider
 from nanomem.scripted import ScriptedProvider, call, text
 from tests.conftest import make_app
 
@@ -115,7 +117,8 @@ async def test_tool_progress_is_reported(home: Home) -> None:
         seen.append(out)
 
     await app.loop.handle(msg("look"), progress=progress)
-    assert [(p.kind, p.content) for p in seen] == [("progress", "list_dir(path='memory')")]
+    progress_lines = [(p.kind, p.content) for p in seen if p.kind != "stream"]
+    assert progress_lines == [("progress", "list_dir(path='memory')")]
 
 
 async def test_same_chat_is_serial_and_in_order(home: Home) -> None:
@@ -282,3 +285,96 @@ async def test_a_stop_during_a_failed_save_does_not_stop_the_next_message(
     session.path.write_bytes(kept)
     answered = await app.loop.handle(msg("three"))
     assert answered is not None and answered.content.endswith("three")
+
+
+async def streamed_turn(
+    app: App, text_: str
+) -> tuple[OutboundMessage | None, list[OutboundMessage]]:
+    pieces: list[OutboundMessage] = []
+
+    async def progress(out: OutboundMessage) -> None:
+        if out.kind == "stream":
+            pieces.append(out)
+
+    return await app.loop.handle(msg(text_), progress=progress), pieces
+
+
+async def test_a_reply_streams_in_pieces_before_it_is_whole(home: Home) -> None:
+    app = make_app(home, ScriptedProvider([text("One two three four five six seven.")]))
+    reply, pieces = await streamed_turn(app, "count")
+    assert reply is not None and len(pieces) > 3
+    streamed = "".join(p.content for p in pieces)
+    assert reply.content.startswith(streamed) and streamed  # the rest comes with the reply
+    assert pieces[-1].metadata["text"] == streamed and pieces[0].metadata["step"] == 0
+    quiet = make_app(home, ScriptedProvider([text("no stream")]), llm={"stream": False})
+    assert (await streamed_turn(quiet, "x"))[1] == []
+
+
+async def test_a_secret_is_never_streamed_even_in_part(home: Home) -> None:
+    secret = "sk-stream-secret-0123456789abcdef"
+    register_secrets([secret])
+    said = f"The key is {secret}, and I should never have said so in so many words, sorry."
+    app = make_app(home, ScriptedProvider([text(said)]))
+    reply, pieces = await streamed_turn(app, "tell me")
+    streamed = "".join(p.content for p in pieces)
+    assert "sk-stream" not in streamed and "The key is ***, and" in streamed
+    assert reply is not None and reply.content == said.replace(secret, "***")
+
+
+class HalfThenFail:
+    """Streams half an answer, then the connection drops."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    async def complete(
+        self, messages, tools=None, *, max_tokens=None, tool_choice=None, on_text=None
+    ) -> Reply:  # type: ignore[no-untyped-def]
+        self.calls += 1
+        if on_text is not None:
+            await on_text("Half an ")
+            await on_text("answer")
+        raise ProviderError("unreachable", "the stream was cut")
+
+
+async def test_a_stream_cut_short_keeps_what_was_shown_and_is_not_retried(home: Home) -> None:
+    model = HalfThenFail()
+    app = make_app(home, ScriptedProvider())
+    app.loop.provider = RetryingProvider(model, max_retries=3, base_delay=0)
+    reply, pieces = await streamed_turn(app, "go on")
+    assert model.calls == 1  # the person saw text: no retry could take it back
+    assert "".join(p.content for p in pieces) == shown_so_far("Half an answer")
+    assert reply is not None and reply.kind == "reply" and reply.metadata["cut_short"]
+    assert reply.content.startswith("Half an answer\n\n(I could not reach the model")
+    session = await app.sessions.get("cli:direct")
+    assert session.messages[-1] == session.messages[-1] | {
+        "role": "assistant",
+        "content": "Half an answer",
+        "interrupted": True,
+    }
+
+
+async def test_stopping_mid_stream_keeps_the_part_that_was_shown(home: Home) -> None:
+    release = asyncio.Event()
+
+    class Slow:
+        async def complete(
+            self, messages, tools=None, *, max_tokens=None, tool_choice=None, on_text=None
+        ) -> Reply:  # type: ignore[no-untyped-def]
+            assert on_text is not None
+            await on_text("The first part")
+            await release.wait()
+            return text("never")
+
+    app = make_app(home, ScriptedProvider())
+    app.loop.provider = Slow()
+    turn = asyncio.create_task(streamed_turn(app, "slowly"))
+    while not app.loop.is_busy("cli:direct") or "cli:direct" not in app.loop._running:
+        await asyncio.sleep(0.01)
+    await asyncio.sleep(0.05)
+    stop = await app.loop.handle(msg("/stop"))
+    assert stop is not None and stop.content == STOPPED
+    assert (await turn)[0] is None
+    session = await app.sessions.get("cli:direct")
+    assert session.messages[-1]["content"] == "The first part"
+    assert session.messages[-1]["interrupted"] is True
