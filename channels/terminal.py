@@ -53,6 +53,7 @@ class TerminalChannel:
         self._console = console
         self._bus: MessageBus | None = None
         self._waiting: dict[str, asyncio.Future[OutboundMessage]] = {}
+        self._views: dict[str, LiveReply] = {}  # replies being written, by message id
 
     @property
     def console(self) -> Console:
@@ -72,7 +73,10 @@ class TerminalChannel:
 
     async def send(self, msg: OutboundMessage) -> None:
         if msg.kind == "stream":
-            return  # shown whole when the reply comes
+            view = self._views.get(msg.reply_to or "")
+            if view is not None:
+                view.grow(msg)
+            return
         if msg.kind == "progress":
             self.console.print(f"  ↳ {msg.content}", style="dim", markup=False, highlight=False)
             return
@@ -119,13 +123,15 @@ class TerminalChannel:
         self.console.print("[dim]bye[/dim]")
 
     async def _exchange(self, text: str) -> None:
-        """Send one message and wait for its reply; Ctrl-C meanwhile sends /stop."""
-        reply = self._expect(await self._publish(text))
+        """Send one message and show its reply as it is written; Ctrl-C meanwhile sends /stop."""
+        msg = await self._publish(text)
+        reply = self._expect(msg)
         interrupted = asyncio.Event()
         loop = asyncio.get_running_loop()
         loop.add_signal_handler(signal.SIGINT, interrupted.set)
+        view = self._views[msg.id] = LiveReply(self.console)
         try:
-            with self.console.status("[dim]thinking…[/dim]", spinner="dots"):
+            with view:
                 interrupt = asyncio.ensure_future(interrupted.wait())
                 waits: set[asyncio.Future[Any]] = {reply, interrupt}
                 await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
@@ -134,11 +140,14 @@ class TerminalChannel:
                     stop = await self._expect(await self._publish("/stop"))
                     if stop.content == STOPPED:
                         reply.cancel()
+                        view.keep_shown()  # what was seen stays (the session keeps it too)
                         self.console.print("[yellow]⏹ cancelled[/yellow]")
                         return
                     await reply  # nothing was running any more: the reply is on its way
         finally:
+            del self._views[msg.id]
             loop.remove_signal_handler(signal.SIGINT)
+        view.keep_earlier_steps(reply.result())
         self._render(reply.result())
 
     async def _publish(self, text: str) -> InboundMessage:
@@ -162,3 +171,61 @@ class TerminalChannel:
 
             self.console.print(Markdown(msg.content))
         self.console.print()
+
+
+class LiveReply:
+    """The reply while it is written: a spinner, then the text so far as Markdown, redrawn in
+    place (only this region, never the screen). What is final is printed normally after it."""
+
+    def __init__(self, console: Console, refresh_per_second: int = 20) -> None:
+        self.console = console
+        self.refresh_per_second = refresh_per_second
+        self.steps: dict[int, str] = {}  # each model call's text so far
+        self._live: Any = None
+
+    def __enter__(self) -> LiveReply:
+        from rich.live import Live
+        from rich.spinner import Spinner
+
+        # Transient: the region is cleared at the end and the final text printed once, whole.
+        self._live = Live(
+            Spinner("dots", "[dim]thinking…[/dim]"),
+            console=self.console,
+            refresh_per_second=self.refresh_per_second,
+            transient=True,
+            vertical_overflow="crop",
+        )
+        self._live.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._live.__exit__(*exc)
+
+    def grow(self, piece: OutboundMessage) -> None:
+        step, text = int(piece.metadata.get("step", 0)), str(piece.metadata.get("text", ""))
+        first = not self.steps
+        self.steps[step] = text
+        # The first words are drawn at once; later ones with the next refresh (≤ 50 ms).
+        self._live.update(self._tail(text), refresh=first)
+
+    def _tail(self, text: str) -> Any:
+        from rich.markdown import Markdown
+
+        room = max(3, self.console.size.height - 3)
+        lines = text.splitlines()
+        return Markdown("\n".join(lines[-room:]) if len(lines) > room else text)
+
+    def keep_shown(self) -> None:
+        """A reply stopped halfway: everything shown so far stays on the screen."""
+        self._print(sorted(self.steps))
+
+    def keep_earlier_steps(self, reply: OutboundMessage) -> None:
+        """Text written before tool calls stays; the last step is the reply itself."""
+        self._print(sorted(self.steps)[:-1])
+
+    def _print(self, steps: list[int]) -> None:
+        from rich.markdown import Markdown
+
+        for step in steps:
+            if self.steps[step].strip():
+                self.console.print(Markdown(self.steps[step]))

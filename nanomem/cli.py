@@ -268,17 +268,55 @@ async def _one_shot(app: App, session: str, text: str) -> int:
 
     # A whole key continues another channel's conversation (its reply is printed here).
     channel, chat = (session.split(":", 1)) if ":" in session else ("cli", session)
-    reply = await app.loop.handle(InboundMessage(channel, chat, text, sender_id="user"))
+    stream = StdoutStream()
+    msg = InboundMessage(channel, chat, text, sender_id="user")
+    reply = await app.loop.handle(msg, progress=stream.show)
     await app.loop.close(grace_s=30)
     await app.aclose()
     if reply is None:
+        stream.end()
         print("nanomem: the turn was stopped", file=sys.stderr)
         return 1
     if reply.kind == "error":
+        stream.end()
         print(f"nanomem: {' '.join(reply.content.split())}", file=sys.stderr)
         return 1
-    print(reply.content)
+    stream.finish(reply.content)
     return 0
+
+
+class StdoutStream:
+    """`chat -m` writes the reply as it arrives (flushed), so a pipe sees text early."""
+
+    def __init__(self) -> None:
+        self.step: int | None = None
+        self.written = ""  # what the current step has put on stdout
+
+    async def show(self, out: Any) -> None:
+        if out.kind != "stream":
+            return
+        step = int(out.metadata.get("step", 0))
+        if self.step is not None and step != self.step:
+            sys.stdout.write("\n\n")  # what came before a tool call stays; a new text begins
+            self.written = ""
+        self.step = step
+        sys.stdout.write(out.content)
+        sys.stdout.flush()
+        self.written += out.content
+
+    def finish(self, reply: str) -> None:
+        """The rest of the reply; all of it again if it is not what was streamed."""
+        if self.written and reply.startswith(self.written):
+            rest = reply[len(self.written) :]
+        else:
+            self.end()
+            rest = reply
+        print(rest, flush=True)
+
+    def end(self) -> None:
+        if self.step is not None:
+            sys.stdout.write("\n")
+            sys.stdout.flush()
 
 
 async def _interactive(home: Home, settings: Settings, session: str, stderr_level: str) -> int:
