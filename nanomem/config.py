@@ -45,7 +45,8 @@ class LLMSettings(_Section):
 
 class AgentSettings(_Section):
     max_iterations: int = Field(20, ge=1, le=200)
-    max_concurrent_turns: int = Field(16, ge=1, le=1024)
+    # Turns mostly wait for the model: a hundred chats at once cost little CPU.
+    max_concurrent_turns: int = Field(128, ge=1, le=1024)
     workspace: Path | None = None
     max_message_chars: int = Field(32000, ge=100)
 

@@ -1,0 +1,120 @@
+"""100 chats at once through the real `nanomem gateway`: python-telegram-bot against the loopback
+Bot API, the model (500 ms) in a process of its own, default settings but for the endpoints.
+
+Each burst sends one message in each of 100 private chats at the same instant and measures the
+wall time until the Bot API has received every reply. Median of 3 bursts after a warm-up; the
+gateway is a separate process, the fake Bot API runs in this one.
+
+    python tests/benchmarks/bench_gateway.py [--runs N] [--chats N] [--env KEY=VALUE ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import _common  # before any nanomem import: repository root on sys.path, litellm offline
+
+from tests.fakes.telegram_server import FakeTelegram
+
+LATENCY = 0.5
+TARGET = 1.0  # seconds until every reply is sent
+FIRST_ID = 5000
+
+
+def start_gateway(
+    home: Path,
+    model_url: str,
+    telegram: FakeTelegram,
+    chats: int,
+    extra: dict[str, str],
+    profile: str | None = None,
+) -> subprocess.Popen[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NANOMEM_")}
+    env.update(
+        NANOMEM_HOME=str(home),
+        NANOMEM_LLM__MODEL="openai/fake",
+        NANOMEM_LLM__API_BASE=model_url,
+        NANOMEM_LLM__API_KEY=_common.API_KEY,
+        NANOMEM_TELEGRAM__ENABLED="true",
+        NANOMEM_TELEGRAM__TOKEN=telegram.token,
+        NANOMEM_TELEGRAM__BASE_URL=telegram.base_url,
+        NANOMEM_TELEGRAM__BASE_FILE_URL=telegram.base_file_url,
+        NANOMEM_TELEGRAM__ALLOW_FROM=json.dumps(list(range(FIRST_ID, FIRST_ID + chats + 1))),
+        NANOMEM_GATEWAY__PORT="0",
+        NANOMEM_DREAM__ENABLED="false",
+        **extra,
+    )
+    profiled = ["-m", "cProfile", "-o", profile] if profile else []
+    return subprocess.Popen(
+        [sys.executable, *profiled, "-m", "nanomem", "gateway"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+
+
+def replies(telegram: FakeTelegram, chat_ids: range) -> int:
+    wanted = set(chat_ids)
+    return sum(1 for m in telegram.sent_messages() if m["chat"]["id"] in wanted)
+
+
+def burst(telegram: FakeTelegram, chat_ids: range, timeout: float = 120) -> float:
+    before = replies(telegram, chat_ids)
+    started = time.perf_counter()
+    for chat in chat_ids:
+        telegram.send_text(chat, "hello there")
+    deadline = started + timeout
+    while replies(telegram, chat_ids) < before + len(chat_ids):
+        if time.perf_counter() > deadline:
+            raise TimeoutError(f"only {replies(telegram, chat_ids) - before} replies")
+        time.sleep(0.002)
+    return time.perf_counter() - started
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--chats", type=int, default=100)
+    parser.add_argument("--env", action="append", default=[], help="extra KEY=VALUE settings")
+    parser.add_argument("--profile", help="write a cProfile of the gateway to this file")
+    args = parser.parse_args()
+    extra = dict(item.split("=", 1) for item in args.env)
+    chat_ids = range(FIRST_ID + 1, FIRST_ID + 1 + args.chats)
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        _common.ModelServer(LATENCY) as model,
+        FakeTelegram() as telegram,
+    ):
+        gateway = start_gateway(
+            Path(tmp) / "home", model.base_url, telegram, args.chats, extra, args.profile
+        )
+        try:
+            telegram.send_text(FIRST_ID, "warm up")  # the first turn loads what is lazy
+            telegram.wait_for_messages(FIRST_ID, 1, timeout=60)
+            walls = [burst(telegram, chat_ids) for _ in range(args.runs)]
+        finally:
+            gateway.terminate()
+            gateway.wait(timeout=60)
+    wall = _common.median(walls)
+    ok = wall <= TARGET
+    settings = ", ".join(f"{k}={v}" for k, v in extra.items()) or "default settings"
+    print(
+        f"### {args.chats} chats at once through the gateway, "
+        f"model latency {LATENCY * 1000:.0f} ms\n"
+    )
+    rows = [[settings, f"{wall:.3f}", ", ".join(f"{w:.3f}" for w in walls), f"≤ {TARGET} s"]]
+    print(_common.table(["settings", "wall s (median)", "wall s (runs)", "target"], rows))
+    print(f"\n{_common.verdict(ok)}: {wall:.3f} s ≤ {TARGET} s until every reply was sent")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
