@@ -129,6 +129,8 @@ class AgentLoop:
                 self._turn_slots,
             ):
                 self._check_taking()
+                if found and found[0].name == "retry":  # a whole turn, not a line of text
+                    return await self._stoppable_turn(msg, progress, retry=True)
                 if found:
                     return OutboundMessage.answering(msg, await found[0].handler(msg, found[1]))
                 return await self._stoppable_turn(msg, progress)
@@ -144,13 +146,13 @@ class AgentLoop:
             raise Deferred
 
     async def _stoppable_turn(
-        self, msg: InboundMessage, progress: Progress | None
+        self, msg: InboundMessage, progress: Progress | None, *, retry: bool = False
     ) -> OutboundMessage | None:
         # What the person said is saved before the turn exists, so neither a /stop nor a
         # shutdown can lose it: the turn may be cut short, the message never is.
         key = msg.session_key
         self._starting.add(key)
-        saving = asyncio.ensure_future(self._acknowledge(msg))
+        saving = asyncio.ensure_future(self._retried(msg) if retry else self._acknowledge(msg))
         try:
             session, at = await asyncio.shield(saving)
         except asyncio.CancelledError:
@@ -163,6 +165,8 @@ class AgentLoop:
             self._stop_before_start.discard(key)
         if stopped:
             return None  # a /stop came while the message was being saved
+        if at is None:
+            return OutboundMessage.answering(msg, NOTHING_TO_RETRY)
         if (earlier_reply := finished_reply(session.messages, at)) is not None:
             return OutboundMessage.answering(msg, earlier_reply)  # replayed after its turn ended
         task = asyncio.create_task(self._turn(msg, session, at, progress))
@@ -199,7 +203,8 @@ class AgentLoop:
         partial = session.messages[at + 1 :]
         if seals := seal_tool_calls(partial)[len(partial) :]:
             await self.sessions.append(session, seals)
-        resumed = to_wire(session.messages[at + 1 :])
+        # A failed attempt's note is for later turns: a retry asks the model afresh.
+        resumed = to_wire([m for m in session.messages[at + 1 :] if not m.get("failed")])
         fixed = (
             self.budget.count_system(system["content"])  # remembered by text: a lookup
             + self.budget.count(user)
@@ -276,7 +281,13 @@ class AgentLoop:
             model=self.settings.llm.model,
             key_source=key_source(self.settings.llm),
         )
-        shown = [interrupted(exc.shown)] if exc.shown else []
+        # Saved as ours, not the model's words: the next turn's prompt says no reply was given.
+        failed = {
+            "role": "assistant",
+            "content": self.templates.render("turn_failed.md.j2", category=exc.category),
+            "failed": exc.category,
+        }
+        shown = [interrupted(exc.shown)] if exc.shown else [failed]
         await self._save(session, seal_tool_calls(result.messages) + shown)
         if exc.shown:  # what was shown stands, with a note; never a second, different reply
             text = f"{redact(exc.shown)}\n\n({note})"
@@ -292,7 +303,22 @@ class AgentLoop:
         session.system_tokens = self.budget.count_system(text)
         return {"role": "system", "content": text}
 
-    async def _acknowledge(self, msg: InboundMessage) -> tuple[Session, int]:
+    async def _retried(self, msg: InboundMessage) -> tuple[Session, int | None]:
+        """The chat's last message, when it is still unanswered (None otherwise)."""
+        session = await self.sessions.get(msg.session_key)
+        last = next(
+            (
+                i
+                for i in range(len(session.messages) - 1, -1, -1)
+                if session.messages[i].get("role") == "user"
+            ),
+            None,
+        )
+        if last is None or last < session.replay_from:
+            return session, None
+        return session, None if finished_reply(session.messages, last) is not None else last
+
+    async def _acknowledge(self, msg: InboundMessage) -> tuple[Session, int | None]:
         """The session and the index of the message in it: saved now, or found there when a
         replayed message had been saved before a crash."""
         session = await self.sessions.get(msg.session_key)
@@ -334,6 +360,7 @@ class AgentLoop:
             Command("new", "start a new conversation (earlier ones stay in memory)", self._cmd_new)
         )
         register(Command("stop", "stop the reply in progress", self._cmd_stop, immediate=True))
+        register(Command("retry", "run your last unanswered message again", self._cmd_retry))
 
     async def _cmd_help(self, msg: InboundMessage, args: str) -> str:
         return self.templates.render("help.md.j2", commands=self.commands.all())
@@ -343,6 +370,9 @@ class AgentLoop:
         notes = [note for hook in self.before_new if (note := await hook(session))]
         await self.sessions.update_state(session, replay_from=len(session.messages))
         return "\n".join(["New session started.", *notes])
+
+    async def _cmd_retry(self, msg: InboundMessage, args: str) -> str:
+        return NOTHING_TO_RETRY  # never reached: handle() runs /retry as a turn
 
     async def _cmd_stop(self, msg: InboundMessage, args: str) -> str:
         task = self._running.get(msg.session_key)
@@ -355,6 +385,7 @@ class AgentLoop:
         return STOPPED
 
 
+NOTHING_TO_RETRY = "Nothing to retry: your last message was answered."
 REPLAY_SEARCH = 2000  # a replayed message is among the last messages of its session
 
 
@@ -372,6 +403,8 @@ def finished_reply(messages: list[dict[str, Any]], at: int) -> str | None:
     last = messages[-1] if len(messages) > at + 1 else None
     if last is None or last.get("role") != "assistant" or last.get("tool_calls"):
         return None
+    if last.get("failed"):
+        return None  # a failed attempt: worth another
     return str(last.get("content") or "")
 
 

@@ -73,13 +73,15 @@ def test_permanent_failure_gives_a_short_message_and_a_consistent_session(
     lines = result.stderr.strip().splitlines()
     assert lines == ["nanomem: The model service had an internal error. Please try again shortly."]
     assert len(fake_llm.requests) == 2
-    roles = [r.get("role") for r in session_lines(home)[1:]]
-    assert roles == ["user"]  # the user's words are kept; no error text poses as the assistant
+    saved = session_lines(home)[1:]
+    assert [r.get("role") for r in saved] == ["user", "assistant"]  # the user's words are kept
+    assert saved[1]["failed"] == "server" and "stack trace" not in saved[1]["content"]
     fake_llm.reply("back again")
     second = run_cli("chat", "-m", "are you there?", env=cli_env(home, fake_llm))
     assert second.stdout.strip() == "back again"
     sent = fake_llm.requests[-1]["messages"]
-    assert [m["role"] for m in sent] == ["system", "user", "user"]
+    assert [m["role"] for m in sent] == ["system", "user", "assistant", "user"]
+    assert "no reply was given" in sent[2]["content"]  # honest: the first got no answer
 
 
 def test_unreachable_model_is_named(home: Home) -> None:

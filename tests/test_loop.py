@@ -7,6 +7,7 @@ from nanomem.app import App
 from nanomem.bus import InboundMessage, OutboundMessage
 from nanomem.commands import STOPPED
 from nanomem.log import register_secrets, shown_so_far
+from nanomem.loop import NOTHING_TO_RETRY
 from nanomem.onboard import Home
 from nanomem.provider import ProviderError, Reply, RetryingProvider
 from nanomem.scripted import ScriptedProvider, call, text
@@ -97,7 +98,9 @@ async def test_provider_failure_gives_a_short_message_and_stores_no_error(home: 
     assert reply is not None and reply.kind == "error"
     assert "refused the API key" in reply.content and "sk-live" not in reply.content
     session = await app.sessions.get("cli:direct")
-    assert [m["role"] for m in session.messages] == ["user"]
+    assert [m["role"] for m in session.messages] == ["user", "assistant"]
+    note = session.messages[-1]  # ours, marked as such: never the error's text
+    assert note["failed"] == "auth" and "sk-live" not in note["content"]
 
 
 async def test_iteration_limit_ends_with_a_clear_message(home: Home) -> None:
@@ -378,3 +381,26 @@ async def test_stopping_mid_stream_keeps_the_part_that_was_shown(home: Home) -> 
     session = await app.sessions.get("cli:direct")
     assert session.messages[-1]["content"] == "The first part"
     assert session.messages[-1]["interrupted"] is True
+
+
+async def test_a_failed_turn_is_recorded_honestly_and_retry_runs_it_again(home: Home) -> None:
+    provider = ScriptedProvider([ProviderError("unreachable", "down"), text("Here it is.")])
+    app = make_app(home, provider)
+    failed = await app.loop.handle(msg("what is the capital of Peru?"))
+    assert failed is not None and failed.kind == "error"
+    session = await app.sessions.get("cli:direct")
+    note = session.messages[-1]
+    assert note["role"] == "assistant" and note["failed"] == "unreachable"
+    assert "no reply was given" in note["content"]
+    retried = await app.loop.handle(msg("/retry"))
+    assert retried is not None and retried.content == "Here it is."
+    sent = provider.calls[-1]
+    assert sent[-1]["content"].endswith("what is the capital of Peru?")  # asked afresh
+    assert not any("no reply was given" in str(m.get("content")) for m in sent)
+    again = await app.loop.handle(msg("/retry"))
+    assert again is not None and again.content == NOTHING_TO_RETRY
+    await app.loop.handle(msg("thanks"))
+    later = provider.calls[-1]  # the next turn's prompt says the first attempt got no reply
+    assert any("no reply was given" in str(m.get("content")) for m in later)
+    roles = [m["role"] for m in session.messages]
+    assert roles == ["user", "assistant", "assistant", "user", "assistant"]

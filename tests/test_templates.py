@@ -47,6 +47,7 @@ SAMPLES = {
     "help.md.j2": {"commands": []},
     "provider_error.md.j2": {"category": "auth", "model": "openai/x", "key_source": "X"},
     "iteration_limit.md.j2": {"max_iterations": 20},
+    "turn_failed.md.j2": {"category": "unreachable"},
     "config.toml.j2": {"model": "openai/gpt-4o-mini", "api_key": ""},
 }
 
