@@ -15,7 +15,6 @@ import json
 import math
 import os
 from typing import Any
-from urllib.parse import urlsplit
 
 import aiohttp
 from loguru import logger
@@ -55,9 +54,6 @@ class OpenAIHTTPProvider:
         self.url = f"{self.base_url}/chat/completions"
         key = settings.api_key.get_secret_value() if settings.api_key is not None else ""
         self._key = key or os.environ.get(path.key_variable or "OPENAI_API_KEY", "")
-        # OpenAI's newer models refuse max_tokens; other servers may not know its successor.
-        openai = urlsplit(self.base_url).hostname == "api.openai.com"
-        self._max_tokens_key = "max_completion_tokens" if openai else "max_tokens"
         self._headers = {"Content-Type": "application/json"}
         if self._key:
             self._headers["Authorization"] = f"Bearer {self._key}"
@@ -79,7 +75,7 @@ class OpenAIHTTPProvider:
             raise ProviderError("auth", f"Missing credentials: no API key (set {variable})")
         body: dict[str, Any] = {
             "model": self.model,
-            self._max_tokens_key: max_tokens or self.settings.max_tokens,
+            self.route.max_tokens_field: max_tokens or self.settings.max_tokens,
         }
         if on_text is not None:
             body["stream"] = True

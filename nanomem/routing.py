@@ -62,6 +62,8 @@ class Route:
     base_url: str = ""  # direct only
     key_variable: str | None = None  # where the key comes from when llm.api_key is unset
     needs_key: bool = False  # direct: refuse a keyless call to a hosted API before sending
+    # OpenAI's newer models refuse max_tokens; other servers may not know its successor.
+    max_tokens_field: str = "max_tokens"
 
     def describe(self) -> str:
         """One line for `nanomem status`."""
@@ -136,7 +138,9 @@ def _direct(llm: LLMSettings, prefix: str, rest: str, host: Host | None, reason:
     else:  # a base of one's own (a proxy, a gateway) may well need no key
         hosted = host.needs_key and base == (host.base or "").rstrip("/")
     variable = host.key_variable if host is not None else "OPENAI_API_KEY"
-    return Route("direct", reason, model, base, variable, hosted)
+    openai = urlsplit(base).hostname == "api.openai.com"
+    field = "max_completion_tokens" if openai else "max_tokens"
+    return Route("direct", reason, model, base, variable, hosted, field)
 
 
 def _litellm(llm: LLMSettings, prefix: str, reason: str) -> Route:
