@@ -296,7 +296,7 @@ class FakeOpenAI:
 
     @property
     def streams_finished(self) -> int:
-        """Streamed responses sent to their end ([DONE] written), cut ones not counted."""
+        """Streamed responses sent to their end (counted as [DONE] goes out), cut ones not."""
         with self._lock:
             return self._streams_finished
 
@@ -484,10 +484,10 @@ class FakeOpenAI:
             if number and step.pause:
                 await asyncio.sleep(step.pause)
             await resp.write(f"data: {json.dumps(event)}\n\n".encode())
+        with self._lock:  # counted before [DONE] goes out: a client can never be ahead of it
+            self._streams_finished += 1
         await resp.write(b"data: [DONE]\n\n")
         await resp.write_eof()
-        with self._lock:
-            self._streams_finished += 1
         return resp
 
 
