@@ -210,7 +210,7 @@ def build_app(
 def _model(llm: LLMSettings, transports: list[Provider]) -> Provider:
     """The model client the route asks for (nanomem/routing.py), with retries around it."""
     path = route(llm)
-    logger.info("model {} via {}", llm.model, path.describe())
+    logger.debug("model {} via {}", llm.model, path.describe())  # `nanomem status` says it too
     client: Provider
     if path.path == "direct":
         from nanomem.openai_http import OpenAIHTTPProvider  # aiohttp: only when chosen

@@ -158,7 +158,6 @@ def test_an_old_onboarding_config_goes_the_lean_way_and_says_so(
     assert result.stdout == "fast path\n"
     log = (home.logs / "nanomem.log").read_text()
     assert log.count("defaults `nanomem onboard` used to write") == 1
-    assert "via lean client (direct)" in log
     # A transport set in the environment is a choice, old config or not.
     chosen = status(home, NANOMEM_LLM__API_BASE=fake_llm.base_url, NANOMEM_LLM__TRANSPORT="litellm")
     assert chosen.startswith("model path") and "litellm: llm.transport = litellm" in chosen
