@@ -8,6 +8,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from loguru import logger
+
 from nanomem.bus import MessageBus
 from nanomem.config import LLMSettings, Settings
 from nanomem.consolidator import Consolidator
@@ -21,8 +23,10 @@ from nanomem.litellm_provider import LiteLLMProvider, import_litellm, supports_i
 from nanomem.log import register_secrets
 from nanomem.loop import AgentLoop
 from nanomem.memory_commands import MemoryCommands
+from nanomem.old_defaults import NOTE as OLD_DEFAULTS_NOTE
 from nanomem.onboard import Home
 from nanomem.provider import Provider, RetryingProvider
+from nanomem.routing import route
 from nanomem.scheduler import DreamScheduler
 from nanomem.session import SessionStore
 from nanomem.shelltool import ShellTool
@@ -68,9 +72,12 @@ class App:
     def warm_up(self) -> None:
         """Load the slow libraries in the background (never on the event loop)."""
 
+        litellm = any(isinstance(t, LiteLLMProvider) for t in self.transports)
+
         def load() -> None:
             self.budget.tokenizer.count("warm up")
-            import_litellm()
+            if litellm:  # ~170 MB and 2 s: only for a model that goes through it
+                import_litellm()
 
         threading.Thread(target=load, name="warm-up", daemon=True).start()
 
@@ -91,6 +98,8 @@ def build_app(
     """With `durable`, messages pass through the inbox on disk (the gateway)."""
     llm = settings.llm
     register_secrets([llm.api_key.get_secret_value() if llm.api_key else None])
+    if llm.old_defaults_ignored:
+        logger.info(OLD_DEFAULTS_NOTE)
     workspace = workspace_of(settings, home)
     templates = Templates(workspace / "templates")
     skills = Skills(workspace / "skills")
@@ -199,12 +208,16 @@ def build_app(
 
 
 def _model(llm: LLMSettings, transports: list[Provider]) -> Provider:
-    """The model client the settings ask for, with retries around it."""
-    client: Provider = LiteLLMProvider(llm)
-    if llm.transport == "direct":
+    """The model client the route asks for (nanomem/routing.py), with retries around it."""
+    path = route(llm)
+    logger.debug("model {} via {}", llm.model, path.describe())  # `nanomem status` says it too
+    client: Provider
+    if path.path == "direct":
         from nanomem.openai_http import OpenAIHTTPProvider  # aiohttp: only when chosen
 
-        client = OpenAIHTTPProvider(llm)
+        client = OpenAIHTTPProvider(llm, path)
+    else:
+        client = LiteLLMProvider(llm)
     transports.append(client)
     return RetryingProvider(client, llm.max_retries)
 

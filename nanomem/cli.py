@@ -196,18 +196,23 @@ def cmd_onboard(args: argparse.Namespace) -> int:
 
 def cmd_status(args: argparse.Namespace) -> int:
     from nanomem.app import workspace_of
+    from nanomem.routing import route
     from nanomem.session import SessionStore
 
     home = _home(args)
     settings = _settings(args, home)
     config = _config_path(args, home)
     llm = settings.llm
+    path = route(llm).describe() if llm.model else "(no model)"
+    if llm.old_defaults_ignored:
+        path += " (config.toml's old onboarding defaults are treated as not chosen)"
     rows = [
         ("home", str(home.root)),
         ("config", f"{config}" + ("" if config.exists() else " (missing: run nanomem onboard)")),
         ("workspace", str(workspace_of(settings, home))),
         ("model", llm.model or "(not set: llm.model / NANOMEM_LLM__MODEL)"),
         ("api base", llm.api_base or "(provider default)"),
+        ("model path", path),
         ("api key", "set" if llm.api_key and llm.api_key.get_secret_value() else "not set"),
         ("context window", f"{llm.context_window_tokens} tokens"),
         ("shell tool", "enabled" if settings.tools.shell_enabled else "disabled"),

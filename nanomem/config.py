@@ -11,12 +11,16 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    PrivateAttr,
     SecretStr,
     ValidationError,
     field_validator,
     model_validator,
 )
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+from nanomem.old_defaults import without_old_defaults
+from nanomem.routing import key_variable
 
 ENV_PREFIX = "NANOMEM_"
 ENV_DELIMITER = "__"
@@ -37,10 +41,18 @@ class LLMSettings(_Section):
     context_window_tokens: int = Field(65536, ge=1024)
     # Whether the model takes images; unset asks litellm's model list.
     supports_images: bool | None = None
-    # "direct" talks to an OpenAI-compatible server without litellm (less CPU per call).
-    transport: Literal["litellm", "direct"] = "litellm"
+    # "auto": OpenAI-compatible endpoints through the lean client, the rest through litellm
+    # (nanomem/routing.py decides); "direct" and "litellm" force one path.
+    transport: Literal["auto", "litellm", "direct"] = "auto"
     # Replies arrive piece by piece as the model writes them; off for servers that cannot.
     stream: bool = True
+    # Set when config.toml held only old onboarding defaults (nanomem/old_defaults.py).
+    _old_defaults: bool = PrivateAttr(False)
+
+    @property
+    def old_defaults_ignored(self) -> bool:
+        """config.toml held exactly the old onboarding defaults, so they were not applied."""
+        return self._old_defaults
 
 
 class AgentSettings(_Section):
@@ -183,8 +195,7 @@ def key_source(llm: LLMSettings) -> str:
             return f"the environment variable {name}"
     if llm.api_key is not None:
         return "`llm.api_key` in config.toml"
-    provider = llm.model.split("/", 1)[0] if "/" in llm.model else "openai"
-    variable = f"{provider.upper().replace('-', '_')}_API_KEY"
+    variable = key_variable(llm)
     if variable in os.environ:
         return f"the environment variable {variable}"
     return f"no key is set (`llm.api_key`, or {variable})"
@@ -194,6 +205,7 @@ def load_settings(config_path: Path, overrides: dict[str, Any] | None = None) ->
     """Build Settings; a missing file means defaults, anything unusable raises ConfigError."""
     overrides = overrides or {}
     file_data = read_toml(config_path) if config_path.exists() else {}
+    file_data, old_defaults = without_old_defaults(file_data)
 
     class _Loaded(Settings):
         @classmethod
@@ -208,9 +220,11 @@ def load_settings(config_path: Path, overrides: dict[str, Any] | None = None) ->
             return (init_settings, env_settings, _DictSource(settings_cls, file_data))
 
     try:
-        return _Loaded(**overrides)
+        settings = _Loaded(**overrides)
     except ValidationError as exc:
         raise ConfigError(_describe(exc, config_path, file_data, overrides)) from None
+    settings.llm._old_defaults = old_defaults
+    return settings
 
 
 def _describe(

@@ -23,6 +23,7 @@ from nanomem.provider import (
     Usage,
     categorize,
 )
+from nanomem.reply_stream import ReplyStream
 from nanomem.utf8 import clean_text
 
 # What litellm says when a response arrived but is not a chat completion.
@@ -106,14 +107,53 @@ class LiteLLMProvider:
             raise ProviderError("auth", "Missing credentials: no API key for an OpenAI model")
         if self.settings.temperature is not None:
             kwargs["temperature"] = self.settings.temperature
+        if on_text is not None:
+            kwargs["stream"] = True
+            kwargs["stream_options"] = {"include_usage": True}  # usage in the last chunk
         try:
             response = await litellm.acompletion(**kwargs)
         except Exception as exc:
             raise classify(exc) from None
-        reply = _to_reply(response)
-        if on_text is not None and reply.content:  # not streamed yet: the text in one piece
-            await on_text(reply.content)
-        return reply
+        if on_text is None:
+            return _to_reply(response)
+        stream = ReplyStream(on_text)
+        try:
+            async for chunk in response:
+                await _apply(chunk, stream)
+        except ProviderError:
+            raise
+        except Exception as exc:
+            error = classify(exc)
+            if error.category == "unreachable":  # the answer had begun: it was cut
+                error.category, error.detail = "server", f"the answer was cut: {error.detail}"
+            raise error from None
+        return await stream.finish(ended=False)
+
+
+async def _apply(chunk: Any, stream: ReplyStream) -> None:
+    """One of litellm's stream chunks: text and tool-call deltas, finish reason, usage."""
+    usage = getattr(chunk, "usage", None)
+    if usage is not None:
+        stream.set_usage(getattr(usage, "prompt_tokens", 0), getattr(usage, "completion_tokens", 0))
+    for choice in getattr(chunk, "choices", None) or ():
+        delta = getattr(choice, "delta", None)
+        text = getattr(delta, "content", None)
+        if isinstance(text, str) and text:
+            await stream.text(text)
+        for position, call in enumerate(getattr(delta, "tool_calls", None) or ()):
+            index = getattr(call, "index", None)
+            fn = getattr(call, "function", None)
+            stream.tool_call(
+                index if isinstance(index, int) else position,
+                _str(getattr(call, "id", None)),
+                _str(getattr(fn, "name", None)),
+                _str(getattr(fn, "arguments", None)),
+            )
+        stream.finished(_str(getattr(choice, "finish_reason", None)))
+
+
+def _str(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
 
 
 def _openai_key_missing(litellm: ModuleType, model: str, kwargs: dict[str, Any]) -> bool:

@@ -1,9 +1,11 @@
-"""A lean direct client for OpenAI-compatible `/chat/completions` (the `direct` transport).
+"""A lean client for OpenAI-compatible `/chat/completions` (where nanomem/routing.py sends
+OpenAI-compatible endpoints, and every model with `llm.transport = "direct"`).
 
-litellm spends milliseconds of CPU per call (cost maps, logging, request transforms), which
-caps how many chats one process can serve; this does one POST over a shared aiohttp session
-and maps answers and failures onto the same Reply and ProviderError categories as
-`litellm_provider.classify`. It never retries: RetryingProvider does that.
+litellm spends milliseconds of CPU per call (cost maps, logging, request transforms) and
+seconds on its import; this does one POST over a shared aiohttp session, streams the reply
+as server-sent events when asked to, and maps answers and failures onto the same Reply and
+ProviderError categories as `litellm_provider.classify`. It never retries: RetryingProvider
+does that.
 """
 
 from __future__ import annotations
@@ -13,7 +15,6 @@ import json
 import math
 import os
 from typing import Any
-from urllib.parse import urlsplit
 
 import aiohttp
 from loguru import logger
@@ -29,24 +30,30 @@ from nanomem.provider import (
     categorize,
     encode_messages,
 )
+from nanomem.reply_stream import ReplyStream
+from nanomem.routing import Route, route
 from nanomem.utf8 import clean_text
 
-OPENAI_BASE = "https://api.openai.com/v1"
 _CONNECTIONS = 256  # one connection per concurrent chat; the default of 100 would queue them
+_MAX_LINE = 64 * 2**20  # one server-sent event (a whole tool call's arguments may be one)
 
 
 class OpenAIHTTPProvider:
     """Talks to one OpenAI-compatible endpoint; converts its JSON and errors into ours."""
 
-    def __init__(self, settings: LLMSettings) -> None:
+    def __init__(self, settings: LLMSettings, path: Route | None = None) -> None:
         self.settings = settings
-        self.model = settings.model.removeprefix("openai/")  # litellm's provider prefix
-        # Same fallbacks as litellm: settings, then the OpenAI SDK's environment variables.
-        base = settings.api_base or os.environ.get("OPENAI_BASE_URL")
-        self.base_url = (base or os.environ.get("OPENAI_API_BASE") or OPENAI_BASE).rstrip("/")
+        if path is None or path.path != "direct":
+            path = route(settings)
+            if path.path != "direct":  # litellm's choice, but this client was asked for
+                path = route(settings.model_copy(update={"transport": "direct"}))
+        self.route = path
+        self.model = path.model  # without litellm's provider prefix
+        # Same fallbacks as litellm: settings, then the provider's environment variables.
+        self.base_url = path.base_url
         self.url = f"{self.base_url}/chat/completions"
         key = settings.api_key.get_secret_value() if settings.api_key is not None else ""
-        self._key = key or os.environ.get("OPENAI_API_KEY", "")
+        self._key = key or os.environ.get(path.key_variable or "OPENAI_API_KEY", "")
         self._headers = {"Content-Type": "application/json"}
         if self._key:
             self._headers["Authorization"] = f"Bearer {self._key}"
@@ -62,13 +69,17 @@ class OpenAIHTTPProvider:
         tool_choice: ToolChoice | None = None,
         on_text: TextSink | None = None,
     ) -> Reply:
-        if not self._key and urlsplit(self.base_url).hostname == "api.openai.com":
-            # OpenAI would answer 401 anyway; a local server may legitimately need no key.
-            raise ProviderError("auth", "Missing credentials: no API key for an OpenAI model")
+        if not self._key and self.route.needs_key:
+            # A hosted API would answer 401 anyway; a local server may legitimately need no key.
+            variable = self.route.key_variable or "llm.api_key"
+            raise ProviderError("auth", f"Missing credentials: no API key (set {variable})")
         body: dict[str, Any] = {
             "model": self.model,
-            "max_tokens": max_tokens or self.settings.max_tokens,
+            self.route.max_tokens_field: max_tokens or self.settings.max_tokens,
         }
+        if on_text is not None:
+            body["stream"] = True
+            body["stream_options"] = {"include_usage": True}  # usage in the last chunk
         if tools:
             body["tools"] = tools
             if tool_choice is not None:
@@ -77,22 +88,29 @@ class OpenAIHTTPProvider:
             body["temperature"] = self.settings.temperature
         # The replayed history is most of the request, and its messages arrive encoded.
         data = f'{json.dumps(body)[:-1]}, "messages": {encode_messages(messages)}}}'
+        answered = False  # a cut after the answer began is the server's fault, not the network's
         try:
             # No redirects: following one could carry the key to another host.
             async with self._client().post(
                 self.url, data=data, headers=self._headers, allow_redirects=False
             ) as resp:
+                answered = True
+                if not 200 <= resp.status < 300:
+                    raw = await resp.read()
+                    raise self._error(resp.status, raw, resp.headers.get("Retry-After"))
+                if on_text is not None and resp.content_type == "text/event-stream":
+                    return await _read_events(resp.content, ReplyStream(on_text))
                 raw = await resp.read()
-                status, retry_after = resp.status, resp.headers.get("Retry-After")
         except TimeoutError:  # asyncio's, and aiohttp's ServerTimeoutError
             detail = f"no answer within {self.settings.timeout_s:g} s"
             raise ProviderError("timeout", detail, 408) from None
         except aiohttp.ClientError as exc:  # refused, reset, DNS, truncated body, bad URL
-            raise ProviderError("unreachable", self._safe(f"{type(exc).__name__}: {exc}")) from None
-        if not 200 <= status < 300:
-            raise self._error(status, raw, retry_after)
+            detail = self._safe(f"{type(exc).__name__}: {exc}")
+            if answered:
+                raise ProviderError("server", f"the answer was cut: {detail}") from None
+            raise ProviderError("unreachable", detail) from None
         reply = _to_reply(raw)
-        if on_text is not None and reply.content:  # not streamed yet: the text in one piece
+        if on_text is not None and reply.content:  # a server that does not stream: one piece
             await on_text(reply.content)
         return reply
 
@@ -123,6 +141,63 @@ class OpenAIHTTPProvider:
     def _safe(self, text: str) -> str:
         # Servers and proxies sometimes echo the request; the key must never reach a log or chat.
         return text.replace(self._key, "***") if self._key else text
+
+
+async def _read_events(content: aiohttp.StreamReader, stream: ReplyStream) -> Reply:
+    """Server-sent events (`data: {chunk}` lines, then `data: [DONE]`) into a Reply."""
+    ended = False
+    while line := await content.readline(max_line_length=_MAX_LINE):
+        if not line.startswith(b"data:"):
+            continue  # blank separators, ": keep-alive" comments, "event:" lines
+        data = line[5:].strip()
+        if data == b"[DONE]":
+            ended = True
+            break
+        try:
+            chunk = json.loads(data)
+        except ValueError:
+            snippet = " ".join(data[:120].decode("utf-8", "replace").split())
+            raise ProviderError("server", f"malformed stream chunk: {snippet!r}") from None
+        await _apply(chunk, stream)
+    return await stream.finish(ended=ended)
+
+
+async def _apply(chunk: Any, stream: ReplyStream) -> None:
+    """One chunk: a text delta, tool-call deltas, a finish reason, usage, or an error."""
+    try:
+        error = chunk.get("error")
+        if error is not None:  # some hosts (OpenRouter) report a failure mid-stream this way
+            text = _message(json.dumps({"error": error}))
+            code = error.get("code") if isinstance(error, dict) else None
+            status = code if isinstance(code, int) else None
+            raise ProviderError(categorize(status, text), f"in the stream: {text[:300]}", status)
+        usage = chunk.get("usage")
+        if isinstance(usage, dict):
+            stream.set_usage(usage.get("prompt_tokens"), usage.get("completion_tokens"))
+        for choice in chunk.get("choices") or ():
+            if choice.get("index", 0) != 0:
+                continue
+            delta = choice.get("delta") or {}
+            piece = delta.get("content")
+            if isinstance(piece, str) and piece:
+                await stream.text(piece)
+            for position, call in enumerate(delta.get("tool_calls") or ()):
+                index = call.get("index")
+                fn = call.get("function") or {}
+                stream.tool_call(
+                    index if isinstance(index, int) else position,
+                    _str(call.get("id")),
+                    _str(fn.get("name")),
+                    _arguments(fn["arguments"]) if fn.get("arguments") else None,
+                )
+            stream.finished(_str(choice.get("finish_reason")))
+    except (AttributeError, TypeError, KeyError):
+        snippet = " ".join(json.dumps(chunk)[:120].split())
+        raise ProviderError("server", f"malformed stream chunk: {snippet!r}") from None
+
+
+def _str(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
 
 
 def _message(text: str) -> str:

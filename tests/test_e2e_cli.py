@@ -1,4 +1,5 @@
-"""The real `nanomem` command in a subprocess, talking to the loopback model through litellm."""
+"""The real `nanomem` command in a subprocess, talking to the loopback model (the lean client by
+default for an api_base; litellm where a test says so)."""
 
 import json
 import os
@@ -30,9 +31,11 @@ def test_one_shot_chat(home: Home, fake_llm: FakeOpenAI) -> None:
 
 
 def test_tool_call_round_trip(home: Home, fake_llm: FakeOpenAI) -> None:
+    # Through litellm on purpose: a litellm bump that breaks real tool calls must fail here.
     fake_llm.tool_call("write_file", {"path": "todo.md", "content": "- call mum"})
     fake_llm.reply("Added to todo.md")
-    result = run_cli("chat", "-m", "add 'call mum' to my todo", env=cli_env(home, fake_llm))
+    env = cli_env(home, fake_llm, NANOMEM_LLM__TRANSPORT="litellm")
+    result = run_cli("chat", "-m", "add 'call mum' to my todo", env=env)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "Added to todo.md"
     assert (home.workspace / "todo.md").read_text() == "- call mum"
@@ -155,7 +158,7 @@ def test_no_model_configured_says_what_to_set(tmp_path: Path) -> None:
 
 def test_bad_config_exits_2_naming_key_and_source(home: Home) -> None:
     home.config.write_text(
-        home.config.read_text().replace("max_tokens = 4096", "max_tokens = 'lots'")
+        home.config.read_text().replace("# max_tokens = 4096", "max_tokens = 'lots'", 1)
     )
     result = run_cli("chat", "-m", "hi", env=cli_env(home))
     assert result.returncode == 2

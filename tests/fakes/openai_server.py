@@ -38,11 +38,35 @@ class Step:
     retry_after: float | None = None
     latency: float = 0.0
     usage: dict[str, int] | None = None
+    # When the request streams (`"stream": true`):
+    pieces: int = 3  # content chunks the text is split into (tool arguments likewise)
+    pause: float = 0.0  # seconds between chunks
+    cut_after: int | None = None  # drop the connection after this many chunks (no [DONE])
+    hold_after: int | None = None  # after this many chunks, wait for FakeOpenAI.release()
 
     @classmethod
-    def reply(cls, text: str, *, latency: float = 0.0, usage: dict[str, int] | None = None) -> Step:
-        """A plain assistant text reply."""
-        return cls("reply", text=text, latency=latency, usage=usage)
+    def reply(
+        cls,
+        text: str,
+        *,
+        latency: float = 0.0,
+        usage: dict[str, int] | None = None,
+        pieces: int = 3,
+        pause: float = 0.0,
+        cut_after: int | None = None,
+        hold_after: int | None = None,
+    ) -> Step:
+        """A plain assistant text reply; the streaming options apply to streamed requests."""
+        return cls(
+            "reply",
+            text=text,
+            latency=latency,
+            usage=usage,
+            pieces=pieces,
+            pause=pause,
+            cut_after=cut_after,
+            hold_after=hold_after,
+        )
 
     @classmethod
     def tool_call(
@@ -53,14 +77,19 @@ class Step:
         call_id: str | None = None,
         text: str | None = None,
         latency: float = 0.0,
+        cut_after: int | None = None,
     ) -> Step:
         """An assistant message with a single tool call (string arguments pass through)."""
-        return cls("tool_calls", text=text, calls=((name, arguments, call_id),), latency=latency)
+        call = (name, arguments, call_id)
+        return cls("tool_calls", text=text, calls=(call,), latency=latency, cut_after=cut_after)
 
     @classmethod
-    def tool_calls(cls, calls: list[tuple[str, ToolArgs]], *, latency: float = 0.0) -> Step:
+    def tool_calls(
+        cls, calls: list[tuple[str, ToolArgs]], *, latency: float = 0.0, pause: float = 0.0
+    ) -> Step:
         """An assistant message with several tool calls."""
-        return cls("tool_calls", calls=tuple((n, a, None) for n, a in calls), latency=latency)
+        named = tuple((n, a, None) for n, a in calls)
+        return cls("tool_calls", calls=named, latency=latency, pause=pause)
 
     @classmethod
     def error(
@@ -102,7 +131,7 @@ def echo_step(request: dict[str, Any]) -> Step:
     return Step.reply("echo: " + (_text_of(users[-1].get("content")) if users else ""))
 
 
-def _pieces(text: str, n: int = 3) -> list[str]:
+def _pieces(text: str, n: int) -> list[str]:
     size = max(1, -(-len(text) // n))
     return [text[i : i + size] for i in range(0, len(text), size)]
 
@@ -131,6 +160,8 @@ class FakeOpenAI:
         self._stop_event: asyncio.Event | None = None
         self._startup_error: BaseException | None = None
         self._inflight: set[asyncio.Task[Any]] = set()  # touched only on the server loop
+        self._release: asyncio.Event | None = None  # lets a held stream go on
+        self._streams_finished = 0
 
     def start(self) -> FakeOpenAI:
         """Start the server thread and block until it is listening."""
@@ -176,10 +207,28 @@ class FakeOpenAI:
             self._script.append(step)
 
     def reply(
-        self, text: str, *, latency: float = 0.0, usage: dict[str, int] | None = None
+        self,
+        text: str,
+        *,
+        latency: float = 0.0,
+        usage: dict[str, int] | None = None,
+        pieces: int = 3,
+        pause: float = 0.0,
+        cut_after: int | None = None,
+        hold_after: int | None = None,
     ) -> None:
-        """Script a text reply."""
-        self.add(Step.reply(text, latency=latency, usage=usage))
+        """Script a text reply (see Step for the streaming options)."""
+        self.add(
+            Step.reply(
+                text,
+                latency=latency,
+                usage=usage,
+                pieces=pieces,
+                pause=pause,
+                cut_after=cut_after,
+                hold_after=hold_after,
+            )
+        )
 
     def tool_call(
         self,
@@ -189,13 +238,19 @@ class FakeOpenAI:
         call_id: str | None = None,
         text: str | None = None,
         latency: float = 0.0,
+        cut_after: int | None = None,
     ) -> None:
         """Script one tool call; a str `arguments` is sent verbatim (may be malformed JSON)."""
-        self.add(Step.tool_call(name, arguments, call_id=call_id, text=text, latency=latency))
+        step = Step.tool_call(
+            name, arguments, call_id=call_id, text=text, latency=latency, cut_after=cut_after
+        )
+        self.add(step)
 
-    def tool_calls(self, calls: list[tuple[str, ToolArgs]], *, latency: float = 0.0) -> None:
+    def tool_calls(
+        self, calls: list[tuple[str, ToolArgs]], *, latency: float = 0.0, pause: float = 0.0
+    ) -> None:
         """Script several tool calls in one assistant message."""
-        self.add(Step.tool_calls(calls, latency=latency))
+        self.add(Step.tool_calls(calls, latency=latency, pause=pause))
 
     def error(
         self,
@@ -233,6 +288,18 @@ class FakeOpenAI:
             self._requests.clear()
             self._auth.clear()
 
+    def release(self) -> None:
+        """Let a stream held by `hold_after` go on (from any thread)."""
+        loop, event = self._loop, self._release
+        if loop is not None and event is not None:
+            loop.call_soon_threadsafe(event.set)
+
+    @property
+    def streams_finished(self) -> int:
+        """Streamed responses sent to their end (counted as [DONE] goes out), cut ones not."""
+        with self._lock:
+            return self._streams_finished
+
     @property
     def requests(self) -> list[dict[str, Any]]:
         """Snapshot of received chat-completions bodies, in arrival order."""
@@ -248,6 +315,7 @@ class FakeOpenAI:
     async def _serve(self, ready: threading.Event) -> None:
         self._loop = asyncio.get_running_loop()
         self._stop_event = asyncio.Event()
+        self._release = asyncio.Event()
         app = web.Application()
         app.router.add_post("/v1/chat/completions", self._chat)
         app.router.add_get("/v1/models", self._models)
@@ -341,7 +409,7 @@ class FakeOpenAI:
         if body.get("stream"):
             include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
             return await self._stream(
-                request, head, message, finish, usage if include_usage else None
+                request, head, message, step, finish, usage if include_usage else None
             )
         choice = {"index": 0, "message": message, "finish_reason": finish}
         return web.json_response(
@@ -369,28 +437,32 @@ class FakeOpenAI:
         p, c = request_bytes // 4, out // 4
         return {"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c}
 
-    @staticmethod
     async def _stream(
+        self,
         request: web.Request,
         head: dict[str, Any],
         message: dict[str, Any],
+        step: Step,
         finish: str,
         usage: dict[str, int] | None,
     ) -> web.StreamResponse:
+        """The reply as server-sent events: content deltas, then each tool call (id and name
+        first, its arguments in pieces), the finish reason, and usage in a chunk of its own."""
+
         def chunk(delta: dict[str, Any], finish_reason: str | None = None) -> dict[str, Any]:
             choice = {"index": 0, "delta": delta, "finish_reason": finish_reason}
             return {**head, "object": "chat.completion.chunk", "choices": [choice]}
 
         text = message["content"]
         events = [chunk({"role": "assistant", "content": "" if text is not None else None})]
-        events += [chunk({"content": piece}) for piece in _pieces(text or "")]
+        events += [chunk({"content": piece}) for piece in _pieces(text or "", step.pieces)]
         for i, call in enumerate(message.get("tool_calls", [])):
             fn = call["function"]
             first = {"name": fn["name"], "arguments": ""}
             events.append(chunk({"tool_calls": [{**call, "index": i, "function": first}]}))
             events += [
                 chunk({"tool_calls": [{"index": i, "function": {"arguments": piece}}]})
-                for piece in _pieces(fn["arguments"])
+                for piece in _pieces(fn["arguments"], step.pieces)
             ]
         events.append(chunk({}, finish))
         if usage is not None:
@@ -400,8 +472,20 @@ class FakeOpenAI:
 
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await resp.prepare(request)
-        for event in events:
+        for number, event in enumerate(events):
+            if number == step.cut_after:
+                # The connection drops mid-reply: no finish reason, no [DONE], no last chunk.
+                if request.transport is not None:
+                    request.transport.abort()
+                return resp
+            if number == step.hold_after and self._release is not None:
+                await self._release.wait()
+                self._release.clear()
+            if number and step.pause:
+                await asyncio.sleep(step.pause)
             await resp.write(f"data: {json.dumps(event)}\n\n".encode())
+        with self._lock:  # counted before [DONE] goes out: a client can never be ahead of it
+            self._streams_finished += 1
         await resp.write(b"data: [DONE]\n\n")
         await resp.write_eof()
         return resp
