@@ -30,6 +30,16 @@ def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
             monkeypatch.delenv(name)
 
 
+@pytest.fixture(autouse=True)
+def _secrets_of_this_test_only() -> Iterator[None]:
+    """Secrets a test registers (process-wide, as in the product) end with it."""
+    from nanomem import log
+
+    kept = list(log._secrets)
+    yield
+    log._secrets[:] = kept
+
+
 @pytest.fixture
 def home(tmp_path: Path) -> Home:
     home = Home(tmp_path / "home")

@@ -73,8 +73,9 @@ async def test_non_utf8_stdin_gets_a_reply_and_a_session_with_its_header(
 async def test_a_reply_with_a_lone_surrogate_is_saved_and_printed(
     home: Home, fake_llm: FakeOpenAI, transport: str
 ) -> None:
-    fake_llm.raw(SURROGATE_REPLY)
-    env = cli_env(home, fake_llm, NANOMEM_LLM__TRANSPORT=transport)
+    fake_llm.raw(SURROGATE_REPLY)  # a whole JSON body: the non-streaming path
+    # (a surrogate arriving in a stream is tests/test_streaming.py's)
+    env = cli_env(home, fake_llm, NANOMEM_LLM__TRANSPORT=transport, NANOMEM_LLM__STREAM="false")
     result = run_cli("chat", "-m", "send half an emoji", env=env)
     assert result.returncode == 0, result.stderr
     assert result.stdout == "half an emoji: \ufffd and more\n"
