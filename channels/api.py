@@ -217,7 +217,9 @@ class ApiChannel:
                     f"the message is too long ({len(parsed.text)} characters; "
                     f"limit {self.max_message_chars}, agent.max_message_chars)"
                 )
-            media = await asyncio.to_thread(self._save_images, parsed.images)
+            media = (
+                await asyncio.to_thread(self._save_images, parsed.images) if parsed.images else ()
+            )
         except BadRequest as exc:
             status = exc.status
             return _error(status, str(exc), "invalid_request_error", None, exc.param)
