@@ -18,6 +18,7 @@ Job = Callable[[], Awaitable[None]]
 CHANNELS = {
     "terminal": "channels.terminal:TerminalChannel",
     "telegram": "channels.telegram:TelegramChannel",
+    "api": "channels.api:ApiChannel",
 }
 
 

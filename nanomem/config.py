@@ -122,6 +122,17 @@ class GatewaySettings(_Section):
     grace_s: float = Field(30.0, ge=0, le=3600)
 
 
+class ApiSettings(_Section):
+    """The OpenAI-compatible agent API, served by the gateway beside GET /health."""
+
+    enabled: bool = False
+    # Bearer tokens a client must send; empty means no check (refused on a public address).
+    keys: list[SecretStr] = []
+    # Also stream the lines that say which tools the agent calls.
+    show_progress: bool = False
+    max_body_mb: int = Field(20, ge=1, le=2000)
+
+
 class DreamSettings(_Section):
     enabled: bool = True
     interval_h: float = Field(2.0, gt=0, le=24 * 30)
@@ -155,6 +166,7 @@ class Settings(BaseSettings):
     dream: DreamSettings = DreamSettings()
     telegram: TelegramSettings = TelegramSettings()
     gateway: GatewaySettings = GatewaySettings()
+    api: ApiSettings = ApiSettings()
     log: LogSettings = LogSettings()
 
 

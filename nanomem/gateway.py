@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import os
 import signal
 from collections.abc import Awaitable, Callable
@@ -21,8 +22,21 @@ STOP_CHANNEL_S = 25.0  # per channel, after the grace period
 FORCED_EXIT_S = 5.0  # after a second signal: cancel everything, then leave whatever happens
 NO_CHANNEL = (
     "no channel is enabled: set telegram.enabled = true and telegram.token in {config} "
-    "(or NANOMEM_TELEGRAM__ENABLED=true and NANOMEM_TELEGRAM__TOKEN)"
+    "(or NANOMEM_TELEGRAM__ENABLED=true and NANOMEM_TELEGRAM__TOKEN), or api.enabled = true"
 )
+PUBLIC_WITHOUT_KEYS = (
+    "gateway.host is {host}, not a loopback address, and api.keys is empty: anyone who can "
+    "reach it could use the agent; set api.keys (or NANOMEM_API__KEYS) or a loopback gateway.host"
+)
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False  # a name that may resolve anywhere
 
 
 def enabled_channels(settings: Settings) -> list[str]:
@@ -48,13 +62,19 @@ class Gateway:
         names = enabled_channels(app.settings)
         if not names:
             raise ConfigError(NO_CHANNEL.format(config=app.home.config))
+        host = app.settings.gateway.host
+        if "api" in names and not app.settings.api.keys and not is_loopback(host):
+            raise ConfigError(PUBLIC_WITHOUT_KEYS.format(host=host or "(all addresses)"))
         return cls(app, {name: load_channel(name).from_app(app) for name in names})
 
     async def run(self) -> int:
         """Serve until SIGTERM/SIGINT, then shut down gracefully; the exit code."""
         settings, loop = self.app.settings.gateway, asyncio.get_running_loop()
         try:
-            runner, self.port = await serve_health(self.health, settings.host, settings.port)
+            routes = [add for c in self.channels.values() if (add := getattr(c, "routes", None))]
+            runner, self.port = await serve_health(
+                self.health, settings.host, settings.port, routes
+            )
         except OSError as exc:
             where = f"{settings.host}:{settings.port}"
             raise ConfigError(

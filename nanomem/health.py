@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal
@@ -77,8 +77,15 @@ class Health:
         return healthy, body
 
 
-async def serve_health(health: Health, host: str, port: int) -> tuple[web.AppRunner, int]:
-    """Serve GET /health (200, or 503 when a channel is down); returns the runner and port."""
+# Adds a channel's own routes (the agent API) to the gateway's one HTTP server.
+AddRoutes = Callable[[web.Application], None]
+
+
+async def serve_health(
+    health: Health, host: str, port: int, routes: Iterable[AddRoutes] = ()
+) -> tuple[web.AppRunner, int]:
+    """Serve GET /health (200, or 503 when a channel is down) and the channels' routes;
+    returns the runner and port."""
 
     async def handle(_: web.Request) -> web.Response:
         healthy, body = health.snapshot()
@@ -86,7 +93,10 @@ async def serve_health(health: Health, host: str, port: int) -> tuple[web.AppRun
 
     app = web.Application()
     app.router.add_get("/health", handle)
-    runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
+    for add in routes:
+        add(app)
+    # A client that hangs up cancels its handler: the agent API stops that turn.
+    runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0, handler_cancellation=True)
     await runner.setup()
     try:
         await web.TCPSite(runner, host, port).start()
