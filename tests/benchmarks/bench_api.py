@@ -24,9 +24,8 @@ import aiohttp
 LATENCY = 0.5
 WALL_TARGET = 0.8  # s until every reply of 100 sessions is complete
 OVERHEAD_TARGET = 10.0  # ms per request, median
-# The default transport is litellm (~5 ms of CPU a call); the targets are judged on nanomem's
-# own work plus a minimal HTTP client, as bench_concurrency and bench_gateway are.
-DEFAULTS = {"NANOMEM_LLM__TRANSPORT": "direct"}
+# Default settings: with an api_base, `llm.transport = "auto"` takes the lean client.
+DEFAULTS: dict[str, str] = {}
 
 
 def start_gateway(
