@@ -17,6 +17,7 @@ from telegram.constants import ChatAction, ChatType, ParseMode
 from telegram.error import (
     BadRequest,
     Conflict,
+    EndPointNotFound,
     InvalidToken,
     NetworkError,
     RetryAfter,
@@ -126,6 +127,8 @@ async def _api(call: Awaitable[T]) -> T:
     """Run one Bot API call, turning PTB's errors into SendError."""
     try:
         return await call
+    except EndPointNotFound as exc:  # a Bot API server older than the method
+        raise SendError(str(exc), unsupported=True) from exc
     except RetryAfter as exc:
         with warnings.catch_warnings():  # PTB warns that retry_after becomes a timedelta
             warnings.simplefilter("ignore")
@@ -134,7 +137,8 @@ async def _api(call: Awaitable[T]) -> T:
         raise SendError(str(exc), retry_after=seconds) from exc
     except BadRequest as exc:
         bad_html = "can't parse entities" in exc.message.lower()
-        raise SendError(exc.message, bad_html=bad_html) from exc
+        unknown = "method not found" in exc.message.lower()
+        raise SendError(exc.message, bad_html=bad_html, unsupported=unknown) from exc
     except NetworkError as exc:  # timeouts, connection errors and 5xx
         raise SendError(str(exc), transient=True) from exc
     except TelegramError as exc:
@@ -170,6 +174,7 @@ class TelegramChannel:
         typing_every_s: float = 4.0,
         status_every_s: float = 3.0,
         watch_every_s: float = 1.0,
+        stream_every_s: float = 1.0,
     ) -> None:
         token = settings.token.get_secret_value() if settings.token else ""
         if not token:
@@ -189,7 +194,14 @@ class TelegramChannel:
         self._watchdog: asyncio.Task[None] | None = None
         self._replayed = False
         self._intake = ChatQueues("telegram-in")
-        self.delivery = Delivery(self, typing_every_s=typing_every_s, status_every_s=status_every_s)
+        self.delivery = Delivery(
+            self,
+            typing_every_s=typing_every_s,
+            status_every_s=status_every_s,
+            stream=settings.stream,
+            stream_groups=settings.stream_groups,
+            stream_every_s=stream_every_s,  # Telegram allows about one edit a second per chat
+        )
         self._refused: set[int] = set()
 
     @classmethod
@@ -453,8 +465,24 @@ class TelegramChannel:
         sent = await _api(self._active_bot().send_message(chat_id, text, **options))
         return int(sent.message_id)
 
-    async def edit_text(self, key: str, message_id: int, text: str) -> None:
-        await _api(self._active_bot().edit_message_text(text, target(key)[0], message_id))
+    async def edit_text(self, key: str, message_id: int, text: str, *, html: bool = False) -> None:
+        mode = ParseMode.HTML if html else None
+        bot = self._active_bot()
+        await _api(bot.edit_message_text(text, target(key)[0], message_id, parse_mode=mode))
+
+    async def delete(self, key: str, message_id: int) -> None:
+        await _api(self._active_bot().delete_message(target(key)[0], message_id))
+
+    async def send_draft(self, key: str, draft_id: int, text: str, *, html: bool) -> None:
+        # python-telegram-bot 22.8 has no method for it (Bot API 9.3): call it by name.
+        chat_id, thread = target(key)
+        options: dict[str, Any] = {"chat_id": chat_id, "draft_id": draft_id, "text": text}
+        if thread:
+            options["message_thread_id"] = thread
+        if html:
+            options["parse_mode"] = ParseMode.HTML
+        bot = self._active_bot()
+        await _api(bot.do_api_request("sendMessageDraft", api_kwargs=options))
 
     async def typing(self, key: str) -> None:
         chat_id, thread = target(key)
