@@ -17,7 +17,6 @@ from telegram.constants import ChatAction, ChatType, ParseMode
 from telegram.error import (
     BadRequest,
     Conflict,
-    EndPointNotFound,
     InvalidToken,
     NetworkError,
     RetryAfter,
@@ -127,8 +126,6 @@ async def _api(call: Awaitable[T]) -> T:
     """Run one Bot API call, turning PTB's errors into SendError."""
     try:
         return await call
-    except EndPointNotFound as exc:  # a Bot API server older than the method
-        raise SendError(str(exc), unsupported=True) from exc
     except RetryAfter as exc:
         with warnings.catch_warnings():  # PTB warns that retry_after becomes a timedelta
             warnings.simplefilter("ignore")
@@ -474,15 +471,16 @@ class TelegramChannel:
         await _api(self._active_bot().delete_message(target(key)[0], message_id))
 
     async def send_draft(self, key: str, draft_id: int, text: str, *, html: bool) -> None:
-        # python-telegram-bot 22.8 has no method for it (Bot API 9.3): call it by name.
         chat_id, thread = target(key)
-        options: dict[str, Any] = {"chat_id": chat_id, "draft_id": draft_id, "text": text}
-        if thread:
-            options["message_thread_id"] = thread
-        if html:
-            options["parse_mode"] = ParseMode.HTML
-        bot = self._active_bot()
-        await _api(bot.do_api_request("sendMessageDraft", api_kwargs=options))
+        mode = ParseMode.HTML if html else None
+        call = self._active_bot().send_message_draft(chat_id, draft_id, text, thread, mode)
+        try:
+            await _api(call)
+        except SendError as exc:
+            # A Bot API server older than 9.3 answers 404, which PTB reports as a bad token.
+            if isinstance(exc.__cause__, InvalidToken) and "not found" in str(exc).lower():
+                raise SendError(str(exc), unsupported=True) from exc
+            raise
 
     async def typing(self, key: str) -> None:
         chat_id, thread = target(key)
