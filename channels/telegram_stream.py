@@ -21,6 +21,7 @@ from channels.telegram_format import markdown_to_html, split_html, split_plain
 from channels.telegram_port import BotPort, FloodGate, SendError
 from nanomem.utf8 import clean_text
 
+GROUP_SLOWER = 3
 CLOSE_WAIT_S = 10.0  # the longest a finished reply waits for a refresh already on its way
 _DRAFT_IDS = itertools.count(1)  # must be non-zero; one per step, so a new step replaces it
 
@@ -102,7 +103,9 @@ class Streamer:
                 await _sleep(stream, delay)
                 continue
             text, html = stream.text, stream.html
-            stream.rendered_from, stream.next_at = text, time.monotonic() + self.every_s
+            # Groups allow about 20 messages a minute, edits included: refresh them less often.
+            every = self.every_s if stream.private else self.every_s * GROUP_SLOWER
+            stream.rendered_from, stream.next_at = text, time.monotonic() + every
             try:
                 await self._show(stream, preview(text, html=html), html)
             except SendError as exc:
