@@ -214,7 +214,8 @@ async def _api(call: Awaitable[T]) -> T:
         raise SendError(str(exc), retry_after=seconds) from exc
     except BadRequest as exc:
         bad_html = "can't parse entities" in exc.message.lower()
-        raise SendError(exc.message, bad_html=bad_html) from exc
+        unknown = "method not found" in exc.message.lower()
+        raise SendError(exc.message, bad_html=bad_html, unsupported=unknown) from exc
     except NetworkError as exc:  # timeouts, connection errors and 5xx
         raise SendError(str(exc), transient=True) from exc
     except TelegramError as exc:
@@ -250,6 +251,7 @@ class TelegramChannel:
         typing_every_s: float = 4.0,
         status_every_s: float = 3.0,
         watch_every_s: float = 1.0,
+        stream_every_s: float = 1.0,
     ) -> None:
         token = settings.token.get_secret_value() if settings.token else ""
         if not token:
@@ -269,7 +271,14 @@ class TelegramChannel:
         self._watchdog: asyncio.Task[None] | None = None
         self._replayed = False
         self._intake = ChatQueues("telegram-in")
-        self.delivery = Delivery(self, typing_every_s=typing_every_s, status_every_s=status_every_s)
+        self.delivery = Delivery(
+            self,
+            typing_every_s=typing_every_s,
+            status_every_s=status_every_s,
+            stream=settings.stream,
+            stream_groups=settings.stream_groups,
+            stream_every_s=stream_every_s,  # Telegram allows about one edit a second per chat
+        )
         self._refused: set[int] = set()
 
     @classmethod
@@ -541,8 +550,25 @@ class TelegramChannel:
         sent = await _api(self._active_bot().send_message(chat_id, text, **options))
         return int(sent.message_id)
 
-    async def edit_text(self, key: str, message_id: int, text: str) -> None:
-        await _api(self._active_bot().edit_message_text(text, target(key)[0], message_id))
+    async def edit_text(self, key: str, message_id: int, text: str, *, html: bool = False) -> None:
+        mode = ParseMode.HTML if html else None
+        bot = self._active_bot()
+        await _api(bot.edit_message_text(text, target(key)[0], message_id, parse_mode=mode))
+
+    async def delete(self, key: str, message_id: int) -> None:
+        await _api(self._active_bot().delete_message(target(key)[0], message_id))
+
+    async def send_draft(self, key: str, draft_id: int, text: str, *, html: bool) -> None:
+        chat_id, thread = target(key)
+        mode = ParseMode.HTML if html else None
+        call = self._active_bot().send_message_draft(chat_id, draft_id, text, thread, mode)
+        try:
+            await _api(call)
+        except SendError as exc:
+            # A Bot API server older than 9.3 answers 404, which PTB reports as a bad token.
+            if isinstance(exc.__cause__, InvalidToken) and "not found" in str(exc).lower():
+                raise SendError(str(exc), unsupported=True) from exc
+            raise
 
     async def typing(self, key: str) -> None:
         chat_id, thread = target(key)

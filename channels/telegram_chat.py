@@ -7,16 +7,19 @@ out a flood limit never delays another; the Bot API itself is reached through a 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Protocol, TypeVar
+from typing import TypeVar
 
 from loguru import logger
 
 from channels.telegram_format import halves, html_to_plain, message_chunks, too_long
+from channels.telegram_port import BotPort, FloodGate, SendError
+from channels.telegram_stream import Stream, Streamer
 from nanomem.bus import OutboundMessage
 from nanomem.channel import ChannelDown, ChatQueues, DeliveryLater
 from nanomem.commands import STOPPED, Command
@@ -27,35 +30,6 @@ TOKEN_REJECTED = "telegram: the bot token was rejected (check telegram.token)"
 EMPTY = "(the model sent an empty reply)"
 SEND_ATTEMPTS = 6
 TYPING_MAX_S = 600.0  # a turn silent this long gets no more typing actions
-
-
-class SendError(Exception):
-    """The Bot API refused a call: a flood limit (`retry_after`), a network fault or 5xx
-    (`transient`), HTML it cannot parse (`bad_html`), or anything else (final)."""
-
-    def __init__(
-        self,
-        text: str,
-        *,
-        retry_after: float | None = None,
-        transient: bool = False,
-        bad_html: bool = False,
-    ) -> None:
-        super().__init__(text)
-        self.retry_after, self.transient, self.bad_html = retry_after, transient, bad_html
-
-
-class BotPort(Protocol):
-    """The three Bot API calls delivery needs; they raise SendError."""
-
-    async def send_text(
-        self, key: str, text: str, *, html: bool, reply_to: int | None = None, quiet: bool = False
-    ) -> int:
-        """Send to a chat (or forum topic) key; the new message's id."""
-
-    async def edit_text(self, key: str, message_id: int, text: str) -> None: ...
-
-    async def typing(self, key: str) -> None: ...
 
 
 def target(key: str) -> tuple[int, int | None]:
@@ -101,14 +75,15 @@ def chunks_of(msg: OutboundMessage) -> list[tuple[str, bool]]:
 
 
 @dataclass
-class ChatState:
-    """Which messages of one chat await an answer, its flood wait, its progress message."""
+class ChatState(FloodGate):
+    """Which messages of one chat await an answer, its flood wait, its progress message, the
+    replies it sees growing."""
 
     pending: list[str] = field(default_factory=list)  # inbound ids not answered yet, oldest first
     commands: dict[str, str] = field(default_factory=dict)  # pending id → its command's name
+    streams: dict[str, Stream] = field(default_factory=dict)  # pending id → its growing reply
     typing: asyncio.Task[None] | None = None
     active: float = 0.0  # last sign of life of a turn (monotonic)
-    blocked_until: float = 0.0  # flood control: nothing is sent before this (monotonic)
     status_id: int | None = None  # the tool-progress message being edited
     status_line: str = ""
     status_steps: int = 0
@@ -122,13 +97,15 @@ class ChatState:
         if command is not None:
             self.commands[inbound_id] = command
 
-    def answer(self, msg: OutboundMessage) -> None:
-        """Note a reply or error; a "Stopped." answer to /stop ends the running turn too."""
+    def answer(self, msg: OutboundMessage) -> list[str]:
+        """Note a reply or error; a "Stopped." answer to /stop ends the running turn too.
+        The ids of the turns it ended."""
         self.active = time.monotonic()
         done = [msg.reply_to]
         if self.commands.get(msg.reply_to or "") == "stop" and msg.content == STOPPED:
             # The turn /stop cancelled: the oldest waiting message that is not a command.
             done += [i for i in self.pending if i not in self.commands][:1]
+        ended = [i for i in done if i is not None and i in self.pending]
         for inbound_id in done:
             if inbound_id not in self.pending:
                 continue
@@ -137,6 +114,7 @@ class ChatState:
                 self.status_id, self.status_steps, self.status_at = None, 0, 0.0
         if not self.pending:
             self.stop_typing()
+        return ended
 
     def stop_typing(self) -> None:
         if self.typing is not None:
@@ -164,22 +142,26 @@ class ChatState:
         steps = f" · {self.status_steps} steps" if self.status_steps > 1 else ""
         return f"⚙️ {self.status_line}{steps}"
 
-    def block(self, seconds: float) -> None:
-        self.blocked_until = max(self.blocked_until, time.monotonic() + seconds)
-
-    def wait_s(self) -> float:
-        return max(0.0, self.blocked_until - time.monotonic())
-
 
 class Delivery:
     """Replies, errors, notices, typing and progress for every chat, through a BotPort."""
 
     def __init__(
-        self, port: BotPort, *, typing_every_s: float, status_every_s: float, backoff_s: float = 1.0
+        self,
+        port: BotPort,
+        *,
+        typing_every_s: float,
+        status_every_s: float,
+        backoff_s: float = 1.0,
+        stream: bool = False,
+        stream_groups: bool = False,
+        stream_every_s: float = 1.0,
     ) -> None:
         self.port = port
         self.typing_every_s, self.status_every_s = typing_every_s, status_every_s
         self.backoff_s = backoff_s  # the first wait after a network error; doubles up to 30 s
+        self.stream, self.stream_groups = stream, stream_groups
+        self.streamer = Streamer(port, stream_every_s)
         self.chats: dict[str, ChatState] = {}
         self.queues = ChatQueues("telegram-out")
         self._message_ids: OrderedDict[str, int] = OrderedDict()  # inbound id → Telegram id
@@ -201,7 +183,8 @@ class Delivery:
     def send(self, msg: OutboundMessage) -> asyncio.Future[None]:
         """Queue a message for its chat; the future settles when it is delivered."""
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        if msg.kind == "stream":  # not shown as it grows yet: the whole reply follows
+        if msg.kind == "stream":  # best effort: never waited for, never raises
+            self._grow(msg)
             done.set_result(None)
             return done
         chat = self.chat(msg.chat_id)
@@ -210,14 +193,19 @@ class Delivery:
                 self.queues.submit(msg.chat_id, lambda: self._show_status(msg.chat_id, chat))
             done.set_result(None)
             return done
-        chat.answer(msg)
+        stream = chat.streams.pop(msg.reply_to or "", None)
+        for ended in chat.answer(msg):
+            if (cut := chat.streams.pop(ended, None)) is not None and ended != msg.reply_to:
+                self._keep_shown(cut)
+        if stream is not None:
+            self.streamer.stop(stream)  # nothing more is shown before the reply replaces it
         self._waiting.add(done)
         done.add_done_callback(_settled)
         done.add_done_callback(self._waiting.discard)
 
         async def deliver() -> None:
             try:
-                await self._deliver(msg)
+                await self._deliver(msg, stream)
             except DeliveryLater as exc:  # the caller decides; it is logged already
                 if not done.done():
                     done.set_exception(exc)
@@ -227,6 +215,36 @@ class Delivery:
 
         self.queues.submit(msg.chat_id, deliver)
         return done
+
+    def _grow(self, msg: OutboundMessage) -> None:
+        """A piece of a reply being written, shown (throttled) if this chat streams."""
+        chat = self.chats.get(msg.chat_id)
+        group = msg.chat_id.startswith("-")
+        if not self.stream or (group and not self.stream_groups):
+            return
+        if chat is None or msg.reply_to is None or msg.reply_to not in chat.pending:
+            return  # answered already (a piece can never outrun its reply, but be safe)
+        stream = chat.streams.get(msg.reply_to)
+        if stream is None:
+            quote = self._message_ids.get(msg.reply_to) if group else None
+            stream = chat.streams[msg.reply_to] = Stream(msg.chat_id, not group, quote)
+        text = msg.metadata.get("text")
+        text = text if isinstance(text, str) else stream.text + msg.content
+        self.streamer.piece(stream, chat, int(msg.metadata.get("step") or 0), text)
+
+    def _keep_shown(self, stream: Stream) -> None:
+        """A turn /stop cut short: what the person saw of it stays in the chat (the session
+        keeps it as the assistant's words too); a draft would vanish."""
+        self.streamer.stop(stream)
+        if not stream.text.strip():
+            return
+        kept = OutboundMessage("telegram", stream.key, stream.text)
+
+        async def keep() -> None:
+            with contextlib.suppress(DeliveryLater):  # logged; not in the inbox to send later
+                await self._deliver(kept, stream)
+
+        self.queues.submit(stream.key, keep)
 
     def notify(self, key: str, text: str) -> None:
         """A short plain-text note from the channel itself."""
@@ -239,16 +257,25 @@ class Delivery:
         for chat in self.chats.values():
             chat.stop_typing()
         await self.queues.drain(within_s)
+        for chat in self.chats.values():
+            for stream in chat.streams.values():
+                self.streamer.cancel(stream)
         await self.queues.cancel()
         for waiting in list(self._waiting):
             waiting.cancel()
 
-    async def _deliver(self, msg: OutboundMessage) -> None:
+    async def _deliver(self, msg: OutboundMessage, stream: Stream | None = None) -> None:
         chunks = chunks_of(msg)
         in_group = msg.chat_id.startswith("-")  # quote the question only where it helps
         reply_to = self._message_ids.get(msg.reply_to or "") if in_group else None
+        first = 1
         try:
-            for number, (text, html) in enumerate(chunks, start=1):
+            if stream is not None:  # a draft is simply replaced by the reply; a message is not
+                await self.streamer.finished(stream)
+                grown = stream.message_id
+                if grown is not None and await self._replace(msg.chat_id, grown, *chunks[0]):
+                    first, reply_to = 2, None
+            for number, (text, html) in enumerate(chunks[first - 1 :], start=first):
                 try:
                     await self._send_fitting(msg.chat_id, text, html=html, reply_to=reply_to)
                 except SendError as exc:
@@ -273,11 +300,48 @@ class Delivery:
             await self._send_fitting(key, piece, html=html, reply_to=reply_to)
             reply_to = None
 
+    async def _replace(self, key: str, message_id: int, text: str, html: bool) -> bool:
+        """Edit the message a reply grew in into the reply's first part; when that cannot be
+        done, delete it (False: the whole reply is sent anew)."""
+        try:
+            await self._edit(key, message_id, text, html)
+            return True
+        except SendError as exc:
+            logger.warning(
+                "telegram: the growing reply in {} could not become the reply ({}); sent anew",
+                key,
+                exc,
+            )
+        try:
+            await self._retrying(key, lambda: self.port.delete(key, message_id))
+        except SendError as exc:
+            logger.warning("telegram: could not delete a growing reply in {}: {}", key, exc)
+        return False
+
+    async def _edit(self, key: str, message_id: int, text: str, html: bool) -> None:
+        def attempt(body: str, as_html: bool) -> Callable[[], Awaitable[None]]:
+            async def edit() -> None:
+                try:
+                    await self.port.edit_text(key, message_id, body, html=as_html)
+                except SendError as exc:
+                    if not exc.not_modified:  # it shows this text already
+                        raise
+
+            return edit
+
+        try:
+            await self._retrying(key, attempt(text, html))
+        except SendError as exc:
+            if not (html and exc.bad_html):
+                raise
+            await self._retrying(key, attempt(html_to_plain(text), False))
+
     def _forget_if_idle(self, key: str) -> None:
         """Drop an idle chat's state, so the map does not grow with every chat ever seen."""
         chat = self.chats.get(key)  # later jobs start from a fresh one: that is what idle means
-        busy = chat is None or chat.pending or chat.commands or chat.typing or chat.status_queued
-        if not busy and chat is not None and not chat.wait_s():
+        if chat is None or chat.pending or chat.commands or chat.typing or chat.status_queued:
+            return
+        if not chat.streams and not chat.wait_s():
             del self.chats[key]
 
     async def _send(self, key: str, text: str, *, html: bool, reply_to: int | None = None) -> None:
@@ -346,7 +410,7 @@ class Delivery:
             if chat.status_id is None:
                 chat.status_id = await self.port.send_text(key, text, html=False, quiet=True)
             else:
-                await self.port.edit_text(key, chat.status_id, text)
+                await self.port.edit_text(key, chat.status_id, text, html=False)
         except SendError as exc:
             if exc.retry_after is not None:
                 chat.block(exc.retry_after)

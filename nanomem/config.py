@@ -100,6 +100,8 @@ class TelegramSettings(_Section):
     proxy: str | None = None
     group_policy: Literal["mention", "open"] = "mention"
     max_file_mb: int = Field(20, ge=1, le=2000)
+    stream: bool = True  # private chats see a reply grow while the model writes it
+    stream_groups: bool = False  # groups too (edits of one message; drafts are private-only)
 
     @field_validator("allow_from")
     @classmethod

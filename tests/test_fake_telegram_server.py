@@ -231,6 +231,37 @@ async def test_edit_message_text(fake: FakeTelegram, bot: Bot) -> None:
         await bot.edit_message_text("x", chat_id=CHAT, message_id=999)
 
 
+async def test_drafts_are_recorded_and_can_be_unknown(fake: FakeTelegram, bot: Bot) -> None:
+    assert await bot.send_message_draft(CHAT, 7, "<b>gro</b>", parse_mode="HTML")
+    assert await bot.send_message_draft(CHAT, 7, "growing", message_thread_id=3)
+    drafts = fake.drafts(CHAT)
+    assert [(d["draft_id"], d["text"], d["html"]) for d in drafts] == [
+        (7, "gro", "<b>gro</b>"),
+        (7, "growing", None),
+    ]
+    assert drafts[0]["at"] <= drafts[1]["at"] and drafts[1]["message_thread_id"] == 3
+    assert fake.sent_messages(CHAT) == []  # a draft is no message
+    with pytest.raises(BadRequest, match=r"(?i)textdraft_peer_invalid"):
+        await bot.send_message_draft(GROUP, 1, "groups have no drafts")
+    with pytest.raises(BadRequest, match=r"(?i)non-zero"):
+        await bot.send_message_draft(CHAT, 0, "x")
+    fake.set_drafts_known(False)
+    with pytest.raises(InvalidToken, match="method not found"):  # PTB reads a 404 so
+        await bot.send_message_draft(CHAT, 8, "x")
+
+
+async def test_edits_are_recorded_and_messages_deleted(fake: FakeTelegram, bot: Bot) -> None:
+    msg = await bot.send_message(CHAT, "one")
+    await bot.edit_message_text("<i>two</i>", CHAT, msg.message_id, parse_mode="HTML")
+    assert [(e["text"], e["html"]) for e in fake.edits(CHAT)] == [("two", "<i>two</i>")]
+    assert await bot.delete_message(CHAT, msg.message_id)
+    assert fake.sent_messages(CHAT) == [] and len(fake.deleted_messages(CHAT)) == 1
+    with pytest.raises(BadRequest, match=r"(?i)message to edit not found"):
+        await bot.edit_message_text("three", CHAT, msg.message_id)
+    with pytest.raises(BadRequest, match=r"(?i)message to delete not found"):
+        await bot.delete_message(CHAT, msg.message_id)
+
+
 async def test_reply_to_message_is_echoed(fake: FakeTelegram, bot: Bot) -> None:
     inbound = fake.send_text(CHAT, "question")["message"]
     reply = await bot.send_message(CHAT, "answer", reply_to_message_id=inbound["message_id"])

@@ -201,6 +201,18 @@ def test_a_long_reply_arrives_as_ordered_chunks(
     assert numbers == list(range(80))
 
 
+def test_a_reply_shows_as_a_draft_then_arrives_formatted(
+    gateway: GatewayProcess, telegram: FakeTelegram
+) -> None:
+    telegram.send_text(1015, "HTML as it grows")
+    (reply,) = telegram.wait_for_messages(1015, 1)
+    assert reply["html"] == "<b>bold</b> and <code>code</code> &amp; more"
+    drafts = telegram.drafts(1015)  # one, with the whole text, until the model streams
+    assert drafts and all(d["html"] and d["draft_id"] == drafts[0]["draft_id"] for d in drafts)
+    calls = [method for method, params in telegram.calls if params.get("chat_id") == 1015]
+    assert calls.index("sendmessagedraft") < calls.index("sendmessage")
+
+
 def test_html_that_telegram_rejects_is_resent_as_plain_text(
     gateway: GatewayProcess, telegram: FakeTelegram
 ) -> None:

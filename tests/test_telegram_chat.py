@@ -50,8 +50,14 @@ class FakePort:
         self.sent.append((key, text, html, reply_to, time.monotonic() - self.started))
         return len(self.sent)
 
-    async def edit_text(self, key: str, message_id: int, text: str) -> None:
+    async def edit_text(self, key: str, message_id: int, text: str, *, html: bool = False) -> None:
         self.edits.append((key, message_id, text))
+
+    async def delete(self, key: str, message_id: int) -> None:
+        raise SendError("Bad Request: message to delete not found")
+
+    async def send_draft(self, key: str, draft_id: int, text: str, *, html: bool) -> None:
+        raise SendError("Not Found: method not found", unsupported=True)
 
     async def typing(self, key: str) -> None:
         self.typed.append(key)

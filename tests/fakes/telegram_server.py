@@ -29,7 +29,7 @@ _JSON_KEYS = frozenset(
     " link_preview_options reply_parameters media".split()
 )
 _NUMBER_KEYS = frozenset(
-    "chat_id message_id message_thread_id offset limit timeout reply_to_message_id".split()  # noqa: SIM905
+    "chat_id message_id message_thread_id offset limit timeout reply_to_message_id draft_id".split()  # noqa: SIM905
 )
 _HTML_TAGS = frozenset(
     "b strong i em u ins s strike del code pre a blockquote tg-spoiler span".split()  # noqa: SIM905
@@ -168,6 +168,9 @@ class FakeTelegram:
         self._message_ids: dict[int, itertools.count[int]] = {}
         self._messages: dict[tuple[int, int], JSONDict] = {}  # every message, by (chat, id)
         self._sent: list[JSONDict] = []
+        self._drafts: list[JSONDict] = []  # every sendMessageDraft, with its time
+        self._edits: list[JSONDict] = []  # every successful editMessageText, with its time
+        self._drafts_known = True
         self._actions: list[JSONDict] = []
         self._chats: dict[int, JSONDict] = {}
         self._files: dict[str, JSONDict] = {}  # file_id -> getFile result
@@ -390,7 +393,7 @@ class FakeTelegram:
             return True
         chat_id = self._chat_id(params)
         message = self._messages.get((chat_id, int(params.get("message_id") or 0)))
-        if message is None or message["from"]["id"] != self.bot_id:
+        if message is None or message["from"]["id"] != self.bot_id or message.get("deleted"):
             raise _bad("message to edit not found")
         fields = self._check_text(params, is_send=False)
         keys = ("text", "html", "reply_markup")
@@ -399,8 +402,36 @@ class FakeTelegram:
         for key in keys:
             message.pop(key, None)
         message |= fields | {"edit_date": int(time.time())}
+        edit = {"chat_id": chat_id, "message_id": message["message_id"], "text": fields["text"]}
+        self._edits.append(edit | {"html": fields.get("html"), "at": time.monotonic()})
         self._changed.notify_all()
         return message
+
+    def _api_deletemessage(self, params: JSONDict) -> bool:
+        chat_id = self._chat_id(params)
+        message = self._messages.get((chat_id, int(params.get("message_id") or 0)))
+        if message is None or message.get("deleted"):
+            raise _bad("message to delete not found")
+        message["deleted"] = True
+        self._changed.notify_all()
+        return True
+
+    def _api_sendmessagedraft(self, params: JSONDict) -> bool:
+        if not self._drafts_known:  # a Bot API server older than 9.3
+            raise ApiError(404, "Not Found: method not found")
+        chat_id = self._chat_id(params)
+        if chat_id <= 0:
+            raise _bad("TEXTDRAFT_PEER_INVALID")  # drafts exist in private chats only
+        if not isinstance(draft_id := params.get("draft_id"), int) or draft_id == 0:
+            raise _bad("draft_id must be non-zero")
+        fields = self._check_text(params, is_send=False)
+        draft = {"chat_id": chat_id, "draft_id": draft_id, "text": fields["text"]}
+        draft |= {"html": fields.get("html"), "at": time.monotonic()}
+        if "message_thread_id" in params:
+            draft["message_thread_id"] = params["message_thread_id"]
+        self._drafts.append(draft)
+        self._changed.notify_all()
+        return True
 
     def _api_sendchataction(self, params: JSONDict) -> bool:
         action = {"chat_id": self._chat_id(params), "action": params.get("action")}
@@ -550,9 +581,39 @@ class FakeTelegram:
     # Outbound: what the bot did.
 
     def sent_messages(self, chat_id: int | None = None) -> list[JSONDict]:
-        """Messages the bot sent (text, photo, document), in order, with edits applied."""
+        """Messages the bot sent (text, photo, document) and did not delete, in order, with
+        edits applied."""
         with self._lock:
-            return [dict(m) for m in self._sent if chat_id in (None, m["chat"]["id"])]
+            return [dict(m) for m in self._sent if self._shown(m, chat_id)]
+
+    @staticmethod
+    def _shown(message: JSONDict, chat_id: int | None) -> bool:
+        return chat_id in (None, message["chat"]["id"]) and not message.get("deleted")
+
+    def drafts(self, chat_id: int | None = None) -> list[JSONDict]:
+        """sendMessageDraft calls as ``{"chat_id", "draft_id", "text", "html", "at"}`` (``at``:
+        time.monotonic() when it arrived), oldest first."""
+        with self._lock:
+            return [dict(d) for d in self._drafts if chat_id in (None, d["chat_id"])]
+
+    def edits(self, chat_id: int | None = None) -> list[JSONDict]:
+        """Successful editMessageText calls as ``{"chat_id", "message_id", "text", "html",
+        "at"}``, oldest first."""
+        with self._lock:
+            return [dict(e) for e in self._edits if chat_id in (None, e["chat_id"])]
+
+    def deleted_messages(self, chat_id: int | None = None) -> list[JSONDict]:
+        with self._lock:
+            return [
+                dict(m)
+                for m in self._sent
+                if chat_id in (None, m["chat"]["id"]) and m.get("deleted")
+            ]
+
+    def set_drafts_known(self, known: bool) -> None:
+        """When False, sendMessageDraft answers 404 "method not found", as before Bot API 9.3."""
+        with self._lock:
+            self._drafts_known = known
 
     def wait_for_messages(self, chat_id: int, count: int, timeout: float = 10.0) -> list[JSONDict]:
         """Block until the bot sent ``count`` messages to ``chat_id``; AssertionError if not.
@@ -561,7 +622,7 @@ class FakeTelegram:
         """
         with self._changed:
             self._changed.wait_for(
-                lambda: sum(m["chat"]["id"] == chat_id for m in self._sent) >= count, timeout
+                lambda: sum(self._shown(m, chat_id) for m in self._sent) >= count, timeout
             )
         if len(got := self.sent_messages(chat_id)) < count:
             texts = [m.get("text", m.get("caption")) for m in got]

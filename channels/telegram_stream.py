@@ -1,0 +1,164 @@
+"""Replies that grow in a Telegram chat while the model writes them (free of python-telegram-bot).
+
+A private chat sees a draft (`sendMessageDraft`, Bot API 9.3+). Where the server does not know
+drafts, and in groups, one message is sent with the first text and edited in place; Delivery
+turns it into the finished reply. Either way a chat is refreshed at most once per `every_s`
+(the first text at once), waits out its own flood limit only, and a failure here never costs
+the finished reply, which always follows.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import time
+from dataclasses import dataclass, field
+
+from loguru import logger
+
+from channels.telegram_format import markdown_to_html, split_html, split_plain
+from channels.telegram_port import BotPort, FloodGate, SendError
+from nanomem.utf8 import clean_text
+
+GROUP_SLOWER = 3
+CLOSE_WAIT_S = 10.0  # the longest a finished reply waits for a refresh already on its way
+_DRAFT_IDS = itertools.count(1)  # must be non-zero; one per step, so a new step replaces it
+
+
+def preview(markdown: str, *, html: bool) -> str:
+    """What to show of a reply being written: its newest part within one message's limit,
+    rendered from the Markdown so far (balanced HTML) or as plain text; "" when blank."""
+    text = clean_text(markdown)
+    parts = split_html(markdown_to_html(text)) if html else split_plain(text)
+    return parts[-1] if parts else ""
+
+
+@dataclass(eq=False)
+class Stream:
+    """One reply being written in one chat."""
+
+    key: str
+    private: bool
+    quote: int | None = None  # the question a group's first message quotes
+    step: int = 0
+    text: str = ""  # the step's Markdown so far
+    rendered_from: str | None = None  # the text last shown (None: show it again)
+    shown: str = ""  # what the chat shows now
+    html: bool = True  # False once Telegram refused our HTML for this reply
+    drafts: bool = True  # False once this chat refused a draft
+    draft_id: int = 0
+    message_id: int | None = None  # the message edited in place, when not a draft
+    next_at: float = 0.0  # no refresh before this (monotonic)
+    closed: bool = False  # the finished reply is here: show nothing more
+    broken: bool = False  # refused for good: show nothing more
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
+    task: asyncio.Task[None] | None = None
+
+
+class Streamer:
+    """Keeps each stream's chat up to date from a task of its own, throttled per chat."""
+
+    def __init__(self, port: BotPort, every_s: float) -> None:
+        self.port, self.every_s = port, every_s
+        self.drafts: bool | None = None  # whether the Bot API server knows drafts (per process)
+
+    def piece(self, stream: Stream, gate: FloodGate, step: int, text: str) -> None:
+        """The step's text so far; a new step starts a new text (and a new draft)."""
+        if stream.closed:
+            return
+        if step != stream.step:
+            stream.step, stream.draft_id = step, 0
+        stream.text = text
+        stream.wake.set()
+        if stream.task is None:
+            run = self._run(stream, gate)
+            stream.task = asyncio.create_task(run, name=f"telegram-stream:{stream.key}")
+
+    def stop(self, stream: Stream) -> None:
+        stream.closed = True
+        stream.wake.set()
+
+    async def finished(self, stream: Stream) -> None:
+        """Stop the stream and wait for a refresh already sent, so none lands after the reply."""
+        self.stop(stream)
+        if stream.task is None:
+            return
+        try:
+            await asyncio.wait_for(asyncio.shield(stream.task), CLOSE_WAIT_S)
+        except TimeoutError:
+            stream.task.cancel()
+
+    def cancel(self, stream: Stream) -> None:
+        self.stop(stream)
+        if stream.task is not None:
+            stream.task.cancel()
+
+    async def _run(self, stream: Stream, gate: FloodGate) -> None:
+        while not (stream.closed or stream.broken):
+            if stream.text == stream.rendered_from:
+                await _sleep(stream, None)
+                continue
+            if (delay := max(stream.next_at - time.monotonic(), gate.wait_s())) > 0:
+                await _sleep(stream, delay)
+                continue
+            text, html = stream.text, stream.html
+            # Groups allow about 20 messages a minute, edits included: refresh them less often.
+            every = self.every_s if stream.private else self.every_s * GROUP_SLOWER
+            stream.rendered_from, stream.next_at = text, time.monotonic() + every
+            try:
+                await self._show(stream, preview(text, html=html), html)
+            except SendError as exc:
+                self._failed(stream, gate, exc, html)
+            except Exception:  # best effort: the finished reply still comes
+                logger.exception("telegram: showing a reply as it grows in {} failed", stream.key)
+                stream.broken = True
+
+    async def _show(self, stream: Stream, body: str, html: bool) -> None:
+        if not body or body == stream.shown:
+            return
+        if stream.private and stream.drafts and self.drafts is not False and not stream.message_id:
+            stream.draft_id = stream.draft_id or next(_DRAFT_IDS)
+            await self.port.send_draft(stream.key, stream.draft_id, body, html=html)
+            self.drafts = True
+        elif stream.message_id is None:
+            stream.message_id = await self.port.send_text(
+                stream.key, body, html=html, reply_to=stream.quote
+            )
+        else:
+            await self.port.edit_text(stream.key, stream.message_id, body, html=html)
+        stream.shown = body
+
+    def _failed(self, stream: Stream, gate: FloodGate, exc: SendError, html: bool) -> None:
+        stream.rendered_from = None  # unless given up below, the text is shown again
+        if exc.retry_after is not None:  # this chat waits; no other chat does
+            gate.block(exc.retry_after + 0.5)
+            logger.warning(
+                "telegram: flood control for chat {}: waiting {:.0f} s", stream.key, exc.retry_after
+            )
+        elif exc.unsupported and stream.private and not stream.message_id:
+            if self.drafts is not False:
+                logger.info("telegram: the Bot API server has no drafts; replies grow by edits")
+            self.drafts, stream.next_at = False, 0.0
+        elif exc.bad_html and html:
+            logger.warning("telegram: Telegram refused the HTML of a growing reply ({})", exc)
+            stream.html, stream.next_at = False, 0.0
+        elif exc.not_modified:
+            stream.rendered_from = stream.text
+        elif exc.transient:
+            logger.debug("telegram: a growing reply in {} not refreshed: {}", stream.key, exc)
+        elif stream.private and stream.drafts and not stream.message_id:
+            logger.info("telegram: chat {} refused a draft ({}); it gets edits", stream.key, exc)
+            stream.drafts, stream.next_at = False, 0.0
+        else:
+            logger.warning(
+                "telegram: stopped showing a reply as it grows in {}: {}", stream.key, exc
+            )
+            stream.broken = True
+
+
+async def _sleep(stream: Stream, seconds: float | None) -> None:
+    """Until something changes (a piece, the end) or `seconds` pass."""
+    stream.wake.clear()
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(stream.wake.wait(), seconds)
