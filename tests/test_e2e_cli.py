@@ -4,11 +4,12 @@ default for an api_base; litellm where a test says so)."""
 import json
 import os
 import stat
+import subprocess
 from pathlib import Path
 
 from nanomem.onboard import Home
 from nanomem.session import session_filename
-from tests.conftest import TEST_KEY, cli_env, run_cli
+from tests.conftest import NANOMEM, TEST_KEY, cli_env, run_cli
 from tests.fakes.openai_server import FakeOpenAI
 
 
@@ -317,3 +318,25 @@ def test_eight_edits_of_one_file_in_one_step_are_all_kept(home: Home, fake_llm: 
     )
     results = [m for m in fake_llm.requests[1]["messages"] if m["role"] == "tool"]
     assert [m["content"] for m in results] == ["Edited list.md"] * 8
+
+
+def test_one_shot_writes_the_reply_as_it_arrives(home: Home, fake_llm: FakeOpenAI) -> None:
+    story = " ".join(f"Sentence number {n} of a long streamed answer." for n in range(12))
+    fake_llm.reply(story, pieces=12, hold_after=6)  # half of it, then the model waits
+    process = subprocess.Popen(
+        [*NANOMEM, "chat", "-m", "tell me a story"],
+        env=cli_env(home, fake_llm),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert process.stdout is not None
+    early = b""
+    while b"Sentence number 1 " not in early:  # arrives while the model holds the rest
+        chunk = process.stdout.read1(4096)
+        assert chunk, "stdout ended before the text arrived"
+        early += chunk
+    assert early.startswith(b"Sentence number 0") and process.poll() is None
+    fake_llm.release()
+    rest, _ = process.communicate(timeout=60)
+    assert process.returncode == 0
+    assert (early + rest).decode() == story + "\n"  # no duplicate, nothing missing

@@ -142,3 +142,24 @@ def test_a_missing_model_is_asked_for_and_saved(home: Home, fake_llm: FakeOpenAI
     assert 'model = "openai/fake"' in home.config.read_text()
     child.sendcontrol("d")
     child.expect(pexpect.EOF)
+
+
+STORY = " ".join(f"Sentence number {n} of a long streamed answer." for n in range(12))
+
+
+def test_a_reply_grows_on_screen_and_ctrl_c_keeps_what_was_shown(
+    chat: pexpect.spawn, fake_llm: FakeOpenAI, home: Home
+) -> None:
+    fake_llm.reply(STORY, pieces=12, hold_after=6)  # half of it, then the model waits
+    chat.sendline("tell me a story")
+    chat.expect_exact("Sentence number 1 of a long")  # on screen before the reply ended
+    assert fake_llm.streams_finished == 0
+    chat.sendcontrol("c")
+    chat.expect_exact("cancelled", timeout=10)
+    chat.expect_exact(PROMPT)
+    fake_llm.release()
+    lines = (home.sessions / session_filename("cli:direct")).read_text().splitlines()
+    kept = json.loads(lines[-1])
+    assert kept["role"] == "assistant" and kept["interrupted"] is True
+    assert kept["content"].startswith("Sentence number 0 of a long streamed answer.")
+    assert len(kept["content"]) < len(STORY)  # what was shown, not the whole story

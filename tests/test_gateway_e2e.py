@@ -27,6 +27,7 @@ from tests.fakes.telegram_server import FakeTelegram
 TOKEN_REJECTED = "telegram: the bot token was rejected (check telegram.token)"
 ALLOWED = list(range(1000, 1020))
 LAST_DREAM = {"last_run": "2026-11-21T08:00:00+00:00", "status": "changed", "entries": 12}
+GROWING = "**Bold** words, then `code`, " + "and a sentence that keeps on growing " * 8
 LONG = "\n\n".join(f"Paragraph {n:03d}: " + "lorem ipsum dolor sit amet " * 4 for n in range(80))
 
 
@@ -39,6 +40,8 @@ def scripted(request: dict[str, Any]) -> Step:
         return Step.reply("the slow answer", latency=30)
     if "LATE" in last:
         return Step.reply("the late answer", latency=1.0)
+    if "GROW" in last:
+        return Step.reply(GROWING, pieces=12, pause=0.05)
     if "HTML" in last:
         return Step.reply("**bold** and `code` & more")
     return echo_step(request)
@@ -204,11 +207,12 @@ def test_a_long_reply_arrives_as_ordered_chunks(
 def test_a_reply_shows_as_a_draft_then_arrives_formatted(
     gateway: GatewayProcess, telegram: FakeTelegram
 ) -> None:
-    telegram.send_text(1015, "HTML as it grows")
+    telegram.send_text(1015, "GROW as you write")
     (reply,) = telegram.wait_for_messages(1015, 1)
-    assert reply["html"] == "<b>bold</b> and <code>code</code> &amp; more"
-    drafts = telegram.drafts(1015)  # one, with the whole text, until the model streams
-    assert drafts and all(d["html"] and d["draft_id"] == drafts[0]["draft_id"] for d in drafts)
+    assert reply["html"].startswith("<b>Bold</b> words, then <code>code</code>, and a sentence")
+    drafts = telegram.drafts(1015)  # the model streams in 12 pieces, 50 ms apart
+    assert len(drafts) >= 1 and all(d["draft_id"] == drafts[0]["draft_id"] for d in drafts)
+    assert all(d["html"] for d in drafts) and len(drafts[0]["text"]) < len(reply["text"])
     calls = [method for method, params in telegram.calls if params.get("chat_id") == 1015]
     assert calls.index("sendmessagedraft") < calls.index("sendmessage")
 
