@@ -249,6 +249,7 @@ class TelegramChannel:
         commands: list[Command],
         poll_timeout_s: float = 30.0,
         typing_every_s: float = 4.0,
+        typing_delay_s: float = 1.0,
         status_every_s: float = 3.0,
         watch_every_s: float = 1.0,
         stream_every_s: float = 1.0,
@@ -274,6 +275,7 @@ class TelegramChannel:
         self.delivery = Delivery(
             self,
             typing_every_s=typing_every_s,
+            typing_delay_s=typing_delay_s,
             status_every_s=status_every_s,
             stream=settings.stream,
             stream_groups=settings.stream_groups,

@@ -156,9 +156,11 @@ class Delivery:
         stream: bool = False,
         stream_groups: bool = False,
         stream_every_s: float = 1.0,
+        typing_delay_s: float = 1.0,
     ) -> None:
         self.port = port
         self.typing_every_s, self.status_every_s = typing_every_s, status_every_s
+        self.typing_delay_s = typing_delay_s
         self.backoff_s = backoff_s  # the first wait after a network error; doubles up to 30 s
         self.stream, self.stream_groups = stream, stream_groups
         self.streamer = Streamer(port, stream_every_s)
@@ -390,6 +392,8 @@ class Delivery:
 
     async def _type(self, key: str, chat: ChatState) -> None:
         try:
+            # A reply (or its first words) within a second needs no typing action.
+            await asyncio.sleep(self.typing_delay_s)
             while chat.pending and time.monotonic() - chat.active < TYPING_MAX_S:
                 if not chat.wait_s():
                     await self.port.typing(key)

@@ -3,8 +3,8 @@
 A private chat sees a draft (`sendMessageDraft`, Bot API 9.3+). Where the server does not know
 drafts, and in groups, one message is sent with the first text and edited in place; Delivery
 turns it into the finished reply. Either way a chat is refreshed at most once per `every_s`
-(the first text at once), waits out its own flood limit only, and a failure here never costs
-the finished reply, which always follows.
+(the first text after FIRST_SHOW_S), waits out its own flood limit only, and a failure here
+never costs the finished reply, which always follows.
 """
 
 from __future__ import annotations
@@ -22,6 +22,9 @@ from channels.telegram_port import BotPort, FloodGate, SendError
 from nanomem.utf8 import clean_text
 
 GROUP_SLOWER = 3
+# The first words wait this long: a reply finished by then goes out whole without a draft
+# (most short replies), which spares the Bot API a call per chat when many answer at once.
+FIRST_SHOW_S = 0.15
 CLOSE_WAIT_S = 10.0  # the longest a finished reply waits for a refresh already on its way
 _DRAFT_IDS = itertools.count(1)  # must be non-zero; one per step, so a new step replaces it
 
@@ -72,6 +75,7 @@ class Streamer:
         stream.text = text
         stream.wake.set()
         if stream.task is None:
+            stream.next_at = max(stream.next_at, time.monotonic() + FIRST_SHOW_S)
             run = self._run(stream, gate)
             stream.task = asyncio.create_task(run, name=f"telegram-stream:{stream.key}")
 

@@ -170,8 +170,17 @@ def test_an_allowed_user_gets_the_reply(
     (reply,) = telegram.wait_for_messages(1001, 1)
     assert reply["text"].startswith("echo: ") and reply["text"].endswith("hello there")
     assert "channel telegram" in asked(llm, "hello there")[0]["messages"][-1]["content"]
-    assert {"chat_id": 1001, "action": "typing"} in telegram.chat_actions(1001)
     assert {c["command"] for c in telegram.commands or []} >= {"start", "help", "new", "stop"}
+
+
+def test_a_slow_reply_shows_typing(gateway: GatewayProcess, telegram: FakeTelegram) -> None:
+    telegram.send_text(1016, "SLOW, so type")
+    wait_until(
+        lambda: {"chat_id": 1016, "action": "typing"} in telegram.chat_actions(1016),
+        what="a typing action (after a second without an answer)",
+    )
+    telegram.send_text(1016, "/stop")
+    assert texts(telegram.wait_for_messages(1016, 1)) == ["Stopped."]
 
 
 def test_a_stranger_gets_nothing_and_never_reaches_the_model(

@@ -81,7 +81,7 @@ def port() -> FakePort:
 
 @pytest.fixture
 def delivery(port: FakePort) -> Delivery:
-    return Delivery(port, typing_every_s=0.05, status_every_s=0.2, backoff_s=0.01)
+    return Delivery(port, typing_every_s=0.05, status_every_s=0.2, backoff_s=0.01, typing_delay_s=0)
 
 
 @pytest.mark.parametrize(
@@ -270,7 +270,7 @@ async def test_typing_stops_on_failure_and_on_stop(delivery: Delivery, port: Fak
     assert delivery.chat("1").typing is None and delivery.chat("1").pending == ["turn"]
 
     port2 = FakePort()
-    other = Delivery(port2, typing_every_s=0.05, status_every_s=0.2)
+    other = Delivery(port2, typing_every_s=0.05, status_every_s=0.2, typing_delay_s=0)
     other.accepted("2", "turn", 1, None)
     other.accepted("2", "stop", 2, "stop")
     other.send(reply("2", STOPPED, "stop"))
@@ -403,3 +403,15 @@ async def test_a_short_part_refused_as_too_long_is_given_up_not_split_forever(
     delivery.send(reply("1", "next"))
     await settle(delivery)
     assert port.texts("1") == ["next"]
+
+
+async def test_a_quick_answer_needs_no_typing_action(port: FakePort) -> None:
+    delivery = Delivery(port, typing_every_s=0.05, status_every_s=0.2, typing_delay_s=0.3)
+    delivery.accepted("1", "quick", 1, None)
+    delivery.accepted("2", "slow", 2, None)
+    await asyncio.sleep(0.1)
+    delivery.send(reply("1", "at once", "quick"))
+    await asyncio.sleep(0.4)
+    assert "1" not in port.typed and "2" in port.typed  # the slow one shows it (control)
+    delivery.send(reply("2", "at last", "slow"))
+    await settle(delivery)

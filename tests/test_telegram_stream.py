@@ -200,6 +200,7 @@ async def test_a_flood_limit_on_one_chats_stream_never_delays_another_chats_repl
         )
         await chat.reply(mine, "my answer grows")
         await chat.stream(theirs, "their answer")
+        await until(lambda: fake.drafts(FRIEND))
         await chat.reply(theirs, "their answer")
         await fake.wait_for_messages_async(FRIEND, 1)
         assert fake.sent_messages(OWNER) == []  # still waiting out its own flood limit
