@@ -323,7 +323,12 @@ class AgentLoop:
         replayed message had been saved before a crash."""
         session = await self.sessions.get(msg.session_key)
         if msg.replayed and (found := find_message(session.messages, msg.id)) is not None:
-            return session, found
+            messages = session.messages
+            if finished_reply(messages, found) is not None:
+                return session, found  # answered before the crash: that answer is sent
+            if len(turn_after(messages, found)) == len(messages) - found - 1:
+                return session, found  # still the session's last turn: it goes on
+            # Other turns came after it (another process on this session): asked afresh.
         user = self.context.user_message(msg)
         if msg.seq is not None:
             user["in"] = msg.id  # how a replay finds it again
@@ -398,9 +403,20 @@ def find_message(messages: list[dict[str, Any]], message_id: str) -> int | None:
     return None
 
 
+def turn_after(messages: list[dict[str, Any]], at: int) -> list[dict[str, Any]]:
+    """What the turn that began at `at` wrote: its messages up to the next user message
+    (another process may have held turns of its own in the session since)."""
+    end = next(
+        (i for i in range(at + 1, len(messages)) if messages[i].get("role") == "user"),
+        len(messages),
+    )
+    return messages[at + 1 : end]
+
+
 def finished_reply(messages: list[dict[str, Any]], at: int) -> str | None:
     """The final answer of the turn that began at `at`, when it had ended before a crash."""
-    last = messages[-1] if len(messages) > at + 1 else None
+    turn = turn_after(messages, at)
+    last = turn[-1] if turn else None
     if last is None or last.get("role") != "assistant" or last.get("tool_calls"):
         return None
     if last.get("failed"):

@@ -404,3 +404,22 @@ async def test_a_failed_turn_is_recorded_honestly_and_retry_runs_it_again(home: 
     assert any("no reply was given" in str(m.get("content")) for m in later)
     roles = [m["role"] for m in session.messages]
     assert roles == ["user", "assistant", "assistant", "user", "assistant"]
+
+
+async def test_a_replayed_turn_overtaken_by_another_process_is_asked_afresh(home: Home) -> None:
+    provider = ScriptedProvider([text("yes, 42")])
+    app = make_app(home, provider)
+    msg_id = InboundMessage.inbox_id(11)
+    replayed = InboundMessage("telegram", "42", "is it 42?", "42", id=msg_id, seq=11, replayed=True)
+    session = await app.sessions.get("telegram:42")
+    started = {**app.context.user_message(replayed), "in": msg_id}  # then the gateway died
+    meanwhile = [  # a `chat -m` on the same session answered its own question meanwhile
+        {"role": "user", "content": "what time is it?"},
+        {"role": "assistant", "content": "noon"},
+    ]
+    await app.sessions.append(session, [started, *meanwhile])
+    reply = await app.loop.handle(replayed)
+    assert reply is not None and reply.content == "yes, 42"  # not the other turn's "noon"
+    assert provider.calls[0][-1]["content"].endswith("is it 42?")
+    roles = [m["role"] for m in session.messages]
+    assert roles == ["user", "user", "assistant", "user", "assistant"]  # asked again, at the end
