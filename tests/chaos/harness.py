@@ -43,7 +43,9 @@ class Options:
     dreams: int = 20  # multi: `nanomem dream` runs, two at a time
     dream_kills: int = 0  # multi: of those rounds, how many have one run SIGKILLed
     cli_turns: int = 5  # multi: `chat -m` turns by each of two writers on one session
-    cli_session: str = "shared"  # their `--session`: a name (cli:<name>) or, once supported, a key
+    # Their `--session`: a name (cli:<name>) or a whole key; by default the gateway's first chat,
+    # so the writers and the gateway take turns on one session.
+    cli_session: str = "telegram:1000"
     quiet_s: float = 0.0  # the final drain ends after this long without a reply (0: derived)
     drain_cap_s: float = 300.0
     run_dir: Path | None = None  # kept for inspection; a temporary one is removed if all is well

@@ -40,7 +40,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--cli-turns", type=int, default=5, help="multi: turns per writer")
     parser.add_argument(
-        "--cli-session", default="shared", help="multi: the writers' --session (name or key)"
+        "--cli-session",
+        default="telegram:1000",
+        help="multi: the writers' --session (a name, or a key such as the gateway's telegram:1000)",
     )
     parser.add_argument("--run-dir", type=Path, help="keep the home and logs here")
     return parser.parse_args(argv)
