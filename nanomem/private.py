@@ -13,19 +13,30 @@ if TYPE_CHECKING:
     from nanomem.onboard import Home
 
 PRIVATE_UMASK = 0o077  # set by the CLI: every file nanomem creates is the owner's alone
+WALKED = ".private-v1"  # the home's folders were walked and tightened once
 
 
 def make_private(home: Home) -> list[Path]:
-    """Tighten the home and what holds conversations or secrets; the paths that changed."""
+    """Tighten the home and what holds conversations or secrets; the paths that changed.
+
+    Everything inside is walked once per home (and again whenever the home or one of its
+    folders is found loose): what nanomem creates afterwards is private through its umask, so
+    a start does not grow with the number of sessions."""
     changed: list[Path] = []
-    if home.root.is_dir():
-        _tighten(home.root, changed)
-    for top in (home.sessions, home.logs, home.memory_git, home.root / "locks"):
+    if not home.root.is_dir():
+        return changed
+    _tighten(home.root, changed)
+    walked = home.root / WALKED
+    tops = (home.sessions, home.logs, home.memory_git, home.root / "locks")
+    for top in tops:
         if top.is_dir():
             _tighten(top, changed)
+    if changed or not walked.exists():
+        for top in filter(Path.is_dir, tops):
             for folder, dirs, files in os.walk(top):
                 for name in (*dirs, *files):
                     _tighten(Path(folder) / name, changed)
+        walked.touch(mode=0o600)
     for path in (home.config, home.dream_state, home.chat_history, *_inbox_files(home)):
         if path.exists():
             _tighten(path, changed)
