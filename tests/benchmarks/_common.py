@@ -54,6 +54,22 @@ def make_app(
     return build_app(settings, home, provider)
 
 
+def gateway_env(home: Path, model_url: str, **settings: str) -> dict[str, str]:
+    """The environment of a `nanomem gateway` subprocess on `home` against the fake model,
+    default settings otherwise (no scheduled Dream: it would take the model's time)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NANOMEM_")}
+    env.update(
+        NANOMEM_HOME=str(home),
+        NANOMEM_LLM__MODEL="openai/fake",
+        NANOMEM_LLM__API_BASE=model_url,
+        NANOMEM_LLM__API_KEY=API_KEY,
+        NANOMEM_GATEWAY__PORT="0",
+        NANOMEM_DREAM__ENABLED="false",
+        **settings,
+    )
+    return env
+
+
 def _is_litellm_worker(task: asyncio.Task[Any]) -> bool:
     return getattr(task.get_coro(), "__qualname__", "").startswith("LoggingWorker.")
 

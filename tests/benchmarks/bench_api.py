@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import re
 import subprocess
 import sys
@@ -31,17 +30,7 @@ DEFAULTS: dict[str, str] = {}
 def start_gateway(
     home: Path, model_url: str, extra: dict[str, str]
 ) -> tuple[subprocess.Popen[str], int]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("NANOMEM_")}
-    env.update(
-        NANOMEM_HOME=str(home),
-        NANOMEM_LLM__MODEL="openai/fake",
-        NANOMEM_LLM__API_BASE=model_url,
-        NANOMEM_LLM__API_KEY=_common.API_KEY,
-        NANOMEM_API__ENABLED="true",
-        NANOMEM_GATEWAY__PORT="0",
-        NANOMEM_DREAM__ENABLED="false",
-        **extra,
-    )
+    env = _common.gateway_env(home, model_url, NANOMEM_API__ENABLED="true", **extra)
     proc = subprocess.Popen(
         [sys.executable, "-m", "nanomem", "gateway"], env=env, stderr=subprocess.PIPE, text=True
     )

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -36,19 +35,14 @@ def start_gateway(
     extra: dict[str, str],
     profile: str | None = None,
 ) -> subprocess.Popen[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("NANOMEM_")}
-    env.update(
-        NANOMEM_HOME=str(home),
-        NANOMEM_LLM__MODEL="openai/fake",
-        NANOMEM_LLM__API_BASE=model_url,
-        NANOMEM_LLM__API_KEY=_common.API_KEY,
+    env = _common.gateway_env(
+        home,
+        model_url,
         NANOMEM_TELEGRAM__ENABLED="true",
         NANOMEM_TELEGRAM__TOKEN=telegram.token,
         NANOMEM_TELEGRAM__BASE_URL=telegram.base_url,
         NANOMEM_TELEGRAM__BASE_FILE_URL=telegram.base_file_url,
         NANOMEM_TELEGRAM__ALLOW_FROM=json.dumps(list(range(FIRST_ID, FIRST_ID + chats + 1))),
-        NANOMEM_GATEWAY__PORT="0",
-        NANOMEM_DREAM__ENABLED="false",
         **extra,
     )
     profiled = ["-m", "cProfile", "-o", profile] if profile else []
