@@ -15,18 +15,8 @@ from nanomem.provider import Provider, ProviderError, RetryingProvider
 from nanomem.routing import Route
 from tests.conftest import TEST_KEY
 from tests.fakes.openai_server import FakeOpenAI, Step
+from tests.test_openai_http import TOOLS, USER
 
-USER = [{"role": "user", "content": "hi"}]
-TOOLS = [
-    {
-        "type": "function",
-        "function": {
-            "name": "get_weather",
-            "description": "Weather for a city.",
-            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
-        },
-    }
-]
 Make = Callable[..., Provider]
 
 
