@@ -1,0 +1,65 @@
+"""The home folder's paths: config.toml, workspace/, sessions/, logs/, locks/, the memory repository.
+
+At the bottom of the stack: every layer may know where things live, none of this does any work.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from nanomem.locks import FileLock
+
+
+@dataclass(frozen=True)
+class Home:
+    root: Path
+
+    @property
+    def config(self) -> Path:
+        return self.root / "config.toml"
+
+    @property
+    def workspace(self) -> Path:
+        return self.root / "workspace"
+
+    @property
+    def sessions(self) -> Path:
+        return self.root / "sessions"
+
+    @property
+    def logs(self) -> Path:
+        return self.root / "logs"
+
+    @property
+    def chat_history(self) -> Path:
+        return self.root / "chat_history"
+
+    @property
+    def memory_git(self) -> Path:
+        """Versions of the memory files; outside the workspace, so it never collides with a
+        git repository the workspace may sit in, and the agent's tools cannot reach it."""
+        return self.root / "memory.git"
+
+    @property
+    def dream_state(self) -> Path:
+        return self.root / "dream.json"
+
+    @property
+    def inbox(self) -> Path:
+        """Messages the gateway received and has not answered yet (SQLite)."""
+        return self.root / "inbox.sqlite3"
+
+    @property
+    def dream_journal(self) -> Path:
+        """A Dream run's finished edits, until they are applied, committed and consumed."""
+        return self.root / "dream-journal.json"
+
+    @property
+    def locks(self) -> Path:
+        """Lock files shared by every process on this home; outside the workspace, so the
+        agent's file tools can never replace one."""
+        return self.root / "locks"
+
+    def lock(self, name: str) -> FileLock:
+        return FileLock(self.locks / f"{name}.lock")
