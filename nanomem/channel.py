@@ -6,12 +6,9 @@ import asyncio
 import importlib
 from collections import deque
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from nanomem.bus import MessageBus, OutboundMessage
-
-if TYPE_CHECKING:
-    from nanomem.app import App
 
 Job = Callable[[], Awaitable[None]]
 # Channels are found by name, so the core never imports the `channels` package.
@@ -47,21 +44,6 @@ class Channel(Protocol):
         """Return once the message is delivered (or refused for good); raise DeliveryLater when
         it cannot be delivered now. Called concurrently: keep each chat's order yourself, in
         the order the calls were made (before the first await)."""
-
-
-class GatewayChannel(Channel, Protocol):
-    """A channel `nanomem gateway` runs unattended: built from the app, watched, restarted."""
-
-    @classmethod
-    def from_app(cls, app: App) -> GatewayChannel:
-        """Build from the app's settings; raise ConfigError when the settings cannot work."""
-        ...
-
-    async def stop_receiving(self) -> None:
-        """Take no new messages; sending keeps working for the replies still on their way."""
-
-    def problem(self) -> str | None:
-        """None while the channel works; otherwise one line saying what is wrong."""
 
 
 class ChannelDown(Exception):

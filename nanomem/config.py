@@ -20,7 +20,6 @@ from pydantic import (
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from nanomem.old_defaults import without_old_defaults
-from nanomem.routing import key_variable
 
 ENV_PREFIX = "NANOMEM_"
 ENV_DELIMITER = "__"
@@ -200,19 +199,6 @@ def read_toml(path: Path) -> dict[str, Any]:
         raise ConfigError(f"config error in {path}: malformed TOML: {exc}") from None
     except OSError as exc:
         raise ConfigError(f"config error: cannot read {path}: {exc.strerror}") from None
-
-
-def key_source(llm: LLMSettings) -> str:
-    """Where the model's API key comes from, for the person to check when it is refused."""
-    for name in os.environ:
-        if name.upper() == f"{ENV_PREFIX}LLM{ENV_DELIMITER}API_KEY":
-            return f"the environment variable {name}"
-    if llm.api_key is not None:
-        return "`llm.api_key` in config.toml"
-    variable = key_variable(llm)
-    if variable in os.environ:
-        return f"the environment variable {variable}"
-    return f"no key is set (`llm.api_key`, or {variable})"
 
 
 def load_settings(config_path: Path, overrides: dict[str, Any] | None = None) -> Settings:

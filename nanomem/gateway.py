@@ -7,12 +7,12 @@ import ipaddress
 import os
 import signal
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Protocol
 
 from loguru import logger
 
 from nanomem.app import App
-from nanomem.channel import CHANNELS, ChannelDown, GatewayChannel, load_channel, pump_outbound
+from nanomem.channel import CHANNELS, Channel, ChannelDown, load_channel, pump_outbound
 from nanomem.config import ConfigError, Settings
 from nanomem.health import Health, serve_health
 
@@ -28,6 +28,21 @@ PUBLIC_WITHOUT_KEYS = (
     "gateway.host is {host}, not a loopback address, and api.keys is empty: anyone who can "
     "reach it could use the agent; set api.keys (or NANOMEM_API__KEYS) or a loopback gateway.host"
 )
+
+
+class GatewayChannel(Channel, Protocol):
+    """A channel `nanomem gateway` runs unattended: built from the app, watched, restarted."""
+
+    @classmethod
+    def from_app(cls, app: App) -> GatewayChannel:
+        """Build from the app's settings; raise ConfigError when the settings cannot work."""
+        ...
+
+    async def stop_receiving(self) -> None:
+        """Take no new messages; sending keeps working for the replies still on their way."""
+
+    def problem(self) -> str | None:
+        """None while the channel works; otherwise one line saying what is wrong."""
 
 
 def is_loopback(host: str) -> bool:

@@ -14,7 +14,8 @@ from loguru import logger
 from nanomem.audience import audience_of, enter
 from nanomem.bus import InboundMessage, MessageBus, OutboundMessage
 from nanomem.commands import NOTHING_TO_STOP, STOPPED, Command, CommandSet, UnknownCommand
-from nanomem.config import Settings, key_source
+from nanomem.config import Settings
+from nanomem.routing import key_source
 from nanomem.context import ContextBuilder
 from nanomem.log import redact, redact_message, shown_so_far
 from nanomem.provider import Provider, ProviderError, ToolCall

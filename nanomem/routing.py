@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 from urllib.parse import urlsplit
 
+from nanomem.config import ENV_DELIMITER, ENV_PREFIX
+
 if TYPE_CHECKING:
     from nanomem.config import LLMSettings
 
@@ -177,3 +179,16 @@ _TRANSLATED = frozenset(
 )
 # Where litellm looks for keys whose variable is not simply <PREFIX>_API_KEY.
 _LITELLM_KEYS = {"vertex_ai": "GOOGLE_APPLICATION_CREDENTIALS", "bedrock": "AWS_ACCESS_KEY_ID"}
+
+
+def key_source(llm: LLMSettings) -> str:
+    """Where the model's API key comes from, for the person to check when it is refused."""
+    for name in os.environ:
+        if name.upper() == f"{ENV_PREFIX}LLM{ENV_DELIMITER}API_KEY":
+            return f"the environment variable {name}"
+    if llm.api_key is not None:
+        return "`llm.api_key` in config.toml"
+    variable = key_variable(llm)
+    if variable in os.environ:
+        return f"the environment variable {variable}"
+    return f"no key is set (`llm.api_key`, or {variable})"

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from nanomem.config import LLMSettings, key_source, load_settings
+from nanomem.config import LLMSettings, load_settings
+from nanomem.routing import key_source
 from nanomem.onboard import Home, onboard
 from nanomem.routing import route
 from tests.conftest import cli_env, run_cli
