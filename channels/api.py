@@ -37,8 +37,7 @@ from channels.api_wire import (
     usage,
     usage_chunk,
 )
-from nanomem.bus import InboundMessage, MessageBus, OutboundMessage
-from nanomem.commands import STOPPED, parse_command
+from nanomem.agent import STOPPED, InboundMessage, MessageBus, OutboundMessage, parse_command
 from nanomem.config import ApiSettings
 from nanomem.log import register_secrets
 

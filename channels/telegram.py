@@ -39,9 +39,15 @@ from channels.telegram_chat import (
     strip_mention,
     target,
 )
-from nanomem.bus import InboundMessage, MessageBus, OutboundMessage
-from nanomem.channel import ChannelDown, ChatQueues
-from nanomem.commands import Command, parse_command
+from nanomem.agent import (
+    ChannelDown,
+    ChatQueues,
+    Command,
+    InboundMessage,
+    MessageBus,
+    OutboundMessage,
+    parse_command,
+)
 from nanomem.config import ConfigError, TelegramSettings
 from nanomem.log import register_secrets
 from nanomem.utf8 import clean_text

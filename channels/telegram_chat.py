@@ -20,9 +20,7 @@ from loguru import logger
 from channels.telegram_format import halves, html_to_plain, message_chunks, too_long
 from channels.telegram_port import BotPort, FloodGate, SendError
 from channels.telegram_stream import Stream, Streamer
-from nanomem.bus import OutboundMessage
-from nanomem.channel import ChannelDown, ChatQueues, DeliveryLater
-from nanomem.commands import STOPPED, Command
+from nanomem.agent import STOPPED, ChannelDown, ChatQueues, Command, DeliveryLater, OutboundMessage
 
 T = TypeVar("T")
 _COMMAND_NAME = re.compile(r"[a-z0-9_]{1,32}")

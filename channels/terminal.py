@@ -14,8 +14,7 @@ from prompt_toolkit.formatted_text import HTML
 from prompt_toolkit.history import FileHistory
 from prompt_toolkit.key_binding import KeyBindings, KeyPressEvent
 
-from nanomem.bus import InboundMessage, MessageBus, OutboundMessage
-from nanomem.commands import STOPPED
+from nanomem.agent import STOPPED, InboundMessage, MessageBus, OutboundMessage
 
 if TYPE_CHECKING:
     from rich.console import Console

@@ -10,30 +10,30 @@ from pathlib import Path
 
 from loguru import logger
 
-from nanomem.bus import MessageBus
+from nanomem.agent import AgentLoop, ContextBuilder, MessageBus, Skills, SqliteInbox, Templates
 from nanomem.config import LLMSettings, Settings
-from nanomem.consolidator import Consolidator
-from nanomem.context import ContextBuilder
-from nanomem.dream import Dream
-from nanomem.filetools import FileTools
-from nanomem.gitstore import TRACKED, GitStore
-from nanomem.history import HistoryStore
-from nanomem.inbox import SqliteInbox
-from nanomem.litellm_provider import LiteLLMProvider, import_litellm, supports_images
+from nanomem.curation import Consolidator, Dream, DreamScheduler, MemoryCommands
+from nanomem.home import Home
 from nanomem.log import register_secrets
-from nanomem.loop import AgentLoop
-from nanomem.memory_commands import MemoryCommands
+from nanomem.memory import (
+    TRACKED,
+    BpeTokenizer,
+    Budget,
+    Calibration,
+    GitStore,
+    HistoryStore,
+    SessionStore,
+)
 from nanomem.old_defaults import NOTE as OLD_DEFAULTS_NOTE
-from nanomem.onboard import Home
-from nanomem.provider import Provider, RetryingProvider
-from nanomem.routing import route
-from nanomem.scheduler import DreamScheduler
-from nanomem.session import SessionStore
-from nanomem.shelltool import ShellTool
-from nanomem.skills import Skills
-from nanomem.templates import Templates
-from nanomem.tokens import BpeTokenizer, Budget, Calibration
-from nanomem.tools import ToolRegistry
+from nanomem.providers import (
+    LiteLLMProvider,
+    Provider,
+    RetryingProvider,
+    import_litellm,
+    route,
+    supports_images,
+)
+from nanomem.tools import FileTools, ShellTool, ToolRegistry
 
 # Files and folders the agent may read but never write: nanomem maintains them itself, and
 # templates are the agent's own instructions (the person overrides them by hand).
@@ -208,12 +208,12 @@ def build_app(
 
 
 def _model(llm: LLMSettings, transports: list[Provider]) -> Provider:
-    """The model client the route asks for (nanomem/routing.py), with retries around it."""
+    """The model client the route asks for (providers/routing.py), with retries around it."""
     path = route(llm)
     logger.debug("model {} via {}", llm.model, path.describe())  # `nanomem status` says it too
     client: Provider
     if path.path == "direct":
-        from nanomem.openai_http import OpenAIHTTPProvider  # aiohttp: only when chosen
+        from nanomem.providers import OpenAIHTTPProvider  # aiohttp: only when chosen
 
         client = OpenAIHTTPProvider(llm, path)
     else:

@@ -12,10 +12,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from nanomem.agent import MessageBus
     from nanomem.app import App
-    from nanomem.bus import MessageBus
     from nanomem.config import Settings
-    from nanomem.onboard import Home
+    from nanomem.home import Home
 
 EXIT_CONFIG = 2
 NO_MODEL = (
@@ -148,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _home(args: argparse.Namespace) -> Home:
     from nanomem.config import default_home
-    from nanomem.onboard import Home
+    from nanomem.home import Home
 
     return Home((args.home or default_home()).expanduser().resolve())
 
@@ -196,8 +196,8 @@ def cmd_onboard(args: argparse.Namespace) -> int:
 
 def cmd_status(args: argparse.Namespace) -> int:
     from nanomem.app import workspace_of
-    from nanomem.routing import route
-    from nanomem.session import SessionStore
+    from nanomem.memory import SessionStore
+    from nanomem.providers import route
 
     home = _home(args)
     settings = _settings(args, home)
@@ -269,7 +269,7 @@ def _ask_for_model(args: argparse.Namespace, home: Home) -> Settings:
 
 
 async def _one_shot(app: App, session: str, text: str) -> int:
-    from nanomem.bus import InboundMessage
+    from nanomem.agent import InboundMessage
 
     # A whole key continues another channel's conversation (its reply is printed here).
     channel, chat = (session.split(":", 1)) if ":" in session else ("cli", session)
@@ -327,8 +327,7 @@ class StdoutStream:
 async def _interactive(home: Home, settings: Settings, session: str, stderr_level: str) -> int:
     """The prompt comes first; the app is built behind it while the person types (what they
     send meanwhile waits on the bus), then litellm and the tokenizer load the same way."""
-    from nanomem.bus import MessageBus
-    from nanomem.channel import load_channel, pump_outbound
+    from nanomem.agent import MessageBus, load_channel, pump_outbound
 
     bus = MessageBus()
     channel = load_channel("terminal")(history_file=home.chat_history, chat_id=session)
@@ -426,7 +425,7 @@ def _configured(
 
 
 def cmd_dream(args: argparse.Namespace) -> int:
-    from nanomem.dream import DreamBusy, DreamResult
+    from nanomem.curation import DreamBusy, DreamResult
 
     app = _app(args, needs_model=True, stderr_level=args.log_level or "ERROR")
 
@@ -445,9 +444,8 @@ def cmd_dream(args: argparse.Namespace) -> int:
 
 
 def cmd_memory(args: argparse.Namespace) -> int:
-    from nanomem.dream import DreamBusy
-    from nanomem.gitstore import GitStoreError
-    from nanomem.memory_commands import DREAM_IS_RUNNING, MemoryCommands
+    from nanomem.curation import DREAM_IS_RUNNING, DreamBusy, MemoryCommands
+    from nanomem.memory import GitStoreError
 
     app = _app(args, needs_model=False, stderr_level=args.log_level or "ERROR")
     texts = MemoryCommands(app.dream, app.git)

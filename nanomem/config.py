@@ -41,7 +41,7 @@ class LLMSettings(_Section):
     # Whether the model takes images; unset asks litellm's model list.
     supports_images: bool | None = None
     # "auto": OpenAI-compatible endpoints through the lean client, the rest through litellm
-    # (nanomem/routing.py decides); "direct" and "litellm" force one path.
+    # (nanomem/providers/routing.py decides); "direct" and "litellm" force one path.
     transport: Literal["auto", "litellm", "direct"] = "auto"
     # Replies arrive piece by piece as the model writes them; off for servers that cannot.
     stream: bool = True

@@ -11,8 +11,8 @@ from typing import Any, Protocol
 
 from loguru import logger
 
+from nanomem.agent import CHANNELS, Channel, ChannelDown, load_channel, pump_outbound
 from nanomem.app import App
-from nanomem.channel import CHANNELS, Channel, ChannelDown, load_channel, pump_outbound
 from nanomem.config import ConfigError, Settings
 from nanomem.health import Health, serve_health
 

@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 from aiohttp import web
 
-from nanomem.bus import MessageBus
+from nanomem.agent import MessageBus
 from nanomem.log import redact
 
 State = Literal["starting", "up", "down", "stopping"]

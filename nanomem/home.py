@@ -1,4 +1,4 @@
-"""The home folder's paths: config.toml, workspace/, sessions/, logs/, locks/, the memory repository.
+"""The home folder's paths: config.toml, workspace/, sessions/, logs/, locks/, memory.git.
 
 At the bottom of the stack: every layer may know where things live, none of this does any work.
 """

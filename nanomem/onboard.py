@@ -7,12 +7,11 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from nanomem.agent import Templates, bundled_dir
 from nanomem.durable import atomic_write_text
-from nanomem.gitstore import GitStore
 from nanomem.home import Home
-from nanomem.locks import FileLock
+from nanomem.memory import GitStore
 from nanomem.private import make_private
-from nanomem.templates import Templates, bundled_dir
 
 
 @dataclass

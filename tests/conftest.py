@@ -12,8 +12,9 @@ import pytest
 
 from nanomem.app import App, build_app
 from nanomem.config import Settings, load_settings
-from nanomem.onboard import Home, onboard
-from nanomem.scripted import ScriptedProvider
+from nanomem.home import Home
+from nanomem.onboard import onboard
+from nanomem.providers.scripted import ScriptedProvider
 from tests.fakes.openai_server import FakeOpenAI
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")

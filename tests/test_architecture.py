@@ -1,6 +1,8 @@
-"""Structural rules: the import direction, who may import the heavy libraries, module sizes."""
+"""Structural rules: the layers and who may import whom, who may import the heavy libraries,
+and a module size alarm."""
 
 import ast
+import importlib
 from pathlib import Path
 
 import pytest
@@ -28,20 +30,133 @@ def importers_of(package: str, files: list[Path]) -> set[str]:
     }
 
 
+# The layers, bottom first: a module may import its own layer and the ones below, never above.
+BASE = "base"  # nanomem/*.py that everything stands on: config, log, home, locks, durable files
+TOP = "top"  # composition and entry points: app, cli, gateway, onboarding
+LAYERS: dict[str, int] = {
+    BASE: 0,
+    "providers": 1,
+    "tools": 1,
+    "memory": 2,
+    "agent": 3,
+    "curation": 4,
+    TOP: 5,
+}
+BASE_MODULES = {
+    "__init__",
+    "audience",
+    "config",
+    "durable",
+    "exports",
+    "home",
+    "locks",
+    "log",
+    "old_defaults",
+    "utf8",
+}
+# What a channel may use: the channel port and the settings and helpers it is built from.
+CHANNEL_MAY_IMPORT = {"agent", "config", "log", "utf8", "app"}
+
+
+def layer_of(module: str) -> str:
+    """The layer of a dotted `nanomem.…` module name."""
+    parts = module.split(".")
+    if len(parts) > 1 and parts[1] in LAYERS:
+        return parts[1]
+    return BASE if len(parts) == 1 or parts[1] in BASE_MODULES else TOP
+
+
+def module_name(path: Path) -> str:
+    return ".".join(path.relative_to(ROOT).with_suffix("").parts)
+
+
+def core_imports() -> list[tuple[str, str]]:
+    """(importing module, imported module) for every import of nanomem by the core."""
+    return [
+        (module_name(path), name)
+        for path in CORE
+        for name in imported_modules(path)
+        if name == "nanomem" or name.startswith("nanomem.")
+    ]
+
+
 def test_core_never_imports_channels() -> None:
     assert importers_of("channels", CORE) == set()
+
+
+def test_no_module_imports_a_layer_above_its_own() -> None:
+    upward = [
+        f"{importer} ({layer_of(importer)}) imports {imported} ({layer_of(imported)})"
+        for importer, imported in core_imports()
+        if LAYERS[layer_of(imported)] > LAYERS[layer_of(importer)]
+    ]
+    assert upward == []
+
+
+def test_sibling_packages_do_not_import_each_other() -> None:
+    across = [
+        f"{importer} imports {imported}"
+        for importer, imported in core_imports()
+        if layer_of(importer) != layer_of(imported)
+        and LAYERS[layer_of(imported)] == LAYERS[layer_of(importer)]
+    ]
+    assert across == []
+
+
+def test_packages_are_used_through_their_public_names() -> None:
+    """Outside a package, only `from nanomem.<package> import <name in __all__>`."""
+    reached_in = []
+    for path in CORE + CHANNELS:
+        importer = module_name(path)
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(node, ast.ImportFrom) or not node.module or node.level:
+                continue
+            parts = node.module.split(".")
+            if parts[0] != "nanomem" or len(parts) < 2 or parts[1] not in LAYERS:
+                continue
+            if importer.startswith(f"nanomem.{parts[1]}."):
+                continue  # inside its own package
+            public = importlib.import_module(f"nanomem.{parts[1]}").__all__
+            if len(parts) > 2 or any(alias.name not in public for alias in node.names):
+                names = ", ".join(alias.name for alias in node.names)
+                reached_in.append(f"{importer}: from {node.module} import {names}")
+    assert reached_in == []
+
+
+@pytest.mark.parametrize("package", sorted(set(LAYERS) - {BASE, TOP}))
+def test_every_public_name_resolves(package: str) -> None:
+    module = importlib.import_module(f"nanomem.{package}")
+    assert module.__all__, package
+    for name in module.__all__:
+        assert getattr(module, name) is not None, f"nanomem.{package}.{name}"
+
+
+def test_channels_plug_in_through_the_port() -> None:
+    reached = sorted(
+        f"{module_name(path)} imports {name}"
+        for path in CHANNELS
+        for name in imported_modules(path)
+        if name.startswith("nanomem.") and name.split(".")[1] not in CHANNEL_MAY_IMPORT
+    )
+    assert reached == []
 
 
 @pytest.mark.parametrize(
     ("package", "allowed"),
     [
-        ("litellm", {"nanomem/litellm_provider.py"}),
+        ("litellm", {"nanomem/providers/litellm_provider.py"}),
         ("telegram", {"channels/telegram.py"}),
-        ("dulwich", {"nanomem/gitstore.py"}),
+        ("dulwich", {"nanomem/memory/gitstore.py"}),
     ],
 )
 def test_heavy_libraries_have_one_importer(package: str, allowed: set[str]) -> None:
     assert importers_of(package, CORE + CHANNELS) <= allowed
+
+
+def test_only_the_lean_provider_is_an_http_client_in_the_core() -> None:
+    # health.py is the gateway's small HTTP server; every model call goes through providers/.
+    allowed = {"nanomem/providers/openai_http.py", "nanomem/health.py"}
+    assert importers_of("aiohttp", CORE) <= allowed
 
 
 def test_modules_stay_small() -> None:
@@ -74,12 +189,10 @@ def test_the_chat_prompt_waits_for_nothing_it_does_not_need() -> None:
     import subprocess
     import sys
 
-    before_prompt = (
-        "nanomem.cli, nanomem.config, nanomem.onboard, nanomem.channel, channels.terminal"
-    )
+    before_prompt = "nanomem.cli, nanomem.config, nanomem.onboard, nanomem.agent, channels.terminal"
     behind = [
         "nanomem.app",
-        "nanomem.loop",
+        "nanomem.agent.loop",
         "loguru",
         "litellm",
         "dulwich",

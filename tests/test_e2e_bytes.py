@@ -8,8 +8,8 @@ import subprocess
 
 import pytest
 
-from nanomem.onboard import Home
-from nanomem.session import SessionStore, session_filename
+from nanomem.home import Home
+from nanomem.memory.session import SessionStore, session_filename
 from tests.conftest import NANOMEM, cli_env, run_cli
 from tests.fakes.openai_server import FakeOpenAI
 
@@ -74,7 +74,7 @@ async def test_a_reply_with_a_lone_surrogate_is_saved_and_printed(
     home: Home, fake_llm: FakeOpenAI, transport: str
 ) -> None:
     fake_llm.raw(SURROGATE_REPLY)  # a whole JSON body: the non-streaming path
-    # (a surrogate arriving in a stream is tests/test_streaming.py's)
+    # (a surrogate arriving in a stream is tests/providers/test_streaming.py's)
     env = cli_env(home, fake_llm, NANOMEM_LLM__TRANSPORT=transport, NANOMEM_LLM__STREAM="false")
     result = run_cli("chat", "-m", "send half an emoji", env=env)
     assert result.returncode == 0, result.stderr

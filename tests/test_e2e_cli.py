@@ -7,8 +7,8 @@ import stat
 import subprocess
 from pathlib import Path
 
-from nanomem.onboard import Home
-from nanomem.session import session_filename
+from nanomem.home import Home
+from nanomem.memory.session import session_filename
 from tests.conftest import NANOMEM, TEST_KEY, cli_env, run_cli
 from tests.fakes.openai_server import FakeOpenAI
 

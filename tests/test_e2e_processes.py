@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
-from nanomem.history import HistoryStore, NewEntry
-from nanomem.onboard import Home
+from nanomem.home import Home
+from nanomem.memory.history import HistoryStore, NewEntry
 from tests.conftest import NANOMEM, cli_env, run_cli
 from tests.fakes.openai_server import FakeOpenAI, Step
 

@@ -7,8 +7,8 @@ from collections.abc import Iterator
 import pexpect
 import pytest
 
-from nanomem.onboard import Home
-from nanomem.session import session_filename
+from nanomem.home import Home
+from nanomem.memory.session import session_filename
 from tests.conftest import cli_env
 from tests.fakes.openai_server import FakeOpenAI
 

@@ -11,15 +11,15 @@ from typing import Any
 import aiohttp
 import pytest
 
+from nanomem.agent.bus import InboundMessage, MessageBus, OutboundMessage
+from nanomem.agent.channel import ChannelDown
 from nanomem.app import App
-from nanomem.bus import InboundMessage, MessageBus, OutboundMessage
-from nanomem.channel import ChannelDown
 from nanomem.config import ConfigError
 from nanomem.gateway import Gateway, enabled_channels
-from nanomem.onboard import Home
-from nanomem.scripted import ScriptedProvider, text
+from nanomem.home import Home
+from nanomem.providers.scripted import ScriptedProvider, text
+from tests.channels.test_telegram_channel import log_lines, until
 from tests.conftest import cli_env, make_app, run_cli, settings_for
-from tests.test_telegram_channel import log_lines, until
 
 
 class FakeChannel:

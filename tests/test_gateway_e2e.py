@@ -18,8 +18,9 @@ from typing import Any
 
 import pytest
 
-from nanomem.onboard import Home, onboard
-from nanomem.session import Session, SessionStore
+from nanomem.home import Home
+from nanomem.memory.session import Session, SessionStore
+from nanomem.onboard import onboard
 from tests.conftest import NANOMEM, cli_env
 from tests.fakes.openai_server import FakeOpenAI, Step, echo_step
 from tests.fakes.telegram_server import FakeTelegram

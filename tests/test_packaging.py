@@ -64,7 +64,7 @@ def test_wheel_carries_the_data_folders_and_works_installed(tmp_path: Path) -> N
     home = tmp_path / "home"
     env = {**os.environ, "PYTHONPATH": str(target), "NANOMEM_HOME": str(home)}
     probe = (
-        "import nanomem.templates as t; print(t.bundled_dir('templates'));"
+        "import nanomem.agent.templates as t; print(t.bundled_dir('templates'));"
         "print(t.bundled_dir('workspace-template'))"
     )
     found = subprocess.run(

@@ -6,7 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from nanomem.onboard import Home
+from nanomem.home import Home
 from tests.conftest import NANOMEM, TEST_KEY, cli_env, run_cli
 from tests.fakes.openai_server import FakeOpenAI
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from nanomem.durable import append_lines, atomic_write_text
-from nanomem.history import HistoryStore, NewEntry
-from nanomem.session import SessionStore
+from nanomem.memory.history import HistoryStore, NewEntry
+from nanomem.memory.session import SessionStore
 from nanomem.utf8 import clean_text, clean_value, decode
 
 LONE = "\ud83d"  # half of 😀 (U+1F600 is \ud83d\ude00)

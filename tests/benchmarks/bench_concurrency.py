@@ -26,10 +26,10 @@ from pathlib import Path
 
 import _common  # before any nanomem import: repository root on sys.path, litellm offline
 
+from nanomem.agent.bus import InboundMessage
 from nanomem.app import App
-from nanomem.bus import InboundMessage
-from nanomem.litellm_provider import LiteLLMProvider
-from nanomem.scripted import ScriptedProvider
+from nanomem.providers.litellm_provider import LiteLLMProvider
+from nanomem.providers.scripted import ScriptedProvider
 
 CHATS = 100
 LATENCY = 0.5

@@ -23,8 +23,8 @@ from pathlib import Path
 
 import _common
 
-from nanomem.history import HistoryEntry, HistoryStore, NewEntry
-from nanomem.session import session_filename
+from nanomem.memory.history import HistoryEntry, HistoryStore, NewEntry
+from nanomem.memory.session import session_filename
 from tests.fakes.openai_server import FakeOpenAI
 
 SESSION_SIZES = (100, 1_000, 10_000)

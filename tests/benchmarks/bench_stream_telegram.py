@@ -24,8 +24,8 @@ import _common  # before any nanomem import: repository root on sys.path, litell
 from loguru import logger
 
 from channels.telegram import TelegramChannel
-from nanomem.bus import InboundMessage, MessageBus, OutboundMessage
-from nanomem.channel import pump_outbound
+from nanomem.agent.bus import InboundMessage, MessageBus, OutboundMessage
+from nanomem.agent.channel import pump_outbound
 from nanomem.config import TelegramSettings
 from tests.fakes.telegram_server import FakeTelegram
 

@@ -22,8 +22,8 @@ from typing import Any
 import _common  # before any nanomem import: repository root on sys.path, litellm offline
 
 from channels.terminal import TerminalChannel
-from nanomem.channel import pump_outbound
-from nanomem.provider import Reply, TextSink
+from nanomem.agent.channel import pump_outbound
+from nanomem.providers.port import Reply, TextSink
 
 TARGET_MS = 50.0
 FIRST_WORD = "Streaming"

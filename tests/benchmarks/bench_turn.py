@@ -34,8 +34,8 @@ from typing import Any
 
 import _common  # before any nanomem import: repository root on sys.path, litellm offline
 
+from nanomem.agent.bus import InboundMessage
 from nanomem.app import App
-from nanomem.bus import InboundMessage
 
 SIZES = (10, 1_000, 10_000)
 WARMUP = 3

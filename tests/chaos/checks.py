@@ -18,8 +18,8 @@ from typing import Any
 
 from loguru import logger
 
-from nanomem.history import HistoryEntry, HistoryStore
-from nanomem.session import SessionStore
+from nanomem.memory.history import HistoryEntry, HistoryStore
+from nanomem.memory.session import SessionStore
 from tests.fakes.openai_server import FACT_PREFIX, fact_line
 from tests.fakes.telegram_server import FakeTelegram
 

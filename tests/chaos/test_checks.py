@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from nanomem.history import HistoryEntry
-from nanomem.templates import Templates
+from nanomem.agent.templates import Templates
+from nanomem.memory.history import HistoryEntry
 from tests.chaos import checks
 from tests.fakes.openai_server import fact_line, memory_aware
 from tests.fakes.telegram_server import FakeTelegram

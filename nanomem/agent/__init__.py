@@ -1,0 +1,74 @@
+"""The agent: messages in, turns, replies out.
+
+The bus and its durable inbox, the channel port, slash commands, the prompt (ContextBuilder,
+templates, skills), the ReAct tool loop and the AgentLoop that runs a turn per message.
+"""
+
+from typing import TYPE_CHECKING
+
+from nanomem.exports import lazy_exports
+
+if TYPE_CHECKING:
+    from nanomem.agent.bus import InboundMessage, MessageBus, OutboundMessage
+    from nanomem.agent.channel import (
+        CHANNELS,
+        Channel,
+        ChannelDown,
+        ChatQueues,
+        DeliveryLater,
+        load_channel,
+        pump_outbound,
+    )
+    from nanomem.agent.commands import STOPPED, Command, CommandSet, parse_command
+    from nanomem.agent.context import ContextBuilder
+    from nanomem.agent.inbox import SqliteInbox
+    from nanomem.agent.loop import AgentLoop
+    from nanomem.agent.react_loop import react
+    from nanomem.agent.skills import Skills
+    from nanomem.agent.templates import Templates, bundled_dir
+
+__all__ = [
+    "CHANNELS",
+    "STOPPED",
+    "AgentLoop",
+    "Channel",
+    "ChannelDown",
+    "ChatQueues",
+    "Command",
+    "CommandSet",
+    "ContextBuilder",
+    "DeliveryLater",
+    "InboundMessage",
+    "MessageBus",
+    "OutboundMessage",
+    "Skills",
+    "SqliteInbox",
+    "Templates",
+    "bundled_dir",
+    "load_channel",
+    "parse_command",
+    "pump_outbound",
+    "react",
+]
+__getattr__ = lazy_exports(
+    __name__,
+    {
+        "bus": ("InboundMessage", "MessageBus", "OutboundMessage"),
+        "channel": (
+            "Channel",
+            "ChannelDown",
+            "CHANNELS",
+            "ChatQueues",
+            "DeliveryLater",
+            "load_channel",
+            "pump_outbound",
+        ),
+        "commands": ("Command", "CommandSet", "parse_command", "STOPPED"),
+        "context": ("ContextBuilder",),
+        "inbox": ("SqliteInbox",),
+        "loop": ("AgentLoop",),
+        "react_loop": ("react",),
+        "skills": ("Skills",),
+        "templates": ("bundled_dir", "Templates"),
+    },
+)

@@ -1,0 +1,181 @@
+"""The message bus: channels put inbound messages on it, the agent loop puts replies back.
+
+With an inbox, the bus is also where durability is kept: a channel stores what it received
+(`receive`) before acknowledging it to its source, the loop records each reply once its turn is
+saved (`answered`), and the delivery of that reply removes the message (`delivered`). What is
+left after a crash or a stop is handed back to the channel at its next start (`unfinished`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:  # sqlite and loguru stay off `nanomem chat`'s way to its prompt
+    from nanomem.agent.inbox import Inbox, Pending
+
+# "stream": a piece of the reply while the model writes it (metadata: `text` so far, `step`);
+# channels that cannot show it wait for the "reply", which always follows with all of it.
+OutboundKind = Literal["reply", "progress", "error", "stream"]
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def _new_id() -> str:
+    return uuid.uuid4().hex
+
+
+@dataclass(frozen=True)
+class InboundMessage:
+    channel: str
+    chat_id: str
+    content: str
+    sender_id: str = ""
+    media: tuple[str, ...] = ()
+    metadata: dict[str, Any] = field(default_factory=dict)
+    timestamp: datetime = field(default_factory=_now)
+    id: str = field(default_factory=_new_id)
+    seq: int | None = None  # its place in the inbox, when it came through one
+    replayed: bool = False  # handed back after a restart: its turn may have begun already
+
+    @property
+    def session_key(self) -> str:
+        return f"{self.channel}:{self.chat_id}"
+
+    @staticmethod
+    def inbox_id(seq: int) -> str:
+        """The same id for a message whenever it is replayed, so its turn can be found again."""
+        return f"in-{seq}"
+
+
+@dataclass(frozen=True)
+class OutboundMessage:
+    channel: str
+    chat_id: str
+    content: str
+    kind: OutboundKind = "reply"
+    reply_to: str | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+    seq: int | None = None  # the inbox message this answers: delivering it removes that
+
+    @classmethod
+    def answering(
+        cls, msg: InboundMessage, content: str, kind: OutboundKind = "reply", **metadata: Any
+    ) -> OutboundMessage:
+        return cls(msg.channel, msg.chat_id, content, kind, msg.id, dict(metadata), msg.seq)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "channel": self.channel,
+            "chat_id": self.chat_id,
+            "content": self.content,
+            "kind": self.kind,
+            "reply_to": self.reply_to,
+            "metadata": self.metadata,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], seq: int) -> OutboundMessage:
+        return cls(
+            data["channel"],
+            data["chat_id"],
+            data["content"],
+            data.get("kind", "reply"),
+            data.get("reply_to"),
+            dict(data.get("metadata") or {}),
+            seq,
+        )
+
+
+class MessageBus:
+    """Bounded queues: a flood of messages waits at the door instead of growing memory."""
+
+    def __init__(self, maxsize: int = 1000, inbox: Inbox | None = None) -> None:
+        self._maxsize = maxsize
+        self._inbound: asyncio.Queue[InboundMessage] = asyncio.Queue(maxsize)
+        self._outboxes: dict[str, asyncio.Queue[OutboundMessage]] = {}
+        self._in_flight: dict[str, int] = {}  # taken from an outbox, not delivered yet
+        self.inbox = inbox
+
+    # Durability: every call is a no-op without an inbox.
+
+    async def receive(
+        self,
+        channel: str,
+        items: list[tuple[str, dict[str, Any]]],
+        position: tuple[str, str] | None = None,
+    ) -> list[int | None]:
+        """Store (chat, payload) items durably, with the channel's new position in its source,
+        before the channel acknowledges them; their inbox numbers."""
+        if self.inbox is None:
+            return [None] * len(items)
+        if not items and position is None:
+            return []
+        return list(await asyncio.to_thread(self.inbox.add, channel, items, position))
+
+    async def position(self, name: str) -> str | None:
+        return None if self.inbox is None else await asyncio.to_thread(self.inbox.position, name)
+
+    async def unfinished(self, channel: str) -> list[Pending]:
+        """Left by an earlier run, oldest first. Replies already made are queued for delivery
+        here; the messages still waiting for theirs are returned for the channel to hand in."""
+        if self.inbox is None:
+            return []
+        waiting = []
+        for pending in await asyncio.to_thread(self.inbox.pending, channel):
+            if pending.reply is not None:
+                await self.publish_outbound(OutboundMessage.from_dict(pending.reply, pending.seq))
+            else:
+                waiting.append(pending)
+        return waiting
+
+    async def answered(self, msg: InboundMessage, reply: OutboundMessage | None) -> None:
+        """The turn is saved; the message stays until its reply is delivered."""
+        if self.inbox is not None and msg.seq is not None:
+            content = None if reply is None else reply.to_dict()
+            await asyncio.to_thread(self.inbox.answered, msg.seq, content)
+
+    async def delivered(self, reply: OutboundMessage) -> None:
+        if self.inbox is not None and reply.seq is not None and reply.kind in ("reply", "error"):
+            await asyncio.to_thread(self.inbox.done, reply.seq)
+
+    async def forget(self, seq: int | None) -> None:
+        """A message the channel answered itself or turned away after storing it."""
+        if self.inbox is not None and seq is not None:
+            await asyncio.to_thread(self.inbox.done, seq)
+
+    # Queues.
+
+    async def publish_inbound(self, msg: InboundMessage) -> None:
+        await self._inbound.put(msg)
+
+    async def next_inbound(self) -> InboundMessage:
+        return await self._inbound.get()
+
+    def outbox(self, channel: str) -> asyncio.Queue[OutboundMessage]:
+        """Each channel drains its own queue, so a stalled channel never delays another."""
+        box = self._outboxes.get(channel)
+        if box is None:
+            box = self._outboxes[channel] = asyncio.Queue(self._maxsize)
+        return box
+
+    async def publish_outbound(self, msg: OutboundMessage) -> None:
+        await self.outbox(msg.channel).put(msg)
+
+    def sending(self, channel: str, change: int) -> None:
+        self._in_flight[channel] = self._in_flight.get(channel, 0) + change
+
+    @property
+    def inbound_depth(self) -> int:
+        return self._inbound.qsize()
+
+    def outbound_depth(self) -> dict[str, int]:
+        """Replies waiting or being delivered, per channel."""
+        return {
+            name: box.qsize() + self._in_flight.get(name, 0) for name, box in self._outboxes.items()
+        }

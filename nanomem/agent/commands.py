@@ -1,0 +1,63 @@
+"""Slash commands: parsed before the model ever sees a message."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from nanomem.agent.bus import InboundMessage
+
+# "/name", "/name@bot", "/name args"; a path such as "/etc/hosts" is not a command.
+_COMMAND = re.compile(r"^/([A-Za-z][A-Za-z0-9_-]{0,31})(?:@[A-Za-z0-9_]+)?(?:\s+(.*))?$", re.S)
+
+Handler = Callable[[InboundMessage, str], Awaitable[str]]
+# /stop's two answers; channels compare against them to know whether a turn was cut short.
+STOPPED = "Stopped."
+NOTHING_TO_STOP = "Nothing is running."
+
+
+@dataclass(frozen=True)
+class Command:
+    name: str
+    summary: str
+    handler: Handler
+    usage: str = ""
+    # Runs at once instead of queueing behind the chat's running turn (e.g. /stop).
+    immediate: bool = False
+
+
+class UnknownCommand(Exception):
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self.name = name
+
+
+def parse_command(text: str) -> tuple[str, str] | None:
+    """(canonical name, arguments) or None; Telegram's `dream_log` means `dream-log`."""
+    match = _COMMAND.match(text.strip())
+    if match is None:
+        return None
+    return match.group(1).lower().replace("_", "-"), (match.group(2) or "").strip()
+
+
+class CommandSet:
+    def __init__(self) -> None:
+        self._commands: dict[str, Command] = {}
+
+    def register(self, command: Command) -> None:
+        self._commands[command.name] = command
+
+    def resolve(self, text: str) -> tuple[Command, str] | None:
+        """The command a message invokes, None for ordinary text; UnknownCommand if unknown."""
+        parsed = parse_command(text)
+        if parsed is None:
+            return None
+        name, args = parsed
+        command = self._commands.get(name)
+        if command is None:
+            raise UnknownCommand(name)
+        return command, args
+
+    def all(self) -> list[Command]:
+        return list(self._commands.values())

@@ -1,0 +1,174 @@
+"""ContextBuilder: the system prompt (stable across turns) and the user message (with runtime)."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import os
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from nanomem.agent.bus import InboundMessage
+from nanomem.agent.skills import Skills
+from nanomem.agent.templates import Templates
+from nanomem.audience import audience_of
+from nanomem.memory import HistoryStore
+
+IMAGE_TYPES = {
+    ".jpg": "image/jpeg",
+    ".jpeg": "image/jpeg",
+    ".png": "image/png",
+    ".webp": "image/webp",
+    ".gif": "image/gif",
+}
+PROMPT_CACHE_SIZE = 256
+PERSONAL_FILES = ("user", "memory")  # never in a shared room's prompt
+MEMORY_FILES = {
+    "soul": "SOUL.md",
+    "user": "USER.md",
+    "agents": "AGENTS.md",
+    "memory": "memory/MEMORY.md",
+}
+
+
+class ContextBuilder:
+    def __init__(
+        self,
+        workspace: Path,
+        templates: Templates,
+        skills: Skills,
+        tool_names: list[str],
+        history: HistoryStore | None = None,
+        history_chars: int = 0,
+        vision: Callable[[], bool] | None = None,
+        groups_see_personal: bool = False,
+    ) -> None:
+        self.workspace = workspace
+        self.templates = templates
+        self.skills = skills
+        self.tool_names = tool_names
+        self.history = history
+        self.history_chars = history_chars
+        self.vision = vision
+        self.groups_see_personal = groups_see_personal
+        # Keyed by what the prompt is made of, not by chat: every chat without history
+        # entries of its own shares one rendering.
+        self._cache: OrderedDict[tuple[Any, ...], str] = OrderedDict()
+        self._cache_lock = threading.Lock()  # renders run in worker threads
+        self._memory_paths = [str(workspace / rel) for rel in MEMORY_FILES.values()]
+        self._skills_dir = str(skills.directory)
+        self._overrides_dir = str(workspace / "templates")
+
+    async def system_prompt(self, session_key: str) -> str:
+        return await asyncio.to_thread(self.render_system_prompt, session_key)
+
+    def render_system_prompt(self, session_key: str) -> str:
+        """Rendered again only when memory files, skills or this chat's history entries
+        change: same inputs, same bytes (so provider prompt caches keep working)."""
+        entries = (
+            self.history.recent(session_key, self.history_chars)
+            if self.history is not None and self.history_chars
+            else []
+        )
+        personal = audience_of(session_key, self.groups_see_personal).personal
+        key = (self._files_key(), tuple(e.cursor for e in entries), personal)
+        with self._cache_lock:
+            cached = self._cache.get(key)
+            if cached is not None:
+                self._cache.move_to_end(key)
+                return cached
+        files = {
+            name: self._read(rel) if personal or name not in PERSONAL_FILES else ""
+            for name, rel in MEMORY_FILES.items()
+        }
+        prompt = self.templates.render(
+            "system.md.j2",
+            workspace=str(self.workspace),
+            files=files,
+            skills=self.skills.all(),
+            tools=self.tool_names,
+            history=entries,
+            shared_room=not personal,
+        )
+        with self._cache_lock:
+            self._cache[key] = prompt
+            if len(self._cache) > PROMPT_CACHE_SIZE:
+                self._cache.popitem(last=False)
+        return prompt
+
+    async def with_images(self, user: dict[str, Any], media: tuple[str, ...]) -> dict[str, Any]:
+        """The message as sent to a vision model: the text plus attached images inline.
+
+        The session keeps the text form (the paths are in its runtime header), so a photo is
+        sent once, not with every later turn."""
+        images = [m for m in media if Path(m).suffix.lower() in IMAGE_TYPES]
+        if not images or self.vision is None or not await asyncio.to_thread(self.vision):
+            return user
+        parts: list[dict[str, Any]] = [{"type": "text", "text": user["content"]}]
+        for relative in images:
+            data = await asyncio.to_thread(self._image_data_url, relative)
+            if data:
+                parts.append({"type": "image_url", "image_url": {"url": data}})
+        return {**user, "content": parts} if len(parts) > 1 else user
+
+    def _image_data_url(self, relative: str) -> str | None:
+        path = (self.workspace / relative).resolve()
+        if not path.is_relative_to(self.workspace.resolve()) or not path.is_file():
+            return None
+        encoded = base64.b64encode(path.read_bytes()).decode("ascii")
+        return f"data:{IMAGE_TYPES[path.suffix.lower()]};base64,{encoded}"
+
+    def user_message(self, msg: InboundMessage, now: datetime | None = None) -> dict[str, Any]:
+        """Runtime facts go here, not in the system prompt, and are stored with the message,
+        so replayed history keeps its absolute timestamps and stays byte-identical."""
+        when = (now or msg.timestamp).astimezone()
+        runtime = self.templates.render(
+            "runtime_context.md.j2",
+            time=when.strftime("%Y-%m-%d %H:%M:%S %Z (UTC%z)"),
+            weekday=when.strftime("%A"),
+            channel=msg.channel,
+            chat_id=msg.chat_id,
+            sender=msg.metadata.get("sender_name", ""),
+            media=list(msg.media),
+        )
+        return {"role": "user", "content": f"{runtime}\n\n{msg.content}"}
+
+    def _read(self, relative: str) -> str:
+        path = self.workspace / relative
+        try:
+            return path.read_text(encoding="utf-8").strip()
+        except (FileNotFoundError, IsADirectoryError):
+            return ""
+
+    def _files_key(self) -> tuple[Any, ...]:
+        """Size and mtime of every file the prompt is made of; asked on every turn, so plain
+        os calls on prepared paths (pathlib's glob and stat cost ~5x as much here)."""
+        paths = list(self._memory_paths)
+        paths += _files_below(self._skills_dir, lambda entry: f"{entry}/SKILL.md")
+        paths += _files_below(self._overrides_dir, _if_template)
+        return tuple(_stamp(path) for path in paths)
+
+
+def _files_below(directory: str, pick: Callable[[str], str | None]) -> list[str]:
+    try:
+        with os.scandir(directory) as entries:
+            names = sorted(entry.path for entry in entries)
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    return [path for name in names if (path := pick(name)) is not None]
+
+
+def _if_template(path: str) -> str | None:
+    return path if path.endswith(".j2") else None
+
+
+def _stamp(path: str) -> tuple[str, int | None, int | None]:
+    try:
+        stat = os.stat(path)  # noqa: PTH116 (see _files_key)
+    except (FileNotFoundError, NotADirectoryError):
+        return (path, None, None)
+    return (path, stat.st_mtime_ns, stat.st_size)

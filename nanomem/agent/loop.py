@@ -1,0 +1,439 @@
+"""AgentLoop: the glue around react() — bus → command or turn → session → bus."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections import defaultdict
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+from loguru import logger
+
+from nanomem.agent.bus import InboundMessage, MessageBus, OutboundMessage
+from nanomem.agent.commands import NOTHING_TO_STOP, STOPPED, Command, CommandSet, UnknownCommand
+from nanomem.agent.context import ContextBuilder
+from nanomem.agent.react_loop import ReactResult, StepText, react, seal_tool_calls
+from nanomem.agent.templates import Templates
+from nanomem.audience import audience_of, enter
+from nanomem.config import Settings
+from nanomem.log import redact, redact_message, shown_so_far
+from nanomem.memory import Budget, Session, SessionStore, to_wire
+from nanomem.providers import Provider, ProviderError, ToolCall, key_source
+from nanomem.tools import ToolRegistry
+
+BeforeTurn = Callable[[Session, InboundMessage], Awaitable[None]]
+AfterTurn = Callable[[Session], Awaitable[None]]
+Progress = Callable[[OutboundMessage], Awaitable[None]]
+NewHook = Callable[[Session], Awaitable[str | None]]
+
+
+class Deferred(Exception):
+    """The loop is stopping: the message is left for the next start."""
+
+
+class KeyedLocks:
+    """One lock per session key, forgotten when nobody holds or waits for it."""
+
+    def __init__(self) -> None:
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._users: defaultdict[str, int] = defaultdict(int)
+
+    @asynccontextmanager
+    async def hold(self, key: str) -> AsyncIterator[None]:
+        lock = self._locks.setdefault(key, asyncio.Lock())
+        self._users[key] += 1
+        try:
+            async with lock:
+                yield
+        finally:
+            self._users[key] -= 1
+            if not self._users[key]:
+                del self._users[key], self._locks[key]
+
+
+class AgentLoop:
+    def __init__(
+        self,
+        *,
+        bus: MessageBus,
+        sessions: SessionStore,
+        context: ContextBuilder,
+        provider: Provider,
+        tools: ToolRegistry,
+        templates: Templates,
+        budget: Budget,
+        settings: Settings,
+    ) -> None:
+        self.bus, self.sessions, self.context = bus, sessions, context
+        self.provider, self.tools, self.templates = provider, tools, templates
+        self.budget, self.settings = budget, settings
+        self.commands = CommandSet()
+        self.before_turn: list[BeforeTurn] = []  # awaited once the prompt's size is known
+        self.after_turn: list[AfterTurn] = []  # run in the background after the reply
+        self.before_new: list[NewHook] = []  # awaited by /new before the session is reset
+        self._locks = KeyedLocks()
+        self._turn_slots = asyncio.Semaphore(settings.agent.max_concurrent_turns)
+        self._running: dict[str, asyncio.Task[OutboundMessage]] = {}
+        self._starting: set[str] = set()  # turns whose message is still being saved
+        self._stop_before_start: set[str] = set()
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._draining = False
+        self._register_builtin_commands()
+
+    async def run(self) -> None:
+        """Serve the bus forever: per-session serial, across sessions concurrent."""
+        pending = asyncio.Semaphore(4 * self.settings.agent.max_concurrent_turns + 64)
+        while True:
+            msg = await self.bus.next_inbound()
+            await pending.acquire()
+            task = self._spawn(self._serve(msg))
+            task.add_done_callback(lambda _: pending.release())
+
+    async def _serve(self, msg: InboundMessage) -> None:
+        try:
+            reply = await self.handle(msg, progress=self.bus.publish_outbound)
+        except Deferred:
+            return  # stopping: the message stays in the inbox for the next start
+        # Recorded before it is sent: a crash from here on re-sends it, never loses it.
+        await self.bus.answered(msg, reply)
+        if reply is not None:
+            await self.bus.publish_outbound(reply)
+
+    def stop_taking(self) -> None:
+        """Begin no new turn (running ones go on); what waits stays in the inbox."""
+        self._draining = True
+
+    async def handle(
+        self, msg: InboundMessage, progress: Progress | None = None
+    ) -> OutboundMessage | None:
+        """One inbound message → its reply (None when a /stop cut the turn short)."""
+        try:
+            limit = self.settings.agent.max_message_chars
+            if len(msg.content) > limit:
+                text = f"That message is too long ({len(msg.content)} characters; limit {limit})."
+                return OutboundMessage.answering(msg, text, kind="error")
+            try:
+                found = self.commands.resolve(msg.content)
+            except UnknownCommand as exc:
+                text = f"Unknown command /{exc.name} — try /help."
+                return OutboundMessage.answering(msg, text, kind="error")
+            if found and found[0].immediate:
+                self._check_taking()
+                return OutboundMessage.answering(msg, await found[0].handler(msg, found[1]))
+            async with (
+                self._locks.hold(msg.session_key),
+                self.sessions.lease(msg.session_key),
+                self._turn_slots,
+            ):
+                self._check_taking()
+                if found and found[0].name == "retry":  # a whole turn, not a line of text
+                    return await self._stoppable_turn(msg, progress, retry=True)
+                if found:
+                    return OutboundMessage.answering(msg, await found[0].handler(msg, found[1]))
+                return await self._stoppable_turn(msg, progress)
+        except Deferred:
+            raise
+        except Exception:
+            logger.exception("failed to handle a message for {}", msg.session_key)
+            text = "Something went wrong on my side; the details are in the log."
+            return OutboundMessage.answering(msg, text, kind="error")
+
+    def _check_taking(self) -> None:
+        if self._draining:
+            raise Deferred
+
+    async def _stoppable_turn(
+        self, msg: InboundMessage, progress: Progress | None, *, retry: bool = False
+    ) -> OutboundMessage | None:
+        # What the person said is saved before the turn exists, so neither a /stop nor a
+        # shutdown can lose it: the turn may be cut short, the message never is.
+        key = msg.session_key
+        self._starting.add(key)
+        saving = asyncio.ensure_future(self._retried(msg) if retry else self._acknowledge(msg))
+        try:
+            session, at = await asyncio.shield(saving)
+        except asyncio.CancelledError:
+            await saving
+            raise
+        finally:
+            self._starting.discard(key)
+            # Cleared on every path: a save that failed must not stop the chat's next message.
+            stopped = key in self._stop_before_start
+            self._stop_before_start.discard(key)
+        if stopped:
+            return None  # a /stop came while the message was being saved
+        if at is None:
+            return OutboundMessage.answering(msg, NOTHING_TO_RETRY)
+        if (earlier_reply := finished_reply(session.messages, at)) is not None:
+            return OutboundMessage.answering(msg, earlier_reply)  # replayed after its turn ended
+        task = asyncio.create_task(self._turn(msg, session, at, progress))
+        self._running[key] = task
+        try:
+            return await task
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if task.cancelled() and current is not None and not current.cancelling():
+                return None  # /stop cancelled only the turn; /stop's own reply says so
+            raise
+        finally:
+            self._running.pop(msg.session_key, None)
+
+    async def _turn(
+        self,
+        msg: InboundMessage,
+        session: Session,
+        at: int,
+        progress: Progress | None,
+    ) -> OutboundMessage:
+        enter(audience_of(session.key, self.settings.memory.groups_see_personal))
+        shown_from = session.replay_from
+        system = await self._system_message(session)
+        for hook in self.before_turn:
+            await hook(session, msg)
+        # Archiving (a hook's, or a background consolidation that finished meanwhile) moves the
+        # replay start and adds history entries that the prompt must show.
+        while session.replay_from != shown_from:
+            shown_from = session.replay_from
+            system = await self._system_message(session)
+        user = to_wire([session.messages[at]])[0]
+        # A turn a crash interrupted goes on from where it was, its tool results included.
+        partial = session.messages[at + 1 :]
+        if seals := seal_tool_calls(partial)[len(partial) :]:
+            await self.sessions.append(session, seals)
+        # A failed attempt's note is for later turns: a retry asks the model afresh.
+        resumed = to_wire([m for m in session.messages[at + 1 :] if not m.get("failed")])
+        fixed = (
+            self.budget.count_system(system["content"])  # remembered by text: a lookup
+            + self.budget.count(user)
+            + sum(self.budget.count(m) for m in resumed)
+            + self.budget.count_tools(self.tools.schema_text)
+        )
+        history, history_tokens = session.history(self.budget.prompt_limit - fixed, end=at)
+
+        async def report(call: ToolCall) -> None:
+            if progress is not None:
+                line = describe_call(call)
+                await progress(OutboundMessage.answering(msg, line, "progress", tool=call.name))
+
+        result = ReactResult(text=None)
+        limits = self.settings.agent
+        sent = await self.context.with_images(user, msg.media)
+        try:
+            await react(
+                self.provider,
+                [system, *history, sent, *resumed],
+                self.tools,
+                limits.max_iterations,
+                out=result,
+                on_tool_call=report,
+                on_text=self._streamer(msg, progress),
+            )
+        except ProviderError as exc:
+            return await self._failed(msg, session, result, exc)
+        except asyncio.CancelledError:
+            # What the person saw of a reply cut short stays, so the next turn knows it.
+            shown = [interrupted(result.streamed)] if result.streamed else []
+            await asyncio.shield(self._save(session, seal_tool_calls(result.messages) + shown))
+            raise
+        await self._save(session, result.messages)
+        if result.usage:
+            self.budget.calibration.observe(fixed + history_tokens, result.usage[0].prompt_tokens)
+        for after in self.after_turn:
+            self._spawn(after(session))
+        if result.text is None:
+            text = self.templates.render(
+                "iteration_limit.md.j2", max_iterations=limits.max_iterations
+            )
+            return OutboundMessage.answering(msg, text, kind="error")
+        return OutboundMessage.answering(msg, redact(result.text))
+
+    def _streamer(self, msg: InboundMessage, progress: Progress | None) -> StepText | None:
+        """Pieces of the reply go out as they arrive, each with the step's text so far."""
+        if progress is None or not self.settings.llm.stream:
+            return None
+        written: dict[int, str] = {}  # per step: the text so far, as the model wrote it
+        shown: dict[int, str] = {}  # ... and what of it went out (masked, never half a secret)
+
+        async def show(step: int, piece: str) -> None:
+            text = written[step] = written.get(step, "") + piece
+            safe = shown_so_far(text)
+            if len(safe) > len(before := shown.get(step, "")):
+                shown[step] = safe
+                delta = safe[len(before) :]
+                await progress(
+                    OutboundMessage.answering(msg, delta, "stream", step=step, text=safe)
+                )
+
+        return show
+
+    async def _failed(
+        self, msg: InboundMessage, session: Session, result: ReactResult, exc: ProviderError
+    ) -> OutboundMessage:
+        logger.warning(
+            "turn for {} failed after {} attempt(s): {}", msg.session_key, exc.attempts, exc
+        )
+        note = self.templates.render(
+            "provider_error.md.j2",
+            category=exc.category,
+            model=self.settings.llm.model,
+            key_source=key_source(self.settings.llm),
+        )
+        # Saved as ours, not the model's words: the next turn's prompt says no reply was given.
+        failed = {
+            "role": "assistant",
+            "content": self.templates.render("turn_failed.md.j2", category=exc.category),
+            "failed": exc.category,
+        }
+        shown = [interrupted(exc.shown)] if exc.shown else [failed]
+        await self._save(session, seal_tool_calls(result.messages) + shown)
+        if exc.shown:  # what was shown stands, with a note; never a second, different reply
+            text = f"{redact(exc.shown)}\n\n({note})"
+            return OutboundMessage.answering(msg, text, category=exc.category, cut_short=True)
+        return OutboundMessage.answering(msg, note, kind="error", category=exc.category)
+
+    async def _save(self, session: Session, messages: list[dict[str, Any]]) -> None:
+        # A secret the model repeats (from a tool's output, say) is never written down.
+        await self.sessions.append(session, [redact_message(m) for m in messages])
+
+    async def _system_message(self, session: Session) -> dict[str, Any]:
+        text = await self.context.system_prompt(session.key)
+        session.system_tokens = self.budget.count_system(text)
+        return {"role": "system", "content": text}
+
+    async def _retried(self, msg: InboundMessage) -> tuple[Session, int | None]:
+        """The chat's last message, when it is still unanswered (None otherwise)."""
+        session = await self.sessions.get(msg.session_key)
+        last = next(
+            (
+                i
+                for i in range(len(session.messages) - 1, -1, -1)
+                if session.messages[i].get("role") == "user"
+            ),
+            None,
+        )
+        if last is None or last < session.replay_from:
+            return session, None
+        return session, None if finished_reply(session.messages, last) is not None else last
+
+    async def _acknowledge(self, msg: InboundMessage) -> tuple[Session, int | None]:
+        """The session and the index of the message in it: saved now, or found there when a
+        replayed message had been saved before a crash."""
+        session = await self.sessions.get(msg.session_key)
+        if msg.replayed and (found := find_message(session.messages, msg.id)) is not None:
+            messages = session.messages
+            if finished_reply(messages, found) is not None:
+                return session, found  # answered before the crash: that answer is sent
+            if len(turn_after(messages, found)) == len(messages) - found - 1:
+                return session, found  # still the session's last turn: it goes on
+            # Other turns came after it (another process on this session): asked afresh.
+        user = self.context.user_message(msg)
+        if msg.seq is not None:
+            user["in"] = msg.id  # how a replay finds it again
+        await self.sessions.append(session, [user])
+        return session, len(session.messages) - 1
+
+    def _spawn(self, coro: Awaitable[Any]) -> asyncio.Task[Any]:
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._finished)
+        return task
+
+    def _finished(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            logger.opt(exception=task.exception()).error("background task failed")
+
+    async def close(self, grace_s: float = 10.0) -> None:
+        """Let in-flight work finish for up to `grace_s`, then cancel what is left."""
+        if self._tasks:
+            _, still = await asyncio.wait(set(self._tasks), timeout=grace_s)
+            for task in still:
+                task.cancel()
+            if still:
+                await asyncio.wait(still, timeout=2.0)
+
+    def is_busy(self, session_key: str) -> bool:
+        return session_key in self._running or session_key in self._starting
+
+    def _register_builtin_commands(self) -> None:
+        register = self.commands.register
+        register(Command("help", "show the commands", self._cmd_help, immediate=True))
+        register(
+            Command("new", "start a new conversation (earlier ones stay in memory)", self._cmd_new)
+        )
+        register(Command("stop", "stop the reply in progress", self._cmd_stop, immediate=True))
+        register(Command("retry", "run your last unanswered message again", self._cmd_retry))
+
+    async def _cmd_help(self, msg: InboundMessage, args: str) -> str:
+        return self.templates.render("help.md.j2", commands=self.commands.all())
+
+    async def _cmd_new(self, msg: InboundMessage, args: str) -> str:
+        session = await self.sessions.get(msg.session_key)
+        notes = [note for hook in self.before_new if (note := await hook(session))]
+        await self.sessions.update_state(session, replay_from=len(session.messages))
+        return "\n".join(["New session started.", *notes])
+
+    async def _cmd_retry(self, msg: InboundMessage, args: str) -> str:
+        return NOTHING_TO_RETRY  # never reached: handle() runs /retry as a turn
+
+    async def _cmd_stop(self, msg: InboundMessage, args: str) -> str:
+        task = self._running.get(msg.session_key)
+        if msg.session_key in self._starting:
+            self._stop_before_start.add(msg.session_key)
+            return STOPPED
+        if task is None or task.done():
+            return NOTHING_TO_STOP
+        task.cancel()
+        return STOPPED
+
+
+NOTHING_TO_RETRY = "Nothing to retry: your last message was answered."
+REPLAY_SEARCH = 2000  # a replayed message is among the last messages of its session
+
+
+def find_message(messages: list[dict[str, Any]], message_id: str) -> int | None:
+    """Where a user message with this inbox id was saved, if it was."""
+    for index in range(len(messages) - 1, max(-1, len(messages) - 1 - REPLAY_SEARCH), -1):
+        message = messages[index]
+        if message.get("role") == "user" and message.get("in") == message_id:
+            return index
+    return None
+
+
+def turn_after(messages: list[dict[str, Any]], at: int) -> list[dict[str, Any]]:
+    """What the turn that began at `at` wrote: its messages up to the next user message
+    (another process may have held turns of its own in the session since)."""
+    end = next(
+        (i for i in range(at + 1, len(messages)) if messages[i].get("role") == "user"),
+        len(messages),
+    )
+    return messages[at + 1 : end]
+
+
+def finished_reply(messages: list[dict[str, Any]], at: int) -> str | None:
+    """The final answer of the turn that began at `at`, when it had ended before a crash."""
+    turn = turn_after(messages, at)
+    last = turn[-1] if turn else None
+    if last is None or last.get("role") != "assistant" or last.get("tool_calls"):
+        return None
+    if last.get("failed"):
+        return None  # a failed attempt: worth another
+    return str(last.get("content") or "")
+
+
+def interrupted(text: str) -> dict[str, Any]:
+    """The part of a reply the person saw before it was cut short, as the assistant's."""
+    return {"role": "assistant", "content": text, "interrupted": True}
+
+
+def describe_call(call: ToolCall, width: int = 100) -> str:
+    """A one-line summary of a tool call for progress displays."""
+    try:
+        args = json.loads(call.arguments or "{}")
+        shown = ", ".join(f"{k}={v!r}" for k, v in args.items()) if isinstance(args, dict) else ""
+    except ValueError:
+        shown = call.arguments
+    line = f"{call.name}({shown})".replace("\n", " ")
+    return line if len(line) <= width else line[: width - 1] + "…"

@@ -1,0 +1,105 @@
+"""The ReAct loop: the one place a model call and tool calls alternate. No bus, no session."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from nanomem.providers import Provider, ToolCall, ToolChoice, Usage
+from nanomem.tools import ToolRegistry
+
+CANCELLED_RESULT = "Cancelled: the turn was stopped before this tool finished."
+
+
+@dataclass
+class ReactResult:
+    text: str | None  # None: the iteration limit ended the loop
+    messages: list[dict[str, Any]] = field(default_factory=list)
+    usage: list[Usage] = field(default_factory=list)
+    streamed: str = ""  # the current step's text shown so far (kept if the turn is cut short)
+
+
+# Receives each piece of streamed text with the number of the model call it belongs to.
+StepText = Callable[[int, str], Awaitable[None]]
+
+
+async def react(
+    provider: Provider,
+    messages: list[dict[str, Any]],
+    tools: ToolRegistry | None,
+    max_iterations: int,
+    *,
+    out: ReactResult | None = None,
+    on_tool_call: Callable[[ToolCall], Awaitable[None]] | None = None,
+    max_tokens: int | None = None,
+    tool_choice: ToolChoice | None = None,
+    on_text: StepText | None = None,
+) -> ReactResult:
+    """Run until the model answers without tool calls; new messages accumulate in `out`
+    as they happen, so a caller that is cancelled still holds the partial turn. With
+    `on_text`, each model call streams its text into it."""
+    result = out if out is not None else ReactResult(text=None)
+    schemas = tools.schemas() if tools else None
+    for step in range(max_iterations):
+        result.streamed = ""
+        sink = None
+        if on_text is not None:
+
+            async def sink(piece: str, step: int = step) -> None:
+                result.streamed += piece
+                assert on_text is not None
+                await on_text(step, piece)
+
+        reply = await provider.complete(
+            [*messages, *result.messages],
+            schemas,
+            max_tokens=max_tokens,
+            tool_choice=tool_choice,
+            on_text=sink,
+        )
+        result.streamed = ""  # now part of the messages
+        if reply.usage:
+            result.usage.append(reply.usage)
+        result.messages.append(reply.as_message())
+        if not reply.tool_calls:
+            result.text = reply.content or ""
+            return result
+        if on_tool_call is not None:
+            for call in reply.tool_calls:
+                await on_tool_call(call)
+        registry = tools or ToolRegistry()  # a hallucinated call gets an "unknown tool" answer
+        calls = reply.tool_calls
+        if all(registry.is_read_only(c.name) for c in calls):
+            outputs = await asyncio.gather(*(registry.call(c.name, c.arguments) for c in calls))
+            result.messages.extend(map(_tool_message, calls, outputs))
+        else:
+            # Anything that may write runs in the order the model asked, each call seeing the
+            # last one's effect: eight edits of one file at once kept only five.
+            for call in calls:
+                output = await registry.call(call.name, call.arguments)
+                result.messages.append(_tool_message(call, output))
+    return result
+
+
+def _tool_message(call: ToolCall, output: str) -> dict[str, Any]:
+    return {"role": "tool", "tool_call_id": call.id, "name": call.name, "content": output}
+
+
+def seal_tool_calls(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Give every tool call a result, so an interrupted turn is consistent when saved."""
+    answered = {m.get("tool_call_id") for m in messages if m.get("role") == "tool"}
+    sealed = list(messages)
+    for message in messages:
+        for call in message.get("tool_calls") or ():
+            if call["id"] not in answered:
+                sealed.append(
+                    {
+                        "role": "tool",
+                        "tool_call_id": call["id"],
+                        "name": call["function"]["name"],
+                        "content": CANCELLED_RESULT,
+                    }
+                )
+    return sealed

@@ -1,0 +1,106 @@
+"""/dream, /dream-log and /dream-restore: the same texts serve the chat and the shell."""
+
+from __future__ import annotations
+
+import asyncio
+
+from nanomem.agent import Command, CommandSet, InboundMessage
+from nanomem.curation.dream import Dream, DreamBusy
+from nanomem.memory import GitStore, GitStoreError, Version
+
+CHAT_DIFF_CHARS = 3000
+DREAM_IS_RUNNING = "Dream is running; try again when it has finished. Nothing was restored."
+
+
+class MemoryCommands:
+    def __init__(self, dream: Dream, git: GitStore) -> None:
+        self.dream = dream
+        self.git = git
+
+    def register(self, commands: CommandSet) -> None:
+        # Immediate: they never touch the chat's session, so a long Dream must not block it.
+        commands.register(
+            Command("dream", "learn from recent conversations now", self._dream, immediate=True)
+        )
+        commands.register(
+            Command(
+                "dream-log",
+                "show the latest memory change, or the one with that id",
+                self._log,
+                usage="[id]",
+                immediate=True,
+            )
+        )
+        commands.register(
+            Command(
+                "dream-restore",
+                "list memory versions, or undo the one with that id",
+                self._restore,
+                usage="[id]",
+                immediate=True,
+            )
+        )
+
+    async def _dream(self, msg: InboundMessage, args: str) -> str:
+        return await self.run_dream() if not args else "/dream takes no arguments."
+
+    async def _log(self, msg: InboundMessage, args: str) -> str:
+        try:
+            return await asyncio.to_thread(self.log_text, args, CHAT_DIFF_CHARS)
+        except GitStoreError as exc:
+            return f"{str(exc)[:1].upper()}{str(exc)[1:]}."
+
+    async def _restore(self, msg: InboundMessage, args: str) -> str:
+        if not args:
+            return await asyncio.to_thread(self.versions_text)
+        try:
+            return await asyncio.to_thread(self.restore_text, args)
+        except GitStoreError as exc:
+            return f"Nothing restored: {exc}."
+        except DreamBusy:
+            return DREAM_IS_RUNNING
+
+    async def run_dream(self) -> str:
+        try:
+            return (await self.dream.run("manual")).describe()
+        except DreamBusy:
+            return "Dream is already running."
+
+    def log_text(self, sha: str = "", max_diff_chars: int | None = None) -> str:
+        full = self.git.resolve(sha) if sha else self.git.log(limit=1)[0].sha
+        version, diff = self.git.show(full)
+        note = ""
+        if max_diff_chars is not None and len(diff) > max_diff_chars:
+            cut = diff[:max_diff_chars].rsplit("\n", 1)[0]
+            note = (
+                f"\n(diff cut at {max_diff_chars} characters; "
+                f"`nanomem memory log {version.short}` shows all of it)"
+            )
+            diff = cut
+        return f"{_row(version)}\n\n```diff\n{diff.rstrip()}\n```{note}"
+
+    def versions_text(self, limit: int = 15) -> str:
+        versions = self.git.log(limit=limit)
+        rows = "\n".join(_row(v) for v in versions)
+        return f"Memory versions, newest first:\n{rows}\n\n/dream-restore <id> undoes one."
+
+    def restore_text(self, sha: str) -> str:
+        """Blocking. A restore never overlaps a Dream run (in any process): DreamBusy."""
+        with self.dream.exclusive():
+            restored = self.git.restore(sha)
+        undone = restored.undone
+        files = ", ".join(sorted(undone.files))
+        lines = [
+            f"Restored {files} to before {undone.short} ({undone.summary}).",
+            f"Saved as a new version, {restored.version.short}: "
+            f"/dream-restore {restored.version.short} undoes this restore.",
+        ]
+        if restored.overwritten_later:
+            later = "; ".join(f"{v.short} ({v.summary})" for v in restored.overwritten_later)
+            lines.append(f"This also undid later changes to the same files: {later}.")
+        return "\n".join(lines)
+
+
+def _row(version: Version) -> str:
+    when = version.time.strftime("%Y-%m-%d %H:%M")
+    return f"`{version.short}` {when} · {version.summary}"

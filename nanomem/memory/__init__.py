@@ -1,0 +1,42 @@
+"""What is remembered and how it is kept.
+
+Sessions (one JSONL file per chat), the append-only history, token accounting and the git store
+that versions SOUL.md, USER.md and memory/MEMORY.md.
+"""
+
+from typing import TYPE_CHECKING
+
+from nanomem.exports import lazy_exports
+
+if TYPE_CHECKING:
+    from nanomem.memory.gitstore import TRACKED, Files, GitStore, GitStoreError, Version
+    from nanomem.memory.history import HistoryEntry, HistoryStore, NewEntry, clean_temp_files
+    from nanomem.memory.session import Session, SessionStore, to_wire
+    from nanomem.memory.tokens import BpeTokenizer, Budget, Calibration
+
+__all__ = [
+    "TRACKED",
+    "BpeTokenizer",
+    "Budget",
+    "Calibration",
+    "Files",
+    "GitStore",
+    "GitStoreError",
+    "HistoryEntry",
+    "HistoryStore",
+    "NewEntry",
+    "Session",
+    "SessionStore",
+    "Version",
+    "clean_temp_files",
+    "to_wire",
+]
+__getattr__ = lazy_exports(
+    __name__,
+    {
+        "gitstore": ("Files", "GitStore", "GitStoreError", "TRACKED", "Version"),
+        "history": ("clean_temp_files", "HistoryEntry", "HistoryStore", "NewEntry"),
+        "session": ("Session", "SessionStore", "to_wire"),
+        "tokens": ("BpeTokenizer", "Budget", "Calibration"),
+    },
+)

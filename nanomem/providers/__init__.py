@@ -1,0 +1,62 @@
+"""How a model is called.
+
+The provider port and its retries, the routing that picks a path for a model, the lean
+OpenAI-compatible client, the litellm client and a scripted provider for tests.
+"""
+
+from typing import TYPE_CHECKING
+
+from nanomem.exports import lazy_exports
+
+if TYPE_CHECKING:
+    from nanomem.providers.litellm_provider import LiteLLMProvider, import_litellm, supports_images
+    from nanomem.providers.openai_http import OpenAIHTTPProvider
+    from nanomem.providers.port import (
+        Provider,
+        ProviderError,
+        Reply,
+        RetryingProvider,
+        TextSink,
+        ToolCall,
+        ToolChoice,
+        Usage,
+        WireMessage,
+    )
+    from nanomem.providers.routing import key_source, route
+
+__all__ = [
+    "LiteLLMProvider",
+    "OpenAIHTTPProvider",
+    "Provider",
+    "ProviderError",
+    "Reply",
+    "RetryingProvider",
+    "TextSink",
+    "ToolCall",
+    "ToolChoice",
+    "Usage",
+    "WireMessage",
+    "import_litellm",
+    "key_source",
+    "route",
+    "supports_images",
+]
+__getattr__ = lazy_exports(
+    __name__,
+    {
+        "litellm_provider": ("import_litellm", "LiteLLMProvider", "supports_images"),
+        "openai_http": ("OpenAIHTTPProvider",),
+        "port": (
+            "Provider",
+            "ProviderError",
+            "Reply",
+            "RetryingProvider",
+            "TextSink",
+            "ToolCall",
+            "ToolChoice",
+            "Usage",
+            "WireMessage",
+        ),
+        "routing": ("key_source", "route"),
+    },
+)

@@ -1,0 +1,270 @@
+"""A lean client for OpenAI-compatible `/chat/completions` (where nanomem/providers/routing.py sends
+OpenAI-compatible endpoints, and every model with `llm.transport = "direct"`).
+
+litellm spends milliseconds of CPU per call (cost maps, logging, request transforms) and
+seconds on its import; this does one POST over a shared aiohttp session, streams the reply
+as server-sent events when asked to, and maps answers and failures onto the same Reply and
+ProviderError categories as `litellm_provider.classify`. It never retries: RetryingProvider
+does that.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import os
+from typing import Any
+
+import aiohttp
+from loguru import logger
+
+from nanomem.config import LLMSettings
+from nanomem.providers.port import (
+    ProviderError,
+    Reply,
+    TextSink,
+    ToolCall,
+    ToolChoice,
+    Usage,
+    categorize,
+    encode_messages,
+)
+from nanomem.providers.reply_stream import ReplyStream
+from nanomem.providers.routing import Route, route
+from nanomem.utf8 import clean_text
+
+_CONNECTIONS = 256  # one connection per concurrent chat; the default of 100 would queue them
+_MAX_LINE = 64 * 2**20  # one server-sent event (a whole tool call's arguments may be one)
+
+
+class OpenAIHTTPProvider:
+    """Talks to one OpenAI-compatible endpoint; converts its JSON and errors into ours."""
+
+    def __init__(self, settings: LLMSettings, path: Route | None = None) -> None:
+        self.settings = settings
+        if path is None or path.path != "direct":
+            path = route(settings)
+            if path.path != "direct":  # litellm's choice, but this client was asked for
+                path = route(settings.model_copy(update={"transport": "direct"}))
+        self.route = path
+        self.model = path.model  # without litellm's provider prefix
+        # Same fallbacks as litellm: settings, then the provider's environment variables.
+        self.base_url = path.base_url
+        self.url = f"{self.base_url}/chat/completions"
+        key = settings.api_key.get_secret_value() if settings.api_key is not None else ""
+        self._key = key or os.environ.get(path.key_variable or "OPENAI_API_KEY", "")
+        self._headers = {"Content-Type": "application/json"}
+        if self._key:
+            self._headers["Authorization"] = f"Bearer {self._key}"
+        self._session: aiohttp.ClientSession | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    async def complete(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None = None,
+        *,
+        max_tokens: int | None = None,
+        tool_choice: ToolChoice | None = None,
+        on_text: TextSink | None = None,
+    ) -> Reply:
+        if not self._key and self.route.needs_key:
+            # A hosted API would answer 401 anyway; a local server may legitimately need no key.
+            variable = self.route.key_variable or "llm.api_key"
+            raise ProviderError("auth", f"Missing credentials: no API key (set {variable})")
+        body: dict[str, Any] = {
+            "model": self.model,
+            self.route.max_tokens_field: max_tokens or self.settings.max_tokens,
+        }
+        if on_text is not None:
+            body["stream"] = True
+            body["stream_options"] = {"include_usage": True}  # usage in the last chunk
+        if tools:
+            body["tools"] = tools
+            if tool_choice is not None:
+                body["tool_choice"] = tool_choice
+        if self.settings.temperature is not None:
+            body["temperature"] = self.settings.temperature
+        # The replayed history is most of the request, and its messages arrive encoded.
+        data = f'{json.dumps(body)[:-1]}, "messages": {encode_messages(messages)}}}'
+        answered = False  # a cut after the answer began is the server's fault, not the network's
+        try:
+            # No redirects: following one could carry the key to another host.
+            async with self._client().post(
+                self.url, data=data, headers=self._headers, allow_redirects=False
+            ) as resp:
+                answered = True
+                if not 200 <= resp.status < 300:
+                    raw = await resp.read()
+                    raise self._error(resp.status, raw, resp.headers.get("Retry-After"))
+                if on_text is not None and resp.content_type == "text/event-stream":
+                    return await _read_events(resp.content, ReplyStream(on_text))
+                raw = await resp.read()
+        except TimeoutError:  # asyncio's, and aiohttp's ServerTimeoutError
+            detail = f"no answer within {self.settings.timeout_s:g} s"
+            raise ProviderError("timeout", detail, 408) from None
+        except aiohttp.ClientError as exc:  # refused, reset, DNS, truncated body, bad URL
+            detail = self._safe(f"{type(exc).__name__}: {exc}")
+            if answered:
+                raise ProviderError("server", f"the answer was cut: {detail}") from None
+            raise ProviderError("unreachable", detail) from None
+        reply = _to_reply(raw)
+        if on_text is not None and reply.content:  # a server that does not stream: one piece
+            await on_text(reply.content)
+        return reply
+
+    async def close(self) -> None:
+        """Close the shared session; one made in another (finished) loop can only be dropped."""
+        session, self._session = self._session, None
+        if session is not None and self._loop is asyncio.get_running_loop():
+            await session.close()
+
+    def _client(self) -> aiohttp.ClientSession:
+        """The shared session, made lazily: aiohttp binds it to the loop it is created in."""
+        loop = asyncio.get_running_loop()
+        if self._session is None or self._session.closed or self._loop is not loop:
+            # A session from another (usually finished) loop cannot be used or closed here.
+            connector = aiohttp.TCPConnector(limit=_CONNECTIONS, limit_per_host=_CONNECTIONS)
+            timeout = aiohttp.ClientTimeout(total=self.settings.timeout_s)
+            self._session = aiohttp.ClientSession(connector=connector, timeout=timeout)
+            self._loop = loop
+        return self._session
+
+    def _error(self, status: int, raw: bytes, retry_after: str | None) -> ProviderError:
+        text = raw.decode("utf-8", "replace")
+        category = categorize(status, text)
+        logger.debug("provider error (status {}): {}", status, self._safe(text[:500]))
+        detail = self._safe(f"HTTP {status}: {_message(text)[:300]}")
+        return ProviderError(category, detail, status, _seconds(retry_after))
+
+    def _safe(self, text: str) -> str:
+        # Servers and proxies sometimes echo the request; the key must never reach a log or chat.
+        return text.replace(self._key, "***") if self._key else text
+
+
+async def _read_events(content: aiohttp.StreamReader, stream: ReplyStream) -> Reply:
+    """Server-sent events (`data: {chunk}` lines, then `data: [DONE]`) into a Reply."""
+    ended = False
+    while line := await content.readline(max_line_length=_MAX_LINE):
+        if not line.startswith(b"data:"):
+            continue  # blank separators, ": keep-alive" comments, "event:" lines
+        data = line[5:].strip()
+        if data == b"[DONE]":
+            ended = True
+            break
+        try:
+            chunk = json.loads(data)
+        except ValueError:
+            snippet = " ".join(data[:120].decode("utf-8", "replace").split())
+            raise ProviderError("server", f"malformed stream chunk: {snippet!r}") from None
+        await _apply(chunk, stream)
+    return await stream.finish(ended=ended)
+
+
+async def _apply(chunk: Any, stream: ReplyStream) -> None:
+    """One chunk: a text delta, tool-call deltas, a finish reason, usage, or an error."""
+    try:
+        error = chunk.get("error")
+        if error is not None:  # some hosts (OpenRouter) report a failure mid-stream this way
+            text = _message(json.dumps({"error": error}))
+            code = error.get("code") if isinstance(error, dict) else None
+            status = code if isinstance(code, int) else None
+            raise ProviderError(categorize(status, text), f"in the stream: {text[:300]}", status)
+        usage = chunk.get("usage")
+        if isinstance(usage, dict):
+            stream.set_usage(usage.get("prompt_tokens"), usage.get("completion_tokens"))
+        for choice in chunk.get("choices") or ():
+            if choice.get("index", 0) != 0:
+                continue
+            delta = choice.get("delta") or {}
+            piece = delta.get("content")
+            if isinstance(piece, str) and piece:
+                await stream.text(piece)
+            for position, call in enumerate(delta.get("tool_calls") or ()):
+                index = call.get("index")
+                fn = call.get("function") or {}
+                stream.tool_call(
+                    index if isinstance(index, int) else position,
+                    _str(call.get("id")),
+                    _str(fn.get("name")),
+                    _arguments(fn["arguments"]) if fn.get("arguments") else None,
+                )
+            stream.finished(_str(choice.get("finish_reason")))
+    except (AttributeError, TypeError, KeyError):
+        snippet = " ".join(json.dumps(chunk)[:120].split())
+        raise ProviderError("server", f"malformed stream chunk: {snippet!r}") from None
+
+
+def _str(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _message(text: str) -> str:
+    """The human part of an OpenAI-style error body, else the (trimmed) body itself."""
+    try:
+        error = json.loads(text).get("error")
+    except (ValueError, AttributeError):
+        return " ".join(text.split())
+    if isinstance(error, dict) and isinstance(error.get("message"), str):
+        return str(error["message"])
+    return error if isinstance(error, str) else " ".join(text.split())
+
+
+def _seconds(value: str | None) -> float | None:
+    """Retry-After in seconds; an HTTP-date form is ignored, like litellm's adapter does."""
+    try:
+        seconds = float(value) if value is not None else math.nan
+    except ValueError:
+        return None
+    return max(0.0, seconds) if math.isfinite(seconds) else None
+
+
+def _to_reply(raw: bytes) -> Reply:
+    """Our Reply from the response body; a body without a usable message is a retryable fault
+    ("empty" for no choices, "server" for the rest), and all text is made valid UTF-8."""
+    snippet = " ".join(raw[:120].decode("utf-8", "replace").split())
+    try:
+        data = json.loads(raw.decode("utf-8", "replace"))
+        if isinstance(data, dict) and data.get("choices") == []:
+            raise ProviderError("empty", f"malformed response: no choices: {snippet!r}")
+        choice = data["choices"][0]
+        message = choice["message"]
+        calls = tuple(
+            ToolCall(
+                id=clean_text(str(call.get("id") or f"call_{index}")),
+                name=clean_text(str(call["function"].get("name") or "")),
+                arguments=clean_text(_arguments(call["function"].get("arguments"))),
+            )
+            for index, call in enumerate(message.get("tool_calls") or ())
+        )
+        content = message.get("content")
+        usage = data.get("usage")
+        finish_reason = choice.get("finish_reason")
+    except (ValueError, LookupError, TypeError, AttributeError):
+        raise ProviderError("server", f"malformed response: {snippet!r}") from None
+    content = clean_text(content) if isinstance(content, str) else None
+    if not calls and not (content and content.strip()):
+        raise ProviderError("empty", "the model returned no text and no tool call")
+    return Reply(
+        content=content,
+        tool_calls=calls,
+        usage=_usage(usage),
+        finish_reason=finish_reason if isinstance(finish_reason, str) else None,
+    )
+
+
+def _arguments(value: Any) -> str:
+    # Kept as the raw text (malformed JSON included): the tool registry validates it.
+    if isinstance(value, str):
+        return value or "{}"
+    return "{}" if value is None else json.dumps(value)
+
+
+def _usage(usage: Any) -> Usage | None:
+    if not isinstance(usage, dict):
+        return None
+    try:
+        return Usage(int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0))
+    except (TypeError, ValueError):
+        return None

@@ -1,0 +1,171 @@
+"""Workspace file tools: paths are resolved for real and compared by parts, not by prefix."""
+
+from __future__ import annotations
+
+from contextlib import AbstractContextManager, nullcontext
+from pathlib import Path, PurePosixPath
+from typing import Annotated
+
+from pydantic import Field
+
+from nanomem.audience import PERSONAL_PATHS, current
+from nanomem.durable import atomic_write_text
+from nanomem.locks import FileLock
+from nanomem.tools.registry import Tool, ToolError, read_only_tool
+
+MAX_READ_BYTES = 2_000_000
+LOCK_WAIT_S = 60.0  # Dream holds the memory lock only to apply and commit
+
+
+class FileTools:
+    """read_file, write_file, edit_file and list_dir over one workspace."""
+
+    def __init__(
+        self,
+        workspace: Path,
+        *,
+        restrict: bool = True,
+        read_only: tuple[str, ...] = (),
+        memory_files: tuple[str, ...] = (),
+        memory_lock: FileLock | None = None,
+    ) -> None:
+        self.root = workspace.resolve()
+        self.restrict = restrict
+        # Files (and folders) the agent may read but must never write: the history archive,
+        # cursors, and the prompt templates, which would otherwise let it rewrite its rules.
+        self.read_only = {(self.root / rel).resolve() for rel in read_only}
+        self.personal = {(self.root / rel).resolve() for rel in PERSONAL_PATHS}
+        # Dream applies its edits to these under the memory lock: a write of ours in between
+        # would be overwritten, so ours take the lock too (briefly, never for a whole run).
+        self.memory_files = {(self.root / rel).resolve() for rel in memory_files}
+        self.memory_lock = memory_lock
+
+    def tools(self) -> list[Tool]:
+        return [
+            Tool.from_function(self.read_file),
+            Tool.from_function(self.write_file),
+            Tool.from_function(self.edit_file),
+            Tool.from_function(self.list_dir),
+        ]
+
+    def resolve(self, path: str) -> Path:
+        if not path.strip():
+            raise ToolError("path is empty")
+        if not self.restrict:
+            candidate = Path(path).expanduser()
+            return (candidate if candidate.is_absolute() else self.root / candidate).resolve()
+        pure = PurePosixPath(path.replace("\\", "/"))
+        if path.startswith("~") or pure.is_absolute():
+            raise ToolError(f"{path!r} is outside the workspace; use a path relative to it")
+        if ".." in pure.parts:
+            raise ToolError(f"{path!r} uses '..'; paths must stay inside the workspace")
+        resolved = (self.root / pure).resolve()
+        if not resolved.is_relative_to(self.root):
+            raise ToolError(f"{path!r} leads outside the workspace (through a link)")
+        return resolved
+
+    def _display(self, path: Path) -> str:
+        return str(path.relative_to(self.root)) if path.is_relative_to(self.root) else str(path)
+
+    def _guarded(self, target: Path) -> AbstractContextManager[None]:
+        if self.memory_lock is not None and target in self.memory_files:
+            return self.memory_lock.hold_sync(wait_s=LOCK_WAIT_S)
+        return nullcontext()
+
+    def _private(self, target: Path, path: str) -> None:
+        """In a shared room (a group chat), the owner's personal memory cannot be opened."""
+        seen_by = current()
+        if seen_by is None or seen_by.personal:
+            return
+        if any(target == kept or target.is_relative_to(kept) for kept in self.personal):
+            raise ToolError(f"{path!r} is the owner's personal memory; not available in a group")
+
+    @read_only_tool
+    def read_file(
+        self,
+        path: Annotated[str, Field(description="File path relative to the workspace")],
+        start_line: Annotated[int, Field(ge=1, description="First line to return")] = 1,
+        max_lines: Annotated[int | None, Field(ge=1, description="How many lines")] = None,
+    ) -> str:
+        """Read a text file from the workspace, optionally a range of lines."""
+        target = self.resolve(path)
+        self._private(target, path)
+        if not target.is_file():
+            raise ToolError(f"no file at {path!r}")
+        with target.open("rb") as fh:
+            data = fh.read(MAX_READ_BYTES + 1)
+        if b"\0" in data[:8192]:
+            raise ToolError(f"{path!r} is a binary file")
+        text = data[:MAX_READ_BYTES].decode("utf-8", errors="replace")
+        lines = text.splitlines(keepends=True)
+        end = len(lines) if max_lines is None else start_line - 1 + max_lines
+        selected = "".join(lines[start_line - 1 : end])
+        if len(data) > MAX_READ_BYTES:
+            selected += "\n[file is larger than 2 MB; only the start was read]"
+        return selected if selected else "(empty file)"
+
+    def write_file(
+        self,
+        path: Annotated[str, Field(description="File path relative to the workspace")],
+        content: Annotated[str, Field(description="The complete new content")],
+    ) -> str:
+        """Create or overwrite a text file in the workspace (parent folders are created)."""
+        target = self._writable(path)
+        with self._guarded(target):
+            atomic_write_text(target, content)
+        return f"Wrote {len(content)} characters to {self._display(target)}"
+
+    def edit_file(
+        self,
+        path: Annotated[str, Field(description="File path relative to the workspace")],
+        old_text: Annotated[str, Field(description="Exact text to replace; must occur once")],
+        new_text: Annotated[str, Field(description="Replacement text")],
+    ) -> str:
+        """Replace one exact occurrence of old_text with new_text in a workspace file."""
+        target = self._writable(path)
+        if not target.is_file():
+            raise ToolError(f"no file at {path!r}")
+        if not old_text:
+            raise ToolError("old_text is empty; use write_file to create a file")
+        with self._guarded(target):
+            return self._replace(target, path, old_text, new_text)
+
+    def _replace(self, target: Path, path: str, old_text: str, new_text: str) -> str:
+        content = target.read_text(encoding="utf-8")
+        count = content.count(old_text)
+        if count == 0:
+            raise ToolError(f"old_text was not found in {path!r}; read the file and copy exactly")
+        if count > 1:
+            raise ToolError(
+                f"old_text occurs {count} times in {path!r}; include more surrounding text"
+            )
+        atomic_write_text(target, content.replace(old_text, new_text, 1))
+        return f"Edited {self._display(target)}"
+
+    @read_only_tool
+    def list_dir(
+        self, path: Annotated[str, Field(description="Folder relative to the workspace")] = "."
+    ) -> str:
+        """List a workspace folder: sub-folders end with '/', files show their size."""
+        target = self.resolve(path)
+        self._private(target, path)
+        if not target.is_dir():
+            raise ToolError(f"no folder at {path!r}")
+        rows = []
+        for entry in sorted(target.iterdir(), key=lambda p: (not p.is_dir(), p.name.lower())):
+            if entry.name == ".git":
+                continue
+            if entry.is_dir():
+                rows.append(f"{entry.name}/")
+            else:
+                rows.append(f"{entry.name}  ({entry.stat().st_size} bytes)")
+        return "\n".join(rows) if rows else "(empty folder)"
+
+    def _writable(self, path: str) -> Path:
+        target = self.resolve(path)
+        self._private(target, path)
+        if any(target == kept or target.is_relative_to(kept) for kept in self.read_only):
+            raise ToolError(f"{path!r} is maintained by nanomem itself and cannot be changed")
+        if target.is_dir():
+            raise ToolError(f"{path!r} is a folder")
+        return target

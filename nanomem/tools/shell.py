@@ -1,0 +1,133 @@
+"""The shell tool: off unless tools.shell_enabled; runs in the workspace with a timeout, a
+minimal environment (none of our secrets) and output read within a fixed memory bound."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import sys
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Annotated
+
+from pydantic import Field
+
+from nanomem.audience import current
+from nanomem.tools.registry import Tool, ToolError
+
+REAPER = Path(__file__).with_name("reaper.py")
+BASE_ENV = ("PATH", "HOME", "LANG", "TERM")
+DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
+CHUNK = 64 * 1024
+STOP_GRACE_S = 5.0
+
+
+def command_env(
+    allowed: Iterable[str] = (), environ: Mapping[str, str] = os.environ
+) -> dict[str, str]:
+    """What a command sees: PATH, HOME, LANG, TERM and the names tools.shell_env lists."""
+    env = {name: environ[name] for name in (*BASE_ENV, *allowed) if name in environ}
+    env.setdefault("PATH", DEFAULT_PATH)
+    return env
+
+
+class ShellTool:
+    def __init__(
+        self,
+        workspace: Path,
+        *,
+        timeout_s: float,
+        max_output_chars: int,
+        allowed_env: Iterable[str] = (),
+    ) -> None:
+        self.workspace = workspace
+        self.timeout_s = timeout_s
+        self.max_output_chars = max_output_chars
+        self.allowed_env = tuple(allowed_env)
+
+    def tools(self) -> list[Tool]:
+        return [Tool.from_function(self.exec, name="exec")]
+
+    async def exec(self, command: Annotated[str, Field(description="A shell command line")]) -> str:
+        """Run a shell command in the workspace and return its exit code and output."""
+        seen_by = current()
+        if seen_by is not None and not seen_by.personal:
+            raise ToolError("the shell is not available in group chats")
+        # The reaper owns the command's whole process tree (setsid'd children included).
+        process = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-I",
+            "-S",
+            str(REAPER),
+            command,
+            cwd=self.workspace,
+            env=command_env(self.allowed_env),
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+            start_new_session=True,
+        )
+        assert process.stdout is not None
+        # Room for the exit code and the cut note: the registry's own cap must not cut the end.
+        output = BoundedOutput(self.max_output_chars - 100)
+        try:
+            await asyncio.wait_for(output.read_all(process.stdout), self.timeout_s)
+            await asyncio.wait_for(process.wait(), self.timeout_s)
+        except (TimeoutError, asyncio.CancelledError) as exc:
+            await _stop(process)
+            if isinstance(exc, asyncio.CancelledError):
+                raise
+            return f"Error: command timed out after {self.timeout_s:g}s and was killed"
+        return f"exit code {process.returncode}\n{output.text()}"
+
+
+class BoundedOutput:
+    """Keeps the start and the end of a stream within a fixed size, however much arrives:
+    errors tend to be at the end, context at the start."""
+
+    def __init__(self, max_chars: int) -> None:
+        self.keep = max(2, max_chars // 2) * 4  # bytes per end; a character is at most 4
+        self.max_chars = max_chars
+        self.head = bytearray()
+        self.tail = bytearray()
+        self.total = 0
+
+    async def read_all(self, stream: asyncio.StreamReader) -> None:
+        while chunk := await stream.read(CHUNK):
+            self.total += len(chunk)
+            room = self.keep - len(self.head)
+            if room > 0:
+                self.head += chunk[:room]
+                chunk = chunk[room:]
+            if chunk:
+                self.tail += chunk
+                del self.tail[: max(0, len(self.tail) - self.keep)]
+
+    def text(self) -> str:
+        half = self.max_chars // 2
+        head = self.head.decode("utf-8", errors="replace")
+        tail = self.tail.decode("utf-8", errors="replace")
+        dropped = self.total - len(self.head) - len(self.tail)
+        if not dropped:
+            whole = head + tail
+            if len(whole) <= self.max_chars:
+                return whole
+            head, tail = whole[:half], whole[-half:]
+        else:
+            head, tail = head[:half], tail[-half:]
+        cut = self.total - len(head.encode()) - len(tail.encode())
+        return f"{head}\n[... {cut} bytes cut ...]\n{tail}"
+
+
+async def _stop(process: asyncio.subprocess.Process) -> None:
+    """Ask the reaper to kill the tree; if it cannot, kill its process group ourselves."""
+    with contextlib.suppress(ProcessLookupError):
+        process.send_signal(signal.SIGTERM)
+    try:
+        await asyncio.wait_for(process.wait(), STOP_GRACE_S)
+    except TimeoutError:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        await process.wait()

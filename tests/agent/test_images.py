@@ -1,0 +1,51 @@
+import base64
+
+import pytest
+
+from nanomem.agent.bus import InboundMessage
+from nanomem.home import Home
+from nanomem.providers.scripted import ScriptedProvider
+from tests.conftest import make_app
+
+PNG = base64.b64decode(
+    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
+)
+
+
+def photo_message(path: str = "media/photo.png") -> InboundMessage:
+    return InboundMessage("telegram", "42", "what is this?", media=(path,))
+
+
+async def test_images_go_inline_to_a_vision_model_but_not_into_the_session(home: Home) -> None:
+    provider = ScriptedProvider()
+    app = make_app(home, provider, llm={"supports_images": True})
+    (app.workspace / "media").mkdir()
+    (app.workspace / "media" / "photo.png").write_bytes(PNG)
+    await app.loop.handle(photo_message())
+    sent = provider.calls[-1][-1]["content"]
+    assert isinstance(sent, list) and sent[0]["type"] == "text"
+    assert sent[1]["image_url"]["url"] == "data:image/png;base64," + base64.b64encode(PNG).decode()
+    stored = (await app.sessions.get("telegram:42")).messages[0]["content"]
+    assert isinstance(stored, str) and "[attachments: media/photo.png]" in stored
+    await app.loop.handle(InboundMessage("telegram", "42", "and now?"))
+    replayed = provider.calls[-1][1]["content"]
+    assert isinstance(replayed, str)  # a photo is sent once, not with every later turn
+
+
+async def test_a_text_only_model_gets_the_path_as_a_note(home: Home) -> None:
+    provider = ScriptedProvider()
+    app = make_app(home, provider, llm={"supports_images": False})
+    (app.workspace / "media").mkdir()
+    (app.workspace / "media" / "photo.png").write_bytes(PNG)
+    await app.loop.handle(photo_message())
+    sent = provider.calls[-1][-1]["content"]
+    assert isinstance(sent, str) and "[attachments: media/photo.png]" in sent
+
+
+@pytest.mark.parametrize("path", ["../outside.png", "/etc/hostname.png", "media/missing.png"])
+async def test_media_outside_the_workspace_is_never_read(home: Home, path: str) -> None:
+    (home.root / "outside.png").write_bytes(PNG)
+    provider = ScriptedProvider()
+    app = make_app(home, provider, llm={"supports_images": True})
+    await app.loop.handle(photo_message(path))
+    assert isinstance(provider.calls[-1][-1]["content"], str)  # no image was read

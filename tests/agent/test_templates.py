@@ -1,0 +1,174 @@
+"""Every prompt is a template; each renders with a sample context, and a workspace can override."""
+
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import get_args
+
+import pytest
+from jinja2 import UndefinedError
+from loguru import logger
+
+from nanomem.agent.bus import InboundMessage
+from nanomem.agent.context import ContextBuilder
+from nanomem.agent.skills import Skill, Skills
+from nanomem.agent.templates import Templates, bundled_dir
+from nanomem.memory.history import HistoryEntry, HistoryStore, NewEntry
+from nanomem.providers.port import ErrorCategory
+
+SAMPLES = {
+    "system.md.j2": {
+        "shared_room": True,
+        "workspace": "/ws",
+        "files": {"soul": "be kind", "user": "Ada", "agents": "rules", "memory": "facts"},
+        "skills": [Skill("remember", "how to remember", Path("/ws/skills/remember/SKILL.md"))],
+        "tools": ["read_file", "edit_file", "exec", "search_history"],
+        "history": [
+            HistoryEntry(7, "2026-11-20T10:00:00+01:00", "cli:direct", "- Ada likes tea", "summary")
+        ],
+    },
+    "dream_system.md.j2": {},
+    "dream_analyse.md.j2": {
+        "entries": [HistoryEntry(3, "2026-11-20T10:00:00+01:00", "cli:direct", "- Ada", "summary")],
+        "files": {"SOUL.md": "# Soul", "USER.md": "", "memory/MEMORY.md": "# Memory"},
+    },
+    "dream_edit.md.j2": {
+        "analysis": "NEW: USER.md: name is Ada",
+        "files": {"SOUL.md": "# Soul", "USER.md": "", "memory/MEMORY.md": "# Memory"},
+    },
+    "consolidate.md.j2": {"first": "2026-11-01", "last": "2026-11-20", "today": "2026-11-22"},
+    "runtime_context.md.j2": {
+        "time": "2026-11-22 10:00:00 CET (UTC+0100)",
+        "weekday": "Sunday",
+        "channel": "telegram",
+        "chat_id": "42",
+        "sender": "Ada",
+        "media": ["media/photo.jpg"],
+    },
+    "help.md.j2": {"commands": []},
+    "provider_error.md.j2": {"category": "auth", "model": "openai/x", "key_source": "X"},
+    "iteration_limit.md.j2": {"max_iterations": 20},
+    "turn_failed.md.j2": {"category": "unreachable"},
+    "config.toml.j2": {"model": "openai/gpt-4o-mini", "api_key": ""},
+}
+
+
+def test_every_bundled_template_has_a_sample() -> None:
+    assert set(Templates().names()) == set(SAMPLES)
+
+
+@pytest.mark.parametrize("name", sorted(SAMPLES))
+def test_template_renders(name: str) -> None:
+    text = Templates().render(name, **SAMPLES[name])
+    assert text.strip()
+
+
+def test_missing_variables_are_errors_not_blanks() -> None:
+    with pytest.raises(UndefinedError):
+        Templates().render("iteration_limit.md.j2")
+
+
+def test_every_error_category_has_its_own_message() -> None:
+    categories = get_args(ErrorCategory)  # every category the providers can report
+    texts = {
+        Templates().render("provider_error.md.j2", category=c, model="m", key_source="k")
+        for c in categories
+    }
+    assert len(texts) == len(categories)
+
+
+def test_workspace_override_wins(tmp_path: Path) -> None:
+    (tmp_path / "help.md.j2").write_text("custom help with {{ commands | length }} commands")
+    assert (
+        Templates(tmp_path).render("help.md.j2", commands=[1, 2]) == "custom help with 2 commands"
+    )
+
+
+def test_config_template_is_valid_toml_with_every_setting() -> None:
+    import tomllib
+
+    from nanomem.config import Settings
+
+    text = Templates().render("config.toml.j2", model="openai/x", api_key="sk-1")
+    data = tomllib.loads(text)
+    assert data["llm"]["model"] == "openai/x" and data["llm"]["api_key"] == "sk-1"
+    for section, model in Settings.model_fields.items():
+        assert model.annotation is not None
+        for key in model.annotation.model_fields:  # type: ignore[union-attr]
+            assert f"{key} =" in text, f"{section}.{key} is not documented in config.toml"
+
+
+def test_context_builder_lists_skills_and_overrides(tmp_path: Path) -> None:
+    workspace = tmp_path / "ws"
+    (workspace / "skills" / "weather").mkdir(parents=True)
+    (workspace / "skills" / "weather" / "SKILL.md").write_text(
+        "---\nname: weather\ndescription: Look up the forecast\n---\nUse the API.\n"
+    )
+    (workspace / "SOUL.md").write_text("Speak like a pirate.")
+    skills = Skills(workspace / "skills")
+    builder = ContextBuilder(workspace, Templates(workspace / "templates"), skills, ["read_skill"])
+    prompt = builder.render_system_prompt("cli:direct")
+    assert "Speak like a pirate." in prompt
+    assert "`weather`: Look up the forecast" in prompt
+    assert skills.read_skill("weather").endswith("Use the API.\n")
+    (workspace / "templates").mkdir()
+    (workspace / "templates" / "system.md.j2").write_text("mine: {{ files.soul }}")
+    assert builder.render_system_prompt("cli:direct") == "mine: Speak like a pirate."
+    msg = InboundMessage("telegram", "42", "hi", timestamp=datetime(2026, 1, 2, 3, 4, tzinfo=UTC))
+    user = builder.user_message(msg)
+    assert user["content"].startswith("[runtime · 2026-01-02")
+    assert "channel telegram" in user["content"] and user["content"].endswith("\n\nhi")
+
+
+async def test_chats_share_a_rendering_but_never_each_others_history(tmp_path: Path) -> None:
+    workspace = tmp_path / "ws"
+    (workspace / "memory").mkdir(parents=True)
+    history = HistoryStore(workspace / "memory")
+    skills = Skills(workspace / "skills")
+    builder = ContextBuilder(
+        workspace, Templates(), skills, ["read_skill"], history, history_chars=4000
+    )
+    plain = builder.render_system_prompt("telegram:1")
+    assert builder.render_system_prompt("telegram:2") == plain
+    await history.append([NewEntry("telegram:1", "Ada prefers tea over coffee.", "summary")])
+    assert "prefers tea" in builder.render_system_prompt("telegram:1")
+    assert builder.render_system_prompt("telegram:2") == plain
+    (workspace / "skills" / "weather").mkdir(parents=True)
+    (workspace / "skills" / "weather" / "SKILL.md").write_text(
+        "---\nname: weather\ndescription: Look up the forecast\n---\n"
+    )
+    for chat in ("telegram:1", "telegram:2"):
+        assert "`weather`: Look up the forecast" in builder.render_system_prompt(chat)
+
+
+def test_bundled_data_folders_exist() -> None:
+    assert (bundled_dir("workspace-template") / "SOUL.md").is_file()
+    assert (bundled_dir("templates") / "system.md.j2").is_file()
+
+
+PAYLOADS = [
+    "{{ cycler.__init__.__globals__.os.popen('touch PWNED').read() }}",
+    "{{ ''.__class__.__mro__[1].__subclasses__() }}",
+    "{{ self._TemplateReference__context.cycler.__init__.__globals__.os.system('touch PWNED') }}",
+    "{% set x = [] %}{{ x.append(1) }}",  # mutating calls are refused too
+    "{{ broken",
+]
+
+
+@pytest.mark.parametrize("payload", PAYLOADS)
+def test_a_hostile_or_broken_override_runs_nothing_and_falls_back(
+    tmp_path: Path, payload: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    overrides = tmp_path / "templates"
+    overrides.mkdir()
+    (overrides / "help.md.j2").write_text(payload)
+    logged: list[str] = []
+    sink = logger.add(logged.append, level="WARNING", format="{message}")
+    try:
+        shown = Templates(overrides).render("help.md.j2", commands=[])
+    finally:
+        logger.remove(sink)
+    assert shown == Templates().render("help.md.j2", commands=[])  # the bundled text
+    assert not (tmp_path / "PWNED").exists()
+    assert len(logged) == 1 and str(overrides / "help.md.j2") in logged[0]
+    assert "the bundled one is used instead" in logged[0]

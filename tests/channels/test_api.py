@@ -1,0 +1,115 @@
+"""The agent API's pieces in-process: request parsing, settings, the public-bind refusal."""
+
+from __future__ import annotations
+
+import base64
+import json
+
+import pytest
+
+from channels.api_wire import BadRequest, parse_request
+from nanomem.config import ConfigError
+from nanomem.gateway import Gateway, enabled_channels, is_loopback
+from nanomem.home import Home
+from nanomem.log import redact
+from nanomem.providers.scripted import ScriptedProvider
+from tests.conftest import make_app, settings_for
+
+PNG = base64.b64encode(b"\x89PNG\r\n\x1a\nfake").decode()
+
+
+def body(**fields: object) -> bytes:
+    return json.dumps({"messages": [{"role": "user", "content": "hi"}], **fields}).encode()
+
+
+def test_only_the_last_user_message_is_the_new_turn() -> None:
+    raw = json.dumps(
+        {
+            "messages": [
+                {"role": "system", "content": "ignored"},
+                {"role": "user", "content": "earlier, ignored"},
+                {"role": "assistant", "content": "ignored too"},
+                {"role": "user", "content": "the new turn"},
+            ]
+        }
+    ).encode()
+    parsed = parse_request(raw)
+    assert parsed.text == "the new turn" and parsed.session_id == "default"
+    assert not parsed.stream and not parsed.include_usage
+
+
+def test_the_session_comes_from_session_id_then_user() -> None:
+    assert parse_request(body(session_id="s1", user="u1")).session_id == "s1"
+    assert parse_request(body(user="ada@example.org")).session_id == "ada@example.org"
+    streamed = parse_request(body(stream=True, stream_options={"include_usage": True}))
+    assert streamed.stream and streamed.include_usage
+
+
+@pytest.mark.parametrize("bad", ["-100", "a/../b", "x" * 129, "a:b", " spaced", 7])
+def test_unsafe_session_ids_are_refused(bad: object) -> None:
+    """A leading '-' would make the session a group's shared room; ids end up in file names."""
+    with pytest.raises(BadRequest, match="session_id") as refused:
+        parse_request(body(session_id=bad))
+    assert refused.value.status == 400
+
+
+@pytest.mark.parametrize(
+    ("raw", "words"),
+    [
+        (b"{oops", "not valid JSON"),
+        (b"[]", "JSON object"),
+        (b'{"messages": []}', "non-empty list"),
+        (b'{"messages": [{"role": "assistant", "content": "x"}]}', "must be the user's"),
+        (b'{"messages": [{"role": "user", "content": ""}]}', "empty"),
+        (b'{"messages": [{"role": "user", "content": [{"type": "audio"}]}]}', "unsupported"),
+    ],
+)
+def test_malformed_requests_are_400(raw: bytes, words: str) -> None:
+    with pytest.raises(BadRequest, match=words):
+        parse_request(raw)
+
+
+def test_images_come_as_base64_data_urls() -> None:
+    parts = [
+        {"type": "text", "text": "what is this"},
+        {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{PNG}"}},
+    ]
+    raw = json.dumps({"messages": [{"role": "user", "content": parts}]}).encode()
+    parsed = parse_request(raw)
+    assert parsed.text == "what is this"
+    assert parsed.images == [(".png", b"\x89PNG\r\n\x1a\nfake")]
+    remote = [{"type": "image_url", "image_url": {"url": "https://example.org/cat.png"}}]
+    with pytest.raises(BadRequest, match="data URLs"):
+        parse_request(json.dumps({"messages": [{"role": "user", "content": remote}]}).encode())
+
+
+def test_the_api_counts_as_a_channel(home: Home) -> None:
+    assert enabled_channels(settings_for(home, api={"enabled": True})) == ["api"]
+    gateway = Gateway.from_app(make_app(home, ScriptedProvider(), api={"enabled": True}))
+    assert list(gateway.channels) == ["api"]
+
+
+@pytest.mark.parametrize("host", ["0.0.0.0", "::", "192.168.1.5", "nanomem.example.org", ""])
+def test_a_public_address_without_keys_is_refused(home: Home, host: str) -> None:
+    app = make_app(home, ScriptedProvider(), api={"enabled": True}, gateway={"host": host})
+    with pytest.raises(ConfigError, match=r"api\.keys is empty"):
+        Gateway.from_app(app)
+
+
+def test_a_public_address_with_keys_or_a_loopback_one_is_fine(home: Home) -> None:
+    assert all(is_loopback(h) for h in ("127.0.0.1", "127.0.0.2", "::1", "localhost"))
+    public_with_keys = make_app(
+        home,
+        ScriptedProvider(),
+        api={"enabled": True, "keys": ["nm-unit-test-key-42"]},
+        gateway={"host": "0.0.0.0"},
+    )
+    assert list(Gateway.from_app(public_with_keys).channels) == ["api"]
+    assert redact("key nm-unit-test-key-42") == "key ***"  # registered as a secret
+    telegram_only = make_app(
+        home,
+        ScriptedProvider(),
+        telegram={"enabled": True, "token": "123:abcdefgh"},
+        gateway={"host": "0.0.0.0"},
+    )
+    assert list(Gateway.from_app(telegram_only).channels) == ["telegram"]

@@ -1,0 +1,131 @@
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from nanomem.memory.gitstore import GitStore, GitStoreError
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> Path:
+    root = tmp_path / "ws"
+    (root / "memory").mkdir(parents=True)
+    (root / "SOUL.md").write_text("# Soul\n- kind\n")
+    (root / "USER.md").write_text("# User\n")
+    (root / "memory" / "MEMORY.md").write_text("# Memory\n")
+    return root
+
+
+@pytest.fixture
+def store(tmp_path: Path, workspace: Path) -> GitStore:
+    store = GitStore(tmp_path / "memory.git", workspace)
+    store.ensure()
+    return store
+
+
+def test_first_version_holds_the_current_files(store: GitStore, workspace: Path) -> None:
+    (first,) = store.log()
+    assert first.summary.startswith("initial memory: SOUL.md +2 -0")
+    assert store.files_at(first.sha.encode())["USER.md"] == b"# User\n"
+
+
+def test_unchanged_files_make_no_commit(store: GitStore) -> None:
+    assert store.commit_manual_edits() is None
+    assert len(store.log()) == 1
+
+
+def test_message_comes_from_the_real_diff(store: GitStore, workspace: Path) -> None:
+    (workspace / "USER.md").write_text("# User\n- Name: Ada\n- Likes tea\n")
+    version = store.commit_manual_edits()
+    assert version is not None
+    assert version.summary == "manual edit: USER.md +2 -0"
+    assert "+- Name: Ada" in version.message
+    assert version.files == {"USER.md": (2, 0)}
+
+
+def test_show_and_prefix_resolution(store: GitStore, workspace: Path) -> None:
+    (workspace / "memory" / "MEMORY.md").write_text("# Memory\n- project Apollo\n")
+    version = store.commit_manual_edits()
+    assert version is not None
+    assert store.resolve(version.sha[:6].upper()) == version.sha
+    shown, diff = store.show(version.sha)
+    assert shown.sha == version.sha and "+- project Apollo" in diff
+    with pytest.raises(GitStoreError, match="no memory version"):
+        store.resolve("0000000")
+    with pytest.raises(GitStoreError, match="not a version id"):
+        store.resolve("abc")
+    with pytest.raises(GitStoreError, match="not a version id"):
+        store.resolve("zzzzzz")
+
+
+def test_restore_is_a_new_commit_and_can_itself_be_restored(
+    store: GitStore, workspace: Path
+) -> None:
+    user = workspace / "USER.md"
+    user.write_text("# User\n- Name: Ada\n")
+    learned = store.commit_if_changed("dream")
+    assert learned is not None
+    restored = store.restore(learned.sha[:8])
+    assert user.read_text() == "# User\n"
+    assert restored.version.summary.startswith(f"restore {learned.short}: USER.md +0 -1")
+    assert [v.sha for v in store.log()][:2] == [restored.version.sha, learned.sha]
+    again = store.restore(restored.version.sha)
+    assert user.read_text() == "# User\n- Name: Ada\n"
+    assert len(store.log()) == 4 and again.undone.sha == restored.version.sha
+
+
+def test_restore_keeps_manual_edits_and_names_later_changes(
+    store: GitStore, workspace: Path
+) -> None:
+    user = workspace / "USER.md"
+    memory = workspace / "memory" / "MEMORY.md"
+    user.write_text("# User\n- Name: Ada\n")
+    first = store.commit_if_changed("dream")
+    memory.write_text("# Memory\n- fact\n")
+    store.commit_if_changed("dream")
+    user.write_text("# User\n- Name: Ada\n- Likes tea\n")  # a later, uncommitted manual edit
+    assert first is not None
+    result = store.restore(first.sha)
+    assert user.read_text() == "# User\n"
+    assert memory.read_text() == "# Memory\n- fact\n"  # other files' later changes are kept
+    assert [v.summary for v in result.overwritten_later] == ["manual edit: USER.md +1 -0"]
+    assert any("Likes tea" in v.message for v in store.log())  # the manual edit is in history
+
+
+def test_restoring_the_first_version_is_refused(store: GitStore) -> None:
+    (first,) = store.log()
+    with pytest.raises(GitStoreError, match="first version"):
+        store.restore(first.sha)
+
+
+def test_works_inside_another_git_repository_and_git_can_read_it(
+    tmp_path: Path, workspace: Path
+) -> None:
+    git = shutil.which("git")
+    if git is None:
+        pytest.skip("no git binary on this machine")
+    subprocess.run([git, "init", "-q", str(tmp_path)], check=True)  # the workspace's parent repo
+    store = GitStore(tmp_path / "home" / "memory.git", workspace)
+    store.ensure()
+    (workspace / "USER.md").write_text("# User\n- Name: Ada\n")
+    version = store.commit_manual_edits()
+    assert version is not None
+    git_dir = f"--git-dir={tmp_path / 'home' / 'memory.git'}"
+    log = subprocess.run(
+        [git, git_dir, "log", "--format=%H %s"], capture_output=True, text=True, check=True
+    ).stdout
+    assert log.splitlines()[0] == f"{version.sha} manual edit: USER.md +1 -0"
+    fsck = subprocess.run([git, git_dir, "fsck", "--strict"], capture_output=True, text=True)
+    assert fsck.returncode == 0, fsck.stderr
+    show = subprocess.run(
+        [git, git_dir, "show", f"{version.sha}:USER.md"], capture_output=True, text=True, check=True
+    )
+    assert show.stdout == "# User\n- Name: Ada\n"
+    outer = subprocess.run(
+        [git, "-C", str(tmp_path), "status", "--porcelain"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert "ws/" in outer  # the outer repository just sees ordinary files

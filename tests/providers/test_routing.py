@@ -1,0 +1,164 @@
+"""Which path a model takes (providers/routing.py), the key's source, old onboarding defaults,
+onboarding's comments, and `nanomem status` naming the path through the real CLI."""
+
+from __future__ import annotations
+
+import subprocess
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from nanomem.config import LLMSettings, load_settings
+from nanomem.home import Home
+from nanomem.onboard import onboard
+from nanomem.providers.routing import key_source, route
+from tests.conftest import cli_env, run_cli
+from tests.fakes.openai_server import FakeOpenAI
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(autouse=True)
+def _no_provider_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("OPENAI_BASE_URL", "OPENAI_API_BASE", "OPENROUTER_API_BASE", "OLLAMA_API_BASE"):
+        monkeypatch.delenv(name, raising=False)
+
+
+@pytest.mark.parametrize(
+    ("model", "api_base", "path", "base", "sent"),
+    [
+        ("openai/gpt-4o-mini", None, "direct", "https://api.openai.com/v1", "gpt-4o-mini"),
+        ("openai/llama3", "http://h:8000/v1/", "direct", "http://h:8000/v1", "llama3"),
+        ("gpt-4o", None, "direct", "https://api.openai.com/v1", "gpt-4o"),
+        (
+            "openrouter/anthropic/claude-3.5",
+            None,
+            "direct",
+            "https://openrouter.ai/api/v1",
+            "anthropic/claude-3.5",
+        ),
+        ("deepseek/deepseek-chat", None, "direct", "https://api.deepseek.com/v1", "deepseek-chat"),
+        ("groq/llama-3.1-8b", None, "direct", "https://api.groq.com/openai/v1", "llama-3.1-8b"),
+        ("ollama/llama3.1", None, "direct", "http://localhost:11434/v1", "llama3.1"),
+        ("ollama/llama3.1", "http://box:11434", "direct", "http://box:11434/v1", "llama3.1"),
+        ("lm_studio/qwen", None, "direct", "http://localhost:1234/v1", "qwen"),
+        ("hosted_vllm/m", "http://gpu/v1", "direct", "http://gpu/v1", "m"),
+        ("meta-llama/Llama-3", "http://h/v1", "direct", "http://h/v1", "meta-llama/Llama-3"),
+        ("anthropic/claude-sonnet-4-5", None, "litellm", "", "anthropic/claude-sonnet-4-5"),
+        ("gemini/gemini-2.0-flash", None, "litellm", "", "gemini/gemini-2.0-flash"),
+        ("bedrock/anthropic.claude", None, "litellm", "", "bedrock/anthropic.claude"),
+        ("vertex_ai/gemini-pro", None, "litellm", "", "vertex_ai/gemini-pro"),
+        ("anthropic/claude", "http://proxy/v1", "litellm", "", "anthropic/claude"),
+        ("claude-3-haiku", None, "litellm", "", "claude-3-haiku"),
+    ],
+)
+def test_auto_routes_each_model(
+    model: str, api_base: str | None, path: str, base: str, sent: str
+) -> None:
+    chosen = route(LLMSettings(model=model, api_base=api_base))
+    assert (chosen.path, chosen.base_url, chosen.model) == (path, base, sent)
+    assert chosen.reason
+
+
+def test_openai_itself_needs_a_key_and_max_completion_tokens() -> None:
+    hosted = route(LLMSettings(model="openai/gpt-5"))
+    local = route(LLMSettings(model="openai/x", api_base="http://127.0.0.1:9/v1"))
+    assert (hosted.needs_key, hosted.max_tokens_field) == (True, "max_completion_tokens")
+    assert (local.needs_key, local.max_tokens_field) == (False, "max_tokens")
+
+
+def test_an_explicit_transport_wins() -> None:
+    assert route(LLMSettings(model="openai/x", transport="litellm")).path == "litellm"
+    forced = route(LLMSettings(model="anthropic/x", api_base="http://h/v1", transport="direct"))
+    assert forced.path == "direct" and forced.base_url == "http://h/v1"
+
+
+def test_the_key_source_names_the_routed_providers_variable(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    for name in ("TOGETHERAI_API_KEY", "OPENROUTER_API_KEY"):
+        monkeypatch.delenv(name, raising=False)
+    together = LLMSettings(model="together_ai/llama")
+    assert key_source(together) == "no key is set (`llm.api_key`, or TOGETHERAI_API_KEY)"
+    monkeypatch.setenv("OPENROUTER_API_KEY", "sk-or")
+    router = LLMSettings(model="openrouter/x/y")
+    assert key_source(router) == "the environment variable OPENROUTER_API_KEY"
+
+
+def old_onboarding_config(model: str = "openai/fake") -> str:
+    """config.toml as `nanomem onboard` wrote it at commit 40baab3 (every default a value)."""
+    import jinja2
+
+    text = subprocess.run(
+        ["git", "show", "40baab3:templates/config.toml.j2"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    env = jinja2.Environment(trim_blocks=True, lstrip_blocks=True)
+    return env.from_string(text).render(model=model, api_key="")
+
+
+def test_old_onboarding_defaults_count_as_not_chosen(tmp_path: Path) -> None:
+    config = tmp_path / "config.toml"
+    config.write_text(old_onboarding_config())
+    assert 'transport = "litellm"' in config.read_text()
+    settings = load_settings(config)
+    assert settings.llm.transport == "auto" and settings.llm.old_defaults_ignored
+    assert settings.llm.model == "openai/fake"  # what a person filled in stays
+
+
+def test_a_changed_old_config_keeps_its_transport(tmp_path: Path) -> None:
+    config = tmp_path / "config.toml"
+    config.write_text(old_onboarding_config().replace("max_tokens = 4096", "max_tokens = 2048"))
+    settings = load_settings(config)
+    assert settings.llm.transport == "litellm" and not settings.llm.old_defaults_ignored
+
+
+def test_onboarding_writes_unchosen_settings_as_comments(tmp_path: Path) -> None:
+    home = Home(tmp_path / "home")
+    onboard(home, model="openai/gpt-4o-mini", api_key="sk-abc")
+    text = home.config.read_text()
+    data = tomllib.loads(text)
+    assert data["llm"] == {"model": "openai/gpt-4o-mini", "api_key": "sk-abc"}
+    assert all(values == {} for section, values in data.items() if section != "llm")
+    assert '# transport = "auto"' in text and "# max_tokens = 4096" in text
+    settings = load_settings(home.config)
+    assert settings.llm.transport == "auto" and not settings.llm.old_defaults_ignored
+    bare = Home(tmp_path / "bare")
+    onboard(bare)
+    assert tomllib.loads(bare.config.read_text())["llm"] == {}
+
+
+def status(home: Home, **env: str) -> str:
+    result = run_cli("status", env=cli_env(home, None, **env))
+    assert result.returncode == 0, result.stderr
+    return next(line for line in result.stdout.splitlines() if line.startswith("model path"))
+
+
+def test_status_names_the_path_and_why(home: Home) -> None:
+    local = status(home, NANOMEM_LLM__MODEL="openai/m", NANOMEM_LLM__API_BASE="http://h:1/v1")
+    assert "lean client (direct) to http://h:1/v1" in local and "llm.api_base" in local
+    claude = status(home, NANOMEM_LLM__MODEL="anthropic/claude-sonnet-4-5")
+    assert "litellm" in claude and "anthropic/ needs litellm's translation" in claude
+    forced = status(home, NANOMEM_LLM__MODEL="openai/m", NANOMEM_LLM__TRANSPORT="litellm")
+    assert "litellm: llm.transport = litellm" in forced
+
+
+def test_an_old_onboarding_config_goes_the_lean_way_and_says_so(
+    home: Home, fake_llm: FakeOpenAI
+) -> None:
+    home.config.write_text(old_onboarding_config(model="openai/fake"))
+    line = status(home, NANOMEM_LLM__API_BASE=fake_llm.base_url)
+    assert "lean client (direct)" in line and "old onboarding defaults" in line
+    fake_llm.reply("fast path")
+    result = run_cli("chat", "-m", "hi", env=cli_env(home, fake_llm))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "fast path\n"
+    log = (home.logs / "nanomem.log").read_text()
+    assert log.count("defaults `nanomem onboard` used to write") == 1
+    # A transport set in the environment is a choice, old config or not.
+    chosen = status(home, NANOMEM_LLM__API_BASE=fake_llm.base_url, NANOMEM_LLM__TRANSPORT="litellm")
+    assert chosen.startswith("model path") and "litellm: llm.transport = litellm" in chosen

@@ -1,0 +1,106 @@
+import threading
+from pathlib import Path
+
+import pytest
+
+from nanomem.locks import FileLock
+from nanomem.tools.files import FileTools
+from nanomem.tools.registry import ToolError
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> Path:
+    root = tmp_path / "ws"
+    (root / "memory").mkdir(parents=True)
+    (root / "memory" / "MEMORY.md").write_text("# Memory\n- likes tea\n")
+    (root / "memory" / "history.jsonl").write_text("{}\n")
+    (tmp_path / "secret.txt").write_text("TOP SECRET")
+    return root
+
+
+def tools(workspace: Path, restrict: bool = True) -> FileTools:
+    return FileTools(workspace, restrict=restrict, read_only=("memory/history.jsonl",))
+
+
+def test_write_read_edit_list(workspace: Path) -> None:
+    ft = tools(workspace)
+    assert "Wrote 11 characters" in ft.write_file("notes/today.md", "line1\nline2")
+    assert ft.read_file("notes/today.md") == "line1\nline2"
+    assert ft.read_file("notes/today.md", start_line=2) == "line2"
+    ft.edit_file("notes/today.md", "line2", "second line")
+    assert (workspace / "notes/today.md").read_text() == "line1\nsecond line"
+    listing = ft.list_dir(".")
+    assert "memory/" in listing and "notes/" in listing
+
+
+@pytest.mark.parametrize(
+    "path",
+    ["../secret.txt", "notes/../../secret.txt", "/etc/passwd", "~/secret.txt", "~", "..", ""],
+)
+def test_paths_outside_the_workspace_are_refused(workspace: Path, path: str) -> None:
+    with pytest.raises(ToolError):
+        tools(workspace).read_file(path)
+
+
+def test_symlink_escape_is_refused_for_files_and_folders(workspace: Path, tmp_path: Path) -> None:
+    (workspace / "link.txt").symlink_to(tmp_path / "secret.txt")
+    (workspace / "outside").symlink_to(tmp_path)
+    ft = tools(workspace)
+    with pytest.raises(ToolError, match="outside the workspace"):
+        ft.read_file("link.txt")
+    with pytest.raises(ToolError, match="outside the workspace"):
+        ft.read_file("outside/secret.txt")
+    with pytest.raises(ToolError, match="outside the workspace"):
+        ft.write_file("outside/new.txt", "x")
+    assert not (tmp_path / "new.txt").exists()
+
+
+def test_symlink_inside_the_workspace_is_fine(workspace: Path) -> None:
+    (workspace / "mem").symlink_to(workspace / "memory")
+    assert "likes tea" in tools(workspace).read_file("mem/MEMORY.md")
+
+
+def test_edit_needs_exactly_one_match(workspace: Path) -> None:
+    ft = tools(workspace)
+    ft.write_file("a.txt", "x y x")
+    with pytest.raises(ToolError, match="not found"):
+        ft.edit_file("a.txt", "z", "w")
+    with pytest.raises(ToolError, match="occurs 2 times"):
+        ft.edit_file("a.txt", "x", "w")
+    assert (workspace / "a.txt").read_text() == "x y x"
+
+
+def test_protected_files_are_read_only(workspace: Path) -> None:
+    ft = tools(workspace)
+    assert ft.read_file("memory/history.jsonl") == "{}\n"
+    with pytest.raises(ToolError, match="maintained by nanomem"):
+        ft.write_file("memory/history.jsonl", "")
+    with pytest.raises(ToolError, match="maintained by nanomem"):
+        ft.edit_file("memory/history.jsonl", "{}", "[]")
+
+
+def test_binary_and_missing_files(workspace: Path) -> None:
+    (workspace / "blob.bin").write_bytes(b"\x00\x01\x02")
+    ft = tools(workspace)
+    with pytest.raises(ToolError, match="binary"):
+        ft.read_file("blob.bin")
+    with pytest.raises(ToolError, match="no file"):
+        ft.read_file("nope.txt")
+
+
+def test_unrestricted_mode_allows_absolute_paths(workspace: Path, tmp_path: Path) -> None:
+    assert tools(workspace, restrict=False).read_file(str(tmp_path / "secret.txt")) == "TOP SECRET"
+
+
+def test_writes_to_memory_files_wait_for_the_memory_lock(tmp_path: Path) -> None:
+    lock = FileLock(tmp_path / "locks" / "memory.lock")
+    tools = FileTools(tmp_path, memory_files=("USER.md",), memory_lock=lock)
+    lock.acquire_sync()  # as Dream holds it while it applies and commits
+    writer = threading.Thread(target=tools.write_file, args=("USER.md", "- mine\n"))
+    writer.start()
+    writer.join(0.3)
+    assert writer.is_alive() and not (tmp_path / "USER.md").exists()
+    tools.write_file("notes.md", "other files never wait")  # positive control
+    lock.release()
+    writer.join(10)
+    assert (tmp_path / "USER.md").read_text() == "- mine\n"

@@ -1,0 +1,113 @@
+import asyncio
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from nanomem.home import Home
+from nanomem.providers.scripted import ScriptedProvider
+from nanomem.tools.shell import ShellTool
+from tests.conftest import make_app
+
+
+def test_shell_is_off_by_default(home: Home) -> None:
+    assert "exec" not in make_app(home, ScriptedProvider()).tools.names
+
+
+def test_shell_can_be_enabled(home: Home) -> None:
+    assert "exec" in make_app(home, ScriptedProvider(), tools={"shell_enabled": True}).tools.names
+
+
+async def test_exec_runs_in_the_workspace(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    shell = ShellTool(tmp_path, timeout_s=5, max_output_chars=1000)
+    result = await shell.exec("pwd; echo oops >&2; exit 3")
+    assert result.startswith("exit code 3")
+    assert str(tmp_path) in result and "oops" in result
+
+
+async def test_exec_timeout_kills_the_process_group(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    marker = tmp_path / "survived"
+    shell = ShellTool(tmp_path, timeout_s=0.5, max_output_chars=1000)
+    result = await shell.exec(f"(sleep 2; touch {marker}) & sleep 10")
+    assert "timed out after 0.5s" in result
+    import asyncio
+
+    await asyncio.sleep(2.5)
+    assert not marker.exists()
+
+
+async def test_exec_output_is_capped_keeping_both_ends(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    shell = ShellTool(tmp_path, timeout_s=5, max_output_chars=1000)
+    result = await shell.exec("echo START; seq 1 5000; echo END")
+    assert "START" in result and "END" in result and "bytes cut" in result
+    assert len(result) < 1200
+
+
+async def test_exec_sees_none_of_our_secrets(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-env-secret-0123456789")
+    monkeypatch.setenv("NANOMEM_TELEGRAM__TOKEN", "123:telegram-secret")
+    monkeypatch.setenv("PROJECT_NAME", "shown on request")
+    shell = ShellTool(tmp_path, timeout_s=5, max_output_chars=5000, allowed_env=["PROJECT_NAME"])
+    result = await shell.exec("env")
+    assert "PATH=" in result and "PROJECT_NAME=shown on request" in result  # positive control
+    assert "secret" not in result and "NANOMEM" not in result
+
+
+async def test_a_child_that_left_the_process_group_dies_at_the_timeout(tmp_path: Path) -> None:
+    pid_file = tmp_path / "escaped.pid"
+    shell = ShellTool(tmp_path, timeout_s=1, max_output_chars=1000)
+    script = f"setsid sh -c 'echo $$ > {pid_file}; exec sleep 300' > /dev/null 2>&1 & sleep 60"
+    result = await shell.exec(script)
+    assert "timed out after 1s" in result
+    pid = int(pid_file.read_text())
+    assert not _alive(pid)
+
+
+async def test_background_children_do_not_outlive_their_command(tmp_path: Path) -> None:
+    pid_file = tmp_path / "daemon.pid"
+    shell = ShellTool(tmp_path, timeout_s=10, max_output_chars=1000)
+    script = (
+        f"setsid sh -c 'echo $$ > {pid_file}; exec sleep 300' > /dev/null 2>&1 & "
+        "sleep 0.5; echo started"
+    )
+    result = await shell.exec(script)
+    assert result.startswith("exit code 0") and "started" in result
+    for _ in range(100):
+        if pid_file.exists() and pid_file.read_text().strip():
+            break
+        await asyncio.sleep(0.05)
+    assert not _alive(int(pid_file.read_text()))
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, IndexError):
+        return False
+    return state != "Z"
+
+
+def test_a_gigabyte_of_output_is_read_within_a_fixed_memory_bound(tmp_path: Path) -> None:
+    code = (
+        "import asyncio, sys\n"
+        "from pathlib import Path\n"
+        "from nanomem.tools.shell import ShellTool\n"
+        "shell = ShellTool(Path(sys.argv[1]), timeout_s=120, max_output_chars=16000)\n"
+        "out = asyncio.run(shell.exec('yes nanomem | head -c 1000000000; echo; echo THE-END'))\n"
+        # VmHWM, not ru_maxrss: ru_maxrss keeps the RSS this process had as a fork of the
+        # (large) test worker before its exec.
+        "hwm = [l for l in open('/proc/self/status') if l.startswith('VmHWM')][0]\n"
+        "print(int(hwm.split()[1]) // 1024)\n"
+        "print(len(out), out.splitlines()[0], 'THE-END' in out, 'bytes cut' in out)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr
+    peak_mib, summary = done.stdout.splitlines()
+    assert summary.split()[1:] == ["exit", "code", "0", "True", "True"]
+    assert int(summary.split()[0]) < 17000  # the model gets the capped text
+    assert int(peak_mib) < 200
