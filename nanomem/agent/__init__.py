@@ -55,20 +55,20 @@ __getattr__ = lazy_exports(
     {
         "bus": ("InboundMessage", "MessageBus", "OutboundMessage"),
         "channel": (
+            "CHANNELS",
             "Channel",
             "ChannelDown",
-            "CHANNELS",
             "ChatQueues",
             "DeliveryLater",
             "load_channel",
             "pump_outbound",
         ),
-        "commands": ("Command", "CommandSet", "parse_command", "STOPPED"),
+        "commands": ("Command", "CommandSet", "STOPPED", "parse_command"),
         "context": ("ContextBuilder",),
         "inbox": ("SqliteInbox",),
         "loop": ("AgentLoop",),
         "react_loop": ("react",),
         "skills": ("Skills",),
-        "templates": ("bundled_dir", "Templates"),
+        "templates": ("Templates", "bundled_dir"),
     },
 )

@@ -35,7 +35,7 @@ __getattr__ = lazy_exports(
     __name__,
     {
         "gitstore": ("Files", "GitStore", "GitStoreError", "TRACKED", "Version"),
-        "history": ("clean_temp_files", "HistoryEntry", "HistoryStore", "NewEntry"),
+        "history": ("HistoryEntry", "HistoryStore", "NewEntry", "clean_temp_files"),
         "session": ("Session", "SessionStore", "to_wire"),
         "tokens": ("BpeTokenizer", "Budget", "Calibration"),
     },

@@ -44,7 +44,7 @@ __all__ = [
 __getattr__ = lazy_exports(
     __name__,
     {
-        "litellm_provider": ("import_litellm", "LiteLLMProvider", "supports_images"),
+        "litellm_provider": ("LiteLLMProvider", "import_litellm", "supports_images"),
         "openai_http": ("OpenAIHTTPProvider",),
         "port": (
             "Provider",

@@ -14,7 +14,7 @@ __getattr__ = lazy_exports(
     __name__,
     {
         "files": ("FileTools",),
-        "registry": ("read_only_tool", "Tool", "ToolError", "ToolRegistry"),
+        "registry": ("Tool", "ToolError", "ToolRegistry", "read_only_tool"),
         "shell": ("ShellTool",),
     },
 )
