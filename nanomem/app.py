@@ -25,6 +25,7 @@ from nanomem.loop import AgentLoop
 from nanomem.memory_commands import MemoryCommands
 from nanomem.old_defaults import NOTE as OLD_DEFAULTS_NOTE
 from nanomem.onboard import Home
+from nanomem.provenance import Provenance
 from nanomem.provider import Provider, RetryingProvider
 from nanomem.routing import route
 from nanomem.scheduler import DreamScheduler
@@ -185,6 +186,7 @@ def build_app(
         groups_see_personal=settings.memory.groups_see_personal,
     )
     MemoryCommands(dream, git).register(loop.commands)
+    Provenance(git, history, settings.memory.groups_see_personal).register(loop.commands)
     scheduler = DreamScheduler(dream, history, settings.dream)
     return App(
         settings,
