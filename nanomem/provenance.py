@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import difflib
+import re
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -63,7 +64,7 @@ def find(query: str, files: dict[str, str]) -> tuple[Line | None, list[Line]]:
     )
     if scored and scored[0][0] >= MATCH_ENOUGH:
         return scored[0][1], []
-    return None, [line for score, line in scored[:CLOSEST] if score > 0]
+    return None, [line for _, line in scored[:CLOSEST]]
 
 
 def _meaningful(text: str) -> bool:
@@ -105,7 +106,7 @@ class Provenance:
         line, closest = find(words, self._visible_files(audience))
         if line is None:
             if not closest:
-                return f"Nothing in memory matches “{words.strip()}”."
+                return f"Nothing is in memory yet that could match “{words.strip()}”."
             rows = "\n".join(f"- {c.file}: “{_clip(c.text)}”" for c in closest)
             return f"No remembered line matches “{words.strip()}”. The closest:\n{rows}"
         origin = self.origin(line)
@@ -148,10 +149,12 @@ class Provenance:
     def _before_restore(self, restore: Version, rel: str, text: str) -> str | None:
         """A restore puts files back to their state before the change it undid: the version
         that wrote `text` in that state, if it is there."""
+        named = re.match(r"restore ([0-9a-f]{4,40})\b", restore.summary)
+        if named is None:
+            return None
         try:
-            undone = self.git.resolve(restore.summary.split()[1])
-            parents = self.git.parents(undone)
-        except (GitStoreError, IndexError):
+            parents = self.git.parents(self.git.resolve(named.group(1)))
+        except GitStoreError:
             return None
         if not parents:
             return None
@@ -185,7 +188,7 @@ class Provenance:
         else:
             said = (
                 "Written by hand, outside Dream (by you, or by the assistant in a chat): saved "
-                f"as {version.summary} {version.short} on {_when(version)}."
+                f"as {_kind_name(version)} {version.short} on {_when(version)}."
             )
         return [*restored, said]
 
@@ -264,6 +267,11 @@ def _kind(version: Version) -> OriginKind:
     return "hand"
 
 
+def _kind_name(version: Version) -> str:
+    """`manual edit` from `manual edit: USER.md +1 -0`."""
+    return version.summary.split(":", 1)[0]
+
+
 def _committed_index(committed: list[str], live: list[str], index: int) -> int | None:
     """Where line `index` of the live file is in the newest version; None when it was
     written since (a change not committed yet)."""
@@ -277,9 +285,11 @@ def _committed_index(committed: list[str], live: list[str], index: int) -> int |
 
 
 def _ranked(text: str, entries: list[HistoryEntry]) -> list[HistoryEntry]:
-    """The entries that resemble `text`, closest first."""
+    """The entries that share words with `text`, closest first."""
+    wanted = evidence.words(text)
     scored = [(evidence.resemblance(text, e.content), e) for e in entries]
-    return [e for score, e in sorted(scored, key=lambda pair: -pair[0]) if score > 0]
+    ranked = sorted(scored, key=lambda pair: -pair[0])
+    return [e for _, e in ranked if wanted & evidence.words(e.content)]
 
 
 def _best_line(text: str, content: str) -> str:
