@@ -166,7 +166,7 @@ async def test_a_learned_line_names_the_chat_and_quotes_the_entry_it_was_cited_f
     version = app.git.log(limit=1)[0]
     answer = await why(app, "Apollo")
     assert answer.splitlines()[0] == "memory/MEMORY.md, line 10: “- Apollo, started with Grace”"
-    assert f"by Dream run {version.short}" in answer
+    assert f"by Dream run {version.short}" in answer and answer.splitlines()[1].endswith("from:")
     assert "telegram chat 43, 20" in answer and "Ada started project Apollo with Grace" in answer
     assert "telegram chat 42" not in answer  # the other entry taught it something else
     quito = await why(app, "do you think I live in quito")
@@ -179,6 +179,25 @@ async def test_a_run_that_cited_nothing_falls_back_to_the_entries_it_read(home: 
     assert "read 2 history entries and did not say which one" in answer
     assert answer.splitlines()[2].startswith("- telegram chat 42") and "moved to Quito" in answer
     assert "telegram chat 43" not in answer  # an entry that shares no word with the line
+
+
+async def test_a_run_from_before_the_evidence_records_is_traced_by_its_cursor(
+    home: Home,
+) -> None:
+    app = make_app(home, ScriptedProvider([]))
+    await app.history.append(
+        [NewEntry("telegram:42", ADA, "summary"), NewEntry("telegram:43", APOLLO, "summary")]
+    )
+    files = app.git.read_workspace()
+    files["USER.md"] = b"# User\n- Lives in Quito\n"
+    app.git.write_files(files)
+    old = app.git.commit_files(files, "dream", "Dream-Cursor: 2")  # as Dream wrote them before
+    assert old is not None
+    answer = await why(app, "Quito")
+    assert (
+        f"by Dream run {old.short}" in answer and "from history up to entry 2; probably:" in answer
+    )
+    assert "telegram chat 42" in answer and "telegram chat 43" not in answer
 
 
 async def test_lines_written_by_hand_say_so(home: Home) -> None:
