@@ -103,13 +103,14 @@ class Provenance:
         """Blocking. `audience` None is the owner at the shell: everything is visible."""
         if not words.strip():
             return USAGE
-        line, closest = find(words, self._visible_files(audience))
+        files = self._visible_files(audience)
+        line, closest = find(words, files)
         if line is None:
             if not closest:
                 return f"Nothing is in memory yet that could match “{words.strip()}”."
             rows = "\n".join(f"- {c.file}: “{_clip(c.text)}”" for c in closest)
             return f"No remembered line matches “{words.strip()}”. The closest:\n{rows}"
-        origin = self.origin(line)
+        origin = self.origin(line, files[line.file])
         said = f"{line.file}, line {line.number}: “{_clip(line.text.strip())}”"
         return "\n".join([said, *self._explain(line, origin, audience)])
 
@@ -125,10 +126,10 @@ class Provenance:
 
     # -- tracing --------------------------------------------------------------------------
 
-    def origin(self, line: Line) -> Origin:
-        """The version that wrote `line`, through any restores that put it back."""
+    def origin(self, line: Line, live: str) -> Origin:
+        """The version that wrote `line` of `live` (its file as it was searched), through any
+        restores that put it back."""
         blamed = self.git.blame(line.file)
-        live = (self.git.read_workspace().get(line.file) or b"").decode("utf-8", "replace")
         index = _committed_index([text for _, text in blamed], live.splitlines(), line.number - 1)
         if index is None:
             return Origin("uncommitted")
