@@ -295,7 +295,7 @@ class GitStore:
 
     def blame(self, rel: str, at: str | None = None) -> list[tuple[str, str]]:
         """Each line of `rel` in version `at` (default: the newest) with the version that wrote
-        it, oldest first ([] if the file is not in that version). dulwich's annotate reads
+        it, in file order ([] if the file is not in that version). dulwich's annotate reads
         only the object store, so it works on this bare repository."""
         from dulwich.annotate import annotate_lines
 

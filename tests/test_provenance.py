@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+from collections.abc import Sequence
+from pathlib import Path
 
 import pytest
 
@@ -14,10 +16,11 @@ from nanomem.audience import audience_of
 from nanomem.bus import InboundMessage
 from nanomem.dream_journal import Edit, Journal
 from nanomem.evidence import added_lines, cited_items, parse, trailers
+from nanomem.gitstore import GitStore
 from nanomem.history import HistoryEntry, NewEntry
 from nanomem.onboard import Home
 from nanomem.provenance import USAGE, Provenance, find
-from nanomem.scripted import ScriptedProvider, call, text
+from nanomem.scripted import ScriptedProvider, Step, call, text
 from tests.conftest import make_app
 
 ADA = "- 2026-11-22: the user is Ada, she moved to Quito last month"
@@ -45,7 +48,7 @@ CITED = [
 UNCITED = [text("NEW: USER.md: lives in Quito"), *CITED[1:]]
 
 
-async def dreamed(home: Home, steps: list, **sections: dict[str, object]) -> App:  # type: ignore[type-arg]
+async def dreamed(home: Home, steps: Sequence[Step], **sections: dict[str, object]) -> App:
     app = make_app(home, ScriptedProvider(steps), **sections)
     await app.history.append(
         [NewEntry("telegram:42", ADA, "summary"), NewEntry("telegram:43", APOLLO, "summary")]
@@ -273,3 +276,29 @@ def test_the_shell_is_the_owner(home: Home) -> None:
 def test_usage_for_no_words(home: Home, words: str) -> None:
     app = make_app(home, ScriptedProvider([]))
     assert Provenance(app.git, app.history).answer(words) == USAGE
+
+
+def test_blame_on_the_bare_repository_names_the_version_of_each_line(tmp_path: Path) -> None:
+    workspace = tmp_path / "workspace"
+    (workspace / "memory").mkdir(parents=True)
+    memory = workspace / "memory" / "MEMORY.md"
+    memory.write_text("# Memory\n")
+    git = GitStore(tmp_path / "memory.git", workspace)
+    git.ensure()
+    first = git.log(limit=1)[0].sha
+    memory.write_text("# Memory\n- one\n")
+    second = git.commit_if_changed("manual edit")
+    memory.write_text("# Memory\n- one\n- two\n")
+    third = git.commit_if_changed("manual edit")
+    assert second is not None and third is not None
+    assert git.blame("memory/MEMORY.md") == [
+        (first, "# Memory"),
+        (second.sha, "- one"),
+        (third.sha, "- two"),
+    ]
+    assert git.blame("memory/MEMORY.md", at=second.sha) == [
+        (first, "# Memory"),
+        (second.sha, "- one"),
+    ]
+    assert git.blame("USER.md") == []  # not in any version
+    assert git.parents(third.sha) == [second.sha]
