@@ -24,6 +24,7 @@ USAGE = "Usage: /why <words from a remembered line>, e.g. /why Quito"
 MATCH_ENOUGH = 0.5  # resemblance from which a line counts as the one meant
 CLOSEST = 3  # lines offered when none matches
 QUOTE_CHARS = 160
+ASKED_CHARS = 80  # of the words asked, repeated in a "no match" answer
 FOLLOW_RESTORES = 5  # restores followed back to where a line first came from
 LEGACY_WINDOW = 50  # entries searched before the cursor of a run that recorded no evidence
 OriginKind = Literal["dream", "hand", "initial", "uncommitted", "restore"]
@@ -106,10 +107,11 @@ class Provenance:
         files = self._visible_files(audience)
         line, closest = find(words, files)
         if line is None:
+            asked = _clip(words, ASKED_CHARS)
             if not closest:
-                return f"Nothing is in memory yet that could match “{words.strip()}”."
+                return f"Nothing is in memory yet that could match “{asked}”."
             rows = "\n".join(f"- {c.file}: “{_clip(c.text)}”" for c in closest)
-            return f"No remembered line matches “{words.strip()}”. The closest:\n{rows}"
+            return f"No remembered line matches “{asked}”. The closest:\n{rows}"
         origin = self.origin(line, files[line.file])
         said = f"{line.file}, line {line.number}: “{_clip(line.text.strip())}”"
         return "\n".join([said, *self._explain(line, origin, audience)])
