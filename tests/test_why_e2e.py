@@ -1,5 +1,5 @@
 """/why through the real gateway: a fact told in a Telegram chat is archived, dreamed by the
-real Dream over litellm-free HTTP to the loopback model, and `/why` then names the chat and
+real Dream over HTTP to the loopback model, and `/why` then names the chat and
 quotes the entry; a line written by hand says so; a group is told nothing personal."""
 
 from __future__ import annotations
