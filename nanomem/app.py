@@ -12,7 +12,7 @@ from loguru import logger
 
 from nanomem.agent import AgentLoop, ContextBuilder, MessageBus, Skills, SqliteInbox, Templates
 from nanomem.config import LLMSettings, Settings
-from nanomem.curation import Consolidator, Dream, DreamScheduler, MemoryCommands
+from nanomem.curation import Consolidator, Dream, DreamScheduler, MemoryCommands, Provenance
 from nanomem.home import Home
 from nanomem.log import register_secrets
 from nanomem.memory import (
@@ -185,6 +185,7 @@ def build_app(
         groups_see_personal=settings.memory.groups_see_personal,
     )
     MemoryCommands(dream, git).register(loop.commands)
+    Provenance(git, history, settings.memory.groups_see_personal).register(loop.commands)
     scheduler = DreamScheduler(dream, history, settings.dream)
     return App(
         settings,

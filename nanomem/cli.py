@@ -84,7 +84,9 @@ def build_parser() -> argparse.ArgumentParser:
     log.add_argument("sha", nargs="?", default="", help="a version id (any unique 4+ prefix)")
     restore = memory_commands.add_parser("restore", help="list versions, or undo one by id")
     restore.add_argument("sha", nargs="?", default="", help="the version to undo")
-    for action in (log, restore):
+    why = memory_commands.add_parser("why", help="where a remembered line came from (like /why)")
+    why.add_argument("words", nargs="*", help="words from the line")
+    for action in (log, restore, why):
         _add_overrides(action)
 
     gateway = commands.add_parser(
@@ -447,9 +449,14 @@ def cmd_memory(args: argparse.Namespace) -> int:
     from nanomem.curation import DREAM_IS_RUNNING, DreamBusy, MemoryCommands
     from nanomem.memory import GitStoreError
 
+    words = " ".join(getattr(args, "words", []))
+    if args.memory_command == "why" and not words.strip():  # checked before anything is opened
+        raise CliError("usage: nanomem memory why <words from a remembered line>", code=2)
     app = _app(args, needs_model=False, stderr_level=args.log_level or "ERROR")
     texts = MemoryCommands(app.dream, app.git)
     try:
+        if args.memory_command == "why":
+            return _why(app, words)
         if args.memory_command == "log":
             print(texts.log_text(args.sha))
         elif args.sha:
@@ -460,4 +467,11 @@ def cmd_memory(args: argparse.Namespace) -> int:
         raise CliError(str(exc)) from None
     except DreamBusy:
         raise CliError(DREAM_IS_RUNNING) from None
+    return 0
+
+
+def _why(app: App, words: str) -> int:
+    from nanomem.curation import Provenance
+
+    print(Provenance(app.git, app.history).answer(words))
     return 0

@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from nanomem.curation.commands import DREAM_IS_RUNNING, MemoryCommands
     from nanomem.curation.consolidator import Consolidator
     from nanomem.curation.dream import Dream, DreamBusy, DreamResult
+    from nanomem.curation.provenance import Provenance
     from nanomem.curation.scheduler import DreamScheduler
 
 __all__ = [
@@ -24,6 +25,7 @@ __all__ = [
     "DreamResult",
     "DreamScheduler",
     "MemoryCommands",
+    "Provenance",
 ]
 __getattr__ = lazy_exports(
     __name__,
@@ -31,6 +33,7 @@ __getattr__ = lazy_exports(
         "commands": ("DREAM_IS_RUNNING", "MemoryCommands"),
         "consolidator": ("Consolidator",),
         "dream": ("Dream", "DreamBusy", "DreamResult"),
+        "provenance": ("Provenance",),
         "scheduler": ("DreamScheduler",),
     },
 )

@@ -24,6 +24,7 @@ from pydantic import Field
 from nanomem.agent import Templates, react
 from nanomem.audience import is_shared_room
 from nanomem.config import DreamSettings
+from nanomem.curation.evidence import trailers
 from nanomem.curation.journal import DreamJournal, Edit, EditConflict, Staging, journal_of
 from nanomem.durable import atomic_write_text
 from nanomem.locks import FileLock, LockBusy, to_thread_to_the_end
@@ -222,7 +223,9 @@ class Dream:
         base_sha, base = await to_thread_to_the_end(self._base)
         staging = Staging(base)
         try:
-            await asyncio.wait_for(self._learn(entries, staging), self.settings.max_wall_s)
+            analysis = await asyncio.wait_for(
+                self._learn(entries, staging), self.settings.max_wall_s
+            )
             self._check_surgical(base, staging.files())
         except (DreamAborted, ProviderError, TimeoutError) as exc:
             # The live files were never touched: dropping the staging copy is the rollback.
@@ -233,7 +236,12 @@ class Dream:
             # Advance also when nothing changed: a batch with nothing to learn must not stall.
             await to_thread_to_the_end(self.history.advance_dream_cursor, cursor)
             return DreamResult("unchanged", len(entries))
-        journal = journal_of(cursor, base_sha, staging)
+        final = {
+            rel: (c or b"").decode("utf-8", errors="replace") for rel, c in staging.files().items()
+        }
+        read = (batch[0].cursor, cursor)
+        evidence = trailers(read, entries, analysis, staging.edits, final)
+        journal = journal_of(cursor, base_sha, staging, evidence)
         try:
             version = await to_thread_to_the_end(self.journal.complete, journal)
         except EditConflict as exc:
@@ -249,7 +257,8 @@ class Dream:
             self.git.commit_manual_edits()
             return self.git.head_sha(), self.git.read_workspace()
 
-    async def _learn(self, entries: list[HistoryEntry], staging: Staging) -> None:
+    async def _learn(self, entries: list[HistoryEntry], staging: Staging) -> str:
+        """Edits `staging`; returns the analysis, whose citations are the run's evidence."""
         provider = TokenCap(self.provider, self.settings.max_tokens)
         files = {rel: staging.read(rel) for rel in TRACKED}
         analyse = [
@@ -275,6 +284,7 @@ class Dream:
         result = await react(provider, edit, tools, self.settings.max_iterations)
         if result.text is None:
             raise DreamAborted(f"the step cap ({self.settings.max_iterations}) was reached")
+        return analysis.text or ""
 
     def _check_surgical(self, before: Files, after: Files) -> None:
         share = self.settings.max_delete_share

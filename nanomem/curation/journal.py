@@ -85,6 +85,8 @@ class Journal:
     base: str | None  # the version they were made on
     files: dict[str, str | None]  # the new contents of every tracked file
     edits: list[Edit] = field(default_factory=list)
+    # Trailer lines naming the history entries the edits came from (see evidence.py).
+    evidence: list[str] = field(default_factory=list)
     v: int = JOURNAL_VERSION
 
     def contents(self) -> Files:
@@ -97,12 +99,15 @@ class Journal:
     def from_json(cls, text: str) -> Journal:
         data: dict[str, Any] = json.loads(text)
         edits = [Edit(**e) for e in data.get("edits", [])]
-        return cls(int(data["cursor"]), data.get("base"), dict(data["files"]), edits)
+        evidence = [str(line) for line in data.get("evidence", [])]
+        return cls(int(data["cursor"]), data.get("base"), dict(data["files"]), edits, evidence)
 
 
-def journal_of(cursor: int, base: str | None, staging: Staging) -> Journal:
+def journal_of(
+    cursor: int, base: str | None, staging: Staging, evidence: list[str] | None = None
+) -> Journal:
     files = {rel: None if c is None else c.decode("utf-8") for rel, c in staging.files().items()}
-    return Journal(cursor, base, files, list(staging.edits))
+    return Journal(cursor, base, files, list(staging.edits), list(evidence or []))
 
 
 class DreamJournal:
@@ -150,7 +155,7 @@ class DreamJournal:
         else:
             journal = self._rebase(journal)
             self.git.write_files(journal.contents())
-            trailer = f"{CURSOR_TRAILER}: {journal.cursor}"
+            trailer = "\n".join([f"{CURSOR_TRAILER}: {journal.cursor}", *journal.evidence])
             version = self.git.commit_files(journal.contents(), "dream", trailer)
         self.history.advance_dream_cursor(journal.cursor)
         self._drop()
@@ -176,7 +181,7 @@ class DreamJournal:
         except EditConflict:
             self._drop()
             raise
-        rebased = journal_of(journal.cursor, self.git.head_sha(), staging)
+        rebased = journal_of(journal.cursor, self.git.head_sha(), staging, journal.evidence)
         atomic_write_text(self.path, rebased.to_json() + "\n", mode=0o600)
         return rebased
 

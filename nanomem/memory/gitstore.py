@@ -285,6 +285,30 @@ class GitStore:
             diff = self._diff_bytes(repo, parent_tree, commit.tree)  # type: ignore[attr-defined]
             return self._version(repo, commit.id), diff.decode("utf-8", errors="replace")
 
+    def version(self, sha: str) -> Version:
+        with self._open() as repo:
+            return self._version(repo, cast("ObjectID", sha.encode()))
+
+    def parents(self, sha: str) -> list[str]:
+        with self._open() as repo:
+            return [p.decode() for p in repo[sha.encode()].parents]  # type: ignore[attr-defined]
+
+    def blame(self, rel: str, at: str | None = None) -> list[tuple[str, str]]:
+        """Each line of `rel` in version `at` (default: the newest) with the version that wrote
+        it, in file order ([] if the file is not in that version). dulwich's annotate reads
+        only the object store, so it works on this bare repository."""
+        from dulwich.annotate import annotate_lines
+
+        with self._open() as repo:
+            start = cast("ObjectID", at.encode()) if at else self._head(repo)
+            if start is None:
+                return []
+            lines = annotate_lines(repo.object_store, start, rel.encode())
+        return [
+            (commit.id.decode(), line.decode("utf-8", errors="replace").rstrip("\r\n"))
+            for (commit, _), line in lines
+        ]
+
     def _version(self, repo: Repo, sha: ObjectID) -> Version:
         commit = repo[sha]
         parent_tree = repo[commit.parents[0]].tree if commit.parents else None  # type: ignore[attr-defined]
