@@ -34,6 +34,7 @@ from channels.telegram_chat import (
     PollWatch,
     SendError,
     command_menu,
+    in_telegram_spelling,
     is_allowed,
     mentions,
     strip_mention,
@@ -531,6 +532,8 @@ class TelegramChannel:
     # Outbound: queued per chat in Delivery, which reaches the Bot API through these calls.
 
     async def send(self, msg: OutboundMessage) -> None:
+        if msg.metadata.get("command"):  # /help and the like name commands as the menu does
+            msg = replace(msg, content=in_telegram_spelling(msg.content, self._commands))
         await self.delivery.send(msg)
 
     def _active_bot(self) -> Bot:

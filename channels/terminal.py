@@ -165,7 +165,9 @@ class TerminalChannel:
 
     def _render(self, msg: OutboundMessage) -> None:
         if msg.kind == "error":
-            self.console.print(msg.content, style="red", markup=False)
+            self.console.print(msg.content, style="red", markup=False, emoji=False)
+        elif msg.metadata.get("command"):  # our own text: every line and `<id>` as written
+            self.console.print(msg.content, markup=False, emoji=False, highlight=False)
         else:
             from rich.markdown import Markdown  # ~0.1 s of imports: not before the first reply
 

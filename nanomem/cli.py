@@ -447,10 +447,10 @@ def cmd_dream(args: argparse.Namespace) -> int:
 def cmd_memory(args: argparse.Namespace) -> int:
     from nanomem.dream import DreamBusy
     from nanomem.gitstore import GitStoreError
-    from nanomem.memory_commands import DREAM_IS_RUNNING, MemoryCommands
+    from nanomem.memory_commands import DREAM_IS_RUNNING, SHELL, MemoryCommands
 
     app = _app(args, needs_model=False, stderr_level=args.log_level or "ERROR")
-    texts = MemoryCommands(app.dream, app.git)
+    texts = MemoryCommands(app.dream, app.git, SHELL)
     try:
         if args.memory_command == "log":
             print(texts.log_text(args.sha))

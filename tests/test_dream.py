@@ -9,6 +9,7 @@ import pytest
 from nanomem.app import App
 from nanomem.bus import InboundMessage
 from nanomem.history import NewEntry
+from nanomem.memory_commands import SHELL, MemoryCommands
 from nanomem.onboard import Home
 from nanomem.provider import ProviderError, Reply
 from nanomem.scripted import ScriptedProvider, call, text
@@ -81,6 +82,19 @@ async def test_dream_log_shows_the_diff_and_restore_undoes_it(home: Home) -> Non
     redo = await dream(app, f"/dream-restore {restore_sha}")
     assert "Restored" in redo and "- Name: Ada" in (app.workspace / "USER.md").read_text()
     assert len(app.git.log()) == 4
+
+
+async def test_the_shell_gets_the_same_texts_in_plain_words(home: Home) -> None:
+    app = await app_with_history(home, ScriptedProvider(LEARN))
+    await dream(app)
+    learned = app.git.log(limit=1)[0]
+    shell = MemoryCommands(app.dream, app.git, SHELL)
+    log = shell.log_text()
+    assert log.startswith(f"{learned.short} ") and "+- Name: Ada" in log and "`" not in log
+    assert shell.versions_text().endswith("\nnanomem memory restore <id> undoes one.")
+    assert (await dream(app, "/dream-restore")).endswith("\n/dream-restore <id> undoes one.")
+    restored = shell.restore_text(learned.short)
+    assert f"nanomem memory restore {app.git.log(limit=1)[0].short} undoes this restore" in restored
 
 
 @pytest.mark.parametrize("argument", ["zzzz", "abc", "00000000"])
