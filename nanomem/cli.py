@@ -49,9 +49,33 @@ class CliError(Exception):
         self.code = code
 
 
+def version() -> str:
+    """The installed package's version (a checkout that was never installed: the source's)."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as installed
+
+    try:
+        return installed("nanomem")
+    except PackageNotFoundError:
+        from nanomem import __version__
+
+        return __version__
+
+
+class _PrintVersion(argparse.Action):
+    """`--version`, reading the package metadata only when asked (not on every start)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: Any) -> None:
+        print(f"nanomem {version()}")
+        parser.exit()
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="nanomem", description="A personal chat agent that remembers."
+    )
+    parser.add_argument(
+        "--version", action=_PrintVersion, nargs=0, help="print the version and exit"
     )
     parser.add_argument(
         "--home", type=Path, help="home folder (default $NANOMEM_HOME or ~/.nanomem)"
@@ -207,6 +231,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     if llm.old_defaults_ignored:
         path += " (config.toml's old onboarding defaults are treated as not chosen)"
     rows = [
+        ("version", version()),
         ("home", str(home.root)),
         ("config", f"{config}" + ("" if config.exists() else " (missing: run nanomem onboard)")),
         ("workspace", str(workspace_of(settings, home))),
@@ -229,6 +254,8 @@ def cmd_chat(args: argparse.Namespace) -> int:
     # Keep the terminal and `-m` output clean: logs go to the file, and to stderr only for
     # errors, unless the person asked for a level on the command line.
     stderr_level = args.log_level or "ERROR"
+    if args.message is None and sys.stdin is not None and not sys.stdin.isatty():
+        args.message = "-"  # `echo hi | nanomem chat`: what is piped in is the one message
     if args.message is not None:
         app = _app(args, needs_model=True, stderr_level=stderr_level)
         return asyncio.run(_one_shot(app, args.session, _message_text(args.message)))
@@ -252,6 +279,8 @@ def _message_text(message: str) -> str:
         note = "the message is not valid UTF-8; invalid bytes were replaced by U+FFFD"
         print(f"nanomem: {note}", file=sys.stderr)
     if not text.strip():
+        if message == "-":
+            raise CliError("nothing to send: stdin was empty (pipe a message in, or use -m TEXT)")
         raise CliError("the message is empty")
     return text
 

@@ -163,3 +163,20 @@ def test_a_reply_grows_on_screen_and_ctrl_c_keeps_what_was_shown(
     assert kept["role"] == "assistant" and kept["interrupted"] is True
     assert kept["content"].startswith("Sentence number 0 of a long streamed answer.")
     assert len(kept["content"]) < len(STORY)  # what was shown, not the whole story
+
+
+def test_an_interactive_chat_takes_a_session_name_not_a_whole_key(
+    home: Home, fake_llm: FakeOpenAI
+) -> None:
+    env = cli_env(home, fake_llm, TERM="xterm", PROMPT_TOOLKIT_NO_CPR="1")
+    child = pexpect.spawn(
+        sys.executable,
+        ["-m", "nanomem", "chat", "--session", "telegram:42"],
+        env=env,
+        encoding="utf-8",
+        timeout=30,
+    )
+    child.expect_exact("whole keys (telegram:123) go with -m")
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 1
