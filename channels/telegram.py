@@ -45,6 +45,7 @@ from nanomem.channel import ChannelDown, ChatQueues
 from nanomem.commands import Command, parse_command
 from nanomem.config import ConfigError, TelegramSettings
 from nanomem.log import register_secrets
+from nanomem.plural import plural
 from nanomem.utf8 import clean_text
 
 if TYPE_CHECKING:
@@ -410,7 +411,7 @@ class TelegramChannel:
                 try:
                     await self._store(updates)
                 except Exception:  # an update we cannot read: fetched again, so never lost
-                    logger.exception("telegram: could not take {} updates", len(updates))
+                    logger.exception("telegram: could not take {}", plural(len(updates), "update"))
                     await asyncio.sleep(1.0)
 
     async def _store(self, updates: tuple[Update, ...]) -> None:
@@ -424,7 +425,9 @@ class TelegramChannel:
                 seqs = await self._bus.receive(self.name, items, (OFFSET, str(offset)))
                 break
             except Exception:  # a full disk: nothing is confirmed, so retry, never drop
-                logger.exception("telegram: could not store {} updates; retrying", len(items))
+                logger.exception(
+                    "telegram: could not store {}; retrying", plural(len(items), "update")
+                )
                 await asyncio.sleep(1.0)
         self._offset = offset
         for (_, found), seq in zip(admitted, seqs, strict=True):
@@ -435,7 +438,9 @@ class TelegramChannel:
         assert self._bus is not None
         left = await self._bus.unfinished(self.name)
         if left:
-            logger.info("telegram: {} messages from before the restart are answered now", len(left))
+            logger.info(
+                "telegram: {} from before the restart answered now", plural(len(left), "message")
+            )
         for pending in left:
             found = self._admit(Update.de_json(pending.payload, bot))
             if found is None:  # no longer allowed, say

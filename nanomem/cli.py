@@ -212,10 +212,16 @@ def cmd_onboard(args: argparse.Namespace) -> int:
         print(f"created {path}")
     tightened = [p for p in report.tightened if p not in report.created and p != home.root]
     if tightened:
-        print(f"made {len(tightened)} files and folders in {home.root} private (owner only)")
+        print(f"made {_files_and_folders(len(tightened))} in {home.root} private (owner only)")
     if not report.created and not tightened:
         print(f"{home.root} is already set up; nothing changed")
     return 0
+
+
+def _files_and_folders(count: int) -> str:
+    from nanomem.plural import plural
+
+    return plural(count, "file or folder", "files and folders")
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -442,7 +448,7 @@ def _configured(
             onboard(home)
     if tightened := make_private(home):
         print(
-            f"nanomem: made {len(tightened)} files and folders in {home.root} private "
+            f"nanomem: made {_files_and_folders(len(tightened))} in {home.root} private "
             "(they were readable by others)",
             file=sys.stderr,
         )

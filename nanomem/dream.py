@@ -28,6 +28,8 @@ from nanomem.durable import atomic_write_text
 from nanomem.gitstore import TRACKED, Files, GitStore, Version
 from nanomem.history import HistoryEntry, HistoryStore, clean_temp_files
 from nanomem.locks import FileLock, LockBusy, to_thread_to_the_end
+from nanomem.placeholder import placeholder_edit
+from nanomem.plural import plural
 from nanomem.provider import Provider, ProviderError, Reply, TextSink, ToolChoice
 from nanomem.react import react
 from nanomem.templates import Templates
@@ -58,10 +60,14 @@ class DreamResult:
         if self.status == "failed":
             return f"Dream failed and changed nothing: {self.reason}"
         if self.version is None:
-            return f"Read {self.entries} history entries; nothing worth changing in memory."
-        lines = [f"Learned from {self.entries} history entries ({self.version.short}):"]
+            return f"Read {entries(self.entries)}; nothing worth changing in memory."
+        lines = [f"Learned from {entries(self.entries)} ({self.version.short}):"]
         lines += [f"- {rel}: +{a} -{r}" for rel, (a, r) in sorted(self.version.files.items())]
         return "\n".join(lines)
+
+
+def entries(count: int) -> str:
+    return plural(count, "history entry", "history entries")
 
 
 class MemoryTools:
@@ -218,6 +224,8 @@ class Dream:
         try:
             await asyncio.wait_for(self._learn(entries, staging), self.settings.max_wall_s)
             self._check_surgical(base, staging.files())
+            if (edit := placeholder_edit(staging)) is not None:
+                staging.apply(edit)  # journalled like the model's edits, re-made on a rebase
         except (DreamAborted, ProviderError, TimeoutError) as exc:
             # The live files were never touched: dropping the staging copy is the rollback.
             reason = str(exc) or f"the time cap ({self.settings.max_wall_s:g} s) was reached"

@@ -17,6 +17,7 @@ from nanomem.commands import NOTHING_TO_STOP, STOPPED, Command, CommandSet, Unkn
 from nanomem.config import Settings, key_source
 from nanomem.context import ContextBuilder
 from nanomem.log import redact, redact_message, shown_so_far
+from nanomem.plural import plural
 from nanomem.provider import Provider, ProviderError, ToolCall
 from nanomem.react import ReactResult, StepText, react, seal_tool_calls
 from nanomem.session import Session, SessionStore, to_wire
@@ -273,7 +274,7 @@ class AgentLoop:
         self, msg: InboundMessage, session: Session, result: ReactResult, exc: ProviderError
     ) -> OutboundMessage:
         logger.warning(
-            "turn for {} failed after {} attempt(s): {}", msg.session_key, exc.attempts, exc
+            "turn for {} failed after {}: {}", msg.session_key, plural(exc.attempts, "attempt"), exc
         )
         note = self.templates.render(
             "provider_error.md.j2",

@@ -32,7 +32,7 @@ def test_told_once_known_later_and_undone(home: Home, fake_llm: FakeOpenAI) -> N
     script_a_dream(fake_llm)
     dreamed = run_cli("dream", env=env)
     assert dreamed.returncode == 0, dreamed.stderr
-    assert dreamed.stdout.splitlines()[0].startswith("Learned from 1 history entries")
+    assert dreamed.stdout.splitlines()[0].startswith("Learned from 1 history entry (")
     assert "- USER.md: +4 -1" in dreamed.stdout
     analysis_request = fake_llm.requests[-3]
     assert "the user is Ada and loves green tea" in analysis_request["messages"][-1]["content"]
