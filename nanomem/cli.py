@@ -462,13 +462,16 @@ def _configured(
 
 def cmd_dream(args: argparse.Namespace) -> int:
     from nanomem.dream import DreamBusy, DreamResult
+    from nanomem.progress_line import ProgressLine
 
     app = _app(args, needs_model=True, stderr_level=args.log_level or "ERROR")
+    progress = ProgressLine(sys.stderr, "dream")
 
     async def dream_once() -> DreamResult:
         try:
-            return await app.dream.run("cli")
+            return await app.dream.run("cli", progress)
         finally:
+            progress.clear()
             await app.aclose()
 
     try:

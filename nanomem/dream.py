@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import difflib
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -30,12 +30,15 @@ from nanomem.history import HistoryEntry, HistoryStore, clean_temp_files
 from nanomem.locks import FileLock, LockBusy, to_thread_to_the_end
 from nanomem.placeholder import placeholder_edit
 from nanomem.plural import plural
-from nanomem.provider import Provider, ProviderError, Reply, TextSink, ToolChoice
+from nanomem.provider import Provider, ProviderError, Reply, TextSink, ToolCall, ToolChoice
 from nanomem.react import react
 from nanomem.templates import Templates
 from nanomem.tools import Tool, ToolError, ToolRegistry, read_only_tool
 
 MemoryFile = Literal["SOUL.md", "USER.md", "memory/MEMORY.md"]
+# Told each phase of a run as it begins: "reading 3 history entries", "analysing",
+# "editing USER.md", "committing".
+Progress = Callable[[str], None]
 Status = Literal["changed", "unchanged", "nothing_new", "failed"]
 
 
@@ -60,14 +63,22 @@ class DreamResult:
         if self.status == "failed":
             return f"Dream failed and changed nothing: {self.reason}"
         if self.version is None:
-            return f"Read {entries(self.entries)}; nothing worth changing in memory."
-        lines = [f"Learned from {entries(self.entries)} ({self.version.short}):"]
+            return f"Read {entry_count(self.entries)}; nothing worth changing in memory."
+        lines = [f"Learned from {entry_count(self.entries)} ({self.version.short}):"]
         lines += [f"- {rel}: +{a} -{r}" for rel, (a, r) in sorted(self.version.files.items())]
         return "\n".join(lines)
 
 
-def entries(count: int) -> str:
+def entry_count(count: int) -> str:
     return plural(count, "history entry", "history entries")
+
+
+def _file_of(call: ToolCall) -> str:
+    try:
+        args = json.loads(call.arguments or "{}")
+    except ValueError:
+        return ""
+    return str(args.get("file") or "") if isinstance(args, dict) else ""
 
 
 class MemoryTools:
@@ -173,13 +184,13 @@ class Dream:
         except (FileNotFoundError, ValueError):
             return None
 
-    async def run(self, trigger: str = "manual") -> DreamResult:
+    async def run(self, trigger: str = "manual", progress: Progress | None = None) -> DreamResult:
         try:
             await self.lock.acquire(wait_s=0)
         except LockBusy:
             raise DreamBusy from None
         try:
-            result = await self._run()
+            result = await self._run(progress or (lambda phase: None))
             logger.info("dream ({}): {} {}", trigger, result.status, result.reason)
             await to_thread_to_the_end(self._record, trigger, result)
             return result
@@ -206,7 +217,7 @@ class Dream:
             clean_temp_files(folder)
         self.journal.recover()
 
-    async def _run(self) -> DreamResult:
+    async def _run(self, progress: Progress) -> DreamResult:
         await to_thread_to_the_end(self._recover)
         # The cursor is read under the lock: another process's run may have just moved it.
         after = await asyncio.to_thread(self.history.dream_cursor)
@@ -219,10 +230,12 @@ class Dream:
         if not entries:
             await to_thread_to_the_end(self.history.advance_dream_cursor, batch[-1].cursor)
             return DreamResult("unchanged", len(batch))
+        progress(f"reading {entry_count(len(entries))}")
         base_sha, base = await to_thread_to_the_end(self._base)
         staging = Staging(base)
         try:
-            await asyncio.wait_for(self._learn(entries, staging), self.settings.max_wall_s)
+            learning = self._learn(entries, staging, progress)
+            await asyncio.wait_for(learning, self.settings.max_wall_s)
             self._check_surgical(base, staging.files())
             if (edit := placeholder_edit(staging)) is not None:
                 staging.apply(edit)  # journalled like the model's edits, re-made on a rebase
@@ -236,6 +249,7 @@ class Dream:
             await to_thread_to_the_end(self.history.advance_dream_cursor, cursor)
             return DreamResult("unchanged", len(entries))
         journal = journal_of(cursor, base_sha, staging)
+        progress("committing")
         try:
             version = await to_thread_to_the_end(self.journal.complete, journal)
         except EditConflict as exc:
@@ -251,7 +265,9 @@ class Dream:
             self.git.commit_manual_edits()
             return self.git.head_sha(), self.git.read_workspace()
 
-    async def _learn(self, entries: list[HistoryEntry], staging: Staging) -> None:
+    async def _learn(
+        self, entries: list[HistoryEntry], staging: Staging, progress: Progress
+    ) -> None:
         provider = TokenCap(self.provider, self.settings.max_tokens)
         files = {rel: staging.read(rel) for rel in TRACKED}
         analyse = [
@@ -263,6 +279,7 @@ class Dream:
                 ),
             },
         ]
+        progress("analysing")
         analysis = await react(provider, analyse, None, 1)
         edit = [
             {"role": "system", "content": self.templates.render("dream_system.md.j2")},
@@ -274,7 +291,17 @@ class Dream:
             },
         ]
         tools = MemoryTools(staging).registry()
-        result = await react(provider, edit, tools, self.settings.max_iterations)
+        editing = ""
+
+        async def report(call: ToolCall) -> None:
+            nonlocal editing
+            file = _file_of(call)
+            if call.name != "read_memory" and file and file != editing:
+                editing = file
+                progress(f"editing {file}")
+
+        steps = self.settings.max_iterations
+        result = await react(provider, edit, tools, steps, on_tool_call=report)
         if result.text is None:
             raise DreamAborted(f"the step cap ({self.settings.max_iterations}) was reached")
 

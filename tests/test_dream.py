@@ -84,6 +84,20 @@ async def test_dream_log_shows_the_diff_and_restore_undoes_it(home: Home) -> Non
     assert len(app.git.log()) == 4
 
 
+async def test_a_run_tells_each_phase_as_it_begins(home: Home) -> None:
+    app = await app_with_history(home, ScriptedProvider(LEARN))
+    phases: list[str] = []
+    result = await app.dream.run("cli", phases.append)
+    assert result.status == "changed"
+    assert phases == [
+        "reading 2 history entries",
+        "analysing",
+        "editing USER.md",
+        "editing memory/MEMORY.md",
+        "committing",
+    ]
+
+
 async def test_the_templates_placeholder_goes_with_the_first_real_edit(home: Home) -> None:
     app = await app_with_history(home, ScriptedProvider(LEARN))
     user = app.workspace / "USER.md"

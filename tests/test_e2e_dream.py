@@ -33,6 +33,12 @@ def test_told_once_known_later_and_undone(home: Home, fake_llm: FakeOpenAI) -> N
     dreamed = run_cli("dream", env=env)
     assert dreamed.returncode == 0, dreamed.stderr
     assert dreamed.stdout.splitlines()[0].startswith("Learned from 1 history entry (")
+    assert dreamed.stderr.splitlines() == [  # not a terminal: one line per phase
+        "dream: reading 1 history entry",
+        "dream: analysing",
+        "dream: editing USER.md",
+        "dream: committing",
+    ]
     assert "- USER.md: +4 -1" in dreamed.stdout
     analysis_request = fake_llm.requests[-3]
     assert "the user is Ada and loves green tea" in analysis_request["messages"][-1]["content"]
