@@ -180,3 +180,36 @@ def test_an_interactive_chat_takes_a_session_name_not_a_whole_key(
     child.expect(pexpect.EOF)
     child.close()
     assert child.exitstatus == 1
+
+
+def test_ctrl_d_typed_while_a_reply_draws_exits_after_it(
+    chat: pexpect.spawn, fake_llm: FakeOpenAI
+) -> None:
+    fake_llm.reply("A slow answer, finally.", pieces=2, hold_after=1)
+    chat.sendline("take your time")
+    chat.expect_exact("thinking")  # the reply is on its way
+    chat.sendcontrol("d")  # typed ahead: the reply goes on, then the chat ends
+    fake_llm.release()
+    chat.expect_exact("finally.")
+    chat.expect_exact("bye")
+    chat.expect(pexpect.EOF)
+    chat.close()
+    assert chat.exitstatus == 0
+
+
+def test_typeahead_waits_for_the_prompt_and_leaves_no_residue(
+    chat: pexpect.spawn, fake_llm: FakeOpenAI
+) -> None:
+    fake_llm.reply("First answer, at last.", pieces=2, hold_after=1)
+    chat.sendline("one")
+    chat.expect_exact("thinking")
+    chat.send("two, typed ahead")
+    fake_llm.release()
+    chat.expect_exact("at last.")
+    assert "typed ahead" not in chat.before  # not echoed over the spinner or the reply
+    chat.expect_exact(PROMPT)
+    chat.expect_exact("two, typed ahead")  # it waits at the prompt, as typed
+    chat.send("\r")
+    chat.expect_exact("echo: ")
+    chat.expect_exact(PROMPT)
+    assert fake_llm.requests[-1]["messages"][-1]["content"].endswith("two, typed ahead")
