@@ -263,8 +263,9 @@ def cmd_chat(args: argparse.Namespace) -> int:
     if args.message is None and sys.stdin is not None and not sys.stdin.isatty():
         args.message = "-"  # `echo hi | nanomem chat`: what is piped in is the one message
     if args.message is not None:
+        text = _message_text(args.message)  # an empty message sets nothing up
         app = _app(args, needs_model=True, stderr_level=stderr_level)
-        return asyncio.run(_one_shot(app, args.session, _message_text(args.message)))
+        return asyncio.run(_one_shot(app, args.session, text))
     if ":" in args.session:
         raise CliError("--session takes a name here; whole keys (telegram:123) go with -m")
     home, settings = _configured(args, needs_model=True, ask=True)

@@ -162,13 +162,14 @@ def test_piped_stdin_without_m_is_the_one_message(home: Home, fake_llm: FakeOpen
     assert failed.stderr.startswith("nanomem: ") and len(failed.stderr.splitlines()) == 1
 
 
-def test_empty_piped_stdin_is_a_clear_error(home: Home, fake_llm: FakeOpenAI) -> None:
+def test_empty_piped_stdin_is_a_clear_error(tmp_path: Path, fake_llm: FakeOpenAI) -> None:
+    home = Home(tmp_path / "untouched")
     result = run_cli("chat", env=cli_env(home, fake_llm), stdin="")
     assert result.returncode == 1 and result.stdout == ""
     assert result.stderr == (
         "nanomem: nothing to send: stdin was empty (pipe a message in, or use -m TEXT)\n"
     )
-    assert fake_llm.requests == []
+    assert fake_llm.requests == [] and not home.root.exists()  # nothing was set up
 
 
 def test_version_is_printed_and_shown_by_status(home: Home, fake_llm: FakeOpenAI) -> None:
