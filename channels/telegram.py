@@ -34,6 +34,7 @@ from channels.telegram_chat import (
     PollWatch,
     SendError,
     command_menu,
+    in_telegram_spelling,
     is_allowed,
     mentions,
     strip_mention,
@@ -50,6 +51,7 @@ from nanomem.agent import (
 )
 from nanomem.config import ConfigError, TelegramSettings
 from nanomem.log import register_secrets
+from nanomem.plural import plural
 from nanomem.utf8 import clean_text
 
 if TYPE_CHECKING:
@@ -415,7 +417,7 @@ class TelegramChannel:
                 try:
                     await self._store(updates)
                 except Exception:  # an update we cannot read: fetched again, so never lost
-                    logger.exception("telegram: could not take {} updates", len(updates))
+                    logger.exception("telegram: could not take {}", plural(len(updates), "update"))
                     await asyncio.sleep(1.0)
 
     async def _store(self, updates: tuple[Update, ...]) -> None:
@@ -429,7 +431,9 @@ class TelegramChannel:
                 seqs = await self._bus.receive(self.name, items, (OFFSET, str(offset)))
                 break
             except Exception:  # a full disk: nothing is confirmed, so retry, never drop
-                logger.exception("telegram: could not store {} updates; retrying", len(items))
+                logger.exception(
+                    "telegram: could not store {}; retrying", plural(len(items), "update")
+                )
                 await asyncio.sleep(1.0)
         self._offset = offset
         for (_, found), seq in zip(admitted, seqs, strict=True):
@@ -440,7 +444,9 @@ class TelegramChannel:
         assert self._bus is not None
         left = await self._bus.unfinished(self.name)
         if left:
-            logger.info("telegram: {} messages from before the restart are answered now", len(left))
+            logger.info(
+                "telegram: {} from before the restart answered now", plural(len(left), "message")
+            )
         for pending in left:
             found = self._admit(Update.de_json(pending.payload, bot))
             if found is None:  # no longer allowed, say
@@ -537,6 +543,8 @@ class TelegramChannel:
     # Outbound: queued per chat in Delivery, which reaches the Bot API through these calls.
 
     async def send(self, msg: OutboundMessage) -> None:
+        if msg.metadata.get("command"):  # /help and the like name commands as the menu does
+            msg = replace(msg, content=in_telegram_spelling(msg.content, self._commands))
         await self.delivery.send(msg)
 
     def _active_bot(self) -> Bot:

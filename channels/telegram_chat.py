@@ -57,14 +57,27 @@ def strip_mention(text: str, username: str) -> str:
     return stripped.strip() or text
 
 
+def telegram_name(command: str) -> str:
+    """Telegram's spelling of a command (no hyphens there): `dream-log` becomes `dream_log`."""
+    return command.replace("-", "_")
+
+
 def command_menu(commands: list[Command]) -> list[tuple[str, str]]:
-    """(name, description) for Telegram's command menu: `dream-log` becomes `dream_log`."""
+    """(name, description) for Telegram's command menu, in Telegram's spelling."""
     menu = [("start", "say hello")]
     for command in commands:
-        name = command.name.replace("-", "_")
+        name = telegram_name(command.name)
         if _COMMAND_NAME.fullmatch(name):  # Telegram allows [a-z0-9_]{1,32} only
             menu.append((name, command.summary[:256] or name))
     return menu
+
+
+def in_telegram_spelling(text: str, commands: list[Command]) -> str:
+    """Our own text (a command's reply) naming commands as the menu does: `/dream_restore`,
+    which a person can tap, not `/dream-restore`."""
+    for name in sorted((c.name for c in commands if "-" in c.name), key=len, reverse=True):
+        text = re.sub(rf"(?<![\w/])/{re.escape(name)}\b", f"/{telegram_name(name)}", text)
+    return text
 
 
 def chunks_of(msg: OutboundMessage) -> list[tuple[str, bool]]:

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import signal
-from collections.abc import Callable
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from html import escape as html_escape
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -39,6 +41,31 @@ def _key_bindings() -> KeyBindings:
         event.app.current_buffer.insert_text("\n")
 
     return bindings
+
+
+@contextmanager
+def typeahead_kept() -> Iterator[None]:
+    """Between prompts, keys typed ahead wait unechoed for the next prompt, which reads them as
+    typed: no echo over the spinner or the reply, and Ctrl-D is a key, not the line discipline's
+    end of file (which would be spent on no reader). Ctrl-C still signals, so it stops a reply.
+    prompt_toolkit sets its raw mode over this for each prompt and puts this back after."""
+    try:
+        import termios
+
+        fd = sys.stdin.fileno()
+        saved = termios.tcgetattr(fd)
+    except (ImportError, OSError, ValueError):  # not a terminal (or no termios): nothing to keep
+        yield
+        return
+    quiet = [*saved[:6], list(saved[6])]
+    quiet[0] &= ~termios.ICRNL  # Enter arrives as prompt_toolkit's raw mode would read it
+    quiet[3] &= ~(termios.ECHO | termios.ICANON | termios.IEXTEN)
+    quiet[6][termios.VMIN], quiet[6][termios.VTIME] = 1, 0
+    termios.tcsetattr(fd, termios.TCSANOW, quiet)  # TCSANOW: never drop what was typed
+    try:
+        yield
+    finally:
+        termios.tcsetattr(fd, termios.TCSANOW, saved)
 
 
 class TerminalChannel:
@@ -109,16 +136,17 @@ class TerminalChannel:
                 loop.call_soon(on_ready)
                 on_ready = None
 
-        while True:
-            try:
-                text = await prompt.prompt_async("you › ", pre_run=after_first_draw)
-            except (EOFError, KeyboardInterrupt):
-                break
-            if not text.strip():
-                continue
-            if text.strip().lower() in EXIT_WORDS:
-                break
-            await self._exchange(text)
+        with typeahead_kept():
+            while True:
+                try:
+                    text = await prompt.prompt_async("you › ", pre_run=after_first_draw)
+                except (EOFError, KeyboardInterrupt):
+                    break
+                if not text.strip():
+                    continue
+                if text.strip().lower() in EXIT_WORDS:
+                    break
+                await self._exchange(text)
         self.console.print("[dim]bye[/dim]")
 
     async def _exchange(self, text: str) -> None:
@@ -164,7 +192,9 @@ class TerminalChannel:
 
     def _render(self, msg: OutboundMessage) -> None:
         if msg.kind == "error":
-            self.console.print(msg.content, style="red", markup=False)
+            self.console.print(msg.content, style="red", markup=False, emoji=False)
+        elif msg.metadata.get("command"):  # our own text: every line and `<id>` as written
+            self.console.print(msg.content, markup=False, emoji=False, highlight=False)
         else:
             from rich.markdown import Markdown  # ~0.1 s of imports: not before the first reply
 

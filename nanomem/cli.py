@@ -49,9 +49,33 @@ class CliError(Exception):
         self.code = code
 
 
+def version() -> str:
+    """The installed package's version (a checkout that was never installed: the source's)."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as installed
+
+    try:
+        return installed("nanomem")
+    except PackageNotFoundError:
+        from nanomem import __version__
+
+        return __version__
+
+
+class _PrintVersion(argparse.Action):
+    """`--version`, reading the package metadata only when asked (not on every start)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: Any) -> None:
+        print(f"nanomem {version()}")
+        parser.exit()
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="nanomem", description="A personal chat agent that remembers."
+    )
+    parser.add_argument(
+        "--version", action=_PrintVersion, nargs=0, help="print the version and exit"
     )
     parser.add_argument(
         "--home", type=Path, help="home folder (default $NANOMEM_HOME or ~/.nanomem)"
@@ -190,10 +214,16 @@ def cmd_onboard(args: argparse.Namespace) -> int:
         print(f"created {path}")
     tightened = [p for p in report.tightened if p not in report.created and p != home.root]
     if tightened:
-        print(f"made {len(tightened)} files and folders in {home.root} private (owner only)")
+        print(f"made {_files_and_folders(len(tightened))} in {home.root} private (owner only)")
     if not report.created and not tightened:
         print(f"{home.root} is already set up; nothing changed")
     return 0
+
+
+def _files_and_folders(count: int) -> str:
+    from nanomem.plural import plural
+
+    return plural(count, "file or folder", "files and folders")
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -209,6 +239,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     if llm.old_defaults_ignored:
         path += " (config.toml's old onboarding defaults are treated as not chosen)"
     rows = [
+        ("version", version()),
         ("home", str(home.root)),
         ("config", f"{config}" + ("" if config.exists() else " (missing: run nanomem onboard)")),
         ("workspace", str(workspace_of(settings, home))),
@@ -231,9 +262,12 @@ def cmd_chat(args: argparse.Namespace) -> int:
     # Keep the terminal and `-m` output clean: logs go to the file, and to stderr only for
     # errors, unless the person asked for a level on the command line.
     stderr_level = args.log_level or "ERROR"
+    if args.message is None and sys.stdin is not None and not sys.stdin.isatty():
+        args.message = "-"  # `echo hi | nanomem chat`: what is piped in is the one message
     if args.message is not None:
+        text = _message_text(args.message)  # an empty message sets nothing up
         app = _app(args, needs_model=True, stderr_level=stderr_level)
-        return asyncio.run(_one_shot(app, args.session, _message_text(args.message)))
+        return asyncio.run(_one_shot(app, args.session, text))
     if ":" in args.session:
         raise CliError("--session takes a name here; whole keys (telegram:123) go with -m")
     home, settings = _configured(args, needs_model=True, ask=True)
@@ -254,6 +288,8 @@ def _message_text(message: str) -> str:
         note = "the message is not valid UTF-8; invalid bytes were replaced by U+FFFD"
         print(f"nanomem: {note}", file=sys.stderr)
     if not text.strip():
+        if message == "-":
+            raise CliError("nothing to send: stdin was empty (pipe a message in, or use -m TEXT)")
         raise CliError("the message is empty")
     return text
 
@@ -414,7 +450,7 @@ def _configured(
             onboard(home)
     if tightened := make_private(home):
         print(
-            f"nanomem: made {len(tightened)} files and folders in {home.root} private "
+            f"nanomem: made {_files_and_folders(len(tightened))} in {home.root} private "
             "(they were readable by others)",
             file=sys.stderr,
         )
@@ -428,13 +464,16 @@ def _configured(
 
 def cmd_dream(args: argparse.Namespace) -> int:
     from nanomem.curation import DreamBusy, DreamResult
+    from nanomem.progress_line import ProgressLine
 
     app = _app(args, needs_model=True, stderr_level=args.log_level or "ERROR")
+    progress = ProgressLine(sys.stderr, "dream")
 
     async def dream_once() -> DreamResult:
         try:
-            return await app.dream.run("cli")
+            return await app.dream.run("cli", progress)
         finally:
+            progress.clear()
             await app.aclose()
 
     try:
@@ -446,14 +485,14 @@ def cmd_dream(args: argparse.Namespace) -> int:
 
 
 def cmd_memory(args: argparse.Namespace) -> int:
-    from nanomem.curation import DREAM_IS_RUNNING, DreamBusy, MemoryCommands
+    from nanomem.curation import DREAM_IS_RUNNING, SHELL, DreamBusy, MemoryCommands
     from nanomem.memory import GitStoreError
 
     words = " ".join(getattr(args, "words", []))
     if args.memory_command == "why" and not words.strip():  # checked before anything is opened
         raise CliError("usage: nanomem memory why <words from a remembered line>", code=2)
     app = _app(args, needs_model=False, stderr_level=args.log_level or "ERROR")
-    texts = MemoryCommands(app.dream, app.git)
+    texts = MemoryCommands(app.dream, app.git, SHELL)
     try:
         if args.memory_command == "why":
             return _why(app, words)

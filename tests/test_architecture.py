@@ -52,10 +52,11 @@ BASE_MODULES = {
     "locks",
     "log",
     "old_defaults",
+    "plural",
     "utf8",
 }
 # What a channel may use: the channel port and the settings and helpers it is built from.
-CHANNEL_MAY_IMPORT = {"agent", "config", "log", "utf8", "app"}
+CHANNEL_MAY_IMPORT = {"agent", "config", "log", "utf8", "plural", "app"}
 
 
 def layer_of(module: str) -> str:

@@ -194,7 +194,7 @@ def test_a_restore_while_another_process_dreams_is_refused_and_loses_nothing(
     add_facts(home, range(3))
     assert run_cli("dream", env=env, timeout=WAIT_S).returncode == 0
     listing = run_cli("memory", "restore", env=env).stdout
-    learned = listing.splitlines()[1].split("`")[1]
+    learned = listing.splitlines()[1].split()[0]
     add_facts(home, range(3, 5))
     model.gate.clear()
     model.entered.clear()

@@ -163,3 +163,53 @@ def test_a_reply_grows_on_screen_and_ctrl_c_keeps_what_was_shown(
     assert kept["role"] == "assistant" and kept["interrupted"] is True
     assert kept["content"].startswith("Sentence number 0 of a long streamed answer.")
     assert len(kept["content"]) < len(STORY)  # what was shown, not the whole story
+
+
+def test_an_interactive_chat_takes_a_session_name_not_a_whole_key(
+    home: Home, fake_llm: FakeOpenAI
+) -> None:
+    env = cli_env(home, fake_llm, TERM="xterm", PROMPT_TOOLKIT_NO_CPR="1")
+    child = pexpect.spawn(
+        sys.executable,
+        ["-m", "nanomem", "chat", "--session", "telegram:42"],
+        env=env,
+        encoding="utf-8",
+        timeout=30,
+    )
+    child.expect_exact("whole keys (telegram:123) go with -m")
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 1
+
+
+def test_ctrl_d_typed_while_a_reply_draws_exits_after_it(
+    chat: pexpect.spawn, fake_llm: FakeOpenAI
+) -> None:
+    fake_llm.reply("A slow answer, finally.", pieces=2, hold_after=1)
+    chat.sendline("take your time")
+    chat.expect_exact("thinking")  # the reply is on its way
+    chat.sendcontrol("d")  # typed ahead: the reply goes on, then the chat ends
+    fake_llm.release()
+    chat.expect_exact("finally.")
+    chat.expect_exact("bye")
+    chat.expect(pexpect.EOF)
+    chat.close()
+    assert chat.exitstatus == 0
+
+
+def test_typeahead_waits_for_the_prompt_and_leaves_no_residue(
+    chat: pexpect.spawn, fake_llm: FakeOpenAI
+) -> None:
+    fake_llm.reply("First answer, at last.", pieces=2, hold_after=1)
+    chat.sendline("one")
+    chat.expect_exact("thinking")
+    chat.send("two, typed ahead")
+    fake_llm.release()
+    chat.expect_exact("at last.")
+    assert "typed ahead" not in chat.before  # not echoed over the spinner or the reply
+    chat.expect_exact(PROMPT)
+    chat.expect_exact("two, typed ahead")  # it waits at the prompt, as typed
+    chat.send("\r")
+    chat.expect_exact("echo: ")
+    chat.expect_exact(PROMPT)
+    assert fake_llm.requests[-1]["messages"][-1]["content"].endswith("two, typed ahead")

@@ -20,6 +20,8 @@ if TYPE_CHECKING:  # sqlite and loguru stay off `nanomem chat`'s way to its prom
 # "stream": a piece of the reply while the model writes it (metadata: `text` so far, `step`);
 # channels that cannot show it wait for the "reply", which always follows with all of it.
 OutboundKind = Literal["reply", "progress", "error", "stream"]
+# A reply with metadata `command` (the command's name) is the runtime's own text, not the
+# model's: channels show it as written rather than as Markdown.
 
 
 def _now() -> datetime:

@@ -20,6 +20,7 @@ from nanomem.audience import audience_of, enter
 from nanomem.config import Settings
 from nanomem.log import redact, redact_message, shown_so_far
 from nanomem.memory import Budget, Session, SessionStore, to_wire
+from nanomem.plural import plural
 from nanomem.providers import Provider, ProviderError, ToolCall, key_source
 from nanomem.tools import ToolRegistry
 
@@ -118,10 +119,10 @@ class AgentLoop:
                 found = self.commands.resolve(msg.content)
             except UnknownCommand as exc:
                 text = f"Unknown command /{exc.name} — try /help."
-                return OutboundMessage.answering(msg, text, kind="error")
+                return OutboundMessage.answering(msg, text, kind="error", command=exc.name)
             if found and found[0].immediate:
                 self._check_taking()
-                return OutboundMessage.answering(msg, await found[0].handler(msg, found[1]))
+                return await command_reply(msg, *found)
             async with (
                 self._locks.hold(msg.session_key),
                 self.sessions.lease(msg.session_key),
@@ -131,7 +132,7 @@ class AgentLoop:
                 if found and found[0].name == "retry":  # a whole turn, not a line of text
                     return await self._stoppable_turn(msg, progress, retry=True)
                 if found:
-                    return OutboundMessage.answering(msg, await found[0].handler(msg, found[1]))
+                    return await command_reply(msg, *found)
                 return await self._stoppable_turn(msg, progress)
         except Deferred:
             raise
@@ -165,7 +166,7 @@ class AgentLoop:
         if stopped:
             return None  # a /stop came while the message was being saved
         if at is None:
-            return OutboundMessage.answering(msg, NOTHING_TO_RETRY)
+            return OutboundMessage.answering(msg, NOTHING_TO_RETRY, command="retry")
         if (earlier_reply := finished_reply(session.messages, at)) is not None:
             return OutboundMessage.answering(msg, earlier_reply)  # replayed after its turn ended
         task = asyncio.create_task(self._turn(msg, session, at, progress))
@@ -272,7 +273,7 @@ class AgentLoop:
         self, msg: InboundMessage, session: Session, result: ReactResult, exc: ProviderError
     ) -> OutboundMessage:
         logger.warning(
-            "turn for {} failed after {} attempt(s): {}", msg.session_key, exc.attempts, exc
+            "turn for {} failed after {}: {}", msg.session_key, plural(exc.attempts, "attempt"), exc
         )
         note = self.templates.render(
             "provider_error.md.j2",
@@ -390,6 +391,14 @@ class AgentLoop:
 
 
 NOTHING_TO_RETRY = "Nothing to retry: your last message was answered."
+
+
+async def command_reply(msg: InboundMessage, command: Command, args: str) -> OutboundMessage:
+    """A command's answer is the runtime's own text, not the model's: marked so every channel
+    can show it as written (plain text, its own line breaks), not as Markdown."""
+    return OutboundMessage.answering(msg, await command.handler(msg, args), command=command.name)
+
+
 REPLAY_SEARCH = 2000  # a replayed message is among the last messages of its session
 
 

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from nanomem.exports import lazy_exports
 
 if TYPE_CHECKING:
-    from nanomem.curation.commands import DREAM_IS_RUNNING, MemoryCommands
+    from nanomem.curation.commands import DREAM_IS_RUNNING, SHELL, MemoryCommands
     from nanomem.curation.consolidator import Consolidator
     from nanomem.curation.dream import Dream, DreamBusy, DreamResult
     from nanomem.curation.provenance import Provenance
@@ -19,6 +19,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DREAM_IS_RUNNING",
+    "SHELL",
     "Consolidator",
     "Dream",
     "DreamBusy",
@@ -30,7 +31,7 @@ __all__ = [
 __getattr__ = lazy_exports(
     __name__,
     {
-        "commands": ("DREAM_IS_RUNNING", "MemoryCommands"),
+        "commands": ("DREAM_IS_RUNNING", "MemoryCommands", "SHELL"),
         "consolidator": ("Consolidator",),
         "dream": ("Dream", "DreamBusy", "DreamResult"),
         "provenance": ("Provenance",),

@@ -1,8 +1,10 @@
-"""/dream, /dream-log and /dream-restore: the same texts serve the chat and the shell."""
+"""/dream, /dream-log and /dream-restore: the same texts serve the chat and the shell, each
+in its own wording (the chat's commands and Markdown, or `nanomem memory ...` in plain text)."""
 
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass
 
 from nanomem.agent import Command, CommandSet, InboundMessage
 from nanomem.curation.dream import Dream, DreamBusy
@@ -12,10 +14,24 @@ CHAT_DIFF_CHARS = 3000
 DREAM_IS_RUNNING = "Dream is running; try again when it has finished. Nothing was restored."
 
 
+@dataclass(frozen=True)
+class Wording:
+    restore: str  # the command that undoes a version, before its id
+    markdown: bool  # ids as code, diffs fenced (a chat renders them); else plain text
+
+    def code(self, text: str) -> str:
+        return f"`{text}`" if self.markdown else text
+
+
+CHAT = Wording(restore="/dream-restore", markdown=True)
+SHELL = Wording(restore="nanomem memory restore", markdown=False)
+
+
 class MemoryCommands:
-    def __init__(self, dream: Dream, git: GitStore) -> None:
+    def __init__(self, dream: Dream, git: GitStore, wording: Wording = CHAT) -> None:
         self.dream = dream
         self.git = git
+        self.wording = wording
 
     def register(self, commands: CommandSet) -> None:
         # Immediate: they never touch the chat's session, so a long Dream must not block it.
@@ -77,12 +93,14 @@ class MemoryCommands:
                 f"`nanomem memory log {version.short}` shows all of it)"
             )
             diff = cut
-        return f"{_row(version)}\n\n```diff\n{diff.rstrip()}\n```{note}"
+        if self.wording.markdown:
+            diff = f"```diff\n{diff.rstrip()}\n```"
+        return f"{self._row(version)}\n\n{diff.rstrip()}{note}"
 
     def versions_text(self, limit: int = 15) -> str:
         versions = self.git.log(limit=limit)
-        rows = "\n".join(_row(v) for v in versions)
-        return f"Memory versions, newest first:\n{rows}\n\n/dream-restore <id> undoes one."
+        rows = "\n".join(self._row(v) for v in versions)
+        return f"Memory versions, newest first:\n{rows}\n\n{self.wording.restore} <id> undoes one."
 
     def restore_text(self, sha: str) -> str:
         """Blocking. A restore never overlaps a Dream run (in any process): DreamBusy."""
@@ -93,14 +111,13 @@ class MemoryCommands:
         lines = [
             f"Restored {files} to before {undone.short} ({undone.summary}).",
             f"Saved as a new version, {restored.version.short}: "
-            f"/dream-restore {restored.version.short} undoes this restore.",
+            f"{self.wording.restore} {restored.version.short} undoes this restore.",
         ]
         if restored.overwritten_later:
             later = "; ".join(f"{v.short} ({v.summary})" for v in restored.overwritten_later)
             lines.append(f"This also undid later changes to the same files: {later}.")
         return "\n".join(lines)
 
-
-def _row(version: Version) -> str:
-    when = version.time.strftime("%Y-%m-%d %H:%M")
-    return f"`{version.short}` {when} · {version.summary}"
+    def _row(self, version: Version) -> str:
+        when = version.time.strftime("%Y-%m-%d %H:%M")
+        return f"{self.wording.code(version.short)} {when} · {version.summary}"

@@ -23,6 +23,7 @@ from nanomem.memory import (
     SessionStore,
     to_wire,
 )
+from nanomem.plural import plural
 from nanomem.providers import Provider, ProviderError
 from nanomem.tools import ToolRegistry
 
@@ -42,10 +43,15 @@ class Archived:
 
     def describe(self) -> str:
         if not self.entries:
-            return f"Archived {self.messages} messages; nothing in them needed keeping."
+            them = "it" if self.messages == 1 else "them"
+            return f"Archived {plural(self.messages, 'message')}; nothing in {them} needed keeping."
         kinds = {e.kind for e in self.entries}
-        how = "as a summary" if kinds == {"summary"} else f"as {len(self.entries)} raw entries"
-        return f"Archived {self.messages} messages to memory/history.jsonl {how}."
+        how = (
+            "as a summary"
+            if kinds == {"summary"}
+            else f"as {plural(len(self.entries), 'raw entry', 'raw entries')}"
+        )
+        return f"Archived {plural(self.messages, 'message')} to memory/history.jsonl {how}."
 
 
 class _NoToolsNow(ToolRegistry):
@@ -180,7 +186,10 @@ class Consolidator:
         written = await self.history.append(entries) if entries else []
         await self.sessions.update_state(session, replay_from=end, consolidating=None)
         logger.info(
-            "consolidated {} messages of {} into {} entries", end - start, session.key, len(written)
+            "consolidated {} of {} into {}",
+            plural(end - start, "message"),
+            session.key,
+            plural(len(written), "entry", "entries"),
         )
         return Archived(end - start, written)
 

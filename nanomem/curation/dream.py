@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import difflib
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -26,6 +26,7 @@ from nanomem.audience import is_shared_room
 from nanomem.config import DreamSettings
 from nanomem.curation.evidence import trailers
 from nanomem.curation.journal import DreamJournal, Edit, EditConflict, Staging, journal_of
+from nanomem.curation.placeholder import placeholder_edit
 from nanomem.durable import atomic_write_text
 from nanomem.locks import FileLock, LockBusy, to_thread_to_the_end
 from nanomem.memory import (
@@ -37,10 +38,14 @@ from nanomem.memory import (
     Version,
     clean_temp_files,
 )
-from nanomem.providers import Provider, ProviderError, Reply, TextSink, ToolChoice
+from nanomem.plural import plural
+from nanomem.providers import Provider, ProviderError, Reply, TextSink, ToolCall, ToolChoice
 from nanomem.tools import Tool, ToolError, ToolRegistry, read_only_tool
 
 MemoryFile = Literal["SOUL.md", "USER.md", "memory/MEMORY.md"]
+# Told each phase of a run as it begins: "reading 3 history entries", "analysing",
+# "editing USER.md", "committing".
+Progress = Callable[[str], None]
 Status = Literal["changed", "unchanged", "nothing_new", "failed"]
 
 
@@ -65,10 +70,22 @@ class DreamResult:
         if self.status == "failed":
             return f"Dream failed and changed nothing: {self.reason}"
         if self.version is None:
-            return f"Read {self.entries} history entries; nothing worth changing in memory."
-        lines = [f"Learned from {self.entries} history entries ({self.version.short}):"]
+            return f"Read {entry_count(self.entries)}; nothing worth changing in memory."
+        lines = [f"Learned from {entry_count(self.entries)} ({self.version.short}):"]
         lines += [f"- {rel}: +{a} -{r}" for rel, (a, r) in sorted(self.version.files.items())]
         return "\n".join(lines)
+
+
+def entry_count(count: int) -> str:
+    return plural(count, "history entry", "history entries")
+
+
+def _file_of(call: ToolCall) -> str:
+    try:
+        args = json.loads(call.arguments or "{}")
+    except ValueError:
+        return ""
+    return str(args.get("file") or "") if isinstance(args, dict) else ""
 
 
 class MemoryTools:
@@ -174,13 +191,13 @@ class Dream:
         except (FileNotFoundError, ValueError):
             return None
 
-    async def run(self, trigger: str = "manual") -> DreamResult:
+    async def run(self, trigger: str = "manual", progress: Progress | None = None) -> DreamResult:
         try:
             await self.lock.acquire(wait_s=0)
         except LockBusy:
             raise DreamBusy from None
         try:
-            result = await self._run()
+            result = await self._run(progress or (lambda phase: None))
             logger.info("dream ({}): {} {}", trigger, result.status, result.reason)
             await to_thread_to_the_end(self._record, trigger, result)
             return result
@@ -207,7 +224,7 @@ class Dream:
             clean_temp_files(folder)
         self.journal.recover()
 
-    async def _run(self) -> DreamResult:
+    async def _run(self, progress: Progress) -> DreamResult:
         await to_thread_to_the_end(self._recover)
         # The cursor is read under the lock: another process's run may have just moved it.
         after = await asyncio.to_thread(self.history.dream_cursor)
@@ -220,13 +237,15 @@ class Dream:
         if not entries:
             await to_thread_to_the_end(self.history.advance_dream_cursor, batch[-1].cursor)
             return DreamResult("unchanged", len(batch))
+        progress(f"reading {entry_count(len(entries))}")
         base_sha, base = await to_thread_to_the_end(self._base)
         staging = Staging(base)
         try:
-            analysis = await asyncio.wait_for(
-                self._learn(entries, staging), self.settings.max_wall_s
-            )
+            learning = self._learn(entries, staging, progress)
+            analysis = await asyncio.wait_for(learning, self.settings.max_wall_s)
             self._check_surgical(base, staging.files())
+            if (edit := placeholder_edit(staging)) is not None:
+                staging.apply(edit)  # journalled like the model's edits, re-made on a rebase
         except (DreamAborted, ProviderError, TimeoutError) as exc:
             # The live files were never touched: dropping the staging copy is the rollback.
             reason = str(exc) or f"the time cap ({self.settings.max_wall_s:g} s) was reached"
@@ -242,6 +261,7 @@ class Dream:
         read = (batch[0].cursor, cursor)
         evidence = trailers(read, entries, analysis, staging.edits, final)
         journal = journal_of(cursor, base_sha, staging, evidence)
+        progress("committing")
         try:
             version = await to_thread_to_the_end(self.journal.complete, journal)
         except EditConflict as exc:
@@ -257,7 +277,9 @@ class Dream:
             self.git.commit_manual_edits()
             return self.git.head_sha(), self.git.read_workspace()
 
-    async def _learn(self, entries: list[HistoryEntry], staging: Staging) -> str:
+    async def _learn(
+        self, entries: list[HistoryEntry], staging: Staging, progress: Progress
+    ) -> str:
         """Edits `staging`; returns the analysis, whose citations are the run's evidence."""
         provider = TokenCap(self.provider, self.settings.max_tokens)
         files = {rel: staging.read(rel) for rel in TRACKED}
@@ -270,6 +292,7 @@ class Dream:
                 ),
             },
         ]
+        progress("analysing")
         analysis = await react(provider, analyse, None, 1)
         edit = [
             {"role": "system", "content": self.templates.render("dream_system.md.j2")},
@@ -281,7 +304,17 @@ class Dream:
             },
         ]
         tools = MemoryTools(staging).registry()
-        result = await react(provider, edit, tools, self.settings.max_iterations)
+        editing = ""
+
+        async def report(call: ToolCall) -> None:
+            nonlocal editing
+            file = _file_of(call)
+            if call.name != "read_memory" and file and file != editing:
+                editing = file
+                progress(f"editing {file}")
+
+        steps = self.settings.max_iterations
+        result = await react(provider, edit, tools, steps, on_tool_call=report)
         if result.text is None:
             raise DreamAborted(f"the step cap ({self.settings.max_iterations}) was reached")
         return analysis.text or ""

@@ -98,7 +98,9 @@ class DreamScheduler:
 
     async def _run(self, trigger: str) -> None:
         try:
-            await self.dream.run(trigger)
+            await self.dream.run(
+                trigger, lambda phase: logger.info("dream ({}): {}", trigger, phase)
+            )
         except DreamBusy:
             pass
         except Exception:

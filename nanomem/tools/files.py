@@ -11,6 +11,7 @@ from pydantic import Field
 from nanomem.audience import PERSONAL_PATHS, current
 from nanomem.durable import atomic_write_text
 from nanomem.locks import FileLock
+from nanomem.plural import plural
 from nanomem.tools.registry import Tool, ToolError, read_only_tool
 
 MAX_READ_BYTES = 2_000_000
@@ -113,7 +114,7 @@ class FileTools:
         target = self._writable(path)
         with self._guarded(target):
             atomic_write_text(target, content)
-        return f"Wrote {len(content)} characters to {self._display(target)}"
+        return f"Wrote {plural(len(content), 'character')} to {self._display(target)}"
 
     def edit_file(
         self,

@@ -137,6 +137,22 @@ async def test_commands_are_registered_with_underscores(
     ]
 
 
+async def test_command_replies_name_commands_as_the_menu_does(
+    running: Running, fake: FakeTelegram
+) -> None:
+    fake.send_text(OWNER, "/dream_restore")
+    asked = await running.next()
+    listing = "Memory versions, newest first:\n\n/dream-restore <id> undoes one."
+    await running.channel.send(OutboundMessage.answering(asked, listing, command="dream-restore"))
+    (reply,) = await fake.wait_for_messages_async(OWNER, 1)
+    assert reply["text"].endswith("/dream_restore <id> undoes one.")
+    fake.send_text(OWNER, "what is /dream-restore?")
+    question = await running.next()
+    await running.channel.send(OutboundMessage.answering(question, "It is /dream-restore."))
+    _, model_reply = await fake.wait_for_messages_async(OWNER, 2)
+    assert model_reply["text"] == "It is /dream-restore."  # the model's words stay as written
+
+
 async def test_strangers_are_refused_silently_and_logged_once(
     running: Running, fake: FakeTelegram, logged: list[str]
 ) -> None:

@@ -20,6 +20,7 @@ from channels.telegram_chat import (
     SendError,
     chunks_of,
     command_menu,
+    in_telegram_spelling,
     is_allowed,
     strip_mention,
     target,
@@ -138,6 +139,20 @@ def test_command_menu_uses_underscores_and_skips_invalid_names() -> None:
         ("help", "show the commands"),
         ("dream_log", "show a memory change"),
     ]
+
+
+def test_command_names_in_our_own_text_take_telegrams_spelling() -> None:
+    async def handler(msg: InboundMessage, args: str) -> str:
+        return ""
+
+    commands = [Command(n, "", handler) for n in ("dream", "dream-log", "dream-restore", "help")]
+    text = "/help — list\n/dream — learn\n/dream-log [id] — show\n/dream-restore <id> undoes one."
+    assert in_telegram_spelling(text, commands) == (
+        "/help — list\n/dream — learn\n/dream_log [id] — show\n/dream_restore <id> undoes one."
+    )
+    assert in_telegram_spelling("see /etc/dream-log and a/dream-log", commands) == (
+        "see /etc/dream-log and a/dream-log"  # paths are not commands
+    )
 
 
 def test_chunks_of_replies_errors_and_empty_text() -> None:

@@ -8,6 +8,7 @@ import pytest
 
 from nanomem.agent.bus import InboundMessage
 from nanomem.app import App
+from nanomem.curation.commands import SHELL, MemoryCommands
 from nanomem.home import Home
 from nanomem.memory.history import NewEntry
 from nanomem.providers.port import ProviderError, Reply
@@ -51,11 +52,11 @@ async def test_dream_learns_commits_and_advances_the_cursor(home: Home) -> None:
     app = await app_with_history(home, ScriptedProvider(LEARN))
     reply = await dream(app)
     assert reply.startswith("Learned from 2 history entries")
-    assert "USER.md: +2 -0" in reply and "memory/MEMORY.md: +1 -0" in reply
+    assert "USER.md: +2 -2" in reply and "memory/MEMORY.md: +1 -0" in reply
     assert "- Name: Ada" in (app.workspace / "USER.md").read_text()
     assert "Apollo" in (app.workspace / "memory" / "MEMORY.md").read_text()
     latest = app.git.log(limit=1)[0]
-    assert latest.summary == "dream: USER.md +2 -0, memory/MEMORY.md +1 -0"
+    assert latest.summary == "dream: USER.md +2 -2, memory/MEMORY.md +1 -0"
     assert app.history.dream_cursor() == 2
     assert json.loads(home.dream_state.read_text())["status"] == "changed"
     assert await dream(app) == "Nothing new to learn."
@@ -81,6 +82,67 @@ async def test_dream_log_shows_the_diff_and_restore_undoes_it(home: Home) -> Non
     redo = await dream(app, f"/dream-restore {restore_sha}")
     assert "Restored" in redo and "- Name: Ada" in (app.workspace / "USER.md").read_text()
     assert len(app.git.log()) == 4
+
+
+async def test_a_run_tells_each_phase_as_it_begins(home: Home) -> None:
+    app = await app_with_history(home, ScriptedProvider(LEARN))
+    phases: list[str] = []
+    result = await app.dream.run("cli", phases.append)
+    assert result.status == "changed"
+    assert phases == [
+        "reading 2 history entries",
+        "analysing",
+        "editing USER.md",
+        "editing memory/MEMORY.md",
+        "committing",
+    ]
+
+
+async def test_the_templates_placeholder_goes_with_the_first_real_edit(home: Home) -> None:
+    app = await app_with_history(home, ScriptedProvider(LEARN))
+    user = app.workspace / "USER.md"
+    assert "Nothing is known yet." in user.read_text()
+    await dream(app)
+    assert user.read_text() == (
+        "# User\n- Name: Ada\n- Drinks green tea\n\n"
+        "Facts about the person (name, work, preferences, time zone) are added here as they "
+        "come up.\n"
+    )
+
+
+async def test_an_older_homes_placeholder_sentence_goes_and_untouched_files_keep_it(
+    home: Home,
+) -> None:
+    only_memory = [
+        text("NEW: MEMORY.md: Apollo"),
+        call("append_memory", {"file": "memory/MEMORY.md", "line": "- Apollo started"}),
+        text("Noted Apollo."),
+    ]
+    app = await app_with_history(home, ScriptedProvider(only_memory + LEARN))
+    user = app.workspace / "USER.md"
+    older = "# User\n\nNothing is known yet. Facts about the person (name, work)\nare added here.\n"
+    user.write_text(older)
+    await app.dream.run()
+    assert user.read_text() == older  # the run did not touch USER.md: it is still true
+    await app.history.append([NewEntry("cli:direct", "- Ada drinks green tea", "summary")])
+    await app.dream.run()
+    assert user.read_text() == (
+        "# User\n- Name: Ada\n- Drinks green tea\n\nFacts about the person (name, work)\n"
+        "are added here.\n"
+    )
+
+
+async def test_the_shell_gets_the_same_texts_in_plain_words(home: Home) -> None:
+    app = await app_with_history(home, ScriptedProvider(LEARN))
+    await dream(app)
+    learned = app.git.log(limit=1)[0]
+    shell = MemoryCommands(app.dream, app.git, SHELL)
+    log = shell.log_text()
+    assert log.startswith(f"{learned.short} ") and "+- Name: Ada" in log and "`" not in log
+    assert shell.versions_text().endswith("\nnanomem memory restore <id> undoes one.")
+    assert (await dream(app, "/dream-restore")).endswith("\n/dream-restore <id> undoes one.")
+    restored = shell.restore_text(learned.short)
+    assert f"nanomem memory restore {app.git.log(limit=1)[0].short} undoes this restore" in restored
 
 
 @pytest.mark.parametrize("argument", ["zzzz", "abc", "00000000"])
@@ -245,7 +307,7 @@ async def test_dream_never_learns_from_a_group_chat(home: Home) -> None:
     assert app.history.dream_cursor() == 2  # the group's entry was passed over, not left behind
     await app.history.append([NewEntry("telegram:-100555", "- more group talk", "summary")])
     before = len(provider.calls)
-    assert await dream(app) == "Read 1 history entries; nothing worth changing in memory."
+    assert await dream(app) == "Read 1 history entry; nothing worth changing in memory."
     assert len(provider.calls) == before and app.history.dream_cursor() == 3
 
 

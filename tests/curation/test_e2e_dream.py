@@ -32,7 +32,13 @@ def test_told_once_known_later_and_undone(home: Home, fake_llm: FakeOpenAI) -> N
     script_a_dream(fake_llm)
     dreamed = run_cli("dream", env=env)
     assert dreamed.returncode == 0, dreamed.stderr
-    assert dreamed.stdout.splitlines()[0].startswith("Learned from 1 history entries")
+    assert dreamed.stdout.splitlines()[0].startswith("Learned from 1 history entry (")
+    assert dreamed.stderr.splitlines() == [  # not a terminal: one line per phase
+        "dream: reading 1 history entry",
+        "dream: analysing",
+        "dream: editing USER.md",
+        "dream: committing",
+    ]
     assert "- USER.md: +4 -1" in dreamed.stdout
     analysis_request = fake_llm.requests[-3]
     assert "the user is Ada and loves green tea" in analysis_request["messages"][-1]["content"]
@@ -47,14 +53,18 @@ def test_told_once_known_later_and_undone(home: Home, fake_llm: FakeOpenAI) -> N
     log = run_cli("memory", "log", env=env)
     assert log.returncode == 0
     assert "dream: USER.md +4 -1" in log.stdout and "+- Name: Ada" in log.stdout
-    sha = log.stdout.split("`")[1]
+    assert "`" not in log.stdout  # plain text in the shell: no Markdown ids or fences
+    sha = log.stdout.split()[0]
 
     undone = run_cli("memory", "restore", sha, env=env)
     assert undone.returncode == 0 and undone.stdout.startswith("Restored USER.md")
     assert "Ada" not in (home.workspace / "USER.md").read_text()
     listing = run_cli("memory", "restore", env=env).stdout
-    restore_sha = listing.splitlines()[1].split("`")[1]
+    restore_sha = listing.splitlines()[1].split()[0]
+    assert f"nanomem memory restore {restore_sha} undoes this restore" in undone.stdout
     assert f"restore {sha}" in listing.splitlines()[1]
+    assert listing.splitlines()[-1] == "nanomem memory restore <id> undoes one."
+    assert "`" not in listing and "/dream-restore" not in listing + undone.stdout
     redone = run_cli("memory", "restore", restore_sha, env=env)
     assert redone.returncode == 0 and "- Name: Ada" in (home.workspace / "USER.md").read_text()
 

@@ -2,6 +2,8 @@ import asyncio
 import json
 from datetime import UTC, datetime, timedelta
 
+from loguru import logger
+
 from nanomem.app import App
 from nanomem.home import Home
 from nanomem.memory.history import NewEntry
@@ -36,10 +38,20 @@ async def test_the_scheduler_dreams_on_its_own_and_records_it(home: Home) -> Non
     app = make_app(home, ScriptedProvider([text("NOTHING"), text("ok")]))
     app.scheduler.startup_delay_s = 0.2
     await app.history.append([NewEntry("cli:direct", "- a fact", "summary")])
-    await run_until_a_dream_is_recorded(app, home)
+    logged: list[str] = []
+    sink = logger.add(lambda m: logged.append(m.rstrip("\n")), level="INFO", format="{message}")
+    try:
+        await run_until_a_dream_is_recorded(app, home)
+    finally:
+        logger.remove(sink)
     state = json.loads(home.dream_state.read_text())
     assert state["trigger"] == "schedule" and state["status"] == "unchanged"
     assert app.history.dream_cursor() == 1
+    phases = [line for line in logged if line.startswith("dream (schedule): ")]
+    assert phases[:2] == [
+        "dream (schedule): reading 1 history entry",
+        "dream (schedule): analysing",
+    ]
 
 
 async def test_a_backlog_of_history_starts_a_dream_early(home: Home) -> None:

@@ -77,7 +77,7 @@ def test_why_names_the_chat_a_learned_fact_came_from(
     assert say(telegram, OWNER, TOLD) == "Noted!"
     assert "Archived 2 messages" in say(telegram, OWNER, "/new")
     learned = say(telegram, OWNER, "/dream")
-    assert learned.startswith("Learned from 1 history entries"), learned
+    assert learned.startswith("Learned from 1 history entry"), learned
     assert LEARNED in (gateway.home.workspace / "USER.md").read_text()
 
     answer = say(telegram, OWNER, "/why do you think I live in Quito?")
@@ -99,8 +99,9 @@ def test_why_on_a_line_written_by_hand_says_so(
     gateway, telegram = chats
     user = gateway.home.workspace / "USER.md"
     user.write_text(user.read_text() + BY_HAND + "\n")
+    line = len(user.read_text().splitlines())
     answer = say(telegram, OWNER, "/why cats")
-    assert answer.splitlines()[0] == f"USER.md, line 6: “{BY_HAND}”"
+    assert answer.splitlines()[0] == f"USER.md, line {line}: “{BY_HAND}”"
     assert "Written by hand, outside Dream" in answer and "by Dream run" not in answer
     assert say(telegram, OWNER, "/why").startswith("Usage: /why <words")
 
