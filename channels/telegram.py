@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import re
 import warnings
 from collections.abc import Awaitable
 from dataclasses import dataclass, replace
@@ -13,7 +12,16 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import aiohttp
 from loguru import logger
-from telegram import Bot, BotCommand, Message, ReplyParameters, Update, User
+from telegram import (
+    Bot,
+    BotCommand,
+    InlineKeyboardButton,
+    InlineKeyboardMarkup,
+    Message,
+    ReplyParameters,
+    Update,
+    User,
+)
 from telegram._utils.defaultvalue import DefaultValue
 from telegram._utils.types import ODVInput
 from telegram.constants import ChatAction, ChatType, ParseMode
@@ -35,11 +43,20 @@ from channels.telegram_chat import (
     SendError,
     command_menu,
     is_allowed,
-    mentions,
     strip_mention,
     target,
 )
-from nanomem.bus import InboundMessage, MessageBus, OutboundMessage
+from channels.telegram_inbound import (
+    GREETING,
+    NO_DOWNLOAD,
+    REFUSED_PRESS,
+    TOO_BIG,
+    UNSUPPORTED,
+    attachment,
+    chat_key,
+    is_addressed,
+)
+from nanomem.bus import Button, InboundMessage, MessageBus, OutboundMessage
 from nanomem.channel import ChannelDown, ChatQueues
 from nanomem.commands import Command, parse_command
 from nanomem.config import ConfigError, TelegramSettings
@@ -53,13 +70,7 @@ T = TypeVar("T")
 OFFSET = "telegram.offset"  # the inbox's record of what Telegram may forget
 NOT_FOUND = "telegram: the Bot API answered 404 (check telegram.token and telegram.base_url)"
 NO_TOKEN = "telegram.token is not set: create a bot with @BotFather, then set telegram.token"
-GREETING = "Hi {name}! Write to me and I will answer. /help lists the commands."
-TOO_BIG = "That file is {size:.1f} MB; I accept up to {limit} MB (telegram.max_file_mb)."
-NO_DOWNLOAD = "I could not download that file; please send it again."
-UNSUPPORTED = "I can read text, photos, documents, voice notes and audio, not this kind of message."
 STEP_S = 10.0  # the longest any one start or stop step may take
-_SUFFIX = re.compile(r"\.[a-z0-9]{1,8}")
-_COMMAND = re.compile(r"/([A-Za-z0-9_-]+)(?:@(\w+))?")
 
 
 class _AiohttpRequest(BaseRequest):
@@ -163,45 +174,6 @@ def _down(exc: BaseException) -> ChannelDown | None:
     return None
 
 
-def chat_key(message: Message) -> str:
-    """`<chat_id>`, or `<chat_id>:<thread_id>` in a forum topic."""
-    if message.is_topic_message and message.message_thread_id:
-        return f"{message.chat_id}:{message.message_thread_id}"
-    return str(message.chat_id)
-
-
-def is_addressed(message: Message, bot: User, our_commands: set[str]) -> bool:
-    """In a group: a reply to the bot, an @mention of it, or one of our commands."""
-    reply = message.reply_to_message
-    if reply is not None and reply.from_user is not None and reply.from_user.id == bot.id:
-        return True
-    text, username = message.text or message.caption or "", (bot.username or "").lower()
-    if mentions(text, username):
-        return True
-    if (command := _COMMAND.match(text)) is None:
-        return False
-    name, addressee = command.group(1).lower(), (command.group(2) or "").lower()
-    return addressee == username or (not addressee and name.replace("_", "-") in our_commands)
-
-
-def _attachment(message: Message) -> tuple[str, Any, str, str] | None:
-    """(what it is, the Telegram file object, file suffix, original name) of a message's file."""
-    if message.photo:
-        return "photo", message.photo[-1], ".jpg", ""
-    for kind, media, default in (
-        ("document", message.document, ""),
-        ("voice note", message.voice, ".oga"),
-        ("audio", message.audio, ".mp3"),
-        ("video", message.video, ".mp4"),
-        ("video note", message.video_note, ".mp4"),
-    ):
-        if media is not None:
-            name = getattr(media, "file_name", None) or ""
-            suffix = Path(name).suffix.lower()
-            return kind, media, suffix if _SUFFIX.fullmatch(suffix) else default, name
-    return None
-
-
 async def _api(call: Awaitable[T]) -> T:
     """Run one Bot API call, turning PTB's errors into SendError."""
     try:
@@ -232,6 +204,8 @@ class Incoming:
     group: bool
     seq: int | None = None
     replayed: bool = False
+    press: str | None = None  # a button press: the command it sends
+    press_id: str = ""  # ... and the callback query to answer
 
 
 class TelegramChannel:
@@ -282,6 +256,7 @@ class TelegramChannel:
             stream_every_s=stream_every_s,  # Telegram allows about one edit a second per chat
         )
         self._refused: set[int] = set()
+        self._refusals: set[asyncio.Task[Any]] = set()
 
     @classmethod
     def from_app(cls, app: App) -> TelegramChannel:
@@ -397,7 +372,7 @@ class TelegramChannel:
                 updates = await bot.get_updates(
                     offset=self._offset,
                     timeout=int(self.poll_timeout_s),
-                    allowed_updates=["message"],
+                    allowed_updates=["message", "callback_query"],
                 )
             except TelegramError as exc:
                 self._on_poll_error(exc)
@@ -450,12 +425,20 @@ class TelegramChannel:
             return None
 
     def _admit(self, update: Update | None) -> Incoming | None:
-        """An update we answer, with its chat key; strangers are refused silently and logged."""
+        """An update we answer, with its chat key; strangers are refused silently and logged
+        (a stranger's button press gets a short refusal: Telegram shows a spinner otherwise)."""
+        press = update.callback_query if update is not None else None
         message = update.message if update is not None else None
+        if press is not None and isinstance(press.message, Message):
+            message = press.message
         user = update.effective_user if update is not None else None
         if update is None or message is None or user is None or user.is_bot:
             return None
         if not is_allowed(self.settings.allow_from, user.id, message.chat_id):
+            if press is not None:
+                task = asyncio.create_task(self.answer_press(press.id, REFUSED_PRESS))
+                self._refusals.add(task)
+                task.add_done_callback(self._refusals.discard)
             if user.id not in self._refused:  # refused silently: no reply, typing or reaction
                 if len(self._refused) >= 10_000:  # a flood of strangers must not grow memory
                     self._refused.clear()
@@ -466,6 +449,9 @@ class TelegramChannel:
                 )
             return None
         group = message.chat.type in (ChatType.GROUP, ChatType.SUPERGROUP)
+        if press is not None:
+            data = press.data or ""
+            return Incoming(message, user, chat_key(message), group, press=data, press_id=press.id)
         mention_only = group and self.settings.group_policy == "mention"
         if mention_only and not is_addressed(message, message.get_bot().bot, self._our_commands):
             return None
@@ -487,12 +473,16 @@ class TelegramChannel:
         assert self._bus is not None
         text = clean_text(message.text or message.caption or "")  # lone surrogates stop here
         text = strip_mention(text, message.get_bot().username) if group else text
+        if incoming.press is not None:  # what the button sends, as if the presser typed it
+            text = clean_text(incoming.press)
+            await self.answer_press(incoming.press_id)
+            await self._clear_buttons(key, message.message_id)
         parsed = parse_command(text)
         command = parsed[0] if parsed else None
         if command == "start":
             return GREETING.format(name=user.first_name)
         media: tuple[str, ...] = ()
-        if (found := _attachment(message)) is not None:
+        if incoming.press is None and (found := attachment(message)) is not None:
             kind, item, suffix, file_name = found
             if (size := item.file_size or 0) > self.settings.max_file_mb * 2**20:
                 return TOO_BIG.format(size=size / 2**20, limit=self.settings.max_file_mb)
@@ -508,7 +498,10 @@ class TelegramChannel:
                 await self._bus.forget(incoming.seq)
                 return None
             return UNSUPPORTED
-        metadata: dict[str, Any] = {"message_id": message.message_id}
+        # A person is there to answer a question (a shell command to approve, say).
+        metadata: dict[str, Any] = {"message_id": message.message_id, "can_ask": True}
+        if incoming.press is not None:
+            metadata["button"] = True
         if group:
             handle = f" (@{user.username})" if user.username else ""
             metadata["sender_name"] = f"{user.full_name}{handle}"
@@ -539,10 +532,20 @@ class TelegramChannel:
         return self._bot
 
     async def send_text(
-        self, key: str, text: str, *, html: bool, reply_to: int | None = None, quiet: bool = False
+        self,
+        key: str,
+        text: str,
+        *,
+        html: bool,
+        reply_to: int | None = None,
+        quiet: bool = False,
+        buttons: tuple[Button, ...] = (),
     ) -> int:
         chat_id, thread = target(key)
         options: dict[str, Any] = {"message_thread_id": thread, "disable_notification": quiet}
+        if buttons:  # one row; callback_data is what a press sends back (≤ 64 bytes)
+            row = [InlineKeyboardButton(b.label, callback_data=b.command[:64]) for b in buttons]
+            options["reply_markup"] = InlineKeyboardMarkup([row])
         if html:
             options["parse_mode"] = ParseMode.HTML
         if reply_to:
@@ -571,6 +574,18 @@ class TelegramChannel:
             if isinstance(exc.__cause__, InvalidToken) and "not found" in str(exc).lower():
                 raise SendError(str(exc), unsupported=True) from exc
             raise
+
+    async def answer_press(self, press_id: str, text: str | None = None) -> None:
+        """Answer a callback query at once (the person's app shows a spinner until then); an
+        old one, replayed after a restart, may be refused: that is fine."""
+        if self._bot is not None and press_id:
+            await _quietly(self._bot.answer_callback_query(press_id, text), "answer a press")
+
+    async def _clear_buttons(self, key: str, message_id: int) -> None:
+        """A choice was made: its buttons go, so nobody presses them twice."""
+        if self._bot is not None:
+            edit = self._bot.edit_message_reply_markup(target(key)[0], message_id)
+            await _quietly(edit, "remove the buttons")
 
     async def typing(self, key: str) -> None:
         chat_id, thread = target(key)

@@ -170,6 +170,9 @@ class TerminalChannel:
             from rich.markdown import Markdown  # ~0.1 s of imports: not before the first reply
 
             self.console.print(Markdown(msg.content))
+        if msg.buttons:  # the terminal has no buttons: say what to type instead
+            hint = " ".join(f"[{b.label}: {b.command}]" for b in msg.buttons)
+            self.console.print(hint, style="dim", markup=False, highlight=False)
         self.console.print()
 
 

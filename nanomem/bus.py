@@ -54,6 +54,16 @@ class InboundMessage:
 
 
 @dataclass(frozen=True)
+class Button:
+    """A choice shown under a message; pressing it sends `command` as the presser's message
+    (metadata `button`), so it is checked like anything they type. Telegram shows inline
+    buttons (`command` ≤ 64 bytes), the terminal a hint line, other channels ignore it."""
+
+    label: str
+    command: str
+
+
+@dataclass(frozen=True)
 class OutboundMessage:
     channel: str
     chat_id: str
@@ -62,12 +72,20 @@ class OutboundMessage:
     reply_to: str | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
     seq: int | None = None  # the inbox message this answers: delivering it removes that
+    buttons: tuple[Button, ...] = ()
 
     @classmethod
     def answering(
-        cls, msg: InboundMessage, content: str, kind: OutboundKind = "reply", **metadata: Any
+        cls,
+        msg: InboundMessage,
+        content: str,
+        kind: OutboundKind = "reply",
+        buttons: tuple[Button, ...] = (),
+        **metadata: Any,
     ) -> OutboundMessage:
-        return cls(msg.channel, msg.chat_id, content, kind, msg.id, dict(metadata), msg.seq)
+        return cls(
+            msg.channel, msg.chat_id, content, kind, msg.id, dict(metadata), msg.seq, buttons
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -77,6 +95,7 @@ class OutboundMessage:
             "kind": self.kind,
             "reply_to": self.reply_to,
             "metadata": self.metadata,
+            "buttons": [[b.label, b.command] for b in self.buttons],
         }
 
     @classmethod
@@ -89,6 +108,7 @@ class OutboundMessage:
             data.get("reply_to"),
             dict(data.get("metadata") or {}),
             seq,
+            tuple(Button(str(label), str(command)) for label, command in data.get("buttons") or []),
         )
 
 

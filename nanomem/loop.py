@@ -13,7 +13,14 @@ from loguru import logger
 
 from nanomem.audience import audience_of, enter
 from nanomem.bus import InboundMessage, MessageBus, OutboundMessage
-from nanomem.commands import NOTHING_TO_STOP, STOPPED, Command, CommandSet, UnknownCommand
+from nanomem.commands import (
+    NOTHING_TO_STOP,
+    STOPPED,
+    Answer,
+    Command,
+    CommandSet,
+    UnknownCommand,
+)
 from nanomem.config import Settings, key_source
 from nanomem.context import ContextBuilder
 from nanomem.log import redact, redact_message, shown_so_far
@@ -122,7 +129,7 @@ class AgentLoop:
                 return OutboundMessage.answering(msg, text, kind="error")
             if found and found[0].immediate:
                 self._check_taking()
-                return OutboundMessage.answering(msg, await found[0].handler(msg, found[1]))
+                return answer(msg, await found[0].handler(msg, found[1]))
             async with (
                 self._locks.hold(msg.session_key),
                 self.sessions.lease(msg.session_key),
@@ -132,7 +139,7 @@ class AgentLoop:
                 if found and found[0].name == "retry":  # a whole turn, not a line of text
                     return await self._stoppable_turn(msg, progress, retry=True)
                 if found:
-                    return OutboundMessage.answering(msg, await found[0].handler(msg, found[1]))
+                    return answer(msg, await found[0].handler(msg, found[1]))
                 return await self._stoppable_turn(msg, progress)
         except Deferred:
             raise
@@ -392,6 +399,13 @@ class AgentLoop:
 
 NOTHING_TO_RETRY = "Nothing to retry: your last message was answered."
 REPLAY_SEARCH = 2000  # a replayed message is among the last messages of its session
+
+
+def answer(msg: InboundMessage, result: str | Answer) -> OutboundMessage:
+    """A command's reply, with its buttons if it has any."""
+    if isinstance(result, Answer):
+        return OutboundMessage.answering(msg, result.text, buttons=result.buttons)
+    return OutboundMessage.answering(msg, result)
 
 
 def find_message(messages: list[dict[str, Any]], message_id: str) -> int | None:
