@@ -103,6 +103,11 @@ class TelegramSettings(_Section):
     stream: bool = True  # private chats see a reply grow while the model writes it
     stream_groups: bool = False  # groups too (edits of one message; drafts are private-only)
 
+    @property
+    def owner_id(self) -> int | None:
+        """The owner's private chat (where Dream reviews go): the first user in allow_from."""
+        return next((v for v in self.allow_from if isinstance(v, int) and v > 0), None)
+
     @field_validator("allow_from")
     @classmethod
     def _numeric_ids(cls, values: list[int | str]) -> list[int | str]:
@@ -145,6 +150,9 @@ class DreamSettings(_Section):
     max_wall_s: float = Field(300.0, gt=0)
     max_delete_share: float = Field(0.25, gt=0, le=1)
     trigger_entries: int = Field(40, ge=1)
+    # "ask": a run's edits wait for the owner's /dream-approve (or /dream-reject).
+    review: Literal["auto", "ask"] = "auto"
+    review_expire_h: float = Field(72.0, gt=0)
 
 
 class LogSettings(_Section):

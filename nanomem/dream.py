@@ -24,6 +24,7 @@ from pydantic import Field
 from nanomem.audience import is_shared_room
 from nanomem.config import DreamSettings
 from nanomem.dream_journal import DreamJournal, Edit, EditConflict, Staging, journal_of
+from nanomem.dream_review import WAITING, DreamReview, PendingChange, rejection_notes
 from nanomem.durable import atomic_write_text
 from nanomem.gitstore import TRACKED, Files, GitStore, Version
 from nanomem.history import HistoryEntry, HistoryStore, clean_temp_files
@@ -34,7 +35,9 @@ from nanomem.templates import Templates
 from nanomem.tools import Tool, ToolError, ToolRegistry, read_only_tool
 
 MemoryFile = Literal["SOUL.md", "USER.md", "memory/MEMORY.md"]
-Status = Literal["changed", "unchanged", "nothing_new", "failed"]
+# "pending": the edits wait for the owner (dream.review = "ask"); "waiting": an earlier
+# run's still do, so this one did nothing.
+Status = Literal["changed", "unchanged", "nothing_new", "failed", "pending", "waiting"]
 
 
 class DreamBusy(Exception):
@@ -51,8 +54,13 @@ class DreamResult:
     entries: int = 0
     version: Version | None = None
     reason: str = ""
+    pending: PendingChange | None = None
 
     def describe(self) -> str:
+        if self.status == "waiting":
+            return WAITING
+        if self.pending is not None:
+            return self.pending.describe()
         if self.status == "nothing_new":
             return "Nothing new to learn."
         if self.status == "failed":
@@ -154,6 +162,14 @@ class Dream:
         self.lock = lock or FileLock(state_path.parent / "locks" / "dream.lock")
         journal_path = journal_path or state_path.with_name("dream-journal.json")
         self.journal = DreamJournal(journal_path, git, history)
+        self.review = DreamReview(
+            state_path.with_name("dream-review.json"),
+            state_path.with_name("dream-reviews.jsonl"),
+            journal=self.journal,
+            git=git,
+            history=history,
+            expire_h=settings.review_expire_h,
+        )
 
     @property
     def running(self) -> bool:
@@ -173,7 +189,7 @@ class Dream:
         except LockBusy:
             raise DreamBusy from None
         try:
-            result = await self._run()
+            result = await self._run(trigger)
             logger.info("dream ({}): {} {}", trigger, result.status, result.reason)
             await to_thread_to_the_end(self._record, trigger, result)
             return result
@@ -200,8 +216,10 @@ class Dream:
             clean_temp_files(folder)
         self.journal.recover()
 
-    async def _run(self) -> DreamResult:
+    async def _run(self, trigger: str) -> DreamResult:
         await to_thread_to_the_end(self._recover)
+        if await to_thread_to_the_end(self.review.current) is not None:
+            return DreamResult("waiting")  # one pending change at a time
         # The cursor is read under the lock: another process's run may have just moved it.
         after = await asyncio.to_thread(self.history.dream_cursor)
         limit = self.settings.max_batch_size
@@ -228,6 +246,12 @@ class Dream:
             await to_thread_to_the_end(self.history.advance_dream_cursor, cursor)
             return DreamResult("unchanged", len(entries))
         journal = journal_of(cursor, base_sha, staging)
+        if self.settings.review == "ask":  # a /dream's reply shows it: no separate notice
+            hold = self.review.hold
+            pending = await to_thread_to_the_end(
+                hold, journal, base, len(entries), trigger == "manual"
+            )
+            return DreamResult("pending", len(entries), pending=pending)
         try:
             version = await to_thread_to_the_end(self.journal.complete, journal)
         except EditConflict as exc:
@@ -252,7 +276,8 @@ class Dream:
                 "role": "user",
                 "content": self.templates.render(
                     "dream_analyse.md.j2", entries=entries, files=files
-                ),
+                )
+                + await asyncio.to_thread(rejection_notes, self.templates, self.review),
             },
         ]
         analysis = await react(provider, analyse, None, 1)
