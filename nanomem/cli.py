@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from nanomem.app import App
-    from nanomem.bus import MessageBus
+    from nanomem.bus import MessageBus, OutboundMessage
     from nanomem.config import Settings
     from nanomem.onboard import Home
 
@@ -333,6 +333,8 @@ async def _interactive(home: Home, settings: Settings, session: str, stderr_leve
     bus = MessageBus()
     channel = load_channel("terminal")(history_file=home.chat_history, chat_id=session)
     await channel.start(bus)
+    if home.dream_review.exists():  # a Dream change waits: the owner hears of it first thing
+        await channel.send(_review_notice(home.dream_review, session))
     drawn = asyncio.Event()
     chat = asyncio.create_task(channel.run_until_exit(settings.llm.model, on_ready=drawn.set))
     workers = [asyncio.create_task(pump_outbound(channel, bus), name="terminal-outbox")]
@@ -357,6 +359,17 @@ async def _interactive(home: Home, settings: Settings, session: str, stderr_leve
         await asyncio.gather(*workers, chat, return_exceptions=True)
         await channel.stop()
     return 0
+
+
+def _review_notice(path: Path, session: str) -> OutboundMessage:
+    from nanomem.bus import OutboundMessage
+    from nanomem.dream_review import PendingChange
+
+    try:
+        pending = PendingChange.from_json(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, KeyError, TypeError):
+        return OutboundMessage("cli", session, "A Dream change waits: /dream-log shows it.")
+    return OutboundMessage("cli", session, pending.describe(), buttons=pending.buttons())
 
 
 def cmd_gateway(args: argparse.Namespace) -> int:

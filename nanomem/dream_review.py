@@ -308,4 +308,6 @@ class DreamReview:
 def rejection_notes(templates: Templates, review: DreamReview) -> str:
     """The analyse prompt's reminder of what the owner rejected ("" when nothing was)."""
     rejected = review.rejections()
-    return templates.render("dream_rejected.md.j2", rejections=rejected) if rejected else ""
+    if not rejected:
+        return ""
+    return "\n\n" + templates.render("dream_rejected.md.j2", rejections=rejected).strip() + "\n"
