@@ -29,6 +29,7 @@ from nanomem.provider import Provider, RetryingProvider
 from nanomem.routing import route
 from nanomem.scheduler import DreamScheduler
 from nanomem.session import SessionStore
+from nanomem.shell_approval import Allowlist, ShellApproval
 from nanomem.shelltool import ShellTool
 from nanomem.skills import Skills
 from nanomem.templates import Templates
@@ -114,12 +115,21 @@ def build_app(
     )
     for tool in [*file_tools.tools(), *skills.tools()]:
         tools.add(tool)
+    if bus is None:
+        bus = MessageBus(inbox=SqliteInbox(home.inbox) if durable else None)
+    approval = ShellApproval(
+        tool_settings.shell_approval,
+        tool_settings.shell_approval_timeout_s,
+        Allowlist(home.root / "shell-allowlist.json", home.lock("shell-allowlist")),
+        bus.publish_outbound,
+    )
     if tool_settings.shell_enabled:
         shell = ShellTool(
             workspace,
             timeout_s=tool_settings.shell_timeout_s,
             allowed_env=tool_settings.shell_env,
             max_output_chars=tool_settings.max_output_chars,
+            approval=approval,
         )
         for tool in shell.tools():
             tools.add(tool)
@@ -130,8 +140,6 @@ def build_app(
     if provider is None:
         provider = _model(llm, transports)
     budget = Budget(BpeTokenizer(), Calibration(), llm, settings.memory)
-    if bus is None:
-        bus = MessageBus(inbox=SqliteInbox(home.inbox) if durable else None)
     sessions = SessionStore(home.sessions, counter=budget.count, lock_dir=home.locks / "sessions")
     context = ContextBuilder(
         workspace,
@@ -185,6 +193,8 @@ def build_app(
         groups_see_personal=settings.memory.groups_see_personal,
     )
     MemoryCommands(dream, git).register(loop.commands)
+    if tool_settings.shell_enabled:
+        approval.register(loop.commands)
     scheduler = DreamScheduler(dream, history, settings.dream)
     return App(
         settings,

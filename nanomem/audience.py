@@ -10,6 +10,10 @@ from __future__ import annotations
 
 from contextvars import ContextVar
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from nanomem.bus import InboundMessage
 
 # Paths inside the workspace that hold the owner's personal memory.
 PERSONAL_PATHS = ("USER.md", "memory")
@@ -19,6 +23,7 @@ PERSONAL_PATHS = ("USER.md", "memory")
 class Audience:
     session: str  # the session key, `channel:chat`
     personal: bool  # may see the owner's personal memory
+    message: InboundMessage | None = None  # what the turn answers: where to ask its sender
 
 
 def is_shared_room(session: str) -> bool:
@@ -28,8 +33,10 @@ def is_shared_room(session: str) -> bool:
     return chat.startswith("-")
 
 
-def audience_of(session: str, groups_see_personal: bool = False) -> Audience:
-    return Audience(session, groups_see_personal or not is_shared_room(session))
+def audience_of(
+    session: str, groups_see_personal: bool = False, message: InboundMessage | None = None
+) -> Audience:
+    return Audience(session, groups_see_personal or not is_shared_room(session), message)
 
 
 _current: ContextVar[Audience | None] = ContextVar("audience", default=None)

@@ -69,6 +69,10 @@ class ToolSettings(_Section):
     shell_timeout_s: float = Field(60.0, gt=0)
     # Environment variables commands may see beyond PATH, HOME, LANG and TERM.
     shell_env: list[str] = Field(default_factory=list)
+    # "ask": the person is asked in the chat before each command (unless allowlisted);
+    # "allowlist": only allowlisted prefixes run; "off": everything runs (unsafe).
+    shell_approval: Literal["ask", "allowlist", "off"] = "ask"
+    shell_approval_timeout_s: float = Field(120.0, gt=0)
     max_output_chars: int = Field(16000, ge=500)
 
 

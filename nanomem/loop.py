@@ -195,7 +195,7 @@ class AgentLoop:
         at: int,
         progress: Progress | None,
     ) -> OutboundMessage:
-        enter(audience_of(session.key, self.settings.memory.groups_see_personal))
+        enter(audience_of(session.key, self.settings.memory.groups_see_personal, msg))
         shown_from = session.replay_from
         system = await self._system_message(session)
         for hook in self.before_turn:

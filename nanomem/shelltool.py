@@ -15,6 +15,7 @@ from typing import Annotated
 from pydantic import Field
 
 from nanomem.audience import current
+from nanomem.shell_approval import ShellApproval
 from nanomem.tools import Tool, ToolError
 
 REAPER = Path(__file__).with_name("reaper.py")
@@ -41,7 +42,9 @@ class ShellTool:
         timeout_s: float,
         max_output_chars: int,
         allowed_env: Iterable[str] = (),
+        approval: ShellApproval | None = None,
     ) -> None:
+        self.approval = approval  # None: every command runs (tools.shell_approval = "off")
         self.workspace = workspace
         self.timeout_s = timeout_s
         self.max_output_chars = max_output_chars
@@ -55,6 +58,8 @@ class ShellTool:
         seen_by = current()
         if seen_by is not None and not seen_by.personal:
             raise ToolError("the shell is not available in group chats")
+        if self.approval is not None and (refused := await self.approval.refusal(command)):
+            return refused  # the model reads it and carries on
         # The reaper owns the command's whole process tree (setsid'd children included).
         process = await asyncio.create_subprocess_exec(
             sys.executable,
