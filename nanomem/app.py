@@ -120,7 +120,7 @@ def build_app(
     approval = ShellApproval(
         tool_settings.shell_approval,
         tool_settings.shell_approval_timeout_s,
-        Allowlist(home.root / "shell-allowlist.json", home.lock("shell-allowlist")),
+        Allowlist(home.shell_allowlist, home.lock("shell-allowlist")),
         bus.publish_outbound,
     )
     if tool_settings.shell_enabled:

@@ -246,11 +246,10 @@ class Dream:
             await to_thread_to_the_end(self.history.advance_dream_cursor, cursor)
             return DreamResult("unchanged", len(entries))
         journal = journal_of(cursor, base_sha, staging)
-        if self.settings.review == "ask":  # a /dream's reply shows it: no separate notice
+        if self.settings.review == "ask":  # kept aside for the owner's decision
+            told = trigger == "manual"  # a /dream's reply shows it: no separate notice
             hold = self.review.hold
-            pending = await to_thread_to_the_end(
-                hold, journal, base, len(entries), trigger == "manual"
-            )
+            pending = await to_thread_to_the_end(hold, journal, base, len(entries), told)
             return DreamResult("pending", len(entries), pending=pending)
         try:
             version = await to_thread_to_the_end(self.journal.complete, journal)
@@ -270,6 +269,7 @@ class Dream:
     async def _learn(self, entries: list[HistoryEntry], staging: Staging) -> None:
         provider = TokenCap(self.provider, self.settings.max_tokens)
         files = {rel: staging.read(rel) for rel in TRACKED}
+        rejected = await asyncio.to_thread(rejection_notes, self.templates, self.review)
         analyse = [
             {"role": "system", "content": self.templates.render("dream_system.md.j2")},
             {
@@ -277,7 +277,7 @@ class Dream:
                 "content": self.templates.render(
                     "dream_analyse.md.j2", entries=entries, files=files
                 )
-                + await asyncio.to_thread(rejection_notes, self.templates, self.review),
+                + rejected,
             },
         ]
         analysis = await react(provider, analyse, None, 1)
