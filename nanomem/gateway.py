@@ -152,24 +152,32 @@ class Gateway:
     async def _tell_owner(self, owner: int) -> None:
         """A Dream change waiting for a decision (made here, or by a cron `nanomem dream`) goes
         once to the owner's private Telegram chat, with Approve and Reject buttons."""
-        dream = self.app.dream
         while True:
             await asyncio.sleep(REVIEW_CHECK_S)
-            pending = await asyncio.to_thread(dream.review.peek)
-            if pending is None or pending.notified:
-                continue
-            try:  # under the Dream lock: a decision may be removing it right now
-                await dream.lock.acquire(wait_s=0)
-            except LockBusy:
-                continue
             try:
-                if await asyncio.to_thread(dream.review.mark_notified, pending.id):
-                    notice = OutboundMessage(
-                        "telegram", str(owner), pending.describe(), buttons=pending.buttons()
-                    )
-                    await self.app.bus.publish_outbound(notice)
-            finally:
-                dream.lock.release()
+                await self._tell_owner_once(owner)
+            except Exception:  # a full disk, say: try again at the next check
+                logger.exception("gateway: could not tell the owner of a Dream change")
+
+    async def _tell_owner_once(self, owner: int) -> None:
+        dream = self.app.dream
+        pending = await asyncio.to_thread(dream.review.peek)
+        if pending is None or pending.notified:
+            return
+        try:  # under the Dream lock: a decision may be removing it right now
+            await dream.lock.acquire(wait_s=0)
+        except LockBusy:
+            return
+        try:
+            pending = await asyncio.to_thread(dream.review.peek)  # still waiting?
+            if pending is not None and not pending.notified:
+                notice = OutboundMessage(
+                    "telegram", str(owner), pending.describe(), buttons=pending.buttons()
+                )
+                await self.app.bus.publish_outbound(notice)  # told twice rather than never
+                await asyncio.to_thread(dream.review.mark_notified, pending.id)
+        finally:
+            dream.lock.release()
 
     async def _shutdown(self, dispatcher: asyncio.Task[None], grace_s: float) -> None:
         """Take nothing new, let running turns finish within the grace period and deliver their
