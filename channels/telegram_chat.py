@@ -63,7 +63,7 @@ def strip_mention(text: str, username: str) -> str:
 def command_menu(commands: list[Command]) -> list[tuple[str, str]]:
     """(name, description) for Telegram's command menu: `dream-log` becomes `dream_log`."""
     menu = [("start", "say hello")]
-    for command in commands:
+    for command in filter(lambda c: c.listed, commands):
         name = command.name.replace("-", "_")
         if _COMMAND_NAME.fullmatch(name):  # Telegram allows [a-z0-9_]{1,32} only
             menu.append((name, command.summary[:256] or name))

@@ -34,6 +34,8 @@ class Command:
     usage: str = ""
     # Runs at once instead of queueing behind the chat's running turn (e.g. /stop).
     immediate: bool = False
+    # In /help and Telegram's menu; False for what only buttons send (/shell-allow <id>).
+    listed: bool = True
 
 
 class UnknownCommand(Exception):

@@ -375,7 +375,8 @@ class AgentLoop:
         register(Command("retry", "run your last unanswered message again", self._cmd_retry))
 
     async def _cmd_help(self, msg: InboundMessage, args: str) -> str:
-        return self.templates.render("help.md.j2", commands=self.commands.all())
+        listed = [command for command in self.commands.all() if command.listed]
+        return self.templates.render("help.md.j2", commands=listed)
 
     async def _cmd_new(self, msg: InboundMessage, args: str) -> str:
         session = await self.sessions.get(msg.session_key)

@@ -172,7 +172,9 @@ class ShellApproval:
             ("allowed", "list the commands that run without asking", self._allowed, ""),
             ("disallow", "ask again before commands with that prefix", self._disallow, "<prefix>"),
         ):
-            commands.register(Command(name, summary, handler, usage=usage, immediate=True))
+            listed = not name.startswith("shell-")  # the buttons send these
+            command = Command(name, summary, handler, usage=usage, immediate=True, listed=listed)
+            commands.register(command)
 
     async def _answer(self, msg: InboundMessage, key: str, choice: str) -> str | _Question:
         question = self._questions.get(key.strip())

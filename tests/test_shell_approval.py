@@ -83,3 +83,13 @@ async def test_a_stop_while_asking_closes_the_question(home: Home) -> None:
     assert (await turn) is None
     late = await app.loop.handle(InboundMessage("telegram", "42", asked.buttons[0].command, "42"))
     assert late is not None and late.content.startswith("That question is no longer open")
+
+
+async def test_only_the_allowlist_commands_are_in_help(home: Home) -> None:
+    app = shell_app(home, ScriptedProvider())
+    shown = await app.loop.handle(InboundMessage("cli", "direct", "/help"))
+    assert shown is not None
+    assert "/allowed" in shown.content and "/disallow" in shown.content
+    assert "/shell-allow" not in shown.content  # its buttons send it
+    answered = await app.loop.handle(InboundMessage("cli", "direct", "/shell-allow 1234"))
+    assert answered is not None and answered.content.startswith("That question is no longer")
