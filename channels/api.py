@@ -285,7 +285,8 @@ class ApiChannel:
             elif msg.kind in ("reply", "error"):
                 text = step_text if msg.metadata.get("stopped") else msg.content
                 used = usage(self.count_tokens(parsed.text), self.count_tokens(text))
-                return web.json_response(completion(completion_id(), text, used))
+                body = completion(completion_id(), text, used, msg.buttons)
+                return web.json_response(body)
 
     async def _stream(
         self, request: web.Request, waiting: _Waiting, parsed: ChatRequest

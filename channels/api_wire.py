@@ -11,6 +11,8 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from nanomem.agent import Button
+
 MODEL_ID = "nanomem"
 # Personal sessions only: a leading "-" would make `api:-1` look like a group (a shared room),
 # and the id becomes part of a file name.
@@ -148,8 +150,12 @@ def usage(prompt: int, completion: int) -> dict[str, int]:
     }
 
 
-def completion(cid: str, text: str, used: dict[str, int]) -> dict[str, Any]:
-    message = {"role": "assistant", "content": text}
+def completion(
+    cid: str, text: str, used: dict[str, int], buttons: tuple[Button, ...] = ()
+) -> dict[str, Any]:
+    message: dict[str, Any] = {"role": "assistant", "content": text}
+    if buttons:  # nanomem's own field (clients ignore it): what a button would send
+        message["buttons"] = [{"label": b.label, "command": b.command} for b in buttons]
     return {
         "id": cid,
         "object": "chat.completion",

@@ -1,9 +1,9 @@
-"""The Telegram channel: python-telegram-bot long polling in our own loop (its only importer)."""
+"""The Telegram channel: python-telegram-bot long polling in our own loop (with telegram_http.py,
+the only importer of python-telegram-bot)."""
 
 from __future__ import annotations
 
 import asyncio
-import re
 import warnings
 from collections.abc import Awaitable
 from dataclasses import dataclass, replace
@@ -11,11 +11,17 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-import aiohttp
 from loguru import logger
-from telegram import Bot, BotCommand, Message, ReplyParameters, Update, User
-from telegram._utils.defaultvalue import DefaultValue
-from telegram._utils.types import ODVInput
+from telegram import (
+    Bot,
+    BotCommand,
+    InlineKeyboardButton,
+    InlineKeyboardMarkup,
+    Message,
+    ReplyParameters,
+    Update,
+    User,
+)
 from telegram.constants import ChatAction, ChatType, ParseMode
 from telegram.error import (
     BadRequest,
@@ -24,9 +30,8 @@ from telegram.error import (
     NetworkError,
     RetryAfter,
     TelegramError,
-    TimedOut,
 )
-from telegram.request import BaseRequest, HTTPXRequest, RequestData
+from telegram.request import BaseRequest
 
 from channels.telegram_chat import (
     TOKEN_REJECTED,
@@ -36,11 +41,22 @@ from channels.telegram_chat import (
     command_menu,
     in_telegram_spelling,
     is_allowed,
-    mentions,
     strip_mention,
     target,
 )
+from channels.telegram_http import requests_for
+from channels.telegram_inbound import (
+    GREETING,
+    NO_DOWNLOAD,
+    REFUSED_PRESS,
+    TOO_BIG,
+    UNSUPPORTED,
+    attachment,
+    chat_key,
+    is_addressed,
+)
 from nanomem.agent import (
+    Button,
     ChannelDown,
     ChatQueues,
     Command,
@@ -61,105 +77,7 @@ T = TypeVar("T")
 OFFSET = "telegram.offset"  # the inbox's record of what Telegram may forget
 NOT_FOUND = "telegram: the Bot API answered 404 (check telegram.token and telegram.base_url)"
 NO_TOKEN = "telegram.token is not set: create a bot with @BotFather, then set telegram.token"
-GREETING = "Hi {name}! Write to me and I will answer. /help lists the commands."
-TOO_BIG = "That file is {size:.1f} MB; I accept up to {limit} MB (telegram.max_file_mb)."
-NO_DOWNLOAD = "I could not download that file; please send it again."
-UNSUPPORTED = "I can read text, photos, documents, voice notes and audio, not this kind of message."
 STEP_S = 10.0  # the longest any one start or stop step may take
-_SUFFIX = re.compile(r"\.[a-z0-9]{1,8}")
-_COMMAND = re.compile(r"/([A-Za-z0-9_-]+)(?:@(\w+))?")
-
-
-class _AiohttpRequest(BaseRequest):
-    """Bot API calls over aiohttp. httpx's connection pool does work per queued request for
-    every connection, which a hundred chats replying at once turn into seconds of CPU."""
-
-    def __init__(self, connections: int, read_timeout_s: float = 5.0) -> None:
-        self._connections, self._read_timeout_s = connections, read_timeout_s
-        self._session: aiohttp.ClientSession | None = None
-
-    @property
-    def read_timeout(self) -> float | None:
-        return self._read_timeout_s
-
-    async def initialize(self) -> None:
-        if self._session is None or self._session.closed:
-            connector = aiohttp.TCPConnector(limit=self._connections)
-            self._session = aiohttp.ClientSession(connector=connector)
-
-    async def shutdown(self) -> None:
-        session, self._session = self._session, None
-        if session is not None:
-            await session.close()
-
-    async def do_request(
-        self,
-        url: str,
-        method: str,
-        request_data: RequestData | None = None,
-        read_timeout: ODVInput[float] = BaseRequest.DEFAULT_NONE,
-        write_timeout: ODVInput[float] = BaseRequest.DEFAULT_NONE,
-        connect_timeout: ODVInput[float] = BaseRequest.DEFAULT_NONE,
-        pool_timeout: ODVInput[float] = BaseRequest.DEFAULT_NONE,
-    ) -> tuple[int, bytes]:
-        if self._session is None:
-            await self.initialize()
-        assert self._session is not None
-        read = self._read_timeout_s if isinstance(read_timeout, DefaultValue) else read_timeout
-        connect = 5.0 if isinstance(connect_timeout, DefaultValue) else connect_timeout
-        timeout = aiohttp.ClientTimeout(sock_connect=connect, sock_read=read)
-        try:
-            async with self._session.request(
-                method, url, data=_body(request_data), timeout=timeout
-            ) as response:
-                return response.status, await response.read()
-        except TimeoutError as exc:
-            raise TimedOut from exc
-        except aiohttp.ClientError as exc:
-            raise NetworkError(f"aiohttp.{type(exc).__name__}: {exc}") from exc
-
-
-def _body(data: RequestData | None) -> aiohttp.FormData | dict[str, str] | None:
-    """The parameters form-encoded, as the Bot API takes them; files as multipart."""
-    if data is None:
-        return None
-    if not data.contains_files:
-        return data.json_parameters
-    form = aiohttp.FormData()
-    for name, value in data.json_parameters.items():
-        form.add_field(name, value)
-    for name, (file_name, content, mime) in data.multipart_data.items():
-        form.add_field(name, content, filename=file_name, content_type=mime)
-    return form
-
-
-class _Watched:
-    """For the getUpdates connection (mixed into a request class): tells the watch when each
-    poll ends, and with which status."""
-
-    watch: PollWatch
-
-    async def do_request(self, *args: Any, **kwargs: Any) -> tuple[int, bytes]:
-        status = None
-        try:
-            status, body = await super().do_request(*args, **kwargs)  # type: ignore[misc]
-        finally:
-            self.watch.finished(status)
-        return status, body
-
-
-class _PollRequest(_Watched, _AiohttpRequest):
-    def __init__(self, watch: PollWatch) -> None:
-        super().__init__(connections=1)
-        self.watch = watch
-
-
-class _HttpxPollRequest(_Watched, HTTPXRequest):
-    """The same, through a proxy."""
-
-    def __init__(self, watch: PollWatch, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.watch = watch
 
 
 def _down(exc: BaseException) -> ChannelDown | None:
@@ -168,45 +86,6 @@ def _down(exc: BaseException) -> ChannelDown | None:
         return ChannelDown(NOT_FOUND if "not found" in str(exc).lower() else TOKEN_REJECTED)
     if isinstance(exc, TelegramError | TimeoutError | OSError):
         return ChannelDown(f"telegram: cannot reach the Bot API: {exc}")
-    return None
-
-
-def chat_key(message: Message) -> str:
-    """`<chat_id>`, or `<chat_id>:<thread_id>` in a forum topic."""
-    if message.is_topic_message and message.message_thread_id:
-        return f"{message.chat_id}:{message.message_thread_id}"
-    return str(message.chat_id)
-
-
-def is_addressed(message: Message, bot: User, our_commands: set[str]) -> bool:
-    """In a group: a reply to the bot, an @mention of it, or one of our commands."""
-    reply = message.reply_to_message
-    if reply is not None and reply.from_user is not None and reply.from_user.id == bot.id:
-        return True
-    text, username = message.text or message.caption or "", (bot.username or "").lower()
-    if mentions(text, username):
-        return True
-    if (command := _COMMAND.match(text)) is None:
-        return False
-    name, addressee = command.group(1).lower(), (command.group(2) or "").lower()
-    return addressee == username or (not addressee and name.replace("_", "-") in our_commands)
-
-
-def _attachment(message: Message) -> tuple[str, Any, str, str] | None:
-    """(what it is, the Telegram file object, file suffix, original name) of a message's file."""
-    if message.photo:
-        return "photo", message.photo[-1], ".jpg", ""
-    for kind, media, default in (
-        ("document", message.document, ""),
-        ("voice note", message.voice, ".oga"),
-        ("audio", message.audio, ".mp3"),
-        ("video", message.video, ".mp4"),
-        ("video note", message.video_note, ".mp4"),
-    ):
-        if media is not None:
-            name = getattr(media, "file_name", None) or ""
-            suffix = Path(name).suffix.lower()
-            return kind, media, suffix if _SUFFIX.fullmatch(suffix) else default, name
     return None
 
 
@@ -240,6 +119,8 @@ class Incoming:
     group: bool
     seq: int | None = None
     replayed: bool = False
+    press: str | None = None  # a button press: the command it sends
+    press_id: str = ""  # ... and the callback query to answer
 
 
 class TelegramChannel:
@@ -290,6 +171,7 @@ class TelegramChannel:
             stream_every_s=stream_every_s,  # Telegram allows about one edit a second per chat
         )
         self._refused: set[int] = set()
+        self._refusals: set[asyncio.Task[Any]] = set()
 
     @classmethod
     def from_app(cls, app: App) -> TelegramChannel:
@@ -342,13 +224,7 @@ class TelegramChannel:
             await _quietly(bot.shutdown(), "shut down")
 
     def _requests(self, watch: PollWatch | None = None) -> BaseRequest:
-        """aiohttp for the Bot API; httpx (which speaks SOCKS) when a proxy is set."""
-        proxy = self.settings.proxy
-        if proxy:
-            if watch is not None:
-                return _HttpxPollRequest(watch, proxy=proxy, connection_pool_size=1)
-            return HTTPXRequest(connection_pool_size=64, pool_timeout=10.0, proxy=proxy)
-        return _PollRequest(watch) if watch is not None else _AiohttpRequest(connections=128)
+        return requests_for(self.settings.proxy, watch)
 
     def _build(self) -> Bot:
         request = self._requests()
@@ -405,7 +281,7 @@ class TelegramChannel:
                 updates = await bot.get_updates(
                     offset=self._offset,
                     timeout=int(self.poll_timeout_s),
-                    allowed_updates=["message"],
+                    allowed_updates=["message", "callback_query"],
                 )
             except TelegramError as exc:
                 self._on_poll_error(exc)
@@ -462,12 +338,20 @@ class TelegramChannel:
             return None
 
     def _admit(self, update: Update | None) -> Incoming | None:
-        """An update we answer, with its chat key; strangers are refused silently and logged."""
+        """An update we answer, with its chat key; strangers are refused silently and logged
+        (a stranger's button press gets a short refusal: Telegram shows a spinner otherwise)."""
+        press = update.callback_query if update is not None else None
         message = update.message if update is not None else None
+        if press is not None and isinstance(press.message, Message):
+            message = press.message
         user = update.effective_user if update is not None else None
         if update is None or message is None or user is None or user.is_bot:
             return None
         if not is_allowed(self.settings.allow_from, user.id, message.chat_id):
+            if press is not None:
+                task = asyncio.create_task(self.answer_press(press.id, REFUSED_PRESS))
+                self._refusals.add(task)
+                task.add_done_callback(self._refusals.discard)
             if user.id not in self._refused:  # refused silently: no reply, typing or reaction
                 if len(self._refused) >= 10_000:  # a flood of strangers must not grow memory
                     self._refused.clear()
@@ -478,6 +362,9 @@ class TelegramChannel:
                 )
             return None
         group = message.chat.type in (ChatType.GROUP, ChatType.SUPERGROUP)
+        if press is not None:
+            data = press.data or ""
+            return Incoming(message, user, chat_key(message), group, press=data, press_id=press.id)
         mention_only = group and self.settings.group_policy == "mention"
         if mention_only and not is_addressed(message, message.get_bot().bot, self._our_commands):
             return None
@@ -499,12 +386,16 @@ class TelegramChannel:
         assert self._bus is not None
         text = clean_text(message.text or message.caption or "")  # lone surrogates stop here
         text = strip_mention(text, message.get_bot().username) if group else text
+        if incoming.press is not None:  # what the button sends, as if the presser typed it
+            text = clean_text(incoming.press)
+            await self.answer_press(incoming.press_id)
+            await self._clear_buttons(key, message.message_id)
         parsed = parse_command(text)
         command = parsed[0] if parsed else None
         if command == "start":
             return GREETING.format(name=user.first_name)
         media: tuple[str, ...] = ()
-        if (found := _attachment(message)) is not None:
+        if incoming.press is None and (found := attachment(message)) is not None:
             kind, item, suffix, file_name = found
             if (size := item.file_size or 0) > self.settings.max_file_mb * 2**20:
                 return TOO_BIG.format(size=size / 2**20, limit=self.settings.max_file_mb)
@@ -520,7 +411,10 @@ class TelegramChannel:
                 await self._bus.forget(incoming.seq)
                 return None
             return UNSUPPORTED
-        metadata: dict[str, Any] = {"message_id": message.message_id}
+        # A person is there to answer a question (a shell command to approve, say).
+        metadata: dict[str, Any] = {"message_id": message.message_id, "can_ask": True}
+        if incoming.press is not None:
+            metadata["button"] = True
         if group:
             handle = f" (@{user.username})" if user.username else ""
             metadata["sender_name"] = f"{user.full_name}{handle}"
@@ -553,10 +447,20 @@ class TelegramChannel:
         return self._bot
 
     async def send_text(
-        self, key: str, text: str, *, html: bool, reply_to: int | None = None, quiet: bool = False
+        self,
+        key: str,
+        text: str,
+        *,
+        html: bool,
+        reply_to: int | None = None,
+        quiet: bool = False,
+        buttons: tuple[Button, ...] = (),
     ) -> int:
         chat_id, thread = target(key)
         options: dict[str, Any] = {"message_thread_id": thread, "disable_notification": quiet}
+        if buttons:  # one row; callback_data is what a press sends back (≤ 64 bytes)
+            row = [InlineKeyboardButton(b.label, callback_data=b.command[:64]) for b in buttons]
+            options["reply_markup"] = InlineKeyboardMarkup([row])
         if html:
             options["parse_mode"] = ParseMode.HTML
         if reply_to:
@@ -585,6 +489,18 @@ class TelegramChannel:
             if isinstance(exc.__cause__, InvalidToken) and "not found" in str(exc).lower():
                 raise SendError(str(exc), unsupported=True) from exc
             raise
+
+    async def answer_press(self, press_id: str, text: str | None = None) -> None:
+        """Answer a callback query at once (the person's app shows a spinner until then); an
+        old one, replayed after a restart, may be refused: that is fine."""
+        if self._bot is not None and press_id:
+            await _quietly(self._bot.answer_callback_query(press_id, text), "answer a press")
+
+    async def _clear_buttons(self, key: str, message_id: int) -> None:
+        """A choice was made: its buttons go, so nobody presses them twice."""
+        if self._bot is not None:
+            edit = self._bot.edit_message_reply_markup(target(key)[0], message_id)
+            await _quietly(edit, "remove the buttons")
 
     async def typing(self, key: str) -> None:
         chat_id, thread = target(key)

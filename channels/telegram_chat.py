@@ -20,9 +20,18 @@ from loguru import logger
 from channels.telegram_format import halves, html_to_plain, message_chunks, too_long
 from channels.telegram_port import BotPort, FloodGate, SendError
 from channels.telegram_stream import Stream, Streamer
-from nanomem.agent import STOPPED, ChannelDown, ChatQueues, Command, DeliveryLater, OutboundMessage
+from nanomem.agent import (
+    STOPPED,
+    Button,
+    ChannelDown,
+    ChatQueues,
+    Command,
+    DeliveryLater,
+    OutboundMessage,
+)
 
 T = TypeVar("T")
+Buttons = tuple[Button, ...]
 _COMMAND_NAME = re.compile(r"[a-z0-9_]{1,32}")
 TOKEN_REJECTED = "telegram: the bot token was rejected (check telegram.token)"
 EMPTY = "(the model sent an empty reply)"
@@ -65,7 +74,7 @@ def telegram_name(command: str) -> str:
 def command_menu(commands: list[Command]) -> list[tuple[str, str]]:
     """(name, description) for Telegram's command menu, in Telegram's spelling."""
     menu = [("start", "say hello")]
-    for command in commands:
+    for command in filter(lambda c: c.listed, commands):
         name = telegram_name(command.name)
         if _COMMAND_NAME.fullmatch(name):  # Telegram allows [a-z0-9_]{1,32} only
             menu.append((name, command.summary[:256] or name))
@@ -289,8 +298,11 @@ class Delivery:
                 if grown is not None and await self._replace(msg.chat_id, grown, *chunks[0]):
                     first, reply_to = 2, None
             for number, (text, html) in enumerate(chunks[first - 1 :], start=first):
+                buttons = msg.buttons if number == len(chunks) else ()  # under the last part
                 try:
-                    await self._send_fitting(msg.chat_id, text, html=html, reply_to=reply_to)
+                    await self._send_fitting(
+                        msg.chat_id, text, html=html, reply_to=reply_to, buttons=buttons
+                    )
                 except SendError as exc:
                     where = f"{msg.kind} part {number}/{len(chunks)} to chat {msg.chat_id}"
                     logger.error("telegram: gave up sending {}: {}", where, exc)
@@ -301,16 +313,19 @@ class Delivery:
         finally:
             self._forget_if_idle(msg.chat_id)
 
-    async def _send_fitting(self, key: str, text: str, *, html: bool, reply_to: int | None) -> None:
+    async def _send_fitting(
+        self, key: str, text: str, *, html: bool, reply_to: int | None, buttons: Buttons = ()
+    ) -> None:
         """Send one part; a part Telegram still finds too long goes out in smaller pieces."""
         try:
-            return await self._send(key, text, html=html, reply_to=reply_to)
+            return await self._send(key, text, html=html, reply_to=reply_to, buttons=buttons)
         except SendError as exc:
             if not too_long(str(exc)) or (pieces := halves(text, html=html)) is None:
                 raise
         logger.warning("telegram: a message too long for {} goes in {} pieces", key, len(pieces))
-        for piece in pieces:
-            await self._send_fitting(key, piece, html=html, reply_to=reply_to)
+        for number, piece in enumerate(pieces, start=1):
+            last = buttons if number == len(pieces) else ()
+            await self._send_fitting(key, piece, html=html, reply_to=reply_to, buttons=last)
             reply_to = None
 
     async def _replace(self, key: str, message_id: int, text: str, html: bool) -> bool:
@@ -357,9 +372,13 @@ class Delivery:
         if not chat.streams and not chat.wait_s():
             del self.chats[key]
 
-    async def _send(self, key: str, text: str, *, html: bool, reply_to: int | None = None) -> None:
+    async def _send(
+        self, key: str, text: str, *, html: bool, reply_to: int | None = None, buttons: Buttons = ()
+    ) -> None:
         def attempt(body: str, as_html: bool) -> Callable[[], Awaitable[int]]:
-            return lambda: self.port.send_text(key, body, html=as_html, reply_to=reply_to)
+            return lambda: self.port.send_text(
+                key, body, html=as_html, reply_to=reply_to, buttons=buttons
+            )
 
         try:
             await self._retrying(key, attempt(text, html))

@@ -9,6 +9,8 @@ import time
 from dataclasses import dataclass
 from typing import Protocol
 
+from nanomem.agent import Button
+
 
 class SendError(Exception):
     """The Bot API refused a call: a flood limit (`retry_after`), a network fault or 5xx
@@ -38,9 +40,16 @@ class BotPort(Protocol):
     """The Bot API calls delivery needs; they raise SendError."""
 
     async def send_text(
-        self, key: str, text: str, *, html: bool, reply_to: int | None = None, quiet: bool = False
+        self,
+        key: str,
+        text: str,
+        *,
+        html: bool,
+        reply_to: int | None = None,
+        quiet: bool = False,
+        buttons: tuple[Button, ...] = (),
     ) -> int:
-        """Send to a chat (or forum topic) key; the new message's id."""
+        """Send to a chat (or forum topic) key, with inline buttons if any; the message's id."""
 
     async def edit_text(
         self, key: str, message_id: int, text: str, *, html: bool = False

@@ -106,6 +106,9 @@ class TerminalChannel:
         if msg.kind == "progress":
             self.console.print(f"  ↳ {msg.content}", style="dim", markup=False, highlight=False)
             return
+        if msg.metadata.get("ask") and msg.buttons:
+            await self._ask(msg)
+            return
         future = self._waiting.pop(msg.reply_to or "", None)
         if future is not None and not future.done():
             future.set_result(msg)
@@ -177,9 +180,34 @@ class TerminalChannel:
         view.keep_earlier_steps(reply.result())
         self._render(reply.result())
 
+    async def _ask(self, question: OutboundMessage) -> None:
+        """A question from the running turn (may this shell command run?): y/N/always at the
+        prompt, sent back as the matching button's command (its buttons come in that order:
+        yes, always if offered, no)."""
+        views = list(self._views.values())
+        for view in views:
+            view.pause()
+        try:
+            self._render(question)
+            options = "y/N/always" if len(question.buttons) > 2 else "y/N"
+            prompt: PromptSession[str] = PromptSession()
+            try:
+                said = (await prompt.prompt_async(f"allow? [{options}] › ")).strip().lower()
+            except (EOFError, KeyboardInterrupt):
+                said = ""
+            choice = {"y": 0, "yes": 0}.get(said, -1)
+            if said in ("a", "always") and len(question.buttons) > 2:
+                choice = 1
+            answer = await self._expect(await self._publish(question.buttons[choice].command))
+            self._render(answer)
+        finally:
+            for view in views:
+                view.resume()
+
     async def _publish(self, text: str) -> InboundMessage:
         assert self._bus is not None, "start() must be called first"
-        msg = InboundMessage(self.name, self.chat_id, text, sender_id="user")
+        # can_ask: a person sits at this prompt and can answer a question (a shell command).
+        msg = InboundMessage(self.name, self.chat_id, text, "user", metadata={"can_ask": True})
         self._expect(msg)
         await self._bus.publish_inbound(msg)
         return msg
@@ -199,6 +227,9 @@ class TerminalChannel:
             from rich.markdown import Markdown  # ~0.1 s of imports: not before the first reply
 
             self.console.print(Markdown(msg.content))
+        if msg.buttons:  # the terminal has no buttons: say what to type instead
+            hint = " ".join(f"[{b.label}: {b.command}]" for b in msg.buttons)
+            self.console.print(hint, style="dim", markup=False, highlight=False)
         self.console.print()
 
 
@@ -229,6 +260,13 @@ class LiveReply:
 
     def __exit__(self, *exc: object) -> None:
         self._live.__exit__(*exc)
+
+    def pause(self) -> None:
+        """Clear the region while the person answers a question at the prompt."""
+        self._live.stop()
+
+    def resume(self) -> None:
+        self._live.start()
 
     def grow(self, piece: OutboundMessage) -> None:
         step, text = int(piece.metadata.get("step", 0)), str(piece.metadata.get("text", ""))

@@ -10,7 +10,16 @@ from pathlib import Path
 
 from loguru import logger
 
-from nanomem.agent import AgentLoop, ContextBuilder, MessageBus, Skills, SqliteInbox, Templates
+from nanomem.agent import (
+    AgentLoop,
+    Allowlist,
+    ContextBuilder,
+    MessageBus,
+    ShellApproval,
+    Skills,
+    SqliteInbox,
+    Templates,
+)
 from nanomem.config import LLMSettings, Settings
 from nanomem.curation import Consolidator, Dream, DreamScheduler, MemoryCommands, Provenance
 from nanomem.home import Home
@@ -114,12 +123,21 @@ def build_app(
     )
     for tool in [*file_tools.tools(), *skills.tools()]:
         tools.add(tool)
+    if bus is None:
+        bus = MessageBus(inbox=SqliteInbox(home.inbox) if durable else None)
+    approval = ShellApproval(
+        tool_settings.shell_approval,
+        tool_settings.shell_approval_timeout_s,
+        Allowlist(home.shell_allowlist, home.lock("shell-allowlist")),
+        bus.publish_outbound,
+    )
     if tool_settings.shell_enabled:
         shell = ShellTool(
             workspace,
             timeout_s=tool_settings.shell_timeout_s,
             allowed_env=tool_settings.shell_env,
             max_output_chars=tool_settings.max_output_chars,
+            approval=approval,
         )
         for tool in shell.tools():
             tools.add(tool)
@@ -130,8 +148,6 @@ def build_app(
     if provider is None:
         provider = _model(llm, transports)
     budget = Budget(BpeTokenizer(), Calibration(), llm, settings.memory)
-    if bus is None:
-        bus = MessageBus(inbox=SqliteInbox(home.inbox) if durable else None)
     sessions = SessionStore(home.sessions, counter=budget.count, lock_dir=home.locks / "sessions")
     context = ContextBuilder(
         workspace,
@@ -186,6 +202,8 @@ def build_app(
     )
     MemoryCommands(dream, git).register(loop.commands)
     Provenance(git, history, settings.memory.groups_see_personal).register(loop.commands)
+    if tool_settings.shell_enabled:
+        approval.register(loop.commands)
     scheduler = DreamScheduler(dream, history, settings.dream)
     return App(
         settings,

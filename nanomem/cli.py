@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from nanomem.agent import MessageBus
+    from nanomem.agent import MessageBus, OutboundMessage
     from nanomem.app import App
     from nanomem.config import Settings
     from nanomem.home import Home
@@ -370,6 +370,8 @@ async def _interactive(home: Home, settings: Settings, session: str, stderr_leve
     bus = MessageBus()
     channel = load_channel("terminal")(history_file=home.chat_history, chat_id=session)
     await channel.start(bus)
+    if home.dream_review.exists():  # a Dream change waits: the owner hears of it first thing
+        await channel.send(_review_notice(home.dream_review, session))
     drawn = asyncio.Event()
     chat = asyncio.create_task(channel.run_until_exit(settings.llm.model, on_ready=drawn.set))
     workers = [asyncio.create_task(pump_outbound(channel, bus), name="terminal-outbox")]
@@ -394,6 +396,17 @@ async def _interactive(home: Home, settings: Settings, session: str, stderr_leve
         await asyncio.gather(*workers, chat, return_exceptions=True)
         await channel.stop()
     return 0
+
+
+def _review_notice(path: Path, session: str) -> OutboundMessage:
+    from nanomem.agent import OutboundMessage
+    from nanomem.curation import PendingChange
+
+    try:
+        pending = PendingChange.from_json(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, KeyError, TypeError):
+        return OutboundMessage("cli", session, "A Dream change waits: /dream-log shows it.")
+    return OutboundMessage("cli", session, pending.describe(), buttons=pending.buttons())
 
 
 def cmd_gateway(args: argparse.Namespace) -> int:

@@ -68,6 +68,10 @@ class ToolSettings(_Section):
     shell_timeout_s: float = Field(60.0, gt=0)
     # Environment variables commands may see beyond PATH, HOME, LANG and TERM.
     shell_env: list[str] = Field(default_factory=list)
+    # "ask": the person is asked in the chat before each command (unless allowlisted);
+    # "allowlist": only allowlisted prefixes run; "off": everything runs (unsafe).
+    shell_approval: Literal["ask", "allowlist", "off"] = "ask"
+    shell_approval_timeout_s: float = Field(120.0, gt=0)
     max_output_chars: int = Field(16000, ge=500)
 
 
@@ -101,6 +105,11 @@ class TelegramSettings(_Section):
     max_file_mb: int = Field(20, ge=1, le=2000)
     stream: bool = True  # private chats see a reply grow while the model writes it
     stream_groups: bool = False  # groups too (edits of one message; drafts are private-only)
+
+    @property
+    def owner_id(self) -> int | None:
+        """The owner's private chat (where Dream reviews go): the first user in allow_from."""
+        return next((v for v in self.allow_from if isinstance(v, int) and v > 0), None)
 
     @field_validator("allow_from")
     @classmethod
@@ -144,6 +153,9 @@ class DreamSettings(_Section):
     max_wall_s: float = Field(300.0, gt=0)
     max_delete_share: float = Field(0.25, gt=0, le=1)
     trigger_entries: int = Field(40, ge=1)
+    # "ask": a run's edits wait for the owner's /dream-approve (or /dream-reject).
+    review: Literal["auto", "ask"] = "auto"
+    review_expire_h: float = Field(72.0, gt=0)
 
 
 class LogSettings(_Section):

@@ -11,14 +11,23 @@ from typing import Any, Protocol
 
 from loguru import logger
 
-from nanomem.agent import CHANNELS, Channel, ChannelDown, load_channel, pump_outbound
+from nanomem.agent import (
+    CHANNELS,
+    Channel,
+    ChannelDown,
+    OutboundMessage,
+    load_channel,
+    pump_outbound,
+)
 from nanomem.app import App
 from nanomem.config import ConfigError, Settings
 from nanomem.health import Health, serve_health
+from nanomem.locks import LockBusy
 
 SIGNALS = (signal.SIGTERM, signal.SIGINT)
 RETRY_FIRST_S, RETRY_MAX_S = 1.0, 300.0
 STOP_CHANNEL_S = 25.0  # per channel, after the grace period
+REVIEW_CHECK_S = 5.0  # how often a Dream change waiting for the owner is looked for
 FORCED_EXIT_S = 5.0  # after a second signal: cancel everything, then leave whatever happens
 NO_CHANNEL = (
     "no channel is enabled: set telegram.enabled = true and telegram.token in {config} "
@@ -102,6 +111,9 @@ class Gateway:
         dispatcher = asyncio.create_task(self.app.loop.run(), name="agent-loop")
         dispatcher.add_done_callback(self._dispatcher_ended)
         self.app.scheduler.start()
+        owner = self.app.settings.telegram.owner_id
+        if "telegram" in self.channels and owner is not None:
+            self._tasks.append(asyncio.create_task(self._tell_owner(owner), name="reviews"))
         for name, channel in self.channels.items():
             self.health.problems[name] = channel.problem
             self._tasks.append(asyncio.create_task(self._supervise(name, channel), name=name))
@@ -157,6 +169,36 @@ class Gateway:
         self.health.set_channel(name, "up")
         logger.info("{}: running", name)
         await pump_outbound(channel, self.app.bus)
+
+    async def _tell_owner(self, owner: int) -> None:
+        """A Dream change waiting for a decision (made here, or by a cron `nanomem dream`) goes
+        once to the owner's private Telegram chat, with Approve and Reject buttons."""
+        while True:
+            await asyncio.sleep(REVIEW_CHECK_S)
+            try:
+                await self._tell_owner_once(owner)
+            except Exception:  # a full disk, say: try again at the next check
+                logger.exception("gateway: could not tell the owner of a Dream change")
+
+    async def _tell_owner_once(self, owner: int) -> None:
+        dream = self.app.dream
+        pending = await asyncio.to_thread(dream.review.peek)
+        if pending is None or pending.notified:
+            return
+        try:  # under the Dream lock: a decision may be removing it right now
+            await dream.lock.acquire(wait_s=0)
+        except LockBusy:
+            return
+        try:
+            pending = await asyncio.to_thread(dream.review.peek)  # still waiting?
+            if pending is not None and not pending.notified:
+                notice = OutboundMessage(
+                    "telegram", str(owner), pending.describe(), buttons=pending.buttons()
+                )
+                await self.app.bus.publish_outbound(notice)  # told twice rather than never
+                await asyncio.to_thread(dream.review.mark_notified, pending.id)
+        finally:
+            dream.lock.release()
 
     async def _shutdown(self, dispatcher: asyncio.Task[None], grace_s: float) -> None:
         """Take nothing new, let running turns finish within the grace period and deliver their

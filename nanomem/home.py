@@ -56,6 +56,16 @@ class Home:
         return self.root / "dream-journal.json"
 
     @property
+    def dream_review(self) -> Path:
+        """A Dream change waiting for the owner's decision (dream.review = "ask")."""
+        return self.root / "dream-review.json"
+
+    @property
+    def shell_allowlist(self) -> Path:
+        """Command prefixes the owner chose to "always allow" (tools.shell_approval)."""
+        return self.root / "shell-allowlist.json"
+
+    @property
     def locks(self) -> Path:
         """Lock files shared by every process on this home; outside the workspace, so the
         agent's file tools can never replace one."""

@@ -146,7 +146,7 @@ def test_channels_plug_in_through_the_port() -> None:
     ("package", "allowed"),
     [
         ("litellm", {"nanomem/providers/litellm_provider.py"}),
-        ("telegram", {"channels/telegram.py"}),
+        ("telegram", {"channels/telegram.py", "channels/telegram_http.py"}),
         ("dulwich", {"nanomem/memory/gitstore.py"}),
     ],
 )

@@ -312,6 +312,7 @@ def test_commands_the_agent_runs_keep_a_normal_environment(
     fake_llm.tool_call("exec", {"command": 'echo "switch=${LOGURU_AUTOINIT:-unset}"'})
     fake_llm.reply("done")
     env = {**cli_env(home, fake_llm), "NANOMEM_TOOLS__SHELL_ENABLED": "true"}
+    env["NANOMEM_TOOLS__SHELL_APPROVAL"] = "off"  # the environment is tested, not approval
     env.pop("LOGURU_AUTOINIT", None)
     result = run_cli("chat", "-m", "run it", env=env)
     assert result.returncode == 0, result.stderr

@@ -148,6 +148,7 @@ def test_the_shell_shows_no_secret_and_kills_what_escapes(
         fake_llm,
         OPENAI_API_KEY=ENV_KEY,
         NANOMEM_TOOLS__SHELL_ENABLED="true",
+        NANOMEM_TOOLS__SHELL_APPROVAL="off",  # what runs is tested here, not who approves
         NANOMEM_TOOLS__SHELL_TIMEOUT_S="2",
     )
     result = run_cli("chat", "-m", "show me your environment", env=env)
@@ -169,6 +170,7 @@ def test_a_gigabyte_of_shell_output_keeps_the_agent_small(home: Home, fake_llm: 
         home,
         fake_llm,
         NANOMEM_TOOLS__SHELL_ENABLED="true",
+        NANOMEM_TOOLS__SHELL_APPROVAL="off",  # what runs is tested here, not who approves
         NANOMEM_TOOLS__SHELL_TIMEOUT_S="120",
         NANOMEM_LLM__TRANSPORT="direct",  # litellm alone weighs ~200 MB
     )

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from nanomem.exports import lazy_exports
 
 if TYPE_CHECKING:
-    from nanomem.agent.bus import InboundMessage, MessageBus, OutboundMessage
+    from nanomem.agent.bus import Button, InboundMessage, MessageBus, OutboundMessage
     from nanomem.agent.channel import (
         CHANNELS,
         Channel,
@@ -19,11 +19,12 @@ if TYPE_CHECKING:
         load_channel,
         pump_outbound,
     )
-    from nanomem.agent.commands import STOPPED, Command, CommandSet, parse_command
+    from nanomem.agent.commands import STOPPED, Answer, Command, CommandSet, parse_command
     from nanomem.agent.context import ContextBuilder
     from nanomem.agent.inbox import SqliteInbox
     from nanomem.agent.loop import AgentLoop
     from nanomem.agent.react_loop import react
+    from nanomem.agent.shell_approval import Allowlist, ShellApproval
     from nanomem.agent.skills import Skills
     from nanomem.agent.templates import Templates, bundled_dir
 
@@ -31,6 +32,9 @@ __all__ = [
     "CHANNELS",
     "STOPPED",
     "AgentLoop",
+    "Allowlist",
+    "Answer",
+    "Button",
     "Channel",
     "ChannelDown",
     "ChatQueues",
@@ -41,6 +45,7 @@ __all__ = [
     "InboundMessage",
     "MessageBus",
     "OutboundMessage",
+    "ShellApproval",
     "Skills",
     "SqliteInbox",
     "Templates",
@@ -53,7 +58,7 @@ __all__ = [
 __getattr__ = lazy_exports(
     __name__,
     {
-        "bus": ("InboundMessage", "MessageBus", "OutboundMessage"),
+        "bus": ("Button", "InboundMessage", "MessageBus", "OutboundMessage"),
         "channel": (
             "CHANNELS",
             "Channel",
@@ -63,11 +68,12 @@ __getattr__ = lazy_exports(
             "load_channel",
             "pump_outbound",
         ),
-        "commands": ("Command", "CommandSet", "STOPPED", "parse_command"),
+        "commands": ("Answer", "Command", "CommandSet", "STOPPED", "parse_command"),
         "context": ("ContextBuilder",),
         "inbox": ("SqliteInbox",),
         "loop": ("AgentLoop",),
         "react_loop": ("react",),
+        "shell_approval": ("Allowlist", "ShellApproval"),
         "skills": ("Skills",),
         "templates": ("Templates", "bundled_dir"),
     },

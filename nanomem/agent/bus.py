@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal
@@ -55,6 +56,21 @@ class InboundMessage:
         return f"in-{seq}"
 
 
+# The message the running turn answers (set by the loop; tasks and threads inherit it): a tool
+# that must ask someone, such as the shell approval, asks that message's sender.
+answering: ContextVar[InboundMessage | None] = ContextVar("answering", default=None)
+
+
+@dataclass(frozen=True)
+class Button:
+    """A choice shown under a message; pressing it sends `command` as the presser's message
+    (metadata `button`), so it is checked like anything they type. Telegram shows inline
+    buttons (`command` ≤ 64 bytes), the terminal a hint line, other channels ignore it."""
+
+    label: str
+    command: str
+
+
 @dataclass(frozen=True)
 class OutboundMessage:
     channel: str
@@ -64,12 +80,20 @@ class OutboundMessage:
     reply_to: str | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
     seq: int | None = None  # the inbox message this answers: delivering it removes that
+    buttons: tuple[Button, ...] = ()
 
     @classmethod
     def answering(
-        cls, msg: InboundMessage, content: str, kind: OutboundKind = "reply", **metadata: Any
+        cls,
+        msg: InboundMessage,
+        content: str,
+        kind: OutboundKind = "reply",
+        buttons: tuple[Button, ...] = (),
+        **metadata: Any,
     ) -> OutboundMessage:
-        return cls(msg.channel, msg.chat_id, content, kind, msg.id, dict(metadata), msg.seq)
+        return cls(
+            msg.channel, msg.chat_id, content, kind, msg.id, dict(metadata), msg.seq, buttons
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -79,6 +103,7 @@ class OutboundMessage:
             "kind": self.kind,
             "reply_to": self.reply_to,
             "metadata": self.metadata,
+            "buttons": [[b.label, b.command] for b in self.buttons],
         }
 
     @classmethod
@@ -91,6 +116,7 @@ class OutboundMessage:
             data.get("reply_to"),
             dict(data.get("metadata") or {}),
             seq,
+            tuple(Button(str(label), str(command)) for label, command in data.get("buttons") or []),
         )
 
 

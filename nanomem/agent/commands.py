@@ -6,12 +6,21 @@ import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from nanomem.agent.bus import InboundMessage
+from nanomem.agent.bus import Button, InboundMessage
 
 # "/name", "/name@bot", "/name args"; a path such as "/etc/hosts" is not a command.
 _COMMAND = re.compile(r"^/([A-Za-z][A-Za-z0-9_-]{0,31})(?:@[A-Za-z0-9_]+)?(?:\s+(.*))?$", re.S)
 
-Handler = Callable[[InboundMessage, str], Awaitable[str]]
+
+@dataclass(frozen=True)
+class Answer:
+    """A command's reply with buttons under it (a plain `str` has none)."""
+
+    text: str
+    buttons: tuple[Button, ...] = ()
+
+
+Handler = Callable[[InboundMessage, str], Awaitable[str | Answer]]
 # /stop's two answers; channels compare against them to know whether a turn was cut short.
 STOPPED = "Stopped."
 NOTHING_TO_STOP = "Nothing is running."
@@ -25,6 +34,8 @@ class Command:
     usage: str = ""
     # Runs at once instead of queueing behind the chat's running turn (e.g. /stop).
     immediate: bool = False
+    # In /help and Telegram's menu; False for what only buttons send (/shell-allow <id>).
+    listed: bool = True
 
 
 class UnknownCommand(Exception):

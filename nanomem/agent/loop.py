@@ -11,8 +11,15 @@ from typing import Any
 
 from loguru import logger
 
-from nanomem.agent.bus import InboundMessage, MessageBus, OutboundMessage
-from nanomem.agent.commands import NOTHING_TO_STOP, STOPPED, Command, CommandSet, UnknownCommand
+from nanomem.agent.bus import InboundMessage, MessageBus, OutboundMessage, answering
+from nanomem.agent.commands import (
+    NOTHING_TO_STOP,
+    STOPPED,
+    Answer,
+    Command,
+    CommandSet,
+    UnknownCommand,
+)
 from nanomem.agent.context import ContextBuilder
 from nanomem.agent.react_loop import ReactResult, StepText, react, seal_tool_calls
 from nanomem.agent.templates import Templates
@@ -189,6 +196,7 @@ class AgentLoop:
         progress: Progress | None,
     ) -> OutboundMessage:
         enter(audience_of(session.key, self.settings.memory.groups_see_personal))
+        answering.set(msg)
         shown_from = session.replay_from
         system = await self._system_message(session)
         for hook in self.before_turn:
@@ -368,7 +376,8 @@ class AgentLoop:
         register(Command("retry", "run your last unanswered message again", self._cmd_retry))
 
     async def _cmd_help(self, msg: InboundMessage, args: str) -> str:
-        return self.templates.render("help.md.j2", commands=self.commands.all())
+        listed = [command for command in self.commands.all() if command.listed]
+        return self.templates.render("help.md.j2", commands=listed)
 
     async def _cmd_new(self, msg: InboundMessage, args: str) -> str:
         session = await self.sessions.get(msg.session_key)
@@ -396,7 +405,9 @@ NOTHING_TO_RETRY = "Nothing to retry: your last message was answered."
 async def command_reply(msg: InboundMessage, command: Command, args: str) -> OutboundMessage:
     """A command's answer is the runtime's own text, not the model's: marked so every channel
     can show it as written (plain text, its own line breaks), not as Markdown."""
-    return OutboundMessage.answering(msg, await command.handler(msg, args), command=command.name)
+    result = await command.handler(msg, args)
+    text, buttons = (result.text, result.buttons) if isinstance(result, Answer) else (result, ())
+    return OutboundMessage.answering(msg, text, buttons=buttons, command=command.name)
 
 
 REPLAY_SEARCH = 2000  # a replayed message is among the last messages of its session

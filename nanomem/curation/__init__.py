@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from nanomem.curation.consolidator import Consolidator
     from nanomem.curation.dream import Dream, DreamBusy, DreamResult
     from nanomem.curation.provenance import Provenance
+    from nanomem.curation.review import PendingChange
     from nanomem.curation.scheduler import DreamScheduler
 
 __all__ = [
@@ -26,6 +27,7 @@ __all__ = [
     "DreamResult",
     "DreamScheduler",
     "MemoryCommands",
+    "PendingChange",
     "Provenance",
 ]
 __getattr__ = lazy_exports(
@@ -35,6 +37,7 @@ __getattr__ = lazy_exports(
         "consolidator": ("Consolidator",),
         "dream": ("Dream", "DreamBusy", "DreamResult"),
         "provenance": ("Provenance",),
+        "review": ("PendingChange",),
         "scheduler": ("DreamScheduler",),
     },
 )

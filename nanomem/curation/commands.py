@@ -6,8 +6,9 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
-from nanomem.agent import Command, CommandSet, InboundMessage
+from nanomem.agent import Answer, Command, CommandSet, InboundMessage
 from nanomem.curation.dream import Dream, DreamBusy
+from nanomem.curation.review_commands import ReviewCommands
 from nanomem.memory import GitStore, GitStoreError, Version
 
 CHAT_DIFF_CHARS = 3000
@@ -32,6 +33,7 @@ class MemoryCommands:
         self.dream = dream
         self.git = git
         self.wording = wording
+        self.reviews = ReviewCommands(dream)
 
     def register(self, commands: CommandSet) -> None:
         # Immediate: they never touch the chat's session, so a long Dream must not block it.
@@ -56,15 +58,20 @@ class MemoryCommands:
                 immediate=True,
             )
         )
+        self.reviews.register(commands)
 
-    async def _dream(self, msg: InboundMessage, args: str) -> str:
+    async def _dream(self, msg: InboundMessage, args: str) -> str | Answer:
         return await self.run_dream() if not args else "/dream takes no arguments."
 
     async def _log(self, msg: InboundMessage, args: str) -> str:
+        reviews = await asyncio.to_thread(self.reviews.log_text, args)
+        if args and reviews is not None:  # the id of a reviewed change, not of a version
+            return reviews
         try:
-            return await asyncio.to_thread(self.log_text, args, CHAT_DIFF_CHARS)
+            text = await asyncio.to_thread(self.log_text, args, CHAT_DIFF_CHARS)
         except GitStoreError as exc:
             return f"{str(exc)[:1].upper()}{str(exc)[1:]}."
+        return f"{reviews}\n\nLatest memory version:\n{text}" if reviews else text
 
     async def _restore(self, msg: InboundMessage, args: str) -> str:
         if not args:
@@ -76,11 +83,14 @@ class MemoryCommands:
         except DreamBusy:
             return DREAM_IS_RUNNING
 
-    async def run_dream(self) -> str:
+    async def run_dream(self) -> str | Answer:
         try:
-            return (await self.dream.run("manual")).describe()
+            result = await self.dream.run("manual")
         except DreamBusy:
             return "Dream is already running."
+        if result.pending is not None:  # dream.review = "ask": the owner decides here
+            return Answer(result.describe(), result.pending.buttons())
+        return result.describe()
 
     def log_text(self, sha: str = "", max_diff_chars: int | None = None) -> str:
         full = self.git.resolve(sha) if sha else self.git.log(limit=1)[0].sha

@@ -27,6 +27,7 @@ from nanomem.config import DreamSettings
 from nanomem.curation.evidence import trailers
 from nanomem.curation.journal import DreamJournal, Edit, EditConflict, Staging, journal_of
 from nanomem.curation.placeholder import placeholder_edit
+from nanomem.curation.review import WAITING, DreamReview, PendingChange, rejection_notes
 from nanomem.durable import atomic_write_text
 from nanomem.locks import FileLock, LockBusy, to_thread_to_the_end
 from nanomem.memory import (
@@ -46,7 +47,9 @@ MemoryFile = Literal["SOUL.md", "USER.md", "memory/MEMORY.md"]
 # Told each phase of a run as it begins: "reading 3 history entries", "analysing",
 # "editing USER.md", "committing".
 Progress = Callable[[str], None]
-Status = Literal["changed", "unchanged", "nothing_new", "failed"]
+# "pending": the edits wait for the owner (dream.review = "ask"); "waiting": an earlier
+# run's still do, so this one did nothing.
+Status = Literal["changed", "unchanged", "nothing_new", "failed", "pending", "waiting"]
 
 
 class DreamBusy(Exception):
@@ -63,8 +66,13 @@ class DreamResult:
     entries: int = 0
     version: Version | None = None
     reason: str = ""
+    pending: PendingChange | None = None
 
     def describe(self) -> str:
+        if self.status == "waiting":
+            return WAITING
+        if self.pending is not None:
+            return self.pending.describe()
         if self.status == "nothing_new":
             return "Nothing new to learn."
         if self.status == "failed":
@@ -178,6 +186,14 @@ class Dream:
         self.lock = lock or FileLock(state_path.parent / "locks" / "dream.lock")
         journal_path = journal_path or state_path.with_name("dream-journal.json")
         self.journal = DreamJournal(journal_path, git, history)
+        self.review = DreamReview(
+            state_path.with_name("dream-review.json"),
+            state_path.with_name("dream-reviews.jsonl"),
+            journal=self.journal,
+            git=git,
+            history=history,
+            expire_h=settings.review_expire_h,
+        )
 
     @property
     def running(self) -> bool:
@@ -197,7 +213,7 @@ class Dream:
         except LockBusy:
             raise DreamBusy from None
         try:
-            result = await self._run(progress or (lambda phase: None))
+            result = await self._run(trigger, progress or (lambda phase: None))
             logger.info("dream ({}): {} {}", trigger, result.status, result.reason)
             await to_thread_to_the_end(self._record, trigger, result)
             return result
@@ -224,8 +240,10 @@ class Dream:
             clean_temp_files(folder)
         self.journal.recover()
 
-    async def _run(self, progress: Progress) -> DreamResult:
+    async def _run(self, trigger: str, progress: Progress) -> DreamResult:
         await to_thread_to_the_end(self._recover)
+        if await to_thread_to_the_end(self.review.current) is not None:
+            return DreamResult("waiting")  # one pending change at a time
         # The cursor is read under the lock: another process's run may have just moved it.
         after = await asyncio.to_thread(self.history.dream_cursor)
         limit = self.settings.max_batch_size
@@ -261,6 +279,11 @@ class Dream:
         read = (batch[0].cursor, cursor)
         evidence = trailers(read, entries, analysis, staging.edits, final)
         journal = journal_of(cursor, base_sha, staging, evidence)
+        if self.settings.review == "ask":  # kept aside for the owner's decision
+            told = trigger == "manual"  # a /dream's reply shows it: no separate notice
+            hold = self.review.hold
+            pending = await to_thread_to_the_end(hold, journal, base, len(entries), told)
+            return DreamResult("pending", len(entries), pending=pending)
         progress("committing")
         try:
             version = await to_thread_to_the_end(self.journal.complete, journal)
@@ -283,13 +306,15 @@ class Dream:
         """Edits `staging`; returns the analysis, whose citations are the run's evidence."""
         provider = TokenCap(self.provider, self.settings.max_tokens)
         files = {rel: staging.read(rel) for rel in TRACKED}
+        rejected = await asyncio.to_thread(rejection_notes, self.templates, self.review)
         analyse = [
             {"role": "system", "content": self.templates.render("dream_system.md.j2")},
             {
                 "role": "user",
                 "content": self.templates.render(
                     "dream_analyse.md.j2", entries=entries, files=files
-                ),
+                )
+                + rejected,
             },
         ]
         progress("analysing")

@@ -9,7 +9,14 @@ from typing import TYPE_CHECKING
 from nanomem.exports import lazy_exports
 
 if TYPE_CHECKING:
-    from nanomem.memory.gitstore import TRACKED, Files, GitStore, GitStoreError, Version
+    from nanomem.memory.gitstore import (
+        TRACKED,
+        Files,
+        GitStore,
+        GitStoreError,
+        Version,
+        describe_stats,
+    )
     from nanomem.memory.history import HistoryEntry, HistoryStore, NewEntry, clean_temp_files
     from nanomem.memory.session import Session, SessionStore, to_wire
     from nanomem.memory.tokens import BpeTokenizer, Budget, Calibration
@@ -29,12 +36,13 @@ __all__ = [
     "SessionStore",
     "Version",
     "clean_temp_files",
+    "describe_stats",
     "to_wire",
 ]
 __getattr__ = lazy_exports(
     __name__,
     {
-        "gitstore": ("Files", "GitStore", "GitStoreError", "TRACKED", "Version"),
+        "gitstore": ("Files", "GitStore", "GitStoreError", "TRACKED", "Version", "describe_stats"),
         "history": ("HistoryEntry", "HistoryStore", "NewEntry", "clean_temp_files"),
         "session": ("Session", "SessionStore", "to_wire"),
         "tokens": ("BpeTokenizer", "Budget", "Calibration"),

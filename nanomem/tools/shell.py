@@ -10,7 +10,7 @@ import signal
 import sys
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Protocol
 
 from pydantic import Field
 
@@ -33,6 +33,13 @@ def command_env(
     return env
 
 
+class Approval(Protocol):
+    """Asks before a command runs (tools.shell_approval); the agent's chat answers it."""
+
+    async def refusal(self, command: str) -> str | None:
+        """None when the command may run; otherwise the reason the model is told."""
+
+
 class ShellTool:
     def __init__(
         self,
@@ -41,7 +48,9 @@ class ShellTool:
         timeout_s: float,
         max_output_chars: int,
         allowed_env: Iterable[str] = (),
+        approval: Approval | None = None,
     ) -> None:
+        self.approval = approval  # None: every command runs (tools.shell_approval = "off")
         self.workspace = workspace
         self.timeout_s = timeout_s
         self.max_output_chars = max_output_chars
@@ -55,6 +64,8 @@ class ShellTool:
         seen_by = current()
         if seen_by is not None and not seen_by.personal:
             raise ToolError("the shell is not available in group chats")
+        if self.approval is not None and (refused := await self.approval.refusal(command)):
+            return refused  # the model reads it and carries on
         # The reaper owns the command's whole process tree (setsid'd children included).
         process = await asyncio.create_subprocess_exec(
             sys.executable,

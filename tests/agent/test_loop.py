@@ -186,7 +186,7 @@ async def test_stop_during_a_tool_seals_the_call(home: Home) -> None:
     app = make_app(
         home,
         ScriptedProvider([call("exec", {"command": "sleep 30"}, "c7")]),
-        tools={"shell_enabled": True},
+        tools={"shell_enabled": True, "shell_approval": "off"},
     )
 
     async def watch(out):  # type: ignore[no-untyped-def]

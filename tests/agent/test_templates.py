@@ -31,6 +31,11 @@ SAMPLES = {
         "entries": [HistoryEntry(3, "2026-11-20T10:00:00+01:00", "cli:direct", "- Ada", "summary")],
         "files": {"SOUL.md": "# Soul", "USER.md": "", "memory/MEMORY.md": "# Memory"},
     },
+    "dream_rejected.md.j2": {
+        "rejections": [
+            {"at": "2026-11-22T10:00", "reason": "not true", "lines": ["+- Lives in Quito"]}
+        ]
+    },
     "dream_edit.md.j2": {
         "analysis": "NEW: USER.md: name is Ada",
         "files": {"SOUL.md": "# Soul", "USER.md": "", "memory/MEMORY.md": "# Memory"},

@@ -7,7 +7,8 @@ import json
 
 import pytest
 
-from channels.api_wire import BadRequest, parse_request
+from channels.api_wire import BadRequest, completion, parse_request, usage
+from nanomem.agent.bus import Button
 from nanomem.config import ConfigError
 from nanomem.gateway import Gateway, enabled_channels, is_loopback
 from nanomem.home import Home
@@ -113,3 +114,10 @@ def test_a_public_address_with_keys_or_a_loopback_one_is_fine(home: Home) -> Non
         gateway={"host": "0.0.0.0"},
     )
     assert list(Gateway.from_app(telegram_only).channels) == ["telegram"]
+
+
+def test_a_reply_s_buttons_are_in_the_completion_message() -> None:
+    choices = (Button("Approve", "/dream-approve 3f2a9c1e"),)
+    message = completion("c1", "Keep it?", usage(1, 2), choices)["choices"][0]["message"]
+    assert message["buttons"] == [{"label": "Approve", "command": "/dream-approve 3f2a9c1e"}]
+    assert "buttons" not in completion("c2", "plain", usage(1, 2))["choices"][0]["message"]

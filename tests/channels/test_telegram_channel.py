@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 from loguru import logger
 
-from channels.telegram import GREETING, OFFSET, TOO_BIG, TelegramChannel
+from channels.telegram import GREETING, OFFSET, REFUSED_PRESS, TOO_BIG, TelegramChannel
 from channels.telegram_chat import TOKEN_REJECTED
-from nanomem.agent.bus import InboundMessage, MessageBus, OutboundMessage
+from nanomem.agent.bus import Button, InboundMessage, MessageBus, OutboundMessage
 from nanomem.agent.channel import ChannelDown, pump_outbound
 from nanomem.agent.commands import Command
 from nanomem.agent.inbox import SqliteInbox
@@ -118,7 +118,8 @@ async def test_a_private_message_reaches_the_bus_and_the_answer_comes_back(
         "hello",
         "42",
     )
-    assert msg.metadata == {"message_id": sent["message_id"]}  # no sender name in private
+    # no sender name in private; a person is there to be asked (a shell command, say)
+    assert msg.metadata == {"message_id": sent["message_id"], "can_ask": True}
     await until(lambda: fake.chat_actions(OWNER) == [{"chat_id": OWNER, "action": "typing"}])
     await running.channel.send(OutboundMessage.answering(msg, "**hi** there"))
     (reply,) = await fake.wait_for_messages_async(OWNER, 1)
@@ -385,3 +386,44 @@ async def test_a_part_telegram_refuses_as_too_long_is_split_again_and_delivered(
     parts = fake.sent_messages(OWNER)
     assert all(utf16(p["text"]) <= 2048 for p in parts[:-1])  # the refused part, halved
     assert any("too long" in line for line in logged)
+
+
+async def test_buttons_are_shown_and_a_press_arrives_as_the_presser_s_command(
+    running: Running, fake: FakeTelegram
+) -> None:
+    fake.send_text(OWNER, "hello")
+    asked = await running.next()
+    choices = (Button("Approve", "/dream-approve 3f2a"), Button("Reject", "/dream-reject 3f2a"))
+    await running.channel.send(OutboundMessage.answering(asked, "Keep this?", buttons=choices))
+    shown = fake.sent_messages(OWNER)[-1]
+    rows = shown["reply_markup"]["inline_keyboard"]
+    assert [(b["text"], b["callback_data"]) for b in rows[0]] == [
+        ("Approve", "/dream-approve 3f2a"),
+        ("Reject", "/dream-reject 3f2a"),
+    ]
+
+    query = fake.press(shown, "/dream-approve 3f2a")
+    press = await running.next()
+    assert (press.chat_id, press.sender_id, press.content) == ("42", "42", "/dream-approve 3f2a")
+    assert press.metadata["button"] is True
+    await until(lambda: any(a["callback_query_id"] == query for a in fake.press_answers()))
+    await until(lambda: fake.markup_edits(OWNER))
+    assert "reply_markup" not in fake.sent_messages(OWNER)[-1]  # pressed once, then gone
+
+
+async def test_a_stranger_s_press_is_refused_in_the_answer_and_does_nothing(
+    running: Running, fake: FakeTelegram
+) -> None:
+    # In a group the owner is admitted by their own id; another member is a stranger.
+    fake.send_text(GROUP, "@nanomem_test_bot hello", chat_type="supergroup", user_id=OWNER)
+    asked = await running.next()
+    choices = (Button("Allow once", "/shell-allow 1"),)
+    await running.channel.send(OutboundMessage.answering(asked, "Run `ls`?", buttons=choices))
+    shown = fake.sent_messages(GROUP)[-1]
+    query = fake.press(shown, "/shell-allow 1", user_id=STRANGER)
+    answer = await until(
+        lambda: next((a for a in fake.press_answers() if a["callback_query_id"] == query), None)
+    )
+    assert answer["text"] == REFUSED_PRESS
+    await running.nothing()
+    assert "reply_markup" in fake.sent_messages(GROUP)[-1]

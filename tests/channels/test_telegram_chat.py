@@ -25,7 +25,7 @@ from channels.telegram_chat import (
     strip_mention,
     target,
 )
-from nanomem.agent.bus import InboundMessage, OutboundMessage
+from nanomem.agent.bus import Button, InboundMessage, OutboundMessage
 from nanomem.agent.channel import ChannelDown, DeliveryLater
 from nanomem.agent.commands import NOTHING_TO_STOP, STOPPED, Command
 
@@ -37,6 +37,7 @@ class FakePort:
     sent: list[tuple[str, str, bool, int | None, float]] = field(default_factory=list)
     edits: list[tuple[str, int, str]] = field(default_factory=list)
     typed: list[str] = field(default_factory=list)
+    buttons: list[tuple[Button, ...]] = field(default_factory=list)  # per sent message
     faults: dict[str, deque[SendError]] = field(default_factory=dict)
     started: float = field(default_factory=time.monotonic)
 
@@ -44,11 +45,19 @@ class FakePort:
         self.faults.setdefault(key, deque()).extend(errors)
 
     async def send_text(
-        self, key: str, text: str, *, html: bool, reply_to: int | None = None, quiet: bool = False
+        self,
+        key: str,
+        text: str,
+        *,
+        html: bool,
+        reply_to: int | None = None,
+        quiet: bool = False,
+        buttons: tuple[Button, ...] = (),
     ) -> int:
         if self.faults.get(key):
             raise self.faults[key].popleft()
         self.sent.append((key, text, html, reply_to, time.monotonic() - self.started))
+        self.buttons.append(buttons)
         return len(self.sent)
 
     async def edit_text(self, key: str, message_id: int, text: str, *, html: bool = False) -> None:
@@ -430,3 +439,14 @@ async def test_a_quick_answer_needs_no_typing_action(port: FakePort) -> None:
     assert "1" not in port.typed and "2" in port.typed  # the slow one shows it (control)
     delivery.send(reply("2", "at last", "slow"))
     await settle(delivery)
+
+
+async def test_buttons_go_under_the_last_part_of_a_reply(
+    delivery: Delivery, port: FakePort
+) -> None:
+    choices = (Button("Approve", "/dream-approve 3f2a"), Button("Reject", "/dream-reject 3f2a"))
+    long = "\n\n".join(f"Paragraph {n}: " + "words " * 150 for n in range(12))
+    msg = OutboundMessage("telegram", "42", long, buttons=choices)
+    await delivery.send(msg)
+    assert len(port.sent) > 1
+    assert port.buttons == [()] * (len(port.sent) - 1) + [choices]

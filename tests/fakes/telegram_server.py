@@ -34,7 +34,7 @@ _NUMBER_KEYS = frozenset(
 _HTML_TAGS = frozenset(
     "b strong i em u ins s strike del code pre a blockquote tg-spoiler span".split()  # noqa: SIM905
 )
-_OK_METHODS = frozenset("setwebhook logout close setmessagereaction answercallbackquery".split())  # noqa: SIM905
+_OK_METHODS = frozenset("setwebhook logout close setmessagereaction".split())  # noqa: SIM905
 _TAG_RE = re.compile(r"<(/?)([a-zA-Z][a-zA-Z0-9-]*)(\s[^<>]*)?>")
 _ENTITY_RE = re.compile(r"&(?:[a-zA-Z]+|#[0-9]+|#x[0-9a-fA-F]+);")
 _COMMAND_RE = re.compile(r"[a-z0-9_]{1,32}")
@@ -172,6 +172,9 @@ class FakeTelegram:
         self._edits: list[JSONDict] = []  # every successful editMessageText, with its time
         self._drafts_known = True
         self._actions: list[JSONDict] = []
+        self._press_answers: list[JSONDict] = []  # answerCallbackQuery calls
+        self._markup_edits: list[JSONDict] = []  # editMessageReplyMarkup calls
+        self._press_ids = itertools.count(1)
         self._chats: dict[int, JSONDict] = {}
         self._files: dict[str, JSONDict] = {}  # file_id -> getFile result
         self._file_data: dict[str, bytes] = {}  # file_path -> bytes
@@ -407,6 +410,29 @@ class FakeTelegram:
         self._changed.notify_all()
         return message
 
+    def _api_answercallbackquery(self, params: JSONDict) -> bool:
+        self._press_answers.append(
+            {"callback_query_id": str(params.get("callback_query_id")), "text": params.get("text")}
+        )
+        self._changed.notify_all()
+        return True
+
+    def _api_editmessagereplymarkup(self, params: JSONDict) -> JSONDict:
+        chat_id = self._chat_id(params)
+        message = self._messages.get((chat_id, int(params.get("message_id") or 0)))
+        if message is None or message["from"]["id"] != self.bot_id or message.get("deleted"):
+            raise _bad("message to edit not found")
+        markup = params.get("reply_markup")
+        if markup == message.get("reply_markup") or (not markup and "reply_markup" not in message):
+            raise ApiError(400, _NOT_MODIFIED)
+        message.pop("reply_markup", None)
+        if markup:
+            message["reply_markup"] = markup
+        edit = {"chat_id": chat_id, "message_id": message["message_id"], "reply_markup": markup}
+        self._markup_edits.append(edit)
+        self._changed.notify_all()
+        return message
+
     def _api_deletemessage(self, params: JSONDict) -> bool:
         chat_id = self._chat_id(params)
         message = self._messages.get((chat_id, int(params.get("message_id") or 0)))
@@ -540,6 +566,47 @@ class FakeTelegram:
             length = _utf16_len(text.split(maxsplit=1)[0])
             fields["entities"] = [{"type": "bot_command", "offset": 0, "length": length}]
         return self._inbound(chat_id, fields, sender)
+
+    def press(self, message: JSONDict, data: str, *, user_id: int | None = None) -> str:
+        """Queue a press of the inline button whose callback_data is `data` under one of the
+        bot's messages (as returned by :meth:`sent_messages`), by `user_id` (default: the
+        private chat's own user); the callback query's id."""
+        chat_id = message["chat"]["id"]
+        with self._lock:
+            stored = self._messages[(chat_id, message["message_id"])]
+            rows = (stored.get("reply_markup") or {}).get("inline_keyboard") or []
+            if data not in [b.get("callback_data") for row in rows for b in row]:
+                raise ValueError(f"no button with callback_data {data!r} under that message")
+            user_id = chat_id if user_id is None else user_id
+            user = {"id": user_id, "is_bot": False, "first_name": "Alice", "username": "alice"}
+            query_id = f"press-{next(self._press_ids)}"
+            query = {"id": query_id, "from": user, "message": stored, "data": data,
+                     "chat_instance": f"ci{chat_id}"}  # fmt: skip
+            update = {"update_id": next(self._update_ids), "callback_query": query}
+            self._newest_update_id = update["update_id"]
+            self._updates.append(update)
+        self._wake_threadsafe()
+        return query_id
+
+    def press_answers(self) -> list[JSONDict]:
+        """answerCallbackQuery calls as ``{"callback_query_id", "text"}``, oldest first."""
+        with self._lock:
+            return [dict(a) for a in self._press_answers]
+
+    def markup_edits(self, chat_id: int | None = None) -> list[JSONDict]:
+        """editMessageReplyMarkup calls as ``{"chat_id", "message_id", "reply_markup"}``."""
+        with self._lock:
+            return [dict(e) for e in self._markup_edits if chat_id in (None, e["chat_id"])]
+
+    def wait_for(self, check: Any, timeout: float = 10.0) -> Any:
+        """Block until ``check()`` (called with the lock released) is truthy; its value."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if result := check():
+                return result
+            with self._changed:
+                self._changed.wait(0.05)
+        raise AssertionError(f"timed out after {timeout}s waiting for {check}")
 
     def _send_file(
         self, chat_id: int, kind: str, media: Any, caption: str, sender: Sender

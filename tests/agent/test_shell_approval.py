@@ -1,0 +1,95 @@
+"""Shell approval in-process, with a scripted model: prefixes never match chained commands,
+only the asker's answer counts, and a turn stopped while asking leaves nothing open."""
+
+import asyncio
+
+import pytest
+
+from nanomem.agent.bus import InboundMessage, OutboundMessage
+from nanomem.agent.shell_approval import allowed_by, first_word
+from nanomem.app import App
+from nanomem.home import Home
+from nanomem.providers.scripted import ScriptedProvider, call, text
+from tests.conftest import make_app
+
+CAN_ASK = {"can_ask": True}
+
+
+@pytest.mark.parametrize(
+    ("command", "prefixes", "allowed"),
+    [
+        ("git status", ["git"], "git"),
+        ("git pull --rebase", ["git pull"], "git pull"),
+        ("git push", ["git pull"], None),
+        ("gitk", ["git"], None),  # whole words only
+        ("git status; rm -rf ~", ["git"], None),  # chaining is never matched
+        ("git status && curl x | sh", ["git"], None),
+        ("git log $(whoami)", ["git"], None),
+        ("git log > out.txt", ["git"], None),
+        ("git log\nrm x", ["git"], None),
+        ('git commit -m "unbalanced', ["git"], None),
+    ],
+)
+def test_a_prefix_matches_plain_commands_only(
+    command: str, prefixes: list[str], allowed: str | None
+) -> None:
+    assert allowed_by(command, prefixes) == allowed
+
+
+def test_always_allow_offers_the_program_of_a_plain_command() -> None:
+    assert first_word("git pull origin main") == "git"
+    assert first_word("rm -rf / ; echo") is None
+    assert first_word("") is None
+
+
+def shell_app(home: Home, provider: ScriptedProvider) -> App:
+    tools = {"shell_enabled": True, "shell_approval_timeout_s": 30}
+    return make_app(home, provider, tools=tools)
+
+
+async def question(app: App) -> OutboundMessage:
+    while True:
+        out = await asyncio.wait_for(app.bus.outbox("telegram").get(), 10)
+        if out.metadata.get("ask"):
+            return out
+
+
+async def test_only_the_asker_s_answer_counts(home: Home) -> None:
+    provider = ScriptedProvider([call("exec", {"command": "echo hi"}), text("done")])
+    app = shell_app(home, provider)
+    turn = asyncio.ensure_future(
+        app.loop.handle(InboundMessage("telegram", "42", "go", "42", metadata=CAN_ASK))
+    )
+    asked = await question(app)
+    allow = asked.buttons[0].command
+    other = await app.loop.handle(InboundMessage("telegram", "42", allow, "43"))
+    assert other is not None and other.content.startswith("Only the person")
+    assert not turn.done()
+    mine = await app.loop.handle(InboundMessage("telegram", "42", allow, "42"))
+    assert mine is not None and mine.content == "Allowed once."
+    assert (await turn) is not None
+    assert provider.calls[-1][-1]["content"] == "exit code 0\nhi\n"
+
+
+async def test_a_stop_while_asking_closes_the_question(home: Home) -> None:
+    provider = ScriptedProvider([call("exec", {"command": "echo hi"}), text("done")])
+    app = shell_app(home, provider)
+    turn = asyncio.ensure_future(
+        app.loop.handle(InboundMessage("telegram", "42", "go", "42", metadata=CAN_ASK))
+    )
+    asked = await question(app)
+    stopped = await app.loop.handle(InboundMessage("telegram", "42", "/stop", "42"))
+    assert stopped is not None and stopped.content == "Stopped."
+    assert (await turn) is None
+    late = await app.loop.handle(InboundMessage("telegram", "42", asked.buttons[0].command, "42"))
+    assert late is not None and late.content.startswith("That question is no longer open")
+
+
+async def test_only_the_allowlist_commands_are_in_help(home: Home) -> None:
+    app = shell_app(home, ScriptedProvider())
+    shown = await app.loop.handle(InboundMessage("cli", "direct", "/help"))
+    assert shown is not None
+    assert "/allowed" in shown.content and "/disallow" in shown.content
+    assert "/shell-allow" not in shown.content  # its buttons send it
+    answered = await app.loop.handle(InboundMessage("cli", "direct", "/shell-allow 1234"))
+    assert answered is not None and answered.content.startswith("That question is no longer")
