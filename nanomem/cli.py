@@ -196,6 +196,7 @@ def cmd_onboard(args: argparse.Namespace) -> int:
 
 def cmd_status(args: argparse.Namespace) -> int:
     from nanomem.app import workspace_of
+    from nanomem.model_names import model_name_problem
     from nanomem.routing import route
     from nanomem.session import SessionStore
 
@@ -204,6 +205,8 @@ def cmd_status(args: argparse.Namespace) -> int:
     config = _config_path(args, home)
     llm = settings.llm
     path = route(llm).describe() if llm.model else "(no model)"
+    if problem := model_name_problem(llm.model, llm.api_base):
+        path = f"(none) {problem}"
     if llm.old_defaults_ignored:
         path += " (config.toml's old onboarding defaults are treated as not chosen)"
     rows = [
@@ -422,7 +425,24 @@ def _configured(
         if not (ask and sys.stdin.isatty()):
             raise CliError(NO_MODEL.format(config=_config_path(args, home)), EXIT_CONFIG)
         settings = _ask_for_model(args, home)
+    if needs_model:
+        _check_model_names(args, home, settings)
     return home, settings
+
+
+def _check_model_names(args: argparse.Namespace, home: Home, settings: Settings) -> None:
+    """A name no client can place stops the start, saying what to write (no model call)."""
+    from nanomem.config import source_of
+    from nanomem.model_names import model_name_problem
+
+    for section, key, name in (
+        ("llm", "model", settings.llm.model),
+        ("dream", "model_override", settings.dream.model_override or ""),
+    ):
+        problem = model_name_problem(name, settings.llm.api_base, f"{section}.{key}")
+        if problem:
+            where = source_of(_config_path(args, home), _overrides(args), section, key)
+            raise CliError(f"config error: {problem} ({where})", EXIT_CONFIG)
 
 
 def cmd_dream(args: argparse.Namespace) -> int:

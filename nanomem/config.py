@@ -277,6 +277,12 @@ def _check_prompt_room(
     )
 
 
+def source_of(config_path: Path, overrides: dict[str, Any], section: str, key: str) -> str:
+    """Where a setting's value came from, named as config errors name it."""
+    file_data = read_toml(config_path) if config_path.exists() else {}
+    return _source_of((section, key), config_path, file_data, overrides)
+
+
 def _describe(
     exc: ValidationError, path: Path, file_data: dict[str, Any], overrides: dict[str, Any]
 ) -> str:
