@@ -425,6 +425,8 @@ def _configured(
 ) -> tuple[Home, Settings]:
     """Home (onboarded if missing, made private) and settings. With `ask`, a person at a
     terminal is asked for what is missing instead of being told to set it."""
+    from nanomem import preflight
+    from nanomem.config import ConfigError
     from nanomem.first_run import Choices
     from nanomem.onboard import onboard
     from nanomem.private import make_private
@@ -447,54 +449,19 @@ def _configured(
         if asked or not (ask and sys.stdin.isatty()):  # the person chose to set it later
             raise CliError(NO_MODEL.format(config=_config_path(args, home)), EXIT_CONFIG)
         settings = _ask_for_model(args, home)
-    if needs_model:
-        _check_model_names(args, home, settings)
-    _check_workspace(args, home, settings, ask=ask)
+    config, overrides = _config_path(args, home), _overrides(args)
+    try:
+        if needs_model:
+            preflight.check_model_names(settings, config, overrides)
+        if workspace := preflight.missing_workspace(settings, config, overrides):
+            question = f"The workspace {workspace} does not exist. Create it? [y/N] "
+            if not (ask and sys.stdin.isatty() and input(question).strip().lower() in ("y", "yes")):
+                raise preflight.workspace_missing_error(workspace, config, overrides)
+            onboard(home, workspace=workspace)
+            print(f"created {workspace}")
+    except ConfigError as exc:
+        raise CliError(str(exc), EXIT_CONFIG) from None
     return home, settings
-
-
-def _check_workspace(
-    args: argparse.Namespace, home: Home, settings: Settings, *, ask: bool
-) -> None:
-    """A workspace that is not there is a typo more often than a wish: created only when the
-    person at a terminal says so, otherwise a configuration error."""
-    from nanomem.app import workspace_of
-    from nanomem.config import source_of
-    from nanomem.onboard import onboard
-
-    if settings.agent.workspace is None or (path := workspace_of(settings, home)).is_dir():
-        return
-    where = source_of(_config_path(args, home), _overrides(args), "agent", "workspace")
-    if path.exists():
-        raise CliError(
-            f"config error: agent.workspace: {path} is not a folder ({where})", EXIT_CONFIG
-        )
-    if ask and sys.stdin.isatty():
-        answer = input(f"The workspace {path} ({where}) does not exist. Create it? [y/N] ")
-        if answer.strip().lower() in ("y", "yes"):
-            onboard(home, workspace=path)
-            print(f"created {path}")
-            return
-    raise CliError(
-        f"config error: agent.workspace: the folder {path} does not exist ({where}); "
-        "create it, or correct the path",
-        EXIT_CONFIG,
-    )
-
-
-def _check_model_names(args: argparse.Namespace, home: Home, settings: Settings) -> None:
-    """A name no client can place stops the start, saying what to write (no model call)."""
-    from nanomem.config import source_of
-    from nanomem.model_names import model_name_problem
-
-    for section, key, name in (
-        ("llm", "model", settings.llm.model),
-        ("dream", "model_override", settings.dream.model_override or ""),
-    ):
-        problem = model_name_problem(name, settings.llm.api_base, f"{section}.{key}")
-        if problem:
-            where = source_of(_config_path(args, home), _overrides(args), section, key)
-            raise CliError(f"config error: {problem} ({where})", EXIT_CONFIG)
 
 
 def cmd_dream(args: argparse.Namespace) -> int:
