@@ -197,6 +197,9 @@ def _first_run(args: argparse.Namespace, home: Home, given: Choices) -> bool:
             raise ValueError(problem)
     except ValueError as exc:
         raise CliError(f"config error: {exc} (command line)", EXIT_CONFIG) from None
+    except EOFError:  # Ctrl-D at a question
+        print()
+        raise CliError("setup cancelled; nothing was written") from None
     report = onboard(home, model=given.model, api_key=given.api_key, api_base=given.api_base)
     for path in report.created:
         print(f"created {path}")
@@ -455,13 +458,20 @@ def _configured(
             preflight.check_model_names(settings, config, overrides)
         if workspace := preflight.missing_workspace(settings, config, overrides):
             question = f"The workspace {workspace} does not exist. Create it? [y/N] "
-            if not (ask and sys.stdin.isatty() and input(question).strip().lower() in ("y", "yes")):
+            if not (ask and sys.stdin.isatty() and _yes(question)):
                 raise preflight.workspace_missing_error(workspace, config, overrides)
             onboard(home, workspace=workspace)
             print(f"created {workspace}")
     except ConfigError as exc:
         raise CliError(str(exc), EXIT_CONFIG) from None
     return home, settings
+
+
+def _yes(question: str) -> bool:
+    try:
+        return input(question).strip().lower() in ("y", "yes")
+    except EOFError:
+        return False
 
 
 def cmd_dream(args: argparse.Namespace) -> int:

@@ -88,6 +88,17 @@ def test_a_typed_name_without_provider_is_explained_and_asked_again(tmp_path: Pa
     assert llm_table(home) == {"model": "ollama/llama3.1"}
 
 
+def test_ctrl_d_at_a_question_writes_nothing(tmp_path: Path) -> None:
+    home = Home(tmp_path / "home")
+    child, seen = spawn(bare_env(home), "onboard")
+    child.expect_exact("Model (")
+    child.sendeof()
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 1 and "setup cancelled" in seen.getvalue()
+    assert "Traceback" not in seen.getvalue() and not home.config.exists()
+
+
 def test_chat_on_a_new_home_takes_its_flags_and_asks_only_for_the_key(
     tmp_path: Path, fake_llm: FakeOpenAI
 ) -> None:
