@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import getpass
 import json
 import os
 import sys
@@ -15,6 +14,7 @@ if TYPE_CHECKING:
     from nanomem.agent import MessageBus, OutboundMessage
     from nanomem.app import App
     from nanomem.config import Settings
+    from nanomem.first_run import Choices
     from nanomem.home import Home
 
 EXIT_CONFIG = 2
@@ -84,7 +84,8 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     onboard = commands.add_parser("onboard", help="create the home folder, config and workspace")
-    onboard.add_argument("--model", help="model to write into the new config.toml")
+    onboard.add_argument("--model", help="model to write into config.toml (llm.model)")
+    onboard.add_argument("--api-base", help="server URL to write into config.toml (llm.api_base)")
 
     chat = commands.add_parser("chat", help="chat in the terminal (or one turn with -m)")
     chat.add_argument(
@@ -198,26 +199,47 @@ def _settings(args: argparse.Namespace, home: Home) -> Settings:
 
 
 def cmd_onboard(args: argparse.Namespace) -> int:
-    from nanomem.onboard import onboard
+    from nanomem.first_run import Choices
 
-    home = _home(args)
-    interactive = sys.stdin.isatty() and not home.config.exists()
-    model = args.model or ""
-    api_key = ""
-    if interactive:
-        print(f"Setting up nanomem in {home.root}")
-        model = model or input("Model (e.g. openai/gpt-4o-mini; empty to set later): ").strip()
-        if model:
-            api_key = getpass.getpass("API key (empty to use the provider's env var): ").strip()
-    report = onboard(home, model=model, api_key=api_key)
+    _first_run(args, _home(args), Choices(args.model or "", args.api_base or ""))
+    return 0
+
+
+def _first_run(args: argparse.Namespace, home: Home, given: Choices) -> bool:
+    """Onboard `home`; `given` (onboard's flags) is written. A new config is completed by
+    questions on a terminal, never elsewhere. Returns whether questions were asked."""
+    from nanomem.first_run import ask_missing
+    from nanomem.onboard import onboard, set_config_value
+    from nanomem.providers import model_name_problem
+
+    known = _settings(args, home).llm  # flags, the environment, an existing file
+    fresh = not home.config.exists()
+    interactive = fresh and sys.stdin.isatty()
+    try:
+        if interactive:
+            print(f"Setting up nanomem in {home.root}")
+            given = ask_missing(known, given)
+        elif problem := model_name_problem(given.model, given.api_base or known.api_base):
+            raise ValueError(problem)
+    except ValueError as exc:
+        raise CliError(f"config error: {exc} (command line)", EXIT_CONFIG) from None
+    except EOFError:  # Ctrl-D at a question
+        print()
+        raise CliError("setup cancelled; nothing was written") from None
+    report = onboard(home, model=given.model, api_key=given.api_key, api_base=given.api_base)
     for path in report.created:
         print(f"created {path}")
+    if not fresh:  # an explicit flag is a request to change the existing file
+        for key, value in (("model", given.model), ("api_base", given.api_base)):
+            if value:
+                set_config_value(home.config, "llm", key, json.dumps(value))
+                print(f"set llm.{key} in {home.config}")
     tightened = [p for p in report.tightened if p not in report.created and p != home.root]
     if tightened:
         print(f"made {_files_and_folders(len(tightened))} in {home.root} private (owner only)")
-    if not report.created and not tightened:
+    if not report.created and not tightened and not (given.model or given.api_base):
         print(f"{home.root} is already set up; nothing changed")
-    return 0
+    return interactive
 
 
 def _files_and_folders(count: int) -> str:
@@ -229,20 +251,23 @@ def _files_and_folders(count: int) -> str:
 def cmd_status(args: argparse.Namespace) -> int:
     from nanomem.app import workspace_of
     from nanomem.memory import SessionStore
-    from nanomem.providers import route
+    from nanomem.providers import model_name_problem, route
 
     home = _home(args)
     settings = _settings(args, home)
     config = _config_path(args, home)
     llm = settings.llm
+    workspace = workspace_of(settings, home)
     path = route(llm).describe() if llm.model else "(no model)"
+    if problem := model_name_problem(llm.model, llm.api_base):
+        path = f"(none) {problem}"
     if llm.old_defaults_ignored:
         path += " (config.toml's old onboarding defaults are treated as not chosen)"
     rows = [
         ("version", version()),
         ("home", str(home.root)),
         ("config", f"{config}" + ("" if config.exists() else " (missing: run nanomem onboard)")),
-        ("workspace", str(workspace_of(settings, home))),
+        ("workspace", f"{workspace}" + ("" if workspace.is_dir() else " (missing)")),
         ("model", llm.model or "(not set: llm.model / NANOMEM_LLM__MODEL)"),
         ("api base", llm.api_base or "(provider default)"),
         ("model path", path),
@@ -452,13 +477,17 @@ def _configured(
 ) -> tuple[Home, Settings]:
     """Home (onboarded if missing, made private) and settings. With `ask`, a person at a
     terminal is asked for what is missing instead of being told to set it."""
+    from nanomem import preflight
+    from nanomem.config import ConfigError
+    from nanomem.first_run import Choices
     from nanomem.onboard import onboard
     from nanomem.private import make_private
 
     home = _home(args)
+    asked = False
     if not home.config.exists() and args.config is None:
         if ask:
-            cmd_onboard(argparse.Namespace(home=home.root, config=None, model=None))
+            asked = _first_run(args, home, Choices())
         else:
             onboard(home)
     if tightened := make_private(home):
@@ -469,10 +498,29 @@ def _configured(
         )
     settings = _settings(args, home)
     if needs_model and not settings.llm.model:
-        if not (ask and sys.stdin.isatty()):
+        if asked or not (ask and sys.stdin.isatty()):  # the person chose to set it later
             raise CliError(NO_MODEL.format(config=_config_path(args, home)), EXIT_CONFIG)
         settings = _ask_for_model(args, home)
+    config, overrides = _config_path(args, home), _overrides(args)
+    try:
+        if needs_model:
+            preflight.check_model_names(settings, config, overrides)
+        if workspace := preflight.missing_workspace(settings, config, overrides):
+            question = f"The workspace {workspace} does not exist. Create it? [y/N] "
+            if not (ask and sys.stdin.isatty() and _yes(question)):
+                raise preflight.workspace_missing_error(workspace, config, overrides)
+            onboard(home, workspace=workspace)
+            print(f"created {workspace}")
+    except ConfigError as exc:
+        raise CliError(str(exc), EXIT_CONFIG) from None
     return home, settings
+
+
+def _yes(question: str) -> bool:
+    try:
+        return input(question).strip().lower() in ("y", "yes")
+    except EOFError:
+        return False
 
 
 def cmd_dream(args: argparse.Namespace) -> int:

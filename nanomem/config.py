@@ -23,6 +23,9 @@ from nanomem.old_defaults import without_old_defaults
 
 ENV_PREFIX = "NANOMEM_"
 ENV_DELIMITER = "__"
+# The smallest prompt worth sending: a fresh workspace's system prompt and tool schemas
+# (about 1,400 tokens) and a short message.
+MIN_PROMPT_TOKENS = 2048
 
 
 class _Section(BaseModel):
@@ -236,7 +239,46 @@ def load_settings(config_path: Path, overrides: dict[str, Any] | None = None) ->
     except ValidationError as exc:
         raise ConfigError(_describe(exc, config_path, file_data, overrides)) from None
     settings.llm._old_defaults = old_defaults
+    _check_prompt_room(settings.llm, config_path, file_data, overrides)
     return settings
+
+
+def prompt_room(llm: LLMSettings) -> int:
+    """Tokens left for the prompt: the context window minus the reply and a safety margin."""
+    return _room(llm.context_window_tokens, llm.max_tokens)
+
+
+def _room(window: int, max_tokens: int) -> int:
+    return window - max_tokens - max(256, window // 20)
+
+
+def _check_prompt_room(
+    llm: LLMSettings, path: Path, file_data: dict[str, Any], overrides: dict[str, Any]
+) -> None:
+    """A window that the reply alone fills would only fail at the first long turn."""
+    if prompt_room(llm) >= MIN_PROMPT_TOKENS:
+        return
+    window, reply = ("llm", "context_window_tokens"), ("llm", "max_tokens")
+    # The smallest window that fits: the margin is 5 % of it past ~5k tokens.
+    needed = max(
+        llm.max_tokens + MIN_PROMPT_TOKENS + 256, (llm.max_tokens + MIN_PROMPT_TOKENS) * 20 // 19
+    )
+    while _room(needed - 1, llm.max_tokens) >= MIN_PROMPT_TOKENS:
+        needed -= 1
+    while _room(needed, llm.max_tokens) < MIN_PROMPT_TOKENS:
+        needed += 1
+    raise ConfigError(
+        f"config error: llm.context_window_tokens ({llm.context_window_tokens}, "
+        f"{_source_of(window, path, file_data, overrides)}) leaves no room for a prompt after "
+        f"llm.max_tokens ({llm.max_tokens}, {_source_of(reply, path, file_data, overrides)}) "
+        f"and a 5 % margin: make the window at least {needed} tokens or max_tokens smaller"
+    )
+
+
+def source_of(config_path: Path, overrides: dict[str, Any], section: str, key: str) -> str:
+    """Where a setting's value came from, named as config errors name it."""
+    file_data = read_toml(config_path) if config_path.exists() else {}
+    return _source_of((section, key), config_path, file_data, overrides)
 
 
 def _describe(

@@ -22,7 +22,12 @@ class OnboardReport:
 
 
 def onboard(
-    home: Home, workspace: Path | None = None, *, model: str = "", api_key: str = ""
+    home: Home,
+    workspace: Path | None = None,
+    *,
+    model: str = "",
+    api_key: str = "",
+    api_base: str = "",
 ) -> OnboardReport:
     """Create what is missing; never touch a file that already exists."""
     report = OnboardReport()
@@ -32,7 +37,10 @@ def onboard(
     if home.config.exists():
         report.kept.append(home.config)
     else:
-        text = Templates().render("config.toml.j2", model=model, api_key=api_key) + "\n"
+        text = (
+            Templates().render("config.toml.j2", model=model, api_key=api_key, api_base=api_base)
+            + "\n"
+        )
         atomic_write_text(home.config, text, mode=0o600)
         report.created.append(home.config)
     target = workspace or home.workspace

@@ -123,3 +123,20 @@ def test_consolidation_target_must_be_below_trigger(tmp_path: Path) -> None:
             tmp_path / "none.toml", {"memory": {"consolidate_at": 0.5, "consolidate_to": 0.6}}
         )
     assert "consolidate_to must be smaller" in str(err.value)
+
+
+def test_a_window_the_reply_fills_is_refused_with_both_keys_and_sources(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = write(tmp_path / "c.toml", "[llm]\nmodel = 'openai/x'\ncontext_window_tokens = 4096\n")
+    with pytest.raises(ConfigError) as refused:
+        load_settings(config)
+    message = str(refused.value)
+    assert f"llm.context_window_tokens (4096, {config}, line 3)" in message
+    assert "llm.max_tokens (4096, default)" in message
+    assert "at least 6467 tokens" in message
+    monkeypatch.setenv("NANOMEM_LLM__MAX_TOKENS", "6000")
+    with pytest.raises(ConfigError, match="environment variable NANOMEM_LLM__MAX_TOKENS"):
+        load_settings(config)
+    monkeypatch.setenv("NANOMEM_LLM__MAX_TOKENS", "1024")  # room enough: accepted
+    assert load_settings(config).llm.max_tokens == 1024

@@ -115,7 +115,7 @@ def spawn_chat(env: dict[str, str]) -> pexpect.spawn:
 def test_first_run_onboards_interactively(tmp_path, fake_llm: FakeOpenAI) -> None:  # type: ignore[no-untyped-def]
     home = Home(tmp_path / "new-home")
     env = cli_env(home, fake_llm, TERM="xterm", PROMPT_TOOLKIT_NO_CPR="1")
-    del env["NANOMEM_LLM__MODEL"]
+    del env["NANOMEM_LLM__MODEL"], env["NANOMEM_LLM__API_KEY"]  # asked for: no one gave them
     child = spawn_chat(env)
     child.expect_exact("Model (e.g. openai/gpt-4o-mini; empty to set later):")
     child.sendline("openai/fake")

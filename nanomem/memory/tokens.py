@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from nanomem.config import LLMSettings, MemorySettings
+from nanomem.config import LLMSettings, MemorySettings, prompt_room
 
 MESSAGE_OVERHEAD = 4  # role and separators, as OpenAI counts them
 IMAGE_TOKENS = 765  # a high-detail 1024×1024 image; generous on purpose
@@ -139,9 +139,7 @@ class Budget:
 
     @property
     def prompt_limit(self) -> int:
-        window = self.llm.context_window_tokens
-        margin = max(256, window // 20)
-        return max(512, window - self.llm.max_tokens - margin)
+        return max(512, prompt_room(self.llm))
 
     @property
     def trigger(self) -> int:

@@ -10,6 +10,7 @@ from nanomem.exports import lazy_exports
 
 if TYPE_CHECKING:
     from nanomem.providers.litellm_provider import LiteLLMProvider, import_litellm, supports_images
+    from nanomem.providers.model_names import model_name_problem
     from nanomem.providers.openai_http import OpenAIHTTPProvider
     from nanomem.providers.port import (
         Provider,
@@ -22,7 +23,7 @@ if TYPE_CHECKING:
         Usage,
         WireMessage,
     )
-    from nanomem.providers.routing import key_source, route
+    from nanomem.providers.routing import key_source, key_variable, route
 
 __all__ = [
     "LiteLLMProvider",
@@ -38,6 +39,8 @@ __all__ = [
     "WireMessage",
     "import_litellm",
     "key_source",
+    "key_variable",
+    "model_name_problem",
     "route",
     "supports_images",
 ]
@@ -45,6 +48,7 @@ __getattr__ = lazy_exports(
     __name__,
     {
         "litellm_provider": ("LiteLLMProvider", "import_litellm", "supports_images"),
+        "model_names": ("model_name_problem",),
         "openai_http": ("OpenAIHTTPProvider",),
         "port": (
             "Provider",
@@ -57,6 +61,6 @@ __getattr__ = lazy_exports(
             "Usage",
             "WireMessage",
         ),
-        "routing": ("key_source", "route"),
+        "routing": ("key_source", "key_variable", "route"),
     },
 )

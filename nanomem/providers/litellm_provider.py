@@ -101,6 +101,8 @@ class LiteLLMProvider:
                 kwargs["tool_choice"] = tool_choice
         if self.settings.api_base:
             kwargs["api_base"] = self.settings.api_base
+            if not _placed(litellm, self.model, self.settings.api_base):
+                kwargs["custom_llm_provider"] = "openai"  # the server's own name, sent as is
         if self.settings.api_key is not None:
             kwargs["api_key"] = self.settings.api_key.get_secret_value()
         if not kwargs.get("api_key") and _openai_key_missing(litellm, self.model, kwargs):
@@ -154,6 +156,15 @@ async def _apply(chunk: Any, stream: ReplyStream) -> None:
 
 def _str(value: Any) -> str | None:
     return value if isinstance(value, str) else None
+
+
+def _placed(litellm: ModuleType, model: str, api_base: str) -> bool:
+    """Whether litellm knows which provider serves `model` (a prefix, or a name it lists)."""
+    try:
+        litellm.get_llm_provider(model, api_base=api_base)
+    except Exception:
+        return False
+    return True
 
 
 def _openai_key_missing(litellm: ModuleType, model: str, kwargs: dict[str, Any]) -> bool:

@@ -53,7 +53,7 @@ OPENAI_COMPATIBLE: dict[str, Host] = {
 # Ollama's own API lives at the root; its OpenAI-compatible one under /v1.
 _V1_SUFFIXED = frozenset({"ollama", "ollama_chat"})
 # Names OpenAI serves that litellm recognises without a prefix.
-_OPENAI_BARE = ("gpt-", "chatgpt-", "o1", "o3", "o4")
+OPENAI_BARE = ("gpt-", "chatgpt-", "o1", "o3", "o4")
 
 
 @dataclass(frozen=True)
@@ -96,7 +96,7 @@ def route(llm: LLMSettings) -> Route:
         return _direct(llm, prefix, rest, None, "llm.api_base is an OpenAI-compatible server")
     if not prefix and llm.api_base:
         return _direct(llm, prefix, rest, None, "llm.api_base is an OpenAI-compatible server")
-    if not prefix and rest.startswith(_OPENAI_BARE):
+    if not prefix and rest.startswith(OPENAI_BARE):
         openai = OPENAI_COMPATIBLE["openai"]
         return _direct(llm, "openai", rest, openai, f"{rest} is an OpenAI model")
     if prefix:

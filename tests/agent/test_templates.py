@@ -53,7 +53,7 @@ SAMPLES = {
     "provider_error.md.j2": {"category": "auth", "model": "openai/x", "key_source": "X"},
     "iteration_limit.md.j2": {"max_iterations": 20},
     "turn_failed.md.j2": {"category": "unreachable"},
-    "config.toml.j2": {"model": "openai/gpt-4o-mini", "api_key": ""},
+    "config.toml.j2": {"model": "openai/gpt-4o-mini", "api_key": "", "api_base": ""},
 }
 
 
@@ -93,7 +93,7 @@ def test_config_template_is_valid_toml_with_every_setting() -> None:
 
     from nanomem.config import Settings
 
-    text = Templates().render("config.toml.j2", model="openai/x", api_key="sk-1")
+    text = Templates().render("config.toml.j2", model="openai/x", api_key="sk-1", api_base="")
     data = tomllib.loads(text)
     assert data["llm"]["model"] == "openai/x" and data["llm"]["api_key"] == "sk-1"
     for section, model in Settings.model_fields.items():

@@ -1,0 +1,82 @@
+"""The questions a first run asks a person at a terminal: the model, the server it runs on and
+the API key, each only when no flag, variable or file gave it, and each once."""
+
+from __future__ import annotations
+
+import getpass
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+from nanomem.providers import key_variable, model_name_problem, route
+
+if TYPE_CHECKING:
+    from nanomem.config import LLMSettings
+
+Ask = Callable[[str], str]
+
+
+@dataclass(frozen=True)
+class Choices:
+    """What onboarding writes into a new config.toml (empty: not chosen, left a comment)."""
+
+    model: str = ""
+    api_base: str = ""
+    api_key: str = ""  # stored only in config.toml, which is created with mode 0600
+
+
+def ask_missing(
+    known: LLMSettings,
+    given: Choices,
+    *,
+    ask: Ask = input,
+    ask_secret: Ask = getpass.getpass,
+    say: Callable[[str], None] = print,
+) -> Choices:
+    """`given` (the flags) completed by questions for what `known` (flags, environment, an
+    existing file) lacks. A typed name no client can place is explained and asked again; a
+    flag's raises ValueError with the explanation."""
+    choices = given
+    for _ in range(3):
+        if known.model and not choices.model:
+            break  # set elsewhere (a variable, a flag of `chat`): not ours to question
+        model = choices.model or ask("Model (e.g. openai/gpt-4o-mini; empty to set later): ")
+        if not (model := model.strip()):
+            break
+        api_base, typed_base = choices.api_base or known.api_base or "", ""
+        if not api_base and (model.startswith("openai/") or "/" not in model):
+            api_base = typed_base = ask(
+                "Base URL of the OpenAI-compatible server it runs on, if not OpenAI's own "
+                "API (e.g. http://localhost:11434/v1; empty for none): "
+            ).strip()
+        problem = model_name_problem(model, api_base or None)
+        if problem and choices.model:
+            raise ValueError(problem)
+        if problem:
+            say(problem)
+            continue
+        choices = replace(choices, model=model, api_base=choices.api_base or typed_base)
+        break
+    llm = known.model_copy(
+        update={
+            "model": choices.model or known.model,
+            "api_base": choices.api_base or known.api_base,
+        }
+    )
+    if not llm.model or _has_key(llm):
+        return choices
+    variable = key_variable(llm)
+    if variable in os.environ:
+        say(f"Using the API key in the environment variable {variable}.")
+        return choices
+    own_server = route(llm).path == "direct" and not route(llm).needs_key
+    key = ask_secret(
+        "API key (hidden; saved in config.toml, readable by you only; "
+        + ("empty if the server needs none): " if own_server else f"empty to set {variable}): ")
+    ).strip()
+    return replace(choices, api_key=key)
+
+
+def _has_key(llm: LLMSettings) -> bool:
+    return llm.api_key is not None and bool(llm.api_key.get_secret_value())

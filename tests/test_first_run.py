@@ -1,0 +1,193 @@
+"""Onboarding through the real CLI: flags are written and never asked for; what is missing is
+asked once on a terminal (a pseudo-terminal here) and never when stdin is not one; a workspace
+that is not there is an error, or created when the person at a terminal says so; a refused key
+names the variable it came from."""
+
+from __future__ import annotations
+
+import io
+import stat
+import sys
+import tomllib
+from pathlib import Path
+
+import pexpect
+
+from nanomem.home import Home
+from tests.conftest import cli_env, run_cli
+from tests.fakes.openai_server import FakeOpenAI
+
+PROMPT = "you ›"  # nanomem chat's input prompt
+QUESTIONS = ("Model (", "Base URL", "API key (", "Create it?")
+
+
+def bare_env(home: Home, **extra: str) -> dict[str, str]:
+    """No model, server or key from anywhere: what a new user starts with."""
+    env = cli_env(home, TERM="xterm", PROMPT_TOOLKIT_NO_CPR="1", **extra)
+    for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "OPENAI_API_BASE", "OLLAMA_API_KEY"):
+        env.pop(name, None)
+    env.update(extra)  # unless the test gives one
+    return env
+
+
+def spawn(env: dict[str, str], *args: str) -> tuple[pexpect.spawn, io.StringIO]:
+    child = pexpect.spawn(
+        sys.executable, ["-m", "nanomem", *args], env=env, encoding="utf-8", timeout=30
+    )
+    transcript = io.StringIO()
+    child.logfile_read = transcript  # everything the person saw
+    return child, transcript
+
+
+def llm_table(home: Home) -> dict[str, object]:
+    return dict(tomllib.loads(home.config.read_text())["llm"])
+
+
+def test_onboard_asks_only_what_the_flags_left_and_hides_the_key(tmp_path: Path) -> None:
+    home = Home(tmp_path / "home")
+    child, seen = spawn(bare_env(home), "onboard", "--model", "openai/gpt-4o-mini")
+    child.expect_exact("Base URL")
+    child.sendline("")
+    child.expect_exact("API key")
+    child.expect_exact("OPENAI_API_KEY")  # the other place the key may live
+    child.sendline("sk-typed-and-hidden")
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 0, seen.getvalue()
+    assert "Model (" not in seen.getvalue()  # the flag wins
+    assert "sk-typed-and-hidden" not in seen.getvalue()  # never echoed
+    assert llm_table(home) == {"model": "openai/gpt-4o-mini", "api_key": "sk-typed-and-hidden"}
+    assert stat.S_IMODE(home.config.stat().st_mode) == 0o600
+
+
+def test_a_key_in_the_environment_is_not_asked_for(tmp_path: Path) -> None:
+    home = Home(tmp_path / "home")
+    env = bare_env(home, OPENAI_API_KEY="sk-from-the-environment")
+    child, seen = spawn(
+        env, "onboard", "--model", "openai/gpt-4o-mini", "--api-base", "http://h/v1"
+    )
+    child.expect_exact("Using the API key in the environment variable OPENAI_API_KEY")
+    child.expect(pexpect.EOF)
+    assert not any(question in seen.getvalue() for question in QUESTIONS)
+    assert llm_table(home) == {"model": "openai/gpt-4o-mini", "api_base": "http://h/v1"}
+
+
+def test_a_typed_name_without_provider_is_explained_and_asked_again(tmp_path: Path) -> None:
+    home = Home(tmp_path / "home")
+    child, _ = spawn(bare_env(home), "onboard")
+    child.expect_exact("Model (")
+    child.sendline("llama3.1")
+    child.expect_exact("Base URL")
+    child.sendline("")
+    child.expect_exact("`ollama/llama3.1`")
+    child.expect_exact("Model (")
+    child.sendline("ollama/llama3.1")
+    child.expect_exact("empty if the server needs none")  # a local server: no key needed
+    child.sendline("")
+    child.expect(pexpect.EOF)
+    assert llm_table(home) == {"model": "ollama/llama3.1"}
+
+
+def test_ctrl_d_at_a_question_writes_nothing(tmp_path: Path) -> None:
+    home = Home(tmp_path / "home")
+    child, seen = spawn(bare_env(home), "onboard")
+    child.expect_exact("Model (")
+    child.sendeof()
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 1 and "setup cancelled" in seen.getvalue()
+    assert "Traceback" not in seen.getvalue() and not home.config.exists()
+
+
+def test_chat_on_a_new_home_takes_its_flags_and_asks_only_for_the_key(
+    tmp_path: Path, fake_llm: FakeOpenAI
+) -> None:
+    home = Home(tmp_path / "home")
+    flags = ("--model", "openai/fake", "--api-base", fake_llm.base_url)
+    child, seen = spawn(bare_env(home), "chat", *flags)
+    child.expect_exact("API key")
+    child.sendline("")
+    child.expect_exact(PROMPT)
+    assert "Model (" not in seen.getvalue() and "Base URL" not in seen.getvalue()
+    child.sendline("hello")
+    child.expect_exact("echo: ")
+    child.expect_exact(PROMPT)
+    child.sendcontrol("d")
+    child.expect(pexpect.EOF)
+    assert "model" not in llm_table(home)  # chat's flags are for this run only
+
+
+def test_without_a_terminal_nothing_is_asked(tmp_path: Path) -> None:
+    home = Home(tmp_path / "home")
+    flags = ("--model", "openai/gpt-4o-mini", "--api-base", "http://127.0.0.1:9/v1")
+    result = run_cli("onboard", *flags, env=bare_env(home), stdin="")  # a pipe, not a tty
+    assert result.returncode == 0, result.stderr
+    output = result.stdout + result.stderr
+    assert not any(question in output for question in QUESTIONS)
+    assert llm_table(home) == {"model": "openai/gpt-4o-mini", "api_base": "http://127.0.0.1:9/v1"}
+
+
+def test_flags_change_an_existing_config_and_keep_the_rest(tmp_path: Path) -> None:
+    home = Home(tmp_path / "home")
+    env = bare_env(home)
+    assert run_cli("onboard", "--model", "openai/gpt-4o-mini", env=env, stdin="").returncode == 0
+    before = home.config.read_text()
+    result = run_cli("onboard", "--model", "groq/llama-3.1-8b-instant", env=env, stdin="")
+    assert result.returncode == 0, result.stderr
+    assert "set llm.model" in result.stdout
+    assert llm_table(home) == {"model": "groq/llama-3.1-8b-instant"}
+    after = home.config.read_text()
+    assert after.replace("groq/llama-3.1-8b-instant", "openai/gpt-4o-mini") == before
+    assert stat.S_IMODE(home.config.stat().st_mode) == 0o600
+
+
+def test_a_model_flag_no_client_can_place_changes_nothing(tmp_path: Path) -> None:
+    home = Home(tmp_path / "home")
+    result = run_cli("onboard", "--model", "llama3.1", env=bare_env(home), stdin="")
+    assert result.returncode == 2
+    assert "`ollama/llama3.1`" in result.stderr and "(command line)" in result.stderr
+    assert not home.root.exists()
+
+
+def test_a_missing_workspace_is_an_error_naming_its_source(
+    home: Home, fake_llm: FakeOpenAI, tmp_path: Path
+) -> None:
+    missing = tmp_path / "typo" / "workspace"
+    result = run_cli("chat", "-m", "hi", "--workspace", str(missing), env=cli_env(home, fake_llm))
+    assert result.returncode == 2
+    assert result.stderr.startswith("nanomem: config error: agent.workspace:")
+    assert str(missing) in result.stderr and "(command line)" in result.stderr
+    env = cli_env(home, fake_llm, NANOMEM_AGENT__WORKSPACE=str(missing))
+    result = run_cli("gateway", env=env)
+    assert result.returncode == 2 and "NANOMEM_AGENT__WORKSPACE" in result.stderr
+    assert fake_llm.requests == [] and not missing.exists()
+    fake_llm.reply("fine")  # the positive control: the same run with a workspace that exists
+    missing.mkdir(parents=True)
+    result = run_cli("chat", "-m", "hi", "--workspace", str(missing), env=cli_env(home, fake_llm))
+    assert result.returncode == 0 and result.stdout.strip() == "fine", result.stderr
+
+
+def test_a_missing_workspace_is_created_when_the_person_says_so(
+    home: Home, fake_llm: FakeOpenAI, tmp_path: Path
+) -> None:
+    missing = tmp_path / "new-workspace"
+    env = cli_env(home, fake_llm, TERM="xterm", PROMPT_TOOLKIT_NO_CPR="1")
+    child, _ = spawn(env, "chat", "--workspace", str(missing))
+    child.expect_exact("does not exist. Create it? [y/N]")
+    child.sendline("y")
+    child.expect_exact(PROMPT)
+    assert (missing / "SOUL.md").is_file()
+    child.sendcontrol("d")
+    child.expect(pexpect.EOF)
+
+
+def test_a_refused_key_names_the_variable_it_came_from(home: Home, fake_llm: FakeOpenAI) -> None:
+    env = cli_env(home, fake_llm, OPENAI_API_KEY="sk-from-openai-variable")
+    del env["NANOMEM_LLM__API_KEY"]
+    fake_llm.error(401, "Incorrect API key provided")
+    result = run_cli("chat", "-m", "hi", env=env)
+    assert result.returncode == 1
+    assert "refused the API key" in result.stderr
+    assert "the environment variable OPENAI_API_KEY" in result.stderr
+    assert fake_llm.auth_headers[0] == "Bearer sk-from-openai-variable"
+    assert "sk-from-openai-variable" not in result.stderr
