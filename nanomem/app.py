@@ -133,6 +133,7 @@ def build_app(
     if bus is None:
         bus = MessageBus(inbox=SqliteInbox(home.inbox) if durable else None)
     sessions = SessionStore(home.sessions, counter=budget.count, lock_dir=home.locks / "sessions")
+    budget.on_exact.append(sessions.recount)
     context = ContextBuilder(
         workspace,
         templates,
