@@ -19,7 +19,7 @@ from nanomem.filetools import FileTools
 from nanomem.gitstore import TRACKED, GitStore
 from nanomem.history import HistoryStore
 from nanomem.inbox import SqliteInbox
-from nanomem.litellm_provider import LiteLLMProvider, import_litellm, supports_images
+from nanomem.litellm_provider import LiteLLMProvider, import_litellm
 from nanomem.log import register_secrets
 from nanomem.loop import AgentLoop
 from nanomem.memory_commands import MemoryCommands
@@ -34,6 +34,7 @@ from nanomem.skills import Skills
 from nanomem.templates import Templates
 from nanomem.tokens import BpeTokenizer, Budget, Calibration
 from nanomem.tools import ToolRegistry
+from nanomem.vision import supports_images
 
 # Files and folders the agent may read but never write: nanomem maintains them itself, and
 # templates are the agent's own instructions (the person overrides them by hand).
@@ -224,7 +225,4 @@ def _model(llm: LLMSettings, transports: list[Provider]) -> Provider:
 
 
 def _vision_check(settings: Settings) -> Callable[[], bool]:
-    configured = settings.llm.supports_images
-    if configured is not None:
-        return lambda: configured
-    return functools.partial(supports_images, settings.llm.model)
+    return functools.partial(supports_images, settings.llm)
