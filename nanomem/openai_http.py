@@ -102,7 +102,8 @@ class OpenAIHTTPProvider:
                     return await _read_events(resp.content, ReplyStream(on_text))
                 raw = await resp.read()
         except TimeoutError:  # asyncio's, and aiohttp's ServerTimeoutError
-            detail = f"no answer within {self.settings.timeout_s:g} s"
+            seconds = f"{self.settings.timeout_s:g} s"
+            detail = f"silent for {seconds} mid-answer" if answered else f"no answer in {seconds}"
             raise ProviderError("timeout", detail, 408) from None
         except aiohttp.ClientError as exc:  # refused, reset, DNS, truncated body, bad URL
             detail = self._safe(f"{type(exc).__name__}: {exc}")
@@ -126,7 +127,10 @@ class OpenAIHTTPProvider:
         if self._session is None or self._session.closed or self._loop is not loop:
             # A session from another (usually finished) loop cannot be used or closed here.
             connector = aiohttp.TCPConnector(limit=_CONNECTIONS, limit_per_host=_CONNECTIONS)
-            timeout = aiohttp.ClientTimeout(total=self.settings.timeout_s)
+            # Connecting and each read (silence) are bounded, not the whole call: a long reply
+            # streams for as long as the model keeps writing.
+            seconds = self.settings.timeout_s
+            timeout = aiohttp.ClientTimeout(total=None, connect=seconds, sock_read=seconds)
             self._session = aiohttp.ClientSession(connector=connector, timeout=timeout)
             self._loop = loop
         return self._session
