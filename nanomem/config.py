@@ -68,7 +68,7 @@ class ToolSettings(_Section):
     shell_enabled: bool = False
     shell_timeout_s: float = Field(60.0, gt=0)
     # Environment variables commands may see beyond PATH, HOME, LANG and TERM.
-    shell_env: list[str] = Field(default_factory=list)
+    shell_env: list[str] = []  # not default_factory=list: see TelegramSettings.allow_from
     max_output_chars: int = Field(16000, ge=500)
 
 
