@@ -26,6 +26,11 @@ GROUP_SLOWER = 3
 # (most short replies), which spares the Bot API a call per chat when many answer at once.
 FIRST_SHOW_S = 0.15
 CLOSE_WAIT_S = 10.0  # the longest a finished reply waits for a refresh already on its way
+# Telegram shows a draft as a "temporary 30-second preview": one older than this is sent again
+# under a new id, changed or not, so a long reply (or a long tool call) never leaves the chat
+# blank. A new id, not the same one again: it holds whether the 30 s count from a draft's
+# first call or from its latest.
+DRAFT_RENEW_S = 20.0
 _DRAFT_IDS = itertools.count(1)  # must be non-zero; one per step, so a new step replaces it
 
 
@@ -51,6 +56,7 @@ class Stream:
     html: bool = True  # False once Telegram refused our HTML for this reply
     drafts: bool = True  # False once this chat refused a draft
     draft_id: int = 0
+    draft_at: float = 0.0  # when the current draft id was first sent (monotonic)
     message_id: int | None = None  # the message edited in place, when not a draft
     next_at: float = 0.0  # no refresh before this (monotonic)
     closed: bool = False  # the finished reply is here: show nothing more
@@ -62,8 +68,8 @@ class Stream:
 class Streamer:
     """Keeps each stream's chat up to date from a task of its own, throttled per chat."""
 
-    def __init__(self, port: BotPort, every_s: float) -> None:
-        self.port, self.every_s = port, every_s
+    def __init__(self, port: BotPort, every_s: float, renew_s: float = DRAFT_RENEW_S) -> None:
+        self.port, self.every_s, self.renew_s = port, every_s, renew_s
         self.drafts: bool | None = None  # whether the Bot API server knows drafts (per process)
 
     def piece(self, stream: Stream, gate: FloodGate, step: int, text: str) -> None:
@@ -100,8 +106,11 @@ class Streamer:
 
     async def _run(self, stream: Stream, gate: FloodGate) -> None:
         while not (stream.closed or stream.broken):
+            renew_in = self._renew_in(stream)
+            if renew_in == 0:  # the draft would soon vanish: show the text again, as a new one
+                stream.draft_id, stream.rendered_from, stream.shown = 0, None, ""
             if stream.text == stream.rendered_from:
-                await _sleep(stream, None)
+                await _sleep(stream, renew_in)
                 continue
             if (delay := max(stream.next_at - time.monotonic(), gate.wait_s())) > 0:
                 await _sleep(stream, delay)
@@ -118,11 +127,18 @@ class Streamer:
                 logger.exception("telegram: showing a reply as it grows in {} failed", stream.key)
                 stream.broken = True
 
+    def _renew_in(self, stream: Stream) -> float | None:
+        """Seconds until the draft shown must be sent anew; None when no draft is shown."""
+        if not (stream.draft_id and stream.shown and self._drafting(stream)):
+            return None
+        return max(0.0, stream.draft_at + self.renew_s - time.monotonic())
+
     async def _show(self, stream: Stream, body: str, html: bool) -> None:
         if not body or body == stream.shown:
             return
-        if stream.private and stream.drafts and self.drafts is not False and not stream.message_id:
-            stream.draft_id = stream.draft_id or next(_DRAFT_IDS)
+        if self._drafting(stream):
+            if not stream.draft_id:
+                stream.draft_id, stream.draft_at = next(_DRAFT_IDS), time.monotonic()
             await self.port.send_draft(stream.key, stream.draft_id, body, html=html)
             self.drafts = True
         elif stream.message_id is None:
@@ -132,6 +148,11 @@ class Streamer:
         else:
             await self.port.edit_text(stream.key, stream.message_id, body, html=html)
         stream.shown = body
+
+    def _drafting(self, stream: Stream) -> bool:
+        """Whether this stream shows drafts (private, known to the server, not yet edits)."""
+        private = stream.private and stream.drafts and not stream.message_id
+        return private and self.drafts is not False
 
     def _failed(self, stream: Stream, gate: FloodGate, exc: SendError, html: bool) -> None:
         stream.rendered_from = None  # unless given up below, the text is shown again

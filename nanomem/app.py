@@ -149,6 +149,7 @@ def build_app(
         provider = _model(llm, transports)
     budget = Budget(BpeTokenizer(), Calibration(), llm, settings.memory)
     sessions = SessionStore(home.sessions, counter=budget.count, lock_dir=home.locks / "sessions")
+    budget.on_exact.append(sessions.recount)
     context = ContextBuilder(
         workspace,
         templates,
@@ -242,7 +243,4 @@ def _model(llm: LLMSettings, transports: list[Provider]) -> Provider:
 
 
 def _vision_check(settings: Settings) -> Callable[[], bool]:
-    configured = settings.llm.supports_images
-    if configured is not None:
-        return lambda: configured
-    return functools.partial(supports_images, settings.llm.model)
+    return functools.partial(supports_images, settings.llm)

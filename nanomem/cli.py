@@ -149,6 +149,8 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     os.umask(0o077)  # conversations and logs are the owner's alone (see nanomem.private)
     _quiet_until_logging_is_set_up()
+    # nanomem uses no pydantic plugins; looking for them scans every installed package (~20 ms).
+    os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
     args = build_parser().parse_args(argv)
     try:
         handler = {

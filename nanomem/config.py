@@ -41,7 +41,7 @@ class LLMSettings(_Section):
     temperature: float | None = Field(None, ge=0, le=2)
     max_tokens: int = Field(4096, gt=0)
     context_window_tokens: int = Field(65536, ge=1024)
-    # Whether the model takes images; unset asks litellm's model list.
+    # Whether the model takes images; unset: nanomem/vision.py decides by the model.
     supports_images: bool | None = None
     # "auto": OpenAI-compatible endpoints through the lean client, the rest through litellm
     # (nanomem/providers/routing.py decides); "direct" and "litellm" force one path.
@@ -70,7 +70,7 @@ class ToolSettings(_Section):
     shell_enabled: bool = False
     shell_timeout_s: float = Field(60.0, gt=0)
     # Environment variables commands may see beyond PATH, HOME, LANG and TERM.
-    shell_env: list[str] = Field(default_factory=list)
+    shell_env: list[str] = []  # not default_factory=list: see TelegramSettings.allow_from
     # "ask": the person is asked in the chat before each command (unless allowlisted);
     # "allowlist": only allowlisted prefixes run; "off": everything runs (unsafe).
     shell_approval: Literal["ask", "allowlist", "off"] = "ask"

@@ -213,13 +213,13 @@ class AgentLoop:
             await self.sessions.append(session, seals)
         # A failed attempt's note is for later turns: a retry asks the model afresh.
         resumed = to_wire([m for m in session.messages[at + 1 :] if not m.get("failed")])
-        fixed = (
-            self.budget.count_system(system["content"])  # remembered by text: a lookup
-            + self.budget.count(user)
-            + sum(self.budget.count(m) for m in resumed)
-            + self.budget.count_tools(self.tools.schema_text)
-        )
+        fixed = self._fixed(system["content"], [user, *resumed])
+        whole = fixed + session.tokens_between(session.replay_from, at)
+        if not self.budget.settled(self.budget.calibration.apply(whole)):
+            session.system_tokens = self.budget.count_system(system["content"])
+            fixed = self._fixed(system["content"], [user, *resumed])
         history, history_tokens = session.history(self.budget.prompt_limit - fixed, end=at)
+        exact = self.budget.exact  # how `fixed` and the history were counted
 
         async def report(call: ToolCall) -> None:
             if progress is not None:
@@ -248,7 +248,8 @@ class AgentLoop:
             raise
         await self._save(session, result.messages)
         if result.usage:
-            self.budget.calibration.observe(fixed + history_tokens, result.usage[0].prompt_tokens)
+            actual = result.usage[0].prompt_tokens
+            self.budget.observe(fixed + history_tokens, actual, exact=exact)
         for after in self.after_turn:
             self._spawn(after(session))
         if result.text is None:
@@ -257,6 +258,14 @@ class AgentLoop:
             )
             return OutboundMessage.answering(msg, text, kind="error")
         return OutboundMessage.answering(msg, redact(result.text))
+
+    def _fixed(self, system: str, messages: list[dict[str, Any]]) -> int:
+        """Tokens of what every prompt of the turn carries besides the replayed history."""
+        return (
+            self.budget.count_system(system)  # remembered by text: a lookup
+            + sum(self.budget.count(m) for m in messages)
+            + self.budget.count_tools(self.tools.schema_text)
+        )
 
     def _streamer(self, msg: InboundMessage, progress: Progress | None) -> StepText | None:
         """Pieces of the reply go out as they arrive, each with the step's text so far."""

@@ -126,15 +126,19 @@ class Consolidator:
 
         Not `fresh`: the system prompt's size from the chat's last turn, which is what the
         quick checks around every turn need (building the prompt again costs a file scan)."""
-        system_tokens = session.system_tokens
-        if fresh or system_tokens is None:
-            system_tokens = self.budget.count_system(await self.context.system_prompt(session.key))
-        raw = (
-            system_tokens
-            + self.budget.count_tools(self.tools.schema_text)
-            + session.unconsolidated_tokens()
-        )
-        return self.budget.calibration.apply(raw)
+        while True:  # twice at most: byte bounds near the trigger are counted again, exactly
+            system_tokens = session.system_tokens
+            if fresh or system_tokens is None:
+                system_prompt = await self.context.system_prompt(session.key)
+                system_tokens = self.budget.count_system(system_prompt)
+            raw = (
+                system_tokens
+                + self.budget.count_tools(self.tools.schema_text)
+                + session.unconsolidated_tokens()
+            )
+            estimate = self.budget.calibration.apply(raw)
+            if self.budget.settled(estimate):
+                return estimate
 
     async def consolidate(self, session: Session) -> list[Archived]:
         """Summarise the oldest turns until the estimate is under the target (bounded rounds)."""

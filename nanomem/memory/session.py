@@ -90,6 +90,11 @@ class Session:
             if message.get("role") == "user":
                 self._user_turns.append(index)
 
+    def recount(self) -> None:
+        """Forget the token counts (the counter changed); the next use counts again, once."""
+        self._cumulative = [0]
+        self.system_tokens = None
+
     def tokens_between(self, start: int, end: int) -> int:
         self._index(end)
         return self._cumulative[end - self._base] - self._cumulative[start - self._base]
@@ -277,6 +282,11 @@ class SessionStore:
 
     def _write_lock(self, session: Session) -> asyncio.Lock:
         return self._write_locks.setdefault(session.path, asyncio.Lock())
+
+    def recount(self) -> None:
+        """The counter changed (byte bounds became exact counts): count every session again."""
+        for session in self._cache.values():
+            session.recount()
 
     @property
     def cached(self) -> int:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -17,6 +18,14 @@ IMAGE_TOKENS = 765  # a high-detail 1024×1024 image; generous on purpose
 
 class Tokenizer(Protocol):
     def count(self, text: str) -> int: ...
+
+
+class ByteBound:
+    """UTF-8 bytes: every BPE token is at least one byte, so this bounds the exact count from
+    above at no cost (no tokenizer to load). Lone surrogates count as tiktoken sees them."""
+
+    def count(self, text: str) -> int:
+        return len(text.encode("utf-8", "surrogatepass"))
 
 
 class BpeTokenizer:
@@ -37,6 +46,10 @@ class BpeTokenizer:
                     os.environ.setdefault("TIKTOKEN_CACHE_DIR", str(tokenizers))
                 self._encoding = _cl100k()
         return self._encoding
+
+    @property
+    def loaded(self) -> bool:
+        return self._encoding is not None
 
     def count(self, text: str) -> int:
         encoding = self._encoding or self._load()
@@ -129,13 +142,22 @@ class Calibration:
 
 @dataclass
 class Budget:
-    """How many prompt tokens a turn may use, and the consolidation trigger and target."""
+    """How many prompt tokens a turn may use, and the consolidation trigger and target.
+
+    Counts start as byte bounds (`ByteBound`): while a prompt's bound, calibrated, stays under
+    the consolidation trigger, every decision is the one exact counts would give (nothing to
+    consolidate, all history replayed), and the ~0.15 s tokenizer load is not paid. The first
+    estimate that could reach the trigger switches to exact counts for good (`settled`), and
+    `on_exact` hooks drop the counts made so far (sessions recount lazily)."""
 
     tokenizer: Tokenizer
     calibration: Calibration
     llm: LLMSettings
     memory: MemorySettings
+    exact: bool = False
+    on_exact: list[Callable[[], None]] = field(default_factory=list, repr=False)
     _memo: dict[str, int] = field(default_factory=dict, repr=False)
+    _bound: Tokenizer = field(default_factory=ByteBound, repr=False)
 
     @property
     def prompt_limit(self) -> int:
@@ -154,8 +176,37 @@ class Budget:
         """Room for history entries in the prompt, in characters (≈4 a token)."""
         return int(self.prompt_limit * self.memory.history_share * 4)
 
+    @property
+    def counter(self) -> Tokenizer:
+        return self.tokenizer if self.exact else self._bound
+
+    def settled(self, estimate: int) -> bool:
+        """Whether a calibrated estimate can be used as is; one made of byte bounds that
+        could reach the trigger cannot: counting turns exact, and the caller counts again."""
+        if self.exact or estimate <= self.trigger:
+            return True
+        self.use_exact()
+        return False
+
+    def use_exact(self) -> None:
+        if self.exact:
+            return
+        self.exact = True
+        self._memo.clear()
+        for hook in self.on_exact:
+            hook()
+
+    def observe(self, estimated: int, actual: int, *, exact: bool) -> None:
+        """Calibrate on the provider's count of a prompt `estimated` (`exact`ly or by byte
+        bounds). Bounds would teach a wrong ratio; one that fell short of the provider's
+        count is no bound for it: count exactly from then on."""
+        if exact:
+            self.calibration.observe(estimated, actual)
+        elif actual > self.calibration.apply(estimated):
+            self.use_exact()
+
     def count(self, message: dict[str, Any]) -> int:
-        return message_tokens(self.tokenizer, message)
+        return message_tokens(self.counter, message)
 
     def count_tools(self, schema_text: str) -> int:
         return self.count_prompt_text(schema_text)
@@ -170,5 +221,5 @@ class Budget:
         if counted is None:
             if len(self._memo) >= 512:
                 self._memo.clear()
-            counted = self._memo[text] = self.tokenizer.count(text)
+            counted = self._memo[text] = self.counter.count(text)
         return counted

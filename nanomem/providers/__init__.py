@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from nanomem.exports import lazy_exports
 
 if TYPE_CHECKING:
-    from nanomem.providers.litellm_provider import LiteLLMProvider, import_litellm, supports_images
+    from nanomem.providers.litellm_provider import LiteLLMProvider, import_litellm
     from nanomem.providers.model_names import model_name_problem
     from nanomem.providers.openai_http import OpenAIHTTPProvider
     from nanomem.providers.port import (
@@ -24,6 +24,7 @@ if TYPE_CHECKING:
         WireMessage,
     )
     from nanomem.providers.routing import key_source, key_variable, route
+    from nanomem.providers.vision import supports_images
 
 __all__ = [
     "LiteLLMProvider",
@@ -47,7 +48,7 @@ __all__ = [
 __getattr__ = lazy_exports(
     __name__,
     {
-        "litellm_provider": ("LiteLLMProvider", "import_litellm", "supports_images"),
+        "litellm_provider": ("LiteLLMProvider", "import_litellm"),
         "model_names": ("model_name_problem",),
         "openai_http": ("OpenAIHTTPProvider",),
         "port": (
@@ -62,5 +63,6 @@ __getattr__ = lazy_exports(
             "WireMessage",
         ),
         "routing": ("key_source", "key_variable", "route"),
+        "vision": ("supports_images",),
     },
 )

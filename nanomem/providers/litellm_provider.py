@@ -180,7 +180,7 @@ def _openai_key_missing(litellm: ModuleType, model: str, kwargs: dict[str, Any])
     return provider == "openai" and not (key or fallback)
 
 
-def supports_images(model: str) -> bool:
+def litellm_supports_images(model: str) -> bool:
     """litellm's model list says whether `model` takes images; unknown models do not."""
     try:
         return bool(import_litellm().supports_vision(model=model))

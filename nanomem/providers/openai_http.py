@@ -1,11 +1,11 @@
-"""A lean client for OpenAI-compatible `/chat/completions` (where nanomem/providers/routing.py sends
+"""A lean client for OpenAI-compatible `/chat/completions` (where providers/routing.py sends
 OpenAI-compatible endpoints, and every model with `llm.transport = "direct"`).
 
 litellm spends milliseconds of CPU per call (cost maps, logging, request transforms) and
-seconds on its import; this does one POST over a shared aiohttp session, streams the reply
-as server-sent events when asked to, and maps answers and failures onto the same Reply and
-ProviderError categories as `litellm_provider.classify`. It never retries: RetryingProvider
-does that.
+seconds on its import; this does one POST over a shared pool of kept-alive connections
+(http_client.py), streams the reply as server-sent events when asked to, and maps
+answers and failures onto the same Reply and ProviderError categories as
+`litellm_provider.classify`. It never retries: RetryingProvider does that.
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ import math
 import os
 from typing import Any
 
-import aiohttp
 from loguru import logger
 
 from nanomem.config import LLMSettings
+from nanomem.providers.http_client import HTTPError, Pool, Response
 from nanomem.providers.port import (
     ProviderError,
     Reply,
@@ -57,7 +57,7 @@ class OpenAIHTTPProvider:
         self._headers = {"Content-Type": "application/json"}
         if self._key:
             self._headers["Authorization"] = f"Bearer {self._key}"
-        self._session: aiohttp.ClientSession | None = None
+        self._session: Pool | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
 
     async def complete(
@@ -87,24 +87,23 @@ class OpenAIHTTPProvider:
         if self.settings.temperature is not None:
             body["temperature"] = self.settings.temperature
         # The replayed history is most of the request, and its messages arrive encoded.
-        data = f'{json.dumps(body)[:-1]}, "messages": {encode_messages(messages)}}}'
+        data = f'{json.dumps(body)[:-1]}, "messages": {encode_messages(messages)}}}'.encode()
         answered = False  # a cut after the answer began is the server's fault, not the network's
         try:
-            # No redirects: following one could carry the key to another host.
-            async with self._client().post(
-                self.url, data=data, headers=self._headers, allow_redirects=False
-            ) as resp:
+            # No redirects (a 3xx is an error): following one could carry the key elsewhere.
+            async with self._client().post(self.url, data, self._headers) as resp:
                 answered = True
                 if not 200 <= resp.status < 300:
                     raw = await resp.read()
-                    raise self._error(resp.status, raw, resp.headers.get("Retry-After"))
+                    raise self._error(resp.status, raw, resp.headers.get("retry-after"))
                 if on_text is not None and resp.content_type == "text/event-stream":
-                    return await _read_events(resp.content, ReplyStream(on_text))
+                    return await _read_events(resp, ReplyStream(on_text))
                 raw = await resp.read()
-        except TimeoutError:  # asyncio's, and aiohttp's ServerTimeoutError
-            detail = f"no answer within {self.settings.timeout_s:g} s"
+        except TimeoutError:  # connecting, or silence for longer than the timeout
+            seconds = f"{self.settings.timeout_s:g} s"
+            detail = f"silent for {seconds} mid-answer" if answered else f"no answer in {seconds}"
             raise ProviderError("timeout", detail, 408) from None
-        except aiohttp.ClientError as exc:  # refused, reset, DNS, truncated body, bad URL
+        except HTTPError as exc:  # refused, reset, DNS, TLS, truncated body, bad URL
             detail = self._safe(f"{type(exc).__name__}: {exc}")
             if answered:
                 raise ProviderError("server", f"the answer was cut: {detail}") from None
@@ -120,14 +119,15 @@ class OpenAIHTTPProvider:
         if session is not None and self._loop is asyncio.get_running_loop():
             await session.close()
 
-    def _client(self) -> aiohttp.ClientSession:
-        """The shared session, made lazily: aiohttp binds it to the loop it is created in."""
+    def _client(self) -> Pool:
+        """The shared pool, made lazily: its connections belong to the loop it is made in."""
         loop = asyncio.get_running_loop()
         if self._session is None or self._session.closed or self._loop is not loop:
-            # A session from another (usually finished) loop cannot be used or closed here.
-            connector = aiohttp.TCPConnector(limit=_CONNECTIONS, limit_per_host=_CONNECTIONS)
-            timeout = aiohttp.ClientTimeout(total=self.settings.timeout_s)
-            self._session = aiohttp.ClientSession(connector=connector, timeout=timeout)
+            # A pool from another (usually finished) loop cannot be used or closed here.
+            # Connecting and each read (silence) are bounded, not the whole call: a long reply
+            # streams for as long as the model keeps writing.
+            seconds = self.settings.timeout_s
+            self._session = Pool(limit=_CONNECTIONS, connect_s=seconds, read_s=seconds)
             self._loop = loop
         return self._session
 
@@ -143,10 +143,10 @@ class OpenAIHTTPProvider:
         return text.replace(self._key, "***") if self._key else text
 
 
-async def _read_events(content: aiohttp.StreamReader, stream: ReplyStream) -> Reply:
+async def _read_events(content: Response, stream: ReplyStream) -> Reply:
     """Server-sent events (`data: {chunk}` lines, then `data: [DONE]`) into a Reply."""
     ended = False
-    while line := await content.readline(max_line_length=_MAX_LINE):
+    while line := await content.readline(_MAX_LINE):
         if not line.startswith(b"data:"):
             continue  # blank separators, ": keep-alive" comments, "event:" lines
         data = line[5:].strip()

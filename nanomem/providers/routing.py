@@ -1,9 +1,9 @@
 """Which path a model takes: the lean OpenAI-compatible client, or litellm.
 
 `llm.transport = "auto"` (the default) sends every OpenAI-compatible endpoint through the lean
-client (openai_http.py: one aiohttp POST, ~10x less CPU a call, and no 2 s import) and
-only providers whose APIs need translation through litellm. Cheap to import: `nanomem status`
-uses it, and nothing here may load aiohttp or litellm.
+client (openai_http.py: one POST on a kept-alive connection, ~10x less CPU a call, and
+no 2 s import) and only providers whose APIs need translation through litellm. Cheap to import:
+`nanomem status` uses it, and nothing here may load an HTTP client or litellm.
 """
 
 from __future__ import annotations

@@ -119,6 +119,45 @@ async def test_a_long_reply_grows_as_a_draft_and_arrives_whole(
     assert fake.edits(OWNER) == [] and fake.deleted_messages(OWNER) == []
 
 
+async def test_a_draft_is_renewed_before_telegram_lets_it_expire(
+    fake: FakeTelegram, tmp_path: Path
+) -> None:
+    # Drafts live 2 s here (30 s at Telegram), renewed after 0.5 s (20 s). The reply streams
+    # for longer than a lifetime, then pauses longer than one (a slow tool, say), then goes on.
+    fake.set_draft_lifetime(2.0)
+    blank: list[float] = []  # moments the chat showed no draft, once the first one came
+    async with live(fake, tmp_path) as chat:
+        chat.channel.delivery.streamer.renew_s = 0.5
+        msg = await chat.ask(OWNER, "tell me a lot, slowly")
+        done = asyncio.Event()
+
+        async def watch() -> None:
+            await until(lambda: fake.drafts(OWNER))
+            while not done.is_set():
+                if fake.visible_draft(OWNER) is None:
+                    blank.append(asyncio.get_running_loop().time())
+                await asyncio.sleep(0.05)
+
+        watcher = asyncio.create_task(watch())
+        half = len(LONG) // 2
+        await chat.stream(msg, LONG[:half], pause=0.05)
+        await asyncio.sleep(3.0)
+        so_far = LONG[:half]
+        for piece in re.findall(r".{1,40}", LONG[half:], re.DOTALL):
+            so_far += piece
+            stream = OutboundMessage.answering(msg, piece, "stream", step=0, text=so_far)
+            await chat.bus.publish_outbound(stream)
+            await asyncio.sleep(0.05)
+        done.set()
+        await watcher
+        await chat.reply(msg, LONG)
+        final = render_chunks(LONG)
+        sent = await fake.wait_for_messages_async(OWNER, len(final))
+    assert blank == []
+    assert len({d["draft_id"] for d in fake.drafts(OWNER)}) >= 3  # renewed as new drafts
+    assert html_of(sent) == final
+
+
 async def test_without_drafts_one_message_is_edited_and_becomes_the_reply_despite_429s(
     fake: FakeTelegram, tmp_path: Path
 ) -> None:

@@ -171,6 +171,7 @@ class FakeTelegram:
         self._drafts: list[JSONDict] = []  # every sendMessageDraft, with its time
         self._edits: list[JSONDict] = []  # every successful editMessageText, with its time
         self._drafts_known = True
+        self._draft_lifetime_s = 30.0  # "a temporary 30-second preview", from its first call
         self._actions: list[JSONDict] = []
         self._press_answers: list[JSONDict] = []  # answerCallbackQuery calls
         self._markup_edits: list[JSONDict] = []  # editMessageReplyMarkup calls
@@ -676,6 +677,27 @@ class FakeTelegram:
                 for m in self._sent
                 if chat_id in (None, m["chat"]["id"]) and m.get("deleted")
             ]
+
+    def set_draft_lifetime(self, seconds: float) -> None:
+        """How long a draft shows, counted from the first sendMessageDraft with its id."""
+        with self._lock:
+            self._draft_lifetime_s = seconds
+
+    def visible_draft(self, chat_id: int) -> JSONDict | None:
+        """The draft the chat shows now: the newest one whose id is younger than the draft
+        lifetime (None when every draft has expired, or none was sent)."""
+        now = time.monotonic()
+        with self._lock:
+            first: dict[int, float] = {}
+            for draft in self._drafts:
+                if draft["chat_id"] == chat_id:
+                    first.setdefault(draft["draft_id"], draft["at"])
+            live = [
+                d
+                for d in self._drafts
+                if d["chat_id"] == chat_id and now - first[d["draft_id"]] < self._draft_lifetime_s
+            ]
+            return dict(live[-1]) if live else None
 
     def set_drafts_known(self, known: bool) -> None:
         """When False, sendMessageDraft answers 404 "method not found", as before Bot API 9.3."""

@@ -1,0 +1,201 @@
+"""The lean client's own HTTP/1.1: framing, kept-alive connections, TLS, broken servers."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import ssl
+import subprocess
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import pytest
+
+from nanomem.config import LLMSettings
+from nanomem.providers.http_client import HTTPError, Pool
+from nanomem.providers.openai_http import OpenAIHTTPProvider
+from tests.fakes.openai_server import FakeOpenAI
+from tests.providers.test_openai_http import USER
+
+Answer = Callable[[int], bytes]  # the raw answer to the n-th request on one connection
+
+
+@asynccontextmanager
+async def raw_server(
+    answer: Answer, *, close_after: bool = False, tls: ssl.SSLContext | None = None
+) -> AsyncIterator[str]:
+    """A server that answers each request with raw bytes; `close_after` drops the connection
+    after each answer without saying so (as servers do with idle kept-alive connections)."""
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        served = 0
+        try:
+            while head := await reader.readuntil(b"\r\n\r\n"):
+                length = next(
+                    int(line.split(b":", 1)[1])
+                    for line in head.split(b"\r\n")
+                    if line.lower().startswith(b"content-length:")
+                )
+                await reader.readexactly(length)
+                if not (raw := answer(served)):
+                    break  # closed as the request came: no answer at all
+                writer.write(raw)
+                await writer.drain()
+                served += 1
+                if close_after:
+                    break
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0, ssl=tls)
+    port = server.sockets[0].getsockname()[1]
+    scheme = "https" if tls else "http"
+    try:
+        yield f"{scheme}://127.0.0.1:{port}/v1/chat/completions"
+    finally:
+        server.close()
+
+
+def ok(body: bytes) -> bytes:
+    return b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
+
+
+async def call(pool: Pool, url: str) -> tuple[int, bytes]:
+    async with pool.post(url, b'{"x": 1}', {"Content-Type": "application/json"}) as resp:
+        return resp.status, await resp.read()
+
+
+@pytest.fixture
+async def pool() -> AsyncIterator[Pool]:
+    made = Pool(limit=8, connect_s=5, read_s=5)
+    yield made
+    await made.close()
+
+
+async def test_calls_reuse_one_kept_alive_connection(pool: Pool) -> None:
+    with FakeOpenAI() as srv:
+        url = f"{srv.base_url}/chat/completions"
+        for _ in range(3):
+            status, body = await call(pool, url)
+            assert status == 200 and b"echo:" in body
+    assert pool.opened == 1
+
+
+async def test_a_streamed_reply_read_to_its_last_event_keeps_the_connection() -> None:
+    with FakeOpenAI() as srv:
+        llm = LLMSettings(model="openai/fake", api_base=srv.base_url, timeout_s=10)
+        provider = OpenAIHTTPProvider(llm)
+        for _ in range(3):
+            reply = await provider.complete(USER, on_text=lambda piece: asyncio.sleep(0))
+            assert reply.content and srv.requests[-1]["stream"] is True
+        assert provider._session is not None and provider._session.opened == 1
+        await provider.close()
+
+
+async def test_a_connection_the_server_closed_while_idle_is_replaced(pool: Pool) -> None:
+    async with raw_server(lambda n: ok(b"fine"), close_after=True) as url:
+        assert await call(pool, url) == (200, b"fine")
+        await asyncio.sleep(0.05)  # the server's close has arrived
+        assert await call(pool, url) == (200, b"fine")
+    assert pool.opened == 2
+
+
+async def test_a_request_on_a_connection_closing_just_then_goes_again(pool: Pool) -> None:
+    # The server drops the kept-alive connection as the second request arrives on it.
+    async with raw_server(lambda n: ok(b"fine") if n == 0 else b"") as url:
+        assert await call(pool, url) == (200, b"fine")
+        assert await call(pool, url) == (200, b"fine")
+    assert pool.opened == 2
+
+
+async def test_a_new_connection_closed_without_an_answer_is_an_error(pool: Pool) -> None:
+    async with raw_server(lambda n: b"") as url:
+        with pytest.raises(HTTPError, match="closed"):
+            await call(pool, url)
+    assert pool.opened == 1  # a fresh connection is not tried again (RetryingProvider decides)
+
+
+async def test_chunked_bodies_with_extensions_and_trailers(pool: Pool) -> None:
+    chunked = (
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Type: text/event-stream\r\n\r\n"
+        b"5;ext=1\r\nhello\r\n7\r\n, world\r\n0\r\nX-Trailer: yes\r\n\r\n"
+    )
+    async with raw_server(lambda n: chunked) as url:
+        async with pool.post(url, b"{}", {}) as resp:
+            assert resp.content_type == "text/event-stream"
+            assert await resp.readline(100) == b"hello, world"
+            assert await resp.readline(100) == b""
+        assert await call(pool, url) == (200, b"hello, world")
+    assert pool.opened == 1  # the body was read to its end: the connection was kept
+
+
+async def test_a_body_without_length_is_read_to_the_end_and_not_reused(pool: Pool) -> None:
+    async with raw_server(lambda n: b"HTTP/1.0 200 OK\r\n\r\nall of it", close_after=True) as url:
+        assert await call(pool, url) == (200, b"all of it")
+        assert await call(pool, url) == (200, b"all of it")
+    assert pool.opened == 2
+
+
+async def test_lines_longer_than_the_limit_are_refused(pool: Pool) -> None:
+    async with raw_server(lambda n: ok(b"x" * 5000)) as url, pool.post(url, b"{}", {}) as resp:
+        with pytest.raises(HTTPError, match="longer than"):
+            await resp.readline(1000)
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        b"SMTP ready\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nno colon here\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+        b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nshort",
+    ],
+)
+async def test_broken_answers_raise_http_errors(pool: Pool, answer: bytes) -> None:
+    async with raw_server(lambda n: answer, close_after=True) as url:
+        with pytest.raises(HTTPError):
+            await call(pool, url)
+
+
+async def test_bad_urls_and_header_values_raise_before_sending(pool: Pool) -> None:
+    with pytest.raises(HTTPError, match="bad URL"):
+        await call(pool, "ftp://example.com/x")
+    with pytest.raises(HTTPError, match="line break"):
+        async with pool.post("http://127.0.0.1:9/x", b"", {"Authorization": "a\r\nX: y"}):
+            pass
+    assert pool.opened == 0
+
+
+@pytest.fixture
+def certificate(tmp_path: Path) -> tuple[Path, Path]:
+    if shutil.which("openssl") is None:
+        pytest.skip("the openssl command makes the test certificate")
+    key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
+    command = ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1"]
+    command += ["-keyout", str(key), "-out", str(cert), "-subj", "/CN=localhost"]
+    command += ["-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost"]
+    subprocess.run(
+        command,
+        check=True,
+        capture_output=True,
+    )
+    return cert, key
+
+
+async def test_tls_is_verified_against_the_systems_certificates(
+    certificate: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cert, key = certificate
+    server_tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    server_tls.load_cert_chain(cert, key)
+    async with raw_server(lambda n: ok(b"secret"), tls=server_tls) as url:
+        unknown = Pool(limit=2, connect_s=5, read_s=5)
+        with pytest.raises(HTTPError, match="CERTIFICATE_VERIFY_FAILED"):
+            await call(unknown, url)
+        await unknown.close()
+        monkeypatch.setenv("SSL_CERT_FILE", str(cert))  # now the system trusts it
+        trusted = Pool(limit=2, connect_s=5, read_s=5)
+        assert await call(trusted, url) == (200, b"secret")
+        await trusted.close()
