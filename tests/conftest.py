@@ -1,4 +1,5 @@
-"""Shared fixtures: a temp home, the loopback model server, the real CLI in a subprocess."""
+"""Shared fixtures: a temp home, the loopback model server, the real CLI in a subprocess; and
+the rule that sorts tests into the fast tier (the default run) and the slow tier."""
 
 from __future__ import annotations
 
@@ -20,6 +21,100 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 NANOMEM = [sys.executable, "-m", "nanomem"]
 TEST_KEY = "sk-test-very-secret-key-0123456789"
+
+# The slow tier: what only real processes can show (the CLI's own process, signals, pseudo-
+# terminals, several processes on one home, kills, the installed entry point, Docker). Whole
+# files by name, or single tests by file and name; everything else is the fast tier. Keyed by
+# file name, not path, so the rule survives moving files into folders.
+SLOW_FILES = {
+    "test_chaos.py",
+    "test_docker.py",
+    "test_e2e_bytes.py",
+    "test_e2e_dream.py",
+    "test_e2e_memory.py",
+    "test_e2e_processes.py",
+    "test_e2e_terminal.py",
+    "test_gateway_e2e.py",
+    "test_packaging.py",
+}
+SLOW_TESTS = {
+    "test_api_e2e.py": {
+        "test_a_public_address_without_keys_is_refused",
+        "test_the_gateway_runs_with_only_the_api",
+    },
+    "test_e2e_cli.py": {
+        "test_the_direct_transport_does_a_tool_round_trip",
+        "test_commands_the_agent_runs_keep_a_normal_environment",
+        "test_one_shot_writes_the_reply_as_it_arrives",
+        "test_no_traceback_for_an_unwritable_home",
+        "test_session_is_persisted_and_reloaded_by_a_second_process",
+    },
+    "test_gateway.py": {
+        "test_the_command_exits_2_when_no_channel_is_enabled",
+        "test_enabled_telegram_without_a_token_exits_2",
+        "test_home_is_onboarded_by_the_gateway_itself",
+    },
+    "test_routing.py": {
+        "test_the_key_source_names_the_routed_providers_variable",
+        "test_onboarding_writes_unchosen_settings_as_comments",
+        "test_an_old_onboarding_config_goes_the_lean_way_and_says_so",
+    },
+    "test_security.py": {
+        "test_the_agent_cannot_write_a_template",
+        "test_a_hostile_template_on_disk_runs_nothing",
+        "test_a_refused_environment_key_is_never_written_and_is_named",
+        "test_a_secret_the_model_repeats_is_masked_before_it_is_saved_or_shown",
+        "test_mistyped_secret_keys_are_not_echoed",
+        "test_a_home_that_was_readable_by_others_is_made_private",
+        "test_onboarding_an_existing_loose_home_says_it_tightened_it",
+        "test_the_shell_shows_no_secret_and_kills_what_escapes",
+        "test_a_gigabyte_of_shell_output_keeps_the_agent_small",
+        "test_a_secret_in_a_file_never_reaches_the_model",
+    },
+    "test_shell.py": {"test_a_gigabyte_of_output_is_read_within_a_fixed_memory_bound"},
+}
+TIERS = ("fast", "slow", "all")
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--tier",
+        choices=TIERS,
+        default=None,
+        help="fast: the default run; slow: subprocess, signal, pty and Docker tests; all: both "
+        "(the default when files or tests are named on the command line)",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if config.option.tier is None:  # xdist workers get the controller's choice
+        named = config.args_source == pytest.Config.ArgsSource.ARGS
+        config.option.tier = "all" if named else "fast"
+
+
+def is_slow(item: pytest.Item) -> bool:
+    name = item.path.name
+    test = getattr(item, "originalname", item.name)
+    marked = item.get_closest_marker("slow") is not None
+    return marked or name in SLOW_FILES or test in SLOW_TESTS.get(name, ())
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    tier = config.option.tier
+    keep, drop = [], []
+    for item in items:
+        slow = is_slow(item)
+        if slow:
+            item.add_marker(pytest.mark.slow)
+        (keep if tier == "all" or (tier == "slow") == slow else drop).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    return f"tier: {config.option.tier} (--tier fast|slow|all)"
 
 
 @pytest.fixture(autouse=True)

@@ -81,7 +81,7 @@ async def running(fake: FakeTelegram, tmp_path: Path) -> AsyncIterator[Running]:
         await channel.stop()
 
 
-async def until(check: Callable[[], Any], timeout: float = 5) -> Any:
+async def until(check: Callable[[], Any], timeout: float = 30) -> Any:
     """Poll `check` until it returns something true, and return that."""
     for _ in range(int(timeout / 0.02)):
         if result := check():
