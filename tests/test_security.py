@@ -15,6 +15,15 @@ def payload(marker: Path) -> str:
     return "{{ cycler.__init__.__globals__.os.popen('touch " + str(marker) + "').read() }}"
 
 
+def assert_potent(tmp_path: Path) -> None:
+    """Positive control: rendered without the sandbox, the payload does touch its marker."""
+    import jinja2
+
+    control = tmp_path / "CONTROL"
+    jinja2.Environment().from_string(payload(control)).render()
+    assert control.exists()
+
+
 def test_the_agent_cannot_write_a_template(
     home: Home, fake_llm: FakeOpenAI, tmp_path: Path
 ) -> None:
@@ -29,6 +38,7 @@ def test_the_agent_cannot_write_a_template(
     assert not (home.workspace / "templates" / "system.md.j2").exists()
     assert run_cli("chat", "-m", "and now?", env=env).returncode == 0
     assert not marker.exists()
+    assert_potent(tmp_path)
 
 
 def test_a_hostile_template_on_disk_runs_nothing(
@@ -42,6 +52,7 @@ def test_a_hostile_template_on_disk_runs_nothing(
     result = run_cli("chat", "-m", "hello", env=cli_env(home, fake_llm))
     assert result.returncode == 0 and result.stdout.strip() == "fine", result.stderr
     assert not marker.exists()
+    assert_potent(tmp_path)
     system = fake_llm.requests[0]["messages"][0]["content"]
     assert "cycler" not in system and len(system) > 200  # the bundled prompt instead
     log = (home.logs / "nanomem.log").read_text()
