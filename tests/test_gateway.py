@@ -18,7 +18,7 @@ from nanomem.config import ConfigError
 from nanomem.gateway import Gateway, enabled_channels
 from nanomem.onboard import Home
 from nanomem.scripted import ScriptedProvider, text
-from tests.conftest import cli_env, make_app, run_cli, settings_for
+from tests.conftest import cli_env, make_app, run_cli_here, settings_for
 from tests.test_telegram_channel import log_lines, until
 
 NEVER_S = 3600.0  # a model latency no test waits out: what ends such a turn is the point
@@ -109,7 +109,7 @@ def test_only_enabled_channels_are_run(home: Home) -> None:
 
 
 def test_the_command_exits_2_when_no_channel_is_enabled(home: Home) -> None:
-    result = run_cli("gateway", env=cli_env(home, None, NANOMEM_LLM__MODEL="openai/fake"))
+    result = run_cli_here("gateway", env=cli_env(home, None, NANOMEM_LLM__MODEL="openai/fake"))
     assert result.returncode == 2
     assert result.stderr.startswith("nanomem: no channel is enabled: set telegram.enabled")
     assert "Traceback" not in result.stderr
@@ -117,7 +117,7 @@ def test_the_command_exits_2_when_no_channel_is_enabled(home: Home) -> None:
 
 def test_enabled_telegram_without_a_token_exits_2(home: Home) -> None:
     env = cli_env(home, None, NANOMEM_LLM__MODEL="openai/fake", NANOMEM_TELEGRAM__ENABLED="1")
-    result = run_cli("gateway", env=env)
+    result = run_cli_here("gateway", env=env)
     assert result.returncode == 2
     assert result.stderr.strip().startswith("nanomem: telegram.token is not set")
 
@@ -225,5 +225,5 @@ async def test_a_busy_port_is_a_configuration_error(home: Home) -> None:
 
 def test_home_is_onboarded_by_the_gateway_itself(tmp_path: Path) -> None:
     fresh = Home(tmp_path / "fresh")
-    run_cli("gateway", env=cli_env(fresh, None, NANOMEM_LLM__MODEL="openai/fake"))
+    run_cli_here("gateway", env=cli_env(fresh, None, NANOMEM_LLM__MODEL="openai/fake"))
     assert fresh.config.exists() and (fresh.workspace / "SOUL.md").exists()

@@ -12,7 +12,7 @@ import pytest
 from nanomem.config import LLMSettings, key_source, load_settings
 from nanomem.onboard import Home, onboard
 from nanomem.routing import route
-from tests.conftest import cli_env, run_cli
+from tests.conftest import cli_env, run_cli_here
 from tests.fakes.openai_server import FakeOpenAI
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -132,7 +132,7 @@ def test_onboarding_writes_unchosen_settings_as_comments(tmp_path: Path) -> None
 
 
 def status(home: Home, **env: str) -> str:
-    result = run_cli("status", env=cli_env(home, None, **env))
+    result = run_cli_here("status", env=cli_env(home, None, **env))
     assert result.returncode == 0, result.stderr
     return next(line for line in result.stdout.splitlines() if line.startswith("model path"))
 
@@ -153,7 +153,7 @@ def test_an_old_onboarding_config_goes_the_lean_way_and_says_so(
     line = status(home, NANOMEM_LLM__API_BASE=fake_llm.base_url)
     assert "lean client (direct)" in line and "old onboarding defaults" in line
     fake_llm.reply("fast path")
-    result = run_cli("chat", "-m", "hi", env=cli_env(home, fake_llm))
+    result = run_cli_here("chat", "-m", "hi", env=cli_env(home, fake_llm))
     assert result.returncode == 0, result.stderr
     assert result.stdout == "fast path\n"
     log = (home.logs / "nanomem.log").read_text()
