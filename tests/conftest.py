@@ -45,16 +45,16 @@ SLOW_TESTS = {
         "test_a_lone_surrogate_in_tool_call_arguments_is_written_cleanly",
     },
     "test_e2e_cli.py": {
-        "test_the_direct_transport_does_a_tool_round_trip",
-        "test_commands_the_agent_runs_keep_a_normal_environment",
-        "test_one_shot_writes_the_reply_as_it_arrives",
+        "test_the_direct_transport_does_a_tool_round_trip",  # no warning at interpreter exit
+        "test_commands_the_agent_runs_keep_a_normal_environment",  # a fresh process's variables
+        "test_one_shot_writes_the_reply_as_it_arrives",  # a pipe reads it early
         "test_no_traceback_for_an_unwritable_home",
         "test_session_is_persisted_and_reloaded_by_a_second_process",
     },
     "test_e2e_memory.py": {"test_sigkill_during_new_loses_and_duplicates_nothing"},
     "test_security.py": {
-        "test_the_shell_shows_no_secret_and_kills_what_escapes",
-        "test_a_gigabyte_of_shell_output_keeps_the_agent_small",
+        "test_the_shell_shows_no_secret_and_kills_what_escapes",  # a process's environment
+        "test_a_gigabyte_of_shell_output_keeps_the_agent_small",  # a process's peak memory
     },
     "test_shell.py": {"test_a_gigabyte_of_output_is_read_within_a_fixed_memory_bound"},
 }
