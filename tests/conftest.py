@@ -159,7 +159,7 @@ def cli_env(home: Home, server: FakeOpenAI | None = None, **extra: str) -> dict[
 
 
 def run_cli(
-    *args: str, env: dict[str, str], stdin: str | None = None, timeout: float = 60
+    *args: str, env: dict[str, str], stdin: str | None = None, timeout: float = 300
 ) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [*NANOMEM, *args],
