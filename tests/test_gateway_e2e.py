@@ -311,11 +311,14 @@ def test_stop_cancels_a_slow_turn(
 def test_health_reports_and_turns_503_while_the_token_is_refused(
     gateway: GatewayProcess, telegram: FakeTelegram
 ) -> None:
-    status, body = gateway.health()
+    queues = {"inbound": 0, "inbox": 0}  # all delivered (earlier tests' last steps may still run)
+    status, body = wait_until(
+        lambda: (h := gateway.health())[1]["queues"] | queues == h[1]["queues"] and h,
+        what="the queues to drain",
+    )
     assert status == 200 and body["status"] == "ok"
     assert body["channels"]["telegram"]["state"] == "up"
     assert body["last_dream"] == LAST_DREAM and body["uptime_s"] > 0
-    assert body["queues"]["inbound"] == 0 and body["queues"]["inbox"] == 0  # all delivered
     telegram.set_token_valid(False)
     try:
         telegram.send_text(1010, "wakes the long poll")  # the next poll meets the 401
