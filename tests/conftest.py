@@ -1,7 +1,10 @@
-"""Shared fixtures: a temp home, the loopback model server, the real CLI in a subprocess."""
+"""Shared fixtures: a temp home, the loopback model server, the real CLI in a subprocess; and
+the rule that sorts tests into the fast tier (the default run) and the slow tier."""
 
 from __future__ import annotations
 
+import io
+import logging
 import os
 import subprocess
 import sys
@@ -21,6 +24,87 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 NANOMEM = [sys.executable, "-m", "nanomem"]
 TEST_KEY = "sk-test-very-secret-key-0123456789"
+
+# The slow tier: what only real processes can show (the CLI's own process, signals, pseudo-
+# terminals, several processes on one home, kills, the installed entry point, Docker). Whole
+# files by name, or single tests by file and name; everything else is the fast tier. Keyed by
+# file name, not path, so the rule survives moving files into folders.
+SLOW_FILES = {
+    "test_api_e2e.py",
+    "test_approvals_terminal.py",
+    "test_dream_review_e2e.py",
+    "test_shell_approval_e2e.py",
+    "test_why_e2e.py",
+    "test_chaos.py",
+    "test_docker.py",
+    "test_e2e_processes.py",
+    "test_e2e_terminal.py",
+    "test_gateway_e2e.py",
+    "test_groups_e2e.py",
+    "test_packaging.py",
+}
+SLOW_TESTS = {
+    "test_e2e_bytes.py": {  # the bytes a real process reads and writes
+        "test_non_utf8_stdin_gets_a_reply_and_a_session_with_its_header",
+        "test_a_reply_with_a_lone_surrogate_is_saved_and_printed",
+        "test_a_lone_surrogate_in_tool_call_arguments_is_written_cleanly",
+    },
+    "test_e2e_cli.py": {
+        "test_the_direct_transport_does_a_tool_round_trip",  # no warning at interpreter exit
+        "test_commands_the_agent_runs_keep_a_normal_environment",  # a fresh process's variables
+        "test_one_shot_writes_the_reply_as_it_arrives",  # a pipe reads it early
+        "test_no_traceback_for_an_unwritable_home",
+        "test_session_is_persisted_and_reloaded_by_a_second_process",
+    },
+    "test_e2e_memory.py": {"test_sigkill_during_new_loses_and_duplicates_nothing"},
+    "test_security.py": {
+        "test_the_shell_shows_no_secret_and_kills_what_escapes",  # a process's environment
+        "test_a_gigabyte_of_shell_output_keeps_the_agent_small",  # a process's peak memory
+    },
+    "test_shell.py": {"test_a_gigabyte_of_output_is_read_within_a_fixed_memory_bound"},
+}
+TIERS = ("fast", "slow", "all")
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--tier",
+        choices=TIERS,
+        default=None,
+        help="fast: the default run; slow: subprocess, signal, pty and Docker tests; all: both "
+        "(the default when files or tests are named on the command line)",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if config.option.tier is None:  # xdist workers get the controller's choice
+        named = config.args_source == pytest.Config.ArgsSource.ARGS
+        config.option.tier = "all" if named else "fast"
+
+
+def is_slow(item: pytest.Item) -> bool:
+    name = item.path.name
+    test = getattr(item, "originalname", item.name)
+    marked = item.get_closest_marker("slow") is not None
+    return marked or name in SLOW_FILES or test in SLOW_TESTS.get(name, ())
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    tier = config.option.tier
+    keep, drop = [], []
+    for item in items:
+        slow = is_slow(item)
+        if slow:
+            item.add_marker(pytest.mark.slow)
+        (keep if tier == "all" or (tier == "slow") == slow else drop).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    return f"tier: {config.option.tier} (--tier fast|slow|all)"
 
 
 @pytest.fixture(autouse=True)
@@ -80,7 +164,7 @@ def cli_env(home: Home, server: FakeOpenAI | None = None, **extra: str) -> dict[
 
 
 def run_cli(
-    *args: str, env: dict[str, str], stdin: str | None = None, timeout: float = 60
+    *args: str, env: dict[str, str], stdin: str | None = None, timeout: float = 300
 ) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [*NANOMEM, *args],
@@ -91,3 +175,43 @@ def run_cli(
         timeout=timeout,
         check=False,
     )
+
+
+def run_cli_here(
+    *args: str, env: dict[str, str], stdin: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    """`nanomem ARGS` in this process (the real `nanomem.cli.main`, its output captured; from a
+    test that runs no event loop): what run_cli shows, without paying for a new interpreter.
+    What the command changes for the whole process (environment, umask, standard streams,
+    logging sinks) is put back afterwards."""
+    from loguru import logger
+
+    from nanomem.cli import main
+
+    saved_env, saved_umask = dict(os.environ), os.umask(0o022)
+    streams = sys.stdin, sys.stdout, sys.stderr
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    out, err = io.BytesIO(), io.BytesIO()
+    os.environ.clear()
+    os.environ.update(env)
+    sys.stdin = io.TextIOWrapper(io.BytesIO((stdin or "").encode()), encoding="utf-8")
+    sys.stdout = io.TextIOWrapper(out, encoding="utf-8", write_through=True)
+    sys.stderr = io.TextIOWrapper(err, encoding="utf-8", write_through=True)
+    try:
+        try:
+            code = main(list(args))
+        except SystemExit as exc:  # argparse's own errors
+            code = exc.code if isinstance(exc.code, int) else 2
+        sys.stdout.flush()
+        sys.stderr.flush()
+        stdout, stderr = out.getvalue().decode(), err.getvalue().decode()  # before they close
+    finally:
+        logger.remove()  # its sinks write to the streams and the log file of this call
+        sys.stdin, sys.stdout, sys.stderr = streams
+        root.handlers[:] = handlers
+        root.setLevel(level)
+        os.umask(saved_umask)
+        os.environ.clear()
+        os.environ.update(saved_env)
+    return subprocess.CompletedProcess(["nanomem", *args], code, stdout, stderr)

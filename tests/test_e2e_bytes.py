@@ -10,7 +10,7 @@ import pytest
 
 from nanomem.home import Home
 from nanomem.memory.session import SessionStore, session_filename
-from tests.conftest import NANOMEM, cli_env, run_cli
+from tests.conftest import NANOMEM, cli_env, run_cli, run_cli_here
 from tests.fakes.openai_server import FakeOpenAI
 
 TRANSPORTS = ["litellm", "direct"]
@@ -116,7 +116,7 @@ def test_an_empty_or_malformed_response_is_retried(
     fake_llm.raw(body)
     fake_llm.reply("second time lucky")
     env = cli_env(home, fake_llm, NANOMEM_LLM__TRANSPORT=transport)
-    result = run_cli("chat", "-m", "hi", env=env)
+    result = run_cli_here("chat", "-m", "hi", env=env)
     assert result.returncode == 0, result.stderr
     assert result.stdout == "second time lucky\n"
     assert len(fake_llm.requests) == 2

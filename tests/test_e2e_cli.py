@@ -1,5 +1,6 @@
-"""The real `nanomem` command in a subprocess, talking to the loopback model (the lean client by
-default for an api_base; litellm where a test says so)."""
+"""The `nanomem` command talking to the loopback model (the lean client by default for an
+api_base; litellm where a test says so): in this process through `nanomem.cli.main`, and in a
+subprocess (the slow tier) where only a process can show it: its own exit, streams, environment."""
 
 import json
 import os
@@ -9,7 +10,7 @@ from pathlib import Path
 
 from nanomem.home import Home
 from nanomem.memory.session import session_filename
-from tests.conftest import NANOMEM, TEST_KEY, cli_env, run_cli
+from tests.conftest import NANOMEM, TEST_KEY, cli_env, run_cli, run_cli_here
 from tests.fakes.openai_server import FakeOpenAI
 
 
@@ -20,7 +21,7 @@ def session_lines(home: Home, key: str = "cli:direct") -> list[dict]:
 
 def test_one_shot_chat(home: Home, fake_llm: FakeOpenAI) -> None:
     fake_llm.reply("Hello from the model")
-    result = run_cli("chat", "-m", "hi there", env=cli_env(home, fake_llm))
+    result = run_cli_here("chat", "-m", "hi there", env=cli_env(home, fake_llm))
     assert result.returncode == 0, result.stderr
     assert result.stdout == "Hello from the model\n"
     request = fake_llm.requests[0]
@@ -36,7 +37,7 @@ def test_tool_call_round_trip(home: Home, fake_llm: FakeOpenAI) -> None:
     fake_llm.tool_call("write_file", {"path": "todo.md", "content": "- call mum"})
     fake_llm.reply("Added to todo.md")
     env = cli_env(home, fake_llm, NANOMEM_LLM__TRANSPORT="litellm")
-    result = run_cli("chat", "-m", "add 'call mum' to my todo", env=env)
+    result = run_cli_here("chat", "-m", "add 'call mum' to my todo", env=env)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "Added to todo.md"
     assert (home.workspace / "todo.md").read_text() == "- call mum"
@@ -48,7 +49,7 @@ def test_tool_call_round_trip(home: Home, fake_llm: FakeOpenAI) -> None:
 def test_path_traversal_is_refused(home: Home, fake_llm: FakeOpenAI) -> None:
     fake_llm.tool_call("read_file", {"path": "../config.toml"})
     fake_llm.reply("I can't read that.")
-    result = run_cli("chat", "-m", "show me your config", env=cli_env(home, fake_llm))
+    result = run_cli_here("chat", "-m", "show me your config", env=cli_env(home, fake_llm))
     assert result.returncode == 0, result.stderr
     observation = fake_llm.requests[1]["messages"][-1]["content"]
     assert observation.startswith("Error:") and "'..'" in observation
@@ -59,7 +60,7 @@ def test_retries_on_429_and_500_then_succeeds(home: Home, fake_llm: FakeOpenAI) 
     fake_llm.error(429, "slow down", retry_after=0.1)
     fake_llm.error(500, "oops")
     fake_llm.reply("third time lucky")
-    result = run_cli("chat", "-m", "hi", env=cli_env(home, fake_llm))
+    result = run_cli_here("chat", "-m", "hi", env=cli_env(home, fake_llm))
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "third time lucky"
     assert len(fake_llm.requests) == 3
@@ -71,7 +72,7 @@ def test_permanent_failure_gives_a_short_message_and_a_consistent_session(
     for _ in range(4):
         fake_llm.error(503, '{"internal": "stack trace here"}')
     env = cli_env(home, fake_llm, NANOMEM_LLM__MAX_RETRIES="1")
-    result = run_cli("chat", "-m", "hi", env=env)
+    result = run_cli_here("chat", "-m", "hi", env=env)
     assert result.returncode == 1
     assert result.stdout == ""
     lines = result.stderr.strip().splitlines()
@@ -81,7 +82,7 @@ def test_permanent_failure_gives_a_short_message_and_a_consistent_session(
     assert [r.get("role") for r in saved] == ["user", "assistant"]  # the user's words are kept
     assert saved[1]["failed"] == "server" and "stack trace" not in saved[1]["content"]
     fake_llm.reply("back again")
-    second = run_cli("chat", "-m", "are you there?", env=cli_env(home, fake_llm))
+    second = run_cli_here("chat", "-m", "are you there?", env=cli_env(home, fake_llm))
     assert second.stdout.strip() == "back again"
     sent = fake_llm.requests[-1]["messages"]
     assert [m["role"] for m in sent] == ["system", "user", "assistant", "user"]
@@ -97,7 +98,7 @@ def test_unreachable_model_is_named(home: Home) -> None:
         NANOMEM_LLM__API_BASE="http://127.0.0.1:9/v1",
         NANOMEM_LLM__MAX_RETRIES="0",
     )
-    result = run_cli("chat", "-m", "hi", env=env)
+    result = run_cli_here("chat", "-m", "hi", env=env)
     assert result.returncode == 1
     assert result.stderr.strip() == (
         "nanomem: I could not reach the model service. Check the network or `llm.api_base`, "
@@ -121,29 +122,31 @@ def test_session_is_persisted_and_reloaded_by_a_second_process(
 
 
 def test_named_sessions_are_separate(home: Home, fake_llm: FakeOpenAI) -> None:
-    run_cli("chat", "-m", "in work", "--session", "work", env=cli_env(home, fake_llm))
-    run_cli("chat", "-m", "in default", env=cli_env(home, fake_llm))
+    run_cli_here("chat", "-m", "in work", "--session", "work", env=cli_env(home, fake_llm))
+    run_cli_here("chat", "-m", "in default", env=cli_env(home, fake_llm))
     assert [m["role"] for m in fake_llm.requests[1]["messages"]] == ["system", "user"]
     assert (home.sessions / session_filename("cli:work")).exists()
 
 
 def test_commands_through_the_cli(home: Home, fake_llm: FakeOpenAI) -> None:
     env = cli_env(home, fake_llm)
-    unknown = run_cli("chat", "-m", "/bogus", env=env)
+    unknown = run_cli_here("chat", "-m", "/bogus", env=env)
     assert unknown.returncode == 1
     assert unknown.stderr.strip() == "nanomem: Unknown command /bogus — try /help."
-    helped = run_cli("chat", "-m", "/help", env=env)
+    helped = run_cli_here("chat", "-m", "/help", env=env)
     assert "/new" in helped.stdout and "/stop" in helped.stdout
-    run_cli("chat", "-m", "remember this", env=env)
+    run_cli_here("chat", "-m", "remember this", env=env)
     fake_llm.reply("- 2026-11-22: the user asked me to remember this")
-    assert run_cli("chat", "-m", "/new", env=env).stdout.startswith("New session started.")
-    run_cli("chat", "-m", "fresh", env=env)
+    assert run_cli_here("chat", "-m", "/new", env=env).stdout.startswith("New session started.")
+    run_cli_here("chat", "-m", "fresh", env=env)
     assert len(fake_llm.requests) == 3  # the first turn, /new's summary, the fresh turn
     assert [m["role"] for m in fake_llm.requests[-1]["messages"]] == ["system", "user"]
 
 
 def test_message_from_stdin(home: Home, fake_llm: FakeOpenAI) -> None:
-    result = run_cli("chat", "-m", "-", env=cli_env(home, fake_llm), stdin="line one\nline two")
+    result = run_cli_here(
+        "chat", "-m", "-", env=cli_env(home, fake_llm), stdin="line one\nline two"
+    )
     assert result.returncode == 0
     assert fake_llm.requests[0]["messages"][-1]["content"].endswith("line one\nline two")
 
@@ -183,7 +186,7 @@ def test_version_is_printed_and_shown_by_status(home: Home, fake_llm: FakeOpenAI
 
 def test_no_model_configured_says_what_to_set(tmp_path: Path) -> None:
     home = Home(tmp_path / "fresh")
-    result = run_cli("chat", "-m", "hi", env=cli_env(home))
+    result = run_cli_here("chat", "-m", "hi", env=cli_env(home))
     assert result.returncode == 2
     assert "llm.model" in result.stderr and "NANOMEM_LLM__MODEL" in result.stderr
     assert "Traceback" not in result.stderr
@@ -194,35 +197,37 @@ def test_bad_config_exits_2_naming_key_and_source(home: Home) -> None:
     home.config.write_text(
         home.config.read_text().replace("# max_tokens = 4096", "max_tokens = 'lots'", 1)
     )
-    result = run_cli("chat", "-m", "hi", env=cli_env(home))
+    result = run_cli_here("chat", "-m", "hi", env=cli_env(home))
     assert result.returncode == 2
     assert result.stderr.count("\n") == 1
     assert "llm.max_tokens: Input should be a valid integer" in result.stderr
     assert "lots" not in result.stderr  # values are never echoed: a typo'd key may be a secret
     assert f"{home.config}, line" in result.stderr
-    env_result = run_cli("status", env=cli_env(home, None, NANOMEM_TOOLS__SHELL_ENABLED="perhaps"))
+    env_result = run_cli_here(
+        "status", env=cli_env(home, None, NANOMEM_TOOLS__SHELL_ENABLED="perhaps")
+    )
     assert env_result.returncode == 2
     assert "environment variable NANOMEM_TOOLS__SHELL_ENABLED" in env_result.stderr
 
 
 def test_malformed_toml_exits_2(home: Home) -> None:
     home.config.write_text("[llm\nmodel = 1\n")
-    result = run_cli("status", env=cli_env(home))
+    result = run_cli_here("status", env=cli_env(home))
     assert result.returncode == 2
     assert "malformed TOML" in result.stderr and "line 1" in result.stderr
     assert "Traceback" not in result.stderr
 
 
 def test_named_config_file_must_exist(home: Home) -> None:
-    result = run_cli("--config", "/nonexistent/nanomem.toml", "status", env=cli_env(home))
+    result = run_cli_here("--config", "/nonexistent/nanomem.toml", "status", env=cli_env(home))
     assert result.returncode == 2
     assert "/nonexistent/nanomem.toml does not exist" in result.stderr
 
 
 def test_status_never_prints_the_key(home: Home, fake_llm: FakeOpenAI) -> None:
-    run_cli("chat", "-m", "hi", env=cli_env(home, fake_llm))
+    run_cli_here("chat", "-m", "hi", env=cli_env(home, fake_llm))
     before = len(fake_llm.requests)
-    result = run_cli("status", env=cli_env(home, fake_llm))
+    result = run_cli_here("status", env=cli_env(home, fake_llm))
     assert result.returncode == 0
     assert TEST_KEY not in result.stdout
     assert "api key" in result.stdout and "set" in result.stdout
@@ -234,7 +239,7 @@ def test_status_never_prints_the_key(home: Home, fake_llm: FakeOpenAI) -> None:
 def test_onboard_is_idempotent_private_and_keeps_edits(tmp_path: Path) -> None:
     home = Home(tmp_path / "h")
     env = cli_env(home)
-    first = run_cli("onboard", env=env)
+    first = run_cli_here("onboard", env=env)
     assert first.returncode == 0 and "created" in first.stdout
     assert stat.S_IMODE(home.config.stat().st_mode) == 0o600
     for name in ("SOUL.md", "USER.md", "AGENTS.md", "memory/MEMORY.md", "skills/remember/SKILL.md"):
@@ -242,7 +247,7 @@ def test_onboard_is_idempotent_private_and_keeps_edits(tmp_path: Path) -> None:
     assert home.sessions.is_dir() and home.logs.is_dir()
     (home.workspace / "USER.md").write_text("# User\n- my own words\n")
     (home.workspace / "SOUL.md").unlink()
-    second = run_cli("onboard", env=env)
+    second = run_cli_here("onboard", env=env)
     assert second.returncode == 0
     assert (home.workspace / "USER.md").read_text() == "# User\n- my own words\n"
     assert (home.workspace / "SOUL.md").exists()  # a missing file is restored
@@ -252,7 +257,7 @@ def test_onboard_is_idempotent_private_and_keeps_edits(tmp_path: Path) -> None:
 def test_secrets_never_reach_logs(home: Home, fake_llm: FakeOpenAI) -> None:
     fake_llm.error(401, f"Incorrect API key provided: {TEST_KEY}")
     env = cli_env(home, fake_llm, NANOMEM_LOG__LEVEL="DEBUG")
-    result = run_cli("chat", "-m", "hi", "--log-level", "DEBUG", env=env)
+    result = run_cli_here("chat", "-m", "hi", "--log-level", "DEBUG", env=env)
     assert result.returncode == 1
     log_text = (home.logs / "nanomem.log").read_text()
     assert "auth" in log_text  # the failure itself is logged...
@@ -277,7 +282,7 @@ def test_missing_api_key_is_reported_as_an_auth_problem(home: Home, fake_llm: Fa
     env = cli_env(home, fake_llm)
     del env["NANOMEM_LLM__API_KEY"], env["NANOMEM_LLM__API_BASE"]  # OpenAI itself, no key
     env.pop("OPENAI_API_KEY", None)
-    result = run_cli("chat", "-m", "hi", env=env)
+    result = run_cli_here("chat", "-m", "hi", env=env)
     assert result.returncode == 1
     assert "refused the API key" in result.stderr
 
@@ -287,7 +292,7 @@ def test_a_local_server_needs_no_key(home: Home, fake_llm: FakeOpenAI) -> None:
     del env["NANOMEM_LLM__API_KEY"]
     env.pop("OPENAI_API_KEY", None)
     fake_llm.reply("no key needed")
-    result = run_cli("chat", "-m", "hi", env=env)
+    result = run_cli_here("chat", "-m", "hi", env=env)
     assert result.stdout.strip() == "no key needed", result.stderr
 
 
@@ -323,7 +328,7 @@ def test_commands_the_agent_runs_keep_a_normal_environment(
 def test_one_shot_can_continue_another_channels_session(home: Home, fake_llm: FakeOpenAI) -> None:
     fake_llm.reply("Hello again")
     env = cli_env(home, fake_llm)
-    result = run_cli("chat", "-m", "from the shell", "--session", "telegram:42", env=env)
+    result = run_cli_here("chat", "-m", "from the shell", "--session", "telegram:42", env=env)
     assert result.returncode == 0, result.stderr
     lines = session_lines(home, "telegram:42")
     assert lines[0]["key"] == "telegram:42" and "channel telegram" in lines[1]["content"]
@@ -343,7 +348,7 @@ def test_eight_edits_of_one_file_in_one_step_are_all_kept(home: Home, fake_llm: 
         ]
     )
     fake_llm.reply("all eight done")
-    result = run_cli("chat", "-m", "tick everything off", env=cli_env(home, fake_llm))
+    result = run_cli_here("chat", "-m", "tick everything off", env=cli_env(home, fake_llm))
     assert result.returncode == 0, result.stderr
     assert result.stdout == "all eight done\n"
     assert (home.workspace / "list.md").read_text() == "".join(

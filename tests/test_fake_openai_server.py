@@ -23,6 +23,8 @@ from tests.fakes.openai_server import FakeOpenAI, Step
 litellm.suppress_debug_info = True
 
 USER = [{"role": "user", "content": "hi"}]
+NEVER_S = 3600.0  # a latency no test waits out
+WAIT_S = 60.0  # the safety net of every wait
 TOOLS = [
     {
         "type": "function",
@@ -55,6 +57,19 @@ async def complete(srv: FakeOpenAI, messages: list[dict[str, Any]] = USER, **kw:
         max_retries=0,
         **kw,
     )
+
+
+async def until(check: Any) -> None:
+    """Wait for `check()` to hold, with WAIT_S as a safety net only."""
+    for _ in range(int(WAIT_S / 0.01)):
+        if check():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("timed out")
+
+
+async def text_of(stream: Any) -> str:
+    return "".join([c.choices[0].delta.content or "" async for c in stream if c.choices])
 
 
 async def test_scripted_text_reply(srv: FakeOpenAI) -> None:
@@ -136,11 +151,9 @@ async def test_server_error(srv: FakeOpenAI) -> None:
 
 
 async def test_hang_triggers_client_timeout(srv: FakeOpenAI) -> None:
-    srv.hang(5)
-    started = time.monotonic()
-    with pytest.raises(litellm.Timeout):
-        await complete(srv, timeout=0.5)
-    assert time.monotonic() - started < 2
+    srv.hang(NEVER_S)
+    with pytest.raises(litellm.Timeout):  # the server never answers: the client gave up
+        await asyncio.wait_for(complete(srv, timeout=0.5), WAIT_S)
 
 
 async def test_streaming_text(srv: FakeOpenAI) -> None:
@@ -175,20 +188,28 @@ async def test_fallback_echo_and_custom_fallback(srv: FakeOpenAI) -> None:
 
 
 async def test_concurrent_requests_overlap() -> None:
-    with FakeOpenAI(model_latency=0.3) as srv:
-        started = time.monotonic()
-        replies = await asyncio.gather(
-            *(complete(srv, [{"role": "user", "content": f"m{i}"}]) for i in range(20))
-        )
-        assert time.monotonic() - started < 2
-    assert sorted(r.choices[0].message.content for r in replies) == sorted(
-        f"echo: m{i}" for i in range(20)
+    with FakeOpenAI() as srv:
+        for _ in range(20):
+            srv.reply("held", hold_after=0)
+        calls = [
+            asyncio.create_task(complete(srv, [{"role": "user", "content": f"m{i}"}], stream=True))
+            for i in range(20)
+        ]
+        await until(lambda: srv.held == 20)  # all twenty in the server at once, none answered
+        srv.release()
+        streams = await asyncio.wait_for(asyncio.gather(*calls), WAIT_S)
+        replies = [await asyncio.wait_for(text_of(stream), WAIT_S) for stream in streams]
+    assert replies == ["held"] * 20
+    assert sorted(str(r["messages"][-1]["content"]) for r in srv.requests) == sorted(
+        f"m{i}" for i in range(20)
     )
 
 
 async def test_server_handles_a_burst_of_100_raw_requests() -> None:
-    body = {"model": "fake", "messages": USER}
-    with FakeOpenAI(model_latency=0.5) as srv:
+    body = {"model": "fake", "messages": USER, "stream": True}
+    with FakeOpenAI() as srv:
+        for _ in range(100):
+            srv.reply("held", hold_after=0)
         async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
 
             async def one() -> int:
@@ -196,9 +217,10 @@ async def test_server_handles_a_burst_of_100_raw_requests() -> None:
                     await r.read()
                     return r.status
 
-            started = time.monotonic()
-            statuses = await asyncio.gather(*(one() for _ in range(100)))
-            assert time.monotonic() - started < 1.5
+            burst = asyncio.gather(*(one() for _ in range(100)))
+            await until(lambda: srv.held == 100)  # every one of them in the server at once
+            srv.release()
+            statuses = await asyncio.wait_for(burst, WAIT_S)
     assert statuses == [200] * 100
 
 
@@ -216,16 +238,14 @@ async def test_requests_and_auth_headers_recorded(srv: FakeOpenAI) -> None:
 
 async def test_stop_is_prompt_while_a_request_hangs() -> None:
     srv = FakeOpenAI().start()
-    srv.hang(30)
-    call = asyncio.create_task(complete(srv, timeout=20))
-    while not srv.requests:
-        await asyncio.sleep(0.01)
-    started = time.monotonic()
-    await asyncio.to_thread(srv.stop)
-    assert time.monotonic() - started < 2
+    srv.hang(NEVER_S)
+    call = asyncio.create_task(complete(srv, timeout=NEVER_S))
+    await until(lambda: srv.requests)
+    # Waiting for the request would take an hour: a stop within WAIT_S did not wait for it.
+    await asyncio.wait_for(asyncio.to_thread(srv.stop), WAIT_S)
     # The dropped connection surfaces in litellm as InternalServerError("Connection error.").
     with pytest.raises(litellm.InternalServerError):
-        await asyncio.wait_for(call, 5)
+        await asyncio.wait_for(call, WAIT_S)
     srv.stop()  # idempotent
 
 
@@ -252,15 +272,17 @@ def test_invalid_json_body_is_rejected() -> None:
 
 
 async def test_drain_hands_out_request_sizes_once(srv: FakeOpenAI) -> None:
+    started = time.monotonic()
     await complete(srv, [*USER, {"role": "assistant", "content": "yo"}, *USER])
     await complete(srv)
     srv.reply("slow", latency=0.4)
     await complete(srv)
+    waited = time.monotonic() - started  # the server's busy time lies within it
     drain = urllib.request.Request(f"{srv.base_url}/_drain", method="POST")
     with urllib.request.urlopen(drain, timeout=5) as resp:
         first = json.loads(resp.read())
     assert first["requests"] == [{"messages": 3}, {"messages": 1}, {"messages": 1}]
-    assert 0 < first["busy_seconds"] < 0.3  # the scripted latency is the model's, not work
+    assert 0 < first["busy_seconds"] <= waited - 0.4  # the scripted latency is not work
     assert srv.requests == []
     with urllib.request.urlopen(drain, timeout=5) as resp:
         assert json.loads(resp.read()) == {"requests": [], "busy_seconds": 0.0}

@@ -28,6 +28,8 @@ from telegram.ext import (
 from tests.fakes.telegram_server import FakeTelegram, html_error
 
 CHAT = 42
+NEVER_S = 3600  # a long-poll timeout no test waits out
+WAIT_S = 60.0  # the safety net of every wait
 GROUP = -100123
 
 
@@ -57,11 +59,10 @@ async def running(app: Application[Any, Any, Any, Any, Any, Any]) -> AsyncIterat
     try:
         yield
     finally:
-        started = time.monotonic()
-        await app.updater.stop()
-        await app.stop()
-        await app.shutdown()
-        assert time.monotonic() - started < 3, "PTB shutdown hung"
+        # A safety net only: a shutdown that hangs (a poll the fake never answers) fails here.
+        await asyncio.wait_for(app.updater.stop(), WAIT_S)
+        await asyncio.wait_for(app.stop(), WAIT_S)
+        await asyncio.wait_for(app.shutdown(), WAIT_S)
 
 
 @pytest.fixture
@@ -128,14 +129,14 @@ async def test_offsets_deliver_each_update_once(fake: FakeTelegram, bot: Bot) ->
 async def test_long_poll_waits_and_wakes_on_update(fake: FakeTelegram, bot: Bot) -> None:
     started = time.monotonic()
     assert await bot.get_updates(timeout=1) == ()
-    assert 0.9 < time.monotonic() - started < 2
+    assert time.monotonic() - started >= 0.9  # it waited out its timeout (a lower bound)
 
-    poll = asyncio.create_task(bot.get_updates(timeout=5))
-    await asyncio.sleep(0.3)
-    sent_at = time.monotonic()
+    poll = asyncio.create_task(bot.get_updates(timeout=NEVER_S, read_timeout=NEVER_S))
+    while fake.getupdates_count < 2:  # the second long poll is waiting in the server
+        await asyncio.sleep(0.01)
     fake.send_text(CHAT, "wake up")
-    updates = await poll
-    assert time.monotonic() - sent_at < 0.5
+    # The poll would last an hour: an answer within WAIT_S means the update woke it.
+    updates = await asyncio.wait_for(poll, WAIT_S)
     assert updates[0].message is not None and updates[0].message.text == "wake up"
 
 
@@ -153,10 +154,12 @@ async def test_pause_updates_stalls_polling(fake: FakeTelegram, bot: Bot) -> Non
     started = time.monotonic()
     assert await bot.get_updates(timeout=1) == ()
     assert time.monotonic() - started >= 0.9
-    poll = asyncio.create_task(bot.get_updates(timeout=5))
-    await asyncio.sleep(0.2)
+    polls = fake.getupdates_count
+    poll = asyncio.create_task(bot.get_updates(timeout=NEVER_S, read_timeout=NEVER_S))
+    while fake.getupdates_count == polls:  # the poll is waiting in the server
+        await asyncio.sleep(0.01)
     fake.pause_updates(False)
-    assert len(await asyncio.wait_for(poll, 1)) == 1
+    assert len(await asyncio.wait_for(poll, WAIT_S)) == 1  # woken by the unpause, not a timeout
 
 
 async def test_fail_next_retry_after(
@@ -374,14 +377,13 @@ async def test_group_command_with_bot_username(fake: FakeTelegram) -> None:
 async def test_stop_returns_promptly_during_long_poll() -> None:
     fake = FakeTelegram().start()
     async with Bot(fake.token, base_url=fake.base_url) as bot:
-        poll = asyncio.create_task(bot.get_updates(timeout=20))
+        poll = asyncio.create_task(bot.get_updates(timeout=NEVER_S, read_timeout=NEVER_S))
         while fake.getupdates_count == 0:
             await asyncio.sleep(0.05)
         await asyncio.sleep(0.1)
-        started = time.monotonic()
-        await asyncio.to_thread(fake.stop)
-        assert time.monotonic() - started < 2
-        assert await asyncio.wait_for(poll, 2) == ()
+        # The poll would last an hour: a stop within WAIT_S did not wait for it.
+        await asyncio.wait_for(asyncio.to_thread(fake.stop), WAIT_S)
+        assert await asyncio.wait_for(poll, WAIT_S) == ()
     fake.stop()  # idempotent
 
 

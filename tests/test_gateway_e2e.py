@@ -29,6 +29,8 @@ TOKEN_REJECTED = "telegram: the bot token was rejected (check telegram.token)"
 ALLOWED = list(range(1000, 1020))
 LAST_DREAM = {"last_run": "2026-11-21T08:00:00+00:00", "status": "changed", "entries": 12}
 GROWING = "**Bold** words, then `code`, " + "and a sentence that keeps on growing " * 8
+NEVER_S = 3600.0  # a model latency no test waits out: what ends such a turn is the point
+WAIT_S = 60.0  # the safety net of every wait; far below NEVER_S, so a stop within it proves a cut
 LONG = "\n\n".join(f"Paragraph {n:03d}: " + "lorem ipsum dolor sit amet " * 4 for n in range(80))
 
 
@@ -37,10 +39,10 @@ def scripted(request: dict[str, Any]) -> Step:
     last = str(request["messages"][-1].get("content", ""))
     if "LONG" in last:
         return Step.reply(LONG)
-    if "SLOW" in last:
-        return Step.reply("the slow answer", latency=30)
-    if "LATE" in last:
-        return Step.reply("the late answer", latency=1.0)
+    if "SLOW" in last:  # never within a test: only a /stop or a stop can end it
+        return Step.reply("the slow answer", latency=NEVER_S)
+    if "LATE" in last:  # held until the test calls llm.release()
+        return Step.reply("the late answer", hold_after=0)
     if "GROW" in last:
         return Step.reply(GROWING, pieces=12, pause=0.05)
     if "HTML" in last:
@@ -80,7 +82,7 @@ class GatewayProcess:
         for line in self.proc.stderr:
             self.lines.append(line)
 
-    def wait_for_line(self, pattern: str, timeout: float = 15) -> re.Match[str]:
+    def wait_for_line(self, pattern: str, timeout: float = WAIT_S) -> re.Match[str]:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             for line in list(self.lines):
@@ -99,8 +101,9 @@ class GatewayProcess:
         except urllib.error.HTTPError as exc:
             return exc.code, json.load(exc)
 
-    def stop(self, sig: int = signal.SIGTERM, timeout: float = 30) -> int:
-        if self.proc.poll() is None:
+    def stop(self, sig: int | None = signal.SIGTERM, timeout: float = WAIT_S) -> int:
+        """Send `sig` (None: it was sent already) and wait for the exit code."""
+        if sig is not None and self.proc.poll() is None:
             self.proc.send_signal(sig)
         code = self.proc.wait(timeout)
         self._reader.join(5)
@@ -111,7 +114,7 @@ def load_session(home: Home, key: str) -> Session:
     return asyncio.run(SessionStore(home.sessions).get(key))
 
 
-def wait_until(check: Any, timeout: float = 15, what: str = "condition") -> Any:
+def wait_until(check: Any, timeout: float = WAIT_S, what: str = "condition") -> Any:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if result := check():
@@ -248,11 +251,15 @@ def test_a_flood_limit_on_one_chat_never_delays_another(
         lambda: refused in [(m, p.get("chat_id")) for m, p in telegram.calls],
         what="the refused send",
     )
-    refused_at = time.monotonic()
     telegram.send_text(1006, "second chat")  # while chat 1005 waits out its flood limit
     (late,) = telegram.wait_for_messages(1005, 1)
     assert late["text"].endswith("first chat")
-    assert time.monotonic() - refused_at >= 2.9  # retry_after was waited out
+    sends = [
+        at
+        for (method, params), at in zip(telegram.calls, telegram.call_times, strict=True)
+        if (method, params.get("chat_id")) == refused
+    ]
+    assert sends[1] - sends[0] >= 2.9  # retry_after was waited out (the server's own clock)
     order = [m["chat"]["id"] for m in telegram.sent_messages() if m["chat"]["id"] in (1005, 1006)]
     assert order == [1006, 1005]  # the other chat was answered meanwhile
 
@@ -305,11 +312,14 @@ def test_stop_cancels_a_slow_turn(
 def test_health_reports_and_turns_503_while_the_token_is_refused(
     gateway: GatewayProcess, telegram: FakeTelegram
 ) -> None:
-    status, body = gateway.health()
+    queues = {"inbound": 0, "inbox": 0}  # all delivered (earlier tests' last steps may still run)
+    status, body = wait_until(
+        lambda: (h := gateway.health())[1]["queues"] | queues == h[1]["queues"] and h,
+        what="the queues to drain",
+    )
     assert status == 200 and body["status"] == "ok"
     assert body["channels"]["telegram"]["state"] == "up"
     assert body["last_dream"] == LAST_DREAM and body["uptime_s"] > 0
-    assert body["queues"]["inbound"] == 0 and body["queues"]["inbox"] == 0  # all delivered
     telegram.set_token_valid(False)
     try:
         telegram.send_text(1010, "wakes the long poll")  # the next poll meets the 401
@@ -323,7 +333,7 @@ def test_health_reports_and_turns_503_while_the_token_is_refused(
         }
     finally:
         telegram.set_token_valid(True)
-    wait_until(lambda: gateway.health()[0] == 200, timeout=20, what="polling to recover")
+    wait_until(lambda: gateway.health()[0] == 200, what="polling to recover")
     telegram.send_text(1010, "back again")
     wait_until(
         lambda: any(t.endswith("back again") for t in texts(telegram.sent_messages(1010))),
@@ -346,16 +356,18 @@ def test_sigterm_lets_running_turns_finish_within_the_grace_period(
 ) -> None:
     telegram, llm = own_servers
     home = Home(tmp_path / "home")
-    process = GatewayProcess(home, telegram, llm, NANOMEM_GATEWAY__GRACE_S="3")
-    telegram.send_text(1011, "LATE question")  # answered 1 s later: inside the grace period
-    telegram.send_text(1012, "SLOW question")  # 30 s: cut short when the grace period ends
+    process = GatewayProcess(home, telegram, llm, NANOMEM_GATEWAY__GRACE_S="10")
+    telegram.send_text(1011, "LATE question")  # answered during the grace period
+    telegram.send_text(1012, "SLOW question")  # never answered: cut short when the grace ends
     wait_until(
         lambda: asked(llm, "LATE question") and asked(llm, "SLOW question"),
         what="both turns to reach the model",
     )
-    started = time.monotonic()
-    assert process.stop(signal.SIGTERM) == 0, "".join(process.lines)
-    assert time.monotonic() - started < 3 + 4
+    process.proc.send_signal(signal.SIGTERM)
+    process.wait_for_line("gateway: stopping")
+    llm.release()  # the late answer arrives while the gateway is stopping
+    # The slow turn would take an hour: a stop within WAIT_S means the grace period ended it.
+    assert process.stop(None) == 0, "".join(process.lines)
     assert texts(telegram.sent_messages(1011)) == ["the late answer"]
     assert texts(telegram.sent_messages(1012)) == []  # nobody is asked to send it again
     session = load_session(home, "telegram:1012")
@@ -379,13 +391,13 @@ def test_a_second_signal_stops_at_once(
 ) -> None:
     telegram, llm = own_servers
     home = Home(tmp_path / "home")
-    process = GatewayProcess(home, telegram, llm, NANOMEM_GATEWAY__GRACE_S="60")
+    process = GatewayProcess(home, telegram, llm, NANOMEM_GATEWAY__GRACE_S=str(NEVER_S))
     telegram.send_text(1013, "SLOW and patient")
     wait_until(lambda: asked(llm, "SLOW and patient"), what="the model to be asked")
     process.proc.send_signal(signal.SIGTERM)
     process.wait_for_line("a second signal stops at once")
-    started = time.monotonic()
+    # Neither the turn nor the grace period would end within WAIT_S: the second signal did.
     assert process.stop(signal.SIGINT) == 0, "".join(process.lines)
-    assert time.monotonic() - started < 4
+    process.wait_for_line("gateway: stopping at once")
     session = load_session(home, "telegram:1013")
     assert session.messages[0]["content"].endswith("SLOW and patient")

@@ -7,12 +7,21 @@ import sys
 from pathlib import Path
 
 from nanomem.home import Home
-from tests.conftest import NANOMEM, TEST_KEY, cli_env, run_cli
+from tests.conftest import NANOMEM, TEST_KEY, cli_env, run_cli, run_cli_here
 from tests.fakes.openai_server import FakeOpenAI
 
 
 def payload(marker: Path) -> str:
     return "{{ cycler.__init__.__globals__.os.popen('touch " + str(marker) + "').read() }}"
+
+
+def assert_potent(tmp_path: Path) -> None:
+    """Positive control: rendered without the sandbox, the payload does touch its marker."""
+    import jinja2
+
+    control = tmp_path / "CONTROL"
+    jinja2.Environment().from_string(payload(control)).render()
+    assert control.exists()
 
 
 def test_the_agent_cannot_write_a_template(
@@ -23,12 +32,13 @@ def test_the_agent_cannot_write_a_template(
     fake_llm.reply("tried")
     fake_llm.reply("next turn")
     env = cli_env(home, fake_llm)
-    assert run_cli("chat", "-m", "rewrite your own rules", env=env).returncode == 0
+    assert run_cli_here("chat", "-m", "rewrite your own rules", env=env).returncode == 0
     observation = fake_llm.requests[1]["messages"][-1]["content"]
     assert observation.startswith("Error:") and "maintained by nanomem" in observation
     assert not (home.workspace / "templates" / "system.md.j2").exists()
-    assert run_cli("chat", "-m", "and now?", env=env).returncode == 0
+    assert run_cli_here("chat", "-m", "and now?", env=env).returncode == 0
     assert not marker.exists()
+    assert_potent(tmp_path)
 
 
 def test_a_hostile_template_on_disk_runs_nothing(
@@ -39,9 +49,10 @@ def test_a_hostile_template_on_disk_runs_nothing(
     overrides.mkdir(exist_ok=True)
     (overrides / "system.md.j2").write_text(payload(marker))
     fake_llm.reply("fine")
-    result = run_cli("chat", "-m", "hello", env=cli_env(home, fake_llm))
+    result = run_cli_here("chat", "-m", "hello", env=cli_env(home, fake_llm))
     assert result.returncode == 0 and result.stdout.strip() == "fine", result.stderr
     assert not marker.exists()
+    assert_potent(tmp_path)
     system = fake_llm.requests[0]["messages"][0]["content"]
     assert "cycler" not in system and len(system) > 200  # the bundled prompt instead
     log = (home.logs / "nanomem.log").read_text()
@@ -68,7 +79,7 @@ def test_a_refused_environment_key_is_never_written_and_is_named(
     del env["NANOMEM_LLM__API_KEY"]
     env["OPENAI_API_KEY"] = ENV_KEY
     fake_llm.error(401, f"Incorrect API key provided: {ENV_KEY}. Find your key at ...")
-    result = run_cli("chat", "-m", "hi", env=env)
+    result = run_cli_here("chat", "-m", "hi", env=env)
     assert result.returncode == 1
     assert "the environment variable OPENAI_API_KEY" in result.stderr
     assert fake_llm.auth_headers[0] == f"Bearer {ENV_KEY}"  # the key was really used
@@ -83,7 +94,7 @@ def test_a_secret_the_model_repeats_is_masked_before_it_is_saved_or_shown(
 ) -> None:
     env = cli_env(home, fake_llm, OPENAI_API_KEY=ENV_KEY)
     fake_llm.reply(f"Sure, the key is {ENV_KEY} and the token is {TEST_KEY}.")
-    result = run_cli("chat", "-m", "tell me your keys", env=env)
+    result = run_cli_here("chat", "-m", "tell me your keys", env=env)
     assert (
         result.returncode == 0
         and result.stdout.strip() == "Sure, the key is *** and the token is ***."
@@ -93,7 +104,7 @@ def test_a_secret_the_model_repeats_is_masked_before_it_is_saved_or_shown(
 
 def test_mistyped_secret_keys_are_not_echoed(home: Home) -> None:
     home.config.write_text(home.config.read_text() + '\n[extra]\nAPIKEY = "sk-typo-0123456789"\n')
-    result = run_cli("status", env=cli_env(home))
+    result = run_cli_here("status", env=cli_env(home))
     assert result.returncode == 2 and "extra: unknown setting" in result.stderr
     assert "sk-typo" not in result.stderr + result.stdout
     assert secret_free_files(home, "sk-typo-0123456789") == []
@@ -104,19 +115,19 @@ def test_a_home_that_was_readable_by_others_is_made_private(
 ) -> None:
     fake_llm.reply("first")
     env = cli_env(home, fake_llm)
-    assert run_cli("chat", "-m", "one", env=env).returncode == 0
+    assert run_cli_here("chat", "-m", "one", env=env).returncode == 0
     for path in [home.root, *home.root.rglob("*")]:  # as if copied from a backup, say
         if not path.is_symlink():
             path.chmod(0o755 if path.is_dir() else 0o644)
     fake_llm.reply("second")
-    result = run_cli("chat", "-m", "two", env=env)
+    result = run_cli_here("chat", "-m", "two", env=env)
     assert result.returncode == 0 and "private (they were readable by others)" in result.stderr
     private = [home.root, home.sessions, home.logs, home.memory_git, home.config]
     private += [*home.sessions.iterdir(), *home.logs.iterdir(), *home.memory_git.rglob("*")]
     loose = {str(p): oct(p.stat().st_mode & 0o777) for p in private if p.stat().st_mode & 0o077}
     assert loose == {}
     assert any(home.sessions.iterdir()) and any(home.logs.iterdir())  # there was something
-    again = run_cli("onboard", env=env)
+    again = run_cli_here("onboard", env=env)
     assert again.returncode == 0 and "nothing changed" in again.stdout
 
 
@@ -127,7 +138,7 @@ def test_onboarding_an_existing_loose_home_says_it_tightened_it(tmp_path: Path) 
     root.chmod(0o755)
     (root / "sessions").chmod(0o755)
     (root / "sessions" / "old.jsonl").chmod(0o644)
-    result = run_cli("--home", str(root), "onboard", env=cli_env(Home(root)))
+    result = run_cli_here("--home", str(root), "onboard", env=cli_env(Home(root)))
     assert result.returncode == 0 and f"in {root} private (owner only)" in result.stdout
     assert (root / "sessions" / "old.jsonl").stat().st_mode & 0o777 == 0o600
     assert root.stat().st_mode & 0o777 == 0o700
@@ -197,6 +208,6 @@ def test_a_secret_in_a_file_never_reaches_the_model(home: Home, fake_llm: FakeOp
     (home.workspace / "notes.md").write_text(f"deploy with key {TEST_KEY}\n")
     fake_llm.tool_call("read_file", {"path": "notes.md"})
     fake_llm.reply("read it")
-    assert run_cli("chat", "-m", "read my notes", env=cli_env(home, fake_llm)).returncode == 0
+    assert run_cli_here("chat", "-m", "read my notes", env=cli_env(home, fake_llm)).returncode == 0
     seen = fake_llm.requests[1]["messages"][-1]["content"]
     assert seen == "deploy with key ***\n"  # the file was read, the key masked

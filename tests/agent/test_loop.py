@@ -60,6 +60,8 @@ async def test_unknown_command_never_reaches_the_model(home: Home) -> None:
     assert reply is not None and reply.content == "Unknown command /frobnicate — try /help."
     assert provider.calls == []
     assert (await app.sessions.get("cli:direct")).messages == []
+    await app.loop.handle(msg("frobnicate now"))  # control: a message does reach the model
+    assert len(provider.calls) == 1
 
 
 async def test_help_lists_the_commands(home: Home) -> None:
@@ -89,6 +91,9 @@ async def test_oversized_message_is_refused_and_changes_nothing(home: Home) -> N
     assert reply is not None and reply.kind == "error" and "too long" in reply.content
     assert provider.calls == []
     assert (await app.sessions.get("cli:direct")).messages == []
+    await app.loop.handle(msg("x" * 100))  # control: one character less is taken and saved
+    assert len(provider.calls) == 1
+    assert len((await app.sessions.get("cli:direct")).messages) == 2
 
 
 async def test_provider_failure_gives_a_short_message_and_stores_no_error(home: Home) -> None:

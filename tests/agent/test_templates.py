@@ -4,6 +4,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import get_args
 
+import jinja2
 import pytest
 from jinja2 import UndefinedError
 from loguru import logger
@@ -175,5 +176,11 @@ def test_a_hostile_or_broken_override_runs_nothing_and_falls_back(
         logger.remove(sink)
     assert shown == Templates().render("help.md.j2", commands=[])  # the bundled text
     assert not (tmp_path / "PWNED").exists()
+    if "touch PWNED" in payload:  # positive control: without the sandbox it does touch it
+        control = tmp_path / "control"
+        control.mkdir()
+        monkeypatch.chdir(control)
+        jinja2.Environment().from_string(payload).render()
+        assert (control / "PWNED").exists()
     assert len(logged) == 1 and str(overrides / "help.md.j2") in logged[0]
     assert "the bundled one is used instead" in logged[0]

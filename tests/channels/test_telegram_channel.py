@@ -81,7 +81,7 @@ async def running(fake: FakeTelegram, tmp_path: Path) -> AsyncIterator[Running]:
         await channel.stop()
 
 
-async def until(check: Callable[[], Any], timeout: float = 5) -> Any:
+async def until(check: Callable[[], Any], timeout: float = 30) -> Any:
     """Poll `check` until it returns something true, and return that."""
     for _ in range(int(timeout / 0.02)):
         if result := check():
@@ -219,6 +219,8 @@ async def test_open_groups_hear_everything(fake: FakeTelegram, tmp_path: Path) -
 
 async def test_a_group_member_not_allowed_is_refused(running: Running, fake: FakeTelegram) -> None:
     fake.send_text(GROUP, "@nanomem_test_bot hi", chat_type="supergroup", user_id=STRANGER)
+    fake.send_text(GROUP, "@nanomem_test_bot me too", chat_type="supergroup", user_id=OWNER)
+    assert (await running.next()).content == "me too"  # control: the same group, allowed
     await running.nothing()
 
 

@@ -1,5 +1,5 @@
-"""Consolidation end to end: real litellm over HTTP to the loopback model, the real CLI,
-and SIGKILL in the middle of an archive."""
+"""Consolidation end to end: real litellm over HTTP to the loopback model, the real CLI (in
+this process; in a subprocess for SIGKILL in the middle of an archive, the slow tier)."""
 
 import json
 import os
@@ -15,7 +15,7 @@ from nanomem.agent.bus import InboundMessage
 from nanomem.app import build_app
 from nanomem.home import Home
 from nanomem.memory.session import session_filename
-from tests.conftest import NANOMEM, cli_env, run_cli, settings_for
+from tests.conftest import NANOMEM, cli_env, run_cli, run_cli_here, settings_for
 from tests.fakes.openai_server import FakeOpenAI, Step
 
 SUMMARY_MARK = "from nanomem, not from the person"
@@ -82,10 +82,12 @@ def test_new_and_search_history_through_the_cli(home: Home, fake_llm: FakeOpenAI
     fake_llm.set_fallback(scripted_model)
     for i in range(2):
         assert (
-            run_cli("chat", "-m", f"note fact number {i} about Pixel the cat", env=env).returncode
+            run_cli_here(
+                "chat", "-m", f"note fact number {i} about Pixel the cat", env=env
+            ).returncode
             == 0
         )
-    result = run_cli("chat", "-m", "/new", env=env)
+    result = run_cli_here("chat", "-m", "/new", env=env)
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines() == [
         "New session started.",
@@ -94,7 +96,7 @@ def test_new_and_search_history_through_the_cli(home: Home, fake_llm: FakeOpenAI
     fake_llm.set_fallback(None)
     fake_llm.tool_call("search_history", {"query": "FACT NUMBER 1"})
     fake_llm.reply("You told me fact number 1.")
-    answer = run_cli("chat", "-m", "what was the second fact?", env=env)
+    answer = run_cli_here("chat", "-m", "what was the second fact?", env=env)
     assert answer.stdout.strip() == "You told me fact number 1."
     observation = fake_llm.requests[-1]["messages"][-1]
     assert observation["role"] == "tool" and "the user said fact number 1" in observation["content"]
@@ -167,8 +169,8 @@ def test_the_summary_request_forbids_tool_calls(
 ) -> None:
     env = cli_env(home, fake_llm, NANOMEM_LLM__TRANSPORT=transport)
     fake_llm.set_fallback(tool_loving_model)
-    run_cli("chat", "-m", "fact number 7: my cat is called Pixel", env=env)
-    result = run_cli("chat", "-m", "/new", env=env)
+    run_cli_here("chat", "-m", "fact number 7: my cat is called Pixel", env=env)
+    result = run_cli_here("chat", "-m", "/new", env=env)
     assert result.returncode == 0, result.stderr
     summary_request = fake_llm.requests[-1]
     assert summary_request["tools"], "the chat's tools stay offered (prompt cache)"
@@ -185,9 +187,9 @@ def test_a_nothing_new_summary_archives_nothing_and_moves_the_replay_start(
 ) -> None:
     env = cli_env(home, fake_llm)
     fake_llm.reply("Hello!")
-    run_cli("chat", "-m", "hi", env=env)
+    run_cli_here("chat", "-m", "hi", env=env)
     fake_llm.reply("NOTHING")
-    result = run_cli("chat", "-m", "/new", env=env)
+    result = run_cli_here("chat", "-m", "/new", env=env)
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines() == [
         "New session started.",
@@ -201,5 +203,5 @@ def test_a_nothing_new_summary_archives_nothing_and_moves_the_replay_start(
         state.update(record if record.get("_type") == "state" else {})
     assert state["replay_from"] == 2 and state["consolidating"] is None
     fake_llm.reply("Hi again")
-    run_cli("chat", "-m", "hello?", env=env)
+    run_cli_here("chat", "-m", "hello?", env=env)
     assert [m["role"] for m in fake_llm.requests[-1]["messages"]] == ["system", "user"]

@@ -161,6 +161,7 @@ class FakeOpenAI:
         self._startup_error: BaseException | None = None
         self._inflight: set[asyncio.Task[Any]] = set()  # touched only on the server loop
         self._release: asyncio.Event | None = None  # lets a held stream go on
+        self._held = 0  # streams waiting for release() right now
         self._streams_finished = 0
 
     def start(self) -> FakeOpenAI:
@@ -293,6 +294,12 @@ class FakeOpenAI:
         loop, event = self._loop, self._release
         if loop is not None and event is not None:
             loop.call_soon_threadsafe(event.set)
+
+    @property
+    def held(self) -> int:
+        """Streams waiting at their `hold_after` for release() right now."""
+        with self._lock:
+            return self._held
 
     @property
     def streams_finished(self) -> int:
@@ -479,7 +486,13 @@ class FakeOpenAI:
                     request.transport.abort()
                 return resp
             if number == step.hold_after and self._release is not None:
-                await self._release.wait()
+                with self._lock:
+                    self._held += 1
+                try:
+                    await self._release.wait()
+                finally:
+                    with self._lock:
+                        self._held -= 1
                 self._release.clear()
             if number and step.pause:
                 await asyncio.sleep(step.pause)

@@ -158,6 +158,7 @@ class FakeTelegram:
         self.bot_id = int(token.split(":", 1)[0])
         self.port, self.base_url, self.base_file_url = 0, "", ""
         self.calls: list[tuple[str, JSONDict]] = []
+        self.call_times: list[float] = []  # time.monotonic() when each of `calls` arrived
         self.commands: list[JSONDict] | None = None
         self.getupdates_count = 0
         self._lock = threading.Lock()
@@ -253,6 +254,7 @@ class FakeTelegram:
         try:
             with self._lock:
                 self.calls.append((method, params))
+                self.call_times.append(time.monotonic())
                 if not self._token_valid or request.match_info["token"] != self.token:
                     raise ApiError(401, "Unauthorized")
                 self.getupdates_count += method == "getupdates"
@@ -704,7 +706,7 @@ class FakeTelegram:
         with self._lock:
             self._drafts_known = known
 
-    def wait_for_messages(self, chat_id: int, count: int, timeout: float = 10.0) -> list[JSONDict]:
+    def wait_for_messages(self, chat_id: int, count: int, timeout: float = 30.0) -> list[JSONDict]:
         """Block until the bot sent ``count`` messages to ``chat_id``; AssertionError if not.
 
         Never call it from the thread whose event loop runs the bot: use the async variant.
@@ -723,7 +725,7 @@ class FakeTelegram:
         return got
 
     async def wait_for_messages_async(
-        self, chat_id: int, count: int, timeout: float = 10.0
+        self, chat_id: int, count: int, timeout: float = 30.0
     ) -> list[JSONDict]:
         """:meth:`wait_for_messages` without blocking the caller's event loop."""
         return await asyncio.to_thread(self.wait_for_messages, chat_id, count, timeout)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
@@ -190,10 +189,8 @@ def test_categorize_mirrors_litellm(status: int, body: str, category: str) -> No
 
 
 async def test_hang_times_out(srv: FakeOpenAI, make: Make) -> None:
-    srv.hang(5)
-    started = time.monotonic()
-    err = await failure(make(timeout_s=0.5))
-    assert time.monotonic() - started < 2
+    srv.hang(3600)  # never answers: the client's own timeout must end the call
+    err = await asyncio.wait_for(failure(make(timeout_s=0.5)), 60)
     assert (err.category, err.status) == ("timeout", 408)
 
 
@@ -241,7 +238,7 @@ async def test_api_key_never_appears_in_errors(srv: FakeOpenAI, make: Make) -> N
     srv.error(401, f"Incorrect API key provided: {TEST_KEY}")
     srv.error(400, f"you sent Authorization: Bearer {TEST_KEY}")
     srv.error(429, "slow", retry_after=1)
-    srv.hang(5)
+    srv.hang(3600)
     errors = [await failure(provider) for _ in range(4)]
     errors.append(await failure(make(api_base="http://127.0.0.1:9/v1")))
     categories = ["auth", "bad_request", "rate_limited", "timeout", "unreachable"]
@@ -251,7 +248,9 @@ async def test_api_key_never_appears_in_errors(srv: FakeOpenAI, make: Make) -> N
 
 
 async def test_concurrent_calls_share_one_session() -> None:
-    with FakeOpenAI(model_latency=0.5) as srv:
+    with FakeOpenAI() as srv:
+        for _ in range(100):
+            srv.reply("held", hold_after=0)
         provider = OpenAIHTTPProvider(
             LLMSettings(model="openai/fake", api_base=srv.base_url, api_key=SecretStr(TEST_KEY))
         )
@@ -264,13 +263,27 @@ async def test_concurrent_calls_share_one_session() -> None:
             return session
 
         provider._client = spy  # type: ignore[method-assign]
-        started = time.monotonic()
-        replies = await asyncio.gather(
-            *(provider.complete([{"role": "user", "content": f"m{i}"}]) for i in range(100))
+
+        async def shown(text: str) -> None:
+            pass
+
+        calls = asyncio.gather(
+            *(
+                provider.complete([{"role": "user", "content": f"m{i}"}], on_text=shown)
+                for i in range(100)
+            )
         )
-        assert time.monotonic() - started < 2
+        for _ in range(6000):  # until all hundred are in the server at once (60 s at most)
+            if srv.held == 100:
+                break
+            await asyncio.sleep(0.01)
+        assert srv.held == 100
+        srv.release()
+        replies = await asyncio.wait_for(calls, 60)
+        asked = sorted(str(r["messages"][-1]["content"]) for r in srv.requests)
         await provider.close()
-    assert sorted(r.content or "" for r in replies) == sorted(f"echo: m{i}" for i in range(100))
+    assert [r.content for r in replies] == ["held"] * 100
+    assert asked == sorted(f"m{i}" for i in range(100))
     assert len(sessions) == 1
 
 

@@ -13,7 +13,7 @@ from nanomem.config import LLMSettings, load_settings
 from nanomem.home import Home
 from nanomem.onboard import onboard
 from nanomem.providers.routing import key_source, route
-from tests.conftest import cli_env, run_cli
+from tests.conftest import cli_env, run_cli_here
 from tests.fakes.openai_server import FakeOpenAI
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -133,7 +133,7 @@ def test_onboarding_writes_unchosen_settings_as_comments(tmp_path: Path) -> None
 
 
 def status(home: Home, **env: str) -> str:
-    result = run_cli("status", env=cli_env(home, None, **env))
+    result = run_cli_here("status", env=cli_env(home, None, **env))
     assert result.returncode == 0, result.stderr
     return next(line for line in result.stdout.splitlines() if line.startswith("model path"))
 
@@ -154,7 +154,7 @@ def test_an_old_onboarding_config_goes_the_lean_way_and_says_so(
     line = status(home, NANOMEM_LLM__API_BASE=fake_llm.base_url)
     assert "lean client (direct)" in line and "old onboarding defaults" in line
     fake_llm.reply("fast path")
-    result = run_cli("chat", "-m", "hi", env=cli_env(home, fake_llm))
+    result = run_cli_here("chat", "-m", "hi", env=cli_env(home, fake_llm))
     assert result.returncode == 0, result.stderr
     assert result.stdout == "fast path\n"
     log = (home.logs / "nanomem.log").read_text()

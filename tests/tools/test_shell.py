@@ -35,6 +35,9 @@ async def test_exec_timeout_kills_the_process_group(tmp_path) -> None:  # type: 
 
     await asyncio.sleep(2.5)
     assert not marker.exists()
+    control = tmp_path / "control"  # the same job, given the time, does touch its marker
+    assert "timed out" not in await shell.exec(f"(sleep 0.1; touch {control}) & wait")
+    assert control.exists()
 
 
 async def test_exec_output_is_capped_keeping_both_ends(tmp_path) -> None:  # type: ignore[no-untyped-def]
