@@ -41,7 +41,7 @@ class LLMSettings(_Section):
     temperature: float | None = Field(None, ge=0, le=2)
     max_tokens: int = Field(4096, gt=0)
     context_window_tokens: int = Field(65536, ge=1024)
-    # Whether the model takes images; unset: nanomem/vision.py decides by the model.
+    # Whether the model takes images; unset: nanomem/providers/vision.py decides by the model.
     supports_images: bool | None = None
     # "auto": OpenAI-compatible endpoints through the lean client, the rest through litellm
     # (nanomem/providers/routing.py decides); "direct" and "litellm" force one path.

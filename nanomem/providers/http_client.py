@@ -1,4 +1,4 @@
-"""A small HTTP/1.1 client on asyncio streams, for the lean model client (nanomem/openai_http.py).
+"""A small HTTP/1.1 client on asyncio streams, for the lean model client (openai_http.py).
 
 Importing aiohttp costs ~0.15 s of CPU, a third of a one-shot `nanomem chat -m`. The lean
 client needs only this: POST a body, read the status, headers and body (by Content-Length,

@@ -1,7 +1,7 @@
 """Whether the chat model takes images, decided without importing litellm on the lean path.
 
 `llm.supports_images` wins when set. A model that goes through litellm asks litellm's model
-list (litellm is loaded for it anyway). On the lean client (nanomem/routing.py), importing
+list (litellm is loaded for it anyway). On the lean client (routing.py), importing
 litellm for one yes/no would cost 2 s and 170 MB, so the model's name decides: the families
 below are known to take images; any other name gets the photo's path, as litellm answers for a
 model it does not know (a local server's text model would refuse an image with a 400).

@@ -1,4 +1,4 @@
-"""Model names checked offline before the first call (nanomem/model_names.py), through the real
+"""Model names checked offline before the first call (providers/model_names.py), through the real
 CLI: a name without a provider stops the start and says what to write; with an api_base any
 name goes to that server as it is, on both transports."""
 
