@@ -26,6 +26,7 @@ from nanomem.memory_commands import MemoryCommands
 from nanomem.old_defaults import NOTE as OLD_DEFAULTS_NOTE
 from nanomem.onboard import Home
 from nanomem.provider import Provider, RetryingProvider
+from nanomem.recall import Recall
 from nanomem.routing import route
 from nanomem.scheduler import DreamScheduler
 from nanomem.session import SessionStore
@@ -124,7 +125,9 @@ def build_app(
         for tool in shell.tools():
             tools.add(tool)
     history = HistoryStore(workspace / "memory", home.lock("history"))
-    for tool in history.tools():
+    recall = Recall(history, home.history_index)
+    history.after_append.append(recall.sync_quietly)
+    for tool in recall.tools():
         tools.add(tool)
     transports: list[Provider] = []
     if provider is None:

@@ -59,6 +59,11 @@ class Home:
         return self.root / "dream-journal.json"
 
     @property
+    def history_index(self) -> Path:
+        """The full-text index of memory/history.jsonl (derived; rebuilt when missing)."""
+        return self.root / "index" / "history.sqlite3"
+
+    @property
     def locks(self) -> Path:
         """Lock files shared by every process on this home; outside the workspace, so the
         agent's file tools can never replace one."""

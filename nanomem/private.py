@@ -27,7 +27,13 @@ def make_private(home: Home) -> list[Path]:
         return changed
     _tighten(home.root, changed)
     walked = home.root / WALKED
-    tops = (home.sessions, home.logs, home.memory_git, home.root / "locks")
+    tops = (
+        home.sessions,
+        home.logs,
+        home.memory_git,
+        home.root / "locks",
+        home.history_index.parent,
+    )
     for top in tops:
         if top.is_dir():
             _tighten(top, changed)

@@ -136,13 +136,14 @@ async def test_an_unknown_tool_counts_as_one_that_may_write() -> None:
 def test_the_file_and_memory_tools_declare_what_they_only_read(tmp_path: Path) -> None:
     from nanomem.dream import MemoryTools
     from nanomem.history import HistoryStore
+    from nanomem.recall import Recall
     from nanomem.skills import Skills
 
     registry = ToolRegistry(
         [
             *FileTools(tmp_path).tools(),
             *Skills(tmp_path).tools(),
-            *HistoryStore(tmp_path).tools(),
+            *Recall(HistoryStore(tmp_path), tmp_path / "index.sqlite3").tools(),
         ]
     )
     memory = MemoryTools(tmp_path).registry()
