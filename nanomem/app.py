@@ -28,7 +28,9 @@ from nanomem.onboard import Home
 from nanomem.provider import Provider, RetryingProvider
 from nanomem.recall import Recall
 from nanomem.routing import route
+from nanomem.scheduled_turns import ScheduledTurns
 from nanomem.scheduler import DreamScheduler
+from nanomem.schedules import ScheduleStore, zone_named
 from nanomem.session import SessionStore
 from nanomem.shelltool import ShellTool
 from nanomem.skills import Skills
@@ -60,6 +62,7 @@ class App:
     dream: Dream
     scheduler: DreamScheduler
     transports: list[Provider]  # the model clients, closed by aclose()
+    schedules: ScheduledTurns  # run by the gateway only
 
     async def aclose(self) -> None:
         """Close the model clients' connections (in the loop that used them) and the inbox."""
@@ -135,6 +138,15 @@ def build_app(
     budget = Budget(BpeTokenizer(), Calibration(), llm, settings.memory)
     if bus is None:
         bus = MessageBus(inbox=SqliteInbox(home.inbox) if durable else None)
+    schedules = ScheduledTurns(
+        ScheduleStore(home.schedules, home.lock("schedules")),
+        bus,
+        templates,
+        settings.schedule,
+        zone_named(settings.agent.timezone),
+    )
+    for tool in schedules.tools():
+        tools.add(tool)
     sessions = SessionStore(home.sessions, counter=budget.count, lock_dir=home.locks / "sessions")
     context = ContextBuilder(
         workspace,
@@ -188,6 +200,7 @@ def build_app(
         groups_see_personal=settings.memory.groups_see_personal,
     )
     MemoryCommands(dream, git).register(loop.commands)
+    schedules.register(loop.commands)
     scheduler = DreamScheduler(dream, history, settings.dream)
     return App(
         settings,
@@ -207,6 +220,7 @@ def build_app(
         dream,
         scheduler,
         transports,
+        schedules,
     )
 
 

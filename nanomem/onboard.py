@@ -59,6 +59,11 @@ class Home:
         return self.root / "dream-journal.json"
 
     @property
+    def schedules(self) -> Path:
+        """What the chats asked to happen later (nanomem/schedules.py)."""
+        return self.root / "schedules.json"
+
+    @property
     def history_index(self) -> Path:
         """The full-text index of memory/history.jsonl (derived; rebuilt when missing)."""
         return self.root / "index" / "history.sqlite3"

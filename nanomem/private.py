@@ -43,7 +43,13 @@ def make_private(home: Home) -> list[Path]:
                 for name in (*dirs, *files):
                     _tighten(Path(folder) / name, changed)
         walked.touch(mode=0o600)
-    for path in (home.config, home.dream_state, home.chat_history, *_inbox_files(home)):
+    for path in (
+        home.config,
+        home.dream_state,
+        home.chat_history,
+        home.schedules,
+        *_inbox_files(home),
+    ):
         if path.exists():
             _tighten(path, changed)
     return changed
