@@ -30,7 +30,7 @@ from nanomem.recall import Recall
 from nanomem.routing import route
 from nanomem.scheduled_turns import ScheduledTurns
 from nanomem.scheduler import DreamScheduler
-from nanomem.schedules import ScheduleStore, zone_named
+from nanomem.schedules import ScheduleStore
 from nanomem.session import SessionStore
 from nanomem.shelltool import ShellTool
 from nanomem.skills import Skills
@@ -143,7 +143,7 @@ def build_app(
         bus,
         templates,
         settings.schedule,
-        zone_named(settings.agent.timezone),
+        settings.agent.timezone,
     )
     for tool in schedules.tools():
         tools.add(tool)

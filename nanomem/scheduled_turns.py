@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta, tzinfo
 from typing import Annotated, Any
@@ -27,9 +28,16 @@ from nanomem.audience import current
 from nanomem.bus import InboundMessage, MessageBus
 from nanomem.commands import Command, CommandSet
 from nanomem.config import ScheduleSettings
-from nanomem.schedules import Schedule, ScheduleError, ScheduleStore, local, make_schedule
+from nanomem.schedules import (
+    Schedule,
+    ScheduleError,
+    ScheduleStore,
+    local,
+    make_schedule,
+    zone_named,
+)
 from nanomem.templates import Templates
-from nanomem.tools import Tool, ToolError
+from nanomem.tools import Tool, ToolError, read_only_tool
 
 INBOX_CHANNEL = "schedule"  # the inbox's name for fired schedules (their chats have their own)
 NEEDS_GATEWAY = (
@@ -50,13 +58,18 @@ class ScheduledTurns:
         bus: MessageBus,
         templates: Templates,
         settings: ScheduleSettings,
-        zone: tzinfo,
+        timezone: str | None,
     ) -> None:
         self.store, self.bus, self.templates = store, bus, templates
-        self.settings, self.zone = settings, zone
+        self.settings, self.timezone = settings, timezone
         self.channels: set[str] = set()  # channels that deliver what the agent starts
         self._scheduler: Any = None
         self._firing: set[asyncio.Task[None]] = set()
+
+    @functools.cached_property
+    def zone(self) -> tzinfo:
+        """`agent.timezone`, or the machine's; looked up on first use (not on every start)."""
+        return zone_named(self.timezone)
 
     @property
     def running(self) -> bool:
@@ -288,6 +301,7 @@ class ScheduledTurns:
         when = local(upcoming, self.zone) if upcoming else "never"
         return f"Scheduled {made.id}: {made.describe()}; next at {when}."
 
+    @read_only_tool
     async def list_schedules(self) -> str:
         """List this chat's schedules with their ids and next run."""
         session = self._chat()

@@ -116,7 +116,7 @@ async def bus(tmp_path: Path) -> AsyncIterator[MessageBus]:
 
 def turns(store: ScheduleStore, bus: MessageBus, grace_min: int = 60) -> ScheduledTurns:
     settings = ScheduleSettings(misfire_grace_min=grace_min, max_per_chat=3)
-    return ScheduledTurns(store, bus, Templates(), settings, BERLIN)
+    return ScheduledTurns(store, bus, Templates(), settings, "Europe/Berlin")
 
 
 async def next_message(bus: MessageBus) -> InboundMessage:
