@@ -127,12 +127,12 @@ class Recall:
             logger.exception("could not update the history index")
 
     def _sync(self, db: sqlite3.Connection) -> int:
-        newest = next(self.history.iter_backwards(), None)
-        seen = (newest.cursor, newest.timestamp) if newest else (0, "")
-        if seen == self._position(db):
-            return 0  # the usual case: a read of the file's tail and of two rows
+        if self._current(db):
+            return 0  # the usual case: a read of the file's tail and of three rows
         db.execute("BEGIN IMMEDIATE")  # another process may be catching up too: one at a time
         try:
+            # Read again inside the transaction: another process may have indexed meanwhile.
+            newest = next(self.history.iter_backwards(), None)
             indexed, stamp = self._position(db)
             if newest is None or newest.cursor < indexed or not self._same_file(indexed, stamp):
                 if indexed:
@@ -146,11 +146,12 @@ class Recall:
                 if not batch:
                     break
                 db.executemany(
-                    "INSERT INTO entries (rowid, content, chat) VALUES (?, ?, ?)",
+                    "INSERT OR REPLACE INTO entries (rowid, content, chat) VALUES (?, ?, ?)",
                     [(e.cursor, e.content, chat_token(e.session)) for e in batch],
                 )
                 db.executemany(
-                    "INSERT INTO facts (cursor, session, stamp, epoch) VALUES (?, ?, ?, ?)",
+                    "INSERT OR REPLACE INTO facts (cursor, session, stamp, epoch) "
+                    "VALUES (?, ?, ?, ?)",
                     [(e.cursor, e.session, e.timestamp, _epoch(e.timestamp)) for e in batch],
                 )
                 added += len(batch)
@@ -161,6 +162,12 @@ class Recall:
             db.execute("ROLLBACK")
             raise
         return added
+
+    def _current(self, db: sqlite3.Connection) -> bool:
+        """The index ends with the archive's newest entry (by cursor and timestamp)."""
+        newest = next(self.history.iter_backwards(), None)
+        seen = (newest.cursor, newest.timestamp) if newest else (0, "")
+        return seen == self._position(db)
 
     def _same_file(self, indexed: int, stamp: str) -> bool:
         """The entry the index ends with is still in the archive as it was indexed."""

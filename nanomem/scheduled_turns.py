@@ -103,10 +103,14 @@ class ScheduledTurns:
     async def stop(self) -> None:
         """Arm nothing more; a firing under way finishes (it is one inbox write)."""
         scheduler, self._scheduler = self._scheduler, None
-        if scheduler is not None:
-            scheduler.shutdown(wait=False)
+        if scheduler is None:
+            return
+        scheduler.pause()
+        # Before shutdown(), which would cancel a firing midway (it would be replayed, but the
+        # log would call it an error).
         if self._firing:
             await asyncio.gather(*self._firing, return_exceptions=True)
+        scheduler.shutdown(wait=False)
 
     async def _resume(self, schedule: Schedule, now: datetime) -> None:
         stored = await self.bus.position(position_name(schedule.id))

@@ -2,6 +2,7 @@ import json
 from pathlib import Path
 
 import pytest
+from loguru import logger
 
 from nanomem.audience import audience_of, enter
 from nanomem.history import HistoryEntry, HistoryStore, NewEntry
@@ -144,6 +145,27 @@ async def test_index_follows_appends_by_another_process(
     other = HistoryStore(tmp_path / "memory")  # another process: no hook to our index
     await other.append([entry("- second, about the attic too")])
     assert sorted(cursors(recall, "attic")) == [1, 2]
+
+
+async def test_two_processes_share_one_index_without_rebuilding_it(
+    store: HistoryStore, recall: Recall, tmp_path: Path
+) -> None:
+    lines: list[str] = []
+    sink = logger.add(lines.append, level="INFO", format="{message}")
+    try:
+        other = HistoryStore(tmp_path / "memory")
+        theirs = Recall(other, recall.path)  # another process, the same index file
+        other.after_append.append(theirs.sync_quietly)
+        await store.append([entry("- ours, about the attic")])
+        assert cursors(theirs, "attic") == [1]
+        await other.append([entry("- theirs, about the attic")])
+        await store.append([entry("- ours again, the attic")])
+        assert sorted(cursors(recall, "attic")) == [1, 2, 3]
+        assert sorted(cursors(theirs, "attic")) == [1, 2, 3]
+        assert not [line for line in lines if "rebuilding" in line]
+        theirs.close()
+    finally:
+        logger.remove(sink)
 
 
 async def test_missing_or_broken_index_is_rebuilt(store: HistoryStore, recall: Recall) -> None:
