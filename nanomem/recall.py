@@ -29,7 +29,7 @@ BATCH = 5000  # entries read and inserted per step of a catch-up
 SNIPPET_TOKENS = 32
 # BM25 ranks at most this many matches, the newest: a word found in most of 100,000 entries
 # would otherwise cost 100+ ms to rank. Fewer matches than this are all ranked.
-RANK_WINDOW = 2000
+RANK_WINDOW = 1000
 # `chat` holds one token per entry naming its session (hex, so no tokenizer splits it), so a
 # group's search is part of the full-text match instead of a scan of every match.
 _SCHEMA = """
@@ -37,9 +37,10 @@ CREATE VIRTUAL TABLE IF NOT EXISTS entries USING fts5(
     content, chat, tokenize = 'unicode61 remove_diacritics 2'
 );
 CREATE TABLE IF NOT EXISTS facts (
-    cursor INTEGER PRIMARY KEY, session TEXT NOT NULL, stamp TEXT NOT NULL, epoch REAL NOT NULL
+    cursor INTEGER PRIMARY KEY, session TEXT NOT NULL, stamp TEXT NOT NULL, epoch REAL NOT NULL,
+    reached REAL NOT NULL  -- the latest time stamped up to this entry: never decreases
 );
-CREATE INDEX IF NOT EXISTS facts_by_time ON facts (epoch);
+CREATE INDEX IF NOT EXISTS facts_by_time ON facts (reached, cursor);
 CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);
 """
 # A query term: a "quoted phrase", or a run of non-space characters (maybe ending in `*`).
@@ -141,6 +142,7 @@ class Recall:
                 db.execute("DELETE FROM facts")
                 indexed = 0
             added = 0
+            reached = db.execute("SELECT coalesce(max(reached), 0) FROM facts").fetchone()[0]
             while newest is not None and indexed < newest.cursor:
                 batch = self.history.read_after(indexed, BATCH)
                 if not batch:
@@ -149,10 +151,15 @@ class Recall:
                     "INSERT OR REPLACE INTO entries (rowid, content, chat) VALUES (?, ?, ?)",
                     [(e.cursor, e.content, chat_token(e.session)) for e in batch],
                 )
+                rows = []
+                for e in batch:
+                    epoch = _epoch(e.timestamp)
+                    reached = max(reached, epoch)
+                    rows.append((e.cursor, e.session, e.timestamp, epoch, reached))
                 db.executemany(
-                    "INSERT OR REPLACE INTO facts (cursor, session, stamp, epoch) "
-                    "VALUES (?, ?, ?, ?)",
-                    [(e.cursor, e.session, e.timestamp, _epoch(e.timestamp)) for e in batch],
+                    "INSERT OR REPLACE INTO facts (cursor, session, stamp, epoch, reached) "
+                    "VALUES (?, ?, ?, ?, ?)",
+                    rows,
                 )
                 added += len(batch)
                 indexed, stamp = batch[-1].cursor, batch[-1].timestamp
@@ -263,9 +270,9 @@ class Recall:
                     (SNIPPET_TOKENS, match, max(low, row[0] if row else low), high, limit),
                 ).fetchall()
                 facts = {
-                    cursor: (session, stamp)
-                    for cursor, session, stamp in db.execute(
-                        "SELECT cursor, session, stamp FROM facts WHERE cursor IN "
+                    cursor: (session, stamp, epoch)
+                    for cursor, session, stamp, epoch in db.execute(
+                        "SELECT cursor, session, stamp, epoch FROM facts WHERE cursor IN "
                         f"({','.join('?' * len(rows))})",
                         [r[0] for r in rows],
                     )
@@ -273,10 +280,12 @@ class Recall:
             except sqlite3.OperationalError as exc:  # never expected: the query is all quoted
                 logger.warning("history search {!r} failed: {}", match, exc)
                 return []
-        return [
-            Hit(int(cursor), *facts.get(cursor, ("?", "?")), str(snippet))
-            for cursor, snippet in rows
-        ]
+        hits = []
+        for cursor, snippet in rows:
+            session, stamp, epoch = facts.get(cursor, ("?", "?", 0.0))
+            if (since is None or epoch >= since) and (until is None or epoch < until):
+                hits.append(Hit(int(cursor), session, stamp, str(snippet)))
+        return hits
 
     @staticmethod
     def _cursor_range(
@@ -284,12 +293,22 @@ class Recall:
     ) -> tuple[int, int]:
         """Dates as a range of cursors (entries are stamped as they are appended, in order)."""
         low, high = 0, 2**62
+        # Entries are stamped as they are appended, so time follows the cursor: a step along
+        # the index of the latest time reached, never a scan. (An entry stamped out of order,
+        # after a clock was set back, counts by when it was written among the others.)
         if since is not None:
-            found = db.execute("SELECT min(cursor) FROM facts WHERE epoch >= ?", (since,))
-            low = found.fetchone()[0] or high
+            found = db.execute(
+                "SELECT cursor FROM facts WHERE reached >= ? ORDER BY reached, cursor LIMIT 1",
+                (since,),
+            ).fetchone()
+            low = found[0] if found else high
         if until is not None:
-            found = db.execute("SELECT max(cursor) FROM facts WHERE epoch < ?", (until,))
-            high = found.fetchone()[0] or 0
+            found = db.execute(
+                "SELECT cursor FROM facts WHERE reached < ? "
+                "ORDER BY reached DESC, cursor DESC LIMIT 1",
+                (until,),
+            ).fetchone()
+            high = found[0] if found else 0
         return low, high
 
     # -- the tool ----------------------------------------------------------------------------

@@ -84,6 +84,23 @@ async def test_since_and_until(store: HistoryStore, recall: Recall) -> None:
         recall.search_history("tea", since="last tuesday")
 
 
+async def test_an_entry_stamped_out_of_order_never_shows_outside_the_dates(
+    store: HistoryStore, recall: Recall
+) -> None:
+    write(
+        store,
+        [
+            HistoryEntry(1, "2026-01-05T10:00:00+00:00", "telegram:1", "- tea in January", "raw"),
+            HistoryEntry(2, "2026-03-05T10:00:00+00:00", "telegram:1", "- tea in March", "raw"),
+            # The clock was set back before this one was written.
+            HistoryEntry(3, "2026-02-05T10:00:00+00:00", "telegram:1", "- tea in February", "raw"),
+        ],
+    )
+    enter(audience_of("telegram:1"))
+    march = recall.search_history("tea", since="2026-03-01")
+    assert "March" in march and "February" not in march and "January" not in march
+
+
 async def test_a_group_searches_only_its_own_entries(store: HistoryStore, recall: Recall) -> None:
     await store.append(
         [
