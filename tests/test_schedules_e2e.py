@@ -1,7 +1,7 @@
 """Reminders through the real `nanomem gateway` (a subprocess), python-telegram-bot against the
 loopback Bot API and the lean client against the loopback model: a reminder set a few seconds
 ahead arrives in the chat that set it, also when it fell due while the gateway was down; chats
-list and cancel their own schedules only."""
+list and cancel their own schedules only; `chat -m` says schedules need the gateway."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from nanomem.onboard import Home, onboard
+from tests.conftest import cli_env, run_cli
 from tests.fakes.openai_server import FakeOpenAI, Step
 from tests.fakes.telegram_server import FakeTelegram
 from tests.test_gateway_e2e import GatewayProcess, load_session, texts, wait_until
@@ -141,3 +142,13 @@ def restart(home: Home, telegram: FakeTelegram, llm: FakeOpenAI) -> None:
     finally:
         assert second.stop() == 0, "".join(second.lines)
     assert [t for t in replies(telegram, 1010) if t.startswith("REMINDER")] == [reminder]
+
+
+def test_chat_m_says_schedules_need_the_gateway(home: Home, fake_llm: FakeOpenAI) -> None:
+    fake_llm.set_fallback(model)
+    result = run_cli("chat", "-m", "REMIND IN 60 drink water", env=cli_env(home, fake_llm))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("tool: Error: Scheduled messages need the gateway")
+    assert not home.schedules.exists()
+    result = run_cli("chat", "-m", "/schedules", env=cli_env(home, fake_llm))
+    assert result.stdout.startswith("Scheduled messages need the gateway")
