@@ -47,6 +47,10 @@ NEEDS_GATEWAY = (
 NO_PUSH = "This chat cannot receive messages the agent starts ({channel}); nothing was scheduled."
 
 
+# While running, a firing later than this (and than the grace) is skipped: the machine slept.
+LATE_AT_RUN = timedelta(minutes=1)
+
+
 def position_name(schedule_id: str) -> str:
     return f"schedule:{schedule_id}"
 
@@ -95,10 +99,16 @@ class ScheduledTurns:
             await self.bus.publish_inbound(self._message(pending.payload, pending.seq, True))
         schedules = await asyncio.to_thread(self.store.load)
         now = datetime.now(UTC)
+        armed = 0
         for schedule in schedules:
+            channel = schedule.session.partition(":")[0]
+            if channel not in channels:  # kept for a start with that channel enabled again
+                logger.warning("schedule {}: channel {} is not running", schedule.id, channel)
+                continue
             await self._resume(schedule, now)
-        if schedules:
-            logger.info("schedules: {} armed", len(schedules))
+            armed += 1
+        if armed:
+            logger.info("schedules: {} armed", armed)
 
     async def stop(self) -> None:
         """Arm nothing more; a firing under way finishes (it is one inbox write)."""
@@ -184,7 +194,7 @@ class ScheduledTurns:
         if schedule is None:
             return  # cancelled meanwhile
         now = datetime.now(UTC)
-        if now - occurrence > self.grace and not catch_up:  # the machine slept, say
+        if now - occurrence > max(self.grace, LATE_AT_RUN) and not catch_up:  # the machine slept
             logger.warning("schedule {} is {} late; skipped", schedule_id, now - occurrence)
         else:
             payload = {

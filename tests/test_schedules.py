@@ -144,7 +144,7 @@ def stored(**fields: object) -> Schedule:
 async def test_a_schedule_fires_through_the_inbox_in_its_chat(
     store: ScheduleStore, bus: MessageBus
 ) -> None:
-    runner = turns(store, bus)
+    runner = turns(store, bus, grace_min=0)  # no grace for missed runs; on time still fires
     await runner.start({"telegram"})
     try:
         enter(audience_of("telegram:42"))
@@ -243,6 +243,19 @@ async def test_a_one_shot_that_fired_before_a_restart_does_not_fire_again(
     try:
         await asyncio.sleep(0.5)
         assert bus.inbound_depth == 0 and store.load() == []
+    finally:
+        await runner.stop()
+
+
+async def test_a_schedule_of_a_channel_that_is_not_running_waits(
+    store: ScheduleStore, bus: MessageBus
+) -> None:
+    store.add(stored(every_minutes=5), max_per_chat=5)
+    runner = turns(store, bus)
+    await runner.start({"api"})  # Telegram disabled this time
+    try:
+        (schedule,) = store.load()  # kept for a start with Telegram again
+        assert runner.next_run(schedule) is None
     finally:
         await runner.stop()
 
