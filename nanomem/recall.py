@@ -115,6 +115,9 @@ class Recall:
         with self._lock:
             try:
                 return self._sync(self._open())
+            except sqlite3.OperationalError as exc:  # busy: another process is rebuilding it
+                logger.warning("history index not brought up to date: {}", exc)
+                return 0
             except sqlite3.DatabaseError as exc:  # unreadable: it is only a cache
                 logger.warning("history index {} is unreadable ({}); rebuilding", self.path, exc)
                 self._discard()
@@ -186,15 +189,13 @@ class Recall:
     @staticmethod
     def _position(db: sqlite3.Connection) -> tuple[int, str]:
         rows = dict(db.execute("SELECT name, value FROM meta").fetchall())
-        if rows.get("version") != str(SCHEMA_VERSION):
-            return 0, ""
         return int(rows.get("cursor", 0)), rows.get("stamp", "")
 
     @staticmethod
     def _set_position(db: sqlite3.Connection, cursor: int, stamp: str) -> None:
         db.executemany(
             "INSERT OR REPLACE INTO meta (name, value) VALUES (?, ?)",
-            [("version", str(SCHEMA_VERSION)), ("cursor", str(cursor)), ("stamp", stamp)],
+            [("cursor", str(cursor)), ("stamp", stamp)],
         )
 
     def _open(self) -> sqlite3.Connection:
@@ -205,7 +206,14 @@ class Recall:
                 db.execute("PRAGMA busy_timeout = 10000")
                 db.execute("PRAGMA journal_mode = WAL")
                 db.execute("PRAGMA synchronous = NORMAL")  # derived data: a loss is rebuilt
-                db.executescript(_SCHEMA)
+                if db.execute("PRAGMA user_version").fetchone()[0] != SCHEMA_VERSION:
+                    # Made by another version (or just created): built again from nothing.
+                    tables = db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+                    for (name,) in tables.fetchall():
+                        if not name.startswith("entries_"):  # FTS5's own go with `entries`
+                            db.execute(f'DROP TABLE IF EXISTS "{name}"')
+                    db.executescript(_SCHEMA)
+                    db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
             except sqlite3.DatabaseError:
                 db.close()
                 raise

@@ -1,4 +1,5 @@
 import json
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -195,6 +196,19 @@ async def test_missing_or_broken_index_is_rebuilt(store: HistoryStore, recall: R
         recall.path.with_name(recall.path.name + suffix).unlink(missing_ok=True)
     recall.path.write_bytes(b"this is not a database" * 100)
     assert cursors(recall, "attic") == [1]
+
+
+async def test_an_index_of_another_version_is_rebuilt(store: HistoryStore, recall: Recall) -> None:
+    recall.path.parent.mkdir(parents=True)
+    older = sqlite3.connect(recall.path)
+    older.executescript(
+        "CREATE VIRTUAL TABLE entries USING fts5(content, session UNINDEXED);"
+        "CREATE TABLE meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);"
+        "INSERT INTO meta VALUES ('cursor', '1'), ('stamp', 'x');"
+    )
+    older.close()
+    await store.append([entry("- the attic"), entry("- the cellar")])
+    assert cursors(recall, "cellar") == [2]
 
 
 async def test_a_replaced_history_file_rebuilds_the_index(
