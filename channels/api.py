@@ -84,6 +84,7 @@ def _rest(final: str, step_text: str, sent_any: bool) -> str:
 
 class ApiChannel:
     name = "api"
+    pushes = False  # a reply needs a waiting request: scheduled turns cannot come here
 
     def __init__(
         self,

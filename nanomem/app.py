@@ -15,6 +15,8 @@ from nanomem.agent import (
     Allowlist,
     ContextBuilder,
     MessageBus,
+    ScheduledTurns,
+    ScheduleStore,
     ShellApproval,
     Skills,
     SqliteInbox,
@@ -31,6 +33,7 @@ from nanomem.memory import (
     Calibration,
     GitStore,
     HistoryStore,
+    Recall,
     SessionStore,
 )
 from nanomem.old_defaults import NOTE as OLD_DEFAULTS_NOTE
@@ -68,6 +71,7 @@ class App:
     dream: Dream
     scheduler: DreamScheduler
     transports: list[Provider]  # the model clients, closed by aclose()
+    schedules: ScheduledTurns  # run by the gateway only
 
     async def aclose(self) -> None:
         """Close the model clients' connections (in the loop that used them) and the inbox."""
@@ -142,12 +146,23 @@ def build_app(
         for tool in shell.tools():
             tools.add(tool)
     history = HistoryStore(workspace / "memory", home.lock("history"))
-    for tool in history.tools():
+    recall = Recall(history, home.history_index)
+    history.after_append.append(recall.sync_quietly)
+    for tool in recall.tools():
         tools.add(tool)
     transports: list[Provider] = []
     if provider is None:
         provider = _model(llm, transports)
     budget = Budget(BpeTokenizer(), Calibration(), llm, settings.memory)
+    schedules = ScheduledTurns(
+        ScheduleStore(home.schedules, home.lock("schedules")),
+        bus,
+        templates,
+        settings.schedule,
+        settings.agent.timezone,
+    )
+    for tool in schedules.tools():
+        tools.add(tool)
     sessions = SessionStore(home.sessions, counter=budget.count, lock_dir=home.locks / "sessions")
     budget.on_exact.append(sessions.recount)
     context = ContextBuilder(
@@ -205,6 +220,7 @@ def build_app(
     Provenance(git, history, settings.memory.groups_see_personal).register(loop.commands)
     if tool_settings.shell_enabled:
         approval.register(loop.commands)
+    schedules.register(loop.commands)
     scheduler = DreamScheduler(dream, history, settings.dream)
     return App(
         settings,
@@ -224,6 +240,7 @@ def build_app(
         dream,
         scheduler,
         transports,
+        schedules,
     )
 
 

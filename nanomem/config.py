@@ -63,6 +63,21 @@ class AgentSettings(_Section):
     max_concurrent_turns: int = Field(128, ge=1, le=1024)
     workspace: Path | None = None
     max_message_chars: int = Field(32000, ge=100)
+    # An IANA zone name ("Europe/Berlin") for times given without an offset; unset: the machine's.
+    timezone: str | None = None
+
+    @field_validator("timezone")
+    @classmethod
+    def _known_zone(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+        try:
+            ZoneInfo(value)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise ValueError(f"{value!r} is not a known time zone (e.g. Europe/Berlin)") from None
+        return value
 
 
 class ToolSettings(_Section):
@@ -161,6 +176,13 @@ class DreamSettings(_Section):
     review_expire_h: float = Field(72.0, gt=0)
 
 
+class ScheduleSettings(_Section):
+    # A schedule missed while the gateway was down runs once at start if it is less late than
+    # this; otherwise it is skipped (logged) and its next occurrence stands.
+    misfire_grace_min: int = Field(60, ge=0, le=60 * 24 * 30)
+    max_per_chat: int = Field(50, ge=1, le=10_000)
+
+
 class LogSettings(_Section):
     level: Literal["TRACE", "DEBUG", "INFO", "SUCCESS", "WARNING", "ERROR", "CRITICAL"] = "INFO"
 
@@ -183,6 +205,7 @@ class Settings(BaseSettings):
     telegram: TelegramSettings = TelegramSettings()
     gateway: GatewaySettings = GatewaySettings()
     api: ApiSettings = ApiSettings()
+    schedule: ScheduleSettings = ScheduleSettings()
     log: LogSettings = LogSettings()
 
 

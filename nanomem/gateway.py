@@ -111,6 +111,7 @@ class Gateway:
         dispatcher = asyncio.create_task(self.app.loop.run(), name="agent-loop")
         dispatcher.add_done_callback(self._dispatcher_ended)
         self.app.scheduler.start()
+        await self._start_schedules()
         owner = self.app.settings.telegram.owner_id
         if "telegram" in self.channels and owner is not None:
             self._tasks.append(asyncio.create_task(self._tell_owner(owner), name="reviews"))
@@ -128,6 +129,15 @@ class Gateway:
                 self._hard_exit.cancel()
         logger.info("gateway: stopped")
         return self._exit_code
+
+    async def _start_schedules(self) -> None:
+        """Scheduled turns go to the chats of channels that can take a message nobody asked
+        for (not the API: its replies go to a waiting request)."""
+        pushing = {name for name, c in self.channels.items() if getattr(c, "pushes", True)}
+        try:
+            await self.app.schedules.start(pushing)
+        except Exception:  # the chats still work; the log says why schedules do not
+            logger.exception("gateway: schedules could not start")
 
     def _dispatcher_ended(self, task: asyncio.Task[None]) -> None:
         if not task.cancelled() and (exc := task.exception()) is not None:
@@ -213,6 +223,7 @@ class Gateway:
         for name, channel in self.channels.items():
             self.health.set_channel(name, "stopping")
             await self._bounded(channel.stop_receiving(), f"{name} intake")
+        await self._bounded(self.app.schedules.stop(), "schedules")
         self.app.loop.stop_taking()
         dispatcher.cancel()
         await asyncio.gather(dispatcher, return_exceptions=True)

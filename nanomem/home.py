@@ -66,6 +66,16 @@ class Home:
         return self.root / "shell-allowlist.json"
 
     @property
+    def schedules(self) -> Path:
+        """What the chats asked to happen later (agent/schedules.py)."""
+        return self.root / "schedules.json"
+
+    @property
+    def history_index(self) -> Path:
+        """The full-text index of memory/history.jsonl (derived; rebuilt when missing)."""
+        return self.root / "index" / "history.sqlite3"
+
+    @property
     def locks(self) -> Path:
         """Lock files shared by every process on this home; outside the workspace, so the
         agent's file tools can never replace one."""

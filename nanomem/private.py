@@ -27,7 +27,13 @@ def make_private(home: Home) -> list[Path]:
         return changed
     _tighten(home.root, changed)
     walked = home.root / WALKED
-    tops = (home.sessions, home.logs, home.memory_git, home.root / "locks")
+    tops = (
+        home.sessions,
+        home.logs,
+        home.memory_git,
+        home.root / "locks",
+        home.history_index.parent,
+    )
     for top in tops:
         if top.is_dir():
             _tighten(top, changed)
@@ -37,7 +43,13 @@ def make_private(home: Home) -> list[Path]:
                 for name in (*dirs, *files):
                     _tighten(Path(folder) / name, changed)
         walked.touch(mode=0o600)
-    for path in (home.config, home.dream_state, home.chat_history, *_inbox_files(home)):
+    for path in (
+        home.config,
+        home.dream_state,
+        home.chat_history,
+        home.schedules,
+        *_inbox_files(home),
+    ):
         if path.exists():
             _tighten(path, changed)
     return changed

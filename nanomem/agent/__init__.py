@@ -24,6 +24,8 @@ if TYPE_CHECKING:
     from nanomem.agent.inbox import SqliteInbox
     from nanomem.agent.loop import AgentLoop
     from nanomem.agent.react_loop import react
+    from nanomem.agent.scheduled_turns import ScheduledTurns
+    from nanomem.agent.schedules import ScheduleStore
     from nanomem.agent.shell_approval import Allowlist, ShellApproval
     from nanomem.agent.skills import Skills
     from nanomem.agent.templates import Templates, bundled_dir
@@ -45,6 +47,8 @@ __all__ = [
     "InboundMessage",
     "MessageBus",
     "OutboundMessage",
+    "ScheduleStore",
+    "ScheduledTurns",
     "ShellApproval",
     "Skills",
     "SqliteInbox",
@@ -73,6 +77,8 @@ __getattr__ = lazy_exports(
         "inbox": ("SqliteInbox",),
         "loop": ("AgentLoop",),
         "react_loop": ("react",),
+        "scheduled_turns": ("ScheduledTurns",),
+        "schedules": ("ScheduleStore",),
         "shell_approval": ("Allowlist", "ShellApproval"),
         "skills": ("Skills",),
         "templates": ("Templates", "bundled_dir"),

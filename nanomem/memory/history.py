@@ -6,19 +6,16 @@ import asyncio
 import json
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
 from loguru import logger
-from pydantic import Field
 
-from nanomem.audience import current
 from nanomem.durable import append_lines, atomic_write_text, truncate_torn_tail
 from nanomem.locks import FileLock, in_thread_holding
-from nanomem.tools import Tool, read_only_tool
 from nanomem.utf8 import clean_text
 
 FORMAT_VERSION = 1
@@ -95,12 +92,17 @@ class HistoryStore:
         self._lock = asyncio.Lock()  # this process's writers queue here, not by polling
         self._recovered = False
         self._recent: dict[str, _Recent] = {}
+        # Run in a worker thread after each append, outside the lock (the recall index).
+        self.after_append: list[Callable[[], None]] = []
 
     # -- writing -------------------------------------------------------------------------
 
     async def append(self, entries: list[NewEntry]) -> list[HistoryEntry]:
         async with self._lock:
-            return await in_thread_holding(self.lock, self._append, entries)
+            written = await in_thread_holding(self.lock, self._append, entries)
+        for hook in self.after_append:
+            await asyncio.to_thread(hook)
+        return written
 
     def _append(self, entries: list[NewEntry]) -> list[HistoryEntry]:
         """Runs holding the history lock."""
@@ -270,36 +272,6 @@ class HistoryStore:
         except FileNotFoundError:
             return (0, 0, 0)
         return (info.st_ino, info.st_size, info.st_mtime_ns)
-
-    def search(self, query: str, limit: int = 10, *, only: str | None = None) -> list[HistoryEntry]:
-        """Newest first; `only` keeps one session's entries (a group searches its own)."""
-        needle = query.casefold()
-        hits = []
-        for entry in self.iter_backwards():
-            if only is not None and entry.session != only:
-                continue
-            if needle in entry.content.casefold():
-                hits.append(entry)
-                if len(hits) >= limit:
-                    break
-        return hits
-
-    def tools(self) -> list[Tool]:
-        return [Tool.from_function(self.search_history)]
-
-    @read_only_tool
-    def search_history(
-        self,
-        query: Annotated[str, Field(min_length=1, description="Words to look for")],
-        limit: Annotated[int, Field(ge=1, le=50, description="Most entries to return")] = 10,
-    ) -> str:
-        """Search the archive of earlier conversations (case-insensitive), newest first."""
-        seen_by = current()
-        only = None if seen_by is None or seen_by.personal else seen_by.session
-        hits = self.search(query, limit, only=only)
-        if not hits:
-            return f"No history entries match {query!r}."
-        return "\n\n".join(f"[{e.timestamp}] ({e.session})\n{e.content}" for e in hits)
 
     @staticmethod
     def _parse(line: bytes | str) -> HistoryEntry | None:

@@ -137,12 +137,13 @@ def test_the_file_and_memory_tools_declare_what_they_only_read(tmp_path: Path) -
     from nanomem.agent.skills import Skills
     from nanomem.curation.dream import MemoryTools
     from nanomem.memory.history import HistoryStore
+    from nanomem.memory.recall import Recall
 
     registry = ToolRegistry(
         [
             *FileTools(tmp_path).tools(),
             *Skills(tmp_path).tools(),
-            *HistoryStore(tmp_path).tools(),
+            *Recall(HistoryStore(tmp_path), tmp_path / "index.sqlite3").tools(),
         ]
     )
     memory = MemoryTools(tmp_path).registry()

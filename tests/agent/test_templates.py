@@ -54,6 +54,12 @@ SAMPLES = {
     "provider_error.md.j2": {"category": "auth", "model": "openai/x", "key_source": "X"},
     "iteration_limit.md.j2": {"max_iterations": 20},
     "turn_failed.md.j2": {"category": "unreachable"},
+    "scheduled_turn.md.j2": {
+        "id": "3f2a9c1e",
+        "rule": "every day at 09:00 (cron `0 9 * * *`, Europe/Berlin)",
+        "created": "2026-11-22",
+        "text": "remind me to call mum",
+    },
     "config.toml.j2": {"model": "openai/gpt-4o-mini", "api_key": "", "api_base": ""},
 }
 

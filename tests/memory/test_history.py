@@ -97,21 +97,6 @@ async def test_recent_reads_only_what_was_appended(store: HistoryStore) -> None:
     assert [e.content for e in store.recent("cli:direct", 1000)] == ["new", "mine"]
 
 
-async def test_search_history_tool(store: HistoryStore) -> None:
-    await store.append([entry("- Ada adopted a cat named Pixel"), entry("- Meeting moved")])
-    await store.append([entry("- PIXEL needs a vet visit on 2026-12-01")])
-    result = store.search_history("pixel")
-    assert result.index("vet visit") < result.index("adopted")  # newest first
-    assert "Meeting" not in result
-    assert "(cli:direct)" in result
-    assert (
-        store.search_history("pixel", limit=1).count("Pixel")
-        + store.search_history("pixel", limit=1).count("PIXEL")
-        == 1
-    )
-    assert store.search_history("unicorn") == "No history entries match 'unicorn'."
-
-
 def test_the_per_chat_cache_stays_bounded(tmp_path: Path) -> None:
     store = HistoryStore(tmp_path / "memory")
     asyncio.run(store.append([NewEntry("cli:a", "- a fact", "summary")]))

@@ -1,0 +1,366 @@
+"""Scheduled turns: when a schedule fires, the agent runs a turn in the chat that made it.
+
+A firing is an inbound message like any other and goes through the inbox: it is stored, with
+the occurrence it stands for as a named inbox position (`schedule:<id>`), in one fsynced
+transaction, then handed to the agent loop; its reply is delivered on the chat's channel and
+only then leaves the inbox. So a crash after a firing replays that turn at the next start and
+never fires the same occurrence twice, and at start the positions say what was missed while
+the gateway was down. APScheduler runs one date job per schedule (its next occurrence); the
+jobs are rebuilt from the store at every start.
+
+The tools and commands work in `nanomem gateway` only: in the terminal or `chat -m` nothing
+would be running at the time, and they say so.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta, tzinfo
+from typing import Annotated, Any
+
+from loguru import logger
+from pydantic import Field
+
+from nanomem.agent.bus import InboundMessage, MessageBus
+from nanomem.agent.commands import Command, CommandSet
+from nanomem.agent.schedules import (
+    Schedule,
+    ScheduleError,
+    ScheduleStore,
+    local,
+    make_schedule,
+    zone_named,
+)
+from nanomem.agent.templates import Templates
+from nanomem.audience import current
+from nanomem.config import ScheduleSettings
+from nanomem.tools import Tool, ToolError, read_only_tool
+
+INBOX_CHANNEL = "schedule"  # the inbox's name for fired schedules (their chats have their own)
+NEEDS_GATEWAY = (
+    "Scheduled messages need the gateway (`nanomem gateway`), which runs them at their time; "
+    "here nothing would be running then. Nothing was scheduled."
+)
+NO_PUSH = "This chat cannot receive messages the agent starts ({channel}); nothing was scheduled."
+
+
+# While running, a firing later than this (and than the grace) is skipped: the machine slept.
+LATE_AT_RUN = timedelta(minutes=1)
+
+
+def position_name(schedule_id: str) -> str:
+    return f"schedule:{schedule_id}"
+
+
+class ScheduledTurns:
+    def __init__(
+        self,
+        store: ScheduleStore,
+        bus: MessageBus,
+        templates: Templates,
+        settings: ScheduleSettings,
+        timezone: str | None,
+    ) -> None:
+        self.store, self.bus, self.templates = store, bus, templates
+        self.settings, self.timezone = settings, timezone
+        self.channels: set[str] = set()  # channels that deliver what the agent starts
+        self._scheduler: Any = None
+        self._firing: set[asyncio.Task[None]] = set()
+
+    @functools.cached_property
+    def zone(self) -> tzinfo:
+        """`agent.timezone`, or the machine's; looked up on first use (not on every start)."""
+        return zone_named(self.timezone)
+
+    @property
+    def running(self) -> bool:
+        return self._scheduler is not None
+
+    @property
+    def grace(self) -> timedelta:
+        return timedelta(minutes=self.settings.misfire_grace_min)
+
+    # -- lifecycle (the gateway) -------------------------------------------------------------
+
+    async def start(self, channels: set[str]) -> None:
+        """Replay firings an earlier run left in the inbox, then arm every stored schedule:
+        one missed while nothing ran fires now if it is less than the grace late."""
+        if self.bus.inbox is None:
+            raise RuntimeError("scheduled turns need the durable inbox")
+        from apscheduler.schedulers.asyncio import AsyncIOScheduler
+
+        self.channels = channels
+        self._scheduler = AsyncIOScheduler(timezone=UTC)
+        self._scheduler.start()
+        for pending in await self.bus.unfinished(INBOX_CHANNEL):
+            await self.bus.publish_inbound(self._message(pending.payload, pending.seq, True))
+        schedules = await asyncio.to_thread(self.store.load)
+        now = datetime.now(UTC)
+        armed = 0
+        for schedule in schedules:
+            channel = schedule.session.partition(":")[0]
+            if channel not in channels:  # kept for a start with that channel enabled again
+                logger.warning("schedule {}: channel {} is not running", schedule.id, channel)
+                continue
+            await self._resume(schedule, now)
+            armed += 1
+        if armed:
+            logger.info("schedules: {} armed", armed)
+
+    async def stop(self) -> None:
+        """Arm nothing more; a firing under way finishes (it is one inbox write)."""
+        scheduler, self._scheduler = self._scheduler, None
+        if scheduler is None:
+            return
+        scheduler.pause()
+        # Before shutdown(), which would cancel a firing midway (it would be replayed, but the
+        # log would call it an error).
+        if self._firing:
+            await asyncio.gather(*self._firing, return_exceptions=True)
+        scheduler.shutdown(wait=False)
+
+    async def _resume(self, schedule: Schedule, now: datetime) -> None:
+        stored = await self.bus.position(position_name(schedule.id))
+        last = datetime.fromisoformat(stored) if stored else None
+        if schedule.once and last is not None:  # fired before the restart: done
+            await asyncio.to_thread(self.store.remove, schedule.id)
+            return
+        after = last or datetime.fromisoformat(schedule.created_at)
+        due = schedule.next_after(after)
+        if due is None or due > now:
+            self._arm(schedule, due)
+            return
+        missed = _latest_until(schedule, max(after, now - self.grace), now)
+        if missed is not None:  # late, but within the grace: once, now
+            logger.info(
+                "schedule {} ({}) was due at {} while the gateway was down; running it now",
+                schedule.id,
+                schedule.session,
+                due.isoformat(timespec="seconds"),
+            )
+            self._arm(schedule, missed, catch_up=True)
+            return
+        upcoming = schedule.next_after(now)
+        logger.warning(
+            "schedule {} ({}) was due at {}, more than schedule.misfire_grace_min ({} min) ago; "
+            "skipped{}",
+            schedule.id,
+            schedule.session,
+            due.isoformat(timespec="seconds"),
+            self.settings.misfire_grace_min,
+            f", next at {upcoming.isoformat(timespec='seconds')}" if upcoming else "",
+        )
+        if upcoming is None:
+            await asyncio.to_thread(self.store.remove, schedule.id)
+        self._arm(schedule, upcoming)
+
+    def _arm(
+        self, schedule: Schedule, occurrence: datetime | None, *, catch_up: bool = False
+    ) -> None:
+        """One date job for its next occurrence; a catch-up (judged at start) runs at once."""
+        if self._scheduler is None or occurrence is None:
+            return
+        self._scheduler.add_job(
+            self._fire,
+            "date",
+            run_date=datetime.now(UTC) if catch_up else occurrence,
+            args=[schedule.id, occurrence.isoformat(), catch_up],
+            id=schedule.id,
+            replace_existing=True,
+            misfire_grace_time=None,  # lateness is judged in _fire, which re-arms either way
+        )
+
+    # -- firing ------------------------------------------------------------------------------
+
+    async def _fire(self, schedule_id: str, occurrence_text: str, catch_up: bool) -> None:
+        task = asyncio.current_task()
+        if task is not None:
+            self._firing.add(task)
+        try:
+            occurrence = datetime.fromisoformat(occurrence_text)
+            await self._fire_once(schedule_id, occurrence, catch_up)
+        except Exception:
+            logger.exception("schedule {} could not fire", schedule_id)
+        finally:
+            if task is not None:
+                self._firing.discard(task)
+
+    async def _fire_once(self, schedule_id: str, occurrence: datetime, catch_up: bool) -> None:
+        schedules = await asyncio.to_thread(self.store.load)
+        schedule = next((s for s in schedules if s.id == schedule_id), None)
+        if schedule is None:
+            return  # cancelled meanwhile
+        now = datetime.now(UTC)
+        if now - occurrence > max(self.grace, LATE_AT_RUN) and not catch_up:  # the machine slept
+            logger.warning("schedule {} is {} late; skipped", schedule_id, now - occurrence)
+        else:
+            payload = {
+                "id": schedule.id,
+                "session": schedule.session,
+                "text": schedule.text,
+                "rule": schedule.describe(),
+                "created_at": schedule.created_at,
+                "occurrence": occurrence.isoformat(),
+            }
+            chat = schedule.session.partition(":")[2]
+            position = (position_name(schedule.id), occurrence.isoformat())
+            seqs = await self.bus.receive(INBOX_CHANNEL, [(chat, payload)], position)
+            await self.bus.publish_inbound(self._message(payload, seqs[0], False))
+            logger.info("schedule {} fired in {}", schedule.id, schedule.session)
+        if schedule.once:
+            await asyncio.to_thread(self.store.remove, schedule.id)
+        else:
+            self._arm(schedule, schedule.next_after(max(occurrence, now)))
+
+    def _message(self, payload: dict[str, Any], seq: int | None, replayed: bool) -> InboundMessage:
+        channel, _, chat = str(payload["session"]).partition(":")
+        created = datetime.fromisoformat(payload["created_at"])
+        content = self.templates.render(
+            "scheduled_turn.md.j2",
+            id=payload["id"],
+            rule=payload["rule"],
+            created=local(created, self.zone),
+            text=payload["text"],
+        )
+        message = InboundMessage(channel, chat, content, metadata={"schedule": payload["id"]})
+        if seq is None:
+            return message
+        return replace(message, id=InboundMessage.inbox_id(seq), seq=seq, replayed=replayed)
+
+    # -- what a chat does --------------------------------------------------------------------
+
+    def _chat(self) -> str:
+        """The session asking; ToolError when schedules cannot work here."""
+        if not self.running:
+            raise ToolError(NEEDS_GATEWAY)
+        audience = current()
+        if audience is None:
+            raise ToolError(NEEDS_GATEWAY)
+        channel = audience.session.partition(":")[0]
+        if channel not in self.channels:
+            raise ToolError(NO_PUSH.format(channel=channel))
+        return audience.session
+
+    def next_run(self, schedule: Schedule) -> datetime | None:
+        job = self._scheduler.get_job(schedule.id) if self._scheduler else None
+        return job.next_run_time if job is not None else None
+
+    def listing(self, session: str, schedules: list[Schedule]) -> str:
+        mine = [s for s in schedules if s.session == session]
+        if not mine:
+            return "No schedules in this chat."
+        lines = []
+        for s in mine:
+            upcoming = self.next_run(s)
+            when = local(upcoming, self.zone) if upcoming else "not armed"
+            text = s.text if len(s.text) <= 80 else s.text[:79] + "…"
+            lines.append(f"{s.id} · {s.describe()} · next {when} · {text}")
+        return "\n".join(lines)
+
+    async def _cancel(self, session: str, schedule_id: str) -> str:
+        schedule_id = schedule_id.strip().lower()
+        removed = await asyncio.to_thread(self.store.remove, schedule_id, session)
+        if removed is None:
+            return f"No schedule {schedule_id!r} in this chat (/schedules lists them)."
+        if self._scheduler is not None:
+            with contextlib.suppress(Exception):  # JobLookupError: it had just fired
+                self._scheduler.remove_job(schedule_id)
+        return f"Cancelled schedule {schedule_id} ({removed.describe()})."
+
+    # -- tools ------------------------------------------------------------------------------
+
+    def tools(self) -> list[Tool]:
+        return [
+            Tool.from_function(self.schedule),
+            Tool.from_function(self.list_schedules),
+            Tool.from_function(self.cancel_schedule),
+        ]
+
+    async def schedule(
+        self,
+        text: Annotated[
+            str,
+            Field(description="What to do or say when it fires, e.g. 'Remind them to call mum'"),
+        ],
+        at: Annotated[
+            str | None,
+            Field(description="Once, at this ISO 8601 time (without an offset: local time)"),
+        ] = None,
+        every_minutes: Annotated[int | None, Field(description="Repeat every N minutes")] = None,
+        cron: Annotated[
+            str | None, Field(description="Repeat on a 5-field cron rule, e.g. '0 9 * * 1-5'")
+        ] = None,
+    ) -> str:
+        """Schedule a message or task in this chat: once (at), every N minutes, or by cron."""
+        session = self._chat()
+        now = datetime.now(UTC)
+        try:
+            made = make_schedule(
+                session,
+                text,
+                at=at,
+                every_minutes=every_minutes,
+                cron=cron,
+                zone=self.zone,
+                now=now,
+            )
+            await asyncio.to_thread(self.store.add, made, self.settings.max_per_chat)
+        except ScheduleError as exc:
+            raise ToolError(f"{exc}; nothing was scheduled") from None
+        upcoming = made.next_after(now)
+        self._arm(made, upcoming)
+        when = local(upcoming, self.zone) if upcoming else "never"
+        return f"Scheduled {made.id}: {made.describe()}; next at {when}."
+
+    @read_only_tool
+    async def list_schedules(self) -> str:
+        """List this chat's schedules with their ids and next run."""
+        session = self._chat()
+        return self.listing(session, await asyncio.to_thread(self.store.load))
+
+    async def cancel_schedule(
+        self, id: Annotated[str, Field(description="The schedule's id, from list_schedules")]
+    ) -> str:
+        """Cancel one of this chat's schedules."""
+        return await self._cancel(self._chat(), id)
+
+    # -- commands ---------------------------------------------------------------------------
+
+    def register(self, commands: CommandSet) -> None:
+        commands.register(
+            Command("schedules", "list this chat's schedules", self._cmd_list, immediate=True)
+        )
+        commands.register(
+            Command(
+                "unschedule",
+                "cancel one of this chat's schedules",
+                self._cmd_cancel,
+                usage="<id>",
+                immediate=True,
+            )
+        )
+
+    async def _cmd_list(self, msg: InboundMessage, args: str) -> str:
+        if not self.running:
+            return NEEDS_GATEWAY.removesuffix(" Nothing was scheduled.")
+        return self.listing(msg.session_key, await asyncio.to_thread(self.store.load))
+
+    async def _cmd_cancel(self, msg: InboundMessage, args: str) -> str:
+        if not self.running:
+            return NEEDS_GATEWAY.removesuffix(" Nothing was scheduled.")
+        if not args.split():
+            return "Usage: /unschedule <id> (/schedules lists them)."
+        return await self._cancel(msg.session_key, args.split()[0])
+
+
+def _latest_until(schedule: Schedule, after: datetime, until: datetime) -> datetime | None:
+    """The last occurrence in (after, until], or None."""
+    found = None
+    moment = schedule.next_after(after)
+    while moment is not None and moment <= until:
+        found = moment
+        moment = schedule.next_after(moment)
+    return found

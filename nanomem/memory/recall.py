@@ -1,0 +1,355 @@
+"""Ranked recall over all history: a SQLite FTS5 index derived from memory/history.jsonl.
+
+history.jsonl stays the source of truth. The index is a cache of it that any process may bring
+up to date: before every search (and after every append) the archive's newest cursor is read
+from the file itself and compared with the last cursor indexed, so entries appended by another
+process are picked up, and an index that is missing, unreadable, ahead of the file or built
+from a different file is rebuilt from scratch.
+"""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+import threading
+from dataclasses import dataclass
+from datetime import datetime, time, timedelta
+from pathlib import Path
+from typing import Annotated
+
+from loguru import logger
+from pydantic import Field
+
+from nanomem.audience import current
+from nanomem.memory.history import HistoryStore
+from nanomem.tools import Tool, ToolError, read_only_tool
+
+SCHEMA_VERSION = 1
+BATCH = 5000  # entries read and inserted per step of a catch-up
+SNIPPET_TOKENS = 32
+# BM25 ranks at most this many matches, the newest: a word found in most of 100,000 entries
+# would otherwise cost 100+ ms to rank. Fewer matches than this are all ranked.
+RANK_WINDOW = 1000
+# `chat` holds one token per entry naming its session (hex, so no tokenizer splits it), so a
+# group's search is part of the full-text match instead of a scan of every match.
+_SCHEMA = """
+CREATE VIRTUAL TABLE IF NOT EXISTS entries USING fts5(
+    content, chat, tokenize = 'unicode61 remove_diacritics 2'
+);
+CREATE TABLE IF NOT EXISTS facts (
+    cursor INTEGER PRIMARY KEY, session TEXT NOT NULL, stamp TEXT NOT NULL, epoch REAL NOT NULL,
+    reached REAL NOT NULL  -- the latest time stamped up to this entry: never decreases
+);
+CREATE INDEX IF NOT EXISTS facts_by_time ON facts (reached, cursor);
+CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);
+"""
+# A query term: a "quoted phrase", or a run of non-space characters (maybe ending in `*`).
+_TERM = re.compile(r'"([^"]*)"?|(\S+)')
+
+
+@dataclass(frozen=True)
+class Hit:
+    cursor: int
+    session: str
+    timestamp: str
+    snippet: str
+
+
+def chat_token(session: str) -> str:
+    return "s" + session.encode("utf-8", "replace").hex()
+
+
+def fts_query(text: str, *, any_word: bool = False) -> str | None:
+    """The user's words as a safe FTS5 query on the content: every term quoted (so `AND`, `-`,
+    `:`, `(` mean nothing special), `word*` kept as a prefix, "a phrase" kept as a phrase; None
+    when no term holds a letter or digit. All terms must match, or with `any_word` any."""
+    terms = []
+    for match in _TERM.finditer(text):
+        phrase, word = match.group(1), match.group(2)
+        raw = phrase if phrase is not None else word
+        prefix = phrase is None and raw.endswith("*")
+        raw = raw.rstrip("*") if prefix else raw
+        if not any(ch.isalnum() for ch in raw):
+            continue
+        quoted = '"' + raw.replace('"', '""') + '"'
+        terms.append(quoted + "*" if prefix else quoted)
+    if not terms:
+        return None
+    return "content : (" + (" OR " if any_word else " ").join(terms) + ")"
+
+
+def parse_day(text: str, *, end: bool) -> float:
+    """A date (`2026-11-22`) or ISO 8601 time as epoch seconds; a bare date means its start
+    (or, with `end`, the start of the next day); naive times are the machine's local time."""
+    try:
+        if len(text.strip()) == 10:
+            day = datetime.combine(datetime.fromisoformat(text.strip()).date(), time())
+            moment = day + timedelta(days=1) if end else day
+        else:
+            moment = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise ToolError(f"{text!r} is not a date (YYYY-MM-DD) or an ISO 8601 time") from None
+    return moment.astimezone().timestamp()
+
+
+def _epoch(stamp: str) -> float:
+    try:
+        return datetime.fromisoformat(stamp).astimezone().timestamp()
+    except ValueError:
+        return 0.0
+
+
+class Recall:
+    """The index at `path`; blocking calls (the tool runs in a worker thread)."""
+
+    def __init__(self, history: HistoryStore, path: Path) -> None:
+        self.history = history
+        self.path = path
+        self._lock = threading.Lock()  # one connection, shared by this process's threads
+        self._db: sqlite3.Connection | None = None
+
+    # -- keeping the index up to date --------------------------------------------------------
+
+    def sync(self) -> int:
+        """Index what the archive holds beyond the index; the number of entries added."""
+        with self._lock:
+            try:
+                return self._sync(self._open())
+            except sqlite3.OperationalError as exc:  # busy: another process is rebuilding it
+                logger.warning("history index not brought up to date: {}", exc)
+                return 0
+            except sqlite3.DatabaseError as exc:  # unreadable: it is only a cache
+                logger.warning("history index {} is unreadable ({}); rebuilding", self.path, exc)
+                self._discard()
+                return self._sync(self._open())
+
+    def sync_quietly(self) -> None:
+        """After an append: a failure here must never fail the append (the next search retries)."""
+        try:
+            self.sync()
+        except Exception:
+            logger.exception("could not update the history index")
+
+    def _sync(self, db: sqlite3.Connection) -> int:
+        if self._current(db):
+            return 0  # the usual case: a read of the file's tail and of three rows
+        db.execute("BEGIN IMMEDIATE")  # another process may be catching up too: one at a time
+        try:
+            # Read again inside the transaction: another process may have indexed meanwhile.
+            newest = next(self.history.iter_backwards(), None)
+            indexed, stamp = self._position(db)
+            if newest is None or newest.cursor < indexed or not self._same_file(indexed, stamp):
+                if indexed:
+                    logger.info("history index does not match history.jsonl; rebuilding it")
+                db.execute("DELETE FROM entries")
+                db.execute("DELETE FROM facts")
+                indexed = 0
+            added = 0
+            reached = db.execute("SELECT coalesce(max(reached), 0) FROM facts").fetchone()[0]
+            while newest is not None and indexed < newest.cursor:
+                batch = self.history.read_after(indexed, BATCH)
+                if not batch:
+                    break
+                db.executemany(
+                    "INSERT OR REPLACE INTO entries (rowid, content, chat) VALUES (?, ?, ?)",
+                    [(e.cursor, e.content, chat_token(e.session)) for e in batch],
+                )
+                rows = []
+                for e in batch:
+                    epoch = _epoch(e.timestamp)
+                    reached = max(reached, epoch)
+                    rows.append((e.cursor, e.session, e.timestamp, epoch, reached))
+                db.executemany(
+                    "INSERT OR REPLACE INTO facts (cursor, session, stamp, epoch, reached) "
+                    "VALUES (?, ?, ?, ?, ?)",
+                    rows,
+                )
+                added += len(batch)
+                indexed, stamp = batch[-1].cursor, batch[-1].timestamp
+            self._set_position(db, indexed, stamp if indexed else "")
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        return added
+
+    def _current(self, db: sqlite3.Connection) -> bool:
+        """The index ends with the archive's newest entry (by cursor and timestamp)."""
+        newest = next(self.history.iter_backwards(), None)
+        seen = (newest.cursor, newest.timestamp) if newest else (0, "")
+        return seen == self._position(db)
+
+    def _same_file(self, indexed: int, stamp: str) -> bool:
+        """The entry the index ends with is still in the archive as it was indexed."""
+        if not indexed:
+            return True
+        found = self.history.read_after(indexed - 1, 1)
+        return bool(found) and found[0].cursor == indexed and found[0].timestamp == stamp
+
+    @staticmethod
+    def _position(db: sqlite3.Connection) -> tuple[int, str]:
+        rows = dict(db.execute("SELECT name, value FROM meta").fetchall())
+        return int(rows.get("cursor", 0)), rows.get("stamp", "")
+
+    @staticmethod
+    def _set_position(db: sqlite3.Connection, cursor: int, stamp: str) -> None:
+        db.executemany(
+            "INSERT OR REPLACE INTO meta (name, value) VALUES (?, ?)",
+            [("cursor", str(cursor)), ("stamp", stamp)],
+        )
+
+    def _open(self) -> sqlite3.Connection:
+        if self._db is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+            try:
+                db.execute("PRAGMA busy_timeout = 10000")
+                db.execute("PRAGMA journal_mode = WAL")
+                db.execute("PRAGMA synchronous = NORMAL")  # derived data: a loss is rebuilt
+                if db.execute("PRAGMA user_version").fetchone()[0] != SCHEMA_VERSION:
+                    # Made by another version (or just created): built again from nothing.
+                    tables = db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+                    for (name,) in tables.fetchall():
+                        if not name.startswith("entries_"):  # FTS5's own go with `entries`
+                            db.execute(f'DROP TABLE IF EXISTS "{name}"')
+                    db.executescript(_SCHEMA)
+                    db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            except sqlite3.DatabaseError:
+                db.close()
+                raise
+            self._db = db
+        return self._db
+
+    def _discard(self) -> None:
+        if self._db is not None:
+            self._db.close()
+            self._db = None
+        for suffix in ("", "-wal", "-shm"):
+            self.path.with_name(self.path.name + suffix).unlink(missing_ok=True)
+
+    def close(self) -> None:
+        with self._lock:
+            if self._db is not None:
+                self._db.close()
+                self._db = None
+
+    # -- searching ---------------------------------------------------------------------------
+
+    def search(
+        self,
+        query: str,
+        limit: int = 10,
+        *,
+        only: str | None = None,
+        since: float | None = None,
+        until: float | None = None,
+    ) -> list[Hit]:
+        """Best match first (BM25). All words must match; if no entry has them all, entries
+        with any of them are ranked instead. `only` keeps one session's entries."""
+        self.sync()
+        for any_word in (False, True):
+            match = fts_query(query, any_word=any_word)
+            if match is None:
+                return []
+            hits = self._match(match, limit, only, since, until)
+            if hits:
+                return hits
+        return []
+
+    def _match(
+        self, match: str, limit: int, only: str | None, since: float | None, until: float | None
+    ) -> list[Hit]:
+        if only is not None:
+            match = f'{match} AND chat : "{chat_token(only)}"'
+        with self._lock:
+            db = self._open()
+            try:
+                low, high = self._cursor_range(db, since, until)
+                # Where the newest RANK_WINDOW matches begin: a walk of the match list, newest
+                # first, that needs no ranking.
+                row = db.execute(
+                    "SELECT rowid FROM entries WHERE entries MATCH ? AND rowid BETWEEN ? AND ? "
+                    "ORDER BY rowid DESC LIMIT 1 OFFSET ?",
+                    (match, low, high, RANK_WINDOW - 1),
+                ).fetchone()
+                rows = db.execute(
+                    "SELECT rowid, snippet(entries, 0, '', '', '…', ?) FROM entries "
+                    "WHERE entries MATCH ? AND rowid BETWEEN ? AND ? ORDER BY rank LIMIT ?",
+                    (SNIPPET_TOKENS, match, max(low, row[0] if row else low), high, limit),
+                ).fetchall()
+                facts = {
+                    cursor: (session, stamp, epoch)
+                    for cursor, session, stamp, epoch in db.execute(
+                        "SELECT cursor, session, stamp, epoch FROM facts WHERE cursor IN "
+                        f"({','.join('?' * len(rows))})",
+                        [r[0] for r in rows],
+                    )
+                }
+            except sqlite3.OperationalError as exc:  # never expected: the query is all quoted
+                logger.warning("history search {!r} failed: {}", match, exc)
+                return []
+        hits = []
+        for cursor, snippet in rows:
+            session, stamp, epoch = facts.get(cursor, ("?", "?", 0.0))
+            if (since is None or epoch >= since) and (until is None or epoch < until):
+                hits.append(Hit(int(cursor), session, stamp, str(snippet)))
+        return hits
+
+    @staticmethod
+    def _cursor_range(
+        db: sqlite3.Connection, since: float | None, until: float | None
+    ) -> tuple[int, int]:
+        """Dates as a range of cursors (entries are stamped as they are appended, in order)."""
+        low, high = 0, 2**62
+        # Entries are stamped as they are appended, so time follows the cursor: a step along
+        # the index of the latest time reached, never a scan. (An entry stamped out of order,
+        # after a clock was set back, counts by when it was written among the others.)
+        if since is not None:
+            found = db.execute(
+                "SELECT cursor FROM facts WHERE reached >= ? ORDER BY reached, cursor LIMIT 1",
+                (since,),
+            ).fetchone()
+            low = found[0] if found else high
+        if until is not None:
+            found = db.execute(
+                "SELECT cursor FROM facts WHERE reached < ? "
+                "ORDER BY reached DESC, cursor DESC LIMIT 1",
+                (until,),
+            ).fetchone()
+            high = found[0] if found else 0
+        return low, high
+
+    # -- the tool ----------------------------------------------------------------------------
+
+    def tools(self) -> list[Tool]:
+        return [Tool.from_function(self.search_history)]
+
+    @read_only_tool
+    def search_history(
+        self,
+        query: Annotated[
+            str,
+            Field(
+                min_length=1,
+                description='Words in any order; "an exact phrase" in quotes; word* for a prefix',
+            ),
+        ],
+        limit: Annotated[int, Field(ge=1, le=50, description="Most entries to return")] = 10,
+        since: Annotated[
+            str | None, Field(description="Only entries from this date on (YYYY-MM-DD)")
+        ] = None,
+        until: Annotated[
+            str | None, Field(description="Only entries up to this date (YYYY-MM-DD), inclusive")
+        ] = None,
+    ) -> str:
+        """Search the archive of earlier conversations, best match first."""
+        seen_by = current()
+        only = None if seen_by is None or seen_by.personal else seen_by.session
+        start = parse_day(since, end=False) if since else None
+        end = parse_day(until, end=True) if until else None
+        if fts_query(query) is None:
+            return f"{query!r} has no words to search for."
+        hits = self.search(query, limit, only=only, since=start, until=end)
+        if not hits:
+            return f"No history entries match {query!r}."
+        return "\n\n".join(f"[{h.timestamp}] ({h.session}) #{h.cursor}\n{h.snippet}" for h in hits)

@@ -1,0 +1,314 @@
+import asyncio
+import json
+from collections.abc import AsyncIterator, Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from zoneinfo import ZoneInfo
+
+import pytest
+from loguru import logger
+
+from nanomem.agent.bus import InboundMessage, MessageBus
+from nanomem.agent.inbox import SqliteInbox
+from nanomem.agent.scheduled_turns import (
+    INBOX_CHANNEL,
+    NEEDS_GATEWAY,
+    ScheduledTurns,
+    position_name,
+)
+from nanomem.agent.schedules import Schedule, ScheduleError, ScheduleStore, make_schedule
+from nanomem.agent.templates import Templates
+from nanomem.audience import audience_of, enter
+from nanomem.config import ScheduleSettings
+from nanomem.locks import FileLock
+from nanomem.tools.registry import ToolError
+
+BERLIN = ZoneInfo("Europe/Berlin")
+NOW = datetime(2026, 11, 23, 14, 0, tzinfo=UTC)
+
+
+def make(**rule: object) -> Schedule:
+    fields: dict[str, object] = {"at": None, "every_minutes": None, "cron": None} | rule
+    return make_schedule("telegram:1", "call mum", zone=BERLIN, now=NOW, **fields)  # type: ignore[arg-type]
+
+
+# -- rules -----------------------------------------------------------------------------------
+
+
+def test_a_naive_time_is_in_the_agent_time_zone_and_an_offset_is_kept() -> None:
+    assert make(at="2026-11-24T09:00").at == "2026-11-24T09:00:00+01:00"
+    assert make(at="2026-11-24T09:00:00+05:00").at == "2026-11-24T09:00:00+05:00"
+    assert make(at="2026-11-24T09:00:00Z").next_after(NOW) == datetime(2026, 11, 24, 9, tzinfo=UTC)
+
+
+def test_every_minutes_starts_one_interval_after_creation() -> None:
+    every = make(every_minutes=30)
+    first = every.next_after(NOW)
+    assert first == NOW + timedelta(minutes=30)
+    assert every.next_after(first) == NOW + timedelta(minutes=60)  # type: ignore[arg-type]
+    assert every.describe() == "every 30 min"
+
+
+def test_cron_follows_the_zone_across_daylight_saving() -> None:
+    daily = make(cron="0 9 * * *")
+    assert daily.next_after(NOW) == datetime(2026, 11, 24, 8, tzinfo=UTC)  # 09:00 CET
+    summer = datetime(2027, 7, 1, 12, tzinfo=UTC)
+    assert daily.next_after(summer) == datetime(2027, 7, 2, 7, tzinfo=UTC)  # 09:00 CEST
+    assert daily.describe() == "cron `0 9 * * *` (Europe/Berlin)"
+
+
+@pytest.mark.parametrize(
+    ("rule", "says"),
+    [
+        ({}, "exactly one of at, every_minutes or cron"),
+        ({"at": "2026-11-24T09:00", "every_minutes": 5}, "exactly one"),
+        ({"every_minutes": 0}, "every_minutes must be from 1"),
+        ({"cron": "0 9 * *"}, "must have 5 fields"),
+        ({"cron": "99 9 * * *"}, "cannot be used"),
+        ({"cron": "0 9 31 2 *"}, "never happens"),
+        ({"at": "tomorrow at nine"}, "not an ISO 8601 time"),
+        ({"at": "2026-11-23T14:59"}, "has passed"),  # 13:59 UTC
+    ],
+)
+def test_bad_rules_say_what_is_wrong(rule: dict[str, object], says: str) -> None:
+    with pytest.raises(ScheduleError, match=says):
+        make(**rule)
+
+
+# -- the store -------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> ScheduleStore:
+    return ScheduleStore(tmp_path / "schedules.json", FileLock(tmp_path / "locks" / "s.lock"))
+
+
+def test_the_store_keeps_schedules_and_a_chat_removes_only_its_own(store: ScheduleStore) -> None:
+    mine, theirs = make(every_minutes=5), make(cron="0 9 * * *")
+    theirs = Schedule(**(theirs.to_dict() | {"session": "telegram:2"}))
+    store.add(mine, max_per_chat=5)
+    store.add(theirs, max_per_chat=5)
+    assert [s.id for s in store.load()] == [mine.id, theirs.id]
+    assert json.loads(store.path.read_text())["v"] == 1
+    assert store.remove(theirs.id, "telegram:1") is None
+    assert store.remove(mine.id, "telegram:1") == mine
+    assert store.load() == [theirs]
+
+
+def test_a_chat_has_at_most_max_per_chat(store: ScheduleStore) -> None:
+    store.add(make(every_minutes=5), max_per_chat=2)
+    store.add(make(every_minutes=6), max_per_chat=2)
+    with pytest.raises(ScheduleError, match=r"schedule\.max_per_chat"):
+        store.add(make(every_minutes=7), max_per_chat=2)
+    assert len(store.load()) == 2
+
+
+def test_an_unreadable_store_is_set_aside(store: ScheduleStore) -> None:
+    store.path.write_text("{not json")
+    assert store.load() == []
+    assert store.path.with_name("schedules.json.unreadable").read_text() == "{not json"
+
+
+# -- firing through the inbox ------------------------------------------------------------------
+
+
+@pytest.fixture
+async def bus(tmp_path: Path) -> AsyncIterator[MessageBus]:
+    inbox = SqliteInbox(tmp_path / "inbox.sqlite3")
+    yield MessageBus(inbox=inbox)
+    inbox.close()
+
+
+def turns(store: ScheduleStore, bus: MessageBus, grace_min: int = 60) -> ScheduledTurns:
+    settings = ScheduleSettings(misfire_grace_min=grace_min, max_per_chat=3)
+    return ScheduledTurns(store, bus, Templates(), settings, "Europe/Berlin")
+
+
+async def next_message(bus: MessageBus) -> InboundMessage:
+    return await asyncio.wait_for(bus.next_inbound(), 30)
+
+
+async def until(check: Callable[[], bool], timeout: float = 30) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not check():
+        assert asyncio.get_running_loop().time() < deadline, "timed out"
+        await asyncio.sleep(0.02)
+
+
+def stored(**fields: object) -> Schedule:
+    base = {
+        "id": "abcd1234",
+        "session": "telegram:1",
+        "text": "drink water",
+        "created_at": (datetime.now(UTC) - timedelta(hours=3)).isoformat(timespec="seconds"),
+        "timezone": "Europe/Berlin",
+    }
+    return Schedule(**(base | fields))  # type: ignore[arg-type]
+
+
+async def test_a_schedule_fires_through_the_inbox_in_its_chat(
+    store: ScheduleStore, bus: MessageBus
+) -> None:
+    runner = turns(store, bus, grace_min=0)  # no grace for missed runs; on time still fires
+    await runner.start({"telegram"})
+    try:
+        enter(audience_of("telegram:42"))
+        soon = (datetime.now(UTC) + timedelta(seconds=1)).isoformat()
+        answer = await runner.schedule("remind them to drink water", at=soon)
+        assert answer.startswith("Scheduled ")
+        msg = await next_message(bus)
+        assert (msg.channel, msg.chat_id, msg.seq) == ("telegram", "42", msg.seq)
+        assert msg.seq is not None and msg.id == f"in-{msg.seq}"
+        assert msg.content.startswith("[scheduled trigger · schedule ")
+        assert "Nobody typed this" in msg.content
+        assert msg.content.endswith("remind them to drink water")
+        assert bus.inbox is not None
+        (pending,) = bus.inbox.pending(INBOX_CHANNEL)  # durable until its reply is delivered
+        assert pending.seq == msg.seq
+        await until(lambda: store.load() == [])  # the one-shot is removed once fired
+    finally:
+        await runner.stop()
+
+
+async def test_a_firing_left_in_the_inbox_is_replayed_at_start(
+    store: ScheduleStore, bus: MessageBus
+) -> None:
+    payload = {
+        "id": "abcd1234",
+        "session": "telegram:7",
+        "text": "stretch",
+        "rule": "every 30 min",
+        "created_at": "2026-11-23T10:00:00+00:00",
+        "occurrence": "2026-11-23T10:30:00+00:00",
+    }
+    (seq,) = await bus.receive(INBOX_CHANNEL, [("7", payload)], None)
+    runner = turns(store, bus)
+    await runner.start({"telegram"})
+    try:
+        msg = await next_message(bus)
+        assert (msg.chat_id, msg.seq, msg.replayed) == ("7", seq, True)
+        assert msg.content.endswith("stretch")
+    finally:
+        await runner.stop()
+
+
+async def test_missed_within_the_grace_fires_once_at_start(
+    store: ScheduleStore, bus: MessageBus
+) -> None:
+    # Every 60 min since 3 h 10 min ago: three occurrences missed, the last 10 minutes ago.
+    created = datetime.now(UTC).replace(microsecond=0) - timedelta(hours=3, minutes=10)
+    store.add(stored(every_minutes=60, created_at=created.isoformat()), max_per_chat=5)
+    runner = turns(store, bus)
+    await runner.start({"telegram"})
+    try:
+        msg = await next_message(bus)
+        assert msg.content.endswith("drink water")
+        await asyncio.sleep(0.3)
+        assert bus.inbound_depth == 0  # once, not three times
+        position = await bus.position(position_name("abcd1234"))
+        assert position == (created + timedelta(hours=3)).isoformat()
+        (schedule,) = store.load()
+        assert runner.next_run(schedule) == created + timedelta(hours=4)
+    finally:
+        await runner.stop()
+
+
+async def test_missed_by_more_than_the_grace_is_skipped_with_a_log_line(
+    store: ScheduleStore, bus: MessageBus
+) -> None:
+    lines: list[str] = []
+    sink = logger.add(lines.append, level="WARNING", format="{message}")
+    created = datetime.now(UTC).replace(microsecond=0) - timedelta(hours=3)
+    late = (datetime.now(UTC) - timedelta(hours=2)).isoformat(timespec="seconds")
+    store.add(stored(id="0ce0ce00", at=late), max_per_chat=5)
+    store.add(stored(every_minutes=120, created_at=created.isoformat()), max_per_chat=5)
+    runner = turns(store, bus, grace_min=30)
+    await runner.start({"telegram"})
+    try:
+        await asyncio.sleep(0.5)
+        assert bus.inbound_depth == 0
+        assert [s.id for s in store.load()] == ["abcd1234"]  # the one-shot is gone for good
+        (recurring,) = store.load()
+        assert runner.next_run(recurring) == created + timedelta(hours=4)  # the next stands
+        assert sum("more than schedule.misfire_grace_min (30 min) ago; skipped" in x for x in lines)
+        assert any("0ce0ce00" in line and "skipped" in line for line in lines)
+    finally:
+        logger.remove(sink)
+        await runner.stop()
+
+
+async def test_a_one_shot_that_fired_before_a_restart_does_not_fire_again(
+    store: ScheduleStore, bus: MessageBus
+) -> None:
+    at = datetime.now(UTC) - timedelta(minutes=5)
+    store.add(stored(at=at.isoformat()), max_per_chat=5)
+    await bus.receive(INBOX_CHANNEL, [], (position_name("abcd1234"), at.isoformat()))
+    runner = turns(store, bus)
+    await runner.start({"telegram"})
+    try:
+        await asyncio.sleep(0.5)
+        assert bus.inbound_depth == 0 and store.load() == []
+    finally:
+        await runner.stop()
+
+
+async def test_a_schedule_of_a_channel_that_is_not_running_waits(
+    store: ScheduleStore, bus: MessageBus
+) -> None:
+    store.add(stored(every_minutes=5), max_per_chat=5)
+    runner = turns(store, bus)
+    await runner.start({"api"})  # Telegram disabled this time
+    try:
+        (schedule,) = store.load()  # kept for a start with Telegram again
+        assert runner.next_run(schedule) is None
+    finally:
+        await runner.stop()
+
+
+async def test_tools_need_the_gateway_and_a_channel_that_can_receive(
+    store: ScheduleStore, bus: MessageBus
+) -> None:
+    runner = turns(store, bus)
+    enter(audience_of("cli:direct"))
+    with pytest.raises(ToolError, match="need the gateway"):
+        await runner.schedule("x", every_minutes=5)
+    with pytest.raises(ToolError, match="need the gateway"):
+        await runner.list_schedules()
+    assert NEEDS_GATEWAY.endswith("Nothing was scheduled.")
+    await runner.start({"telegram"})
+    try:
+        enter(audience_of("api:laptop"))
+        with pytest.raises(ToolError, match="cannot receive messages"):
+            await runner.schedule("x", every_minutes=5)
+        assert store.load() == []
+    finally:
+        await runner.stop()
+
+
+async def test_a_chat_lists_and_cancels_only_its_own(store: ScheduleStore, bus: MessageBus) -> None:
+    runner = turns(store, bus)
+    await runner.start({"telegram"})
+    try:
+        enter(audience_of("telegram:1"))
+        made = await runner.schedule("water the plants", cron="0 9 * * *")
+        schedule_id = made.split()[1].rstrip(":")
+        enter(audience_of("telegram:2"))
+        assert await runner.list_schedules() == "No schedules in this chat."
+        refused = await runner.cancel_schedule(schedule_id)
+        assert refused.startswith(f"No schedule '{schedule_id}' in this chat")
+        enter(audience_of("telegram:1"))
+        listed = await runner.list_schedules()
+        assert listed.startswith(f"{schedule_id} · cron `0 9 * * *` (Europe/Berlin) · next ")
+        assert listed.endswith("water the plants")
+        assert (await runner.cancel_schedule(schedule_id)).startswith("Cancelled")
+        assert store.load() == [] and runner.next_run(made_schedule(schedule_id)) is None
+        for n in range(3):
+            await runner.schedule(f"task {n}", every_minutes=10 + n)
+        with pytest.raises(ToolError, match="max_per_chat"):
+            await runner.schedule("one too many", every_minutes=5)
+    finally:
+        await runner.stop()
+
+
+def made_schedule(schedule_id: str) -> Schedule:
+    return stored(id=schedule_id, every_minutes=5)
