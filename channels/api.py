@@ -224,7 +224,11 @@ class ApiChannel:
             status = exc.status
             return _error(status, str(exc), "invalid_request_error", None, exc.param)
         assert self._bus is not None
-        msg = InboundMessage(self.name, parsed.session_id, parsed.text, parsed.session_id, media)
+        # The owner's: its clients hold the owner's api.keys (nobody is there to be asked).
+        owner = {"owner": True}
+        msg = InboundMessage(
+            self.name, parsed.session_id, parsed.text, parsed.session_id, media, owner
+        )
         command = parse_command(parsed.text)
         waiting = _Waiting(parsed.session_id, command is not None and command[0] == "stop")
         self._waiting[msg.id] = waiting

@@ -413,6 +413,8 @@ class TelegramChannel:
             return UNSUPPORTED
         # A person is there to answer a question (a shell command to approve, say).
         metadata: dict[str, Any] = {"message_id": message.message_id, "can_ask": True}
+        # Only the owner approves commands and memory changes, in any chat.
+        metadata["owner"] = user.id == self.settings.owner_id
         if incoming.press is not None:
             metadata["button"] = True
         if group:

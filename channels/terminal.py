@@ -206,8 +206,10 @@ class TerminalChannel:
 
     async def _publish(self, text: str) -> InboundMessage:
         assert self._bus is not None, "start() must be called first"
-        # can_ask: a person sits at this prompt and can answer a question (a shell command).
-        msg = InboundMessage(self.name, self.chat_id, text, "user", metadata={"can_ask": True})
+        # can_ask: a person sits at this prompt and can answer a question (a shell command);
+        # the terminal is the owner's.
+        metadata = {"can_ask": True, "owner": True}
+        msg = InboundMessage(self.name, self.chat_id, text, "user", metadata=metadata)
         self._expect(msg)
         await self._bus.publish_inbound(msg)
         return msg

@@ -339,7 +339,7 @@ async def _one_shot(app: App, session: str, text: str) -> int:
     # A whole key continues another channel's conversation (its reply is printed here).
     channel, chat = (session.split(":", 1)) if ":" in session else ("cli", session)
     stream = StdoutStream()
-    msg = InboundMessage(channel, chat, text, sender_id="user")
+    msg = InboundMessage(channel, chat, text, sender_id="user", metadata={"owner": True})
     reply = await app.loop.handle(msg, progress=stream.show)
     await app.loop.close(grace_s=30)
     await app.aclose()

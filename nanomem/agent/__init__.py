@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from nanomem.exports import lazy_exports
 
 if TYPE_CHECKING:
-    from nanomem.agent.bus import Button, InboundMessage, MessageBus, OutboundMessage
+    from nanomem.agent.bus import Button, InboundMessage, MessageBus, OutboundMessage, is_owner
     from nanomem.agent.channel import (
         CHANNELS,
         Channel,
@@ -54,6 +54,7 @@ __all__ = [
     "SqliteInbox",
     "Templates",
     "bundled_dir",
+    "is_owner",
     "load_channel",
     "parse_command",
     "pump_outbound",
@@ -62,7 +63,7 @@ __all__ = [
 __getattr__ = lazy_exports(
     __name__,
     {
-        "bus": ("Button", "InboundMessage", "MessageBus", "OutboundMessage"),
+        "bus": ("Button", "InboundMessage", "MessageBus", "OutboundMessage", "is_owner"),
         "channel": (
             "CHANNELS",
             "Channel",

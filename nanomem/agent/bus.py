@@ -56,6 +56,12 @@ class InboundMessage:
         return f"in-{seq}"
 
 
+def is_owner(msg: InboundMessage) -> bool:
+    """Sent by the owner: the channel vouches for it with metadata `owner` (the terminal, the
+    first user of telegram.allow_from, ...). Approvals and memory decisions are theirs alone."""
+    return msg.metadata.get("owner") is True
+
+
 # The message the running turn answers (set by the loop; tasks and threads inherit it): a tool
 # that must ask someone, such as the shell approval, asks that message's sender.
 answering: ContextVar[InboundMessage | None] = ContextVar("answering", default=None)

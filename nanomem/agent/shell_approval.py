@@ -24,7 +24,7 @@ from typing import Literal
 
 from loguru import logger
 
-from nanomem.agent.bus import Button, InboundMessage, OutboundMessage, answering
+from nanomem.agent.bus import Button, InboundMessage, OutboundMessage, answering, is_owner
 from nanomem.agent.commands import Command, CommandSet
 from nanomem.durable import atomic_write_text
 from nanomem.locks import FileLock
@@ -132,7 +132,9 @@ class ShellApproval:
         if self.mode == "allowlist":
             return "refused: the command does not match tools.shell_approval's allowlist"
         asker = answering.get()
-        if asker is None or not asker.metadata.get("can_ask") or self.publish is None:
+        # Only the owner approves: the command runs on their machine, whoever else may chat.
+        present = asker is not None and asker.metadata.get("can_ask") and is_owner(asker)
+        if asker is None or not present or self.publish is None:
             return f"{DENIED}: nobody can approve commands here; only allowlisted ones run"
         return await self._ask(asker, command)
 

@@ -12,7 +12,7 @@ from nanomem.home import Home
 from nanomem.providers.scripted import ScriptedProvider, call, text
 from tests.conftest import make_app
 
-CAN_ASK = {"can_ask": True}
+CAN_ASK = {"can_ask": True, "owner": True}
 
 
 @pytest.mark.parametrize(
@@ -69,6 +69,19 @@ async def test_only_the_asker_s_answer_counts(home: Home) -> None:
     assert mine is not None and mine.content == "Allowed once."
     assert (await turn) is not None
     assert provider.calls[-1][-1]["content"] == "exit code 0\nhi\n"
+
+
+async def test_only_the_owner_is_asked_others_are_denied_unasked(home: Home) -> None:
+    # Another allowed person's private chat (or anyone's, with allow_from "*"): present, so
+    # askable, but not the owner, whose machine the command would run on.
+    provider = ScriptedProvider([call("exec", {"command": "touch ran"}), text("done")])
+    app = shell_app(home, provider)
+    friend = InboundMessage("telegram", "43", "go", "43", metadata={"can_ask": True})
+    reply = await asyncio.wait_for(app.loop.handle(friend), 30)
+    assert reply is not None and reply.content == "done"
+    assert provider.calls[-1][-1]["content"].startswith("denied by the owner")
+    assert app.bus.outbox("telegram").empty()  # nobody was asked
+    assert not (app.workspace / "ran").exists()
 
 
 async def test_a_stop_while_asking_closes_the_question(home: Home) -> None:

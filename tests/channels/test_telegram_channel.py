@@ -119,7 +119,7 @@ async def test_a_private_message_reaches_the_bus_and_the_answer_comes_back(
         "42",
     )
     # no sender name in private; a person is there to be asked (a shell command, say)
-    assert msg.metadata == {"message_id": sent["message_id"], "can_ask": True}
+    assert msg.metadata == {"message_id": sent["message_id"], "can_ask": True, "owner": True}
     await until(lambda: fake.chat_actions(OWNER) == [{"chat_id": OWNER, "action": "typing"}])
     await running.channel.send(OutboundMessage.answering(msg, "**hi** there"))
     (reply,) = await fake.wait_for_messages_async(OWNER, 1)
@@ -411,6 +411,18 @@ async def test_buttons_are_shown_and_a_press_arrives_as_the_presser_s_command(
     await until(lambda: any(a["callback_query_id"] == query for a in fake.press_answers()))
     await until(lambda: fake.markup_edits(OWNER))
     assert "reply_markup" not in fake.sent_messages(OWNER)[-1]  # pressed once, then gone
+
+
+async def test_only_the_owner_s_messages_are_marked_as_the_owner_s(
+    running: Running, fake: FakeTelegram
+) -> None:
+    # Approving a shell command or a memory change is the owner's alone (telegram.owner_id).
+    fake.send_text(OWNER, "hello")
+    mine = await running.next()
+    fake.send_text(FRIEND, "hello")
+    theirs = await running.next()
+    assert mine.metadata["owner"] is True
+    assert theirs.metadata.get("owner") is not True
 
 
 async def test_a_stranger_s_press_is_refused_in_the_answer_and_does_nothing(
