@@ -6,13 +6,23 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
-from nanomem.agent import Answer, Command, CommandSet, InboundMessage
+from nanomem.agent import Answer, Command, CommandSet, InboundMessage, is_owner
+from nanomem.audience import audience_of, is_shared_room
 from nanomem.curation.dream import Dream, DreamBusy
 from nanomem.curation.review_commands import ReviewCommands
 from nanomem.memory import GitStore, GitStoreError, Version
 
 CHAT_DIFF_CHARS = 3000
 DREAM_IS_RUNNING = "Dream is running; try again when it has finished. Nothing was restored."
+# A change waiting for review, asked for where its diff (the owner's memory) must not show.
+TOLD_THE_OWNER = "Dream prepared a memory change; it waits for the owner's decision."
+PRIVATE_ONLY = "Memory versions are shown in private chats only."
+OWNER_ONLY = "Memory is restored by the owner, in a private chat."
+
+
+def owner_in_private(msg: InboundMessage) -> bool:
+    """Where the owner's memory may be changed from: the owner, outside a group."""
+    return is_owner(msg) and not is_shared_room(msg.session_key)
 
 
 @dataclass(frozen=True)
@@ -61,9 +71,13 @@ class MemoryCommands:
         self.reviews.register(commands)
 
     async def _dream(self, msg: InboundMessage, args: str) -> str | Answer:
-        return await self.run_dream() if not args else "/dream takes no arguments."
+        if args:
+            return "/dream takes no arguments."
+        return await self.run_dream(shown_here=owner_in_private(msg))
 
     async def _log(self, msg: InboundMessage, args: str) -> str:
+        if not audience_of(msg.session_key, self.dream.groups_see_personal).personal:
+            return PRIVATE_ONLY  # the diffs are of USER.md and MEMORY.md
         reviews = await asyncio.to_thread(self.reviews.log_text, args)
         if args and reviews is not None:  # the id of a reviewed change, not of a version
             return reviews
@@ -76,6 +90,8 @@ class MemoryCommands:
     async def _restore(self, msg: InboundMessage, args: str) -> str:
         if not args:
             return await asyncio.to_thread(self.versions_text)
+        if not owner_in_private(msg):
+            return OWNER_ONLY
         try:
             return await asyncio.to_thread(self.restore_text, args)
         except GitStoreError as exc:
@@ -83,11 +99,15 @@ class MemoryCommands:
         except DreamBusy:
             return DREAM_IS_RUNNING
 
-    async def run_dream(self) -> str | Answer:
+    async def run_dream(self, shown_here: bool = True) -> str | Answer:
+        """`shown_here`: the owner asked in a private chat, so a change to review is shown in
+        the reply; otherwise the owner is told in their own chat, as after a scheduled run."""
         try:
-            result = await self.dream.run("manual")
+            result = await self.dream.run("manual" if shown_here else "chat")
         except DreamBusy:
             return "Dream is already running."
+        if result.pending is not None and not shown_here:
+            return TOLD_THE_OWNER
         if result.pending is not None:  # dream.review = "ask": the owner decides here
             return Answer(result.describe(), result.pending.buttons())
         return result.describe()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from nanomem.agent import Command, CommandSet, InboundMessage
+from nanomem.agent import Command, CommandSet, InboundMessage, is_owner
 from nanomem.audience import is_shared_room
 from nanomem.curation.dream import Dream, DreamBusy
 from nanomem.curation.review import ReviewError
@@ -41,7 +41,7 @@ class ReviewCommands:
         )
 
     async def _approve(self, msg: InboundMessage, args: str) -> str:
-        if is_shared_room(msg.session_key):
+        if is_shared_room(msg.session_key) or not is_owner(msg):
             return OWNER_ONLY
         try:
             pending, version = await to_thread_to_the_end(self._decide, "approve", args, "")
@@ -54,7 +54,7 @@ class ReviewCommands:
         return f"Approved `{pending.id}`: saved as version `{version.short}` ({pending.summary})."
 
     async def _reject(self, msg: InboundMessage, args: str) -> str:
-        if is_shared_room(msg.session_key):
+        if is_shared_room(msg.session_key) or not is_owner(msg):
             return OWNER_ONLY
         wanted, reason = self._id_and_reason(args)
         try:

@@ -43,7 +43,7 @@ async def app_with_history(home: Home, provider: ScriptedProvider, **sections) -
 
 
 async def dream(app: App, text_: str = "/dream") -> str:
-    reply = await app.loop.handle(InboundMessage("cli", "direct", text_))
+    reply = await app.loop.handle(InboundMessage("cli", "direct", text_, metadata={"owner": True}))
     assert reply is not None
     return reply.content
 

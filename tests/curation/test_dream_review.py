@@ -15,8 +15,11 @@ from tests.curation.test_dream import LEARN, app_with_history
 ASK = {"dream": {"review": "ask"}}
 
 
-async def say(app: App, words: str, chat: str = "direct") -> OutboundMessage:
-    reply = await app.loop.handle(InboundMessage("cli", chat, words))
+async def say(
+    app: App, words: str, chat: str = "direct", channel: str = "cli", owner: bool = True
+) -> OutboundMessage:
+    metadata = {"owner": True} if owner else {}
+    reply = await app.loop.handle(InboundMessage(channel, chat, words, chat, metadata=metadata))
     assert reply is not None
     return reply
 
@@ -89,6 +92,31 @@ async def test_a_group_cannot_decide(home: Home) -> None:
     refused = await say(app, "/dream-approve", chat="-100123")
     assert refused.content == "Memory changes are decided by the owner, in a private chat."
     assert app.dream.review.peek() is not None
+
+
+async def test_only_the_owner_decides(home: Home) -> None:
+    # Another allowed person's private chat is not a shared room, but not the owner's either.
+    app = await app_with_history(home, ScriptedProvider(LEARN), **ASK)
+    await say(app, "/dream")
+    pending = app.dream.review.peek()
+    assert pending is not None
+    for words in (f"/dream-approve {pending.id}", f"/dream-reject {pending.id} no"):
+        refused = await say(app, words, chat="43", channel="telegram", owner=False)
+        assert refused.content == "Memory changes are decided by the owner, in a private chat."
+    assert app.dream.review.peek() is not None and app.history.dream_cursor() == 0
+    assert app.dream.review.decisions() == []
+
+
+async def test_a_group_never_sees_the_change_that_waits(home: Home) -> None:
+    # The diff is of USER.md and MEMORY.md: the owner's personal memory.
+    app = await app_with_history(home, ScriptedProvider(LEARN), **ASK)
+    proposal = await say(app, "/dream", chat="-100123", channel="telegram")
+    assert "Ada" not in proposal.content and not proposal.buttons
+    pending = app.dream.review.peek()
+    assert pending is not None
+    for words in ("/dream-log", f"/dream-log {pending.id}"):
+        shown = await say(app, words, chat="-100123", channel="telegram")
+        assert "Ada" not in shown.content and pending.id not in shown.content
 
 
 async def test_an_old_id_is_refused_and_changes_nothing(home: Home) -> None:
