@@ -37,6 +37,17 @@ DENIED = "denied by the owner"
 # rm -rf ~` must not pass as `git`.
 _SHELL_SYNTAX = re.compile(r"[;&|`$<>(){}\n\r\\*?~!#]")
 _PREFIX = re.compile(r"[A-Za-z0-9_./:=+@%-]+( [A-Za-z0-9_./:=+@%-]+)*")
+# Programs that run whatever their arguments name: "always allow" one of them would allow
+# every command written after it, so only "allow once" is offered.
+# fmt: off
+RUNNERS = frozenset({
+    "env", "sudo", "doas", "su", "runuser", "pkexec", "nohup", "setsid", "nice", "ionice",
+    "chrt", "taskset", "timeout", "time", "stdbuf", "unbuffer", "xargs", "parallel", "watch",
+    "exec", "command", "builtin", "eval", "source", ".", "sh", "bash", "dash", "zsh", "ksh",
+    "mksh", "fish", "csh", "tcsh", "busybox", "chroot", "script", "ssh", "flock", "strace",
+    "ltrace", "gdb",
+})
+# fmt: on
 
 
 def allowed_by(command: str, prefixes: list[str]) -> str | None:
@@ -61,6 +72,8 @@ def first_word(command: str) -> str | None:
     except ValueError:
         return None
     if not words or _SHELL_SYNTAX.search(command) or not _PREFIX.fullmatch(words[0]):
+        return None
+    if "=" in words[0] or words[0].rsplit("/", 1)[-1] in RUNNERS:  # `X=1 ...`: a variable
         return None
     return words[0]
 

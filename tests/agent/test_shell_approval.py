@@ -42,6 +42,26 @@ def test_always_allow_offers_the_program_of_a_plain_command() -> None:
     assert first_word("") is None
 
 
+@pytest.mark.parametrize(
+    "command",
+    [
+        "X=1 ls",  # "Always allow X=1" would let `X=1 <anything>` run unasked
+        "env ls",
+        "sudo ls",
+        "sh -c ls",
+        "bash -c 'ls'",
+        "xargs ls",
+        "nohup ls",
+        "timeout 5 ls",
+        "command ls",
+        "/usr/bin/env ls",
+    ],
+)
+def test_always_is_never_offered_for_a_program_that_runs_any_other(command: str) -> None:
+    # A hostile model asks for a harmless `env ls`; one careless "Always" would allow all.
+    assert first_word(command) is None
+
+
 def shell_app(home: Home, provider: ScriptedProvider) -> App:
     tools = {"shell_enabled": True, "shell_approval_timeout_s": 30}
     return make_app(home, provider, tools=tools)

@@ -113,7 +113,7 @@ async def test_a_group_never_sees_the_change_that_waits(home: Home) -> None:
     proposal = await say(app, "/dream", chat="-100123", channel="telegram")
     assert "Ada" not in proposal.content and not proposal.buttons
     pending = app.dream.review.peek()
-    assert pending is not None
+    assert pending is not None and not pending.notified  # the owner is told in their chat
     for words in ("/dream-log", f"/dream-log {pending.id}"):
         shown = await say(app, words, chat="-100123", channel="telegram")
         assert "Ada" not in shown.content and pending.id not in shown.content
