@@ -160,7 +160,10 @@ class ShellApproval:
         if word is not None:
             buttons.append(Button(f"Always allow {word}", f"/shell-always {key}"))
         buttons.append(Button("Deny", f"/shell-deny {key}"))
-        text = f"Run this command?\n\n```\n{command}\n```"
+        # A fence longer than any backquote run in the command: it cannot be closed early,
+        # so no part of the command is shown as Markdown (a link hides what it wraps).
+        fence = "`" * max([3, *(len(run) + 1 for run in re.findall(r"`+", command))])
+        text = f"Run this command?\n\n{fence}\n{command}\n{fence}"
         ask = OutboundMessage(
             asker.channel, asker.chat_id, text, buttons=tuple(buttons), metadata={"ask": key}
         )

@@ -2,9 +2,11 @@
 only the asker's answer counts, and a turn stopped while asking leaves nothing open."""
 
 import asyncio
+from html import unescape
 
 import pytest
 
+from channels.telegram_format import message_chunks
 from nanomem.agent.bus import InboundMessage, OutboundMessage
 from nanomem.agent.shell_approval import allowed_by, first_word
 from nanomem.app import App
@@ -102,6 +104,22 @@ async def test_only_the_owner_is_asked_others_are_denied_unasked(home: Home) -> 
     assert provider.calls[-1][-1]["content"].startswith("denied by the owner")
     assert app.bus.outbox("telegram").empty()  # nobody was asked
     assert not (app.workspace / "ran").exists()
+
+
+async def test_the_question_shows_the_whole_command_however_it_is_written(home: Home) -> None:
+    # A hostile model closes the question's code fence and hides the real work in a link;
+    # sh runs the backquoted lines, Markdown showed only `x='ls -la'`.
+    hidden = "true\n```\nx='[ls -la](<'; rm -rf notes; y='>)'\n`"
+    provider = ScriptedProvider([call("exec", {"command": hidden}), text("done")])
+    app = shell_app(home, provider)
+    turn = asyncio.ensure_future(
+        app.loop.handle(InboundMessage("telegram", "42", "go", "42", metadata=CAN_ASK))
+    )
+    asked = await question(app)
+    shown = "".join(part for part, _ in message_chunks(asked.content, plain=False))
+    assert "rm -rf notes" in unescape(shown)
+    await app.loop.handle(InboundMessage("telegram", "42", asked.buttons[-1].command, "42"))
+    assert (await turn) is not None
 
 
 async def test_a_stop_while_asking_closes_the_question(home: Home) -> None:
