@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from nanomem.agent import Command, CommandSet, InboundMessage, is_owner
@@ -56,7 +57,7 @@ class ReviewCommands:
     async def _reject(self, msg: InboundMessage, args: str) -> str:
         if is_shared_room(msg.session_key) or not is_owner(msg):
             return OWNER_ONLY
-        wanted, reason = self._id_and_reason(args)
+        wanted, reason = await asyncio.to_thread(self._id_and_reason, args)  # reads a file
         try:
             pending, _ = await to_thread_to_the_end(self._decide, "reject", wanted, reason)
         except ReviewError as exc:
@@ -70,7 +71,7 @@ class ReviewCommands:
         )
 
     def _id_and_reason(self, args: str) -> tuple[str, str]:
-        """`/dream-reject [id] [reason]`: the first word is an id only when it names the
+        """Blocking. `/dream-reject [id] [reason]`: the first word is an id only when it names the
         waiting change (a button sends it); otherwise all of it is the reason."""
         first, _, rest = args.partition(" ")
         pending = self.dream.review.peek()
