@@ -15,6 +15,7 @@ from nanomem.agent import (
     CHANNELS,
     Channel,
     ChannelDown,
+    DeliveryLater,
     OutboundMessage,
     load_channel,
     pump_outbound,
@@ -187,6 +188,8 @@ class Gateway:
             await asyncio.sleep(REVIEW_CHECK_S)
             try:
                 await self._tell_owner_once(owner)
+            except DeliveryLater as exc:  # logged by the channel: told at a later check
+                logger.info("gateway: the owner will be told of the Dream change later ({})", exc)
             except Exception:  # a full disk, say: try again at the next check
                 logger.exception("gateway: could not tell the owner of a Dream change")
 
@@ -195,18 +198,20 @@ class Gateway:
         pending = await asyncio.to_thread(dream.review.peek)
         if pending is None or pending.notified:
             return
-        try:  # under the Dream lock: a decision may be removing it right now
-            await dream.lock.acquire(wait_s=0)
+        notice = OutboundMessage(
+            "telegram", str(owner), pending.describe(), buttons=pending.buttons()
+        )
+        # Sent by the channel itself, which returns once it is delivered (DeliveryLater when
+        # it cannot be now): a notice merely queued may be lost, and then nobody is told.
+        # A decision made meanwhile makes its buttons answer "no longer waiting"; told twice
+        # rather than never.
+        await self.channels["telegram"].send(notice)
+        try:  # under the Dream lock: a decision may be removing the change right now
+            await dream.lock.acquire(wait_s=REVIEW_CHECK_S)
         except LockBusy:
-            return
+            return  # told again at the next check
         try:
-            pending = await asyncio.to_thread(dream.review.peek)  # still waiting?
-            if pending is not None and not pending.notified:
-                notice = OutboundMessage(
-                    "telegram", str(owner), pending.describe(), buttons=pending.buttons()
-                )
-                await self.app.bus.publish_outbound(notice)  # told twice rather than never
-                await asyncio.to_thread(dream.review.mark_notified, pending.id)
+            await asyncio.to_thread(dream.review.mark_notified, pending.id)
         finally:
             dream.lock.release()
 

@@ -12,7 +12,7 @@ import aiohttp
 import pytest
 
 from nanomem.agent.bus import InboundMessage, MessageBus, OutboundMessage
-from nanomem.agent.channel import ChannelDown
+from nanomem.agent.channel import ChannelDown, DeliveryLater
 from nanomem.app import App
 from nanomem.config import ConfigError
 from nanomem.gateway import Gateway, enabled_channels
@@ -20,6 +20,7 @@ from nanomem.home import Home
 from nanomem.providers.scripted import ScriptedProvider, text
 from tests.channels.test_telegram_channel import log_lines, until
 from tests.conftest import cli_env, make_app, run_cli_here, settings_for
+from tests.curation.test_dream import LEARN, app_with_history
 
 NEVER_S = 3600.0  # a model latency no test waits out: what ends such a turn is the point
 WAIT_S = 60.0  # the safety net of every wait; far below NEVER_S
@@ -99,6 +100,41 @@ async def serve(home: Home) -> AsyncIterator[Callable[..., Awaitable[Served]]]:
             served.gateway.request_stop()
             served.gateway.request_stop()
             await asyncio.wait_for(served.task, 5)
+
+
+class FlakyTelegram(FakeChannel):
+    """Its first message with buttons cannot be delivered now (the network is down)."""
+
+    def __init__(self) -> None:
+        super().__init__("telegram")
+        self.refusals = 1
+
+    async def send(self, msg: OutboundMessage) -> None:
+        if msg.buttons and self.refusals:
+            self.refusals -= 1
+            raise DeliveryLater("telegram: the network is down")
+        await super().send(msg)
+
+
+async def test_a_dream_change_is_told_to_the_owner_until_it_is_delivered(home: Home) -> None:
+    # Marked as told once queued, a notice lost on the way left the change waiting unseen.
+    sections: dict[str, Any] = {
+        "dream": {"review": "ask", "enabled": False},
+        "gateway": {"port": 0},
+        "telegram": {"allow_from": [42]},
+    }
+    app = await app_with_history(home, ScriptedProvider(LEARN), **sections)
+    assert (await app.dream.run("cron")).pending is not None
+    telegram = FlakyTelegram()
+    gateway = Gateway(app, {"telegram": telegram})
+    task = asyncio.create_task(gateway.run())
+    try:
+        told = await until(lambda: [m for m in telegram.sent if m.buttons], timeout=WAIT_S)
+        assert told[0].chat_id == "42" and told[0].content.startswith("Dream prepared")
+        assert telegram.refusals == 0
+    finally:
+        gateway.request_stop()
+        await asyncio.wait_for(task, WAIT_S)
 
 
 def test_only_enabled_channels_are_run(home: Home) -> None:
