@@ -65,10 +65,12 @@ class PendingChange:
             Button("Reject", f"/dream-reject {self.id}"),
         )
 
-    def describe(self, max_diff_chars: int = DIFF_CHARS) -> str:
+    def describe(self, max_diff_chars: int | None = DIFF_CHARS) -> str:
+        """None: the whole diff (what is approved must be readable whole somewhere)."""
         diff = self.diff
-        if len(diff) > max_diff_chars:
-            diff = diff[:max_diff_chars].rsplit("\n", 1)[0] + "\n… (cut)"
+        if max_diff_chars is not None and len(diff) > max_diff_chars:
+            cut = diff[:max_diff_chars].rsplit("\n", 1)[0]
+            diff = f"{cut}\n… (cut: /dream-log {self.id} shows all of it)"
         return (
             f"Dream prepared a memory change from {self.entries} history entries "
             f"(`{self.id}`, {self.created[:16].replace('T', ' ')} UTC); it waits for your "

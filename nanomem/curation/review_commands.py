@@ -95,7 +95,7 @@ class ReviewCommands:
         pending = review.peek()
         if wanted:
             if pending is not None and pending.id.startswith(wanted.lower()):
-                return pending.describe()
+                return pending.describe(max_diff_chars=None)
             for record in review.decisions(limit=200):
                 if str(record.get("id", "")).startswith(wanted.lower()):
                     lines = "\n".join(record.get("lines") or [])

@@ -130,6 +130,23 @@ async def test_an_old_id_is_refused_and_changes_nothing(home: Home) -> None:
     assert app.dream.review.peek() is not None and app.history.dream_cursor() == 0
 
 
+async def test_a_long_change_can_be_read_whole_before_deciding(home: Home) -> None:
+    # The notice cuts the diff; what is past the cut must still be readable somewhere.
+    app = await app_with_history(home, ScriptedProvider(LEARN), **ASK)
+    await say(app, "/dream")
+    path = app.dream.review.pending_path
+    data = json.loads(path.read_text())
+    data["diff"] += "".join(f"+- filler line {n}\n" for n in range(400)) + "+- the hidden end\n"
+    path.write_text(json.dumps(data))
+    notice = await say(app, "/dream-log")
+    assert notice.content.startswith("Waiting for your decision")
+    pending = app.dream.review.peek()
+    assert pending is not None and "the hidden end" not in pending.describe()
+    assert f"/dream-log {pending.id}" in pending.describe()  # says where the rest is
+    whole = await say(app, f"/dream-log {pending.id}")
+    assert "+- the hidden end" in whole.content
+
+
 async def test_an_expired_change_is_dropped_and_dreamed_again(home: Home) -> None:
     provider = ScriptedProvider(LEARN)
     app = await app_with_history(home, provider, **ASK)
