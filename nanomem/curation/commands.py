@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from nanomem.agent import Answer, Command, CommandSet, InboundMessage, is_owner
 from nanomem.audience import audience_of, is_shared_room
 from nanomem.curation.dream import Dream, DreamBusy
+from nanomem.curation.review import fenced
 from nanomem.curation.review_commands import ReviewCommands
 from nanomem.memory import GitStore, GitStoreError, Version
 
@@ -124,7 +125,7 @@ class MemoryCommands:
             )
             diff = cut
         if self.wording.markdown:
-            diff = f"```diff\n{diff.rstrip()}\n```"
+            diff = fenced(diff.rstrip(), "diff")
         return f"{self._row(version)}\n\n{diff.rstrip()}{note}"
 
     def versions_text(self, limit: int = 15) -> str:

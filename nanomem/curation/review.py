@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import re
 import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -38,6 +39,13 @@ WAITING = (
     "A memory change is waiting for your decision (/dream-approve or /dream-reject [reason]); "
     "Dream learns more once it is decided."
 )
+
+
+def fenced(text: str, info: str = "") -> str:
+    """A Markdown code block that holds `text` as written: its fence is longer than any run
+    of backquotes inside, so a memory line such as "```" cannot end it early."""
+    fence = "`" * max([3, *(len(run) + 1 for run in re.findall(r"`+", text))])
+    return f"{fence}{info}\n{text}\n{fence}"
 
 
 class ReviewError(Exception):
@@ -74,7 +82,7 @@ class PendingChange:
         return (
             f"Dream prepared a memory change from {self.entries} history entries "
             f"(`{self.id}`, {self.created[:16].replace('T', ' ')} UTC); it waits for your "
-            f"decision:\n{self.summary}\n\n```diff\n{diff.rstrip()}\n```\n"
+            f"decision:\n{self.summary}\n\n{fenced(diff.rstrip(), 'diff')}\n"
             f"/dream-approve to keep it, /dream-reject [reason] to drop it "
             f"(dropped unanswered after {self.expire_h:g} h)."
         )

@@ -9,7 +9,7 @@ from typing import Any
 from nanomem.agent import Command, CommandSet, InboundMessage, is_owner
 from nanomem.audience import is_shared_room
 from nanomem.curation.dream import Dream, DreamBusy
-from nanomem.curation.review import ReviewError
+from nanomem.curation.review import ReviewError, fenced
 from nanomem.locks import to_thread_to_the_end
 
 BUSY = "Dream is running; try again when it has finished."
@@ -99,7 +99,7 @@ class ReviewCommands:
             for record in review.decisions(limit=200):
                 if str(record.get("id", "")).startswith(wanted.lower()):
                     lines = "\n".join(record.get("lines") or [])
-                    return f"{_decision_row(record)}\n\n```diff\n{lines}\n```"
+                    return f"{_decision_row(record)}\n\n{fenced(lines, 'diff')}"
             return None
         rows = []
         if pending is not None:

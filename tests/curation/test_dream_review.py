@@ -4,6 +4,7 @@ commits it as `auto` would, rejecting keeps the files and teaches the next run, 
 import json
 from datetime import UTC, datetime, timedelta
 
+from channels.telegram_format import message_chunks
 from nanomem.agent.bus import InboundMessage, OutboundMessage
 from nanomem.app import App
 from nanomem.curation.review import PendingChange
@@ -145,6 +146,21 @@ async def test_a_long_change_can_be_read_whole_before_deciding(home: Home) -> No
     assert f"/dream-log {pending.id}" in pending.describe()  # says where the rest is
     whole = await say(app, f"/dream-log {pending.id}")
     assert "+- the hidden end" in whole.content
+
+
+async def test_the_diff_is_shown_as_written_even_with_code_blocks_in_memory(home: Home) -> None:
+    # A memory line "```" (a code block in MEMORY.md) closed the notice's fence early: what
+    # followed was shown as Markdown, where a link shows only its text.
+    app = await app_with_history(home, ScriptedProvider(LEARN), **ASK)
+    await say(app, "/dream")
+    path = app.dream.review.pending_path
+    data = json.loads(path.read_text())
+    data["diff"] = "--- a/x\n+++ b/x\n@@ -1,2 +1,3 @@\n ```\n+- [ok](<the real line>)\n ```\n"
+    path.write_text(json.dumps(data))
+    pending = app.dream.review.peek()
+    assert pending is not None
+    shown = "".join(part for part, _ in message_chunks(pending.describe(), plain=False))
+    assert "+- [ok](&lt;the real line&gt;)" in shown or "+- [ok](<the real line>)" in shown
 
 
 async def test_an_expired_change_is_dropped_and_dreamed_again(home: Home) -> None:
