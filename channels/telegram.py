@@ -389,7 +389,8 @@ class TelegramChannel:
         if incoming.press is not None:  # what the button sends, as if the presser typed it
             text = clean_text(incoming.press)
             await self.answer_press(incoming.press_id)
-            await self._clear_buttons(key, message.message_id)
+            if not group:  # in a group the press may be refused: the asker still needs them
+                await self._clear_buttons(key, message.message_id)
         parsed = parse_command(text)
         command = parsed[0] if parsed else None
         if command == "start":

@@ -425,6 +425,23 @@ async def test_only_the_owner_s_messages_are_marked_as_the_owner_s(
     assert theirs.metadata.get("owner") is not True
 
 
+async def test_in_a_group_another_member_s_press_leaves_the_buttons_to_the_asker(
+    running: Running, fake: FakeTelegram
+) -> None:
+    # Only the asker's answer counts (the core refuses the rest); removing the buttons at
+    # anyone's press let any member take the owner's choice away.
+    fake.send_text(GROUP, "@nanomem_test_bot hello", chat_type="supergroup", user_id=OWNER)
+    asked = await running.next()
+    choices = (Button("Allow once", "/shell-allow 1"), Button("Deny", "/shell-deny 1"))
+    await running.channel.send(OutboundMessage.answering(asked, "Run `ls`?", buttons=choices))
+    shown = fake.sent_messages(GROUP)[-1]
+    fake.press(shown, "/shell-deny 1", user_id=FRIEND)
+    press = await running.next()
+    assert press.sender_id == str(FRIEND) and press.metadata["button"] is True
+    await running.nothing()
+    assert not fake.markup_edits(GROUP)
+
+
 async def test_a_stranger_s_press_is_refused_in_the_answer_and_does_nothing(
     running: Running, fake: FakeTelegram
 ) -> None:
