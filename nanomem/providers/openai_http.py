@@ -36,6 +36,7 @@ from nanomem.utf8 import clean_text
 
 _CONNECTIONS = 256  # one connection per concurrent chat; the default of 100 would queue them
 _MAX_LINE = 64 * 2**20  # one server-sent event (a whole tool call's arguments may be one)
+_MAX_ERROR = 64 * 1024  # of an error's body: its explanation is at the start
 
 
 class OpenAIHTTPProvider:
@@ -94,7 +95,8 @@ class OpenAIHTTPProvider:
             async with self._client().post(self.url, data, self._headers) as resp:
                 answered = True
                 if not 200 <= resp.status < 300:
-                    raw = await resp.read()
+                    # The status decides the category, even when its body is cut or endless.
+                    raw = await resp.excerpt(_MAX_ERROR)
                     raise self._error(resp.status, raw, resp.headers.get("retry-after"))
                 if on_text is not None and resp.content_type == "text/event-stream":
                     return await _read_events(resp, ReplyStream(on_text))
