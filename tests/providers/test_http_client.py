@@ -95,6 +95,29 @@ async def test_a_streamed_reply_read_to_its_last_event_keeps_the_connection() ->
         await provider.close()
 
 
+async def test_a_stream_cancelled_midway_leaves_no_half_read_connection_behind() -> None:
+    with FakeOpenAI() as srv:
+        srv.reply("first part, second part", pieces=2, hold_after=2)
+        srv.reply("whole")
+        llm = LLMSettings(model="openai/fake", api_base=srv.base_url, timeout_s=10)
+        provider = OpenAIHTTPProvider(llm)
+        shown = asyncio.Event()
+
+        async def on_text(piece: str) -> None:
+            shown.set()
+
+        task = asyncio.create_task(provider.complete(USER, on_text=on_text))
+        await asyncio.wait_for(shown.wait(), 30)  # a safety net
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        srv.release()
+        reply = await provider.complete(USER, on_text=on_text)
+        assert reply.content == "whole"  # not the rest of the cancelled stream
+        assert provider._session is not None and provider._session.opened == 2
+        await provider.close()
+
+
 async def test_a_connection_the_server_closed_while_idle_is_replaced(pool: Pool) -> None:
     async with raw_server(lambda n: ok(b"fine"), close_after=True) as url:
         assert await call(pool, url) == (200, b"fine")
