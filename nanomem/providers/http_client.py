@@ -42,6 +42,13 @@ class HTTPError(Exception):
         self.answered = answered  # False: not one byte of an answer had come
 
 
+class HeaderError(HTTPError):
+    """A header value cannot be sent as it is (nothing was sent)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, answered=False)
+
+
 class _Connection:
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.reader, self.writer = reader, writer
@@ -322,11 +329,11 @@ def _head(target: str, host: str, length: int, headers: dict[str, str]) -> bytes
     ]
     text = "\r\n".join(lines) + "\r\n\r\n"
     if any(c in value for value in headers.values() for c in "\r\n"):
-        raise HTTPError("a header value holds a line break")  # never a second request
+        raise HeaderError("a header value holds a line break")  # never a second request
     try:
         return text.encode("latin-1")
     except UnicodeEncodeError:
-        raise HTTPError("a header value is not Latin-1 text (check the API key)") from None
+        raise HeaderError("a header value is not Latin-1 text (check the API key)") from None
 
 
 def _parse_head(raw: bytes) -> tuple[int, dict[str, str]]:

@@ -19,7 +19,7 @@ from typing import Any
 from loguru import logger
 
 from nanomem.config import LLMSettings
-from nanomem.providers.http_client import HTTPError, Pool, Response
+from nanomem.providers.http_client import HeaderError, HTTPError, Pool, Response
 from nanomem.providers.port import (
     ProviderError,
     Reply,
@@ -54,7 +54,8 @@ class OpenAIHTTPProvider:
         self.base_url = path.base_url
         self.url = f"{self.base_url}/chat/completions"
         key = settings.api_key.get_secret_value() if settings.api_key is not None else ""
-        self._key = key or os.environ.get(path.key_variable or "OPENAI_API_KEY", "")
+        key = key or os.environ.get(path.key_variable or "OPENAI_API_KEY", "")
+        self._key = key.strip()  # keys hold no spaces; a pasted one may end in a line break
         self._headers = {"Content-Type": "application/json"}
         if self._key:
             self._headers["Authorization"] = f"Bearer {self._key}"
@@ -105,6 +106,8 @@ class OpenAIHTTPProvider:
             seconds = f"{self.settings.timeout_s:g} s"
             detail = f"silent for {seconds} mid-answer" if answered else f"no answer in {seconds}"
             raise ProviderError("timeout", detail, 408) from None
+        except HeaderError as exc:  # the only header of the person's making is the key's
+            raise ProviderError("auth", f"the API key cannot be sent: {exc}") from None
         except HTTPError as exc:  # refused, reset, DNS, TLS, truncated body, bad URL
             detail = self._safe(f"{type(exc).__name__}: {exc}")
             if answered:
