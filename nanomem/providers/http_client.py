@@ -261,7 +261,8 @@ class Pool:
             reader, writer = await _timed(connecting, self.connect_s)
         except TimeoutError:
             raise
-        except OSError as exc:  # refused, unresolvable, TLS refused or unverifiable
+        except (OSError, UnicodeError) as exc:  # refused, unresolvable (not even a name: idna
+            # refuses it), TLS refused or unverifiable
             raise HTTPError(f"cannot connect to {host}:{port}: {exc}") from None
         self.opened += 1
         return _Connection(reader, writer)

@@ -252,6 +252,8 @@ async def test_an_error_whose_body_is_cut_keeps_its_category() -> None:
 async def test_bad_urls_and_header_values_raise_before_sending(pool: Pool) -> None:
     with pytest.raises(HTTPError, match="bad URL"):
         await call(pool, "ftp://example.com/x")
+    with pytest.raises(HTTPError, match="cannot connect"):  # not a name (idna refuses it)
+        await call(pool, f"http://{'a' * 64}.example.com/x")
     with pytest.raises(HTTPError, match="line break"):
         async with pool.post("http://127.0.0.1:9/x", b"", {"Authorization": "a\r\nX: y"}):
             pass
