@@ -20,7 +20,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, TypeVar
-from urllib.parse import urlsplit
+from urllib.parse import quote, urlsplit
 
 if TYPE_CHECKING:
     import ssl
@@ -312,9 +312,13 @@ def _target(url: str) -> tuple[Origin, str, str]:
         raise HTTPError(f"bad URL {url!r}: http:// or https:// with a host is needed")
     default = 443 if parts.scheme == "https" else 80
     port = port or default
-    named = f"[{host}]" if ":" in host else host
+    try:  # the request line and Host are ASCII: a space or a non-ASCII letter is encoded
+        named = f"[{host}]" if ":" in host else host.encode("idna").decode("ascii")
+    except UnicodeError as exc:
+        raise HTTPError(f"bad URL {url!r}: {exc}") from None
     host_header = named if port == default else f"{named}:{port}"
     target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    target = quote(target, safe="/%?=&;:@!$'()*+,~")
     return (parts.scheme, host, port), target, host_header
 
 

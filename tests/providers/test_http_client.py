@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from nanomem.config import LLMSettings
-from nanomem.providers.http_client import HTTPError, Pool
+from nanomem.providers.http_client import HTTPError, Pool, _target
 from nanomem.providers.openai_http import OpenAIHTTPProvider
 from nanomem.providers.port import ProviderError
 from tests.fakes.openai_server import FakeOpenAI
@@ -252,12 +252,19 @@ async def test_an_error_whose_body_is_cut_keeps_its_category() -> None:
 async def test_bad_urls_and_header_values_raise_before_sending(pool: Pool) -> None:
     with pytest.raises(HTTPError, match="bad URL"):
         await call(pool, "ftp://example.com/x")
-    with pytest.raises(HTTPError, match="cannot connect"):  # not a name (idna refuses it)
+    with pytest.raises(HTTPError, match="bad URL"):  # not a name (idna refuses it)
         await call(pool, f"http://{'a' * 64}.example.com/x")
     with pytest.raises(HTTPError, match="line break"):
         async with pool.post("http://127.0.0.1:9/x", b"", {"Authorization": "a\r\nX: y"}):
             pass
     assert pool.opened == 0
+
+
+def test_the_request_line_and_host_are_ascii_whatever_the_url() -> None:
+    origin, target, host = _target("http://bücher.example:8080/v1 beta/modèle?q=a b&x=%41")
+    assert origin == ("http", "bücher.example", 8080)
+    assert target == "/v1%20beta/mod%C3%A8le?q=a%20b&x=%41"
+    assert host == "xn--bcher-kva.example:8080"
 
 
 @pytest.fixture
