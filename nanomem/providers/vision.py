@@ -49,10 +49,24 @@ VISION_NAMES = (
     "moondream",
     "llama-4",
     "internvl",
+    # Ollama's spellings (`ollama/gemma3:4b`)
+    "gemma3",
+    "qwen2.5vl",
+    "llama4",
+    "mistral-small3.1",
+    "mistral-small3.2",
 )
 # ... but these, whose names contain one of the above, take text only (OpenAI's reasoning
-# previews and minis before o4-mini, Gemma 3's 1B): an image sent to them is a 400 error.
-TEXT_ONLY_NAMES = ("o1-mini", "o1-preview", "o3-mini", "gemma-3-1b")
+# previews and minis before o4-mini, Gemma 3's 270M and 1B): an image sent to them is a 400.
+TEXT_ONLY_NAMES = (
+    "o1-mini",
+    "o1-preview",
+    "o3-mini",
+    "gemma-3-1b",
+    "gemma-3-270m",
+    "gemma3:1b",
+    "gemma3:270m",
+)
 
 
 def supports_images(llm: LLMSettings) -> bool:
