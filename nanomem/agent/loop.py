@@ -207,17 +207,19 @@ class AgentLoop:
             shown_from = session.replay_from
             system = await self._system_message(session)
         user = to_wire([session.messages[at]])[0]
+        # Counted as sent, images included: they take room, and usage counts them.
+        sent = await self.context.with_images(user, msg.media)
         # A turn a crash interrupted goes on from where it was, its tool results included.
         partial = session.messages[at + 1 :]
         if seals := seal_tool_calls(partial)[len(partial) :]:
             await self.sessions.append(session, seals)
         # A failed attempt's note is for later turns: a retry asks the model afresh.
         resumed = to_wire([m for m in session.messages[at + 1 :] if not m.get("failed")])
-        fixed = self._fixed(system["content"], [user, *resumed])
+        fixed = self._fixed(system["content"], [sent, *resumed])
         whole = fixed + session.tokens_between(session.replay_from, at)
         if not self.budget.settled(self.budget.calibration.apply(whole)):
             session.system_tokens = self.budget.count_system(system["content"])
-            fixed = self._fixed(system["content"], [user, *resumed])
+            fixed = self._fixed(system["content"], [sent, *resumed])
         history, history_tokens = session.history(self.budget.prompt_limit - fixed, end=at)
         exact = self.budget.exact  # how `fixed` and the history were counted
 
@@ -228,7 +230,6 @@ class AgentLoop:
 
         result = ReactResult(text=None)
         limits = self.settings.agent
-        sent = await self.context.with_images(user, msg.media)
         try:
             await react(
                 self.provider,

@@ -20,7 +20,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, TypeVar
-from urllib.parse import urlsplit
+from urllib.parse import quote, urlsplit
 
 if TYPE_CHECKING:
     import ssl
@@ -31,6 +31,7 @@ Origin = tuple[str, str, int]  # scheme, host, port
 IDLE_S = 15.0  # an idle connection older than this is closed, not reused (aiohttp's default)
 _MAX_HEAD = 64 * 1024  # the status line and headers of a response
 _READ = 64 * 1024
+MAX_BODY = 64 * 2**20  # a body read whole: past this a broken or hostile server is refused
 
 
 class HTTPError(Exception):
@@ -39,6 +40,13 @@ class HTTPError(Exception):
     def __init__(self, message: str, *, answered: bool = True) -> None:
         super().__init__(message)
         self.answered = answered  # False: not one byte of an answer had come
+
+
+class HeaderError(HTTPError):
+    """A header value cannot be sent as it is (nothing was sent)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, answered=False)
 
 
 class _Connection:
@@ -71,10 +79,9 @@ class Response:
             self._mode = "chunked"
         elif (length := headers.get("content-length")) is not None:
             self._mode = "length"
-            try:
-                self._left = int(length)
-            except ValueError:
-                raise HTTPError(f"bad Content-Length: {length[:40]!r}") from None
+            if not (length.isascii() and length.isdigit()):  # int() takes "-1" and " +1_0"
+                raise HTTPError(f"bad Content-Length: {length[:40]!r}")
+            self._left = int(length)
             self._done = self._done or self._left == 0
         else:
             self._mode = "eof"
@@ -101,12 +108,27 @@ class Response:
             self._done = False
         self._pending.clear()
 
-    async def read(self) -> bytes:
+    async def read(self, limit: int = MAX_BODY) -> bytes:
+        """The whole body; HTTPError when it is longer than `limit` bytes."""
         parts = [bytes(self._pending)]
+        size = len(self._pending)
         self._pending.clear()
         while piece := await self._more():
+            size += len(piece)
+            if size > limit:
+                raise HTTPError(f"the answer is longer than {limit} bytes")
             parts.append(piece)
         return b"".join(parts)
+
+    async def excerpt(self, limit: int) -> bytes:
+        """At most `limit` bytes of the body, as many as come before its end, a cut or a
+        silence: enough to explain an error status, which stands whatever the body does."""
+        data = bytearray(self._pending)
+        self._pending.clear()
+        with contextlib.suppress(TimeoutError, HTTPError):  # not `complete`: never reused
+            while len(data) < limit and (piece := await self._more()):
+                data += piece
+        return bytes(data[:limit])
 
     async def readline(self, limit: int) -> bytes:
         """The next line with its b"\\n" (the last may lack it); b"" at the end of the body."""
@@ -136,10 +158,11 @@ class Response:
             return data
         if self._mode == "chunked" and not self._left:
             line = await _timed(reader.readuntil(b"\n"), self._read_s)
-            try:
-                self._left = int(line.split(b";", 1)[0].strip(), 16)
-            except ValueError:
-                raise HTTPError(f"bad chunk size: {line[:40]!r}") from None
+            size = line.split(b";", 1)[0].strip()
+            # Hex digits only: int() takes "-5" (a negative read reads to the end) and "0x5".
+            if not size or len(size) > 15 or size.strip(b"0123456789abcdefABCDEF"):
+                raise HTTPError(f"bad chunk size: {line[:40]!r}")
+            self._left = int(size, 16)
             if not self._left:  # the last chunk: skip any trailers up to the blank line
                 while (await _timed(reader.readuntil(b"\n"), self._read_s)).strip():
                     pass
@@ -238,7 +261,8 @@ class Pool:
             reader, writer = await _timed(connecting, self.connect_s)
         except TimeoutError:
             raise
-        except OSError as exc:  # refused, unresolvable, TLS refused or unverifiable
+        except (OSError, UnicodeError) as exc:  # refused, unresolvable (not even a name: idna
+            # refuses it), TLS refused or unverifiable
             raise HTTPError(f"cannot connect to {host}:{port}: {exc}") from None
         self.opened += 1
         return _Connection(reader, writer)
@@ -288,9 +312,13 @@ def _target(url: str) -> tuple[Origin, str, str]:
         raise HTTPError(f"bad URL {url!r}: http:// or https:// with a host is needed")
     default = 443 if parts.scheme == "https" else 80
     port = port or default
-    named = f"[{host}]" if ":" in host else host
+    try:  # the request line and Host are ASCII: a space or a non-ASCII letter is encoded
+        named = f"[{host}]" if ":" in host else host.encode("idna").decode("ascii")
+    except UnicodeError as exc:
+        raise HTTPError(f"bad URL {url!r}: {exc}") from None
     host_header = named if port == default else f"{named}:{port}"
     target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    target = quote(target, safe="/%?=&;:@!$'()*+,~")
     return (parts.scheme, host, port), target, host_header
 
 
@@ -306,11 +334,11 @@ def _head(target: str, host: str, length: int, headers: dict[str, str]) -> bytes
     ]
     text = "\r\n".join(lines) + "\r\n\r\n"
     if any(c in value for value in headers.values() for c in "\r\n"):
-        raise HTTPError("a header value holds a line break")  # never a second request
+        raise HeaderError("a header value holds a line break")  # never a second request
     try:
         return text.encode("latin-1")
     except UnicodeEncodeError:
-        raise HTTPError("a header value is not Latin-1 text (check the API key)") from None
+        raise HeaderError("a header value is not Latin-1 text (check the API key)") from None
 
 
 def _parse_head(raw: bytes) -> tuple[int, dict[str, str]]:

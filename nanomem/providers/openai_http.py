@@ -19,7 +19,7 @@ from typing import Any
 from loguru import logger
 
 from nanomem.config import LLMSettings
-from nanomem.providers.http_client import HTTPError, Pool, Response
+from nanomem.providers.http_client import HeaderError, HTTPError, Pool, Response
 from nanomem.providers.port import (
     ProviderError,
     Reply,
@@ -36,6 +36,7 @@ from nanomem.utf8 import clean_text
 
 _CONNECTIONS = 256  # one connection per concurrent chat; the default of 100 would queue them
 _MAX_LINE = 64 * 2**20  # one server-sent event (a whole tool call's arguments may be one)
+_MAX_ERROR = 64 * 1024  # of an error's body: its explanation is at the start
 
 
 class OpenAIHTTPProvider:
@@ -53,7 +54,8 @@ class OpenAIHTTPProvider:
         self.base_url = path.base_url
         self.url = f"{self.base_url}/chat/completions"
         key = settings.api_key.get_secret_value() if settings.api_key is not None else ""
-        self._key = key or os.environ.get(path.key_variable or "OPENAI_API_KEY", "")
+        key = key or os.environ.get(path.key_variable or "OPENAI_API_KEY", "")
+        self._key = key.strip()  # keys hold no spaces; a pasted one may end in a line break
         self._headers = {"Content-Type": "application/json"}
         if self._key:
             self._headers["Authorization"] = f"Bearer {self._key}"
@@ -94,7 +96,8 @@ class OpenAIHTTPProvider:
             async with self._client().post(self.url, data, self._headers) as resp:
                 answered = True
                 if not 200 <= resp.status < 300:
-                    raw = await resp.read()
+                    # The status decides the category, even when its body is cut or endless.
+                    raw = await resp.excerpt(_MAX_ERROR)
                     raise self._error(resp.status, raw, resp.headers.get("retry-after"))
                 if on_text is not None and resp.content_type == "text/event-stream":
                     return await _read_events(resp, ReplyStream(on_text))
@@ -103,6 +106,8 @@ class OpenAIHTTPProvider:
             seconds = f"{self.settings.timeout_s:g} s"
             detail = f"silent for {seconds} mid-answer" if answered else f"no answer in {seconds}"
             raise ProviderError("timeout", detail, 408) from None
+        except HeaderError as exc:  # the only header of the person's making is the key's
+            raise ProviderError("auth", f"the API key cannot be sent: {exc}") from None
         except HTTPError as exc:  # refused, reset, DNS, TLS, truncated body, bad URL
             detail = self._safe(f"{type(exc).__name__}: {exc}")
             if answered:

@@ -49,6 +49,23 @@ VISION_NAMES = (
     "moondream",
     "llama-4",
     "internvl",
+    # Ollama's spellings (`ollama/gemma3:4b`)
+    "gemma3",
+    "qwen2.5vl",
+    "llama4",
+    "mistral-small3.1",
+    "mistral-small3.2",
+)
+# ... but these, whose names contain one of the above, take text only (OpenAI's reasoning
+# previews and minis before o4-mini, Gemma 3's 270M and 1B): an image sent to them is a 400.
+TEXT_ONLY_NAMES = (
+    "o1-mini",
+    "o1-preview",
+    "o3-mini",
+    "gemma-3-1b",
+    "gemma-3-270m",
+    "gemma3:1b",
+    "gemma3:270m",
 )
 
 
@@ -62,11 +79,13 @@ def supports_images(llm: LLMSettings) -> bool:
 
         return litellm_says(llm.model)
     name = path.model.lower().rsplit("/", 1)[-1]  # "meta-llama/Llama-4-Scout" → its own name
+    if any(_fragment_in(fragment, name) for fragment in TEXT_ONLY_NAMES):
+        return False
     return any(_fragment_in(fragment, name) for fragment in VISION_NAMES)
 
 
 def _fragment_in(fragment: str, name: str) -> bool:
-    # "o1" must begin the name (o1-mini), not match inside "llama3.1-o1ish" or "yolo1".
-    if fragment[0] == "o" and fragment[1:].isdigit():
+    # "o1" must begin the name (o1-pro), not match inside "llama3.1-o1ish" or "yolo1".
+    if fragment[0] == "o" and fragment[1].isdigit():
         return name.startswith(fragment)
     return fragment in name

@@ -1,9 +1,11 @@
 import base64
+from typing import Any
 
 import pytest
 
 from nanomem.agent.bus import InboundMessage
 from nanomem.home import Home
+from nanomem.providers.port import Reply, Usage
 from nanomem.providers.scripted import ScriptedProvider
 from tests.conftest import make_app
 
@@ -49,3 +51,25 @@ async def test_media_outside_the_workspace_is_never_read(home: Home, path: str) 
     app = make_app(home, provider, llm={"supports_images": True})
     await app.loop.handle(photo_message(path))
     assert isinstance(provider.calls[-1][-1]["content"], str)  # no image was read
+
+
+async def test_a_photo_counts_in_the_prompt_it_is_sent_in(home: Home) -> None:
+    """The estimate the provider's usage is compared with includes the inline image: a
+    provider that counts exactly what nanomem counts teaches no higher ratio."""
+    app = make_app(home, ScriptedProvider(), llm={"supports_images": True})
+    (app.workspace / "media").mkdir()
+    (app.workspace / "media" / "photo.png").write_bytes(PNG)
+    budget = app.budget
+    budget.use_exact()
+
+    def same_count(messages: list[dict[str, Any]]) -> Reply:
+        prompt = sum(budget.count(m) for m in messages) + budget.count_tools(
+            app.loop.tools.schema_text
+        )
+        return Reply("A pixel.", usage=Usage(prompt, 3), finish_reason="stop")
+
+    provider = app.loop.provider = ScriptedProvider([same_count])
+    before = budget.calibration.factor
+    await app.loop.handle(photo_message())
+    assert isinstance(provider.calls[-1][-1]["content"], list)  # the image went
+    assert budget.calibration.factor < before  # observed ratio 1.0, pulled down from 1.1

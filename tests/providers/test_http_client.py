@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 
 from nanomem.config import LLMSettings
-from nanomem.providers.http_client import HTTPError, Pool
+from nanomem.providers.http_client import HTTPError, Pool, _target
 from nanomem.providers.openai_http import OpenAIHTTPProvider
+from nanomem.providers.port import ProviderError
 from tests.fakes.openai_server import FakeOpenAI
 from tests.providers.test_openai_http import USER
 
@@ -94,6 +95,29 @@ async def test_a_streamed_reply_read_to_its_last_event_keeps_the_connection() ->
         await provider.close()
 
 
+async def test_a_stream_cancelled_midway_leaves_no_half_read_connection_behind() -> None:
+    with FakeOpenAI() as srv:
+        srv.reply("first part, second part", pieces=2, hold_after=2)
+        srv.reply("whole")
+        llm = LLMSettings(model="openai/fake", api_base=srv.base_url, timeout_s=10)
+        provider = OpenAIHTTPProvider(llm)
+        shown = asyncio.Event()
+
+        async def on_text(piece: str) -> None:
+            shown.set()
+
+        task = asyncio.create_task(provider.complete(USER, on_text=on_text))
+        await asyncio.wait_for(shown.wait(), 30)  # a safety net
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        srv.release()
+        reply = await provider.complete(USER, on_text=on_text)
+        assert reply.content == "whole"  # not the rest of the cancelled stream
+        assert provider._session is not None and provider._session.opened == 2
+        await provider.close()
+
+
 async def test_a_connection_the_server_closed_while_idle_is_replaced(pool: Pool) -> None:
     async with raw_server(lambda n: ok(b"fine"), close_after=True) as url:
         assert await call(pool, url) == (200, b"fine")
@@ -159,13 +183,88 @@ async def test_broken_answers_raise_http_errors(pool: Pool, answer: bytes) -> No
             await call(pool, url)
 
 
+@pytest.mark.parametrize(
+    "answer",
+    [
+        b"HTTP/1.1 200 OK\r\nContent-Length: -3\r\n\r\nabc",
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n-5\r\nhello\r\n0\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n0x5\r\nhello\r\n0\r\n\r\n",
+    ],
+)
+async def test_signed_or_prefixed_lengths_are_refused_not_read_to_the_end(answer: bytes) -> None:
+    # The server keeps the connection open: a negative read would wait for its end.
+    pool = Pool(limit=2, connect_s=5, read_s=60)
+    async with raw_server(lambda n: answer) as url:
+        with pytest.raises(HTTPError, match="bad"):
+            await asyncio.wait_for(call(pool, url), 30)  # a safety net
+    await pool.close()
+
+
+async def test_a_body_longer_than_the_limit_is_refused(pool: Pool) -> None:
+    async with raw_server(lambda n: ok(b"x" * 5000)) as url, pool.post(url, b"{}", {}) as resp:
+        with pytest.raises(HTTPError, match="longer than 1000 bytes"):
+            await resp.read(limit=1000)
+
+
+@asynccontextmanager
+async def endless_error_server() -> AsyncIterator[str]:
+    """Answers 503 with a chunked body that never ends."""
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"HTTP/1.1 503 Busy\r\nTransfer-Encoding: chunked\r\n\r\n")
+        chunk = b"%x\r\n%s\r\n" % (4096, b"overloaded " * 372 + b"....")
+        try:
+            while True:
+                writer.write(chunk)
+                await writer.drain()
+        except ConnectionError:
+            writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    try:
+        yield f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/v1"
+    finally:
+        server.close()
+
+
+async def test_an_endless_error_body_is_cut_and_its_status_decides() -> None:
+    async with endless_error_server() as base:
+        provider = OpenAIHTTPProvider(LLMSettings(model="openai/x", api_base=base, timeout_s=10))
+        with pytest.raises(ProviderError) as caught:
+            await asyncio.wait_for(provider.complete(USER), 60)  # a safety net
+        await provider.close()
+    assert caught.value.status == 503 and "overloaded" in str(caught.value)
+
+
+async def test_an_error_whose_body_is_cut_keeps_its_category() -> None:
+    body = b'{"error": {"message": "Incorrect API key provided", "type": "invalid_request_error"'
+    head = b"HTTP/1.1 401 Unauthorized\r\nContent-Length: 500\r\n\r\n"
+    async with raw_server(lambda n: head + body, close_after=True) as url:
+        base = url.removesuffix("/chat/completions")
+        provider = OpenAIHTTPProvider(LLMSettings(model="openai/x", api_base=base, timeout_s=10))
+        with pytest.raises(ProviderError) as caught:
+            await provider.complete(USER)
+        await provider.close()
+    assert caught.value.category == "auth" and "Incorrect API key" in str(caught.value)
+
+
 async def test_bad_urls_and_header_values_raise_before_sending(pool: Pool) -> None:
     with pytest.raises(HTTPError, match="bad URL"):
         await call(pool, "ftp://example.com/x")
+    with pytest.raises(HTTPError, match="bad URL"):  # not a name (idna refuses it)
+        await call(pool, f"http://{'a' * 64}.example.com/x")
     with pytest.raises(HTTPError, match="line break"):
         async with pool.post("http://127.0.0.1:9/x", b"", {"Authorization": "a\r\nX: y"}):
             pass
     assert pool.opened == 0
+
+
+def test_the_request_line_and_host_are_ascii_whatever_the_url() -> None:
+    origin, target, host = _target("http://bücher.example:8080/v1 beta/modèle?q=a b&x=%41")
+    assert origin == ("http", "bücher.example", 8080)
+    assert target == "/v1%20beta/mod%C3%A8le?q=a%20b&x=%41"
+    assert host == "xn--bcher-kva.example:8080"
 
 
 @pytest.fixture

@@ -93,6 +93,21 @@ async def test_key_falls_back_to_openai_api_key(
     assert srv.auth_headers == ["Bearer sk-from-env"]
 
 
+async def test_a_pasted_key_is_used_without_its_line_break(srv: FakeOpenAI, make: Make) -> None:
+    await make(api_key=f"  {TEST_KEY}\n").complete(USER)
+    assert srv.auth_headers == [f"Bearer {TEST_KEY}"]
+
+
+async def test_a_key_that_cannot_be_a_header_is_an_auth_error_never_retried(
+    srv: FakeOpenAI, make: Make
+) -> None:
+    provider = RetryingProvider(make(api_key="sk-pasted\u2013dash"), max_retries=2)
+    with pytest.raises(ProviderError) as err:
+        await provider.complete(USER)
+    assert err.value.category == "auth" and err.value.attempts == 1
+    assert "API key" in err.value.detail and srv.requests == []
+
+
 async def test_missing_key_for_openai_is_refused_without_a_request(make: Make) -> None:
     err = await failure(make(api_key=None, api_base=None))
     assert err.category == "auth"
