@@ -57,6 +57,54 @@ def test_cron_follows_the_zone_across_daylight_saving() -> None:
     assert daily.describe() == "cron `0 9 * * *` (Europe/Berlin)"
 
 
+NEW_YORK = ZoneInfo("America/New_York")
+
+
+def firings(schedule: Schedule, start: datetime, end: datetime) -> list[datetime]:
+    found, moment = [], start
+    while (moment := schedule.next_after(moment)) is not None and moment < end:  # type: ignore[assignment]
+        found.append(moment)
+    return found
+
+
+def test_a_daily_cron_in_the_hour_repeated_when_daylight_saving_ends_fires_once() -> None:
+    daily = make_schedule(
+        "telegram:1", "x", at=None, every_minutes=None, cron="30 1 * * *", zone=NEW_YORK, now=NOW
+    )
+    day = firings(
+        daily, datetime(2026, 10, 31, 12, tzinfo=UTC), datetime(2026, 11, 2, 12, tzinfo=UTC)
+    )
+    assert day == [
+        datetime(2026, 11, 1, 5, 30, tzinfo=UTC),
+        datetime(2026, 11, 2, 6, 30, tzinfo=UTC),
+    ]
+    # Started inside the repeated hour, after its first 01:30: the second 01:30 is today's.
+    assert daily.next_after(datetime(2026, 11, 1, 6, 10, tzinfo=UTC)) == datetime(
+        2026, 11, 1, 6, 30, tzinfo=UTC
+    )
+
+
+def test_cron_occurrences_only_move_forward_across_daylight_saving() -> None:
+    half_hourly = make_schedule(
+        "telegram:1", "x", at=None, every_minutes=None, cron="*/30 * * * *", zone=NEW_YORK, now=NOW
+    )
+    start, end = datetime(2026, 11, 1, 4, tzinfo=UTC), datetime(2026, 11, 1, 9, tzinfo=UTC)
+    found = firings(half_hourly, start, end)
+    assert found == sorted(set(found)) and len(found) >= 7
+    walls = [f.astimezone(NEW_YORK).strftime("%H:%M") for f in found]
+    assert len(walls) == len(set(walls))  # no wall-clock time twice
+    daily = make_schedule(
+        "telegram:1", "x", at=None, every_minutes=None, cron="30 2 * * *", zone=NEW_YORK, now=NOW
+    )
+    # 02:30 does not exist on 2027-03-14: it fires when the clocks have jumped, once.
+    assert firings(
+        daily, datetime(2027, 3, 13, 12, tzinfo=UTC), datetime(2027, 3, 15, 12, tzinfo=UTC)
+    ) == [
+        datetime(2027, 3, 14, 7, 30, tzinfo=UTC),
+        datetime(2027, 3, 15, 6, 30, tzinfo=UTC),
+    ]
+
+
 @pytest.mark.parametrize(
     ("rule", "says"),
     [
