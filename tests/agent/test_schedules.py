@@ -360,3 +360,49 @@ async def test_a_chat_lists_and_cancels_only_its_own(store: ScheduleStore, bus: 
 
 def made_schedule(schedule_id: str) -> Schedule:
     return stored(id=schedule_id, every_minutes=5)
+
+
+async def test_a_repeating_schedule_whose_firing_failed_is_tried_again(
+    store: ScheduleStore, bus: MessageBus
+) -> None:
+    created = datetime.now(UTC).replace(microsecond=0) - timedelta(seconds=55)
+    store.add(stored(every_minutes=1, created_at=created.isoformat()), max_per_chat=5)
+    runner = turns(store, bus)
+    await runner.start({"telegram"})
+    try:
+        (schedule,) = store.load()
+        first = runner.next_run(schedule)
+        assert first == created + timedelta(minutes=1)
+        assert bus.inbox is not None
+        failed: list[str] = []
+        sink = logger.add(
+            lambda m: failed.append(str(m)), filter=lambda r: "could not fire" in r["message"]
+        )
+        bus.inbox.close()  # every inbox read and write fails from now on
+        try:
+            await until(lambda: bool(failed))
+            await until(lambda: not runner._firing)  # the failed firing is over
+        finally:
+            logger.remove(sink)
+        later = runner.next_run(schedule)
+        assert later is not None and later > first  # tried again, not dropped until a restart
+    finally:
+        await runner.stop()
+
+
+async def test_an_occurrence_already_in_the_inbox_is_not_fired_again(
+    store: ScheduleStore, bus: MessageBus
+) -> None:
+    created = datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=10)
+    store.add(stored(every_minutes=60, created_at=created.isoformat()), max_per_chat=5)
+    occurrence = created + timedelta(minutes=60)
+    await bus.receive(INBOX_CHANNEL, [], (position_name("abcd1234"), occurrence.isoformat()))
+    runner = turns(store, bus)
+    await runner.start({"telegram"})
+    try:
+        await runner._fire("abcd1234", occurrence.isoformat(), False)  # a retry of a firing
+        assert bus.inbound_depth == 0
+        (schedule,) = store.load()
+        assert runner.next_run(schedule) == occurrence + timedelta(minutes=60)
+    finally:
+        await runner.stop()
