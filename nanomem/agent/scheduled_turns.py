@@ -373,10 +373,17 @@ class ScheduledTurns:
 
 
 def _latest_until(schedule: Schedule, after: datetime, until: datetime) -> datetime | None:
-    """The last occurrence in (after, until], or None."""
-    found = None
-    moment = schedule.next_after(after)
-    while moment is not None and moment <= until:
-        found = moment
-        moment = schedule.next_after(moment)
-    return found
+    """The last occurrence in (after, until], or None. Looked for in windows back from `until`
+    that double: a walk from `after` would step through every occurrence of the grace, which
+    on the event loop takes seconds for a rule of every minute and a grace of weeks."""
+    window = timedelta(minutes=1)
+    while True:
+        start = max(after, until - window)
+        found = None
+        moment = schedule.next_after(start)
+        while moment is not None and moment <= until:
+            found = moment
+            moment = schedule.next_after(moment)
+        if found is not None or start == after:
+            return found
+        window *= 2

@@ -14,6 +14,7 @@ from nanomem.agent.scheduled_turns import (
     INBOX_CHANNEL,
     NEEDS_GATEWAY,
     ScheduledTurns,
+    _latest_until,
     position_name,
 )
 from nanomem.agent.schedules import Schedule, ScheduleError, ScheduleStore, make_schedule
@@ -406,3 +407,27 @@ async def test_an_occurrence_already_in_the_inbox_is_not_fired_again(
         assert runner.next_run(schedule) == occurrence + timedelta(minutes=60)
     finally:
         await runner.stop()
+
+
+class Counted(Schedule):
+    """Counts the occurrences asked for (a frozen dataclass: the count lives in a list)."""
+
+    asked: list[datetime]
+
+    def next_after(self, moment: datetime) -> datetime | None:
+        self.asked.append(moment)
+        return super().next_after(moment)
+
+
+@pytest.mark.parametrize(("rule", "step"), [({"cron": "* * * * *"}, 1), ({"every_minutes": 7}, 7)])
+def test_the_latest_missed_occurrence_of_a_long_grace_is_found_in_a_few_steps(
+    rule: dict[str, object], step: int
+) -> None:
+    created = NOW - timedelta(days=40)
+    schedule = Counted(**stored(created_at=created.isoformat(), **rule).to_dict())
+    object.__setattr__(schedule, "asked", [])
+    until = NOW + timedelta(seconds=30)
+    found = _latest_until(schedule, NOW - timedelta(days=30), until)
+    assert found is not None and found <= until and until - found < timedelta(minutes=step)
+    assert len(schedule.asked) < 100  # not one step per occurrence of the 30 days
+    assert _latest_until(schedule, until - timedelta(seconds=1), until) is None
