@@ -78,6 +78,10 @@ class Provenance:
     ) -> None:
         self.git, self.history = git, history
         self.groups_see_personal = groups_see_personal
+        # One trace at a time: blame reads the whole memory history (a second or more after
+        # years of Dream runs), and /why skips the chat's queue, so a burst of them would
+        # otherwise fill the worker threads every chat's inbox and session writes wait for.
+        self._tracing = asyncio.Semaphore(1)
 
     def register(self, commands: CommandSet) -> None:
         # Immediate: it only reads, so it must not wait behind the chat's running turn.
@@ -94,7 +98,8 @@ class Provenance:
     async def _why(self, msg: InboundMessage, args: str) -> str:
         audience = audience_of(msg.session_key, self.groups_see_personal)
         try:
-            return await asyncio.to_thread(self.answer, args, audience)
+            async with self._tracing:
+                return await asyncio.to_thread(self.answer, args, audience)
         except GitStoreError as exc:
             return f"Cannot trace it: {exc}."
 

@@ -3,9 +3,11 @@ blame that finds the version of a line, and what each kind of origin answers."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import shutil
 import subprocess
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -302,3 +304,35 @@ def test_blame_on_the_bare_repository_names_the_version_of_each_line(tmp_path: P
     ]
     assert git.blame("USER.md") == []  # not in any version
     assert git.parents(third.sha) == [second.sha]
+
+
+class WatchedBlame(GitStore):
+    """Notes how many blames run at once; the first waits a while for company."""
+
+    def __init__(self, git: GitStore) -> None:
+        super().__init__(git.git_dir, git.workspace, lock=git.lock)
+        self.count_lock, self.running, self.most = threading.Lock(), 0, 0
+        self.company = threading.Event()
+
+    def blame(self, rel: str, at: str | None = None) -> list[tuple[str, str]]:
+        with self.count_lock:
+            self.running += 1
+            self.most = max(self.most, self.running)
+            if self.running > 1:
+                self.company.set()
+        try:
+            self.company.wait(2)  # a second blame arrives at once when nothing serialises them
+            return super().blame(rel, at)
+        finally:
+            with self.count_lock:
+                self.running -= 1
+
+
+async def test_a_burst_of_why_traces_one_line_at_a_time(home: Home) -> None:
+    app = await dreamed(home, CITED)
+    watched = WatchedBlame(app.git)
+    provenance = Provenance(watched, app.history)
+    asked = [InboundMessage("telegram", "42", f"/why Quito {i}") for i in range(3)]
+    answers = await asyncio.gather(*(provenance._why(m, "Quito") for m in asked))
+    assert all(a.startswith("USER.md") for a in answers)
+    assert watched.most == 1
