@@ -336,3 +336,27 @@ async def test_a_burst_of_why_traces_one_line_at_a_time(home: Home) -> None:
     answers = await asyncio.gather(*(provenance._why(m, "Quito") for m in asked))
     assert all(a.startswith("USER.md") for a in answers)
     assert watched.most == 1
+
+
+class CountedBlame(GitStore):
+    def __init__(self, git: GitStore) -> None:
+        super().__init__(git.git_dir, git.workspace, lock=git.lock)
+        self.blamed: list[tuple[str, str | None]] = []
+
+    def blame(self, rel: str, at: str | None = None) -> list[tuple[str, str]]:
+        self.blamed.append((rel, at))
+        return super().blame(rel, at)
+
+
+async def test_blame_is_read_again_only_when_memory_has_a_new_version(home: Home) -> None:
+    app = await dreamed(home, CITED)
+    counted = CountedBlame(app.git)
+    provenance = Provenance(counted, app.history)
+    first = provenance.answer("Quito")
+    assert provenance.answer("Lives in Quito") == first and len(counted.blamed) == 1
+    user = app.workspace / "USER.md"
+    user.write_text(user.read_text() + "- Likes tea\n")
+    assert app.git.commit_manual_edits() is not None
+    assert provenance.answer("Quito") == first  # the line is still Dream's
+    assert "manual edit" in provenance.answer("Likes tea")
+    assert len(counted.blamed) == 2  # once for the new version
