@@ -49,6 +49,7 @@ NO_PUSH = "This chat cannot receive messages the agent starts ({channel}); nothi
 
 # While running, a firing later than this (and than the grace) is skipped: the machine slept.
 LATE_AT_RUN = timedelta(minutes=1)
+RETRY = timedelta(minutes=1)  # after a firing that failed
 
 
 def position_name(schedule_id: str) -> str:
@@ -183,7 +184,19 @@ class ScheduledTurns:
             occurrence = datetime.fromisoformat(occurrence_text)
             await self._fire_once(schedule_id, occurrence, catch_up)
         except Exception:
-            logger.exception("schedule {} could not fire", schedule_id)
+            # The inbox busy or the disk full, say. Its date job is spent: without a retry a
+            # repeating schedule would never fire again until the next start.
+            logger.exception("schedule {} could not fire; trying again in a minute", schedule_id)
+            if self._scheduler is not None:
+                self._scheduler.add_job(
+                    self._fire,
+                    "date",
+                    run_date=datetime.now(UTC) + RETRY,
+                    args=[schedule_id, occurrence_text, False],  # late by then: judged as such
+                    id=schedule_id,
+                    replace_existing=True,
+                    misfire_grace_time=None,
+                )
         finally:
             if task is not None:
                 self._firing.discard(task)
@@ -194,7 +207,10 @@ class ScheduledTurns:
         if schedule is None:
             return  # cancelled meanwhile
         now = datetime.now(UTC)
-        if now - occurrence > max(self.grace, LATE_AT_RUN) and not catch_up:  # the machine slept
+        recorded = await self.bus.position(position_name(schedule.id))
+        if recorded is not None and datetime.fromisoformat(recorded) >= occurrence:
+            pass  # in the inbox already (a retry after a later step failed): not twice
+        elif now - occurrence > max(self.grace, LATE_AT_RUN) and not catch_up:  # the machine slept
             logger.warning("schedule {} is {} late; skipped", schedule_id, now - occurrence)
         else:
             payload = {
@@ -357,10 +373,17 @@ class ScheduledTurns:
 
 
 def _latest_until(schedule: Schedule, after: datetime, until: datetime) -> datetime | None:
-    """The last occurrence in (after, until], or None."""
-    found = None
-    moment = schedule.next_after(after)
-    while moment is not None and moment <= until:
-        found = moment
-        moment = schedule.next_after(moment)
-    return found
+    """The last occurrence in (after, until], or None. Looked for in windows back from `until`
+    that double: a walk from `after` would step through every occurrence of the grace, which
+    on the event loop takes seconds for a rule of every minute and a grace of weeks."""
+    window = timedelta(minutes=1)
+    while True:
+        start = max(after, until - window)
+        found = None
+        moment = schedule.next_after(start)
+        while moment is not None and moment <= until:
+            found = moment
+            moment = schedule.next_after(moment)
+        if found is not None or start == after:
+            return found
+        window *= 2

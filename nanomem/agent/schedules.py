@@ -25,6 +25,7 @@ from nanomem.locks import FileLock
 FORMAT_VERSION = 1
 MAX_TEXT_CHARS = 4000
 MAX_EVERY_MINUTES = 60 * 24 * 366
+_TICK = timedelta(microseconds=1)
 
 
 class ScheduleError(Exception):
@@ -64,20 +65,37 @@ class Schedule:
         if self.at is not None:
             at = datetime.fromisoformat(self.at)
             return at if at > moment else None
-        later = moment + timedelta(microseconds=1)
-        found: datetime | None = self._trigger().get_next_fire_time(None, later)
-        return found
-
-    def _trigger(self) -> Any:
-        created = datetime.fromisoformat(self.created_at).replace(microsecond=0)
         if self.every_minutes is not None:
             from apscheduler.triggers.interval import IntervalTrigger
 
+            created = datetime.fromisoformat(self.created_at).replace(microsecond=0)
             every = timedelta(minutes=self.every_minutes)
-            return IntervalTrigger(minutes=self.every_minutes, start_date=created + every)
+            trigger = IntervalTrigger(minutes=self.every_minutes, start_date=created + every)
+            found: datetime | None = trigger.get_next_fire_time(None, moment + _TICK)
+            return found
+        return self._next_cron(moment)
+
+    def _next_cron(self, moment: datetime) -> datetime | None:
+        """The rule is matched on the zone's wall clock, and each match placed in the zone
+        here: APScheduler's own zone arithmetic fires a daily time of the hour that repeats
+        when daylight saving ends twice, and can step back in time there. A wall time of the
+        repeated hour fires once (its first), unless `moment` is already past that one; a
+        time the clocks skip fires when they have jumped (02:30 at 03:30)."""
         from apscheduler.triggers.cron import CronTrigger
 
-        return CronTrigger.from_crontab(str(self.cron), timezone=self.zone)
+        zone = self.zone
+        rule = CronTrigger.from_crontab(str(self.cron), timezone=UTC)  # UTC has no DST
+        wall = moment.astimezone(zone).replace(tzinfo=UTC, fold=0)
+        match: datetime | None = rule.get_next_fire_time(None, wall + _TICK)
+        for _ in range(4):  # one step is enough; a bound all the same
+            if match is None:
+                return None
+            for fold in (0, 1):
+                found = match.replace(tzinfo=zone, fold=fold).astimezone(UTC)
+                if found > moment:
+                    return found
+            match = rule.get_next_fire_time(None, match + _TICK)
+        return None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

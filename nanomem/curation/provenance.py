@@ -24,6 +24,7 @@ CLOSEST = 3  # lines offered when none matches
 QUOTE_CHARS = 160
 ASKED_CHARS = 80  # of the words asked, repeated in a "no match" answer
 FOLLOW_RESTORES = 5  # restores followed back to where a line first came from
+BLAMES_KEPT = 16  # blames remembered (each a file's lines): a blame reads the whole history
 LEGACY_WINDOW = 50  # entries searched before the cursor of a run that recorded no evidence
 OriginKind = Literal["dream", "hand", "initial", "uncommitted", "restore"]
 
@@ -78,6 +79,13 @@ class Provenance:
     ) -> None:
         self.git, self.history = git, history
         self.groups_see_personal = groups_see_personal
+        # One trace at a time: blame reads the whole memory history (a second or more after
+        # years of Dream runs), and /why skips the chat's queue, so a burst of them would
+        # otherwise fill the worker threads every chat's inbox and session writes wait for.
+        self._tracing = asyncio.Semaphore(1)
+        # Blames by (version, file): a version never changes, and until the next Dream run
+        # every /why blames the same newest one.
+        self._blamed: dict[tuple[str, str], list[tuple[str, str]]] = {}
 
     def register(self, commands: CommandSet) -> None:
         # Immediate: it only reads, so it must not wait behind the chat's running turn.
@@ -94,7 +102,8 @@ class Provenance:
     async def _why(self, msg: InboundMessage, args: str) -> str:
         audience = audience_of(msg.session_key, self.groups_see_personal)
         try:
-            return await asyncio.to_thread(self.answer, args, audience)
+            async with self._tracing:
+                return await asyncio.to_thread(self.answer, args, audience)
         except GitStoreError as exc:
             return f"Cannot trace it: {exc}."
 
@@ -129,7 +138,7 @@ class Provenance:
     def origin(self, line: Line, live: str) -> Origin:
         """The version that wrote `line` of `live` (its file as it was searched), through any
         restores that put it back."""
-        blamed = self.git.blame(line.file)
+        blamed = self._blame(line.file)
         index = _committed_index([text for _, text in blamed], live.splitlines(), line.number - 1)
         if index is None:
             return Origin("uncommitted")
@@ -159,7 +168,19 @@ class Provenance:
             return None
         if not parents:
             return None
-        return next((sha for sha, line in self.git.blame(rel, parents[0]) if line == text), None)
+        return next((sha for sha, line in self._blame(rel, parents[0]) if line == text), None)
+
+    def _blame(self, rel: str, at: str | None = None) -> list[tuple[str, str]]:
+        version = at or self.git.head_sha()
+        if version is None:
+            return []
+        found = self._blamed.get((version, rel))
+        if found is None:
+            found = self.git.blame(rel, version)
+            if len(self._blamed) >= BLAMES_KEPT:
+                self._blamed.clear()
+            self._blamed[(version, rel)] = found
+        return found
 
     # -- explaining -----------------------------------------------------------------------
 

@@ -64,6 +64,7 @@ def fts_query(text: str, *, any_word: bool = False) -> str | None:
     `:`, `(` mean nothing special), `word*` kept as a prefix, "a phrase" kept as a phrase; None
     when no term holds a letter or digit. All terms must match, or with `any_word` any."""
     terms = []
+    text = text.replace("\x00", " ")  # SQLite ends a query string at NUL: "unterminated string"
     for match in _TERM.finditer(text):
         phrase, word = match.group(1), match.group(2)
         raw = phrase if phrase is not None else word

@@ -14,6 +14,7 @@ from nanomem.agent.scheduled_turns import (
     INBOX_CHANNEL,
     NEEDS_GATEWAY,
     ScheduledTurns,
+    _latest_until,
     position_name,
 )
 from nanomem.agent.schedules import Schedule, ScheduleError, ScheduleStore, make_schedule
@@ -55,6 +56,54 @@ def test_cron_follows_the_zone_across_daylight_saving() -> None:
     summer = datetime(2027, 7, 1, 12, tzinfo=UTC)
     assert daily.next_after(summer) == datetime(2027, 7, 2, 7, tzinfo=UTC)  # 09:00 CEST
     assert daily.describe() == "cron `0 9 * * *` (Europe/Berlin)"
+
+
+NEW_YORK = ZoneInfo("America/New_York")
+
+
+def firings(schedule: Schedule, start: datetime, end: datetime) -> list[datetime]:
+    found, moment = [], start
+    while (moment := schedule.next_after(moment)) is not None and moment < end:  # type: ignore[assignment]
+        found.append(moment)
+    return found
+
+
+def test_a_daily_cron_in_the_hour_repeated_when_daylight_saving_ends_fires_once() -> None:
+    daily = make_schedule(
+        "telegram:1", "x", at=None, every_minutes=None, cron="30 1 * * *", zone=NEW_YORK, now=NOW
+    )
+    day = firings(
+        daily, datetime(2026, 10, 31, 12, tzinfo=UTC), datetime(2026, 11, 2, 12, tzinfo=UTC)
+    )
+    assert day == [
+        datetime(2026, 11, 1, 5, 30, tzinfo=UTC),
+        datetime(2026, 11, 2, 6, 30, tzinfo=UTC),
+    ]
+    # Started inside the repeated hour, after its first 01:30: the second 01:30 is today's.
+    assert daily.next_after(datetime(2026, 11, 1, 6, 10, tzinfo=UTC)) == datetime(
+        2026, 11, 1, 6, 30, tzinfo=UTC
+    )
+
+
+def test_cron_occurrences_only_move_forward_across_daylight_saving() -> None:
+    half_hourly = make_schedule(
+        "telegram:1", "x", at=None, every_minutes=None, cron="*/30 * * * *", zone=NEW_YORK, now=NOW
+    )
+    start, end = datetime(2026, 11, 1, 4, tzinfo=UTC), datetime(2026, 11, 1, 9, tzinfo=UTC)
+    found = firings(half_hourly, start, end)
+    assert found == sorted(set(found)) and len(found) >= 7
+    walls = [f.astimezone(NEW_YORK).strftime("%H:%M") for f in found]
+    assert len(walls) == len(set(walls))  # no wall-clock time twice
+    daily = make_schedule(
+        "telegram:1", "x", at=None, every_minutes=None, cron="30 2 * * *", zone=NEW_YORK, now=NOW
+    )
+    # 02:30 does not exist on 2027-03-14: it fires when the clocks have jumped, once.
+    assert firings(
+        daily, datetime(2027, 3, 13, 12, tzinfo=UTC), datetime(2027, 3, 15, 12, tzinfo=UTC)
+    ) == [
+        datetime(2027, 3, 14, 7, 30, tzinfo=UTC),
+        datetime(2027, 3, 15, 6, 30, tzinfo=UTC),
+    ]
 
 
 @pytest.mark.parametrize(
@@ -312,3 +361,73 @@ async def test_a_chat_lists_and_cancels_only_its_own(store: ScheduleStore, bus: 
 
 def made_schedule(schedule_id: str) -> Schedule:
     return stored(id=schedule_id, every_minutes=5)
+
+
+async def test_a_repeating_schedule_whose_firing_failed_is_tried_again(
+    store: ScheduleStore, bus: MessageBus
+) -> None:
+    created = datetime.now(UTC).replace(microsecond=0) - timedelta(seconds=55)
+    store.add(stored(every_minutes=1, created_at=created.isoformat()), max_per_chat=5)
+    runner = turns(store, bus)
+    await runner.start({"telegram"})
+    try:
+        (schedule,) = store.load()
+        first = runner.next_run(schedule)
+        assert first == created + timedelta(minutes=1)
+        assert bus.inbox is not None
+        failed: list[str] = []
+        sink = logger.add(
+            lambda m: failed.append(str(m)), filter=lambda r: "could not fire" in r["message"]
+        )
+        bus.inbox.close()  # every inbox read and write fails from now on
+        try:
+            await until(lambda: bool(failed))
+            await until(lambda: not runner._firing)  # the failed firing is over
+        finally:
+            logger.remove(sink)
+        later = runner.next_run(schedule)
+        assert later is not None and later > first  # tried again, not dropped until a restart
+    finally:
+        await runner.stop()
+
+
+async def test_an_occurrence_already_in_the_inbox_is_not_fired_again(
+    store: ScheduleStore, bus: MessageBus
+) -> None:
+    created = datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=10)
+    store.add(stored(every_minutes=60, created_at=created.isoformat()), max_per_chat=5)
+    occurrence = created + timedelta(minutes=60)
+    await bus.receive(INBOX_CHANNEL, [], (position_name("abcd1234"), occurrence.isoformat()))
+    runner = turns(store, bus)
+    await runner.start({"telegram"})
+    try:
+        await runner._fire("abcd1234", occurrence.isoformat(), False)  # a retry of a firing
+        assert bus.inbound_depth == 0
+        (schedule,) = store.load()
+        assert runner.next_run(schedule) == occurrence + timedelta(minutes=60)
+    finally:
+        await runner.stop()
+
+
+class Counted(Schedule):
+    """Counts the occurrences asked for (a frozen dataclass: the count lives in a list)."""
+
+    asked: list[datetime]
+
+    def next_after(self, moment: datetime) -> datetime | None:
+        self.asked.append(moment)
+        return super().next_after(moment)
+
+
+@pytest.mark.parametrize(("rule", "step"), [({"cron": "* * * * *"}, 1), ({"every_minutes": 7}, 7)])
+def test_the_latest_missed_occurrence_of_a_long_grace_is_found_in_a_few_steps(
+    rule: dict[str, object], step: int
+) -> None:
+    created = NOW - timedelta(days=40)
+    schedule = Counted(**stored(created_at=created.isoformat(), **rule).to_dict())
+    object.__setattr__(schedule, "asked", [])
+    until = NOW + timedelta(seconds=30)
+    found = _latest_until(schedule, NOW - timedelta(days=30), until)
+    assert found is not None and found <= until and until - found < timedelta(minutes=step)
+    assert len(schedule.asked) < 100  # not one step per occurrence of the 30 days
+    assert _latest_until(schedule, until - timedelta(seconds=1), until) is None

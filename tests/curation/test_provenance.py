@@ -3,9 +3,11 @@ blame that finds the version of a line, and what each kind of origin answers."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import shutil
 import subprocess
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -302,3 +304,59 @@ def test_blame_on_the_bare_repository_names_the_version_of_each_line(tmp_path: P
     ]
     assert git.blame("USER.md") == []  # not in any version
     assert git.parents(third.sha) == [second.sha]
+
+
+class WatchedBlame(GitStore):
+    """Notes how many blames run at once; the first waits a while for company."""
+
+    def __init__(self, git: GitStore) -> None:
+        super().__init__(git.git_dir, git.workspace, lock=git.lock)
+        self.count_lock, self.running, self.most = threading.Lock(), 0, 0
+        self.company = threading.Event()
+
+    def blame(self, rel: str, at: str | None = None) -> list[tuple[str, str]]:
+        with self.count_lock:
+            self.running += 1
+            self.most = max(self.most, self.running)
+            if self.running > 1:
+                self.company.set()
+        try:
+            self.company.wait(2)  # a second blame arrives at once when nothing serialises them
+            return super().blame(rel, at)
+        finally:
+            with self.count_lock:
+                self.running -= 1
+
+
+async def test_a_burst_of_why_traces_one_line_at_a_time(home: Home) -> None:
+    app = await dreamed(home, CITED)
+    watched = WatchedBlame(app.git)
+    provenance = Provenance(watched, app.history)
+    asked = [InboundMessage("telegram", "42", f"/why Quito {i}") for i in range(3)]
+    answers = await asyncio.gather(*(provenance._why(m, "Quito") for m in asked))
+    assert all(a.startswith("USER.md") for a in answers)
+    assert watched.most == 1
+
+
+class CountedBlame(GitStore):
+    def __init__(self, git: GitStore) -> None:
+        super().__init__(git.git_dir, git.workspace, lock=git.lock)
+        self.blamed: list[tuple[str, str | None]] = []
+
+    def blame(self, rel: str, at: str | None = None) -> list[tuple[str, str]]:
+        self.blamed.append((rel, at))
+        return super().blame(rel, at)
+
+
+async def test_blame_is_read_again_only_when_memory_has_a_new_version(home: Home) -> None:
+    app = await dreamed(home, CITED)
+    counted = CountedBlame(app.git)
+    provenance = Provenance(counted, app.history)
+    first = provenance.answer("Quito")
+    assert provenance.answer("Lives in Quito") == first and len(counted.blamed) == 1
+    user = app.workspace / "USER.md"
+    user.write_text(user.read_text() + "- Likes tea\n")
+    assert app.git.commit_manual_edits() is not None
+    assert provenance.answer("Quito") == first  # the line is still Dream's
+    assert "manual edit" in provenance.answer("Likes tea")
+    assert len(counted.blamed) == 2  # once for the new version

@@ -149,6 +149,12 @@ async def test_fts_syntax_in_a_query_never_raises(
     assert answer.startswith(("No history entries match", "[", f"{query!r} has no words"))
 
 
+async def test_a_nul_in_a_query_is_a_space(store: HistoryStore, recall: Recall) -> None:
+    await store.append([entry("- the notebook is in the attic")])
+    assert cursors(recall, "attic\x00notebook") == [1]
+    assert cursors(recall, '"the attic\x00') == [1]
+
+
 def test_fts_query_quotes_every_term() -> None:
     assert fts_query('attic "in the" note* AND') == 'content : ("attic" "in the" "note"* "AND")'
     assert fts_query("a b", any_word=True) == 'content : ("a" OR "b")'
