@@ -221,12 +221,12 @@ class Dream:
             self.lock.release()
 
     @contextmanager
-    def exclusive(self) -> Iterator[None]:
+    def exclusive(self, wait_s: float = 0.0) -> Iterator[None]:
         """Hold the Dream lock, so no run starts meanwhile (for a restore; blocking: call in a
-        worker thread). DreamBusy if a run is going. A run a crash interrupted is finished
-        first, so the restore applies to what that run wrote."""
+        worker thread). DreamBusy if a run is going (still, after `wait_s`). A run a crash
+        interrupted is finished first, so the restore applies to what that run wrote."""
         try:
-            self.lock.acquire_sync(wait_s=0)
+            self.lock.acquire_sync(wait_s=wait_s)
         except LockBusy:
             raise DreamBusy from None
         try:

@@ -187,3 +187,34 @@ async def test_a_rejection_a_kill_interrupted_is_finished(home: Home) -> None:
     review._record(pending, "rejected", reason="no")  # killed right after recording
     assert review.current() is None
     assert app.history.dream_cursor() == 2 and not review.pending_path.exists()
+
+
+async def test_a_press_while_the_lock_is_held_for_a_moment_waits_instead_of_failing(
+    home: Home,
+) -> None:
+    """The gateway holds the Dream lock briefly to mark a notice sent: a press then must not
+    be told Dream is running."""
+    import asyncio
+    import threading
+
+    app = await app_with_history(home, ScriptedProvider(LEARN), **ASK)
+    await say(app, "/dream")
+    pending = app.dream.review.peek()
+    assert pending is not None
+    held, release = threading.Event(), threading.Event()
+
+    def hold_briefly() -> None:
+        app.dream.lock.acquire_sync(wait_s=5)
+        held.set()
+        release.wait(30)
+        app.dream.lock.release()
+
+    holder = threading.Thread(target=hold_briefly)
+    holder.start()
+    assert await asyncio.to_thread(held.wait, 30)
+    pressed = asyncio.create_task(say(app, f"/dream-approve {pending.id}"))
+    await asyncio.sleep(0.2)  # the press is waiting on the lock now (or soon)
+    release.set()
+    approved = await pressed
+    await asyncio.to_thread(holder.join, 30)
+    assert approved.content.startswith(f"Approved `{pending.id}`"), approved.content
