@@ -84,6 +84,14 @@ def route(llm: LLMSettings) -> Route:
         return _litellm(llm, prefix, "llm.transport = litellm")
     if llm.transport == "direct":
         return _direct(llm, prefix, rest, host, "llm.transport = direct")
+    chosen = _auto(llm, prefix, rest, host)
+    if chosen.path == "direct" and (variable := _proxy_for(chosen.base_url)):
+        # Behind a proxy the lean client would fail; litellm (httpx) goes through it.
+        return _litellm(llm, prefix, f"{variable} is set and the lean client does not use proxies")
+    return chosen
+
+
+def _auto(llm: LLMSettings, prefix: str, rest: str, host: Host | None) -> Route:
     if host is not None:
         if prefix == "openai" and llm.api_base:
             why = "openai/ with llm.api_base: an OpenAI-compatible server"
@@ -102,6 +110,26 @@ def route(llm: LLMSettings) -> Route:
     if prefix:
         return _litellm(llm, prefix, f"{prefix}/ needs litellm's translation to its own API")
     return _litellm(llm, prefix, f"litellm knows which provider serves {llm.model or '(none)'}")
+
+
+def _is_loopback(host: str) -> bool:
+    return host == "localhost" or host.startswith("127.") or host == "::1"
+
+
+def _proxy_for(url: str) -> str | None:
+    """The proxy variable that applies to `url` (NO_PROXY respected), or None."""
+    parts = urlsplit(url)
+    if _is_loopback(parts.hostname or ""):
+        return None  # a proxy cannot reach this machine's own servers
+    for name in (f"{parts.scheme or 'https'}_proxy", "all_proxy"):
+        for variable in (name, name.upper()):
+            if os.environ.get(variable):
+                # Loaded only when a proxy is set: `nanomem chat` starts without it.
+                from urllib.request import proxy_bypass
+
+                bypassed = proxy_bypass(parts.hostname or "")
+                return None if bypassed else variable
+    return None
 
 
 def key_variable(llm: LLMSettings) -> str:

@@ -74,6 +74,31 @@ def test_an_explicit_transport_wins() -> None:
     assert forced.path == "direct" and forced.base_url == "http://h/v1"
 
 
+def test_a_proxy_in_the_environment_sends_auto_through_litellm(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    for name in ("https_proxy", "http_proxy", "all_proxy", "no_proxy"):
+        monkeypatch.delenv(name, raising=False)
+        monkeypatch.delenv(name.upper(), raising=False)
+    hosted = LLMSettings(model="openai/gpt-4o-mini")
+    local = LLMSettings(model="openai/llama3", api_base="http://127.0.0.1:8000/v1")
+    lan = LLMSettings(model="openai/llama3", api_base="http://gpu-box:8000/v1")
+    assert route(hosted).path == "direct"  # control: no proxy, the lean client
+
+    monkeypatch.setenv("HTTPS_PROXY", "http://proxy.example:3128")
+    behind = route(hosted)
+    assert behind.path == "litellm" and "HTTPS_PROXY" in behind.reason
+    assert route(local).path == "direct"  # loopback is never proxied
+    assert route(lan).path == "direct"  # an http:// server: HTTPS_PROXY does not apply
+    forced = LLMSettings(model="openai/gpt-4o-mini", transport="direct")
+    assert route(forced).path == "direct"  # an explicit choice stands
+
+    monkeypatch.setenv("http_proxy", "http://proxy.example:3128")
+    assert route(lan).path == "litellm"
+    monkeypatch.setenv("NO_PROXY", "gpu-box,api.openai.com")
+    assert route(lan).path == "direct" and route(hosted).path == "direct"
+
+
 def test_the_key_source_names_the_routed_providers_variable(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
