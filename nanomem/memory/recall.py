@@ -13,9 +13,10 @@ import re
 import sqlite3
 import threading
 from dataclasses import dataclass
-from datetime import datetime, time, timedelta
+from datetime import datetime, time, timedelta, tzinfo
 from pathlib import Path
 from typing import Annotated
+from zoneinfo import ZoneInfo
 
 from loguru import logger
 from pydantic import Field
@@ -79,9 +80,10 @@ def fts_query(text: str, *, any_word: bool = False) -> str | None:
     return "content : (" + (" OR " if any_word else " ").join(terms) + ")"
 
 
-def parse_day(text: str, *, end: bool) -> float:
+def parse_day(text: str, *, end: bool, zone: tzinfo | None = None) -> float:
     """A date (`2026-11-22`) or ISO 8601 time as epoch seconds; a bare date means its start
-    (or, with `end`, the start of the next day); naive times are the machine's local time."""
+    (or, with `end`, the start of the next day); naive times are in `zone` (agent.timezone,
+    as schedules read them), or the machine's local time without one."""
     try:
         if len(text.strip()) == 10:
             day = datetime.combine(datetime.fromisoformat(text.strip()).date(), time())
@@ -90,6 +92,8 @@ def parse_day(text: str, *, end: bool) -> float:
             moment = datetime.fromisoformat(text.strip())
     except ValueError:
         raise ToolError(f"{text!r} is not a date (YYYY-MM-DD) or an ISO 8601 time") from None
+    if moment.tzinfo is None and zone is not None:
+        moment = moment.replace(tzinfo=zone)
     return moment.astimezone().timestamp()
 
 
@@ -103,9 +107,10 @@ def _epoch(stamp: str) -> float:
 class Recall:
     """The index at `path`; blocking calls (the tool runs in a worker thread)."""
 
-    def __init__(self, history: HistoryStore, path: Path) -> None:
+    def __init__(self, history: HistoryStore, path: Path, timezone: str | None = None) -> None:
         self.history = history
         self.path = path
+        self.zone = ZoneInfo(timezone) if timezone else None  # config has checked the name
         self._lock = threading.Lock()  # one connection, shared by this process's threads
         self._db: sqlite3.Connection | None = None
 
@@ -346,8 +351,8 @@ class Recall:
         """Search the archive of earlier conversations, best match first."""
         seen_by = current()
         only = None if seen_by is None or seen_by.personal else seen_by.session
-        start = parse_day(since, end=False) if since else None
-        end = parse_day(until, end=True) if until else None
+        start = parse_day(since, end=False, zone=self.zone) if since else None
+        end = parse_day(until, end=True, zone=self.zone) if until else None
         if fts_query(query) is None:
             return f"{query!r} has no words to search for."
         hits = self.search(query, limit, only=only, since=start, until=end)

@@ -85,6 +85,21 @@ async def test_since_and_until(store: HistoryStore, recall: Recall) -> None:
         recall.search_history("tea", since="last tuesday")
 
 
+def test_dates_without_an_offset_are_read_in_the_agents_time_zone(
+    store: HistoryStore, tmp_path: Path
+) -> None:
+    # 23:30 UTC on 1 March is already 2 March in Tokyo (UTC+9).
+    late = HistoryEntry(1, "2026-03-01T23:30:00+00:00", "telegram:1", "- tea late at night", "r")
+    write(store, [late])
+    enter(audience_of("telegram:1"))
+    tokyo = Recall(store, tmp_path / "tokyo.sqlite3", "Asia/Tokyo")
+    utc = Recall(store, tmp_path / "utc.sqlite3", "UTC")
+    assert "late at night" in tokyo.search_history("tea", since="2026-03-02")
+    assert "late at night" not in tokyo.search_history("tea", until="2026-03-01")
+    assert "late at night" in utc.search_history("tea", until="2026-03-01")  # control
+    assert "late at night" not in utc.search_history("tea", since="2026-03-02")
+
+
 async def test_an_entry_stamped_out_of_order_never_shows_outside_the_dates(
     store: HistoryStore, recall: Recall
 ) -> None:
