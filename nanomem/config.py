@@ -229,6 +229,18 @@ def default_home() -> Path:
     return Path(os.environ.get("NANOMEM_HOME") or Path.home() / ".nanomem").expanduser()
 
 
+def is_loopback(host: str) -> bool:
+    """This machine only: `localhost` or a loopback address (a name may resolve anywhere)."""
+    if host == "localhost":
+        return True
+    import ipaddress  # on `nanomem chat`'s way only when a host is checked
+
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
 def read_toml(path: Path) -> dict[str, Any]:
     try:
         with path.open("rb") as fh:

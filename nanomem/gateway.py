@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import os
 import signal
 from collections.abc import Awaitable, Callable
@@ -21,7 +20,7 @@ from nanomem.agent import (
     pump_outbound,
 )
 from nanomem.app import App
-from nanomem.config import ConfigError, Settings
+from nanomem.config import ConfigError, Settings, is_loopback
 from nanomem.health import Health, serve_health
 from nanomem.locks import LockBusy
 
@@ -53,15 +52,6 @@ class GatewayChannel(Channel, Protocol):
 
     def problem(self) -> str | None:
         """None while the channel works; otherwise one line saying what is wrong."""
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False  # a name that may resolve anywhere
 
 
 def enabled_channels(settings: Settings) -> list[str]:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 from urllib.parse import urlsplit
 
-from nanomem.config import ENV_DELIMITER, ENV_PREFIX
+from nanomem.config import ENV_DELIMITER, ENV_PREFIX, is_loopback
 
 if TYPE_CHECKING:
     from nanomem.config import LLMSettings
@@ -112,23 +112,19 @@ def _auto(llm: LLMSettings, prefix: str, rest: str, host: Host | None) -> Route:
     return _litellm(llm, prefix, f"litellm knows which provider serves {llm.model or '(none)'}")
 
 
-def _is_loopback(host: str) -> bool:
-    return host == "localhost" or host.startswith("127.") or host == "::1"
-
-
 def _proxy_for(url: str) -> str | None:
     """The proxy variable that applies to `url` (NO_PROXY respected), or None."""
     parts = urlsplit(url)
-    if _is_loopback(parts.hostname or ""):
-        return None  # a proxy cannot reach this machine's own servers
+    host = parts.hostname or ""
     for name in (f"{parts.scheme or 'https'}_proxy", "all_proxy"):
         for variable in (name, name.upper()):
             if os.environ.get(variable):
+                if is_loopback(host):
+                    return None  # a proxy cannot reach this machine's own servers
                 # Loaded only when a proxy is set: `nanomem chat` starts without it.
                 from urllib.request import proxy_bypass
 
-                bypassed = proxy_bypass(parts.hostname or "")
-                return None if bypassed else variable
+                return None if proxy_bypass(host) else variable
     return None
 
 

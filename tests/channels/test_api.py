@@ -9,8 +9,8 @@ import pytest
 
 from channels.api_wire import BadRequest, completion, parse_request, usage
 from nanomem.agent.bus import Button
-from nanomem.config import ConfigError
-from nanomem.gateway import Gateway, enabled_channels, is_loopback
+from nanomem.config import ConfigError, is_loopback
+from nanomem.gateway import Gateway, enabled_channels
 from nanomem.home import Home
 from nanomem.log import redact
 from nanomem.providers.scripted import ScriptedProvider
