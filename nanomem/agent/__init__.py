@@ -19,7 +19,7 @@ if TYPE_CHECKING:
         load_channel,
         pump_outbound,
     )
-    from nanomem.agent.commands import STOPPED, Answer, Command, CommandSet, parse_command
+    from nanomem.agent.commands import STOPPED, Answer, Command, CommandSet, fenced, parse_command
     from nanomem.agent.context import ContextBuilder
     from nanomem.agent.inbox import SqliteInbox
     from nanomem.agent.loop import AgentLoop
@@ -54,6 +54,7 @@ __all__ = [
     "SqliteInbox",
     "Templates",
     "bundled_dir",
+    "fenced",
     "is_owner",
     "load_channel",
     "parse_command",
@@ -73,7 +74,7 @@ __getattr__ = lazy_exports(
             "load_channel",
             "pump_outbound",
         ),
-        "commands": ("Answer", "Command", "CommandSet", "STOPPED", "parse_command"),
+        "commands": ("Answer", "Command", "CommandSet", "STOPPED", "fenced", "parse_command"),
         "context": ("ContextBuilder",),
         "inbox": ("SqliteInbox",),
         "loop": ("AgentLoop",),

@@ -72,3 +72,11 @@ class CommandSet:
 
     def all(self) -> list[Command]:
         return list(self._commands.values())
+
+
+def fenced(text: str, info: str = "") -> str:
+    """A Markdown code block that holds `text` as written: its fence is longer than any run
+    of backquotes inside, so a line such as "```" cannot end it early (and nothing after it
+    is shown as Markdown: a link hides what it wraps)."""
+    fence = "`" * max([3, *(len(run) + 1 for run in re.findall(r"`+", text))])
+    return f"{fence}{info}\n{text}\n{fence}"

@@ -25,7 +25,7 @@ from typing import Literal
 from loguru import logger
 
 from nanomem.agent.bus import Button, InboundMessage, OutboundMessage, answering, is_owner
-from nanomem.agent.commands import Command, CommandSet
+from nanomem.agent.commands import Command, CommandSet, fenced
 from nanomem.durable import atomic_write_text
 from nanomem.locks import FileLock
 
@@ -160,10 +160,7 @@ class ShellApproval:
         if word is not None:
             buttons.append(Button(f"Always allow {word}", f"/shell-always {key}"))
         buttons.append(Button("Deny", f"/shell-deny {key}"))
-        # A fence longer than any backquote run in the command: it cannot be closed early,
-        # so no part of the command is shown as Markdown (a link hides what it wraps).
-        fence = "`" * max([3, *(len(run) + 1 for run in re.findall(r"`+", command))])
-        text = f"Run this command?\n\n{fence}\n{command}\n{fence}"
+        text = f"Run this command?\n\n{fenced(command)}"
         ask = OutboundMessage(
             asker.channel, asker.chat_id, text, buttons=tuple(buttons), metadata={"ask": key}
         )

@@ -6,11 +6,10 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
-from nanomem.agent import Answer, Command, CommandSet, InboundMessage, is_owner
-from nanomem.audience import audience_of, is_shared_room
+from nanomem.agent import Answer, Command, CommandSet, InboundMessage, fenced
+from nanomem.audience import audience_of
 from nanomem.curation.dream import Dream, DreamBusy
-from nanomem.curation.review import fenced
-from nanomem.curation.review_commands import ReviewCommands
+from nanomem.curation.review_commands import ReviewCommands, owner_in_private
 from nanomem.memory import GitStore, GitStoreError, Version
 
 CHAT_DIFF_CHARS = 3000
@@ -19,11 +18,6 @@ DREAM_IS_RUNNING = "Dream is running; try again when it has finished. Nothing wa
 TOLD_THE_OWNER = "Dream prepared a memory change; it waits for the owner's decision."
 PRIVATE_ONLY = "Memory versions are shown in private chats only."
 OWNER_ONLY = "Memory is restored by the owner, in a private chat."
-
-
-def owner_in_private(msg: InboundMessage) -> bool:
-    """Where the owner's memory may be changed from: the owner, outside a group."""
-    return is_owner(msg) and not is_shared_room(msg.session_key)
 
 
 @dataclass(frozen=True)

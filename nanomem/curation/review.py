@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import difflib
 import json
-import re
 import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -24,7 +23,7 @@ from typing import Any, Literal
 
 from loguru import logger
 
-from nanomem.agent import Button, Templates
+from nanomem.agent import Button, Templates, fenced
 from nanomem.curation.journal import CURSOR_TRAILER, DreamJournal, EditConflict, Journal
 from nanomem.durable import append_lines, atomic_write_text, fsync_dir
 from nanomem.memory import Files, GitStore, HistoryStore, Version, describe_stats
@@ -39,13 +38,6 @@ WAITING = (
     "A memory change is waiting for your decision (/dream-approve or /dream-reject [reason]); "
     "Dream learns more once it is decided."
 )
-
-
-def fenced(text: str, info: str = "") -> str:
-    """A Markdown code block that holds `text` as written: its fence is longer than any run
-    of backquotes inside, so a memory line such as "```" cannot end it early."""
-    fence = "`" * max([3, *(len(run) + 1 for run in re.findall(r"`+", text))])
-    return f"{fence}{info}\n{text}\n{fence}"
 
 
 class ReviewError(Exception):

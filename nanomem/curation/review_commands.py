@@ -6,10 +6,10 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from nanomem.agent import Command, CommandSet, InboundMessage, is_owner
+from nanomem.agent import Command, CommandSet, InboundMessage, fenced, is_owner
 from nanomem.audience import is_shared_room
 from nanomem.curation.dream import Dream, DreamBusy
-from nanomem.curation.review import ReviewError, fenced
+from nanomem.curation.review import ReviewError
 from nanomem.locks import to_thread_to_the_end
 
 BUSY = "Dream is running; try again when it has finished."
@@ -17,6 +17,11 @@ BUSY = "Dream is running; try again when it has finished."
 # waits for it instead of being told Dream is running (a real run takes far longer).
 DECISION_WAIT_S = 5.0
 OWNER_ONLY = "Memory changes are decided by the owner, in a private chat."
+
+
+def owner_in_private(msg: InboundMessage) -> bool:
+    """Where the owner's memory may be changed from: the owner, outside a group."""
+    return is_owner(msg) and not is_shared_room(msg.session_key)
 
 
 class ReviewCommands:
@@ -45,7 +50,7 @@ class ReviewCommands:
         )
 
     async def _approve(self, msg: InboundMessage, args: str) -> str:
-        if is_shared_room(msg.session_key) or not is_owner(msg):
+        if not owner_in_private(msg):
             return OWNER_ONLY
         try:
             pending, version = await to_thread_to_the_end(self._decide, "approve", args, "")
@@ -58,7 +63,7 @@ class ReviewCommands:
         return f"Approved `{pending.id}`: saved as version `{version.short}` ({pending.summary})."
 
     async def _reject(self, msg: InboundMessage, args: str) -> str:
-        if is_shared_room(msg.session_key) or not is_owner(msg):
+        if not owner_in_private(msg):
             return OWNER_ONLY
         wanted, reason = await asyncio.to_thread(self._id_and_reason, args)  # reads a file
         try:
