@@ -43,6 +43,7 @@ from nanomem.plural import plural
 from nanomem.providers import Provider, ProviderError, Reply, TextSink, ToolCall, ToolChoice
 from nanomem.tools import Tool, ToolError, ToolRegistry, read_only_tool
 
+BRIEF_HOLD_S = 5.0  # longer than any bookkeeping hold of the Dream lock
 MemoryFile = Literal["SOUL.md", "USER.md", "memory/MEMORY.md"]
 # Told each phase of a run as it begins: "reading 3 history entries", "analysing",
 # "editing USER.md", "committing".
@@ -221,12 +222,14 @@ class Dream:
             self.lock.release()
 
     @contextmanager
-    def exclusive(self, wait_s: float = 0.0) -> Iterator[None]:
-        """Hold the Dream lock, so no run starts meanwhile (for a restore; blocking: call in a
-        worker thread). DreamBusy if a run is going (still, after `wait_s`). A run a crash
+    def exclusive(self) -> Iterator[None]:
+        """Hold the Dream lock, so no run starts meanwhile (for a restore or a review decision;
+        blocking: call in a worker thread). DreamBusy if a run is going. A run a crash
         interrupted is finished first, so the restore applies to what that run wrote."""
         try:
-            self.lock.acquire_sync(wait_s=wait_s)
+            # The gateway holds the lock a moment to mark a review notice sent; waiting that
+            # out tells it apart from a run, which holds it far longer.
+            self.lock.acquire_sync(wait_s=BRIEF_HOLD_S)
         except LockBusy:
             raise DreamBusy from None
         try:

@@ -13,9 +13,6 @@ from nanomem.curation.review import ReviewError
 from nanomem.locks import to_thread_to_the_end
 
 BUSY = "Dream is running; try again when it has finished."
-# The gateway holds the Dream lock for a moment to mark a notice sent; a press that lands then
-# waits for it instead of being told Dream is running (a real run takes far longer).
-DECISION_WAIT_S = 5.0
 OWNER_ONLY = "Memory changes are decided by the owner, in a private chat."
 
 
@@ -91,7 +88,7 @@ class ReviewCommands:
 
     def _decide(self, what: str, wanted: str, reason: str) -> tuple[Any, Any]:
         """Blocking, under the Dream lock (DreamBusy while a run goes on)."""
-        with self.dream.exclusive(wait_s=DECISION_WAIT_S):
+        with self.dream.exclusive():
             if what == "approve":
                 return self.dream.review.approve(wanted)
             return self.dream.review.reject(wanted, reason), None
