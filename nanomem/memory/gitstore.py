@@ -6,13 +6,14 @@ collide with a git repository the workspace happens to sit in, and the standard 
 it (`git --git-dir=<home>/memory.git log`). All of it is blocking: call through to_thread.
 
 Every write (a commit, a restore, the first version) holds the home's memory lock, so several
-processes on one home take turns; a git ref lock file found while we hold it was left by a
-killed process, and is removed.
+processes on one home take turns; a git lock file (a ref's or a loose object's) found while we
+hold it was left by a killed process, and is removed.
 """
 
 from __future__ import annotations
 
 import io
+import os
 import re
 import time
 from collections.abc import Iterator
@@ -26,7 +27,7 @@ from nanomem.durable import atomic_write_text
 from nanomem.locks import FileLock, LockBusy
 
 if TYPE_CHECKING:  # dulwich itself is imported on first use: not on the way to the prompt
-    from dulwich.objects import ObjectID
+    from dulwich.objects import ObjectID, ShaFile
     from dulwich.refs import Ref
     from dulwich.repo import Repo
 
@@ -41,6 +42,26 @@ LOCK_WAIT_S = 120.0  # writers hold the memory lock for milliseconds; this is a 
 REF_LOCKS = ("HEAD.lock", "packed-refs.lock", "refs/**/*.lock")
 
 Files = dict[str, bytes | None]  # path → content, None when the file does not exist
+
+
+def _remove_stale_lock(stale: Path) -> None:
+    from loguru import logger  # only here: onboarding runs before the chat prompt
+
+    stale.unlink(missing_ok=True)
+    logger.warning("memory.git: removed the stale lock file {} (left by a killed process)", stale)
+
+
+def _add_object(repo: Repo, obj: ShaFile) -> None:
+    """Write a loose object. A process killed while writing one leaves `<object>.lock`, which
+    would refuse this write forever; we hold the memory lock, so it is stale. Looked for only
+    when a write is refused: scanning every object folder on each commit grows with history."""
+    from dulwich.file import FileLocked
+
+    try:
+        repo.object_store.add_object(obj)
+    except FileLocked as locked:
+        _remove_stale_lock(Path(os.fsdecode(locked.lockfilename)))
+        repo.object_store.add_object(obj)
 
 
 class GitStoreError(Exception):
@@ -103,12 +124,7 @@ class GitStore:
     def _clear_stale_ref_locks(self) -> None:
         for pattern in REF_LOCKS:
             for stale in self.git_dir.glob(pattern):
-                from loguru import logger  # only here: onboarding runs before the chat prompt
-
-                stale.unlink(missing_ok=True)
-                logger.warning(
-                    "memory.git: removed the stale lock file {} (left by a killed process)", stale
-                )
+                _remove_stale_lock(stale)
 
     def ensure(self) -> None:
         """Create the repository on first use, with the current files as the first version."""
@@ -178,7 +194,7 @@ class GitStore:
             commit.encoding = b"UTF-8"
             message = _message(kind, stats, diff) + (f"\n{trailer}\n" if trailer else "")
             commit.message = message.encode("utf-8")
-            repo.object_store.add_object(commit)
+            _add_object(repo, commit)
             repo.refs[BRANCH] = commit.id
             repo.refs.set_symbolic_ref(HEAD, BRANCH)
             return self._version(repo, commit.id)
@@ -197,11 +213,11 @@ class GitStore:
                 nested.setdefault(head, {})[rest] = content
                 continue
             blob = Blob.from_string(content)
-            repo.object_store.add_object(blob)
+            _add_object(repo, blob)
             root.add(head.encode(), FILE_MODE, blob.id)
         for folder, children in nested.items():
             root.add(folder.encode(), DIR_MODE, self._write_tree(repo, children))
-        repo.object_store.add_object(root)
+        _add_object(repo, root)
         return root.id
 
     # -- reading --------------------------------------------------------------------------

@@ -129,3 +129,22 @@ def test_works_inside_another_git_repository_and_git_can_read_it(
         check=True,
     ).stdout
     assert "ws/" in outer  # the outer repository just sees ordinary files
+
+
+def test_a_loose_object_lock_left_by_a_killed_process_is_removed(
+    store: GitStore, workspace: Path
+) -> None:
+    from dulwich.objects import Blob
+
+    content = b"# User\n- Name: Ada\n"
+    sha = Blob.from_string(content).id.decode()
+    folder = store.git_dir / "objects" / sha[:2]
+    folder.mkdir(exist_ok=True)
+    stale = folder / f"{sha[2:]}.lock"
+    stale.write_bytes(b"x\x9c")  # what a write killed half-way leaves
+    (workspace / "USER.md").write_bytes(content)
+    version = store.commit_if_changed("manual edit")
+    assert version is not None
+    assert not stale.exists()
+    # the object it refused before is written and readable
+    assert store.files_at(version.sha)["USER.md"] == content
