@@ -261,6 +261,13 @@ class TelegramChannel:
     def problem(self) -> str | None:
         return self._poll.problem
 
+    def admits(self, chat: str, sender: str) -> bool:
+        """Would `sender`'s message in this chat be answered now? (Before a scheduled turn: one
+        made by someone since removed from telegram.allow_from must not reach them.)"""
+        chat_id, _ = target(chat)
+        user_id = int(sender) if sender.lstrip("-").isdigit() else chat_id  # a private chat's
+        return is_allowed(self.settings.allow_from, user_id, chat_id)
+
     def _on_poll_error(self, exc: TelegramError) -> None:
         text = str(exc)
         if isinstance(exc, Conflict):

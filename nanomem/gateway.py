@@ -126,9 +126,14 @@ class Gateway:
         for (not the API: its replies go to a waiting request)."""
         pushing = {name for name, c in self.channels.items() if getattr(c, "pushes", True)}
         try:
-            await self.app.schedules.start(pushing)
+            await self.app.schedules.start(pushing, self._admits)
         except Exception:  # the chats still work; the log says why schedules do not
             logger.exception("gateway: schedules could not start")
+
+    def _admits(self, session: str, sender: str) -> bool:
+        name, _, chat = session.partition(":")
+        check = getattr(self.channels.get(name), "admits", None)
+        return check is None or bool(check(chat, sender))
 
     def _dispatcher_ended(self, task: asyncio.Task[None]) -> None:
         if not task.cancelled() and (exc := task.exception()) is not None:

@@ -204,3 +204,19 @@ def test_the_chat_prompt_waits_for_nothing_it_does_not_need() -> None:
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"
+
+
+def test_files_named_in_the_readme_and_docstrings_exist() -> None:
+    """A module moved or renamed leaves no reader looking for it under its old name."""
+    import re
+
+    folders = "nanomem|channels|tests|templates|workspace-template"
+    named = re.compile(rf"(?<![\w./~-])(?:{folders})/[\w/.-]*\w")
+    texts = [ROOT / "README.md", *CORE, *CHANNELS]
+    missing = sorted(
+        f"{text.relative_to(ROOT)}: {path}"
+        for text in texts
+        for path in set(named.findall(text.read_text(encoding="utf-8")))
+        if not (ROOT / path).exists() and not (ROOT / path.rstrip(".")).exists()
+    )
+    assert missing == []

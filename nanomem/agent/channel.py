@@ -45,6 +45,9 @@ class Channel(Protocol):
         it cannot be delivered now. Called concurrently: keep each chat's order yourself, in
         the order the calls were made (before the first await)."""
 
+    # Optional, for channels with an allow-list that push messages nobody asked for (scheduled
+    # turns): `admits(chat, sender) -> bool`, whether that sender there would be answered now.
+
 
 class ChannelDown(Exception):
     """A channel cannot run right now (bad token, network down); the message is one line."""

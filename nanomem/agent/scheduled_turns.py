@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+from collections.abc import Callable
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta, tzinfo
 from typing import Annotated, Any
@@ -24,7 +25,7 @@ from typing import Annotated, Any
 from loguru import logger
 from pydantic import Field
 
-from nanomem.agent.bus import InboundMessage, MessageBus
+from nanomem.agent.bus import InboundMessage, MessageBus, answering
 from nanomem.agent.commands import Command, CommandSet
 from nanomem.agent.schedules import (
     Schedule,
@@ -51,6 +52,14 @@ NO_PUSH = "This chat cannot receive messages the agent starts ({channel}); nothi
 LATE_AT_RUN = timedelta(minutes=1)
 RETRY = timedelta(minutes=1)  # after a firing that failed
 
+# (session, made_by) → would the session's channel answer that sender there now? A person
+# removed from a channel's allow-list must stop receiving what they scheduled before.
+Admits = Callable[[str, str], bool]
+
+
+def anyone(session: str, made_by: str) -> bool:
+    return True
+
 
 def position_name(schedule_id: str) -> str:
     return f"schedule:{schedule_id}"
@@ -68,6 +77,7 @@ class ScheduledTurns:
         self.store, self.bus, self.templates = store, bus, templates
         self.settings, self.timezone = settings, timezone
         self.channels: set[str] = set()  # channels that deliver what the agent starts
+        self.admits: Admits = anyone
         self._scheduler: Any = None
         self._firing: set[asyncio.Task[None]] = set()
 
@@ -86,18 +96,22 @@ class ScheduledTurns:
 
     # -- lifecycle (the gateway) -------------------------------------------------------------
 
-    async def start(self, channels: set[str]) -> None:
+    async def start(self, channels: set[str], admits: Admits = anyone) -> None:
         """Replay firings an earlier run left in the inbox, then arm every stored schedule:
         one missed while nothing ran fires now if it is less than the grace late."""
         if self.bus.inbox is None:
             raise RuntimeError("scheduled turns need the durable inbox")
         from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
-        self.channels = channels
+        self.channels, self.admits = channels, admits
         self._scheduler = AsyncIOScheduler(timezone=UTC)
         self._scheduler.start()
         for pending in await self.bus.unfinished(INBOX_CHANNEL):
-            await self.bus.publish_inbound(self._message(pending.payload, pending.seq, True))
+            payload = pending.payload
+            if self._refused(payload["id"], payload["session"], payload.get("made_by", "")):
+                await self.bus.forget(pending.seq)
+                continue
+            await self.bus.publish_inbound(self._message(payload, pending.seq, True))
         schedules = await asyncio.to_thread(self.store.load)
         now = datetime.now(UTC)
         armed = 0
@@ -212,6 +226,8 @@ class ScheduledTurns:
             pass  # in the inbox already (a retry after a later step failed): not twice
         elif now - occurrence > max(self.grace, LATE_AT_RUN) and not catch_up:  # the machine slept
             logger.warning("schedule {} is {} late; skipped", schedule_id, now - occurrence)
+        elif self._refused(schedule.id, schedule.session, schedule.made_by):
+            pass  # kept: it fires again once they are allowed back
         else:
             payload = {
                 "id": schedule.id,
@@ -220,6 +236,7 @@ class ScheduledTurns:
                 "rule": schedule.describe(),
                 "created_at": schedule.created_at,
                 "occurrence": occurrence.isoformat(),
+                "made_by": schedule.made_by,
             }
             chat = schedule.session.partition(":")[2]
             position = (position_name(schedule.id), occurrence.isoformat())
@@ -230,6 +247,17 @@ class ScheduledTurns:
             await asyncio.to_thread(self.store.remove, schedule.id)
         else:
             self._arm(schedule, schedule.next_after(max(occurrence, now)))
+
+    def _refused(self, schedule_id: str, session: str, made_by: str) -> bool:
+        if self.admits(session, made_by):
+            return False
+        logger.warning(
+            "schedule {} ({}) skipped: whoever made it ({}) is no longer allowed there",
+            schedule_id,
+            session,
+            made_by or "unknown",
+        )
+        return True
 
     def _message(self, payload: dict[str, Any], seq: int | None, replayed: bool) -> InboundMessage:
         channel, _, chat = str(payload["session"]).partition(":")
@@ -313,6 +341,7 @@ class ScheduledTurns:
         """Schedule a message or task in this chat: once (at), every N minutes, or by cron."""
         session = self._chat()
         now = datetime.now(UTC)
+        asker = answering.get()
         try:
             made = make_schedule(
                 session,
@@ -322,6 +351,7 @@ class ScheduledTurns:
                 cron=cron,
                 zone=self.zone,
                 now=now,
+                made_by=asker.sender_id if asker is not None else "",
             )
             await asyncio.to_thread(self.store.add, made, self.settings.max_per_chat)
         except ScheduleError as exc:

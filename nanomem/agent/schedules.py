@@ -4,7 +4,7 @@ the file in the home that keeps them across restarts.
 `$NANOMEM_HOME/schedules.json` is rewritten whole (temp file, fsync, rename) under the home's
 `schedules` lock, and read fresh from the file for every change, never from a cache. When a
 schedule last fired is not kept here: it is stored in the inbox together with the message it
-fired (nanomem/scheduled_turns.py), so "fired" and "recorded as fired" are one step.
+fired (nanomem/agent/scheduled_turns.py), so "fired" and "recorded as fired" are one step.
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ class Schedule:
     at: str | None = None  # ISO 8601 with an offset
     every_minutes: int | None = None
     cron: str | None = None
+    made_by: str = ""  # the sender who asked for it: it fires only while the channel admits them
     v: int = FORMAT_VERSION
 
     @property
@@ -137,6 +138,7 @@ def make_schedule(
     cron: str | None,
     zone: tzinfo,
     now: datetime,
+    made_by: str = "",
 ) -> Schedule:
     """A new schedule from what the model asked; ScheduleError says what is wrong."""
     text = text.strip()
@@ -161,6 +163,7 @@ def make_schedule(
         text=text,
         created_at=now.astimezone(UTC).isoformat(timespec="seconds"),
         timezone=zone_name(zone),
+        made_by=made_by,
         **fields,
     )
     try:

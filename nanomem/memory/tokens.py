@@ -58,7 +58,8 @@ class BpeTokenizer:
         return len(encoding.encode_ordinary(text))
 
 
-# cl100k as tiktoken_ext.openai_public defines it (tests/test_tokens_load.py checks they agree).
+# cl100k as tiktoken_ext.openai_public defines it (tests/memory/test_tokens_load.py checks
+# they agree).
 _CL100K_URL = "https://openaipublic.blob.core.windows.net/encodings/cl100k_base.tiktoken"
 _CL100K_SHA256 = "223921b76ee99bde995b7ff738513eef100fb51d18c93597a113bcffe865b2a7"
 _CL100K_PATTERN = (

@@ -2,7 +2,8 @@
 the start with a sentence saying what to write instead, not a vague failure at the first turn.
 
 Cheap to import and to run: a table, never litellm itself (its import costs ~2 s that the lean
-path exists to avoid). tests/test_model_names.py keeps the table equal to litellm's own list.
+path exists to avoid). tests/providers/test_model_names.py keeps the table equal to litellm's
+own list.
 """
 
 from __future__ import annotations

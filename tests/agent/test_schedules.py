@@ -8,7 +8,7 @@ from zoneinfo import ZoneInfo
 import pytest
 from loguru import logger
 
-from nanomem.agent.bus import InboundMessage, MessageBus
+from nanomem.agent.bus import InboundMessage, MessageBus, answering
 from nanomem.agent.inbox import SqliteInbox
 from nanomem.agent.scheduled_turns import (
     INBOX_CHANNEL,
@@ -297,6 +297,73 @@ async def test_a_one_shot_that_fired_before_a_restart_does_not_fire_again(
     try:
         await asyncio.sleep(0.5)
         assert bus.inbound_depth == 0 and store.load() == []
+    finally:
+        await runner.stop()
+
+
+async def test_a_schedule_fires_only_while_its_maker_is_admitted(
+    store: ScheduleStore, bus: MessageBus
+) -> None:
+    lines: list[str] = []
+    sink = logger.add(lines.append, level="WARNING", format="{message}")
+    allowed = {"77"}
+    asked: list[tuple[str, str]] = []
+
+    def admits(session: str, made_by: str) -> bool:
+        asked.append((session, made_by))
+        return made_by in allowed
+
+    runner = turns(store, bus, grace_min=0)
+    await runner.start({"telegram"}, admits)
+    try:
+        enter(audience_of("telegram:-500"))
+        answering.set(InboundMessage("telegram", "-500", "remind us", sender_id="77"))
+        soon = datetime.now(UTC) + timedelta(seconds=1)
+        await runner.schedule("stand-up", every_minutes=1)
+        await runner.schedule("water", at=soon.isoformat())
+        (repeating, once) = store.load()
+        assert repeating.made_by == once.made_by == "77"
+        msg = await next_message(bus)  # while allowed, it fires
+        assert msg.content.endswith("water")
+        allowed.clear()  # removed from the allow-list
+        await runner.stop()
+        soon = datetime.now(UTC) + timedelta(seconds=1)
+        made = stored(id="feedf00d", session="telegram:-500", made_by="77", at=soon.isoformat())
+        store.add(made, max_per_chat=5)
+        await runner.start({"telegram"}, admits)
+        await until(lambda: any("feedf00d" in line for line in lines))
+        assert bus.inbound_depth == 0
+        assert ("telegram:-500", "77") in asked
+        refused = "(telegram:-500) skipped: whoever made it (77) is no longer allowed there\n"
+        assert f"schedule feedf00d {refused}" in lines
+        # The firing from before, still waiting for its reply, is not answered either.
+        assert f"schedule {once.id} {refused}" in lines
+        assert bus.inbox is not None and bus.inbox.pending(INBOX_CHANNEL) == []
+        # The one-shot is spent; the repeating one is kept for when they are allowed back.
+        assert [s.id for s in store.load()] == [repeating.id]
+    finally:
+        logger.remove(sink)
+        await runner.stop()
+
+
+async def test_a_firing_left_in_the_inbox_for_a_refused_maker_is_dropped_at_start(
+    store: ScheduleStore, bus: MessageBus
+) -> None:
+    payload = {
+        "id": "abcd1234",
+        "session": "telegram:7",
+        "text": "stretch",
+        "rule": "every 30 min",
+        "created_at": "2026-11-23T10:00:00+00:00",
+        "occurrence": "2026-11-23T10:30:00+00:00",
+        "made_by": "7",
+    }
+    await bus.receive(INBOX_CHANNEL, [("7", payload)], None)
+    runner = turns(store, bus)
+    await runner.start({"telegram"}, lambda session, made_by: made_by != "7")
+    try:
+        assert bus.inbound_depth == 0
+        assert bus.inbox is not None and bus.inbox.pending(INBOX_CHANNEL) == []
     finally:
         await runner.stop()
 

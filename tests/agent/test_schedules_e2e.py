@@ -1,7 +1,8 @@
 """Reminders through the real `nanomem gateway` (a subprocess), python-telegram-bot against the
 loopback Bot API and the lean client against the loopback model: a reminder set a few seconds
 ahead arrives in the chat that set it, also when it fell due while the gateway was down; chats
-list and cancel their own schedules only; `chat -m` says schedules need the gateway."""
+list and cancel their own schedules only; one made by someone since removed from allow_from is
+not sent; `chat -m` says schedules need the gateway."""
 
 from __future__ import annotations
 
@@ -143,6 +144,31 @@ def restart(home: Home, telegram: FakeTelegram, llm: FakeOpenAI) -> None:
     finally:
         assert second.stop() == 0, "".join(second.lines)
     assert [t for t in replies(telegram, 1010) if t.startswith("REMINDER")] == [reminder]
+
+
+def test_a_reminder_of_someone_removed_from_allow_from_is_not_sent(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    home = Home(tmp_path_factory.mktemp("removed") / "home")
+    onboard(home)
+    with FakeTelegram() as telegram, FakeOpenAI() as llm:
+        llm.set_fallback(model)
+        first = GatewayProcess(home, telegram, llm)
+        try:
+            schedule_id(answer(telegram, 1015, "REMIND IN 8 water the plants"))
+        finally:
+            assert first.stop() == 0, "".join(first.lines)
+        due = datetime.now(UTC) + timedelta(seconds=8)
+        wait_until(lambda: datetime.now(UTC) > due, 30, "the reminder to fall due")
+        # The owner took 1015 off telegram.allow_from meanwhile.
+        second = GatewayProcess(home, telegram, llm, NANOMEM_TELEGRAM__ALLOW_FROM="[1000]")
+        try:
+            second.wait_for_line(r"skipped: whoever made it \(1015\) is no longer allowed there")
+            assert answer(telegram, 1000, "still there?") == "plain answer"  # the gateway runs
+        finally:
+            assert second.stop() == 0, "".join(second.lines)
+        assert not [t for t in replies(telegram, 1015) if t.startswith("REMINDER")]
+        assert not any("fired in telegram:1015" in line for line in first.lines + second.lines)
 
 
 def test_chat_m_says_schedules_need_the_gateway(home: Home, fake_llm: FakeOpenAI) -> None:
