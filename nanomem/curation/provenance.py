@@ -24,7 +24,6 @@ CLOSEST = 3  # lines offered when none matches
 QUOTE_CHARS = 160
 ASKED_CHARS = 80  # of the words asked, repeated in a "no match" answer
 FOLLOW_RESTORES = 5  # restores followed back to where a line first came from
-BLAMES_KEPT = 16  # blames remembered (each a file's lines): a blame reads the whole history
 LEGACY_WINDOW = 50  # entries searched before the cursor of a run that recorded no evidence
 OriginKind = Literal["dream", "hand", "initial", "uncommitted", "restore"]
 
@@ -79,13 +78,11 @@ class Provenance:
     ) -> None:
         self.git, self.history = git, history
         self.groups_see_personal = groups_see_personal
-        # One trace at a time: blame reads the whole memory history (a second or more after
-        # years of Dream runs), and /why skips the chat's queue, so a burst of them would
-        # otherwise fill the worker threads every chat's inbox and session writes wait for.
+        # One trace at a time: the first blame of a file after a start reads the whole memory
+        # history (a second or more after years of Dream runs), and /why skips the chat's
+        # queue, so a burst of them would otherwise fill the worker threads every chat's inbox
+        # and session writes wait for.
         self._tracing = asyncio.Semaphore(1)
-        # Blames by (version, file): a version never changes, and until the next Dream run
-        # every /why blames the same newest one.
-        self._blamed: dict[tuple[str, str], list[tuple[str, str]]] = {}
 
     def register(self, commands: CommandSet) -> None:
         # Immediate: it only reads, so it must not wait behind the chat's running turn.
@@ -172,15 +169,7 @@ class Provenance:
 
     def _blame(self, rel: str, at: str | None = None) -> list[tuple[str, str]]:
         version = at or self.git.head_sha()
-        if version is None:
-            return []
-        found = self._blamed.get((version, rel))
-        if found is None:
-            found = self.git.blame(rel, version)
-            if len(self._blamed) >= BLAMES_KEPT:
-                self._blamed.clear()
-            self._blamed[(version, rel)] = found
-        return found
+        return [] if version is None else self.git.blame(rel, version)
 
     # -- explaining -----------------------------------------------------------------------
 

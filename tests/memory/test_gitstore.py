@@ -1,10 +1,18 @@
+from __future__ import annotations
+
+import random
 import shutil
 import subprocess
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
-from nanomem.memory.gitstore import GitStore, GitStoreError
+from nanomem.memory.gitstore import Annotated, GitStore, GitStoreError
+
+if TYPE_CHECKING:
+    from dulwich.objects import ObjectID
+    from dulwich.repo import Repo
 
 
 @pytest.fixture
@@ -148,3 +156,63 @@ def test_a_loose_object_lock_left_by_a_killed_process_is_removed(
     assert not stale.exists()
     # the object it refused before is written and readable
     assert store.files_at(version.sha)["USER.md"] == content
+
+
+class FromScratch(GitStore):
+    """Counts the blames that read the whole history."""
+
+    def __init__(self, git: GitStore) -> None:
+        super().__init__(git.git_dir, git.workspace, lock=git.lock)
+        self.count = 0
+
+    def _annotate_from_scratch(self, repo: Repo, start: ObjectID, path: bytes) -> Annotated:
+        self.count += 1
+        return super()._annotate_from_scratch(repo, start, path)
+
+
+def edited(lines: list[bytes], rng: random.Random) -> list[bytes]:
+    """Inserts, deletions, replacements and repeats, as people and Dream make them."""
+    lines = list(lines)
+    for _ in range(rng.randint(1, 4)):
+        where = rng.randint(0, len(lines))
+        kind = rng.choice(["insert", "insert", "delete", "replace", "repeat"])
+        if kind == "insert" or not lines:
+            lines.insert(where, f"- fact {rng.randint(0, 30)}\n".encode())
+        elif kind == "delete":
+            del lines[min(where, len(lines) - 1)]
+        elif kind == "replace":
+            lines[min(where, len(lines) - 1)] = f"- changed {rng.randint(0, 9)}\n".encode()
+        else:
+            lines.insert(where, rng.choice(lines))
+    return lines
+
+
+def test_a_blame_derived_from_a_kept_one_equals_a_blame_from_scratch(
+    store: GitStore, workspace: Path
+) -> None:
+    rng = random.Random(7)
+    memory: list[bytes] = [b"# Memory\n"]
+    versions = [store.log(limit=1)[0].sha]
+    for step in range(80):
+        memory = edited(memory, rng)
+        body = b"".join(memory)
+        if step % 11 == 5:
+            body = body.rstrip(b"\n")  # a last line without its newline
+        files = store.read_workspace()
+        files["memory/MEMORY.md"] = None if step in (30, 31) else body  # deleted, then back
+        files["USER.md"] = b"# User\n" + body[: step % 5]  # versions that change another file
+        if (made := store.commit_files(files, "dream")) is not None:
+            versions.append(made.sha)
+    assert len(versions) > 70
+    following = FromScratch(store)  # asked about each new version as it comes
+    for sha in versions:
+        scratch = FromScratch(store)  # nothing kept: reads the whole history
+        expected = scratch.blame("memory/MEMORY.md", sha)
+        assert following.blame("memory/MEMORY.md", sha) == expected, sha
+    assert following.count == 1  # the first; every later one followed from the one before
+    leaping = FromScratch(store)
+    leaping.blame("memory/MEMORY.md", versions[3])
+    newest = leaping.blame("memory/MEMORY.md")  # many versions on, in one go
+    assert newest == FromScratch(store).blame("memory/MEMORY.md")
+    assert leaping.count == 1
+    assert {sha for sha, _ in newest} > {versions[-1]}  # lines of several versions
