@@ -325,7 +325,8 @@ class GitStore:
 
     def blame(self, rel: str, at: str | None = None) -> list[tuple[str, str]]:
         """Each line of `rel` in version `at` (default: the newest) with the version that wrote
-        it, in file order ([] if the file is not in that version)."""
+        it, in file order (as dulwich's annotate has it: [] if no version up to `at` had the
+        file, its last lines if `at` deleted it)."""
         with self._open() as repo:
             start = cast("ObjectID", at.encode()) if at else self._head(repo)
             if start is None:
@@ -344,12 +345,15 @@ class GitStore:
         History here is a single line of first parents, and the tracked paths never move."""
         from dulwich.annotate import update_lines
 
+        with self._blames_lock:
+            kept = {
+                sha: lines for (sha, kept_path), lines in self._blames.items() if kept_path == path
+            }
         newer: list[ObjectID] = []
-        sha: ObjectID | None = start
+        sha: ObjectID | None = start if kept else None  # nothing kept: no ancestor to look for
         found: Annotated | None = None
         while sha is not None and len(newer) < BLAME_STEPS:
-            with self._blames_lock:
-                found = self._blames.get((sha, path))
+            found = kept.get(sha)
             if found is not None:
                 break
             newer.append(sha)
@@ -367,9 +371,10 @@ class GitStore:
                     updated = update_lines(lines, step, repo[blob])  # type: ignore[arg-type]
                     found = cast("Annotated", updated)
         with self._blames_lock:
-            if len(self._blames) >= BLAMES_KEPT:
-                self._blames.clear()
-            self._blames[(start, path)] = found
+            self._blames.pop((start, path), None)
+            self._blames[(start, path)] = found  # the most recently asked last
+            while len(self._blames) > BLAMES_KEPT:
+                self._blames.pop(next(iter(self._blames)))
         return found
 
     def _annotate_from_scratch(self, repo: Repo, start: ObjectID, path: bytes) -> Annotated:
