@@ -42,6 +42,7 @@ SLOW_FILES = {
     "test_gateway_e2e.py",
     "test_groups_e2e.py",
     "test_packaging.py",
+    "test_proxy_e2e.py",
     "test_schedules_e2e.py",
 }
 SLOW_TESTS = {

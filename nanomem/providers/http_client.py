@@ -4,8 +4,12 @@ Importing aiohttp costs ~0.15 s of CPU, a third of a one-shot `nanomem chat -m`.
 client needs only this: POST a body, read the status, headers and body (by Content-Length,
 chunked, or to the end of the connection), line by line for server-sent events, over TCP or
 TLS (verified against the system's certificates, as aiohttp's default context does), with
-connections kept alive and reused. As aiohttp was used before (`trust_env` off), it reads no
-proxy settings, follows no redirects and offers no compression.
+connections kept alive and reused. It follows no redirects and offers no compression.
+
+Through the proxy that proxies.py finds in the environment (http:// or https://, Basic
+credentials): an https:// target over a CONNECT tunnel, TLS to the target inside it (TLS in
+TLS for an https:// proxy, which asyncio supports since Python 3.11); an http:// target by its
+absolute URL. Connections through a proxy are pooled apart from direct ones.
 
 Timeouts bound connecting (a free connection included) and each read or write: a reply may
 stream for as long as the server keeps sending. Failures of the connection or the protocol
@@ -22,11 +26,14 @@ from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, TypeVar
 from urllib.parse import quote, urlsplit
 
+from nanomem.providers.proxies import Proxy, proxy_for
+
 if TYPE_CHECKING:
     import ssl
 
 T = TypeVar("T")
 Origin = tuple[str, str, int]  # scheme, host, port
+Key = tuple[Origin, Proxy | None]  # what a kept-alive connection may be reused for
 
 IDLE_S = 15.0  # an idle connection older than this is closed, not reused (aiohttp's default)
 _MAX_HEAD = 64 * 1024  # the status line and headers of a response
@@ -67,9 +74,14 @@ class Response:
     """Status, headers (lowercase names) and the body, read whole or line by line."""
 
     def __init__(
-        self, conn: _Connection, status: int, headers: dict[str, str], read_s: float
+        self,
+        conn: _Connection,
+        status: int,
+        headers: dict[str, str],
+        read_s: float,
+        reason: str = "",  # of the status line ("Not Found")
     ) -> None:
-        self.status, self.headers = status, headers
+        self.status, self.headers, self.reason = status, headers, reason
         self._conn, self._read_s = conn, read_s
         self._pending = bytearray()
         self._left = 0  # bytes left in the body (length) or in the current chunk (chunked)
@@ -188,24 +200,33 @@ class Pool:
         self.closed = False
         self.opened = 0  # connections made so far
         self._slots = asyncio.Semaphore(limit)
-        self._idle: dict[Origin, list[_Connection]] = {}
+        self._idle: dict[Key, list[_Connection]] = {}
         self._tls: ssl.SSLContext | None = None
+        self._proxies: dict[Origin, Proxy | None] = {}  # read from the environment once
 
     @asynccontextmanager
     async def post(self, url: str, data: bytes, headers: dict[str, str]) -> AsyncIterator[Response]:
         """POST `data`; the response's body must be read inside the block."""
         origin, target, host = _target(url)
+        key = origin, self._proxy(origin, url)
+        proxy = key[1]
+        if proxy is not None and origin[0] == "http":  # the proxy forwards it: the whole URL
+            target = f"http://{host}{target}"
+            if proxy.authorization:
+                headers = {**headers, "Proxy-Authorization": proxy.authorization}
         head = _head(target, host, len(data), headers)
         await _timed(self._slots.acquire(), self.connect_s)
         conn: _Connection | None = None
         try:
-            conn, response = await self._exchange(origin, head + data)
+            conn, response = await self._exchange(key, head + data)
+            if proxy is not None and response.status == 407:  # only a proxy answers this
+                raise HTTPError(_refused(proxy, response.status, response.reason), answered=False)
             yield response
             if response.reusable and not response.complete:
                 await response.finish(within=0.25)
             if response.reusable and response.complete and not self.closed:
                 conn.idle_since, conn.reused = time.monotonic(), True
-                self._idle.setdefault(origin, []).append(conn)
+                self._idle.setdefault(key, []).append(conn)
                 conn = None
         finally:
             if conn is not None:  # unread, broken or cancelled: never reused
@@ -224,11 +245,19 @@ class Pool:
                 async with asyncio.timeout(1.0):
                     await asyncio.gather(*waits, return_exceptions=True)
 
-    async def _exchange(self, origin: Origin, request: bytes) -> tuple[_Connection, Response]:
+    def _proxy(self, origin: Origin, url: str) -> Proxy | None:
+        if origin not in self._proxies:
+            proxy = proxy_for(url)
+            # One the lean client cannot speak (SOCKS) is routing's to avoid; asked for anyway
+            # (llm.transport = direct), it connects directly, as it always did.
+            self._proxies[origin] = proxy if proxy is not None and proxy.usable else None
+        return self._proxies[origin]
+
+    async def _exchange(self, key: Key, request: bytes) -> tuple[_Connection, Response]:
         """Send the request and read the response's head. A kept-alive connection the server
         closed while it idled fails before any answer: the request goes once more on a new one."""
         while True:
-            conn = self._reuse(origin) or await self._connect(origin)
+            conn = self._reuse(key) or await self._connect(*key)
             try:
                 conn.writer.write(request)
                 await _timed(conn.writer.drain(), self.read_s)
@@ -242,8 +271,8 @@ class Pool:
                 conn.close()
                 raise
 
-    def _reuse(self, origin: Origin) -> _Connection | None:
-        idle = self._idle.get(origin)
+    def _reuse(self, key: Key) -> _Connection | None:
+        idle = self._idle.get(key)
         while idle:
             conn = idle.pop()  # the most recently used is the least likely to be stale
             if conn.usable():
@@ -251,21 +280,61 @@ class Pool:
             conn.close()
         return None
 
-    async def _connect(self, origin: Origin) -> _Connection:
+    async def _connect(self, origin: Origin, proxy: Proxy | None) -> _Connection:
         scheme, host, port = origin
-        tls = await self._tls_context() if scheme == "https" else None
+        if proxy is None:
+            return await self._open(host, port, tls=scheme == "https", name=f"{host}:{port}")
+        name = f"the proxy at {proxy.address}"  # never its credentials
+        conn = await self._open(proxy.host, proxy.port, tls=proxy.scheme == "https", name=name)
+        if scheme == "https":
+            try:
+                await self._tunnel(conn, origin, proxy)
+            except BaseException:
+                conn.close()
+                raise
+        return conn
+
+    async def _open(self, host: str, port: int, *, tls: bool, name: str) -> _Connection:
+        context = await self._tls_context() if tls else None
         try:
-            connecting = asyncio.open_connection(
-                host, port, ssl=tls, limit=_MAX_HEAD, happy_eyeballs_delay=0.25
-            )
-            reader, writer = await _timed(connecting, self.connect_s)
+            async with asyncio.timeout(self.connect_s):
+                reader, writer = await asyncio.open_connection(
+                    host, port, ssl=context, limit=_MAX_HEAD, happy_eyeballs_delay=0.25
+                )
         except TimeoutError:
             raise
         except (OSError, UnicodeError) as exc:  # refused, unresolvable (not even a name: idna
             # refuses it), TLS refused or unverifiable
-            raise HTTPError(f"cannot connect to {host}:{port}: {exc}") from None
+            raise HTTPError(f"cannot connect to {name}: {exc}", answered=False) from None
         self.opened += 1
         return _Connection(reader, writer)
+
+    async def _tunnel(self, conn: _Connection, origin: Origin, proxy: Proxy) -> None:
+        """CONNECT through `proxy` to `origin`, then TLS to the target (its certificate and
+        name verified) inside the tunnel; each step bounded by the connect timeout."""
+        _, host, port = origin
+        authority = f"{_named(host)}:{port}"
+        lines = [f"CONNECT {authority} HTTP/1.1", f"Host: {authority}", "User-Agent: nanomem"]
+        if proxy.authorization:
+            lines.append(f"Proxy-Authorization: {proxy.authorization}")
+        try:
+            conn.writer.write(("\r\n".join(lines) + "\r\n\r\n").encode("ascii"))
+            await _timed(conn.writer.drain(), self.connect_s)
+            raw = await _timed(conn.reader.readuntil(b"\r\n\r\n"), self.connect_s)
+            status, _ = _parse_head(raw)
+        except HTTPError as exc:
+            raise HTTPError(f"the proxy at {proxy.address}: {exc}", answered=False) from None
+        if not 200 <= status < 300:
+            raise HTTPError(_refused(proxy, status, _reason(raw), authority), answered=False)
+        context = await self._tls_context()
+        try:
+            async with asyncio.timeout(self.connect_s):
+                await conn.writer.start_tls(context, server_hostname=host)
+        except TimeoutError:
+            raise
+        except (OSError, UnicodeError) as exc:  # TLS refused or the certificate unverifiable
+            through = f"through the proxy at {proxy.address}"
+            raise HTTPError(f"cannot connect to {authority} {through}: {exc}") from None
 
     async def _tls_context(self) -> ssl.SSLContext:
         if self._tls is None:
@@ -278,7 +347,7 @@ class Pool:
             raw = await _timed(conn.reader.readuntil(b"\r\n\r\n"), self.read_s)
             status, headers = _parse_head(raw)
             if not (100 <= status < 200) or status == 101:
-                return Response(conn, status, headers, self.read_s)
+                return Response(conn, status, headers, self.read_s, _reason(raw))
             # 1xx (100 Continue, 103 Early Hints): the real answer follows.
 
 
@@ -313,13 +382,24 @@ def _target(url: str) -> tuple[Origin, str, str]:
     default = 443 if parts.scheme == "https" else 80
     port = port or default
     try:  # the request line and Host are ASCII: a space or a non-ASCII letter is encoded
-        named = f"[{host}]" if ":" in host else host.encode("idna").decode("ascii")
+        named = _named(host)
     except UnicodeError as exc:
         raise HTTPError(f"bad URL {url!r}: {exc}") from None
     host_header = named if port == default else f"{named}:{port}"
     target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
     target = quote(target, safe="/%?=&;:@!$'()*+,~")
     return (parts.scheme, host, port), target, host_header
+
+
+def _named(host: str) -> str:
+    """The host as a request line or Host header holds it (ASCII; IPv6 in brackets)."""
+    return f"[{host}]" if ":" in host else host.encode("idna").decode("ascii")
+
+
+def _refused(proxy: Proxy, status: int, reason: str, target: str = "") -> str:
+    tunnel = f" the tunnel to {target}" if target else ""
+    hint = " (check the user and password in the proxy URL)" if status == 407 else ""
+    return f"the proxy at {proxy.address} refused{tunnel}: {status} {reason}".rstrip() + hint
 
 
 def _head(target: str, host: str, length: int, headers: dict[str, str]) -> bytes:
@@ -362,6 +442,12 @@ def _parse_head(raw: bytes) -> tuple[int, dict[str, str]]:
     if "close" in headers.get("connection", "").lower() or version == "HTTP/1.0":
         headers["connection"] = "close"  # an HTTP/1.0 answer is never kept alive
     return status, headers
+
+
+def _reason(raw: bytes) -> str:
+    """The reason phrase of a status line ("Proxy Authentication Required"), trimmed."""
+    line = raw.split(b"\r\n", 1)[0].decode("latin-1")
+    return " ".join(line.split(" ", 2)[2:])[:80]
 
 
 def _tls_context() -> ssl.SSLContext:

@@ -9,11 +9,12 @@ no 2 s import) and only providers whose APIs need translation through litellm. C
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Literal
 from urllib.parse import urlsplit
 
-from nanomem.config import ENV_DELIMITER, ENV_PREFIX, is_loopback
+from nanomem.config import ENV_DELIMITER, ENV_PREFIX
+from nanomem.providers.proxies import proxy_for
 
 if TYPE_CHECKING:
     from nanomem.config import LLMSettings
@@ -66,11 +67,14 @@ class Route:
     needs_key: bool = False  # direct: refuse a keyless call to a hosted API before sending
     # OpenAI's newer models refuse max_tokens; other servers may not know its successor.
     max_tokens_field: str = "max_tokens"
+    proxy: str = ""  # direct: the proxy it goes through (scheme://host:port, no credentials)
 
     def describe(self) -> str:
         """One line for `nanomem status`."""
         if self.path == "direct":
-            return f"lean client (direct) to {self.base_url or '(no api_base)'}: {self.reason}"
+            via = f" through the proxy at {self.proxy}" if self.proxy else ""
+            base = self.base_url or "(no api_base)"
+            return f"lean client (direct) to {base}{via}: {self.reason}"
         return f"litellm: {self.reason}"
 
 
@@ -83,12 +87,18 @@ def route(llm: LLMSettings) -> Route:
     if llm.transport == "litellm":
         return _litellm(llm, prefix, "llm.transport = litellm")
     if llm.transport == "direct":
-        return _direct(llm, prefix, rest, host, "llm.transport = direct")
-    chosen = _auto(llm, prefix, rest, host)
-    if chosen.path == "direct" and (variable := _proxy_for(chosen.base_url)):
-        # Behind a proxy the lean client would fail; litellm (httpx) goes through it.
-        return _litellm(llm, prefix, f"{variable} is set and the lean client does not use proxies")
-    return chosen
+        chosen = _direct(llm, prefix, rest, host, "llm.transport = direct")
+    else:
+        chosen = _auto(llm, prefix, rest, host)
+    proxy = proxy_for(chosen.base_url) if chosen.path == "direct" else None
+    if proxy is None:
+        return chosen
+    if proxy.usable:  # the lean client connects through it (http_client.py asks proxy_for too)
+        return replace(chosen, proxy=proxy.shown)
+    if llm.transport == "direct":  # an explicit choice stands: the lean client connects directly
+        return replace(chosen, reason=f"{chosen.reason} (not through {proxy.variable})")
+    # A proxy the lean client does not speak (SOCKS): litellm (httpx) goes through it.
+    return _litellm(llm, prefix, proxy.problem)
 
 
 def _auto(llm: LLMSettings, prefix: str, rest: str, host: Host | None) -> Route:
@@ -110,22 +120,6 @@ def _auto(llm: LLMSettings, prefix: str, rest: str, host: Host | None) -> Route:
     if prefix:
         return _litellm(llm, prefix, f"{prefix}/ needs litellm's translation to its own API")
     return _litellm(llm, prefix, f"litellm knows which provider serves {llm.model or '(none)'}")
-
-
-def _proxy_for(url: str) -> str | None:
-    """The proxy variable that applies to `url` (NO_PROXY respected), or None."""
-    parts = urlsplit(url)
-    host = parts.hostname or ""
-    for name in (f"{parts.scheme or 'https'}_proxy", "all_proxy"):
-        for variable in (name, name.upper()):
-            if os.environ.get(variable):
-                if is_loopback(host):
-                    return None  # a proxy cannot reach this machine's own servers
-                # Loaded only when a proxy is set: `nanomem chat` starts without it.
-                from urllib.request import proxy_bypass
-
-                return None if proxy_bypass(host) else variable
-    return None
 
 
 def key_variable(llm: LLMSettings) -> str:

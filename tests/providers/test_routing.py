@@ -74,7 +74,7 @@ def test_an_explicit_transport_wins() -> None:
     assert forced.path == "direct" and forced.base_url == "http://h/v1"
 
 
-def test_a_proxy_in_the_environment_sends_auto_through_litellm(
+def test_auto_keeps_the_lean_client_behind_an_http_proxy_and_says_so(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     for name in ("https_proxy", "http_proxy", "all_proxy", "no_proxy"):
@@ -83,20 +83,35 @@ def test_a_proxy_in_the_environment_sends_auto_through_litellm(
     hosted = LLMSettings(model="openai/gpt-4o-mini")
     local = LLMSettings(model="openai/llama3", api_base="http://127.0.0.1:8000/v1")
     lan = LLMSettings(model="openai/llama3", api_base="http://gpu-box:8000/v1")
-    assert route(hosted).path == "direct"  # control: no proxy, the lean client
+    assert route(hosted).proxy == "" and "proxy" not in route(hosted).describe()  # control
 
-    monkeypatch.setenv("HTTPS_PROXY", "http://proxy.example:3128")
+    monkeypatch.setenv("HTTPS_PROXY", "http://me:s3cret@proxy.example:3128")
     behind = route(hosted)
-    assert behind.path == "litellm" and "HTTPS_PROXY" in behind.reason
-    assert route(local).path == "direct"  # loopback is never proxied
-    assert route(lan).path == "direct"  # an http:// server: HTTPS_PROXY does not apply
-    forced = LLMSettings(model="openai/gpt-4o-mini", transport="direct")
-    assert route(forced).path == "direct"  # an explicit choice stands
-
+    assert behind.path == "direct" and behind.proxy == "http://proxy.example:3128"
+    assert "through the proxy at http://proxy.example:3128" in behind.describe()
+    assert "s3cret" not in behind.describe() and "s3cret" not in repr(behind)
+    assert route(local).proxy == ""  # loopback is never proxied
+    assert route(lan).proxy == ""  # an http:// server: HTTPS_PROXY does not apply
     monkeypatch.setenv("http_proxy", "http://proxy.example:3128")
-    assert route(lan).path == "litellm"
+    assert route(lan).path == "direct" and route(lan).proxy == "http://proxy.example:3128"
     monkeypatch.setenv("NO_PROXY", "gpu-box,api.openai.com")
-    assert route(lan).path == "direct" and route(hosted).path == "direct"
+    assert route(lan).proxy == "" and route(hosted).proxy == ""
+
+
+def test_a_proxy_the_lean_client_does_not_speak_sends_auto_through_litellm(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    for name in ("https_proxy", "http_proxy", "all_proxy", "no_proxy"):
+        monkeypatch.delenv(name, raising=False)
+        monkeypatch.delenv(name.upper(), raising=False)
+    monkeypatch.setenv("ALL_PROXY", "socks5://me:s3cret@127.0.0.1:1080")
+    hosted = LLMSettings(model="openai/gpt-4o-mini")
+    socks = route(hosted)
+    assert socks.path == "litellm" and "ALL_PROXY is a socks5:// proxy" in socks.reason
+    assert "s3cret" not in socks.describe()
+    forced = route(hosted.model_copy(update={"transport": "direct"}))
+    assert forced.path == "direct" and forced.proxy == ""  # an explicit choice stands
+    assert "not through ALL_PROXY" in forced.describe()
 
 
 def test_the_key_source_names_the_routed_providers_variable(

@@ -1,0 +1,61 @@
+"""The real `nanomem` behind an HTTP proxy: the lean client tunnels to a model host that only
+the proxy can reach, and neither status, the log nor the sessions show the proxy's password."""
+
+from pathlib import Path
+
+import pytest
+
+from nanomem.home import Home
+from tests.conftest import cli_env, run_cli
+from tests.fakes.openai_server import FakeOpenAI
+from tests.fakes.proxy_server import FakeProxy, make_certificate, server_context
+
+TARGET = "model.example.test"  # resolves nowhere: only the proxy reaches it
+PASSWORD = "pr0xy-s3cret"
+
+
+def proxied_env(home: Home, server: FakeOpenAI, proxy_url: str, cert: Path) -> dict[str, str]:
+    env = cli_env(home, server)
+    for name in ("https_proxy", "http_proxy", "all_proxy", "no_proxy"):
+        env.pop(name, None)
+        env.pop(name.upper(), None)
+    env.update(
+        HTTPS_PROXY=proxy_url,
+        SSL_CERT_FILE=str(cert),  # the system trusts the model host's certificate
+        NANOMEM_LLM__API_BASE=f"https://{TARGET}/v1",
+        NANOMEM_LLM__MAX_RETRIES="0",
+    )
+    return env
+
+
+def test_chat_goes_through_the_proxy_on_the_lean_client(
+    home: Home, fake_llm: FakeOpenAI, tmp_path: Path
+) -> None:
+    certificate = make_certificate(tmp_path, TARGET)
+    if certificate is None:
+        pytest.skip("the openssl command makes the test certificate")
+    fake_llm.reply("Hello through the proxy")
+    port = int(fake_llm.base_url.split(":")[2].split("/")[0])
+    tls = server_context(certificate)  # the proxy plays the model host's TLS end
+    with FakeProxy(port, credentials=("me", PASSWORD), terminate=tls) as proxy:
+        url = proxy.url.replace("://", f"://me:{PASSWORD}@")
+        env = proxied_env(home, fake_llm, url, certificate[0])
+        chat = run_cli("chat", "-m", "hi", env=env)
+        status = run_cli("status", env=env)
+        wrong = {**env, "HTTPS_PROXY": url.replace(PASSWORD, f"{PASSWORD}x")}
+        refused = run_cli("chat", "-m", "again", env=wrong)
+    assert chat.returncode == 0, chat.stderr
+    assert chat.stdout == "Hello through the proxy\n"
+    assert proxy.connects[0] == f"{TARGET}:443" and len(fake_llm.requests) == 1
+    assert status.returncode == 0, status.stderr
+    path = next(line for line in status.stdout.splitlines() if "model path" in line)
+    assert "lean client" in path and f"through the proxy at {proxy.url}" in path
+    assert refused.returncode != 0 and "could not reach" in refused.stderr
+    log = "".join(p.read_text() for p in (home.root / "logs").glob("*.log"))
+    assert f"the proxy at 127.0.0.1:{proxy.port} refused the tunnel" in log and "407" in log
+    shown = chat.stdout + chat.stderr + status.stdout + status.stderr
+    shown += refused.stdout + refused.stderr
+    assert PASSWORD not in shown
+    written = [p for p in home.root.rglob("*") if p.is_file() and "memory.git" not in p.parts]
+    assert any(p.suffix == ".jsonl" for p in written) and any(p.suffix == ".log" for p in written)
+    assert not [p for p in written if PASSWORD.encode() in p.read_bytes()]
