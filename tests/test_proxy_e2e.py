@@ -50,7 +50,8 @@ def test_chat_goes_through_the_proxy_on_the_lean_client(
     assert status.returncode == 0, status.stderr
     path = next(line for line in status.stdout.splitlines() if "model path" in line)
     assert "lean client" in path and f"through the proxy at {proxy.url}" in path
-    assert refused.returncode != 0 and "could not reach" in refused.stderr
+    assert refused.returncode != 0
+    assert f"could not reach the model service through the proxy at {proxy.url}" in refused.stderr
     log = "".join(p.read_text() for p in (home.root / "logs").glob("*.log"))
     assert f"the proxy at 127.0.0.1:{proxy.port} refused the tunnel" in log and "407" in log
     shown = chat.stdout + chat.stderr + status.stdout + status.stderr

@@ -28,7 +28,7 @@ from nanomem.config import Settings
 from nanomem.log import redact, redact_message, shown_so_far
 from nanomem.memory import Budget, Session, SessionStore, to_wire
 from nanomem.plural import plural
-from nanomem.providers import Provider, ProviderError, ToolCall, key_source
+from nanomem.providers import Provider, ProviderError, ToolCall, key_source, route
 from nanomem.tools import ToolRegistry
 
 BeforeTurn = Callable[[Session, InboundMessage], Awaitable[None]]
@@ -298,6 +298,7 @@ class AgentLoop:
             category=exc.category,
             model=self.settings.llm.model,
             key_source=key_source(self.settings.llm),
+            proxy=route(self.settings.llm).proxy if exc.category == "unreachable" else "",
         )
         # Saved as ours, not the model's words: the next turn's prompt says no reply was given.
         failed = {
