@@ -82,10 +82,18 @@ def test_missing_variables_are_errors_not_blanks() -> None:
 def test_every_error_category_has_its_own_message() -> None:
     categories = get_args(ErrorCategory)  # every category the providers can report
     texts = {
-        Templates().render("provider_error.md.j2", category=c, model="m", key_source="k")
+        Templates().render("provider_error.md.j2", category=c, model="m", key_source="k", proxy="")
         for c in categories
     }
     assert len(texts) == len(categories)
+    proxied = Templates().render(
+        "provider_error.md.j2",
+        category="unreachable",
+        model="m",
+        key_source="k",
+        proxy="http://p:3128",
+    )
+    assert "through the proxy at http://p:3128" in proxied and proxied not in texts
 
 
 def test_workspace_override_wins(tmp_path: Path) -> None:
