@@ -9,6 +9,7 @@ import sys
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote, urlsplit
 
 from loguru import logger
 
@@ -40,6 +41,19 @@ def register_environment_secrets(environ: Mapping[str, str] = os.environ) -> Non
         for name, value in environ.items()
         if is_secret_name(name) and len(value) >= _MIN_ENV_SECRET
     )
+    # A proxy URL's password (HTTPS_PROXY=http://me:pw@host): a library's error or a shell
+    # command's output (`env`) may show the URL, and its name says nothing of a secret.
+    for name, value in environ.items():
+        if name.lower().endswith("_proxy") and "@" in value:
+            password = _password(value)
+            register_secrets([password, unquote(password)] if password else [])
+
+
+def _password(url: str) -> str | None:
+    try:
+        return urlsplit(url if "://" in url else f"http://{url}").password
+    except ValueError:  # an unreadable URL: the lean client does not use it either
+        return None
 
 
 def redact(text: str) -> str:

@@ -2,7 +2,7 @@ from pathlib import Path
 
 from loguru import logger
 
-from nanomem.log import register_secrets, setup_logging
+from nanomem.log import redact, register_environment_secrets, register_secrets, setup_logging
 
 
 def test_registered_secrets_are_masked_in_messages_and_tracebacks(tmp_path: Path) -> None:
@@ -30,3 +30,11 @@ def test_stdlib_loggers_are_routed_and_masked(tmp_path: Path) -> None:
     logging.getLogger("httpx").warning("POST https://api.telegram.org/bot%s/getMe", secret)
     text = (tmp_path / "nanomem.log").read_text()
     assert "/bot***/getMe" in text and secret not in text
+
+
+def test_a_proxy_urls_password_is_a_secret() -> None:
+    register_environment_secrets({"HTTPS_PROXY": "http://me:pr%40xy-pw-77@proxy.corp:3128"})
+    register_environment_secrets({"http_proxy": "you:other-pw-88@proxy.corp:3128"})  # no scheme
+    register_environment_secrets({"ALL_PROXY": "http://[bad"})  # unreadable: no error
+    shown = redact("HTTPS_PROXY=http://me:pr%40xy-pw-77@proxy.corp:3128 pr@xy-pw-77 other-pw-88")
+    assert shown == "HTTPS_PROXY=http://me:***@proxy.corp:3128 *** ***"

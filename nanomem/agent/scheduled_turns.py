@@ -269,7 +269,11 @@ class ScheduledTurns:
             created=local(created, self.zone),
             text=payload["text"],
         )
-        message = InboundMessage(channel, chat, content, metadata={"schedule": payload["id"]})
+        # From its maker: a schedule the turn makes in turn has the same one (and is admitted
+        # as theirs), where no sender would be refused in a group admitting people one by one.
+        maker = str(payload.get("made_by", ""))
+        metadata = {"schedule": payload["id"]}
+        message = InboundMessage(channel, chat, content, maker, metadata=metadata)
         if seq is None:
             return message
         return replace(message, id=InboundMessage.inbox_id(seq), seq=seq, replayed=replayed)

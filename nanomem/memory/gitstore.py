@@ -379,9 +379,12 @@ class GitStore:
 
     def _annotate_from_scratch(self, repo: Repo, start: ObjectID, path: bytes) -> Annotated:
         # dulwich's annotate reads only the object store, so it works on this bare repository.
+        # Not following renames: the tracked paths never move, and a version that drops one
+        # file and brings back another much like it would otherwise be blamed unlike the same
+        # version derived step by step.
         from dulwich.annotate import annotate_lines
 
-        lines = annotate_lines(repo.object_store, start, path)
+        lines = annotate_lines(repo.object_store, start, path, follow=False)
         return [(commit.id, line) for (commit, _), line in lines]
 
     def _version(self, repo: Repo, sha: ObjectID) -> Version:

@@ -320,13 +320,23 @@ class Pool:
         try:
             conn.writer.write(("\r\n".join(lines) + "\r\n\r\n").encode("ascii"))
             await _timed(conn.writer.drain(), self.connect_s)
-            raw = await _timed(conn.reader.readuntil(b"\r\n\r\n"), self.connect_s)
-            status, _ = _parse_head(raw)
+            status = 100
+            while 100 <= status < 200:  # 1xx: informational, the real answer follows
+                raw = await _timed(conn.reader.readuntil(b"\r\n\r\n"), self.connect_s)
+                status, _ = _parse_head(raw)
         except HTTPError as exc:
             raise HTTPError(f"the proxy at {proxy.address}: {exc}", answered=False) from None
         if not 200 <= status < 300:
             raise HTTPError(_refused(proxy, status, _reason(raw), authority), answered=False)
         context = await self._tls_context()
+        # Bytes after the answer came before TLS: read later as the target's reply, they would
+        # let the proxy forge one past the verified certificate. (No public way to peek; from
+        # here to start_tls nothing yields, so nothing more can arrive unchecked.)
+        if getattr(conn.reader, "_buffer", b""):
+            raise HTTPError(
+                f"the proxy at {proxy.address} sent data before the tunnel's TLS began",
+                answered=False,
+            )
         try:
             async with asyncio.timeout(self.connect_s):
                 await conn.writer.start_tls(context, server_hostname=host)

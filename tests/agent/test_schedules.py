@@ -346,6 +346,28 @@ async def test_a_schedule_fires_only_while_its_maker_is_admitted(
         await runner.stop()
 
 
+async def test_a_schedule_made_in_a_scheduled_turn_is_made_by_whoever_made_that_one(
+    store: ScheduleStore, bus: MessageBus
+) -> None:
+    """A scheduled task that schedules a follow-up: the follow-up has the same maker, so in a
+    group admitting its members one by one it still fires (an unknown maker would not)."""
+    runner = turns(store, bus)
+    await runner.start({"telegram"}, lambda session, made_by: made_by == "77")
+    try:
+        soon = datetime.now(UTC) + timedelta(seconds=1)
+        store.add(stored(session="telegram:-500", made_by="77", at=soon.isoformat()), 5)
+        await runner.stop()
+        await runner.start({"telegram"}, lambda session, made_by: made_by == "77")
+        fired = await next_message(bus)
+        assert fired.sender_id == "77"
+        enter(audience_of("telegram:-500"))
+        answering.set(fired)
+        await runner.schedule("check again", every_minutes=30)
+        assert [s.made_by for s in store.load()] == ["77"]
+    finally:
+        await runner.stop()
+
+
 async def test_a_firing_left_in_the_inbox_for_a_refused_maker_is_dropped_at_start(
     store: ScheduleStore, bus: MessageBus
 ) -> None:

@@ -458,3 +458,20 @@ async def test_a_stranger_s_press_is_refused_in_the_answer_and_does_nothing(
     assert answer["text"] == REFUSED_PRESS
     await running.nothing()
     assert "reply_markup" in fake.sent_messages(GROUP)[-1]
+
+
+def test_a_schedule_is_admitted_as_its_makers_message_there_would_be(
+    fake: FakeTelegram, tmp_path: Path
+) -> None:
+    channel = make_channel(fake, tmp_path, allow_from=[OWNER, -500])
+    assert channel.admits(str(OWNER), str(OWNER))  # a private chat
+    assert not channel.admits(str(FRIEND), str(FRIEND))  # taken off allow_from
+    assert channel.admits("-600", str(OWNER))  # a group: the person is allowed
+    assert channel.admits("-600:12", str(OWNER))  # a topic of it
+    assert not channel.admits("-600:12", str(FRIEND))
+    assert channel.admits("-500:3", str(FRIEND))  # the group itself is allowed
+    # No recorded maker (made before makers were): the chat decides.
+    assert channel.admits(str(OWNER), "") and not channel.admits(str(FRIEND), "")
+    assert channel.admits("-500", "") and not channel.admits("-600", "")
+    everyone = make_channel(fake, tmp_path, allow_from=["*"])
+    assert everyone.admits("-600:12", str(FRIEND)) and everyone.admits(str(FRIEND), "")

@@ -216,3 +216,26 @@ def test_a_blame_derived_from_a_kept_one_equals_a_blame_from_scratch(
     assert newest == FromScratch(store).blame("memory/MEMORY.md")
     assert leaping.count == 1
     assert {sha for sha, _ in newest} > {versions[-1]}  # lines of several versions
+
+
+def test_a_blame_after_a_file_moved_by_hand_is_the_same_derived_or_from_scratch(
+    store: GitStore, workspace: Path
+) -> None:
+    """A version that drops USER.md and brings back memory/MEMORY.md holding much of it looks
+    like a rename to git; the tracked paths never move, so neither blame follows it."""
+    files = store.read_workspace()
+    files["USER.md"] = b"# User\n- a\n- b\n- c\n- d\n"
+    files["memory/MEMORY.md"] = None
+    gone = store.commit_files(files, "dream")
+    assert gone is not None
+    following = FromScratch(store)
+    following.blame("memory/MEMORY.md", gone.sha)
+    files["USER.md"] = None
+    files["memory/MEMORY.md"] = b"# User\n- a\n- b\n- c\n- d\n- e\n"
+    moved = store.commit_files(files, "manual edit")
+    assert moved is not None
+    derived = following.blame("memory/MEMORY.md", moved.sha)
+    assert following.count == 1
+    assert derived == FromScratch(store).blame("memory/MEMORY.md", moved.sha)
+    # the lines came with the version that brought them to this file, not from USER.md's past
+    assert [sha for sha, _ in derived[1:]] == [moved.sha] * 5

@@ -204,3 +204,53 @@ def test_the_proxy_decision(monkeypatch: pytest.MonkeyPatch) -> None:
     assert chosen is not None and chosen.usable
     assert (chosen.variable, chosen.shown) == ("https_proxy", "http://proxy.corp:3128")
     assert proxy_for("https://127.0.0.1:8443/v1") is None  # loopback: never proxied
+
+
+async def scripted_proxy(target_port: int, answer: bytes) -> asyncio.Server:
+    """A proxy that answers a CONNECT with these bytes (in one write), then tunnels."""
+
+    async def pipe(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
+        try:
+            while data := await source.read(65536):
+                sink.write(data)
+                await sink.drain()
+        except (ConnectionError, OSError):
+            pass
+        finally:
+            sink.close()
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        up_reader, up_writer = await asyncio.open_connection("127.0.0.1", target_port)
+        writer.write(answer)
+        await writer.drain()
+        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
+
+    return await asyncio.start_server(handle, "127.0.0.1", 0)
+
+
+async def test_bytes_a_proxy_sends_after_its_connect_answer_are_never_taken_for_the_target(
+    tls_target: int, pool: Pool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """They arrive before TLS starts: read as the target's answer, a proxy could forge any
+    reply it likes past the verified certificate."""
+    forged = b"HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nforged"
+    server = await scripted_proxy(tls_target, b"HTTP/1.1 200 OK\r\n\r\n" + forged)
+    monkeypatch.setenv("HTTPS_PROXY", f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}")
+    try:
+        with pytest.raises(HTTPError, match="sent data before the tunnel"):
+            await call(pool, f"https://{TARGET}/v1/chat/completions")
+    finally:
+        server.close()
+
+
+async def test_an_informational_answer_to_connect_is_followed_by_the_real_one(
+    tls_target: int, pool: Pool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    answer = b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 Connection established\r\n\r\n"
+    server = await scripted_proxy(tls_target, answer)
+    monkeypatch.setenv("HTTPS_PROXY", f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}")
+    try:
+        assert await call(pool, f"https://{TARGET}/v1/chat/completions") == (200, b"secret")
+    finally:
+        server.close()
