@@ -255,7 +255,7 @@ class ScheduledTurns:
             "schedule {} ({}) skipped: whoever made it ({}) is no longer allowed there",
             schedule_id,
             session,
-            made_by or "unknown",
+            made_by or "not recorded: the chat itself",
         )
         return True
 
