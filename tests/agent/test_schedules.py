@@ -219,18 +219,23 @@ async def test_a_schedule_fires_through_the_inbox_in_its_chat(
         await runner.stop()
 
 
-async def test_a_firing_left_in_the_inbox_is_replayed_at_start(
-    store: ScheduleStore, bus: MessageBus
-) -> None:
-    payload = {
+def fired_payload(**extra: str) -> dict[str, str]:
+    """What a firing stores in the inbox (schedule abcd1234, every 30 min in telegram:7)."""
+    return {
         "id": "abcd1234",
         "session": "telegram:7",
         "text": "stretch",
         "rule": "every 30 min",
         "created_at": "2026-11-23T10:00:00+00:00",
         "occurrence": "2026-11-23T10:30:00+00:00",
+        **extra,
     }
-    (seq,) = await bus.receive(INBOX_CHANNEL, [("7", payload)], None)
+
+
+async def test_a_firing_left_in_the_inbox_is_replayed_at_start(
+    store: ScheduleStore, bus: MessageBus
+) -> None:
+    (seq,) = await bus.receive(INBOX_CHANNEL, [("7", fired_payload())], None)
     runner = turns(store, bus)
     await runner.start({"telegram"})
     try:
@@ -371,16 +376,7 @@ async def test_a_schedule_made_in_a_scheduled_turn_is_made_by_whoever_made_that_
 async def test_a_firing_left_in_the_inbox_for_a_refused_maker_is_dropped_at_start(
     store: ScheduleStore, bus: MessageBus
 ) -> None:
-    payload = {
-        "id": "abcd1234",
-        "session": "telegram:7",
-        "text": "stretch",
-        "rule": "every 30 min",
-        "created_at": "2026-11-23T10:00:00+00:00",
-        "occurrence": "2026-11-23T10:30:00+00:00",
-        "made_by": "7",
-    }
-    await bus.receive(INBOX_CHANNEL, [("7", payload)], None)
+    await bus.receive(INBOX_CHANNEL, [("7", fired_payload(made_by="7"))], None)
     runner = turns(store, bus)
     await runner.start({"telegram"}, lambda session, made_by: made_by != "7")
     try:

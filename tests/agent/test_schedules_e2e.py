@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -111,14 +112,23 @@ def test_a_chat_lists_and_cancels_only_its_own_schedules(
     assert answer(telegram, 1002, "/unschedule").startswith("Usage: /unschedule <id>")
 
 
+@contextmanager
+def own_servers(
+    tmp_path_factory: pytest.TempPathFactory, name: str
+) -> Iterator[tuple[Home, FakeTelegram, FakeOpenAI]]:
+    """A home and servers of its own, for a test that restarts its gateway (the module's
+    gateway polls the shared ones)."""
+    home = Home(tmp_path_factory.mktemp(name) / "home")
+    onboard(home)
+    with FakeTelegram() as telegram, FakeOpenAI() as llm:
+        llm.set_fallback(model)
+        yield home, telegram, llm
+
+
 def test_a_reminder_due_while_the_gateway_was_down_arrives_at_start(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> None:
-    home = Home(tmp_path_factory.mktemp("restart") / "home")
-    onboard(home)
-    # Servers of its own: the module's gateway polls the shared ones.
-    with FakeTelegram() as telegram, FakeOpenAI() as llm:
-        llm.set_fallback(model)
+    with own_servers(tmp_path_factory, "restart") as (home, telegram, llm):
         restart(home, telegram, llm)
 
 
@@ -149,10 +159,7 @@ def restart(home: Home, telegram: FakeTelegram, llm: FakeOpenAI) -> None:
 def test_a_reminder_of_someone_removed_from_allow_from_is_not_sent(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> None:
-    home = Home(tmp_path_factory.mktemp("removed") / "home")
-    onboard(home)
-    with FakeTelegram() as telegram, FakeOpenAI() as llm:
-        llm.set_fallback(model)
+    with own_servers(tmp_path_factory, "removed") as (home, telegram, llm):
         first = GatewayProcess(home, telegram, llm)
         try:
             schedule_id(answer(telegram, 1015, "REMIND IN 8 water the plants"))

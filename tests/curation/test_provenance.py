@@ -10,7 +10,6 @@ import subprocess
 import threading
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import pytest
 
@@ -21,14 +20,11 @@ from nanomem.curation.evidence import added_lines, cited_items, parse, trailers
 from nanomem.curation.journal import Edit, Journal
 from nanomem.curation.provenance import USAGE, Provenance, find
 from nanomem.home import Home
-from nanomem.memory.gitstore import Annotated, GitStore
+from nanomem.memory.gitstore import GitStore
 from nanomem.memory.history import HistoryEntry, NewEntry
 from nanomem.providers.scripted import ScriptedProvider, Step, call, text
 from tests.conftest import make_app
-
-if TYPE_CHECKING:
-    from dulwich.objects import ObjectID
-    from dulwich.repo import Repo
+from tests.memory.test_gitstore import FromScratch
 
 ADA = "- 2026-11-22: the user is Ada, she moved to Quito last month"
 APOLLO = "- 2026-11-22: Ada started project Apollo with Grace"
@@ -343,31 +339,19 @@ async def test_a_burst_of_why_traces_one_line_at_a_time(home: Home) -> None:
     assert watched.most == 1
 
 
-class CountedBlame(GitStore):
-    """Counts the blames that read the whole history."""
-
-    def __init__(self, git: GitStore) -> None:
-        super().__init__(git.git_dir, git.workspace, lock=git.lock)
-        self.from_scratch = 0
-
-    def _annotate_from_scratch(self, repo: Repo, start: ObjectID, path: bytes) -> Annotated:
-        self.from_scratch += 1
-        return super()._annotate_from_scratch(repo, start, path)
-
-
 async def test_blame_reads_the_whole_history_once_and_follows_new_versions_from_there(
     home: Home,
 ) -> None:
     app = await dreamed(home, CITED)
-    counted = CountedBlame(app.git)
+    counted = FromScratch(app.git)
     provenance = Provenance(counted, app.history)
     first = provenance.answer("Quito")
-    assert provenance.answer("Lives in Quito") == first and counted.from_scratch == 1
+    assert provenance.answer("Lives in Quito") == first and counted.count == 1
     user = app.workspace / "USER.md"
     user.write_text(user.read_text() + "- Likes tea\n")
     assert app.git.commit_manual_edits() is not None
     assert provenance.answer("Quito") == first  # the line is still Dream's
     assert "manual edit" in provenance.answer("Likes tea")
-    assert counted.from_scratch == 1  # the new version's blame came from the one before
-    fresh = Provenance(CountedBlame(app.git), app.history)  # control: nothing kept
+    assert counted.count == 1  # the new version's blame came from the one before
+    fresh = Provenance(FromScratch(app.git), app.history)  # control: nothing kept
     assert fresh.answer("Likes tea") == provenance.answer("Likes tea")

@@ -74,12 +74,19 @@ def test_an_explicit_transport_wins() -> None:
     assert forced.path == "direct" and forced.base_url == "http://h/v1"
 
 
-def test_auto_keeps_the_lean_client_behind_an_http_proxy_and_says_so(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+@pytest.fixture
+def no_proxy_set(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
+    """No proxy variable from the machine running the tests."""
     for name in ("https_proxy", "http_proxy", "all_proxy", "no_proxy"):
         monkeypatch.delenv(name, raising=False)
         monkeypatch.delenv(name.upper(), raising=False)
+    return monkeypatch
+
+
+def test_auto_keeps_the_lean_client_behind_an_http_proxy_and_says_so(
+    no_proxy_set: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch = no_proxy_set
     hosted = LLMSettings(model="openai/gpt-4o-mini")
     local = LLMSettings(model="openai/llama3", api_base="http://127.0.0.1:8000/v1")
     lan = LLMSettings(model="openai/llama3", api_base="http://gpu-box:8000/v1")
@@ -99,11 +106,9 @@ def test_auto_keeps_the_lean_client_behind_an_http_proxy_and_says_so(
 
 
 def test_a_proxy_the_lean_client_does_not_speak_sends_auto_through_litellm(
-    monkeypatch: pytest.MonkeyPatch,
+    no_proxy_set: pytest.MonkeyPatch,
 ) -> None:
-    for name in ("https_proxy", "http_proxy", "all_proxy", "no_proxy"):
-        monkeypatch.delenv(name, raising=False)
-        monkeypatch.delenv(name.upper(), raising=False)
+    monkeypatch = no_proxy_set
     monkeypatch.setenv("ALL_PROXY", "socks5://me:s3cret@127.0.0.1:1080")
     hosted = LLMSettings(model="openai/gpt-4o-mini")
     socks = route(hosted)
