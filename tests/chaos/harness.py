@@ -311,11 +311,17 @@ def _judge(
     keys = [f"telegram:{chat}" for chat in sorted({s.chat for s in sent})]
     expected: dict[str, list[str]] = {}
     for worker in workers:
-        for args, code, _ in worker.results:
+        for args, code, output in worker.results:
             if args[0] == "dream":
                 report.dream_runs += 1
                 report.dream_kills += code == -signal.SIGKILL
-                report.dream_failures += code not in (0, -signal.SIGKILL)
+                if code in (0, -signal.SIGKILL):
+                    continue
+                if "Dream is already running" in output:
+                    report.dream_refused += 1
+                else:
+                    report.dream_failures += 1
+                    report.notes.append(f"dream exit {code}: {output.strip()[-300:]}")
             elif code == 0:
                 expected.setdefault(cli_key, []).append(checks.tokens_in(args[2])[0])
             else:

@@ -49,7 +49,8 @@ class Report:
     dream_after: str = "not run"
     dream_runs: int = 0  # multi: `nanomem dream` runs beside the gateway
     dream_kills: int = 0  # of those, SIGKILLed at a random instant
-    dream_failures: int = 0
+    dream_refused: int = 0  # of those, answered "Dream is already running" (another one was)
+    dream_failures: int = 0  # any other bad exit; the first lines of each are in the notes
     cli_failures: int = 0  # multi: `chat -m` turns that did not exit 0
     notes: list[str] = field(default_factory=list)
     run_dir: str = ""
@@ -90,7 +91,8 @@ class Report:
         lines = [
             f"[{self.scenario}] unacknowledged {self.unacknowledged}, restart notices "
             f"{self.notices}, history entries {self.history_entries}, dream runs beside "
-            f"{self.dream_runs} ({self.dream_kills} SIGKILLed, {self.dream_failures} failed), "
+            f"{self.dream_runs} ({self.dream_kills} SIGKILLed, {self.dream_refused} refused as "
+            f"another ran, {self.dream_failures} failed), "
             f"chat -m failures "
             f"{self.cli_failures}"
         ]
