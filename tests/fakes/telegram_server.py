@@ -724,6 +724,21 @@ class FakeTelegram:
             )
         return got
 
+    def wait_for_total(self, chat_ids: set[int], count: int, timeout: float = 30.0) -> int:
+        """Block until the bot sent ``count`` messages in all of ``chat_ids`` together (or the
+        timeout passed); how many it sent. Woken by each send: a caller polling
+        :meth:`sent_messages` would copy every message each time, stealing the CPU of the
+        bot it measures."""
+
+        def sent() -> int:
+            return sum(
+                1 for m in self._sent if m["chat"]["id"] in chat_ids and not m.get("deleted")
+            )
+
+        with self._changed:
+            self._changed.wait_for(lambda: sent() >= count, timeout)
+            return sent()
+
     async def wait_for_messages_async(
         self, chat_id: int, count: int, timeout: float = 30.0
     ) -> list[JSONDict]:
