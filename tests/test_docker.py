@@ -3,6 +3,7 @@ default command and health check run for real in a fresh virtual environment."""
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -189,7 +190,9 @@ def image(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFacto
 
     The dependency layers take a minute, so (like Docker's layer cache) they are kept in
     pytest's cache under a hash of the lock files and the commands; the project's wheel is
-    built and installed on every run.
+    built and installed again whenever its sources differ from the installed one's. Under
+    `pytest -n 2` both workers may need the image at once: one builds, under a lock, while the
+    other waits, then finds it ready (two builds in one folder would wreck each other).
     """
     dependencies, project = builder_layers()
     locks = b"".join((ROOT / name).read_bytes() for name in LOCKS)
@@ -209,19 +212,34 @@ def image(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFacto
     wheels = context.parent / "wheels"
     env = image_environment() | {"NANOMEM_HOME": str(context / "data")}
     env["PATH"] = f"{prefix / 'base' / 'bin'}{os.pathsep}{os.environ['PATH']}"
-    pending = [] if (prefix / "ready").exists() else dependencies
-    if pending:
-        for stale in cache.iterdir():
-            shutil.rmtree(stale, ignore_errors=True)
-        venv.create(prefix / "base", with_pip=True)  # the base image's own Python
-    for command in [*pending, *project]:
-        mapped = command.replace(VENV, str(prefix / "venv")).replace(WHEELS, str(wheels))
-        done = subprocess.run(
-            ["bash", "-c", mapped], cwd=context, env=env, capture_output=True, text=True
-        )
-        assert done.returncode == 0, f"{command} failed:\n{done.stderr[-3000:]}"
-    (prefix / "ready").touch()
+    with (cache.parent / "docker-venv.lock").open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        pending = [] if (prefix / "ready").exists() else dependencies
+        if pending:
+            for stale in cache.iterdir():
+                shutil.rmtree(stale, ignore_errors=True)
+            venv.create(prefix / "base", with_pip=True)  # the base image's own Python
+        wanted = sources_digest(context)
+        installed = prefix / "project"
+        if pending or not installed.exists() or installed.read_text() != wanted:
+            for command in [*pending, *project]:
+                mapped = command.replace(VENV, str(prefix / "venv")).replace(WHEELS, str(wheels))
+                done = subprocess.run(
+                    ["bash", "-c", mapped], cwd=context, env=env, capture_output=True, text=True
+                )
+                assert done.returncode == 0, f"{command} failed:\n{done.stderr[-3000:]}"
+            (prefix / "ready").touch()
+            installed.write_text(wanted)
     return prefix / "venv"
+
+
+def sources_digest(context: Path) -> str:
+    """A hash of the project's copied sources (names and bytes), bytecode caches aside."""
+    digest = hashlib.sha256()
+    for path in sorted(context.rglob("*")):
+        if path.is_file() and "__pycache__" not in path.parts:
+            digest.update(str(path.relative_to(context)).encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()
 
 
 def image_run(image: Path, command: list[str], **env: str) -> subprocess.Popen[str]:
