@@ -15,6 +15,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 import venv
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, HTTPServer
@@ -285,13 +286,13 @@ def test_the_runtime_holds_no_build_tools(image: Path) -> None:
 def test_the_default_command_serves_and_the_health_check_sees_it(
     image: Path, tmp_path: Path
 ) -> None:
-    port = str(free_port())
     with FakeTelegram() as telegram, FakeOpenAI() as llm:
         gateway = image_run(
             image,
             json.loads(values("CMD")[0]),
             NANOMEM_HOME=str(tmp_path / "data"),
-            NANOMEM_GATEWAY__PORT=port,
+            # A port of its own choosing: one picked free here could be taken before it binds.
+            NANOMEM_GATEWAY__PORT="0",
             NANOMEM_LLM__MODEL="openai/fake",
             NANOMEM_LLM__API_BASE=llm.base_url,
             NANOMEM_LLM__API_KEY="sk-docker-test",
@@ -301,20 +302,30 @@ def test_the_default_command_serves_and_the_health_check_sees_it(
             NANOMEM_TELEGRAM__BASE_FILE_URL=telegram.base_file_url,
             NANOMEM_TELEGRAM__ALLOW_FROM="[5]",
         )
+        lines: list[str] = []
+        reader = threading.Thread(target=lambda: lines.extend(gateway.stderr or ()), daemon=True)
+        reader.start()
         try:
-            for _ in range(300):
+            deadline = time.monotonic() + 300  # a safety net: the loop ends on a passed check
+            port = ""
+            while True:
+                assert gateway.poll() is None, "".join(lines)
+                assert time.monotonic() < deadline, "the health check never passed"
+                if not port:  # the gateway names the port it took once it listens
+                    said = re.search(r"health at http://[\d.]+:(\d+)/health", "".join(lines))
+                    port = said.group(1) if said else ""
+                    time.sleep(0 if port else 0.1)
+                    continue
                 check = image_run(image, healthcheck(), NANOMEM_GATEWAY__PORT=port)
                 if finished(check)[0] == 0:
                     break
-                assert gateway.poll() is None, finished(gateway)[1]
-            else:
-                raise AssertionError("the health check never passed")
             telegram.send_text(5, "hello from the container")
             assert telegram.wait_for_messages(5, 1, timeout=20)[0]["text"].startswith("echo:")
         finally:
             gateway.send_signal(signal.SIGTERM)
-            code, output = finished(gateway, timeout=30)
-        assert code == 0, output
+            code = gateway.wait(30)
+            reader.join(5)
+        assert code == 0, "".join(lines)
     assert (tmp_path / "data" / "config.toml").exists()  # the volume holds the home
 
 
