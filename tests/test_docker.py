@@ -3,6 +3,7 @@ default command and health check run for real in a fresh virtual environment."""
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -14,6 +15,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 import venv
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, HTTPServer
@@ -189,7 +191,9 @@ def image(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFacto
 
     The dependency layers take a minute, so (like Docker's layer cache) they are kept in
     pytest's cache under a hash of the lock files and the commands; the project's wheel is
-    built and installed on every run.
+    built and installed again whenever its sources differ from the installed one's. Under
+    `pytest -n 2` both workers may need the image at once: one builds, under a lock, while the
+    other waits, then finds it ready (two builds in one folder would wreck each other).
     """
     dependencies, project = builder_layers()
     locks = b"".join((ROOT / name).read_bytes() for name in LOCKS)
@@ -209,19 +213,34 @@ def image(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFacto
     wheels = context.parent / "wheels"
     env = image_environment() | {"NANOMEM_HOME": str(context / "data")}
     env["PATH"] = f"{prefix / 'base' / 'bin'}{os.pathsep}{os.environ['PATH']}"
-    pending = [] if (prefix / "ready").exists() else dependencies
-    if pending:
-        for stale in cache.iterdir():
-            shutil.rmtree(stale, ignore_errors=True)
-        venv.create(prefix / "base", with_pip=True)  # the base image's own Python
-    for command in [*pending, *project]:
-        mapped = command.replace(VENV, str(prefix / "venv")).replace(WHEELS, str(wheels))
-        done = subprocess.run(
-            ["bash", "-c", mapped], cwd=context, env=env, capture_output=True, text=True
-        )
-        assert done.returncode == 0, f"{command} failed:\n{done.stderr[-3000:]}"
-    (prefix / "ready").touch()
+    with (cache.parent / "docker-venv.lock").open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        pending = [] if (prefix / "ready").exists() else dependencies
+        if pending:
+            for stale in cache.iterdir():
+                shutil.rmtree(stale, ignore_errors=True)
+            venv.create(prefix / "base", with_pip=True)  # the base image's own Python
+        wanted = sources_digest(context)
+        installed = prefix / "project"
+        if pending or not installed.exists() or installed.read_text() != wanted:
+            for command in [*pending, *project]:
+                mapped = command.replace(VENV, str(prefix / "venv")).replace(WHEELS, str(wheels))
+                done = subprocess.run(
+                    ["bash", "-c", mapped], cwd=context, env=env, capture_output=True, text=True
+                )
+                assert done.returncode == 0, f"{command} failed:\n{done.stderr[-3000:]}"
+            (prefix / "ready").touch()
+            installed.write_text(wanted)
     return prefix / "venv"
+
+
+def sources_digest(context: Path) -> str:
+    """A hash of the project's copied sources (names and bytes), bytecode caches aside."""
+    digest = hashlib.sha256()
+    for path in sorted(context.rglob("*")):
+        if path.is_file() and "__pycache__" not in path.parts:
+            digest.update(str(path.relative_to(context)).encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()
 
 
 def image_run(image: Path, command: list[str], **env: str) -> subprocess.Popen[str]:
@@ -267,13 +286,13 @@ def test_the_runtime_holds_no_build_tools(image: Path) -> None:
 def test_the_default_command_serves_and_the_health_check_sees_it(
     image: Path, tmp_path: Path
 ) -> None:
-    port = str(free_port())
     with FakeTelegram() as telegram, FakeOpenAI() as llm:
         gateway = image_run(
             image,
             json.loads(values("CMD")[0]),
             NANOMEM_HOME=str(tmp_path / "data"),
-            NANOMEM_GATEWAY__PORT=port,
+            # A port of its own choosing: one picked free here could be taken before it binds.
+            NANOMEM_GATEWAY__PORT="0",
             NANOMEM_LLM__MODEL="openai/fake",
             NANOMEM_LLM__API_BASE=llm.base_url,
             NANOMEM_LLM__API_KEY="sk-docker-test",
@@ -283,20 +302,30 @@ def test_the_default_command_serves_and_the_health_check_sees_it(
             NANOMEM_TELEGRAM__BASE_FILE_URL=telegram.base_file_url,
             NANOMEM_TELEGRAM__ALLOW_FROM="[5]",
         )
+        lines: list[str] = []
+        reader = threading.Thread(target=lambda: lines.extend(gateway.stderr or ()), daemon=True)
+        reader.start()
         try:
-            for _ in range(300):
+            deadline = time.monotonic() + 300  # a safety net: the loop ends on a passed check
+            port = ""
+            while True:
+                assert gateway.poll() is None, "".join(lines)
+                assert time.monotonic() < deadline, "the health check never passed"
+                if not port:  # the gateway names the port it took once it listens
+                    said = re.search(r"health at http://[\d.]+:(\d+)/health", "".join(lines))
+                    port = said.group(1) if said else ""
+                    time.sleep(0 if port else 0.1)
+                    continue
                 check = image_run(image, healthcheck(), NANOMEM_GATEWAY__PORT=port)
                 if finished(check)[0] == 0:
                     break
-                assert gateway.poll() is None, finished(gateway)[1]
-            else:
-                raise AssertionError("the health check never passed")
             telegram.send_text(5, "hello from the container")
             assert telegram.wait_for_messages(5, 1, timeout=20)[0]["text"].startswith("echo:")
         finally:
             gateway.send_signal(signal.SIGTERM)
-            code, output = finished(gateway, timeout=30)
-        assert code == 0, output
+            code = gateway.wait(30)
+            reader.join(5)
+        assert code == 0, "".join(lines)
     assert (tmp_path / "data" / "config.toml").exists()  # the volume holds the home
 
 

@@ -6,6 +6,7 @@ not sent; `chat -m` says schedules need the gateway."""
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -132,17 +133,25 @@ def test_a_reminder_due_while_the_gateway_was_down_arrives_at_start(
         restart(home, telegram, llm)
 
 
+def fall_due(home: Home, made: str) -> None:
+    """What time does to a reminder while the gateway is down, without waiting for it: its
+    moment is now past. Set far ahead, it cannot fire before the gateway stops, however slowly
+    a loaded machine stops it (a lead of a few seconds could)."""
+    body = json.loads(home.schedules.read_text())
+    (schedule,) = [s for s in body["schedules"] if s["id"] == made]
+    schedule["at"] = datetime.now(UTC).isoformat()
+    home.schedules.write_text(json.dumps(body))
+
+
 def restart(home: Home, telegram: FakeTelegram, llm: FakeOpenAI) -> None:
     first = GatewayProcess(home, telegram, llm)
     try:
         far = schedule_id(answer(telegram, 1010, "REMIND IN 7200 the far one"))
-        schedule_id(answer(telegram, 1010, "REMIND IN 6 stretch your legs"))
+        soon = schedule_id(answer(telegram, 1010, "REMIND IN 3600 stretch your legs"))
     finally:
         assert first.stop() == 0, "".join(first.lines)
-    fired = [line for line in first.lines if "fired in telegram:1010" in line]
-    assert not fired, "the gateway took longer to stop than the reminder's lead"
-    due = datetime.now(UTC) + timedelta(seconds=6)
-    wait_until(lambda: datetime.now(UTC) > due, 30, "the reminder to fall due")
+    assert not [line for line in first.lines if "fired in telegram:1010" in line]
+    fall_due(home, soon)
     second = GatewayProcess(home, telegram, llm)
     try:
         reminder = arrives(telegram, 1010, lambda t: t.startswith("REMINDER"))
@@ -162,11 +171,10 @@ def test_a_reminder_of_someone_removed_from_allow_from_is_not_sent(
     with own_servers(tmp_path_factory, "removed") as (home, telegram, llm):
         first = GatewayProcess(home, telegram, llm)
         try:
-            schedule_id(answer(telegram, 1015, "REMIND IN 8 water the plants"))
+            made = schedule_id(answer(telegram, 1015, "REMIND IN 3600 water the plants"))
         finally:
             assert first.stop() == 0, "".join(first.lines)
-        due = datetime.now(UTC) + timedelta(seconds=8)
-        wait_until(lambda: datetime.now(UTC) > due, 30, "the reminder to fall due")
+        fall_due(home, made)
         # The owner took 1015 off telegram.allow_from meanwhile.
         second = GatewayProcess(home, telegram, llm, NANOMEM_TELEGRAM__ALLOW_FROM="[1000]")
         try:
