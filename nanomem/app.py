@@ -250,7 +250,7 @@ def _model(llm: LLMSettings, transports: list[Provider]) -> Provider:
     logger.debug("model {} via {}", llm.model, path.describe())  # `nanomem status` says it too
     client: Provider
     if path.path == "direct":
-        from nanomem.providers import OpenAIHTTPProvider  # aiohttp: only when chosen
+        from nanomem.providers import OpenAIHTTPProvider  # its HTTP client: only when chosen
 
         client = OpenAIHTTPProvider(llm, path)
     else:

@@ -70,7 +70,8 @@ def ask_missing(
     if variable in os.environ:
         say(f"Using the API key in the environment variable {variable}.")
         return choices
-    own_server = route(llm).path == "direct" and not route(llm).needs_key
+    chosen = route(llm)
+    own_server = chosen.path == "direct" and not chosen.needs_key
     key = ask_secret(
         "API key (hidden; saved in config.toml, readable by you only; "
         + ("empty if the server needs none): " if own_server else f"empty to set {variable}): ")
