@@ -60,8 +60,7 @@ def ask(telegram: FakeTelegram, command: str) -> tuple[dict[str, Any], int]:
 
 
 def press(telegram: FakeTelegram, question: dict[str, Any], label: str) -> None:
-    buttons = question["reply_markup"]["inline_keyboard"][0]
-    telegram.press(question, next(b["callback_data"] for b in buttons if b["text"] == label))
+    telegram.press(question, telegram.button_data(question, label))
 
 
 def test_the_owner_approves_commands_from_telegram(

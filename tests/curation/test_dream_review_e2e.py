@@ -68,10 +68,8 @@ def dream_about(telegram: FakeTelegram, fact: str) -> dict[str, Any]:
 
 def press(telegram: FakeTelegram, proposal: dict[str, Any], label: str) -> dict[str, Any]:
     """Press a button under the proposal; the bot's answer to it."""
-    buttons = proposal["reply_markup"]["inline_keyboard"][0]
-    data = next(b["callback_data"] for b in buttons if b["text"] == label)
     count = len(telegram.sent_messages(OWNER))
-    query = telegram.press(proposal, data)
+    query = telegram.press(proposal, telegram.button_data(proposal, label))
     answer = telegram.wait_for_messages(OWNER, count + 1, timeout=30)[count]
     assert telegram.wait_for(
         lambda: any(a["callback_query_id"] == query for a in telegram.press_answers())

@@ -570,6 +570,12 @@ class FakeTelegram:
             fields["entities"] = [{"type": "bot_command", "offset": 0, "length": length}]
         return self._inbound(chat_id, fields, sender)
 
+    @staticmethod
+    def button_data(message: JSONDict, label: str) -> str:
+        """The callback_data of the inline button labelled `label` under a bot's message."""
+        rows = (message.get("reply_markup") or {}).get("inline_keyboard") or []
+        return next(b["callback_data"] for row in rows for b in row if b["text"] == label)
+
     def press(self, message: JSONDict, data: str, *, user_id: int | None = None) -> str:
         """Queue a press of the inline button whose callback_data is `data` under one of the
         bot's messages (as returned by :meth:`sent_messages`), by `user_id` (default: the
