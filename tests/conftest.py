@@ -9,9 +9,11 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+from loguru import logger
 
 from nanomem.app import App, build_app
 from nanomem.config import Settings, load_settings
@@ -217,3 +219,14 @@ def run_cli_here(
         os.environ.clear()
         os.environ.update(saved_env)
     return subprocess.CompletedProcess(["nanomem", *args], code, stdout, stderr)
+
+
+@contextmanager
+def log_lines(level: str = "INFO") -> Iterator[list[str]]:
+    """The messages logged at `level` and above meanwhile, without their newlines."""
+    lines: list[str] = []
+    sink = logger.add(lambda m: lines.append(m.rstrip("\n")), level=level, format="{message}")
+    try:
+        yield lines
+    finally:
+        logger.remove(sink)

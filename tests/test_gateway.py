@@ -18,8 +18,8 @@ from nanomem.config import ConfigError
 from nanomem.gateway import Gateway, enabled_channels
 from nanomem.home import Home
 from nanomem.providers.scripted import ScriptedProvider, text
-from tests.channels.test_telegram_channel import log_lines, until
-from tests.conftest import cli_env, make_app, run_cli_here, settings_for
+from tests.channels.test_telegram_channel import until
+from tests.conftest import cli_env, log_lines, make_app, run_cli_here, settings_for
 from tests.curation.test_dream import LEARN, app_with_history
 
 NEVER_S = 3600.0  # a model latency no test waits out: what ends such a turn is the point

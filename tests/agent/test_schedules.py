@@ -23,6 +23,7 @@ from nanomem.audience import audience_of, enter
 from nanomem.config import ScheduleSettings
 from nanomem.locks import FileLock
 from nanomem.tools.registry import ToolError
+from tests.conftest import log_lines
 
 BERLIN = ZoneInfo("Europe/Berlin")
 NOW = datetime(2026, 11, 23, 14, 0, tzinfo=UTC)
@@ -270,25 +271,25 @@ async def test_missed_within_the_grace_fires_once_at_start(
 async def test_missed_by_more_than_the_grace_is_skipped_with_a_log_line(
     store: ScheduleStore, bus: MessageBus
 ) -> None:
-    lines: list[str] = []
-    sink = logger.add(lines.append, level="WARNING", format="{message}")
-    created = datetime.now(UTC).replace(microsecond=0) - timedelta(hours=3)
-    late = (datetime.now(UTC) - timedelta(hours=2)).isoformat(timespec="seconds")
-    store.add(stored(id="0ce0ce00", at=late), max_per_chat=5)
-    store.add(stored(every_minutes=120, created_at=created.isoformat()), max_per_chat=5)
-    runner = turns(store, bus, grace_min=30)
-    await runner.start({"telegram"})
-    try:
-        await asyncio.sleep(0.5)
-        assert bus.inbound_depth == 0
-        assert [s.id for s in store.load()] == ["abcd1234"]  # the one-shot is gone for good
-        (recurring,) = store.load()
-        assert runner.next_run(recurring) == created + timedelta(hours=4)  # the next stands
-        assert sum("more than schedule.misfire_grace_min (30 min) ago; skipped" in x for x in lines)
-        assert any("0ce0ce00" in line and "skipped" in line for line in lines)
-    finally:
-        logger.remove(sink)
-        await runner.stop()
+    with log_lines("WARNING") as lines:
+        created = datetime.now(UTC).replace(microsecond=0) - timedelta(hours=3)
+        late = (datetime.now(UTC) - timedelta(hours=2)).isoformat(timespec="seconds")
+        store.add(stored(id="0ce0ce00", at=late), max_per_chat=5)
+        store.add(stored(every_minutes=120, created_at=created.isoformat()), max_per_chat=5)
+        runner = turns(store, bus, grace_min=30)
+        await runner.start({"telegram"})
+        try:
+            await asyncio.sleep(0.5)
+            assert bus.inbound_depth == 0
+            assert [s.id for s in store.load()] == ["abcd1234"]  # the one-shot is gone for good
+            (recurring,) = store.load()
+            assert runner.next_run(recurring) == created + timedelta(hours=4)  # the next stands
+            assert sum(
+                "more than schedule.misfire_grace_min (30 min) ago; skipped" in x for x in lines
+            )
+            assert any("0ce0ce00" in line and "skipped" in line for line in lines)
+        finally:
+            await runner.stop()
 
 
 async def test_a_one_shot_that_fired_before_a_restart_does_not_fire_again(
@@ -309,46 +310,44 @@ async def test_a_one_shot_that_fired_before_a_restart_does_not_fire_again(
 async def test_a_schedule_fires_only_while_its_maker_is_admitted(
     store: ScheduleStore, bus: MessageBus
 ) -> None:
-    lines: list[str] = []
-    sink = logger.add(lines.append, level="WARNING", format="{message}")
-    allowed = {"77"}
-    asked: list[tuple[str, str]] = []
+    with log_lines("WARNING") as lines:
+        allowed = {"77"}
+        asked: list[tuple[str, str]] = []
 
-    def admits(session: str, made_by: str) -> bool:
-        asked.append((session, made_by))
-        return made_by in allowed
+        def admits(session: str, made_by: str) -> bool:
+            asked.append((session, made_by))
+            return made_by in allowed
 
-    runner = turns(store, bus, grace_min=0)
-    await runner.start({"telegram"}, admits)
-    try:
-        enter(audience_of("telegram:-500"))
-        answering.set(InboundMessage("telegram", "-500", "remind us", sender_id="77"))
-        soon = datetime.now(UTC) + timedelta(seconds=1)
-        await runner.schedule("stand-up", every_minutes=1)
-        await runner.schedule("water", at=soon.isoformat())
-        (repeating, once) = store.load()
-        assert repeating.made_by == once.made_by == "77"
-        msg = await next_message(bus)  # while allowed, it fires
-        assert msg.content.endswith("water")
-        allowed.clear()  # removed from the allow-list
-        await runner.stop()
-        soon = datetime.now(UTC) + timedelta(seconds=1)
-        made = stored(id="feedf00d", session="telegram:-500", made_by="77", at=soon.isoformat())
-        store.add(made, max_per_chat=5)
+        runner = turns(store, bus, grace_min=0)
         await runner.start({"telegram"}, admits)
-        await until(lambda: any("feedf00d" in line for line in lines))
-        assert bus.inbound_depth == 0
-        assert ("telegram:-500", "77") in asked
-        refused = "(telegram:-500) skipped: whoever made it (77) is no longer allowed there\n"
-        assert f"schedule feedf00d {refused}" in lines
-        # The firing from before, still waiting for its reply, is not answered either.
-        assert f"schedule {once.id} {refused}" in lines
-        assert bus.inbox is not None and bus.inbox.pending(INBOX_CHANNEL) == []
-        # The one-shot is spent; the repeating one is kept for when they are allowed back.
-        assert [s.id for s in store.load()] == [repeating.id]
-    finally:
-        logger.remove(sink)
-        await runner.stop()
+        try:
+            enter(audience_of("telegram:-500"))
+            answering.set(InboundMessage("telegram", "-500", "remind us", sender_id="77"))
+            soon = datetime.now(UTC) + timedelta(seconds=1)
+            await runner.schedule("stand-up", every_minutes=1)
+            await runner.schedule("water", at=soon.isoformat())
+            (repeating, once) = store.load()
+            assert repeating.made_by == once.made_by == "77"
+            msg = await next_message(bus)  # while allowed, it fires
+            assert msg.content.endswith("water")
+            allowed.clear()  # removed from the allow-list
+            await runner.stop()
+            soon = datetime.now(UTC) + timedelta(seconds=1)
+            made = stored(id="feedf00d", session="telegram:-500", made_by="77", at=soon.isoformat())
+            store.add(made, max_per_chat=5)
+            await runner.start({"telegram"}, admits)
+            await until(lambda: any("feedf00d" in line for line in lines))
+            assert bus.inbound_depth == 0
+            assert ("telegram:-500", "77") in asked
+            refused = "(telegram:-500) skipped: whoever made it (77) is no longer allowed there"
+            assert f"schedule feedf00d {refused}" in lines
+            # The firing from before, still waiting for its reply, is not answered either.
+            assert f"schedule {once.id} {refused}" in lines
+            assert bus.inbox is not None and bus.inbox.pending(INBOX_CHANNEL) == []
+            # The one-shot is spent; the repeating one is kept for when they are allowed back.
+            assert [s.id for s in store.load()] == [repeating.id]
+        finally:
+            await runner.stop()
 
 
 async def test_a_schedule_made_in_a_scheduled_turn_is_made_by_whoever_made_that_one(

@@ -7,7 +7,6 @@ from typing import get_args
 import jinja2
 import pytest
 from jinja2 import UndefinedError
-from loguru import logger
 
 from nanomem.agent.bus import InboundMessage
 from nanomem.agent.context import ContextBuilder
@@ -15,6 +14,7 @@ from nanomem.agent.skills import Skill, Skills
 from nanomem.agent.templates import Templates, bundled_dir
 from nanomem.memory.history import HistoryEntry, HistoryStore, NewEntry
 from nanomem.providers.port import ErrorCategory
+from tests.conftest import log_lines
 
 SAMPLES = {
     "system.md.j2": {
@@ -182,12 +182,8 @@ def test_a_hostile_or_broken_override_runs_nothing_and_falls_back(
     overrides = tmp_path / "templates"
     overrides.mkdir()
     (overrides / "help.md.j2").write_text(payload)
-    logged: list[str] = []
-    sink = logger.add(logged.append, level="WARNING", format="{message}")
-    try:
+    with log_lines("WARNING") as logged:
         shown = Templates(overrides).render("help.md.j2", commands=[])
-    finally:
-        logger.remove(sink)
     assert shown == Templates().render("help.md.j2", commands=[])  # the bundled text
     assert not (tmp_path / "PWNED").exists()
     if "touch PWNED" in payload:  # positive control: without the sandbox it does touch it

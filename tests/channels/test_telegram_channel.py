@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
-from loguru import logger
 
 from channels.telegram import GREETING, OFFSET, REFUSED_PRESS, TOO_BIG, TelegramChannel
 from channels.telegram_chat import TOKEN_REJECTED
@@ -18,6 +16,7 @@ from nanomem.agent.channel import ChannelDown, pump_outbound
 from nanomem.agent.commands import Command
 from nanomem.agent.inbox import SqliteInbox
 from nanomem.config import ConfigError, TelegramSettings
+from tests.conftest import log_lines
 from tests.fakes.telegram_server import FakeTelegram
 
 OWNER, FRIEND, STRANGER, GROUP = 42, 43, 666, -100123
@@ -88,17 +87,6 @@ async def until(check: Callable[[], Any], timeout: float = 30) -> Any:
             return result
         await asyncio.sleep(0.02)
     raise AssertionError("timed out")
-
-
-@contextmanager
-def log_lines() -> Iterator[list[str]]:
-    """The messages logged at INFO and above meanwhile."""
-    lines: list[str] = []
-    sink = logger.add(lambda m: lines.append(m.rstrip("\n")), level="INFO", format="{message}")
-    try:
-        yield lines
-    finally:
-        logger.remove(sink)
 
 
 @pytest.fixture

@@ -9,7 +9,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import pytest
-from loguru import logger
 
 from channels.telegram_chat import (
     EMPTY,
@@ -29,6 +28,7 @@ from channels.telegram_chat import (
 from nanomem.agent.bus import Button, InboundMessage, OutboundMessage
 from nanomem.agent.channel import ChannelDown, DeliveryLater
 from nanomem.agent.commands import NOTHING_TO_STOP, STOPPED, Command
+from tests.conftest import log_lines
 
 
 async def until(check: Callable[[], object], timeout_s: float = 60) -> None:
@@ -247,18 +247,14 @@ async def test_network_errors_are_retried_then_given_up_and_logged(
     assert port.texts("42") == ["after two failures"]
     port.fail("7", *[SendError("down", transient=True)] * 6)
     port.fail("8", SendError("Forbidden: bot was blocked"))
-    logged: list[str] = []
-    sink = logger.add(logged.append, level="ERROR", format="{message}")
-    try:
+    with log_lines("ERROR") as logged:
         delivery.send(reply("7", "never arrives"))
         delivery.send(reply("8", "blocked"))
         await settle(delivery)
-    finally:
-        logger.remove(sink)
     assert port.texts("7") == port.texts("8") == []
     assert sorted(logged) == [
-        "telegram: gave up sending reply part 1/1 to chat 7: down\n",
-        "telegram: gave up sending reply part 1/1 to chat 8: Forbidden: bot was blocked\n",
+        "telegram: gave up sending reply part 1/1 to chat 7: down",
+        "telegram: gave up sending reply part 1/1 to chat 8: Forbidden: bot was blocked",
     ]
 
 

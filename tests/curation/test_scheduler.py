@@ -2,13 +2,11 @@ import asyncio
 import json
 from datetime import UTC, datetime, timedelta
 
-from loguru import logger
-
 from nanomem.app import App
 from nanomem.home import Home
 from nanomem.memory.history import NewEntry
 from nanomem.providers.scripted import ScriptedProvider, text
-from tests.conftest import make_app
+from tests.conftest import log_lines, make_app
 
 
 async def run_until_a_dream_is_recorded(app: App, home: Home) -> None:
@@ -38,12 +36,8 @@ async def test_the_scheduler_dreams_on_its_own_and_records_it(home: Home) -> Non
     app = make_app(home, ScriptedProvider([text("NOTHING"), text("ok")]))
     app.scheduler.startup_delay_s = 0.2
     await app.history.append([NewEntry("cli:direct", "- a fact", "summary")])
-    logged: list[str] = []
-    sink = logger.add(lambda m: logged.append(m.rstrip("\n")), level="INFO", format="{message}")
-    try:
+    with log_lines() as logged:
         await run_until_a_dream_is_recorded(app, home)
-    finally:
-        logger.remove(sink)
     state = json.loads(home.dream_state.read_text())
     assert state["trigger"] == "schedule" and state["status"] == "unchanged"
     assert app.history.dream_cursor() == 1

@@ -3,12 +3,12 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from loguru import logger
 
 from nanomem.audience import audience_of, enter
 from nanomem.memory.history import HistoryEntry, HistoryStore, NewEntry
 from nanomem.memory.recall import Recall, fts_query
 from nanomem.tools.registry import ToolError
+from tests.conftest import log_lines
 
 
 @pytest.fixture
@@ -189,9 +189,7 @@ async def test_index_follows_appends_by_another_process(
 async def test_two_processes_share_one_index_without_rebuilding_it(
     store: HistoryStore, recall: Recall, tmp_path: Path
 ) -> None:
-    lines: list[str] = []
-    sink = logger.add(lines.append, level="INFO", format="{message}")
-    try:
+    with log_lines() as lines:
         other = HistoryStore(tmp_path / "memory")
         theirs = Recall(other, recall.path)  # another process, the same index file
         other.after_append.append(theirs.sync_quietly)
@@ -203,8 +201,6 @@ async def test_two_processes_share_one_index_without_rebuilding_it(
         assert sorted(cursors(theirs, "attic")) == [1, 2, 3]
         assert not [line for line in lines if "rebuilding" in line]
         theirs.close()
-    finally:
-        logger.remove(sink)
 
 
 async def test_missing_or_broken_index_is_rebuilt(store: HistoryStore, recall: Recall) -> None:
