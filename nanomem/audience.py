@@ -8,11 +8,16 @@ so tools see it without being told (asyncio tasks and worker threads inherit it)
 
 from __future__ import annotations
 
+import re
 from contextvars import ContextVar
 from dataclasses import dataclass
+from pathlib import Path
 
 # Paths inside the workspace that hold the owner's personal memory.
 PERSONAL_PATHS = ("USER.md", "memory")
+# Each shared room's own folder (its media, its notes) lives under this workspace folder.
+ROOMS_DIR = "rooms"
+_UNSAFE_IN_NAME = re.compile(r"[^A-Za-z0-9_.-]")
 
 
 @dataclass(frozen=True)
@@ -26,6 +31,13 @@ def is_shared_room(session: str) -> bool:
     negative, so the session key reads `channel:-…`."""
     _, _, chat = session.partition(":")
     return chat.startswith("-")
+
+
+def room_folder(workspace: Path, session: str) -> Path | None:
+    """A shared room's own folder (`rooms/telegram_-100123`); None for a personal chat."""
+    if not is_shared_room(session):
+        return None
+    return workspace / ROOMS_DIR / _UNSAFE_IN_NAME.sub("_", session)
 
 
 def audience_of(session: str, groups_see_personal: bool = False) -> Audience:
