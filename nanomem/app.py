@@ -155,7 +155,12 @@ def build_app(
         provider = _model(llm, transports)
     budget = Budget(BpeTokenizer(), Calibration(), llm, settings.memory)
     schedules = ScheduledTurns(
-        ScheduleStore(home.schedules, home.lock("schedules")),
+        ScheduleStore(
+            home.schedules,
+            home.lock("schedules"),
+            max_per_chat=settings.schedule.max_per_chat,
+            max_total=settings.schedule.max_total,
+        ),
         bus,
         templates,
         settings.schedule,

@@ -24,8 +24,8 @@ if TYPE_CHECKING:
     from nanomem.agent.inbox import SqliteInbox
     from nanomem.agent.loop import AgentLoop
     from nanomem.agent.react_loop import react
+    from nanomem.agent.schedule_file import ScheduleStore
     from nanomem.agent.scheduled_turns import ScheduledTurns
-    from nanomem.agent.schedules import ScheduleStore
     from nanomem.agent.shell_approval import Allowlist, ShellApproval
     from nanomem.agent.skills import Skills
     from nanomem.agent.templates import Templates, bundled_dir
@@ -80,7 +80,7 @@ __getattr__ = lazy_exports(
         "loop": ("AgentLoop",),
         "react_loop": ("react",),
         "scheduled_turns": ("ScheduledTurns",),
-        "schedules": ("ScheduleStore",),
+        "schedule_file": ("ScheduleStore",),
         "shell_approval": ("Allowlist", "ShellApproval"),
         "skills": ("Skills",),
         "templates": ("Templates", "bundled_dir"),

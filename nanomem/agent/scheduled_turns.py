@@ -27,12 +27,13 @@ from pydantic import Field
 
 from nanomem.agent.bus import InboundMessage, MessageBus, answering
 from nanomem.agent.commands import Command, CommandSet
+from nanomem.agent.schedule_file import ScheduleStore
 from nanomem.agent.schedules import (
     Schedule,
     ScheduleError,
-    ScheduleStore,
     local,
     make_schedule,
+    zone_checked,
     zone_named,
 )
 from nanomem.agent.templates import Templates
@@ -80,6 +81,8 @@ class ScheduledTurns:
         self.admits: Admits = anyone
         self._scheduler: Any = None
         self._firing: set[asyncio.Task[None]] = set()
+        self.failed: dict[str, str] = {}  # id → why it is not armed (this run)
+        self.file_problem: str | None = None  # why schedules.json could not be read at start
 
     @functools.cached_property
     def zone(self) -> tzinfo:
@@ -112,18 +115,42 @@ class ScheduledTurns:
                 await self.bus.forget(pending.seq)
                 continue
             await self.bus.publish_inbound(self._message(payload, pending.seq, True))
-        schedules = await asyncio.to_thread(self.store.load)
+        stored = await asyncio.to_thread(self.store.read)
+        self.failed, self.file_problem = {}, stored.problem
+        if stored.problem is not None:
+            logger.error("schedules: {}", stored.problem)
+        for rejected in stored.rejected:  # once each, here: firings never log them again
+            self._not_armed(rejected.id, rejected.reason)
         now = datetime.now(UTC)
         armed = 0
-        for schedule in schedules:
+        for schedule in stored.schedules:
             channel = schedule.session.partition(":")[0]
             if channel not in channels:  # kept for a start with that channel enabled again
                 logger.warning("schedule {}: channel {} is not running", schedule.id, channel)
                 continue
-            await self._resume(schedule, now)
+            try:
+                await self._resume(schedule, now)
+            except Exception as exc:  # one entry must never keep the others from being armed
+                logger.opt(exception=exc).debug("schedule {} could not be armed", schedule.id)
+                self._not_armed(schedule.id, f"{type(exc).__name__}: {exc}")
+                continue
             armed += 1
         if armed:
             logger.info("schedules: {} armed", armed)
+
+    def _not_armed(self, schedule_id: str, reason: str) -> None:
+        self.failed[schedule_id] = reason
+        logger.error("schedule {} is not armed: {}", schedule_id, reason)
+
+    def report(self) -> dict[str, Any] | None:
+        """For /health: how many are armed, which failed to arm and why; None when not running."""
+        if self._scheduler is None:
+            return None
+        return {
+            "armed": len(self._scheduler.get_jobs()),
+            "failed": [{"id": key, "reason": why} for key, why in self.failed.items()],
+            "file": self.file_problem,
+        }
 
     async def stop(self) -> None:
         """Arm nothing more; a firing under way finishes (it is one inbox write)."""
@@ -178,15 +205,18 @@ class ScheduledTurns:
         """One date job for its next occurrence; a catch-up (judged at start) runs at once."""
         if self._scheduler is None or occurrence is None:
             return
-        self._scheduler.add_job(
-            self._fire,
-            "date",
-            run_date=datetime.now(UTC) if catch_up else occurrence,
-            args=[schedule.id, occurrence.isoformat(), catch_up],
-            id=schedule.id,
-            replace_existing=True,
-            misfire_grace_time=None,  # lateness is judged in _fire, which re-arms either way
-        )
+        try:
+            self._scheduler.add_job(
+                self._fire,
+                "date",
+                run_date=datetime.now(UTC) if catch_up else occurrence,
+                args=[schedule.id, occurrence.isoformat(), catch_up],
+                id=schedule.id,
+                replace_existing=True,
+                misfire_grace_time=None,  # lateness is judged in _fire, which re-arms either way
+            )
+        except (OverflowError, ValueError) as exc:  # checked when made and read: a last guard
+            self._not_armed(schedule.id, f"{type(exc).__name__}: {exc}")
 
     # -- firing ------------------------------------------------------------------------------
 
@@ -216,8 +246,9 @@ class ScheduledTurns:
                 self._firing.discard(task)
 
     async def _fire_once(self, schedule_id: str, occurrence: datetime, catch_up: bool) -> None:
-        schedules = await asyncio.to_thread(self.store.load)
-        schedule = next((s for s in schedules if s.id == schedule_id), None)
+        # One lookup in the store's shared read: a thousand firings at once must not each
+        # parse the whole file.
+        schedule = await asyncio.to_thread(self.store.get, schedule_id)
         if schedule is None:
             return  # cancelled meanwhile
         now = datetime.now(UTC)
@@ -245,8 +276,13 @@ class ScheduledTurns:
             logger.info("schedule {} fired in {}", schedule.id, schedule.session)
         if schedule.once:
             await asyncio.to_thread(self.store.remove, schedule.id)
-        else:
-            self._arm(schedule, schedule.next_after(max(occurrence, now)))
+            return
+        try:
+            upcoming = schedule.reachable(max(occurrence, now))
+        except ScheduleError as exc:  # e.g. its next time now lies past the horizon
+            self._not_armed(schedule.id, str(exc))
+            return
+        self._arm(schedule, upcoming)
 
     def _refused(self, schedule_id: str, session: str, made_by: str) -> bool:
         if self.admits(session, made_by):
@@ -310,12 +346,16 @@ class ScheduledTurns:
 
     async def _cancel(self, session: str, schedule_id: str) -> str:
         schedule_id = schedule_id.strip().lower()
-        removed = await asyncio.to_thread(self.store.remove, schedule_id, session)
+        try:
+            removed = await asyncio.to_thread(self.store.remove, schedule_id, session)
+        except ScheduleError as exc:  # schedules.json cannot be read: it is not written over
+            return f"Nothing was cancelled: {exc}."
         if removed is None:
             return f"No schedule {schedule_id!r} in this chat (/schedules lists them)."
         if self._scheduler is not None:
             with contextlib.suppress(Exception):  # JobLookupError: it had just fired
                 self._scheduler.remove_job(schedule_id)
+        self.failed.pop(schedule_id, None)
         return f"Cancelled schedule {schedule_id} ({removed.describe()})."
 
     # -- tools ------------------------------------------------------------------------------
@@ -341,6 +381,13 @@ class ScheduledTurns:
         cron: Annotated[
             str | None, Field(description="Repeat on a 5-field cron rule, e.g. '0 9 * * 1-5'")
         ] = None,
+        timezone: Annotated[
+            str | None,
+            Field(
+                description="IANA time zone for an `at` without offset and for cron, e.g. "
+                "Europe/Berlin (default: the agent's)"
+            ),
+        ] = None,
     ) -> str:
         """Schedule a message or task in this chat: once (at), every N minutes, or by cron."""
         session = self._chat()
@@ -353,15 +400,18 @@ class ScheduledTurns:
                 at=at,
                 every_minutes=every_minutes,
                 cron=cron,
-                zone=self.zone,
+                zone=self.zone if timezone is None else zone_checked(timezone),
                 now=now,
                 made_by=asker.sender_id if asker is not None else "",
             )
-            await asyncio.to_thread(self.store.add, made, self.settings.max_per_chat)
+            upcoming = made.reachable(now)
+            await asyncio.to_thread(self.store.add, made)
         except ScheduleError as exc:
             raise ToolError(f"{exc}; nothing was scheduled") from None
-        upcoming = made.next_after(now)
         self._arm(made, upcoming)
+        if made.id in self.failed:  # not armed after all: not kept either
+            await asyncio.to_thread(self.store.remove, made.id)
+            raise ToolError(f"{self.failed.pop(made.id)}; nothing was scheduled")
         when = local(upcoming, self.zone) if upcoming else "never"
         return f"Scheduled {made.id}: {made.describe()}; next at {when}."
 
