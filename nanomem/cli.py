@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from nanomem.agent import MessageBus, OutboundMessage
+    from nanomem.agent import MessageBus, OutboundMessage, ScheduleStore
     from nanomem.app import App
     from nanomem.config import Settings
     from nanomem.first_run import Choices
@@ -277,7 +277,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         ("context window", f"{llm.context_window_tokens} tokens"),
         ("shell tool", "enabled" if settings.tools.shell_enabled else "disabled"),
         ("sessions", str(SessionStore(home.sessions).count())),
-        ("schedules", _schedules_row(home, settings)),
+        ("schedules", _schedules(home, settings).summary()),
         ("log file", str(home.logs / "nanomem.log")),
     ]
     width = max(len(name) for name, _ in rows)
@@ -286,26 +286,16 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
-def _schedules_row(home: Home, settings: Settings) -> str:
-    """What the gateway would arm from schedules.json, and what it could not, with why."""
-    from nanomem.agent.schedule_file import ScheduleStore
+def _schedules(home: Home, settings: Settings) -> ScheduleStore:
+    from nanomem.agent import ScheduleStore
 
     limits = settings.schedule
-    store = ScheduleStore(
+    return ScheduleStore(
         home.schedules,
         home.lock("schedules"),
         max_per_chat=limits.max_per_chat,
         max_total=limits.max_total,
     )
-    stored = store.read()
-    if stored.problem is not None:
-        return stored.problem
-    row = f"{len(stored.entries)} in {home.schedules.name}"
-    if rejected := stored.rejected:
-        named = "; ".join(f"{r.id} ({r.reason})" for r in rejected[:10])
-        more = f"; and {len(rejected) - 10} more" if len(rejected) > 10 else ""
-        row += f", {len(rejected)} cannot be armed: {named}{more}"
-    return row
 
 
 def cmd_chat(args: argparse.Namespace) -> int:

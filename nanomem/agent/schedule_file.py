@@ -106,6 +106,18 @@ class ScheduleStore:
             self._write(tuple(e for e in stored.entries if e is not found))
             return found
 
+    def summary(self) -> str:
+        """One line for `nanomem status`: the entries, and those that cannot be armed, why."""
+        stored = self.read()
+        if stored.problem is not None:
+            return stored.problem
+        line = f"{len(stored.entries)} in {self.path.name}"
+        if rejected := stored.rejected:
+            named = "; ".join(f"{r.id} ({r.reason})" for r in rejected[:10])
+            more = f"; and {len(rejected) - 10} more" if len(rejected) > 10 else ""
+            line += f", {len(rejected)} cannot be armed: {named}{more}"
+        return line
+
     # -- reading and writing, under the lock ------------------------------------------------
 
     def _readable(self) -> StoredSchedules:
