@@ -86,9 +86,13 @@ async def serve(home: Home) -> AsyncIterator[Callable[..., Awaitable[Served]]]:
         durable: bool = False,  # the inbox on disk, as `nanomem gateway` has (schedules need it)
         **sections: dict[str, object],
     ) -> Served:
-        settings = settings_for(
-            home, gateway={"port": 0, "grace_s": grace_s}, dream={"enabled": False}, **sections
-        )
+        chosen: dict[str, dict[str, object]] = {
+            "gateway": {"port": 0, "grace_s": grace_s},
+            "dream": {"enabled": False},
+        }
+        for section, values in sections.items():
+            chosen[section] = chosen.get(section, {}) | values
+        settings = settings_for(home, **chosen)
         app = build_app(settings, home, provider=provider or ScriptedProvider(), durable=durable)
         gateway = Gateway(app, {channel.name: channel for channel in channels})
         served = Served(gateway, asyncio.create_task(gateway.run()))

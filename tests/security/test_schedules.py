@@ -196,3 +196,51 @@ def test_status_names_the_schedules_that_cannot_be_armed(home: Home) -> None:
     (row,) = [line for line in result.stdout.splitlines() if line.startswith("schedules")]
     assert "3 in schedules.json, 2 cannot be armed" in row
     assert "far9999 (" in row and "badzone (" in row
+
+
+# -- the same mistake elsewhere: times read from a file or a model, out of range -------------
+
+
+@pytest.mark.parametrize(
+    "last_run",
+    ["9999-12-31T23:00:00+00:00", "2026-11-22T09:30", "2999-01-01T00:00:00+00:00", 5],
+)
+async def test_a_hand_edited_dream_json_neither_stops_the_gateway_nor_dream(
+    home: Home, serve: Callable[..., Awaitable[Served]], last_run: object
+) -> None:
+    """dream.json's last run in the year 9999 raised OverflowError when the gateway started
+    Dream's scheduler, one without an offset TypeError; one far ahead put Dream off till then."""
+    home.dream_state.write_text(json.dumps({"last_run": last_run}))
+    channel = FakeChannel("telegram")
+    with log_lines("WARNING") as lines:
+        served = await serve(channel, dream={"enabled": True, "interval_h": 2})
+        await until(lambda: channel.bus or served.task.done())
+        assert not served.task.done(), served.task
+        upcoming = served.gateway.app.scheduler.next_run
+        status, _ = await served.health()
+        served.gateway.request_stop()
+        assert await served.task == 0
+    assert status == 200
+    assert upcoming is not None and upcoming <= datetime.now(UTC) + timedelta(hours=2)
+    if last_run != "2999-01-01T00:00:00+00:00":
+        assert any("dream.json's last_run" in line for line in lines)
+
+
+async def test_search_history_dates_out_of_range_get_a_clear_error(
+    home: Home, serve: Callable[..., Awaitable[Served]]
+) -> None:
+    provider = ScriptedProvider()
+    channel = FakeChannel("telegram")
+    served = await serve(channel, provider=provider)
+    await until(lambda: channel.bus)
+    for since in ("9999-12-31T23:59:00-05:00", "0001-01-01T00:00:00+05:00"):
+        provider.add(call("search_history", {"query": "mum", "since": since}), text("ok"))
+        before = len(channel.sent)
+        await channel.say("what did I say about mum?")
+        await until(lambda before=before: len(channel.sent) > before)  # type: ignore[misc]
+        result = provider.calls[-1][-1]
+        assert result["role"] == "tool"
+        assert f"{since!r} is out of range" in result["content"], result["content"]
+        assert "OverflowError" not in result["content"]
+    served.gateway.request_stop()
+    assert await served.task == 0
