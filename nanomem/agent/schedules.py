@@ -83,7 +83,15 @@ class Schedule:
         from apscheduler.triggers.cron import CronTrigger
 
         zone = self.zone
-        rule = CronTrigger.from_crontab(str(self.cron), timezone=UTC)  # UTC has no DST
+        minute, hour, day, month, weekday = str(self.cron).split()
+        rule = CronTrigger(  # in UTC, which has no DST
+            minute=minute,
+            hour=hour,
+            day=day,
+            month=month,
+            day_of_week=_weekdays(weekday),
+            timezone=UTC,
+        )
         wall = moment.astimezone(zone).replace(tzinfo=UTC, fold=0)
         match: datetime | None = rule.get_next_fire_time(None, wall + _TICK)
         for _ in range(4):  # one step is enough; a bound all the same
@@ -251,6 +259,40 @@ def _when(text: str, zone: tzinfo | None) -> datetime:
             "2026-11-24T09:00:00+01:00"
         ) from None
     return moment if moment.tzinfo is not None or zone is None else moment.replace(tzinfo=zone)
+
+
+_DAYS = ("sun", "mon", "tue", "wed", "thu", "fri", "sat")  # crontab's numbers: 0 (and 7) = Sunday
+
+
+def _weekdays(field: str) -> str:
+    """A crontab weekday field as APScheduler 3 takes it: day names, since its numbers start at
+    Monday (`1-5`, Monday to Friday in cron, was Tuesday to Saturday there)."""
+    if field == "*":
+        return field
+    days: set[int] = set()
+    for part in field.split(","):
+        span, slash, step_text = part.partition("/")
+        step = int(step_text) if slash else 1
+        if span == "*":
+            low, high = 0, 6
+        elif "-" in span:
+            first, _, last = span.partition("-")
+            low, high = _day(first), _day(last)
+        else:
+            low = _day(span)
+            high = 6 if slash else low  # `1/2`: from Monday on, every other day
+        if step < 1 or low > high:
+            raise ValueError(f"weekday {part!r} is not a range of days")
+        days.update(day % 7 for day in range(low, high + 1, step))
+    return ",".join(_DAYS[day] for day in sorted(days))
+
+
+def _day(text: str) -> int:
+    if text.isdigit() and int(text) <= 7:
+        return int(text)
+    if text.lower() in _DAYS:
+        return _DAYS.index(text.lower())
+    raise ValueError(f"weekday {text!r} is not 0-7 or sun-sat")
 
 
 def _cron(text: str) -> str:

@@ -60,6 +60,30 @@ def test_cron_follows_the_zone_across_daylight_saving() -> None:
     assert daily.describe() == "cron `0 9 * * *` (Europe/Berlin)"
 
 
+@pytest.mark.parametrize(
+    ("weekday", "days"),
+    [
+        ("1-5", ["Mon", "Tue", "Wed", "Thu", "Fri"]),
+        ("0", ["Sun"]),
+        ("7", ["Sun"]),
+        ("5-7", ["Fri", "Sat", "Sun"]),
+        ("*/2", ["Sun", "Tue", "Thu", "Sat"]),
+        ("mon,wed", ["Mon", "Wed"]),
+        ("SAT", ["Sat"]),
+    ],
+)
+def test_cron_weekdays_count_from_sunday_as_crontab_does(weekday: str, days: list[str]) -> None:
+    rule = make(cron=f"0 9 * * {weekday}")
+    week = firings(rule, NOW, NOW + timedelta(days=7))
+    assert sorted(moment.strftime("%a") for moment in week) == sorted(days)
+
+
+@pytest.mark.parametrize("weekday", ["8", "fri-mon", "mon/0", "funday"])
+def test_a_weekday_that_is_no_day_is_refused(weekday: str) -> None:
+    with pytest.raises(ScheduleError, match="cannot be used"):
+        make(cron=f"0 9 * * {weekday}")
+
+
 NEW_YORK = ZoneInfo("America/New_York")
 
 
