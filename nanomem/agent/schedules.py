@@ -17,6 +17,7 @@ from zoneinfo import ZoneInfo
 FORMAT_VERSION = 1
 MAX_TEXT_CHARS = 4000
 MAX_EVERY_MINUTES = 60 * 24 * 366
+MAX_CRON_CHARS = 200  # it is quoted in errors and log lines
 # The furthest ahead a schedule's next time may be. Near the year 9999 datetime arithmetic
 # overflows (APScheduler's conversion to UTC raised at arming), and a reminder decades away is
 # a mistake far more often than a wish.
@@ -296,6 +297,8 @@ def _day(text: str) -> int:
 
 
 def _cron(text: str) -> str:
+    if len(text) > MAX_CRON_CHARS:
+        raise ScheduleError(f"cron is too long ({len(text)} characters; limit {MAX_CRON_CHARS})")
     fields = text.split()
     if len(fields) != 5:
         raise ScheduleError(

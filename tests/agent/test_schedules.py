@@ -139,6 +139,7 @@ def test_cron_occurrences_only_move_forward_across_daylight_saving() -> None:
         ({"at": "2026-11-24T09:00", "every_minutes": 5}, "exactly one"),
         ({"every_minutes": 0}, "every_minutes must be from 1"),
         ({"cron": "0 9 * *"}, "must have 5 fields"),
+        ({"cron": "0 " * 500}, "cron is too long"),
         ({"cron": "99 9 * * *"}, "cannot be used"),
         ({"cron": "0 9 31 2 *"}, "never happens"),
         ({"at": "tomorrow at nine"}, "not an ISO 8601 time"),
