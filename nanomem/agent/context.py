@@ -15,7 +15,7 @@ from typing import Any
 from nanomem.agent.bus import InboundMessage
 from nanomem.agent.skills import Skills
 from nanomem.agent.templates import Templates
-from nanomem.audience import audience_of
+from nanomem.audience import audience_of, room_folder
 from nanomem.memory import HistoryStore
 
 IMAGE_TYPES = {
@@ -133,9 +133,17 @@ class ContextBuilder:
             channel=msg.channel,
             chat_id=msg.chat_id,
             sender=msg.metadata.get("sender_name", ""),
-            media=list(msg.media),
+            media=[self._as_the_tools_see_it(msg.session_key, m) for m in msg.media],
         )
         return {"role": "user", "content": f"{runtime}\n\n{msg.content}"}
+
+    def _as_the_tools_see_it(self, session: str, relative: str) -> str:
+        """A group's file tools start in its own folder: its media is named from there."""
+        room = room_folder(self.workspace, session)
+        if room is None:
+            return relative
+        path = self.workspace / relative
+        return str(path.relative_to(room)) if path.is_relative_to(room) else relative
 
     def _read(self, relative: str) -> str:
         path = self.workspace / relative
