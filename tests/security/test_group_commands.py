@@ -94,9 +94,7 @@ async def test_a_members_press_on_the_owners_approval_runs_nothing(
     command = f"touch {planted}"
     live.telegram.send_text(OWNER, call("exec", command=command))
     asked = await until(
-        lambda: next(
-            (m for m in live.telegram.sent_messages(OWNER) if m.get("reply_markup")), None
-        )
+        lambda: next((m for m in live.telegram.sent_messages(OWNER) if m.get("reply_markup")), None)
     )
     allow = live.telegram.button_data(asked, "Allow once")
     # A member forges the owner's button in the group, then on the owner's own message.

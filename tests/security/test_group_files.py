@@ -99,9 +99,7 @@ async def test_a_groups_own_file_is_kept_in_its_room_and_opened_from_there(
     assert not (home.workspace / "media").exists()  # not beside the owner's files
     header = str(live.llm.requests[-1]["messages"][-1]["content"])
     assert f"media/{saved.name}" in header and "rooms/" not in header  # as the tools name it
-    assert "picnic on Sunday" in await in_group(
-        live, call("read_file", path=f"media/{saved.name}")
-    )
+    assert "picnic on Sunday" in await in_group(live, call("read_file", path=f"media/{saved.name}"))
     await in_group(live, call("write_file", path="notes.md", content="bring cake"))
     assert (room / "notes.md").read_text() == "bring cake"
 
@@ -121,9 +119,7 @@ async def test_a_hard_link_to_user_md_is_refused_in_a_group(live: LiveGateway, h
     assert "4711" in (home.workspace / "USER.md").read_text()
 
 
-async def test_a_hard_link_is_refused_in_the_owners_chat_too(
-    live: LiveGateway, home: Home
-) -> None:
+async def test_a_hard_link_is_refused_in_the_owners_chat_too(live: LiveGateway, home: Home) -> None:
     (home.workspace / "notes").mkdir()
     os.link(home.workspace / "USER.md", home.workspace / "notes" / "copy.md")
     read = await live.say(OWNER, call("read_file", path="notes/copy.md"))
