@@ -15,7 +15,6 @@ from typing import Annotated
 from pydantic import Field
 
 from nanomem.audience import PERSONAL_PATHS, PROMPT_PATHS, current, room_folder
-from nanomem.durable import atomic_write_text
 from nanomem.locks import FileLock
 from nanomem.plural import plural
 from nanomem.tools.registry import Tool, ToolError, read_only_tool
@@ -23,7 +22,7 @@ from nanomem.tools.safe_open import (
     is_hard_link,
     open_folder_checked,
     read_checked,
-    refuse_if_linked,
+    write_checked,
 )
 
 MAX_READ_BYTES = 2_000_000
@@ -140,8 +139,7 @@ class FileTools:
         room = self._room()
         target = self._writable(path, room)
         with self._guarded(target):
-            refuse_if_linked(target, path)
-            atomic_write_text(target, content)
+            write_checked(room or self.root, target, content, path)
         return f"Wrote {plural(len(content), 'character')} to {self._display(target, room)}"
 
     def edit_file(
@@ -180,7 +178,7 @@ class FileTools:
             raise ToolError(
                 f"old_text occurs {count} times in {path!r}; include more surrounding text"
             )
-        atomic_write_text(target, content.replace(old_text, new_text, 1))
+        write_checked(room or self.root, target, content.replace(old_text, new_text, 1), path)
         return f"Edited {self._display(target, room)}"
 
     @read_only_tool

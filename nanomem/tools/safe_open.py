@@ -9,11 +9,14 @@ links, and the opened descriptor itself is asked what it is.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import secrets
 import stat
 from pathlib import Path
 
 from nanomem.tools.registry import ToolError
+from nanomem.utf8 import encode
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
@@ -56,18 +59,6 @@ def refuse_unless_single(info: os.stat_result, shown: str) -> None:
         )
 
 
-def refuse_if_linked(target: Path, shown: str) -> None:
-    """Before a write: what is at `target` now, when anything, must be a plain single file
-    (the write replaces the name, but a hard link there is refused everywhere alike)."""
-    try:
-        info = target.lstat()
-    except FileNotFoundError:
-        return
-    if stat.S_ISLNK(info.st_mode):
-        raise ToolError(f"{shown!r} changed while it was opened (a link?); refused")
-    refuse_unless_single(info, shown)
-
-
 def is_hard_link(info: os.stat_result) -> bool:
     return stat.S_ISREG(info.st_mode) and info.st_nlink > 1
 
@@ -99,3 +90,58 @@ def open_folder_checked(root: Path, target: Path, shown: str) -> int:
         raise ToolError(f"no folder at {shown!r}") from None
     except OSError as exc:
         raise ToolError(f"{shown!r} changed while it was opened (a link?); refused") from exc
+
+
+def write_checked(root: Path, target: Path, text: str, shown: str) -> None:
+    """atomic_write_text's crash-safe replace (temporary file, fsync, rename, fsync of the
+    folder), done inside the target's folder as reached without following links: a folder
+    swapped for a link after the check cannot send the write elsewhere."""
+    if not target.is_relative_to(root):  # tools.restrict_to_workspace = false: no root to walk
+        folder = _make_folders(Path(target.anchor), target.parent.relative_to(target.anchor))
+    else:
+        folder = _make_folders(root, target.parent.relative_to(root), shown)
+    try:
+        _replace_in(folder, target.name, encode(text), shown)
+    finally:
+        os.close(folder)
+
+
+def _make_folders(root: Path, relative: Path, shown: str = "") -> int:
+    """A descriptor of root/relative, its missing folders made, no link followed on the way."""
+    folder = os.open(root, _DIR_FLAGS)
+    try:
+        for part in relative.parts:
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(part, 0o777, dir_fd=folder)
+            inner = os.open(part, _DIR_FLAGS, dir_fd=folder)
+            os.close(folder)
+            folder = inner
+    except OSError as exc:
+        os.close(folder)
+        raise ToolError(f"{shown!r} changed while it was written (a link?); refused") from exc
+    return folder
+
+
+def _replace_in(folder: int, name: str, data: bytes, shown: str) -> None:
+    try:
+        old: os.stat_result | None = os.stat(name, dir_fd=folder, follow_symlinks=False)
+    except FileNotFoundError:
+        old = None
+    if old is not None and not stat.S_ISLNK(old.st_mode):
+        refuse_unless_single(old, shown)
+    temporary = f".{name}.{secrets.token_hex(4)}.tmp"
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    fd = os.open(temporary, flags, 0o666, dir_fd=folder)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            if old is not None and stat.S_ISREG(old.st_mode):
+                os.fchmod(fh.fileno(), stat.S_IMODE(old.st_mode))
+            os.fsync(fh.fileno())
+        os.replace(temporary, name, src_dir_fd=folder, dst_dir_fd=folder)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temporary, dir_fd=folder)
+        raise
+    os.fsync(folder)

@@ -9,7 +9,7 @@ from nanomem import audience
 from nanomem.locks import FileLock
 from nanomem.tools.files import FileTools
 from nanomem.tools.registry import ToolError
-from nanomem.tools.safe_open import read_checked
+from nanomem.tools.safe_open import read_checked, write_checked
 
 
 @pytest.fixture
@@ -164,3 +164,25 @@ def test_in_a_group_the_root_is_its_room_whatever_restrict_says(workspace: Path)
     room = audience.room_folder(workspace, "telegram:-100555")
     assert room is not None and (room / "notes.md").read_text() == "ours"
     assert not (workspace / "notes.md").exists()
+
+
+def test_a_write_into_a_folder_swapped_for_a_link_after_the_check_is_refused(
+    workspace: Path, tmp_path: Path
+) -> None:
+    (workspace / "notes").mkdir()
+    checked = tools(workspace).resolve("notes/a.md")
+    (workspace / "notes").rmdir()
+    (tmp_path / "elsewhere").mkdir()
+    (workspace / "notes").symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(ToolError, match="changed while it was written"):
+        write_checked(workspace.resolve(), checked, "planted", "notes/a.md")
+    assert list((tmp_path / "elsewhere").iterdir()) == []
+
+
+def test_a_write_keeps_the_mode_and_leaves_no_temporary_file(workspace: Path) -> None:
+    script = workspace / "run.sh"
+    script.write_text("echo old\n")
+    script.chmod(0o750)
+    tools(workspace).write_file("run.sh", "echo new\n")
+    assert script.read_text() == "echo new\n" and (script.stat().st_mode & 0o777) == 0o750
+    assert [p.name for p in workspace.iterdir() if p.name.endswith(".tmp")] == []
