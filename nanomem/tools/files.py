@@ -41,7 +41,7 @@ class FileTools:
         memory_files: tuple[str, ...] = (),
         memory_lock: FileLock | None = None,
     ) -> None:
-        self.workspace = self.root = workspace.resolve()
+        self.root = workspace.resolve()
         self.restrict = restrict
         # Files (and folders) the agent may read but must never write: the history archive,
         # cursors, and the prompt templates, which would otherwise let it rewrite its rules.
@@ -64,7 +64,7 @@ class FileTools:
     def _room(self) -> Path | None:
         """The shared room's own folder when a group's turn runs (made on first use)."""
         seen_by = current()
-        folder = room_folder(self.workspace, seen_by.session) if seen_by is not None else None
+        folder = room_folder(self.root, seen_by.session) if seen_by is not None else None
         if folder is None:
             return None
         folder.mkdir(parents=True, exist_ok=True)
