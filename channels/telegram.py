@@ -4,6 +4,8 @@ the only importer of python-telegram-bot)."""
 from __future__ import annotations
 
 import asyncio
+import os
+import tempfile
 import warnings
 from collections.abc import Awaitable
 from dataclasses import dataclass, replace
@@ -63,6 +65,7 @@ from nanomem.agent import (
     InboundMessage,
     MessageBus,
     OutboundMessage,
+    media_folder,
     parse_command,
 )
 from nanomem.config import ConfigError, TelegramSettings
@@ -78,6 +81,11 @@ OFFSET = "telegram.offset"  # the inbox's record of what Telegram may forget
 NOT_FOUND = "telegram: the Bot API answered 404 (check telegram.token and telegram.base_url)"
 NO_TOKEN = "telegram.token is not set: create a bot with @BotFather, then set telegram.token"
 STEP_S = 10.0  # the longest any one start or stop step may take
+OWNER_ASSUMED = (
+    "telegram.owner is not set: assuming the owner is user {owner}, the first user id in "
+    "telegram.allow_from (only the owner runs owner commands and approvals); set "
+    "telegram.owner = {owner} in config.toml (or NANOMEM_TELEGRAM__OWNER) to say so"
+)
 
 
 def _down(exc: BaseException) -> ChannelDown | None:
@@ -171,6 +179,7 @@ class TelegramChannel:
             stream_every_s=stream_every_s,  # Telegram allows about one edit a second per chat
         )
         self._refused: set[int] = set()
+        self._owner_noted = False
         self._refusals: set[asyncio.Task[Any]] = set()
 
     @classmethod
@@ -186,6 +195,9 @@ class TelegramChannel:
                 "telegram.allow_from is empty: every message is refused, and the log names "
                 "each refused user id to add"
             )
+        if (assumed := self.settings.assumed_owner) is not None and not self._owner_noted:
+            self._owner_noted = True  # once per run: restarts of the channel stay quiet
+            logger.info(OWNER_ASSUMED, owner=assumed)
         await self._launch()
         watch = self._poll.run(self._relaunch, self.watch_every_s)
         self._watchdog = asyncio.create_task(watch, name="telegram-watchdog")
@@ -351,14 +363,16 @@ class TelegramChannel:
         message = update.message if update is not None else None
         if press is not None and isinstance(press.message, Message):
             message = press.message
-        user = update.effective_user if update is not None else None
+        # For a press, the presser (callback_query.from): never whoever the message names.
+        user = press.from_user if press is not None else update.effective_user if update else None
         if update is None or message is None or user is None or user.is_bot:
+            return None
+        if press is not None and not self._fair_press(press.data, user.id, message):
+            self._refuse_press(press.id)
             return None
         if not is_allowed(self.settings.allow_from, user.id, message.chat_id):
             if press is not None:
-                task = asyncio.create_task(self.answer_press(press.id, REFUSED_PRESS))
-                self._refusals.add(task)
-                task.add_done_callback(self._refusals.discard)
+                self._refuse_press(press.id)
             if user.id not in self._refused:  # refused silently: no reply, typing or reaction
                 if len(self._refused) >= 10_000:  # a flood of strangers must not grow memory
                     self._refused.clear()
@@ -376,6 +390,25 @@ class TelegramChannel:
         if mention_only and not is_addressed(message, message.get_bot().bot, self._our_commands):
             return None
         return Incoming(message, user, chat_key(message), group)
+
+    def _fair_press(self, data: str | None, presser: int, message: Message) -> bool:
+        """A press is its presser typing a command: in a private chat only that chat's person
+        can press (a press naming someone else's chat is forged), and data that is not a
+        command was made by no button of ours (it would reach the model as their words)."""
+        private = message.chat.type == ChatType.PRIVATE
+        if (private and presser != message.chat_id) or parse_command(data or "") is None:
+            logger.warning(
+                "telegram: refused a forged button press by user {} (chat {})",
+                presser,
+                message.chat_id,
+            )
+            return False
+        return True
+
+    def _refuse_press(self, press_id: str) -> None:
+        task = asyncio.create_task(self.answer_press(press_id, REFUSED_PRESS))
+        self._refusals.add(task)
+        task.add_done_callback(self._refusals.discard)
 
     def _submit(self, incoming: Incoming) -> None:
         self._intake.submit(incoming.key, lambda: self._accept(incoming))
@@ -408,7 +441,7 @@ class TelegramChannel:
             if (size := item.file_size or 0) > self.settings.max_file_mb * 2**20:
                 return TOO_BIG.format(size=size / 2**20, limit=self.settings.max_file_mb)
             try:
-                media = (await self._download(item, suffix),)
+                media = (await self._download(item, suffix, f"{self.name}:{key}"),)
             except (TelegramError, OSError) as exc:
                 logger.warning("telegram: downloading a {} from {} failed: {}", kind, key, exc)
                 return NO_DOWNLOAD
@@ -437,12 +470,20 @@ class TelegramChannel:
         await self._bus.publish_inbound(inbound)
         return None
 
-    async def _download(self, item: Any, suffix: str) -> str:
-        relative = f"media/{datetime.now():%Y-%m-%d}-{item.file_unique_id}{suffix}"
-        path = self.workspace / relative
-        path.parent.mkdir(parents=True, exist_ok=True)
-        await (await item.get_file()).download_to_drive(path)
-        return relative
+    async def _download(self, item: Any, suffix: str, session: str) -> str:
+        """Saved under a fresh temporary name, then renamed into place: opening the final name
+        for writing would write through whatever a group planted there (a hard link to
+        USER.md, say)."""
+        folder = media_folder(self.workspace, session)
+        path = folder / f"{datetime.now():%Y-%m-%d}-{item.file_unique_id}{suffix}"
+        temporary = await asyncio.to_thread(_fresh_file, folder, suffix)
+        try:
+            await (await item.get_file()).download_to_drive(temporary)
+            await asyncio.to_thread(temporary.replace, path)
+        except BaseException:
+            _discard(temporary)
+            raise
+        return str(path.relative_to(self.workspace))
 
     # Outbound: queued per chat in Delivery, which reaches the Bot API through these calls.
 
@@ -515,6 +556,17 @@ class TelegramChannel:
     async def typing(self, key: str) -> None:
         chat_id, thread = target(key)
         await _api(self._active_bot().send_chat_action(chat_id, ChatAction.TYPING, thread))
+
+
+def _fresh_file(folder: Path, suffix: str) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    fd, name = tempfile.mkstemp(dir=folder, prefix=".download-", suffix=suffix)
+    os.close(fd)
+    return Path(name)
+
+
+def _discard(path: Path) -> None:
+    path.unlink(missing_ok=True)
 
 
 async def _quietly(step: Awaitable[Any], what: str) -> None:

@@ -210,17 +210,19 @@ def cmd_onboard(args: argparse.Namespace) -> int:
 def _first_run(args: argparse.Namespace, home: Home, given: Choices) -> bool:
     """Onboard `home`; `given` (onboard's flags) is written. A new config is completed by
     questions on a terminal, never elsewhere. Returns whether questions were asked."""
-    from nanomem.first_run import ask_missing
+    from nanomem.first_run import ask_missing, ask_owner
     from nanomem.onboard import onboard, set_config_value
     from nanomem.providers import model_name_problem
 
     known = _settings(args, home).llm  # flags, the environment, an existing file
     fresh = not home.config.exists()
     interactive = fresh and sys.stdin.isatty()
+    owner = None
     try:
         if interactive:
             print(f"Setting up nanomem in {home.root}")
             given = ask_missing(known, given)
+            owner = ask_owner(_settings(args, home).telegram)
         elif problem := model_name_problem(given.model, given.api_base or known.api_base):
             raise ValueError(problem)
     except ValueError as exc:
@@ -231,6 +233,8 @@ def _first_run(args: argparse.Namespace, home: Home, given: Choices) -> bool:
     report = onboard(home, model=given.model, api_key=given.api_key, api_base=given.api_base)
     for path in report.created:
         print(f"created {path}")
+    if owner is not None:
+        set_config_value(home.config, "telegram", "owner", str(owner))
     if not fresh:  # an explicit flag is a request to change the existing file
         for key, value in (("model", given.model), ("api_base", given.api_base)):
             if value:

@@ -116,6 +116,10 @@ class TelegramSettings(_Section):
     # Not default_factory=list: pydantic reads a factory's signature, and for a builtin that
     # means tokenizing text (a regex compile of ~10 ms at every start); defaults are copied.
     allow_from: list[int | str] = []
+    # The owner's numeric user id: only they run owner commands, approve shell commands and
+    # memory changes, and Dream reviews go to their private chat. Unset: the first user id in
+    # allow_from, as before this setting existed (logged once at start).
+    owner: int | None = Field(None, gt=0)
     base_url: str = "https://api.telegram.org/bot"
     base_file_url: str = "https://api.telegram.org/file/bot"
     proxy: str | None = None
@@ -126,8 +130,26 @@ class TelegramSettings(_Section):
 
     @property
     def owner_id(self) -> int | None:
-        """The owner's private chat (where Dream reviews go): the first user in allow_from."""
+        """The owner's user id (and private chat): `owner`, else the first user in allow_from."""
+        if self.owner is not None:
+            return self.owner
+        return self.assumed_owner
+
+    @property
+    def assumed_owner(self) -> int | None:
+        """Who old configs without `owner` meant: the first positive id in allow_from."""
+        if self.owner is not None:
+            return None
         return next((v for v in self.allow_from if isinstance(v, int) and v > 0), None)
+
+    @field_validator("owner", mode="before")
+    @classmethod
+    def _a_user_id(cls, value: Any) -> Any:
+        if isinstance(value, str) and not value.strip():
+            return None  # NANOMEM_TELEGRAM__OWNER="" unsets it
+        if isinstance(value, bool) or (isinstance(value, str) and not value.strip().isdigit()):
+            raise ValueError(f"{value!r} is not a numeric Telegram user id (a positive number)")
+        return value
 
     @field_validator("allow_from")
     @classmethod

@@ -416,6 +416,8 @@ NOTHING_TO_RETRY = "Nothing to retry: your last message was answered."
 async def command_reply(msg: InboundMessage, command: Command, args: str) -> OutboundMessage:
     """A command's answer is the runtime's own text, not the model's: marked so every channel
     can show it as written (plain text, its own line breaks), not as Markdown."""
+    if (refused := command.refusal(msg)) is not None:  # the one owner check of every command
+        return OutboundMessage.answering(msg, refused, kind="error", command=command.name)
     result = await command.handler(msg, args)
     text, buttons = (result.text, result.buttons) if isinstance(result, Answer) else (result, ())
     return OutboundMessage.answering(msg, text, buttons=buttons, command=command.name)

@@ -96,12 +96,17 @@ class ScheduleStore:
                 )
             self._write((*stored.entries, schedule))
 
-    def remove(self, schedule_id: str, session: str | None = None) -> Schedule | None:
-        """The removed schedule; None when there is none by that id (in that chat's, if given)."""
+    def remove(
+        self, schedule_id: str, session: str | None = None, made_by: str | None = None
+    ) -> Schedule | None:
+        """The removed schedule; None when there is none by that id (in that chat's, and made
+        by that sender, if given)."""
         with self.lock.hold_sync():
             stored = self._readable()
             found = next((s for s in stored.schedules if s.id == schedule_id), None)
             if found is None or (session is not None and found.session != session):
+                return None
+            if made_by is not None and found.made_by != made_by:
                 return None
             self._write(tuple(e for e in stored.entries if e is not found))
             return found

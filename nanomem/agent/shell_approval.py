@@ -186,7 +186,9 @@ class ShellApproval:
             ("disallow", "ask again before commands with that prefix", self._disallow, "<prefix>"),
         ):
             listed = not name.startswith("shell-")  # the buttons send these
-            command = Command(name, summary, handler, usage=usage, immediate=True, listed=listed)
+            command = Command(
+                name, summary, handler, usage=usage, immediate=True, listed=listed, owner_only=True
+            )
             commands.register(command)
 
     async def _answer(self, msg: InboundMessage, key: str, choice: str) -> str | _Question:

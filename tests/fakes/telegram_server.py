@@ -597,6 +597,27 @@ class FakeTelegram:
         self._wake_threadsafe()
         return query_id
 
+    def forge_press(
+        self, chat_id: int, data: str, *, user_id: int, chat_type: str = "private"
+    ) -> str:
+        """Queue a callback query a modified client could send: `data` of its choosing, on a
+        bot message it claims is in `chat_id` (the owner's private chat, say), pressed by
+        `user_id`; the callback query's id. Nothing checks that such a button exists."""
+        with self._lock:
+            chat: JSONDict = {"id": chat_id, "type": chat_type}
+            chat |= {"first_name": "Owner"} if chat_type == "private" else {"title": "Test Group"}
+            self._chats.setdefault(chat_id, chat)
+            claimed = self._new_message(chat_id, self._bot_user(), text="Run this command?")
+            user = {"id": user_id, "is_bot": False, "first_name": "Mallory", "username": "mallory"}
+            query_id = f"press-{next(self._press_ids)}"
+            query = {"id": query_id, "from": user, "message": claimed, "data": data,
+                     "chat_instance": f"ci{chat_id}"}  # fmt: skip
+            update = {"update_id": next(self._update_ids), "callback_query": query}
+            self._newest_update_id = update["update_id"]
+            self._updates.append(update)
+        self._wake_threadsafe()
+        return query_id
+
     def press_answers(self) -> list[JSONDict]:
         """answerCallbackQuery calls as ``{"callback_query_id", "text"}``, oldest first."""
         with self._lock:
