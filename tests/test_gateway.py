@@ -13,7 +13,7 @@ import pytest
 
 from nanomem.agent.bus import InboundMessage, MessageBus, OutboundMessage
 from nanomem.agent.channel import ChannelDown, DeliveryLater
-from nanomem.app import App, build_app
+from nanomem.app import App
 from nanomem.config import ConfigError
 from nanomem.gateway import Gateway, enabled_channels
 from nanomem.home import Home
@@ -80,20 +80,14 @@ async def serve(home: Home) -> AsyncIterator[Callable[..., Awaitable[Served]]]:
     started: list[Served] = []
 
     async def start(
-        *channels: FakeChannel,
-        provider: ScriptedProvider | None = None,
-        grace_s: float = 5,
-        durable: bool = False,  # the inbox on disk, as `nanomem gateway` has (schedules need it)
-        **sections: dict[str, object],
+        *channels: FakeChannel, provider: ScriptedProvider | None = None, grace_s: float = 5
     ) -> Served:
-        chosen: dict[str, dict[str, object]] = {
-            "gateway": {"port": 0, "grace_s": grace_s},
-            "dream": {"enabled": False},
-        }
-        for section, values in sections.items():
-            chosen[section] = chosen.get(section, {}) | values
-        settings = settings_for(home, **chosen)
-        app = build_app(settings, home, provider=provider or ScriptedProvider(), durable=durable)
+        app = make_app(
+            home,
+            provider or ScriptedProvider(),
+            gateway={"port": 0, "grace_s": grace_s},
+            dream={"enabled": False},
+        )
         gateway = Gateway(app, {channel.name: channel for channel in channels})
         served = Served(gateway, asyncio.create_task(gateway.run()))
         started.append(served)

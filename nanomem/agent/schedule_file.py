@@ -148,7 +148,7 @@ class ScheduleStore:
         return stored
 
     def _unread(self, why: str) -> str:
-        return f"{self.path} {why}; no schedule in it is armed or changed until it is fixed"
+        return f"{self.path.name} {why}; no schedule in it is armed or changed until it is fixed"
 
     def _parse(self, data: bytes) -> StoredSchedules:
         try:

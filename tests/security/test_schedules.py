@@ -1,37 +1,55 @@
 """Schedules that cannot be armed and a hand-edited schedules.json, through the real gateway
-in-process (the durable inbox, APScheduler, GET /health over HTTP; a fake pushing channel and
-the scripted model) and the real `schedule` tool called by the model in a chat: a year-9999
-time, a bad zone, too many entries or a file too big never stop the good schedules, each bad
-entry is logged once and shown in /health, and the model is refused what could not be armed."""
+in-process (the durable inbox, APScheduler, GET /health over HTTP, python-telegram-bot against
+the loopback Bot API, the model over HTTP from the loopback OpenAI fake calling the real
+`schedule` tool): a year-9999 time, a bad zone, too many entries or a file too big never stop
+the good schedules; each bad entry is logged once and shown in /health; the model is refused
+what could not be armed. Then the same mistake elsewhere: dream.json and search_history."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
 from nanomem.home import Home
-from nanomem.providers.scripted import ScriptedProvider, call, text
 from tests.channels.test_telegram_channel import until
 from tests.conftest import cli_env, log_lines, run_cli_here
-from tests.test_gateway import FakeChannel, Served, serve
-
-__all__ = ["serve"]  # the fixture, shared with tests/test_gateway.py
+from tests.fakes.openai_server import FakeOpenAI
+from tests.fakes.telegram_gateway import LiveGateway, call, obedient, telegram_gateway
+from tests.fakes.telegram_server import FakeTelegram
 
 pytestmark = pytest.mark.slow  # each test runs a gateway
 
+CHATS = [1000, 1001, 1002, 1003]
 YEAR_9999 = "9999-12-31T23:59:00-05:00"  # past datetime.max once in UTC
 
 
-def entry(schedule_id: str, session: str = "telegram:1", **rule: object) -> dict[str, Any]:
+@pytest.fixture
+def servers() -> Iterator[tuple[FakeTelegram, FakeOpenAI]]:
+    with FakeTelegram() as telegram, FakeOpenAI() as llm:
+        llm.set_fallback(obedient)
+        yield telegram, llm
+
+
+@asynccontextmanager
+async def gateway(
+    home: Home, servers: tuple[FakeTelegram, FakeOpenAI], **sections: dict[str, Any]
+) -> AsyncIterator[LiveGateway]:
+    telegram = {"allow_from": CHATS} | sections.pop("telegram", {})
+    async with telegram_gateway(home, *servers, telegram=telegram, **sections) as live:
+        yield live
+
+
+def entry(schedule_id: str, chat: int = 1000, **rule: object) -> dict[str, Any]:
     """A schedules.json entry as a person would write it by hand."""
     created = datetime.now(UTC) - timedelta(hours=1)
     return {
         "id": schedule_id,
-        "session": session,
+        "session": f"telegram:{chat}",
         "text": f"say {schedule_id}",
         "created_at": created.isoformat(timespec="seconds"),
         "timezone": "Europe/Berlin",
@@ -49,35 +67,33 @@ def write(home: Home, entries: list[dict[str, Any]]) -> str:
     return body
 
 
-def said(channel: FakeChannel) -> str:
-    return "\n".join(m.content for m in channel.sent)
+def failed(body: dict[str, Any]) -> dict[str, str]:
+    return {f["id"]: f["reason"] for f in body["schedules"]["failed"]}
 
 
 async def test_bad_hand_written_schedules_are_skipped_once_and_the_good_ones_fire(
-    home: Home, serve: Callable[..., Awaitable[Served]]
+    home: Home, servers: tuple[FakeTelegram, FakeOpenAI]
 ) -> None:
     write(
         home,
         [
             entry("far9999", at=YEAR_9999),
             entry("badzone", timezone="Mars/Olympus", cron="* * * * *"),
-            entry("good0001", at=soon()),
-            entry("good0002", at=soon()),
-            entry("good0003", every_minutes=60),
+            entry("good0001", 1001, at=soon()),
+            entry("good0002", 1002, at=soon()),
+            entry("good0003", 1003, every_minutes=60),
         ],
     )
-    channel = FakeChannel("telegram")
     with log_lines("INFO") as lines:
-        served = await serve(channel, durable=True)
-        await until(lambda: "say good0001" in said(channel) and "say good0002" in said(channel))
-        status, body = await served.health()
-        served.gateway.request_stop()
-        assert await served.task == 0
+        async with gateway(home, servers) as live:
+            # Each one-shot's turn answers in its own chat.
+            await until(lambda: all(live.telegram.sent_messages(c) for c in (1001, 1002)))
+            status, body = await live.health()
     assert status == 200 and body["status"] == "warning"
-    failed = {f["id"]: f["reason"] for f in body["schedules"]["failed"]}
-    assert set(failed) == {"far9999", "badzone"}
-    assert "more than 10 years ahead" in failed["far9999"]
-    assert "Mars/Olympus" in failed["badzone"] and "time zone" in failed["badzone"]
+    reasons = failed(body)
+    assert set(reasons) == {"far9999", "badzone"}
+    assert "more than 10 years ahead" in reasons["far9999"]
+    assert "'Mars/Olympus' is not a known time zone" in reasons["badzone"]
     assert body["schedules"]["armed"] >= 1  # good0003 waits for its next hour
     for bad in ("far9999", "badzone"):  # once each, however many firings read the file
         assert len([line for line in lines if bad in line]) == 1, lines
@@ -86,97 +102,74 @@ async def test_bad_hand_written_schedules_are_skipped_once_and_the_good_ones_fir
 
 
 async def test_the_model_is_refused_a_schedule_that_cannot_be_armed(
-    home: Home, serve: Callable[..., Awaitable[Served]]
+    home: Home, servers: tuple[FakeTelegram, FakeOpenAI]
 ) -> None:
     refused = [
         ({"at": YEAR_9999}, "more than 10 years ahead"),
         ({"at": "2020-01-01T09:00"}, "has passed"),
         ({"cron": "0 9 * * *", "timezone": "Mars/Olympus"}, "not a known time zone"),
-        ({"cron": "0 0 29 2 mon"}, "more than 10 years ahead"),  # 29 February on a Monday: 2044
+        ({"cron": "0 0 29 2 1"}, "more than 10 years ahead"),  # 29 February on a Monday: 2044
         ({"cron": "0 9 31 2 *"}, "never happens"),
         ({"every_minutes": 10**12}, "every_minutes must be from 1"),
     ]
-    provider = ScriptedProvider()
-    channel = FakeChannel("telegram")
-    served = await serve(channel, provider=provider, durable=True)
-    await until(lambda: channel.bus)
-    for rule, says in refused:
-        provider.add(call("schedule", {"text": "call mum", **rule}), text("ok"))
-        before = len(channel.sent)
-        await channel.say("remind me")
-        await until(lambda before=before: len(channel.sent) > before)  # type: ignore[misc]
-        result = provider.calls[-1][-1]
-        assert result["role"] == "tool", result
-        assert says in result["content"] and "nothing was scheduled" in result["content"], rule
-        assert "Traceback" not in result["content"]
-        assert not home.schedules.exists(), rule  # nothing stored
-    status, body = await served.health()
+    async with gateway(home, servers) as live:
+        for rule, says in refused:
+            reply = await live.say(1000, call("schedule", text="call mum", **rule))
+            assert reply.startswith("tool said: Error: "), reply
+            assert says in reply and "nothing was scheduled" in reply, (rule, reply)
+            assert "Traceback" not in reply
+            assert not home.schedules.exists(), rule  # nothing stored
+        status, body = await live.health()
     assert status == 200 and body["status"] == "ok" and body["schedules"]["failed"] == []
-    served.gateway.request_stop()
-    assert await served.task == 0
 
 
 async def test_entries_beyond_the_bounds_are_not_armed_and_are_named(
-    home: Home, serve: Callable[..., Awaitable[Served]]
+    home: Home, servers: tuple[FakeTelegram, FakeOpenAI]
 ) -> None:
     write(
         home,
         [
             entry("a0000001", every_minutes=60),
             entry("a0000002", every_minutes=60),
-            entry("a0000003", every_minutes=60),  # a third in telegram:1
-            entry("b0000001", "telegram:2", every_minutes=60),
-            entry("b0000002", "telegram:2", every_minutes=60, text="x" * 5000),
-            entry("c0000001", "telegram:3", every_minutes=60),  # the fourth armed one
+            entry("a0000003", every_minutes=60),  # a third in one chat
+            entry("b0000001", 1001, every_minutes=60),
+            entry("b0000002", 1001, every_minutes=60, text="x" * 5000),
+            entry("c0000001", 1002, every_minutes=60),  # a fourth armed one
         ],
     )
-    channel = FakeChannel("telegram")
-    served = await serve(channel, durable=True, schedule={"max_per_chat": 2, "max_total": 3})
-    await until(lambda: channel.bus)
-    status, body = await served.health()
-    served.gateway.request_stop()
-    assert await served.task == 0
+    limits = {"max_per_chat": 2, "max_total": 3}
+    async with gateway(home, servers, schedule=limits) as live:
+        status, body = await live.health()
     assert status == 200 and body["status"] == "warning"
-    failed = {f["id"]: f["reason"] for f in body["schedules"]["failed"]}
-    assert set(failed) == {"a0000003", "b0000002", "c0000001"}
-    assert "schedule.max_per_chat" in failed["a0000003"]
-    assert "text is too long" in failed["b0000002"]
-    assert "schedule.max_total" in failed["c0000001"]
+    reasons = failed(body)
+    assert set(reasons) == {"a0000003", "b0000002", "c0000001"}
+    assert "schedule.max_per_chat" in reasons["a0000003"]
+    assert "text is too long" in reasons["b0000002"]
+    assert "schedule.max_total" in reasons["c0000001"]
     assert body["schedules"]["armed"] == 3
 
 
 async def test_a_schedules_file_too_big_is_not_read_left_alone_and_reported(
-    home: Home, serve: Callable[..., Awaitable[Served]]
+    home: Home, servers: tuple[FakeTelegram, FakeOpenAI]
 ) -> None:
-    body_text = write(home, [entry(f"{n:08x}", every_minutes=60) for n in range(8000)])
-    assert len(body_text) > 1024 * 1024
-    provider = ScriptedProvider()
-    channel = FakeChannel("telegram")
-    served = await serve(channel, provider=provider, durable=True)
-    await until(lambda: channel.bus)
-    provider.add(call("schedule", {"text": "call mum", "every_minutes": 5}), text("ok"))
-    await channel.say("remind me")
-    await until(lambda: channel.sent)  # the chat still works
-    status, body = await served.health()
-    served.gateway.request_stop()
-    assert await served.task == 0
-    result = provider.calls[-1][-1]["content"]
-    assert "schedules.json" in result and "nothing was scheduled" in result
+    written = write(home, [entry(f"{n:08x}", every_minutes=60) for n in range(8000)])
+    assert len(written) > 1024 * 1024
+    async with gateway(home, servers) as live:
+        reply = await live.say(1000, call("schedule", text="call mum", every_minutes=5))
+        status, body = await live.health()
+    assert "schedules.json is over 1 MiB" in reply and "nothing was scheduled" in reply
     assert status == 200 and body["status"] == "warning"
     assert "1 MiB" in body["schedules"]["file"] and body["schedules"]["armed"] == 0
-    assert home.schedules.read_text() == body_text  # not rewritten, not moved
+    assert home.schedules.read_text() == written  # not rewritten, not moved
 
 
 async def test_a_schedules_file_that_is_not_json_is_left_in_place_and_reported(
-    home: Home, serve: Callable[..., Awaitable[Served]]
+    home: Home, servers: tuple[FakeTelegram, FakeOpenAI]
 ) -> None:
     home.schedules.write_text('{"v": 1, "schedules": [')
-    channel = FakeChannel("telegram")
-    served = await serve(channel, durable=True)
-    await until(lambda: channel.bus)
-    status, body = await served.health()
-    served.gateway.request_stop()
-    assert await served.task == 0
+    async with gateway(home, servers) as live:
+        assert "is not valid JSON" in await live.say(1000, "/unschedule abcd1234")
+        status, body = await live.health()
     assert status == 200 and body["status"] == "warning"
     assert "not valid JSON" in body["schedules"]["file"]
     assert home.schedules.read_text() == '{"v": 1, "schedules": ['
@@ -206,20 +199,15 @@ def test_status_names_the_schedules_that_cannot_be_armed(home: Home) -> None:
     ["9999-12-31T23:00:00+00:00", "2026-11-22T09:30", "2999-01-01T00:00:00+00:00", 5],
 )
 async def test_a_hand_edited_dream_json_neither_stops_the_gateway_nor_dream(
-    home: Home, serve: Callable[..., Awaitable[Served]], last_run: object
+    home: Home, servers: tuple[FakeTelegram, FakeOpenAI], last_run: object
 ) -> None:
     """dream.json's last run in the year 9999 raised OverflowError when the gateway started
     Dream's scheduler, one without an offset TypeError; one far ahead put Dream off till then."""
     home.dream_state.write_text(json.dumps({"last_run": last_run}))
-    channel = FakeChannel("telegram")
     with log_lines("WARNING") as lines:
-        served = await serve(channel, dream={"enabled": True, "interval_h": 2})
-        await until(lambda: channel.bus or served.task.done())
-        assert not served.task.done(), served.task
-        upcoming = served.gateway.app.scheduler.next_run
-        status, _ = await served.health()
-        served.gateway.request_stop()
-        assert await served.task == 0
+        async with gateway(home, servers, dream={"enabled": True, "interval_h": 2}) as live:
+            upcoming = live.app.scheduler.next_run
+            status, _ = await live.health()
     assert status == 200
     assert upcoming is not None and upcoming <= datetime.now(UTC) + timedelta(hours=2)
     if last_run != "2999-01-01T00:00:00+00:00":
@@ -227,20 +215,10 @@ async def test_a_hand_edited_dream_json_neither_stops_the_gateway_nor_dream(
 
 
 async def test_search_history_dates_out_of_range_get_a_clear_error(
-    home: Home, serve: Callable[..., Awaitable[Served]]
+    home: Home, servers: tuple[FakeTelegram, FakeOpenAI]
 ) -> None:
-    provider = ScriptedProvider()
-    channel = FakeChannel("telegram")
-    served = await serve(channel, provider=provider)
-    await until(lambda: channel.bus)
-    for since in ("9999-12-31T23:59:00-05:00", "0001-01-01T00:00:00+05:00"):
-        provider.add(call("search_history", {"query": "mum", "since": since}), text("ok"))
-        before = len(channel.sent)
-        await channel.say("what did I say about mum?")
-        await until(lambda before=before: len(channel.sent) > before)  # type: ignore[misc]
-        result = provider.calls[-1][-1]
-        assert result["role"] == "tool"
-        assert f"{since!r} is out of range" in result["content"], result["content"]
-        assert "OverflowError" not in result["content"]
-    served.gateway.request_stop()
-    assert await served.task == 0
+    async with gateway(home, servers) as live:
+        for since in ("9999-12-31T23:59:00-05:00", "0001-01-01T00:00:00+05:00"):
+            reply = await live.say(1000, call("search_history", query="mum", since=since))
+            assert f"{since!r} is out of range" in reply, reply
+            assert "OverflowError" not in reply
