@@ -52,6 +52,16 @@ def shown(fake_llm: FakeOpenAI) -> str:
     return str(fake_llm.requests[1]["messages"][-1]["content"])
 
 
+@pytest.fixture
+def sleep_argv() -> Iterator[list[str]]:
+    """The command line a test's escape runs; whatever still runs it is killed afterwards,
+    so a failing test leaves nothing behind."""
+    argv = sleeper()
+    yield argv
+    for pid in survivors(argv):
+        os.kill(pid, signal.SIGKILL)
+
+
 def wait_for(condition: Any, what: str) -> None:
     deadline = time.monotonic() + WAIT_S
     while not condition():
@@ -62,9 +72,9 @@ def wait_for(condition: Any, what: str) -> None:
 
 @pytest.mark.parametrize("mode", MODES)
 def test_a_command_that_kills_its_reaper_leaves_nothing_running(
-    home: Home, fake_llm: FakeOpenAI, mode: str
+    home: Home, fake_llm: FakeOpenAI, mode: str, sleep_argv: list[str]
 ) -> None:
-    sleep = shlex.join(sleeper_argv := sleeper())
+    sleep = shlex.join(sleep_argv)
     attack = (
         f"setsid sh -c 'echo up > up.txt; exec {sleep}' >/dev/null 2>&1 & "
         "while [ ! -s up.txt ]; do sleep 0.01; done; kill -9 $PPID; echo still here"
@@ -75,26 +85,26 @@ def test_a_command_that_kills_its_reaper_leaves_nothing_running(
     assert result.returncode == 0, result.stderr
     assert (home.workspace / "up.txt").exists()  # the escape did start
     assert shown(fake_llm).startswith("exit code")
-    assert survivors(sleeper_argv, within_s=5) == []
+    assert survivors(sleep_argv, within_s=5) == []
 
 
 @pytest.mark.parametrize("mode", MODES)
 def test_sigkill_of_nanomem_mid_command_ends_the_command(
-    home: Home, fake_llm: FakeOpenAI, mode: str
+    home: Home, fake_llm: FakeOpenAI, mode: str, sleep_argv: list[str]
 ) -> None:
-    sleep = shlex.join(sleeper_argv := sleeper())
+    sleep = shlex.join(sleep_argv)
     command = f"setsid sh -c 'echo up > up.txt; exec {sleep}' >/dev/null 2>&1 & exec {sleep}"
     fake_llm.tool_call("exec", {"command": command})
     env = shell_env(home, fake_llm, mode)
     nanomem = subprocess.Popen([*NANOMEM, "chat", "-m", "go"], env=env, stderr=subprocess.DEVNULL)
     try:
-        wait_for(lambda: len(survivors(sleeper_argv)) == 2, "the command and its escape")
+        wait_for(lambda: len(survivors(sleep_argv)) == 2, "the command and its escape")
         assert (home.workspace / "up.txt").exists()
     finally:
         nanomem.send_signal(signal.SIGKILL)
         nanomem.wait()
     # Well within tools.shell_timeout_s (60 s): nothing waits for the timeout that nobody keeps.
-    assert survivors(sleeper_argv, within_s=10) == []
+    assert survivors(sleep_argv, within_s=10) == []
 
 
 @pytest.mark.parametrize("mode", MODES)
