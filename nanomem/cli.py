@@ -287,7 +287,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def _sandbox_state(settings: Settings) -> str:
-    from nanomem.tools.sandbox import decide
+    from nanomem.tools import decide
 
     tools = settings.tools
     return decide(tools.shell_sandbox).describe(tools.shell_network)
@@ -475,7 +475,7 @@ def _build(
     """Logging, then the app (most of nanomem, imported only now)."""
     from nanomem.app import build_app
     from nanomem.log import setup_logging
-    from nanomem.prctl import hide_environment
+    from nanomem.tools import hide_environment
 
     # Before any key is used: commands run without the sandbox are our own user's processes.
     hide_environment()

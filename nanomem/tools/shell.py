@@ -17,8 +17,8 @@ from typing import Annotated, Protocol
 from pydantic import Field
 
 from nanomem.audience import current, room_folder
-from nanomem.prctl import adopt_orphans
 from nanomem.tools.orphans import start_ticks, sweep
+from nanomem.tools.prctl import adopt_orphans
 from nanomem.tools.registry import Tool, ToolError
 from nanomem.tools.sandbox import SANDBOX_HOME, Mode, command_argv, decide
 
