@@ -7,9 +7,13 @@ from __future__ import annotations
 
 import os
 import shlex
+import shutil
 import signal
 import socket
 import subprocess
+import sys
+import sysconfig
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -32,6 +36,8 @@ MODES = [
     "off",
 ]
 WAIT_S = 60.0  # a safety net only: every wait ends on its condition
+NOBODY = 65534
+ROOT = Path(__file__).resolve().parent.parent.parent
 
 
 def shell_env(home: Home, fake_llm: FakeOpenAI, mode: str, **extra: str) -> dict[str, str]:
@@ -107,12 +113,33 @@ def test_sigkill_of_nanomem_mid_command_ends_the_command(
     assert survivors(sleep_argv, within_s=10) == []
 
 
+@pytest.fixture
+def unprivileged(tmp_path: Path) -> Iterator[tuple[list[str], dict[str, Any], Path]]:
+    """How to start nanomem as `nobody` when the tests run as root (root reads every
+    process's environment, so only another user shows what PR_SET_DUMPABLE protects): the
+    interpreter prefix, Popen's arguments, and a home that user owns."""
+    if os.geteuid() != 0:
+        yield [sys.executable], {}, tmp_path / "own-home"
+        return
+    version = f"python{sys.version_info.major}.{sys.version_info.minor}"
+    python = shutil.which(version, path="/usr/bin:/usr/local/bin")
+    if python is None:  # ours may sit under /root, where nobody may not go
+        pytest.skip(f"no system {version} for an unprivileged nanomem")
+    root = Path(tempfile.mkdtemp(prefix="nanomem-nobody-"))
+    os.chown(root, NOBODY, NOBODY)
+    path = f"{ROOT}:{sysconfig.get_paths()['purelib']}"
+    options = {"user": NOBODY, "group": NOBODY, "extra_groups": [], "cwd": root}
+    yield [python], {**options, "env_extra": {"PYTHONPATH": path}}, root / "home"
+    shutil.rmtree(root, ignore_errors=True)
+
+
 @pytest.mark.parametrize("mode", MODES)
 def test_a_command_cannot_read_nanomems_environment(
-    home: Home, fake_llm: FakeOpenAI, mode: str
+    home: Home,
+    fake_llm: FakeOpenAI,
+    mode: str,
+    unprivileged: tuple[list[str], dict[str, Any], Path],
 ) -> None:
-    if mode == "off" and os.geteuid() == 0:
-        pytest.skip("without the sandbox, root reads every process's environment (dumpable or not)")
     canary = f"canary-{os.getpid()}-{time.monotonic_ns()}"
     pid: list[int] = []
 
@@ -123,14 +150,21 @@ def test_a_command_cannot_read_nanomems_environment(
         return Step.tool_call("exec", {"command": f"cat /proc/{pid[0]}/environ; ls /proc"})
 
     fake_llm.set_fallback(script)
-    env = shell_env(home, fake_llm, mode, NANOMEM_TEST_CANARY=canary)
-    nanomem = subprocess.Popen([*NANOMEM, "chat", "-m", "go"], env=env, stderr=subprocess.PIPE)
+    python, options, own_home = [sys.executable], {}, home.root
+    if mode == "off":  # our own user's command: only the kernel's dumpable rule stands between
+        python, options, own_home = unprivileged
+    env = shell_env(Home(own_home), fake_llm, mode, NANOMEM_TEST_CANARY=canary)
+    env.update(options.pop("env_extra", {}))
+    argv = [*python, "-m", "nanomem", "chat", "-m", "go"]
+    nanomem = subprocess.Popen(argv, env=env, stderr=subprocess.PIPE, **options)
     pid.append(nanomem.pid)
     _, stderr = nanomem.communicate(timeout=WAIT_S)
     assert nanomem.returncode == 0, stderr
     seen = shown(fake_llm)
     assert seen.startswith("exit code")  # the command ran
     assert canary not in seen and "NANOMEM_LLM__API_KEY" not in seen
+    # Not there at all in the sandbox (its own PID namespace); root's alone without it.
+    assert ("Permission denied" if mode == "off" else "No such file") in seen
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -225,3 +259,51 @@ def test_shell_network_off_reaches_nothing(
         assert "CONNECTED" in shown(fake_llm) and len(accepted) == 1
     else:
         assert "REFUSED" in shown(fake_llm) and accepted == []
+
+
+def without_user_namespaces(argv: list[str]) -> list[str]:
+    """`argv` run where no user namespace can be made, as in a container under Docker's default
+    seccomp profile: inside a bwrap that forbids them (everything else stays as it is)."""
+    binary = decide("auto").binary
+    assert binary is not None
+    outer = ["--unshare-user", "--disable-userns", "--bind", "/", "/", "--dev", "/dev"]
+    return [binary, *outer, "--proc", "/proc", "--", *argv]
+
+
+@pytest.mark.skipif(not SANDBOX_RUNS, reason="bubblewrap cannot run here")
+@pytest.mark.parametrize("mode", ["auto", "bwrap"])
+def test_where_bwrap_cannot_run_auto_falls_back_and_bwrap_refuses(
+    home: Home, fake_llm: FakeOpenAI, mode: str
+) -> None:
+    env = shell_env(home, fake_llm, mode)
+    status = subprocess.run(
+        without_user_namespaces([*NANOMEM, "status"]),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=WAIT_S,
+        check=False,
+    )
+    assert status.returncode == 0, status.stderr
+    line = next(x for x in status.stdout.splitlines() if x.startswith("shell sandbox"))
+    assert "NOT sandboxed: bubblewrap cannot run here (bwrap: Creating new namespace" in line
+    fake_llm.tool_call("exec", {"command": "echo ran > ran.txt; echo ran"})
+    fake_llm.reply("done")
+    chat = subprocess.run(
+        without_user_namespaces([*NANOMEM, "chat", "-m", "go"]),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=WAIT_S,
+        check=False,
+    )
+    assert chat.returncode == 0, chat.stderr
+    log = (home.logs / "nanomem.log").read_text()
+    if mode == "auto":  # the reaper runs it, and the log says once why
+        assert shown(fake_llm) == "exit code 0\nran\n"
+        assert log.count("shell: NOT sandboxed: bubblewrap cannot run here") == 1
+        assert line.endswith(")")
+    else:
+        assert line.endswith('shell_sandbox = "bwrap": no command runs')
+        assert shown(fake_llm).startswith("Error: the shell cannot run: NOT sandboxed")
+        assert not (home.workspace / "ran.txt").exists()
