@@ -144,6 +144,7 @@ def build_app(
             approval=approval,
             sandbox=tool_settings.shell_sandbox,
             network=tool_settings.shell_network,
+            hidden=[home.root],
         )
         for tool in shell.tools():
             tools.add(tool)

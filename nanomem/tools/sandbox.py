@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import subprocess
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -97,8 +98,16 @@ def _try(binary: str) -> str:
     return ""
 
 
-def command_argv(binary: str, writable: Path | None, *, network: bool, command: str) -> list[str]:
-    """bwrap's command line for one shell command run in `writable` (None: nowhere writable)."""
+def command_argv(
+    binary: str,
+    writable: Path | None,
+    *,
+    network: bool,
+    command: str,
+    hidden: Iterable[Path] = (),
+) -> list[str]:
+    """bwrap's command line for one shell command run in `writable` (None: nowhere writable);
+    `hidden` folders (nanomem's home) show empty even where a system folder holds them."""
     argv = [
         binary,
         "--unshare-all",  # user (where needed), PID, IPC, UTS, network, cgroup namespaces
@@ -118,6 +127,9 @@ def command_argv(binary: str, writable: Path | None, *, network: bool, command: 
         if path.exists():
             argv += ["--ro-bind", "/dev/null", str(path)]
     argv += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--tmpfs", "/var/tmp"]
+    for path in hidden:
+        if path.is_dir():
+            argv += ["--tmpfs", str(path)]
     if writable is not None:
         where = str(writable)
         # At its real path, so paths the model saw from the file tools mean the same here.

@@ -58,6 +58,7 @@ class ShellTool:
         approval: Approval | None = None,
         sandbox: Mode = "auto",
         network: bool = True,
+        hidden: Iterable[Path] = (),
     ) -> None:
         self.approval = approval  # None: every command runs (tools.shell_approval = "off")
         self.workspace = workspace
@@ -66,6 +67,7 @@ class ShellTool:
         self.allowed_env = tuple(allowed_env)
         self.sandbox = sandbox
         self.network = network  # honoured by the sandbox only
+        self.hidden = tuple(hidden)  # not even readable in the sandbox: nanomem's home
 
     def tools(self) -> list[Tool]:
         return [Tool.from_function(self.exec, name="exec")]
@@ -89,7 +91,9 @@ class ShellTool:
         env = command_env(self.allowed_env)
         if decision.binary is not None:
             env["HOME"] = SANDBOX_HOME  # the real one is not in the sandbox
-            argv = command_argv(decision.binary, folder, network=self.network, command=command)
+            argv = command_argv(
+                decision.binary, folder, network=self.network, command=command, hidden=self.hidden
+            )
         else:
             # The reaper owns the command's whole process tree (setsid'd children included).
             argv = [sys.executable, "-I", "-S", str(REAPER), str(os.getpid()), command]

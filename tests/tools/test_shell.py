@@ -1,7 +1,10 @@
 import asyncio
+import os
 import shlex
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -128,3 +131,21 @@ def test_a_gigabyte_of_output_is_read_within_a_fixed_memory_bound(tmp_path: Path
     assert summary.split()[1:] == ["exit", "code", "0", "True", "True"]
     assert int(summary.split()[0]) < 17000  # the model gets the capped text
     assert int(peak_mib) < 200
+
+
+async def test_the_home_stays_hidden_inside_a_read_only_system_folder() -> None:
+    if decide("auto").binary is None or not os.access("/opt", os.W_OK):
+        pytest.skip("needs the sandbox and a writable /opt (a home such as /opt/nanomem)")
+    home = Path(tempfile.mkdtemp(dir="/opt", prefix="nanomem-test-"))
+    try:
+        (home / "config.toml").write_text('api_key = "sk-hidden-0123456789"\n')
+        workspace = home / "workspace"
+        workspace.mkdir()
+        look = f"cat {home}/config.toml; echo ok > made"
+        shell = ShellTool(workspace, timeout_s=10, max_output_chars=2000, hidden=[home])
+        result = await shell.exec(look)
+        assert "sk-hidden" not in result and (workspace / "made").exists()
+        control = ShellTool(workspace, timeout_s=10, max_output_chars=2000)  # nothing hidden
+        assert "sk-hidden" in await control.exec(look)  # /opt itself is there, read-only
+    finally:
+        shutil.rmtree(home)
