@@ -79,13 +79,15 @@ class ShellTool:
         if decision.refuses:
             raise ToolError(f"the shell cannot run: {decision.describe(self.network)}")
         sandboxed = decision.binary is not None
-        if seen_by is not None and not seen_by.personal and not sandboxed:
+        room = room_folder(self.workspace, seen_by.session) if seen_by is not None else None
+        # Like the file tools, a group stays in its room (memory.groups_see_personal or not),
+        # and only the sandbox can hold a command there.
+        if room is not None and not sandboxed:
             raise ToolError("the shell is not available in group chats without its sandbox")
         if self.approval is not None and (refused := await self.approval.refusal(command)):
             return refused  # the model reads it and carries on
         folder = self.workspace
-        room = room_folder(self.workspace, seen_by.session) if seen_by is not None else None
-        if sandboxed and room is not None:
+        if room is not None:
             folder = room  # a group's command writes its own room and sees nothing else of ours
             folder.mkdir(parents=True, exist_ok=True)
         env = command_env(self.allowed_env)

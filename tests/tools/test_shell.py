@@ -9,8 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from nanomem.audience import audience_of, enter
 from nanomem.home import Home
 from nanomem.providers.scripted import ScriptedProvider
+from nanomem.tools import ToolError
 from nanomem.tools.sandbox import Decision, Mode, decide
 from nanomem.tools.shell import ShellTool
 from tests.conftest import cli_env, make_app, run_cli_here, sleeper, survivors
@@ -149,3 +151,13 @@ async def test_the_home_stays_hidden_inside_a_read_only_system_folder() -> None:
         assert "sk-hidden" in await control.exec(look)  # /opt itself is there, read-only
     finally:
         shutil.rmtree(home)
+
+
+async def test_a_group_seeing_personal_memory_still_gets_no_unsandboxed_shell(
+    tmp_path: Path,
+) -> None:
+    enter(audience_of("telegram:-100123", groups_see_personal=True))
+    shell = ShellTool(tmp_path, timeout_s=5, max_output_chars=1000, sandbox="off")
+    with pytest.raises(ToolError, match="not available in group chats without its sandbox"):
+        await shell.exec("echo ran > ran.txt")
+    assert not (tmp_path / "ran.txt").exists()
