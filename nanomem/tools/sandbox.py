@@ -127,14 +127,20 @@ def command_argv(
         if path.exists():
             argv += ["--ro-bind", "/dev/null", str(path)]
     argv += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--tmpfs", "/var/tmp"]
-    for path in hidden:
-        if path.is_dir():
-            argv += ["--tmpfs", str(path)]
+    # Mounts apply in order: a hidden folder holding the workspace (the default home) is
+    # covered before the workspace is bound, one inside the workspace after it.
+    later = []
+    for folder in (path.resolve() for path in hidden if path.is_dir()):
+        top = writable.resolve() if writable is not None else folder
+        if writable is not None and folder != top and folder.is_relative_to(top):
+            later += ["--tmpfs", str(writable / folder.relative_to(top))]
+        else:
+            argv += ["--tmpfs", str(folder)]
     if writable is not None:
         where = str(writable)
         # At its real path, so paths the model saw from the file tools mean the same here.
         argv += ["--bind", where, where, "--chdir", where]
-    return [*argv, "--", "/bin/sh", "-c", command]
+    return [*argv, *later, "--", "/bin/sh", "-c", command]
 
 
 def _resolver() -> list[str]:

@@ -161,3 +161,18 @@ async def test_a_group_seeing_personal_memory_still_gets_no_unsandboxed_shell(
     with pytest.raises(ToolError, match="not available in group chats without its sandbox"):
         await shell.exec("echo ran > ran.txt")
     assert not (tmp_path / "ran.txt").exists()
+
+
+async def test_a_home_inside_the_workspace_stays_hidden(tmp_path: Path) -> None:
+    if decide("auto").binary is None:
+        pytest.skip("needs the sandbox")
+    home = tmp_path / ".nanomem"  # agent.workspace = ~ with the home in ~/.nanomem
+    home.mkdir()
+    (home / "config.toml").write_text('api_key = "sk-hidden-0123456789"\n')
+    look = "cat .nanomem/config.toml; echo planted > .nanomem/planted; echo ok > made"
+    shell = ShellTool(tmp_path, timeout_s=10, max_output_chars=2000, hidden=[home])
+    result = await shell.exec(look)
+    assert "sk-hidden" not in result and (tmp_path / "made").exists()
+    assert not (home / "planted").exists()
+    control = ShellTool(tmp_path, timeout_s=10, max_output_chars=2000)  # nothing hidden
+    assert "sk-hidden" in await control.exec(look)
