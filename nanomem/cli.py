@@ -280,6 +280,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         ("api key", "set" if llm.api_key and llm.api_key.get_secret_value() else "not set"),
         ("context window", f"{llm.context_window_tokens} tokens"),
         ("shell tool", "enabled" if settings.tools.shell_enabled else "disabled"),
+        ("shell sandbox", _sandbox_state(settings)),
         ("sessions", str(SessionStore(home.sessions).count())),
         ("log file", str(home.logs / "nanomem.log")),
     ]
@@ -287,6 +288,13 @@ def cmd_status(args: argparse.Namespace) -> int:
     for name, value in rows:
         print(f"{name.ljust(width)}  {value}")
     return 0
+
+
+def _sandbox_state(settings: Settings) -> str:
+    from nanomem.tools import decide
+
+    tools = settings.tools
+    return decide(tools.shell_sandbox).describe(tools.shell_network)
 
 
 def cmd_chat(args: argparse.Namespace) -> int:
@@ -471,7 +479,10 @@ def _build(
     """Logging, then the app (most of nanomem, imported only now)."""
     from nanomem.app import build_app
     from nanomem.log import setup_logging
+    from nanomem.tools import hide_environment
 
+    # Before any key is used: commands run without the sandbox are our own user's processes.
+    hide_environment()
     setup_logging(settings.log.level, home.logs, stderr_level=stderr_level)
     if _switched_off_by_us:  # loguru is set up: commands the agent runs must not inherit it
         os.environ.pop(LOGURU_SWITCH, None)
