@@ -142,6 +142,9 @@ def build_app(
             allowed_env=tool_settings.shell_env,
             max_output_chars=tool_settings.max_output_chars,
             approval=approval,
+            sandbox=tool_settings.shell_sandbox,
+            network=tool_settings.shell_network,
+            hidden=[home.root],
         )
         for tool in shell.tools():
             tools.add(tool)
@@ -155,12 +158,7 @@ def build_app(
         provider = _model(llm, transports)
     budget = Budget(BpeTokenizer(), Calibration(), llm, settings.memory)
     schedules = ScheduledTurns(
-        ScheduleStore(
-            home.schedules,
-            home.lock("schedules"),
-            max_per_chat=settings.schedule.max_per_chat,
-            max_total=settings.schedule.max_total,
-        ),
+        ScheduleStore.of(home, settings.schedule),
         bus,
         templates,
         settings.schedule,

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from nanomem.agent import MessageBus, OutboundMessage, ScheduleStore
+    from nanomem.agent import MessageBus, OutboundMessage
     from nanomem.app import App
     from nanomem.config import Settings
     from nanomem.first_run import Choices
@@ -255,6 +255,7 @@ def _files_and_folders(count: int) -> str:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
+    from nanomem.agent import ScheduleStore
     from nanomem.app import workspace_of
     from nanomem.memory import SessionStore
     from nanomem.providers import model_name_problem, route
@@ -280,8 +281,9 @@ def cmd_status(args: argparse.Namespace) -> int:
         ("api key", "set" if llm.api_key and llm.api_key.get_secret_value() else "not set"),
         ("context window", f"{llm.context_window_tokens} tokens"),
         ("shell tool", "enabled" if settings.tools.shell_enabled else "disabled"),
+        ("shell sandbox", _sandbox_state(settings)),
         ("sessions", str(SessionStore(home.sessions).count())),
-        ("schedules", _schedules(home, settings).summary()),
+        ("schedules", ScheduleStore.of(home, settings.schedule).summary()),
         ("log file", str(home.logs / "nanomem.log")),
     ]
     width = max(len(name) for name, _ in rows)
@@ -290,16 +292,11 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
-def _schedules(home: Home, settings: Settings) -> ScheduleStore:
-    from nanomem.agent import ScheduleStore
+def _sandbox_state(settings: Settings) -> str:
+    from nanomem.tools import decide
 
-    limits = settings.schedule
-    return ScheduleStore(
-        home.schedules,
-        home.lock("schedules"),
-        max_per_chat=limits.max_per_chat,
-        max_total=limits.max_total,
-    )
+    tools = settings.tools
+    return decide(tools.shell_sandbox).describe(tools.shell_network)
 
 
 def cmd_chat(args: argparse.Namespace) -> int:
@@ -484,7 +481,10 @@ def _build(
     """Logging, then the app (most of nanomem, imported only now)."""
     from nanomem.app import build_app
     from nanomem.log import setup_logging
+    from nanomem.tools import hide_environment
 
+    # Before any key is used: commands run without the sandbox are our own user's processes.
+    hide_environment()
     setup_logging(settings.log.level, home.logs, stderr_level=stderr_level)
     if _switched_off_by_us:  # loguru is set up: commands the agent runs must not inherit it
         os.environ.pop(LOGURU_SWITCH, None)

@@ -90,6 +90,10 @@ class ToolSettings(_Section):
     # "allowlist": only allowlisted prefixes run; "off": everything runs (unsafe).
     shell_approval: Literal["ask", "allowlist", "off"] = "ask"
     shell_approval_timeout_s: float = Field(120.0, gt=0)
+    # "auto": in bubblewrap where it can run, else under the reaper (`nanomem status` says
+    # which); "bwrap": sandboxed or not at all; "off": the reaper only.
+    shell_sandbox: Literal["auto", "bwrap", "off"] = "auto"
+    shell_network: bool = True  # commands in the sandbox may use the network
     max_output_chars: int = Field(16000, ge=500)
 
 

@@ -26,7 +26,9 @@ from pathlib import Path
 from typing import Any
 
 from nanomem.agent.schedules import FORMAT_VERSION, ID_PATTERN, Schedule, ScheduleError
+from nanomem.config import ScheduleSettings
 from nanomem.durable import atomic_write_text
+from nanomem.home import Home
 from nanomem.locks import FileLock
 
 MAX_FILE_BYTES = 1024 * 1024
@@ -68,6 +70,16 @@ class ScheduleStore:
         self.path, self.lock = path, lock
         self.max_per_chat, self.max_total = max_per_chat, max_total
         self._cache: tuple[_Key, StoredSchedules] | None = None
+
+    @classmethod
+    def of(cls, home: Home, limits: ScheduleSettings) -> ScheduleStore:
+        """The home's schedules.json, within the configured bounds."""
+        return cls(
+            home.schedules,
+            home.lock("schedules"),
+            max_per_chat=limits.max_per_chat,
+            max_total=limits.max_total,
+        )
 
     def read(self) -> StoredSchedules:
         with self.lock.hold_sync():
