@@ -115,8 +115,9 @@ class Schedule:
         try:
             upcoming = self.next_after(now)
             too_far = upcoming is not None and upcoming - now > HORIZON
-        except OverflowError:
-            raise ScheduleError(_too_far(self.at or "its next time")) from None
+        except OverflowError:  # near the years 1 and 9999
+            when = self.at or self.created_at
+            raise ScheduleError(f"{when} is out of range for a schedule") from None
         except ValueError as exc:
             raise ScheduleError(f"cron {self.cron!r} cannot be used: {exc}") from None
         if upcoming is None and self.at is None:
