@@ -22,8 +22,6 @@ from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.telegram_gateway import LiveGateway, call, obedient, telegram_gateway
 from tests.fakes.telegram_server import FakeTelegram
 
-pytestmark = pytest.mark.slow  # each test runs a gateway
-
 CHATS = [1000, 1001, 1002, 1003]
 YEAR_9999 = "9999-12-31T23:59:00-05:00"  # past datetime.max once in UTC
 
