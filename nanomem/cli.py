@@ -252,13 +252,14 @@ def _files_and_folders(count: int) -> str:
 
 def cmd_status(args: argparse.Namespace) -> int:
     from nanomem.app import workspace_of
+    from nanomem.log import masked, secret_of
     from nanomem.memory import SessionStore
     from nanomem.providers import model_name_problem, route
 
     home = _home(args)
     settings = _settings(args, home)
     config = _config_path(args, home)
-    llm = settings.llm
+    llm, gw = settings.llm, settings.gateway
     workspace = workspace_of(settings, home)
     path = route(llm).describe() if llm.model else "(no model)"
     if problem := model_name_problem(llm.model, llm.api_base):
@@ -273,9 +274,11 @@ def cmd_status(args: argparse.Namespace) -> int:
         ("model", llm.model or "(not set: llm.model / NANOMEM_LLM__MODEL)"),
         ("api base", llm.api_base or "(provider default)"),
         ("model path", path),
-        ("api key", "set" if llm.api_key and llm.api_key.get_secret_value() else "not set"),
+        ("api key", f"set ({masked(key)})" if (key := secret_of(llm.api_key)) else "not set"),
         ("context window", f"{llm.context_window_tokens} tokens"),
         ("shell tool", "enabled" if settings.tools.shell_enabled else "disabled"),
+        ("gateway", f"{gw.host}:{gw.port}, at most {gw.max_connections} connections"),
+        ("agent api", _api_line(settings)),
         ("sessions", str(SessionStore(home.sessions).count())),
         ("log file", str(home.logs / "nanomem.log")),
     ]
@@ -283,6 +286,15 @@ def cmd_status(args: argparse.Namespace) -> int:
     for name, value in rows:
         print(f"{name.ljust(width)}  {value}")
     return 0
+
+
+def _api_line(settings: Settings) -> str:
+    """Whether the API is on, and its keys as their owner may see them: masked."""
+    from nanomem.log import masked
+
+    keys = ", ".join(masked(key.get_secret_value()) for key in settings.api.keys)
+    shown = f"{len(settings.api.keys)} keys ({keys})" if keys else "no keys"
+    return f"{'enabled' if settings.api.enabled else 'disabled'}, {shown}"
 
 
 def cmd_chat(args: argparse.Namespace) -> int:

@@ -56,6 +56,17 @@ def _password(url: str) -> str | None:
         return None
 
 
+def masked(secret: str) -> str:
+    """How a key is shown to its owner: only its last 4 characters, and those only when at
+    least 12 stay hidden."""
+    return MASK + secret[-4:] if len(secret) >= 16 else MASK
+
+
+def secret_of(value: Any) -> str:
+    """The text of a SecretStr setting, or "" when it is unset."""
+    return value.get_secret_value() if value is not None else ""
+
+
 def redact(text: str) -> str:
     for secret in _secrets:
         if secret in text:
