@@ -88,7 +88,12 @@ class Gateway:
         try:
             routes = [add for c in self.channels.values() if (add := getattr(c, "routes", None))]
             runner, self.port = await serve_health(
-                self.health, settings.host, settings.port, routes
+                self.health,
+                settings.host,
+                settings.port,
+                routes,
+                max_connections=settings.max_connections,
+                read_timeout_s=settings.read_timeout_s,
             )
         except OSError as exc:
             where = f"{settings.host}:{settings.port}"
