@@ -12,17 +12,28 @@ _STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.S)
 _NOT_A_BRACKET = bytes(c for c in range(256) if c not in b"[]{}")
 
 
-class TooDeep(ValueError):
-    """JSON nested deeper than we parse (a ValueError, like every other bad JSON)."""
+class TooDeep(json.JSONDecodeError):
+    """JSON nested deeper than we parse: caught wherever bad JSON is (a ValueError)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, "", 0)
+
+    def __str__(self) -> str:
+        return self.msg
 
 
 def depth_exceeds(raw: str | bytes, max_depth: int = MAX_DEPTH) -> bool:
     """Whether arrays and objects nest deeper than `max_depth` (or their brackets do not pair
     up), without recursion: strings are dropped (brackets inside them do not count), then each
     pass removes the innermost pairs, all of it at C speed."""
-    data = raw.encode("utf-8", "surrogatepass") if isinstance(raw, str) else raw
-    if data.count(b"[") + data.count(b"{") <= max_depth:
-        return False  # the usual case: too few brackets to nest that deep
+    if isinstance(raw, str):
+        if raw.count("[") + raw.count("{") <= max_depth:
+            return False  # the usual case: too few brackets to nest that deep
+        data = raw.encode("utf-8", "surrogatepass")
+    else:
+        data = raw
+        if data.count(b"[") + data.count(b"{") <= max_depth:
+            return False
     brackets = _STRING.sub(b"", data).translate(None, _NOT_A_BRACKET)
     for _ in range(max_depth):
         if not brackets:
