@@ -4,9 +4,13 @@ error where it arrives, never a crash of the turn or a traceback."""
 
 from __future__ import annotations
 
+import pytest
+
 from nanomem.home import Home
 from tests.conftest import cli_env, run_cli_here
-from tests.fakes.openai_server import FakeOpenAI
+from tests.fakes.openai_server import FakeOpenAI, echo_step
+from tests.fakes.telegram_server import FakeTelegram
+from tests.test_gateway_e2e import GatewayProcess, wait_until
 
 DEEP = 100_000
 NESTED = "[" * DEEP + "]" * DEEP
@@ -48,3 +52,24 @@ def test_a_history_line_nested_100k_deep_is_skipped(home: Home, fake_llm: FakeOp
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "still answering"
     assert "Traceback" not in result.stderr + (home.logs / "nanomem.log").read_text()
+
+
+@pytest.mark.slow
+def test_a_bot_api_answer_nested_100k_deep_does_not_stop_telegram(home: Home) -> None:
+    with FakeTelegram() as telegram, FakeOpenAI() as llm:
+        llm.set_fallback(echo_step)
+        gateway = GatewayProcess(home, telegram, llm)
+        try:
+            # The next getUpdates gets the deep body; polling must go on after it.
+            polls = telegram.getupdates_count
+            telegram.fail_next("getUpdates", body='{"ok": true, "result": ' + NESTED + "}")
+            telegram.send_text(1001, "before the deep answer")
+            telegram.wait_for_messages(1001, 1, timeout=60)
+            wait_until(lambda: telegram.getupdates_count >= polls + 2, 30, "polling after it")
+            telegram.send_text(1001, "after the deep answer")
+            replies = telegram.wait_for_messages(1001, 2, timeout=60)
+            assert replies[-1]["text"].endswith("after the deep answer")
+        finally:
+            assert gateway.stop() == 0
+    log = "".join(gateway.lines)
+    assert "Traceback" not in log and "RecursionError" not in log, log

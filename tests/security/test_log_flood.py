@@ -20,6 +20,7 @@ from nanomem.health import Health, serve_health
 from nanomem.log import KEEP_PER_DAY, setup_logging
 
 WAIT_S = 30.0
+INTERVAL_S = 1.0
 
 
 @pytest.fixture
@@ -48,18 +49,24 @@ def log_text(log_dir: Path) -> str:
 async def test_one_error_repeated_per_request_is_logged_once_then_counted(
     tmp_path: Path, logging_state: None
 ) -> None:
-    setup_logging("INFO", tmp_path, stderr_level="CRITICAL", repeat_interval_s=1.0)
+    setup_logging("INFO", tmp_path, stderr_level="CRITICAL", repeat_interval_s=INTERVAL_S)
     runner, port = await serve_health(Health(MessageBus()), "127.0.0.1", 0, [add_failing_route])
+    hits = 0
     try:
         async with aiohttp.ClientSession() as session:
 
             async def hit() -> None:
+                nonlocal hits
                 async with session.get(f"http://127.0.0.1:{port}/boom") as response:
                     assert response.status == 500
+                hits += 1
 
+            started = time.monotonic()
             for _ in range(300):  # aiohttp logs each with its traceback
                 await hit()
-            assert log_text(tmp_path).count("Error handling request") == 1
+            written = log_text(tmp_path).count("Error handling request")
+            # One line per interval begun, never one per request.
+            assert written <= 1 + (time.monotonic() - started) / INTERVAL_S
             deadline = time.monotonic() + WAIT_S
             while "more like it" not in log_text(tmp_path):  # the interval's one summary
                 assert time.monotonic() < deadline, "no summary line"
@@ -67,11 +74,10 @@ async def test_one_error_repeated_per_request_is_logged_once_then_counted(
                 await asyncio.sleep(0.05)
     finally:
         await runner.cleanup()
-    text = log_text(tmp_path)
-    assert text.count("Error handling request") == 2, text[-2000:]
-    assert text.count("RuntimeError: the handler broke") == 2
-    summary = next(line for line in text.splitlines() if "more like it" in line)
-    assert int(summary.split("(and ")[1].split()[0]) >= 300
+    lines = [line for line in log_text(tmp_path).splitlines() if "Error handling request" in line]
+    assert 2 <= len(lines) < 20
+    left_out = sum(int(line.split("(and ")[1].split()[0]) for line in lines if "(and " in line)
+    assert len(lines) + left_out == hits  # every error counted, each written or summed up
 
 
 def word(number: int) -> str:
