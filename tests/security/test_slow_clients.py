@@ -4,15 +4,19 @@ a time (slowloris), more connections than the gateway takes, and a body that sta
 from __future__ import annotations
 
 import json
+import resource
 import socket
+import subprocess
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 
 from nanomem.home import Home
 from nanomem.onboard import onboard
+from tests.conftest import NANOMEM, cli_env
 from tests.fakes.openai_server import FakeOpenAI, echo_step
 from tests.fakes.telegram_server import FakeTelegram
 from tests.test_gateway_e2e import GatewayProcess, wait_until
@@ -176,3 +180,45 @@ def test_a_stalled_body_is_answered_408_and_closed(gateway: GatewayProcess) -> N
         assert time.monotonic() - started < TIMEOUT_S + 15  # closed, not held for ever
     finally:
         sock.close()
+
+
+def descriptor_limit(soft: int, hard: int) -> Callable[[], None]:
+    return lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def test_a_cap_the_descriptor_limit_cannot_hold_is_a_config_error(home: Home) -> None:
+    env = cli_env(home, None, NANOMEM_LLM__MODEL="openai/fake", NANOMEM_API__ENABLED="true")
+    env["NANOMEM_GATEWAY__PORT"] = "0"
+    result = subprocess.run(
+        [*NANOMEM, "gateway"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        preexec_fn=descriptor_limit(300, 300),  # ulimit -n 300: 256 connections would starve
+    )
+    assert result.returncode == 2, result.stderr
+    assert "gateway.max_connections (256)" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_the_gateway_raises_its_soft_descriptor_limit_to_fit_the_cap(home: Home) -> None:
+    env = cli_env(home, None, NANOMEM_LLM__MODEL="openai/fake", NANOMEM_API__ENABLED="true")
+    env["NANOMEM_GATEWAY__PORT"] = "0"
+    proc = subprocess.Popen(
+        [*NANOMEM, "gateway"],
+        env=env,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=descriptor_limit(300, 4096),
+    )
+    try:
+        assert proc.stderr is not None
+        for line in proc.stderr:  # ends if the gateway exits
+            if "api: running" in line:
+                break
+        limits = Path(f"/proc/{proc.pid}/limits").read_text()
+        soft = next(line for line in limits.splitlines() if line.startswith("Max open files"))
+        assert int(soft.split()[3]) >= 256 + 256
+    finally:
+        proc.terminate()
+        assert proc.wait(30) == 0
