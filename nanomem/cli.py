@@ -255,46 +255,14 @@ def _files_and_folders(count: int) -> str:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from nanomem.app import workspace_of
-    from nanomem.memory import SessionStore
-    from nanomem.providers import model_name_problem, route
+    from nanomem.status import status_rows
 
     home = _home(args)
-    settings = _settings(args, home)
-    config = _config_path(args, home)
-    llm = settings.llm
-    workspace = workspace_of(settings, home)
-    path = route(llm).describe() if llm.model else "(no model)"
-    if problem := model_name_problem(llm.model, llm.api_base):
-        path = f"(none) {problem}"
-    if llm.old_defaults_ignored:
-        path += " (config.toml's old onboarding defaults are treated as not chosen)"
-    rows = [
-        ("version", version()),
-        ("home", str(home.root)),
-        ("config", f"{config}" + ("" if config.exists() else " (missing: run nanomem onboard)")),
-        ("workspace", f"{workspace}" + ("" if workspace.is_dir() else " (missing)")),
-        ("model", llm.model or "(not set: llm.model / NANOMEM_LLM__MODEL)"),
-        ("api base", llm.api_base or "(provider default)"),
-        ("model path", path),
-        ("api key", "set" if llm.api_key and llm.api_key.get_secret_value() else "not set"),
-        ("context window", f"{llm.context_window_tokens} tokens"),
-        ("shell tool", "enabled" if settings.tools.shell_enabled else "disabled"),
-        ("shell sandbox", _sandbox_state(settings)),
-        ("sessions", str(SessionStore(home.sessions).count())),
-        ("log file", str(home.logs / "nanomem.log")),
-    ]
+    rows = status_rows(home, _settings(args, home), _config_path(args, home), version())
     width = max(len(name) for name, _ in rows)
     for name, value in rows:
         print(f"{name.ljust(width)}  {value}")
     return 0
-
-
-def _sandbox_state(settings: Settings) -> str:
-    from nanomem.tools import decide
-
-    tools = settings.tools
-    return decide(tools.shell_sandbox).describe(tools.shell_network)
 
 
 def cmd_chat(args: argparse.Namespace) -> int:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 from collections import defaultdict
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -11,6 +10,7 @@ from typing import Any
 
 from loguru import logger
 
+from nanomem import untrusted_json
 from nanomem.agent.bus import InboundMessage, MessageBus, OutboundMessage, answering
 from nanomem.agent.commands import (
     NOTHING_TO_STOP,
@@ -464,7 +464,7 @@ def interrupted(text: str) -> dict[str, Any]:
 def describe_call(call: ToolCall, width: int = 100) -> str:
     """A one-line summary of a tool call for progress displays."""
     try:
-        args = json.loads(call.arguments or "{}")
+        args = untrusted_json.loads(call.arguments or "{}")
         shown = ", ".join(f"{k}={v!r}" for k, v in args.items()) if isinstance(args, dict) else ""
     except ValueError:
         shown = call.arguments

@@ -19,6 +19,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from loguru import logger
 
+from nanomem import untrusted_json
 from nanomem.durable import atomic_write_text
 from nanomem.locks import FileLock
 
@@ -238,7 +239,7 @@ class ScheduleStore:
 
     def _read(self) -> list[Schedule]:
         try:
-            data = json.loads(self.path.read_text(encoding="utf-8"))
+            data = untrusted_json.loads(self.path.read_text(encoding="utf-8"))
         except FileNotFoundError:
             return []
         except ValueError as exc:
