@@ -146,7 +146,12 @@ def build_app(
         for tool in shell.tools():
             tools.add(tool)
     history = HistoryStore(workspace / "memory", home.lock("history"))
-    recall = Recall(history, home.history_index, settings.agent.timezone)
+    recall = Recall(
+        history,
+        home.history_index,
+        settings.agent.timezone,
+        time_limit_s=settings.memory.search_time_limit_s,
+    )
     history.after_append.append(recall.sync_quietly)
     for tool in recall.tools():
         tools.add(tool)
