@@ -28,7 +28,7 @@ from nanomem.memory.history import HistoryStore
 from nanomem.memory.search_query import parse_day, parse_query
 from nanomem.tools import Tool, read_only_tool
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: a prefix index of 3 letters (adversarial prefix queries)
 BATCH = 5000  # entries read and inserted per step of a catch-up
 SNIPPET_TOKENS = 32
 # BM25 ranks at most this many matches, the newest: a word found in most of 100,000 entries
@@ -41,7 +41,7 @@ MAX_IDLE_READERS = 4
 # group's search is part of the full-text match instead of a scan of every match.
 _SCHEMA = """
 CREATE VIRTUAL TABLE IF NOT EXISTS entries USING fts5(
-    content, chat, tokenize = 'unicode61 remove_diacritics 2'
+    content, chat, tokenize = 'unicode61 remove_diacritics 2', prefix = '3'
 );
 CREATE TABLE IF NOT EXISTS facts (
     cursor INTEGER PRIMARY KEY, session TEXT NOT NULL, stamp TEXT NOT NULL, epoch REAL NOT NULL,
