@@ -100,6 +100,13 @@ def workspace_of(settings: Settings, home: Home) -> Path:
     return configured.expanduser().resolve() if configured else home.workspace
 
 
+def configured_secrets(settings: Settings) -> list[str]:
+    """Every secret in the settings, whichever channels run: `chat -m` must mask the bot
+    token someone pastes as well as the gateway does."""
+    values = [settings.llm.api_key, settings.telegram.token, *settings.api.keys]
+    return [value.get_secret_value() for value in values if value is not None]
+
+
 def build_app(
     settings: Settings,
     home: Home,
@@ -110,7 +117,7 @@ def build_app(
 ) -> App:
     """With `durable`, messages pass through the inbox on disk (the gateway)."""
     llm = settings.llm
-    register_secrets([llm.api_key.get_secret_value() if llm.api_key else None])
+    register_secrets(configured_secrets(settings))
     if llm.old_defaults_ignored:
         logger.info(OLD_DEFAULTS_NOTE)
     workspace = workspace_of(settings, home)

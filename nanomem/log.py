@@ -80,6 +80,13 @@ def redact_message(message: dict[str, Any]) -> dict[str, Any]:
     out = dict(message)
     if isinstance(content, str):
         out["content"] = redact(content)
+    elif isinstance(content, list):  # parts: text beside images
+        out["content"] = [
+            {**part, "text": redact(part["text"])}
+            if isinstance(part, dict) and isinstance(part.get("text"), str)
+            else part
+            for part in content
+        ]
     if message.get("tool_calls"):
         out["tool_calls"] = [
             {

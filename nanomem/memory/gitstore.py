@@ -207,7 +207,12 @@ class GitStore:
             commit.author_timezone = commit.commit_timezone = offset
             commit.encoding = b"UTF-8"
             message = _message(kind, stats, diff) + (f"\n{trailer}\n" if trailer else "")
-            commit.message = message.encode("utf-8")
+            # The message quotes changed lines: a known secret in a memory file stays out of it.
+            # (Imported here: nanomem.log loads loguru, and onboarding, before the chat prompt
+            # shows, imports this module.)
+            from nanomem.log import redact
+
+            commit.message = redact(message).encode("utf-8")
             _add_object(repo, commit)
             repo.refs[BRANCH] = commit.id
             repo.refs.set_symbolic_ref(HEAD, BRANCH)
