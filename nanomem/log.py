@@ -13,6 +13,8 @@ from urllib.parse import unquote, urlsplit
 
 from loguru import logger
 
+from nanomem.escapes import strip_escapes
+
 MASK = "***"
 _secrets: list[str] = []
 
@@ -102,7 +104,9 @@ def redact_message(message: dict[str, Any]) -> dict[str, Any]:
 
 
 def _patch(record: Any) -> None:
-    record["message"] = redact(record["message"])
+    # A log is read on a terminal (stderr, `tail -f`): what a model or a server wrote in it
+    # (an error body, a tool's output) must not act there.
+    record["message"] = strip_escapes(redact(record["message"]))
 
 
 def _format(record: Any) -> str:
@@ -112,7 +116,8 @@ def _format(record: Any) -> str:
 
         exc = record["exception"]
         lines = traceback.format_exception(exc.type, exc.value, exc.traceback)
-        record["extra"]["trace"] = redact("".join(lines)).replace("{", "{{").replace("}", "}}")
+        trace = strip_escapes(redact("".join(lines)))
+        record["extra"]["trace"] = trace.replace("{", "{{").replace("}", "}}")
         text += "{extra[trace]}"
     return text
 

@@ -66,3 +66,13 @@ def test_memory_log_and_why_show_a_hostile_memory_file_as_text(
     assert_safe(log.stdout)
     why = run_cli_here("memory", "why", "Plain", "words", env=cli_env(home))
     assert_safe(why.stdout + why.stderr)
+
+
+def test_a_hostile_error_body_reaches_the_log_as_text(home: Home, fake_llm: FakeOpenAI) -> None:
+    fake_llm.error(500, f"upstream said: {HOSTILE}")
+    env = cli_env(home, fake_llm, NANOMEM_LLM__MAX_RETRIES="0")
+    result = run_cli_here("chat", "-m", "hi", "--log-level", "WARNING", env=env)
+    assert result.returncode == 1
+    log = (home.logs / "nanomem.log").read_text()
+    assert f"upstream said: {SHOWN}" in log  # the server's words, as text
+    assert_safe(log + result.stderr)
