@@ -47,6 +47,7 @@ BASE_MODULES = {
     "audience",
     "config",
     "durable",
+    "escapes",
     "exports",
     "home",
     "locks",
@@ -56,7 +57,7 @@ BASE_MODULES = {
     "utf8",
 }
 # What a channel may use: the channel port and the settings and helpers it is built from.
-CHANNEL_MAY_IMPORT = {"agent", "config", "log", "utf8", "plural", "app"}
+CHANNEL_MAY_IMPORT = {"agent", "config", "escapes", "log", "utf8", "plural", "app"}
 
 
 def layer_of(module: str) -> str:
