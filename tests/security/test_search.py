@@ -13,7 +13,7 @@ from nanomem.home import Home
 from nanomem.memory.history import HistoryEntry
 from nanomem.providers.port import Reply
 from nanomem.providers.scripted import ScriptedProvider, call, text
-from tests.conftest import make_app
+from tests.conftest import cli_env, make_app, run_cli_here
 
 HOSTILE = "a* " * 3414  # 10 KB: took 47 s over 20,000 entries, holding the index meanwhile
 
@@ -63,3 +63,14 @@ async def test_a_10_kb_query_is_bounded_and_holds_up_no_other_chat(home: Home) -
     assert "The query was cut to its first 512 characters." in answer.content
     assert "A prefix needs at least 3 letters: a* searched as whole words." in answer.content
     assert answer.content.count("(cli:old) #") == 10
+
+
+def test_why_with_10_kb_of_words_is_cut_and_answers(home: Home) -> None:
+    memory = home.workspace / "memory" / "MEMORY.md"
+    facts = "".join(f"- fact {i}: likes apples and walks in the park\n" for i in range(600))
+    memory.write_text(memory.read_text() + facts)
+    result = run_cli_here("memory", "why", *("apple walk " * 900).split(), env=cli_env(home))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith(
+        "(Only the first 512 characters of the words were looked for.)\n"
+    )
