@@ -26,6 +26,16 @@ if TYPE_CHECKING:
 EXIT_WORDS = {"/exit", "/quit", "exit", "quit"}
 
 
+class MaskedHistory(FileHistory):
+    """The prompt's history file: a line is written with known secrets masked, as the session
+    stores it (a pasted API key must not wait in a file for the up arrow)."""
+
+    def store_string(self, string: str) -> None:
+        from nanomem.log import redact  # loguru: after the prompt shows, never before it
+
+        super().store_string(redact(string))
+
+
 def _key_bindings() -> KeyBindings:
     bindings = KeyBindings()
 
@@ -126,7 +136,7 @@ class TerminalChannel:
         """Chat until the person leaves; `on_ready` runs once the first prompt is drawn."""
         self.history_file.parent.mkdir(parents=True, exist_ok=True)
         prompt: PromptSession[str] = PromptSession(
-            history=FileHistory(str(self.history_file)), key_bindings=_key_bindings()
+            history=MaskedHistory(str(self.history_file)), key_bindings=_key_bindings()
         )
         print_formatted_text(
             HTML(

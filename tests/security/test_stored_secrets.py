@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import pexpect
+import pytest
 from dulwich.repo import Repo
 
 from nanomem.agent.inbox import SqliteInbox
 from nanomem.app import build_app
 from nanomem.home import Home
-from tests.conftest import cli_env, run_cli_here, settings_for
+from tests.conftest import TEST_KEY, cli_env, run_cli_here, settings_for
 from tests.fakes.openai_server import FakeOpenAI, Step
+from tests.test_e2e_terminal import PROMPT, chat  # noqa: F401 (the pty fixture)
 from tests.test_security import secret_free_files
 
 LLM_KEY = "sk-configured-llm-key-0123456789"
@@ -80,3 +83,19 @@ def test_a_secret_in_an_inbound_message_is_masked_in_the_inbox(home: Home) -> No
     assert pending.payload == {"text": "my key is ***"}
     inbox.close()
     assert secret_free_files(home, API_KEY) == []
+
+
+@pytest.mark.slow  # a process in a pseudo-terminal
+def test_a_secret_typed_at_the_chat_prompt_is_stored_masked(
+    chat: pexpect.spawn,  # noqa: F811
+    home: Home,
+    fake_llm: FakeOpenAI,
+) -> None:
+    fake_llm.reply("Noted.")
+    chat.sendline(f"my key is {TEST_KEY}")
+    chat.expect_exact("Noted.")
+    chat.expect_exact(PROMPT)
+    chat.sendcontrol("d")
+    chat.expect(pexpect.EOF)
+    assert "my key is ***" in home.chat_history.read_text()  # the prompt's own history
+    assert secret_free_files(home, TEST_KEY) == []
