@@ -3,7 +3,8 @@
 Bounded because a query's cost grows with its terms: 2,500 copies of `a*` once took 47 s over
 20,000 entries. The text is cut to MAX_CHARS, the same term counts once, at most MAX_TERMS
 words are searched, and a prefix shorter than MIN_PREFIX (`a*` matches nearly everything) is
-searched as a whole word. Every cut is said in `notes`, so the model can ask better.
+searched as a whole word. Every cut is said in `notes`, so the model can ask better. The
+dates a search is given are read here too.
 """
 
 from __future__ import annotations
