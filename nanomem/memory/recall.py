@@ -25,18 +25,15 @@ from pydantic import Field
 
 from nanomem.audience import current
 from nanomem.memory.history import HistoryStore
+from nanomem.memory.matches import Hit, TimedOut, newest, ranked
 from nanomem.memory.search_query import parse_day, parse_query
 from nanomem.tools import Tool, read_only_tool
 
 SCHEMA_VERSION = 2  # 2: a prefix index of 3 letters (adversarial prefix queries)
 BATCH = 5000  # entries read and inserted per step of a catch-up
-SNIPPET_TOKENS = 32
-# BM25 ranks at most this many matches, the newest: a word found in most of 100,000 entries
-# would otherwise cost 100+ ms to rank. Fewer matches than this are all ranked.
-RANK_WINDOW = 1000
 TIME_LIMIT_S = 2.0  # the default of memory.search_time_limit_s
-PROGRESS_STEPS = 1000  # SQLite steps between looks at the clock: ~0.1 ms of work
 MAX_IDLE_READERS = 4
+RANKED_SHARE = 0.8  # of the time limit, for ranking; the rest collects unranked matches
 # `chat` holds one token per entry naming its session (hex, so no tokenizer splits it), so a
 # group's search is part of the full-text match instead of a scan of every match.
 _SCHEMA = """
@@ -53,21 +50,9 @@ CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);
 
 
 @dataclass(frozen=True)
-class Hit:
-    cursor: int
-    session: str
-    timestamp: str
-    snippet: str
-
-
-@dataclass(frozen=True)
 class Found:
     hits: list[Hit]
     notes: list[str]  # what was cut from the query, or that the time limit stopped it
-
-
-class _TimedOut(Exception):
-    pass
 
 
 def chat_token(session: str) -> str:
@@ -248,18 +233,25 @@ class Recall:
         if parsed.match() is None:
             return Found([], notes)
         self.sync()
-        deadline = monotonic() + self.time_limit_s
+        start = monotonic()
+        # Ranking needs every match before its first row: if it runs out of time, the rest
+        # of the limit collects the newest matches, which come one by one.
+        ranked_by, newest_by = start + RANKED_SHARE * self.time_limit_s, start + self.time_limit_s
         with self._reader() as db:
             for match in (parsed.match(), parsed.match(any_word=True)):
                 assert match is not None  # there are terms
+                if only is not None:
+                    match = f'{match} AND chat : "{chat_token(only)}"'
                 try:
-                    hits = self._match(db, match, limit, only, since, until, deadline)
-                except _TimedOut:
+                    hits = ranked(db, match, limit, since, until, ranked_by)
+                except TimedOut:
+                    hits = newest(db, match, limit, since, until, newest_by)
                     notes.append(
-                        f"The search stopped at its time limit ({self.time_limit_s:g} s) and "
-                        "may have missed entries: search for fewer, rarer words."
+                        f"The search stopped at its time limit ({self.time_limit_s:g} s): "
+                        + ("these are the newest matches found by then, unranked; " if hits else "")
+                        + "entries may be missing. Search for fewer, rarer words."
                     )
-                    return Found([], notes)
+                    return Found(hits, notes)
                 if hits:
                     return Found(hits, notes)
         return Found([], notes)
@@ -293,78 +285,6 @@ class Recall:
             idle, self._idle = self._idle, []
         for db in idle:
             db.close()
-
-    def _match(
-        self,
-        db: sqlite3.Connection,
-        match: str,
-        limit: int,
-        only: str | None,
-        since: float | None,
-        until: float | None,
-        deadline: float,
-    ) -> list[Hit]:
-        if only is not None:
-            match = f'{match} AND chat : "{chat_token(only)}"'
-        # SQLite calls this every PROGRESS_STEPS virtual machine steps; non-zero interrupts.
-        db.set_progress_handler(lambda: monotonic() > deadline, PROGRESS_STEPS)
-        try:
-            low, high = self._cursor_range(db, since, until)
-            # Where the newest RANK_WINDOW matches begin: a walk of the match list, newest
-            # first, that needs no ranking.
-            row = db.execute(
-                "SELECT rowid FROM entries WHERE entries MATCH ? AND rowid BETWEEN ? AND ? "
-                "ORDER BY rowid DESC LIMIT 1 OFFSET ?",
-                (match, low, high, RANK_WINDOW - 1),
-            ).fetchone()
-            rows = db.execute(
-                "SELECT rowid, snippet(entries, 0, '', '', '…', ?) FROM entries "
-                "WHERE entries MATCH ? AND rowid BETWEEN ? AND ? ORDER BY rank LIMIT ?",
-                (SNIPPET_TOKENS, match, max(low, row[0] if row else low), high, limit),
-            ).fetchall()
-            facts = {
-                cursor: (session, stamp, epoch)
-                for cursor, session, stamp, epoch in db.execute(
-                    "SELECT cursor, session, stamp, epoch FROM facts WHERE cursor IN "
-                    f"({','.join('?' * len(rows))})",
-                    [r[0] for r in rows],
-                )
-            }
-        except sqlite3.OperationalError as exc:
-            if monotonic() > deadline:
-                raise _TimedOut from None
-            logger.warning("history search {!r} failed: {}", match, exc)  # the query is quoted
-            return []
-        hits = []
-        for cursor, snippet in rows:
-            session, stamp, epoch = facts.get(cursor, ("?", "?", 0.0))
-            if (since is None or epoch >= since) and (until is None or epoch < until):
-                hits.append(Hit(int(cursor), session, stamp, str(snippet)))
-        return hits
-
-    @staticmethod
-    def _cursor_range(
-        db: sqlite3.Connection, since: float | None, until: float | None
-    ) -> tuple[int, int]:
-        """Dates as a range of cursors (entries are stamped as they are appended, in order)."""
-        low, high = 0, 2**62
-        # Entries are stamped as they are appended, so time follows the cursor: a step along
-        # the index of the latest time reached, never a scan. (An entry stamped out of order,
-        # after a clock was set back, counts by when it was written among the others.)
-        if since is not None:
-            found = db.execute(
-                "SELECT cursor FROM facts WHERE reached >= ? ORDER BY reached, cursor LIMIT 1",
-                (since,),
-            ).fetchone()
-            low = found[0] if found else high
-        if until is not None:
-            found = db.execute(
-                "SELECT cursor FROM facts WHERE reached < ? "
-                "ORDER BY reached DESC, cursor DESC LIMIT 1",
-                (until,),
-            ).fetchone()
-            high = found[0] if found else 0
-        return low, high
 
     # -- the tool ----------------------------------------------------------------------------
 
