@@ -1,11 +1,13 @@
 import json
 import sqlite3
 from pathlib import Path
+from time import monotonic
 
 import pytest
 
 from nanomem.audience import audience_of, enter
 from nanomem.memory.history import HistoryEntry, HistoryStore, NewEntry
+from nanomem.memory.matches import TimedOut, newest, ranked
 from nanomem.memory.recall import Recall
 from nanomem.tools.registry import ToolError
 from tests.conftest import log_lines
@@ -257,3 +259,17 @@ async def test_past_its_time_limit_a_search_stops_with_a_note(
     patient = Recall(store, tmp_path / "index" / "history.sqlite3")  # control: the same search
     assert patient.search_history("attic notebooks box").startswith("[")
     patient.close()
+
+
+async def test_ranking_out_of_time_gives_way_to_the_newest_matches(
+    store: HistoryStore, recall: Recall
+) -> None:
+    await store.append([entry(f"- the attic, box {i}") for i in range(2000)])
+    recall.sync()
+    db = sqlite3.connect(recall.path)
+    match = 'content : ("attic")'
+    with pytest.raises(TimedOut):
+        ranked(db, match, 5, None, None, deadline=monotonic() - 1)
+    found = newest(db, match, 5, None, None, deadline=monotonic() + 60)
+    assert [hit.cursor for hit in found] == [2000, 1999, 1998, 1997, 1996]
+    db.close()
