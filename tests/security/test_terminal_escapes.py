@@ -8,6 +8,7 @@ import pytest
 
 from nanomem.app import build_app
 from nanomem.home import Home
+from nanomem.memory.history import HistoryEntry
 from tests.conftest import cli_env, run_cli_here, settings_for
 from tests.fakes.openai_server import FakeOpenAI
 from tests.test_e2e_terminal import PROMPT, chat  # noqa: F401 (the pty fixture)
@@ -76,3 +77,15 @@ def test_a_hostile_error_body_reaches_the_log_as_text(home: Home, fake_llm: Fake
     log = (home.logs / "nanomem.log").read_text()
     assert f"upstream said: {SHOWN}" in log  # the server's words, as text
     assert_safe(log + result.stderr)
+
+
+@pytest.mark.slow  # Dream waits between its attempts
+def test_dream_output_shows_a_hostile_error_as_text(home: Home, fake_llm: FakeOpenAI) -> None:
+    history = home.workspace / "memory" / "history.jsonl"
+    entry = HistoryEntry(1, "2026-11-25T10:00:00+00:00", "cli:direct", "- likes tea", "summary")
+    history.write_text(entry.to_json() + "\n")
+    fake_llm.error(500, f"upstream said: {HOSTILE}")
+    env = cli_env(home, fake_llm, NANOMEM_LLM__MAX_RETRIES="0")
+    result = run_cli_here("dream", env=env)
+    assert result.stdout.startswith("Dream failed and changed nothing"), result.stdout
+    assert_safe(result.stdout + result.stderr)
