@@ -19,6 +19,7 @@ from prompt_toolkit.key_binding import KeyBindings, KeyPressEvent
 
 from nanomem.agent import STOPPED, InboundMessage, MessageBus, OutboundMessage
 from nanomem.escapes import strip_escapes
+from nanomem.masking import redact
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -31,8 +32,6 @@ class MaskedHistory(FileHistory):
     stores it (a pasted API key must not wait in a file for the up arrow)."""
 
     def store_string(self, string: str) -> None:
-        from nanomem.log import redact  # loguru: after the prompt shows, never before it
-
         super().store_string(redact(string))
 
 

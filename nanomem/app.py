@@ -25,7 +25,7 @@ from nanomem.agent import (
 from nanomem.config import LLMSettings, Settings
 from nanomem.curation import Consolidator, Dream, DreamScheduler, MemoryCommands, Provenance
 from nanomem.home import Home
-from nanomem.log import register_secrets
+from nanomem.masking import configured_secrets, register_secrets
 from nanomem.memory import (
     TRACKED,
     BpeTokenizer,
@@ -98,13 +98,6 @@ class App:
 def workspace_of(settings: Settings, home: Home) -> Path:
     configured = settings.agent.workspace
     return configured.expanduser().resolve() if configured else home.workspace
-
-
-def configured_secrets(settings: Settings) -> list[str]:
-    """Every secret in the settings, whichever channels run: `chat -m` must mask the bot
-    token someone pastes as well as the gateway does."""
-    values = [settings.llm.api_key, settings.telegram.token, *settings.api.keys]
-    return [value.get_secret_value() for value in values if value is not None]
 
 
 def build_app(

@@ -402,7 +402,11 @@ async def _interactive(home: Home, settings: Settings, session: str, stderr_leve
     """The prompt comes first; the app is built behind it while the person types (what they
     send meanwhile waits on the bus), then litellm and the tokenizer load the same way."""
     from nanomem.agent import MessageBus, load_channel, pump_outbound
+    from nanomem.masking import configured_secrets, register_environment_secrets, register_secrets
 
+    # Known before the first line is typed: the prompt's history file masks them.
+    register_environment_secrets()
+    register_secrets(configured_secrets(settings))
     bus = MessageBus()
     channel = load_channel("terminal")(history_file=home.chat_history, chat_id=session)
     await channel.start(bus)

@@ -52,12 +52,13 @@ BASE_MODULES = {
     "home",
     "locks",
     "log",
+    "masking",
     "old_defaults",
     "plural",
     "utf8",
 }
 # What a channel may use: the channel port and the settings and helpers it is built from.
-CHANNEL_MAY_IMPORT = {"agent", "config", "escapes", "log", "utf8", "plural", "app"}
+CHANNEL_MAY_IMPORT = {"agent", "config", "escapes", "log", "masking", "utf8", "plural", "app"}
 
 
 def layer_of(module: str) -> str:

@@ -22,7 +22,7 @@ from typing import Any, Protocol
 
 from loguru import logger
 
-from nanomem.log import redact
+from nanomem.masking import redact
 
 SCHEMA_VERSION = 1
 Item = tuple[str, dict[str, Any]]  # (chat, the channel's own form of the message)

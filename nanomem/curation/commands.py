@@ -10,7 +10,7 @@ from nanomem.agent import Answer, Command, CommandSet, InboundMessage, fenced
 from nanomem.audience import audience_of
 from nanomem.curation.dream import Dream, DreamBusy
 from nanomem.curation.review_commands import ReviewCommands, owner_in_private
-from nanomem.log import redact
+from nanomem.masking import redact
 from nanomem.memory import GitStore, GitStoreError, Version
 
 CHAT_DIFF_CHARS = 3000

@@ -16,7 +16,7 @@ from loguru import logger
 
 from nanomem.durable import append_lines, atomic_write_text, truncate_torn_tail
 from nanomem.locks import FileLock, in_thread_holding
-from nanomem.log import redact
+from nanomem.masking import redact
 from nanomem.utf8 import clean_text
 
 FORMAT_VERSION = 1

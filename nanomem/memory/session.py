@@ -24,7 +24,7 @@ from loguru import logger
 
 from nanomem.durable import append_lines, truncate_torn_tail
 from nanomem.locks import FileLock, to_thread_to_the_end
-from nanomem.log import redact_message
+from nanomem.masking import redact_message
 from nanomem.providers import WireMessage
 from nanomem.utf8 import clean_value, is_valid
 
