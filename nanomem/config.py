@@ -105,6 +105,8 @@ class MemorySettings(_Section):
     keep_recent_turns: int = Field(4, ge=1, le=100)
     max_rounds: int = Field(4, ge=1, le=50)
     history_share: float = Field(0.1, ge=0, le=0.5)
+    # A history search stops here and returns what it found, with a note (never blocks a chat).
+    search_time_limit_s: float = Field(2.0, gt=0, le=60)
     # In group chats, show USER.md, MEMORY.md and all history as in personal chats.
     groups_see_personal: bool = False
 

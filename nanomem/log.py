@@ -4,110 +4,30 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import re
 import sys
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Iterable, Mapping
 from datetime import date, timedelta
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote, urlsplit
 
 from loguru import logger
 
-MASK = "***"
-_secrets: list[str] = []
-
-
-def register_secrets(values: Iterable[str | None]) -> None:
-    """Values that must never be written out: API keys, bot tokens."""
-    for value in values:
-        if value and len(value) >= 6 and value not in _secrets:
-            _secrets.append(value)
-    _secrets.sort(key=len, reverse=True)
-
-
-# Variables whose values are secrets: what providers and tools read (OPENAI_API_KEY,
-# ANTHROPIC_API_KEY, AWS_SECRET_ACCESS_KEY, GITHUB_TOKEN, NANOMEM_TELEGRAM__TOKEN, ...).
-_SECRET_NAME = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIALS?)$|SECRET", re.I)
-_MIN_ENV_SECRET = 8  # shorter values are too likely to be ordinary words
-
-
-def is_secret_name(name: str) -> bool:
-    return bool(_SECRET_NAME.search(name))
-
-
-def register_environment_secrets(environ: Mapping[str, str] = os.environ) -> None:
-    register_secrets(
-        value
-        for name, value in environ.items()
-        if is_secret_name(name) and len(value) >= _MIN_ENV_SECRET
-    )
-    # A proxy URL's password (HTTPS_PROXY=http://me:pw@host): a library's error or a shell
-    # command's output (`env`) may show the URL, and its name says nothing of a secret.
-    for name, value in environ.items():
-        if name.lower().endswith("_proxy") and "@" in value:
-            password = _password(value)
-            register_secrets([password, unquote(password)] if password else [])
-
-
-def _password(url: str) -> str | None:
-    try:
-        return urlsplit(url if "://" in url else f"http://{url}").password
-    except ValueError:  # an unreadable URL: the lean client does not use it either
-        return None
-
-
-def masked(secret: str) -> str:
-    """How a key is shown to its owner: only its last 4 characters, and those only when at
-    least 12 stay hidden."""
-    return MASK + secret[-4:] if len(secret) >= 16 else MASK
-
-
-def secret_of(value: Any) -> str:
-    """The text of a SecretStr setting, or "" when it is unset."""
-    return value.get_secret_value() if value is not None else ""
-
-
-def redact(text: str) -> str:
-    for secret in _secrets:
-        if secret in text:
-            text = text.replace(secret, MASK)
-    return text
-
-
-def shown_so_far(text: str) -> str:
-    """The part of a growing text that can be shown now: masked, and short of the end by as
-    much as the longest secret, so a secret still arriving is never shown in part."""
-    masked = redact(text)
-    if not _secrets:
-        return masked
-    return masked[: max(0, len(masked) - (len(_secrets[0]) - 1))]
-
-
-def redact_message(message: dict[str, Any]) -> dict[str, Any]:
-    """A chat message with every known secret masked (its text and tool-call arguments)."""
-    if not _secrets:
-        return message
-    content = message.get("content")
-    out = dict(message)
-    if isinstance(content, str):
-        out["content"] = redact(content)
-    if message.get("tool_calls"):
-        out["tool_calls"] = [
-            {
-                **call,
-                "function": {
-                    **call["function"],
-                    "arguments": redact(call["function"]["arguments"]),
-                },
-            }
-            for call in message["tool_calls"]
-        ]
-    return out
+from nanomem.escapes import strip_escapes
+from nanomem.masking import (  # noqa: F401 (their home is nanomem.masking; imported from here too)
+    MASK,
+    _secrets,
+    is_secret_name,
+    masked,
+    redact,
+    redact_message,
+    register_environment_secrets,
+    register_secrets,
+    secret_of,
+    shown_so_far,
+)
 
 
 class _Repeats:
@@ -149,7 +69,9 @@ _repeats = _Repeats(REPEAT_INTERVAL_S)
 
 
 def _patch(record: Any) -> None:
-    record["message"] = redact(record["message"])
+    # A log is read on a terminal (stderr, `tail -f`): what a model or a server wrote in it
+    # (an error body, a tool's output) must not act there.
+    record["message"] = strip_escapes(redact(record["message"]))
     _repeats.patch(record)
 
 
@@ -186,7 +108,8 @@ def _format(record: Any) -> str:
 
         exc = record["exception"]
         lines = traceback.format_exception(exc.type, exc.value, exc.traceback)
-        record["extra"]["trace"] = redact("".join(lines)).replace("{", "{{").replace("}", "}}")
+        trace = strip_escapes(redact("".join(lines)))
+        record["extra"]["trace"] = trace.replace("{", "{{").replace("}", "}}")
         text += "{extra[trace]}"
     return text
 

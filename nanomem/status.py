@@ -13,7 +13,7 @@ def status_rows(
     home: Home, settings: Settings, config: Path, version: str
 ) -> list[tuple[str, str]]:
     from nanomem.app import workspace_of
-    from nanomem.log import masked, secret_of
+    from nanomem.masking import masked, secret_of
     from nanomem.memory import SessionStore
     from nanomem.providers import model_name_problem, route
 
@@ -52,7 +52,7 @@ def _sandbox_state(settings: Settings) -> str:
 
 def _api_line(settings: Settings) -> str:
     """Whether the API is on, and its keys as their owner may see them: masked."""
-    from nanomem.log import masked
+    from nanomem.masking import masked
 
     keys = ", ".join(masked(key.get_secret_value()) for key in settings.api.keys)
     shown = f"{len(settings.api.keys)} keys ({keys})" if keys else "no keys"

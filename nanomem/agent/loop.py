@@ -25,7 +25,7 @@ from nanomem.agent.react_loop import ReactResult, StepText, react, seal_tool_cal
 from nanomem.agent.templates import Templates
 from nanomem.audience import audience_of, enter
 from nanomem.config import Settings
-from nanomem.log import redact, redact_message, shown_so_far
+from nanomem.log import redact, shown_so_far
 from nanomem.memory import Budget, Session, SessionStore, to_wire
 from nanomem.plural import plural
 from nanomem.providers import Provider, ProviderError, ToolCall, key_source, route
@@ -314,8 +314,7 @@ class AgentLoop:
         return OutboundMessage.answering(msg, note, kind="error", category=exc.category)
 
     async def _save(self, session: Session, messages: list[dict[str, Any]]) -> None:
-        # A secret the model repeats (from a tool's output, say) is never written down.
-        await self.sessions.append(session, [redact_message(m) for m in messages])
+        await self.sessions.append(session, messages)  # which masks known secrets
 
     async def _system_message(self, session: Session) -> dict[str, Any]:
         text = await self.context.system_prompt(session.key)

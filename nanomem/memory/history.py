@@ -17,6 +17,7 @@ from loguru import logger
 from nanomem import untrusted_json
 from nanomem.durable import append_lines, atomic_write_text, truncate_torn_tail
 from nanomem.locks import FileLock, in_thread_holding
+from nanomem.masking import redact
 from nanomem.utf8 import clean_text
 
 FORMAT_VERSION = 1
@@ -115,7 +116,15 @@ class HistoryStore:
         stamp = now_iso()
         written = [
             HistoryEntry(
-                last + i, stamp, e.session, clean_text(e.content), e.kind, e.ref, e.part, e.parts
+                # A known secret never enters the archive (a summary may quote one).
+                last + i,
+                stamp,
+                e.session,
+                redact(clean_text(e.content)),
+                e.kind,
+                e.ref,
+                e.part,
+                e.parts,
             )
             for i, e in enumerate(entries, start=1)
         ]
