@@ -6,16 +6,32 @@ from typing import Any
 
 import aiohttp
 from telegram._utils.defaultvalue import DefaultValue
-from telegram._utils.types import ODVInput
-from telegram.error import NetworkError, TimedOut
+from telegram._utils.types import JSONDict, ODVInput
+from telegram.error import NetworkError, TelegramError, TimedOut
 from telegram.request import BaseRequest, HTTPXRequest, RequestData
 
 from channels.telegram_chat import PollWatch
+from nanomem import untrusted_json
+
+
+def parse_bounded(payload: bytes) -> JSONDict:
+    """PTB's parse_json_payload, but JSON nested too deeply is a TelegramError like any other
+    unreadable answer (not a RecursionError that ends the polling), and the body is not
+    logged."""
+    try:
+        parsed = untrusted_json.loads(payload.decode("utf-8", "replace"))
+    except ValueError:
+        raise TelegramError("Invalid server response") from None
+    if not isinstance(parsed, dict):
+        raise TelegramError("Invalid server response")
+    return parsed
 
 
 class AiohttpRequest(BaseRequest):
     """Bot API calls over aiohttp. httpx's connection pool does work per queued request for
     every connection, which a hundred chats replying at once turn into seconds of CPU."""
+
+    parse_json_payload = staticmethod(parse_bounded)
 
     def __init__(self, connections: int, read_timeout_s: float = 5.0) -> None:
         self._connections, self._read_timeout_s = connections, read_timeout_s
@@ -97,7 +113,13 @@ class PollRequest(_Watched, AiohttpRequest):
         self.watch = watch
 
 
-class HttpxPollRequest(_Watched, HTTPXRequest):
+class HttpxRequest(HTTPXRequest):
+    """Bot API calls through a proxy (httpx speaks SOCKS)."""
+
+    parse_json_payload = staticmethod(parse_bounded)
+
+
+class HttpxPollRequest(_Watched, HttpxRequest):
     """The same, through a proxy."""
 
     def __init__(self, watch: PollWatch, **kwargs: Any) -> None:
@@ -111,5 +133,5 @@ def requests_for(proxy: str | None, watch: PollWatch | None = None) -> BaseReque
     if proxy:
         if watch is not None:
             return HttpxPollRequest(watch, proxy=proxy, connection_pool_size=1)
-        return HTTPXRequest(connection_pool_size=64, pool_timeout=10.0, proxy=proxy)
+        return HttpxRequest(connection_pool_size=64, pool_timeout=10.0, proxy=proxy)
     return PollRequest(watch) if watch is not None else AiohttpRequest(connections=128)

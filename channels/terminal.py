@@ -7,6 +7,7 @@ import signal
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from html import escape as html_escape
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -17,11 +18,21 @@ from prompt_toolkit.history import FileHistory
 from prompt_toolkit.key_binding import KeyBindings, KeyPressEvent
 
 from nanomem.agent import STOPPED, InboundMessage, MessageBus, OutboundMessage
+from nanomem.escapes import strip_escapes
+from nanomem.masking import redact
 
 if TYPE_CHECKING:
     from rich.console import Console
 
 EXIT_WORDS = {"/exit", "/quit", "exit", "quit"}
+
+
+class MaskedHistory(FileHistory):
+    """The prompt's history file: a line is written with known secrets masked, as the session
+    stores it (a pasted API key must not wait in a file for the up arrow)."""
+
+    def store_string(self, string: str) -> None:
+        super().store_string(redact(string))
 
 
 def _key_bindings() -> KeyBindings:
@@ -98,6 +109,9 @@ class TerminalChannel:
         self._waiting.clear()
 
     async def send(self, msg: OutboundMessage) -> None:
+        # What a model or a file wrote never acts on the terminal (a title, the clipboard, a
+        # cleared screen): control sequences go, the plain text stays. rich passes ESC through.
+        msg = replace(msg, content=strip_escapes(msg.content))
         if msg.kind == "stream":
             view = self._views.get(msg.reply_to or "")
             if view is not None:
@@ -121,7 +135,7 @@ class TerminalChannel:
         """Chat until the person leaves; `on_ready` runs once the first prompt is drawn."""
         self.history_file.parent.mkdir(parents=True, exist_ok=True)
         prompt: PromptSession[str] = PromptSession(
-            history=FileHistory(str(self.history_file)), key_bindings=_key_bindings()
+            history=MaskedHistory(str(self.history_file)), key_bindings=_key_bindings()
         )
         print_formatted_text(
             HTML(
@@ -271,7 +285,8 @@ class LiveReply:
         self._live.start()
 
     def grow(self, piece: OutboundMessage) -> None:
-        step, text = int(piece.metadata.get("step", 0)), str(piece.metadata.get("text", ""))
+        step = int(piece.metadata.get("step", 0))
+        text = strip_escapes(str(piece.metadata.get("text", "")))
         first = not self.steps
         self.steps[step] = text
         # The first words are drawn at once; later ones with the next refresh (≤ 50 ms).

@@ -25,7 +25,7 @@ from nanomem.agent import (
 from nanomem.config import LLMSettings, Settings
 from nanomem.curation import Consolidator, Dream, DreamScheduler, MemoryCommands, Provenance
 from nanomem.home import Home
-from nanomem.log import register_secrets
+from nanomem.masking import configured_secrets, register_secrets
 from nanomem.memory import (
     TRACKED,
     BpeTokenizer,
@@ -110,7 +110,7 @@ def build_app(
 ) -> App:
     """With `durable`, messages pass through the inbox on disk (the gateway)."""
     llm = settings.llm
-    register_secrets([llm.api_key.get_secret_value() if llm.api_key else None])
+    register_secrets(configured_secrets(settings))
     if llm.old_defaults_ignored:
         logger.info(OLD_DEFAULTS_NOTE)
     workspace = workspace_of(settings, home)
@@ -149,7 +149,12 @@ def build_app(
         for tool in shell.tools():
             tools.add(tool)
     history = HistoryStore(workspace / "memory", home.lock("history"))
-    recall = Recall(history, home.history_index, settings.agent.timezone)
+    recall = Recall(
+        history,
+        home.history_index,
+        settings.agent.timezone,
+        time_limit_s=settings.memory.search_time_limit_s,
+    )
     history.after_append.append(recall.sync_quietly)
     for tool in recall.tools():
         tools.add(tool)

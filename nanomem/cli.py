@@ -10,6 +10,8 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from nanomem.escapes import strip_escapes  # only `re`: --help stays instant
+
 if TYPE_CHECKING:
     from nanomem.agent import MessageBus, OutboundMessage
     from nanomem.app import App
@@ -163,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
         }[args.command]
         return handler(args)
     except CliError as exc:
-        print(f"nanomem: {exc}", file=sys.stderr)
+        print(f"nanomem: {strip_escapes(str(exc))}", file=sys.stderr)  # may quote a file
         return exc.code
     except KeyboardInterrupt:
         return 130
@@ -171,7 +173,8 @@ def main(argv: list[str] | None = None) -> int:
         from loguru import logger
 
         logger.opt(exception=exc).error("unexpected failure")
-        print(f"nanomem: internal error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        shown = strip_escapes(f"{type(exc).__name__}: {exc}")
+        print(f"nanomem: internal error: {shown}", file=sys.stderr)
         return 1
 
 
@@ -255,48 +258,14 @@ def _files_and_folders(count: int) -> str:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from nanomem.agent import ScheduleStore
-    from nanomem.app import workspace_of
-    from nanomem.memory import SessionStore
-    from nanomem.providers import model_name_problem, route
+    from nanomem.status import status_rows
 
     home = _home(args)
-    settings = _settings(args, home)
-    config = _config_path(args, home)
-    llm = settings.llm
-    workspace = workspace_of(settings, home)
-    path = route(llm).describe() if llm.model else "(no model)"
-    if problem := model_name_problem(llm.model, llm.api_base):
-        path = f"(none) {problem}"
-    if llm.old_defaults_ignored:
-        path += " (config.toml's old onboarding defaults are treated as not chosen)"
-    rows = [
-        ("version", version()),
-        ("home", str(home.root)),
-        ("config", f"{config}" + ("" if config.exists() else " (missing: run nanomem onboard)")),
-        ("workspace", f"{workspace}" + ("" if workspace.is_dir() else " (missing)")),
-        ("model", llm.model or "(not set: llm.model / NANOMEM_LLM__MODEL)"),
-        ("api base", llm.api_base or "(provider default)"),
-        ("model path", path),
-        ("api key", "set" if llm.api_key and llm.api_key.get_secret_value() else "not set"),
-        ("context window", f"{llm.context_window_tokens} tokens"),
-        ("shell tool", "enabled" if settings.tools.shell_enabled else "disabled"),
-        ("shell sandbox", _sandbox_state(settings)),
-        ("sessions", str(SessionStore(home.sessions).count())),
-        ("schedules", ScheduleStore.of(home, settings.schedule).summary()),
-        ("log file", str(home.logs / "nanomem.log")),
-    ]
+    rows = status_rows(home, _settings(args, home), _config_path(args, home), version())
     width = max(len(name) for name, _ in rows)
     for name, value in rows:
         print(f"{name.ljust(width)}  {value}")
     return 0
-
-
-def _sandbox_state(settings: Settings) -> str:
-    from nanomem.tools import decide
-
-    tools = settings.tools
-    return decide(tools.shell_sandbox).describe(tools.shell_network)
 
 
 def cmd_chat(args: argparse.Namespace) -> int:
@@ -363,14 +332,16 @@ async def _one_shot(app: App, session: str, text: str) -> int:
         return 1
     if reply.kind == "error":
         stream.end()
-        print(f"nanomem: {' '.join(reply.content.split())}", file=sys.stderr)
+        print(f"nanomem: {' '.join(strip_escapes(reply.content).split())}", file=sys.stderr)
         return 1
     stream.finish(reply.content)
     return 0
 
 
 class StdoutStream:
-    """`chat -m` writes the reply as it arrives (flushed), so a pipe sees text early."""
+    """`chat -m` writes the reply as it arrives (flushed), so a pipe sees text early. Control
+    sequences in it are dropped, on a terminal or not: the model's title changes and clipboard
+    writes would act on whatever terminal the output reaches (`| tee`, a log read later)."""
 
     def __init__(self) -> None:
         self.step: int | None = None
@@ -384,12 +355,16 @@ class StdoutStream:
             sys.stdout.write("\n\n")  # what came before a tool call stays; a new text begins
             self.written = ""
         self.step = step
-        sys.stdout.write(out.content)
-        sys.stdout.flush()
-        self.written += out.content
+        # From the step's whole text so far: a sequence split between pieces is still seen.
+        text = strip_escapes(out.metadata.get("text") or self.written + out.content)
+        if text.startswith(self.written):
+            sys.stdout.write(text[len(self.written) :])
+            sys.stdout.flush()
+            self.written = text
 
     def finish(self, reply: str) -> None:
         """The rest of the reply; all of it again if it is not what was streamed."""
+        reply = strip_escapes(reply)
         if self.written and reply.startswith(self.written):
             rest = reply[len(self.written) :]
         else:
@@ -407,7 +382,11 @@ async def _interactive(home: Home, settings: Settings, session: str, stderr_leve
     """The prompt comes first; the app is built behind it while the person types (what they
     send meanwhile waits on the bus), then litellm and the tokenizer load the same way."""
     from nanomem.agent import MessageBus, load_channel, pump_outbound
+    from nanomem.masking import configured_secrets, register_environment_secrets, register_secrets
 
+    # Known before the first line is typed: the prompt's history file masks them.
+    register_environment_secrets()
+    register_secrets(configured_secrets(settings))
     bus = MessageBus()
     channel = load_channel("terminal")(history_file=home.chat_history, chat_id=session)
     await channel.start(bus)
@@ -560,7 +539,7 @@ def cmd_dream(args: argparse.Namespace) -> int:
         result = asyncio.run(dream_once())
     except DreamBusy:
         raise CliError("Dream is already running") from None
-    print(result.describe())
+    print(strip_escapes(result.describe()))  # it quotes what the model wrote
     return 1 if result.status == "failed" else 0
 
 
@@ -577,11 +556,11 @@ def cmd_memory(args: argparse.Namespace) -> int:
         if args.memory_command == "why":
             return _why(app, words)
         if args.memory_command == "log":
-            print(texts.log_text(args.sha))
+            print(strip_escapes(texts.log_text(args.sha)))  # memory files are model-written
         elif args.sha:
-            print(texts.restore_text(args.sha))
+            print(strip_escapes(texts.restore_text(args.sha)))
         else:
-            print(texts.versions_text(limit=50))
+            print(strip_escapes(texts.versions_text(limit=50)))
     except GitStoreError as exc:
         raise CliError(str(exc)) from None
     except DreamBusy:
@@ -592,5 +571,5 @@ def cmd_memory(args: argparse.Namespace) -> int:
 def _why(app: App, words: str) -> int:
     from nanomem.curation import Provenance
 
-    print(Provenance(app.git, app.history).answer(words))
+    print(strip_escapes(Provenance(app.git, app.history).answer(words)))
     return 0

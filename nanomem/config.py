@@ -5,9 +5,10 @@ from __future__ import annotations
 import os
 import tomllib
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -104,6 +105,8 @@ class MemorySettings(_Section):
     keep_recent_turns: int = Field(4, ge=1, le=100)
     max_rounds: int = Field(4, ge=1, le=50)
     history_share: float = Field(0.1, ge=0, le=0.5)
+    # A history search stops here and returns what it found, with a note (never blocks a chat).
+    search_time_limit_s: float = Field(2.0, gt=0, le=60)
     # In group chats, show USER.md, MEMORY.md and all history as in personal chats.
     groups_see_personal: bool = False
 
@@ -174,6 +177,25 @@ class GatewaySettings(_Section):
     host: str = "127.0.0.1"
     port: int = Field(18790, ge=0, le=65535)
     grace_s: float = Field(30.0, ge=0, le=3600)
+    # Open HTTP connections (/health and the agent API); more are closed as they arrive.
+    max_connections: int = Field(256, ge=4, le=65536)
+    # A request's headers must arrive within this, and its body may not stall for longer.
+    read_timeout_s: float = Field(15.0, gt=0, le=600)
+
+
+MIN_KEY_CHARS = 16
+
+
+def _usable_key(key: SecretStr) -> SecretStr:
+    """An API key a client can send and nobody can guess; the error never holds the key."""
+    value = key.get_secret_value().strip()  # a header's value loses its outer whitespace
+    if not value:
+        raise ValueError("is empty: every key must be a real secret")
+    if len(value) < MIN_KEY_CHARS:
+        raise ValueError(f"is shorter than {MIN_KEY_CHARS} characters")
+    if not all("!" <= char <= "~" for char in value):
+        raise ValueError("holds a space or a character a Bearer header cannot carry")
+    return SecretStr(value)
 
 
 class ApiSettings(_Section):
@@ -181,7 +203,7 @@ class ApiSettings(_Section):
 
     enabled: bool = False
     # Bearer tokens a client must send; empty means no check (refused on a public address).
-    keys: list[SecretStr] = []
+    keys: list[Annotated[SecretStr, AfterValidator(_usable_key)]] = []
     # Also stream the lines that say which tools the agent calls.
     show_progress: bool = False
     max_body_mb: int = Field(20, ge=1, le=2000)
@@ -351,8 +373,10 @@ def _describe(
     for err in exc.errors():
         loc = tuple(str(part) for part in err["loc"])
         key = ".".join(loc[:2]) if loc else "(settings)"
+        if len(loc) > 2 and loc[2].isdigit():  # an item of a list: api.keys[0]
+            key += f"[{loc[2]}]"
         # Never the value: a mistyped key (`llm.apikey`) may well hold a secret.
-        msg = err["msg"]
+        msg = err["msg"].removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
             msg = "unknown setting"
         lines.append(f"{key}: {msg} ({_source_of(loc, path, file_data, overrides)})")

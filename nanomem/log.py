@@ -2,100 +2,103 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
-import os
 import re
 import sys
-from collections.abc import Iterable, Mapping
+import threading
+import time
+from collections import OrderedDict
+from datetime import date, timedelta
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote, urlsplit
 
 from loguru import logger
 
-MASK = "***"
-_secrets: list[str] = []
+from nanomem.escapes import strip_escapes
+from nanomem.masking import (  # noqa: F401 (their home is nanomem.masking; imported from here too)
+    MASK,
+    _secrets,
+    is_secret_name,
+    masked,
+    redact,
+    redact_message,
+    register_environment_secrets,
+    register_secrets,
+    secret_of,
+    shown_so_far,
+)
 
 
-def register_secrets(values: Iterable[str | None]) -> None:
-    """Values that must never be written out: API keys, bot tokens."""
-    for value in values:
-        if value and len(value) >= 6 and value not in _secrets:
-            _secrets.append(value)
-    _secrets.sort(key=len, reverse=True)
+class _Repeats:
+    """Floods of one warning or error: the first is logged, then at most one line per interval,
+    saying how many were left out meanwhile. Keyed by where it was logged and its text with
+    numbers blanked (ids, counts, ports), so "the same error" is recognised."""
+
+    KEPT = 1024  # distinct keys remembered; the oldest are forgotten
+
+    def __init__(self, interval_s: float) -> None:
+        self.interval_s = interval_s
+        self._seen: OrderedDict[tuple[Any, ...], list[float]] = OrderedDict()  # [at, left out]
+        self._lock = threading.Lock()  # records come from threads too (asyncio.to_thread)
+
+    def patch(self, record: Any) -> None:
+        if record["level"].no < _WARNING:
+            return
+        text = _NUMBER.sub("#", record["message"][:200])
+        key = (record["name"], record["function"], record["line"], record["level"].no, text)
+        now = time.monotonic()
+        with self._lock:
+            seen = self._seen.get(key)
+            if seen is not None and now - seen[0] < self.interval_s:
+                seen[1] += 1
+                record["extra"]["repeat"] = True  # counted, not written
+                return
+            self._seen[key] = [now, 0]
+            self._seen.move_to_end(key)
+            while len(self._seen) > self.KEPT:
+                self._seen.popitem(last=False)
+        if seen is not None and seen[1]:
+            record["message"] += f" (and {int(seen[1])} more like it since the last such line)"
 
 
-# Variables whose values are secrets: what providers and tools read (OPENAI_API_KEY,
-# ANTHROPIC_API_KEY, AWS_SECRET_ACCESS_KEY, GITHUB_TOKEN, NANOMEM_TELEGRAM__TOKEN, ...).
-_SECRET_NAME = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIALS?)$|SECRET", re.I)
-_MIN_ENV_SECRET = 8  # shorter values are too likely to be ordinary words
-
-
-def is_secret_name(name: str) -> bool:
-    return bool(_SECRET_NAME.search(name))
-
-
-def register_environment_secrets(environ: Mapping[str, str] = os.environ) -> None:
-    register_secrets(
-        value
-        for name, value in environ.items()
-        if is_secret_name(name) and len(value) >= _MIN_ENV_SECRET
-    )
-    # A proxy URL's password (HTTPS_PROXY=http://me:pw@host): a library's error or a shell
-    # command's output (`env`) may show the URL, and its name says nothing of a secret.
-    for name, value in environ.items():
-        if name.lower().endswith("_proxy") and "@" in value:
-            password = _password(value)
-            register_secrets([password, unquote(password)] if password else [])
-
-
-def _password(url: str) -> str | None:
-    try:
-        return urlsplit(url if "://" in url else f"http://{url}").password
-    except ValueError:  # an unreadable URL: the lean client does not use it either
-        return None
-
-
-def redact(text: str) -> str:
-    for secret in _secrets:
-        if secret in text:
-            text = text.replace(secret, MASK)
-    return text
-
-
-def shown_so_far(text: str) -> str:
-    """The part of a growing text that can be shown now: masked, and short of the end by as
-    much as the longest secret, so a secret still arriving is never shown in part."""
-    masked = redact(text)
-    if not _secrets:
-        return masked
-    return masked[: max(0, len(masked) - (len(_secrets[0]) - 1))]
-
-
-def redact_message(message: dict[str, Any]) -> dict[str, Any]:
-    """A chat message with every known secret masked (its text and tool-call arguments)."""
-    if not _secrets:
-        return message
-    content = message.get("content")
-    out = dict(message)
-    if isinstance(content, str):
-        out["content"] = redact(content)
-    if message.get("tool_calls"):
-        out["tool_calls"] = [
-            {
-                **call,
-                "function": {
-                    **call["function"],
-                    "arguments": redact(call["function"]["arguments"]),
-                },
-            }
-            for call in message["tool_calls"]
-        ]
-    return out
+_WARNING = 30
+_NUMBER = re.compile(r"\d+")
+REPEAT_INTERVAL_S = 60.0
+_repeats = _Repeats(REPEAT_INTERVAL_S)
 
 
 def _patch(record: Any) -> None:
-    record["message"] = redact(record["message"])
+    # A log is read on a terminal (stderr, `tail -f`): what a model or a server wrote in it
+    # (an error body, a tool's output) must not act there.
+    record["message"] = strip_escapes(redact(record["message"]))
+    _repeats.patch(record)
+
+
+def _written(record: Any) -> bool:
+    return record["extra"].get("repeat") is not True
+
+
+# The file log: rotated by size and compressed; a flood can fill today's share, never erase
+# an earlier day's files (at most KEEP_PER_DAY files a day, KEEP_DAYS days).
+ROTATE_AT = "10 MB"
+KEEP_PER_DAY = 5
+KEEP_DAYS = 14
+
+
+def _retention(files: list[str]) -> None:
+    """Keep each day's newest KEEP_PER_DAY rotated files, for the last KEEP_DAYS days."""
+    by_day: dict[date, list[tuple[float, Path]]] = {}
+    for name in files:
+        path = Path(name)
+        with contextlib.suppress(FileNotFoundError):
+            mtime = path.stat().st_mtime
+            by_day.setdefault(date.fromtimestamp(mtime), []).append((mtime, path))
+    oldest = date.today() - timedelta(days=KEEP_DAYS - 1)
+    for day, dated in by_day.items():
+        dated.sort(reverse=True)
+        for _, path in dated if day < oldest else dated[KEEP_PER_DAY:]:
+            path.unlink(missing_ok=True)
 
 
 def _format(record: Any) -> str:
@@ -105,7 +108,8 @@ def _format(record: Any) -> str:
 
         exc = record["exception"]
         lines = traceback.format_exception(exc.type, exc.value, exc.traceback)
-        record["extra"]["trace"] = redact("".join(lines)).replace("{", "{{").replace("}", "}}")
+        trace = strip_escapes(redact("".join(lines)))
+        record["extra"]["trace"] = trace.replace("{", "{{").replace("}", "}}")
         text += "{extra[trace]}"
     return text
 
@@ -121,13 +125,22 @@ class _InterceptHandler(logging.Handler):
         logger.opt(depth=6, exception=record.exc_info).log(level, record.getMessage())
 
 
-def setup_logging(level: str, log_dir: Path | None, *, stderr_level: str | None = None) -> None:
+def setup_logging(
+    level: str,
+    log_dir: Path | None,
+    *,
+    stderr_level: str | None = None,
+    repeat_interval_s: float = REPEAT_INTERVAL_S,
+) -> None:
+    global _repeats
     register_environment_secrets()
     logger.remove()
+    _repeats = _Repeats(repeat_interval_s)  # each setup counts afresh
     logger.configure(patcher=_patch)
     logger.add(
         sys.stderr,
         level=stderr_level or level,
+        filter=_written,
         format="{time:HH:mm:ss} | {level: <8} | {message}",
         backtrace=False,
         diagnose=False,  # diagnose prints local variables, API keys among them
@@ -139,8 +152,10 @@ def setup_logging(level: str, log_dir: Path | None, *, stderr_level: str | None 
             log_dir / "nanomem.log",
             level=level,
             format=_format,
-            rotation="10 MB",
-            retention=5,
+            filter=_written,
+            rotation=ROTATE_AT,
+            retention=_retention,
+            compression="gz",
             encoding="utf-8",
             backtrace=False,
             diagnose=False,

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import TextIO
 
+from nanomem.escapes import strip_escapes
+
 CLEAR = "\r\x1b[K"  # to the start of the line, and erase it
 
 
@@ -16,6 +18,7 @@ class ProgressLine:
         self._shown = False
 
     def __call__(self, phase: str) -> None:
+        phase = strip_escapes(phase)  # a tool call's arguments, as the model wrote them
         if self.live:
             self.stream.write(f"{CLEAR}{self.prefix}: {phase}…")
             self._shown = True

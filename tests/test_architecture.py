@@ -47,16 +47,29 @@ BASE_MODULES = {
     "audience",
     "config",
     "durable",
+    "escapes",
     "exports",
     "home",
     "locks",
     "log",
+    "masking",
     "old_defaults",
     "plural",
+    "untrusted_json",
     "utf8",
 }
 # What a channel may use: the channel port and the settings and helpers it is built from.
-CHANNEL_MAY_IMPORT = {"agent", "config", "log", "utf8", "plural", "app"}
+CHANNEL_MAY_IMPORT = {
+    "agent",
+    "config",
+    "escapes",
+    "log",
+    "masking",
+    "utf8",
+    "plural",
+    "app",
+    "untrusted_json",
+}
 
 
 def layer_of(module: str) -> str:

@@ -22,6 +22,8 @@ from typing import Any, Protocol
 
 from loguru import logger
 
+from nanomem.masking import redact
+
 SCHEMA_VERSION = 1
 Item = tuple[str, dict[str, Any]]  # (chat, the channel's own form of the message)
 _SCHEMA = """
@@ -189,5 +191,6 @@ class SqliteInbox:
 
 
 def _dumps(value: dict[str, Any]) -> str:
-    # Lone surrogates (from a model or a channel) must not make the write fail.
-    return json.dumps(value, ensure_ascii=True)
+    # Lone surrogates (from a model or a channel) must not make the write fail. A known secret
+    # someone typed is stored masked, as the session stores it.
+    return redact(json.dumps(value, ensure_ascii=True))

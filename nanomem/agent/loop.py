@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 from collections import defaultdict
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -11,6 +10,7 @@ from typing import Any
 
 from loguru import logger
 
+from nanomem import untrusted_json
 from nanomem.agent.bus import InboundMessage, MessageBus, OutboundMessage, answering
 from nanomem.agent.commands import (
     NOTHING_TO_STOP,
@@ -25,7 +25,7 @@ from nanomem.agent.react_loop import ReactResult, StepText, react, seal_tool_cal
 from nanomem.agent.templates import Templates
 from nanomem.audience import audience_of, enter
 from nanomem.config import Settings
-from nanomem.log import redact, redact_message, shown_so_far
+from nanomem.log import redact, shown_so_far
 from nanomem.memory import Budget, Session, SessionStore, to_wire
 from nanomem.plural import plural
 from nanomem.providers import Provider, ProviderError, ToolCall, key_source, route
@@ -314,8 +314,7 @@ class AgentLoop:
         return OutboundMessage.answering(msg, note, kind="error", category=exc.category)
 
     async def _save(self, session: Session, messages: list[dict[str, Any]]) -> None:
-        # A secret the model repeats (from a tool's output, say) is never written down.
-        await self.sessions.append(session, [redact_message(m) for m in messages])
+        await self.sessions.append(session, messages)  # which masks known secrets
 
     async def _system_message(self, session: Session) -> dict[str, Any]:
         text = await self.context.system_prompt(session.key)
@@ -464,7 +463,7 @@ def interrupted(text: str) -> dict[str, Any]:
 def describe_call(call: ToolCall, width: int = 100) -> str:
     """A one-line summary of a tool call for progress displays."""
     try:
-        args = json.loads(call.arguments or "{}")
+        args = untrusted_json.loads(call.arguments or "{}")
         shown = ", ".join(f"{k}={v!r}" for k, v in args.items()) if isinstance(args, dict) else ""
     except ValueError:
         shown = call.arguments

@@ -25,6 +25,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from nanomem import untrusted_json
 from nanomem.agent.schedules import FORMAT_VERSION, ID_PATTERN, Schedule, ScheduleError
 from nanomem.config import ScheduleSettings
 from nanomem.durable import atomic_write_text
@@ -164,7 +165,7 @@ class ScheduleStore:
 
     def _parse(self, data: bytes) -> StoredSchedules:
         try:
-            body = json.loads(data)
+            body = untrusted_json.loads(data)  # a hand edit may nest deep enough to recurse
         except UnicodeDecodeError:
             return StoredSchedules(problem=self._unread("is not UTF-8 text"))
         except ValueError as exc:

@@ -10,6 +10,7 @@ from nanomem.agent import Answer, Command, CommandSet, InboundMessage, fenced
 from nanomem.audience import audience_of
 from nanomem.curation.dream import Dream, DreamBusy
 from nanomem.curation.review_commands import ReviewCommands, owner_in_private
+from nanomem.masking import redact
 from nanomem.memory import GitStore, GitStoreError, Version
 
 CHAT_DIFF_CHARS = 3000
@@ -118,6 +119,7 @@ class MemoryCommands:
     def log_text(self, sha: str = "", max_diff_chars: int | None = None) -> str:
         full = self.git.resolve(sha) if sha else self.git.log(limit=1)[0].sha
         version, diff = self.git.show(full)
+        diff = redact(diff)  # a key pasted into USER.md is in the file, never on a screen
         note = ""
         if max_diff_chars is not None and len(diff) > max_diff_chars:
             cut = diff[:max_diff_chars].rsplit("\n", 1)[0]

@@ -23,6 +23,9 @@ MATCH_ENOUGH = 0.5  # resemblance from which a line counts as the one meant
 CLOSEST = 3  # lines offered when none matches
 QUOTE_CHARS = 160
 ASKED_CHARS = 80  # of the words asked, repeated in a "no match" answer
+# Of the words asked, the most compared with memory's lines: the comparison reads as strings
+# too (difflib, quadratic), and 10 KB of words took 19 s over 600 lines. A line is far shorter.
+MAX_ASKED_CHARS = 512
 FOLLOW_RESTORES = 5  # restores followed back to where a line first came from
 LEGACY_WINDOW = 50  # entries searched before the cursor of a run that recorded no evidence
 OriginKind = Literal["dream", "hand", "initial", "uncommitted", "restore"]
@@ -110,6 +113,13 @@ class Provenance:
         """Blocking. `audience` None is the owner at the shell: everything is visible."""
         if not words.strip():
             return USAGE
+        cut = ""
+        if len(words) > MAX_ASKED_CHARS:
+            words = words[:MAX_ASKED_CHARS]
+            cut = f"(Only the first {MAX_ASKED_CHARS} characters of the words were looked for.)\n"
+        return cut + self._answer(words, audience)
+
+    def _answer(self, words: str, audience: Audience | None) -> str:
         files = self._visible_files(audience)
         line, closest = find(words, files)
         if line is None:

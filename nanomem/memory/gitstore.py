@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from nanomem.durable import atomic_write_text
 from nanomem.locks import FileLock, LockBusy
+from nanomem.masking import redact
 
 if TYPE_CHECKING:  # dulwich itself is imported on first use: not on the way to the prompt
     from dulwich.objects import ObjectID, ShaFile
@@ -207,7 +208,8 @@ class GitStore:
             commit.author_timezone = commit.commit_timezone = offset
             commit.encoding = b"UTF-8"
             message = _message(kind, stats, diff) + (f"\n{trailer}\n" if trailer else "")
-            commit.message = message.encode("utf-8")
+            # The message quotes changed lines: a known secret in a memory file stays out of it.
+            commit.message = redact(message).encode("utf-8")
             _add_object(repo, commit)
             repo.refs[BRANCH] = commit.id
             repo.refs.set_symbolic_ref(HEAD, BRANCH)

@@ -14,8 +14,10 @@ from typing import Any, Literal
 
 from loguru import logger
 
+from nanomem import untrusted_json
 from nanomem.durable import append_lines, atomic_write_text, truncate_torn_tail
 from nanomem.locks import FileLock, in_thread_holding
+from nanomem.masking import redact
 from nanomem.utf8 import clean_text
 
 FORMAT_VERSION = 1
@@ -43,7 +45,7 @@ class HistoryEntry:
     @classmethod
     def from_json(cls, line: str | bytes) -> HistoryEntry | None:
         try:
-            data = json.loads(line)
+            data = untrusted_json.loads(line)
             known = {k: data[k] for k in cls.__dataclass_fields__ if k in data}
             entry = cls(**known)
             return (
@@ -114,7 +116,15 @@ class HistoryStore:
         stamp = now_iso()
         written = [
             HistoryEntry(
-                last + i, stamp, e.session, clean_text(e.content), e.kind, e.ref, e.part, e.parts
+                # A known secret never enters the archive (a summary may quote one).
+                last + i,
+                stamp,
+                e.session,
+                redact(clean_text(e.content)),
+                e.kind,
+                e.ref,
+                e.part,
+                e.parts,
             )
             for i, e in enumerate(entries, start=1)
         ]

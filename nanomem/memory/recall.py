@@ -9,12 +9,14 @@ from a different file is rebuilt from scratch.
 
 from __future__ import annotations
 
-import re
 import sqlite3
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime, time, timedelta, tzinfo
+from datetime import datetime
 from pathlib import Path
+from time import monotonic
 from typing import Annotated
 from zoneinfo import ZoneInfo
 
@@ -23,19 +25,20 @@ from pydantic import Field
 
 from nanomem.audience import current
 from nanomem.memory.history import HistoryStore
-from nanomem.tools import Tool, ToolError, read_only_tool
+from nanomem.memory.matches import Hit, TimedOut, newest, ranked
+from nanomem.memory.search_query import parse_day, parse_query
+from nanomem.tools import Tool, read_only_tool
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: a prefix index of 3 letters (adversarial prefix queries)
 BATCH = 5000  # entries read and inserted per step of a catch-up
-SNIPPET_TOKENS = 32
-# BM25 ranks at most this many matches, the newest: a word found in most of 100,000 entries
-# would otherwise cost 100+ ms to rank. Fewer matches than this are all ranked.
-RANK_WINDOW = 1000
+TIME_LIMIT_S = 2.0  # the default of memory.search_time_limit_s
+MAX_IDLE_READERS = 4
+RANKED_SHARE = 0.8  # of the time limit, for ranking; the rest collects unranked matches
 # `chat` holds one token per entry naming its session (hex, so no tokenizer splits it), so a
 # group's search is part of the full-text match instead of a scan of every match.
 _SCHEMA = """
 CREATE VIRTUAL TABLE IF NOT EXISTS entries USING fts5(
-    content, chat, tokenize = 'unicode61 remove_diacritics 2'
+    content, chat, tokenize = 'unicode61 remove_diacritics 2', prefix = '3'
 );
 CREATE TABLE IF NOT EXISTS facts (
     cursor INTEGER PRIMARY KEY, session TEXT NOT NULL, stamp TEXT NOT NULL, epoch REAL NOT NULL,
@@ -44,60 +47,16 @@ CREATE TABLE IF NOT EXISTS facts (
 CREATE INDEX IF NOT EXISTS facts_by_time ON facts (reached, cursor);
 CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);
 """
-# A query term: a "quoted phrase", or a run of non-space characters (maybe ending in `*`).
-_TERM = re.compile(r'"([^"]*)"?|(\S+)')
 
 
 @dataclass(frozen=True)
-class Hit:
-    cursor: int
-    session: str
-    timestamp: str
-    snippet: str
+class Found:
+    hits: list[Hit]
+    notes: list[str]  # what was cut from the query, or that the time limit stopped it
 
 
 def chat_token(session: str) -> str:
     return "s" + session.encode("utf-8", "replace").hex()
-
-
-def fts_query(text: str, *, any_word: bool = False) -> str | None:
-    """The user's words as a safe FTS5 query on the content: every term quoted (so `AND`, `-`,
-    `:`, `(` mean nothing special), `word*` kept as a prefix, "a phrase" kept as a phrase; None
-    when no term holds a letter or digit. All terms must match, or with `any_word` any."""
-    terms = []
-    text = text.replace("\x00", " ")  # SQLite ends a query string at NUL: "unterminated string"
-    for match in _TERM.finditer(text):
-        phrase, word = match.group(1), match.group(2)
-        raw = phrase if phrase is not None else word
-        prefix = phrase is None and raw.endswith("*")
-        raw = raw.rstrip("*") if prefix else raw
-        if not any(ch.isalnum() for ch in raw):
-            continue
-        quoted = '"' + raw.replace('"', '""') + '"'
-        terms.append(quoted + "*" if prefix else quoted)
-    if not terms:
-        return None
-    return "content : (" + (" OR " if any_word else " ").join(terms) + ")"
-
-
-def parse_day(text: str, *, end: bool, zone: tzinfo | None = None) -> float:
-    """A date (`2026-11-22`) or ISO 8601 time as epoch seconds; a bare date means its start
-    (or, with `end`, the start of the next day); naive times are in `zone` (agent.timezone,
-    as schedules read them), or the machine's local time without one."""
-    try:
-        if len(text.strip()) == 10:
-            day = datetime.combine(datetime.fromisoformat(text.strip()).date(), time())
-            moment = day + timedelta(days=1) if end else day
-        else:
-            moment = datetime.fromisoformat(text.strip())
-    except ValueError:
-        raise ToolError(f"{text!r} is not a date (YYYY-MM-DD) or an ISO 8601 time") from None
-    if moment.tzinfo is None and zone is not None:
-        moment = moment.replace(tzinfo=zone)
-    try:
-        return moment.astimezone().timestamp()
-    except (OverflowError, ValueError):  # the years 1 and 9999 shifted by a zone
-        raise ToolError(f"{text!r} is out of range: give a date from 0002 to 9998") from None
 
 
 def _epoch(stamp: str) -> float:
@@ -110,12 +69,23 @@ def _epoch(stamp: str) -> float:
 class Recall:
     """The index at `path`; blocking calls (the tool runs in a worker thread)."""
 
-    def __init__(self, history: HistoryStore, path: Path, timezone: str | None = None) -> None:
+    def __init__(
+        self,
+        history: HistoryStore,
+        path: Path,
+        timezone: str | None = None,
+        *,
+        time_limit_s: float = TIME_LIMIT_S,
+    ) -> None:
         self.history = history
         self.path = path
         self.zone = ZoneInfo(timezone) if timezone else None  # config has checked the name
-        self._lock = threading.Lock()  # one connection, shared by this process's threads
+        self.time_limit_s = time_limit_s
+        self._lock = threading.Lock()  # the writer's connection, shared by this process's threads
         self._db: sqlite3.Connection | None = None
+        self._pool_lock = threading.Lock()  # searches' own connections, kept for the next ones
+        self._idle: list[sqlite3.Connection] = []
+        self._generation = 0  # counts replacements of the index file
 
     # -- keeping the index up to date --------------------------------------------------------
 
@@ -230,6 +200,7 @@ class Recall:
         return self._db
 
     def _discard(self) -> None:
+        self._close_readers()
         if self._db is not None:
             self._db.close()
             self._db = None
@@ -237,6 +208,7 @@ class Recall:
             self.path.with_name(self.path.name + suffix).unlink(missing_ok=True)
 
     def close(self) -> None:
+        self._close_readers()
         with self._lock:
             if self._db is not None:
                 self._db.close()
@@ -252,81 +224,67 @@ class Recall:
         only: str | None = None,
         since: float | None = None,
         until: float | None = None,
-    ) -> list[Hit]:
+    ) -> Found:
         """Best match first (BM25). All words must match; if no entry has them all, entries
-        with any of them are ranked instead. `only` keeps one session's entries."""
+        with any of them are ranked instead. `only` keeps one session's entries. Past the
+        time limit the search stops and returns what it found so far, with a note."""
+        parsed = parse_query(query)
+        notes = list(parsed.notes)
+        if parsed.match() is None:
+            return Found([], notes)
         self.sync()
-        for any_word in (False, True):
-            match = fts_query(query, any_word=any_word)
-            if match is None:
-                return []
-            hits = self._match(match, limit, only, since, until)
-            if hits:
-                return hits
-        return []
-
-    def _match(
-        self, match: str, limit: int, only: str | None, since: float | None, until: float | None
-    ) -> list[Hit]:
-        if only is not None:
-            match = f'{match} AND chat : "{chat_token(only)}"'
-        with self._lock:
-            db = self._open()
-            try:
-                low, high = self._cursor_range(db, since, until)
-                # Where the newest RANK_WINDOW matches begin: a walk of the match list, newest
-                # first, that needs no ranking.
-                row = db.execute(
-                    "SELECT rowid FROM entries WHERE entries MATCH ? AND rowid BETWEEN ? AND ? "
-                    "ORDER BY rowid DESC LIMIT 1 OFFSET ?",
-                    (match, low, high, RANK_WINDOW - 1),
-                ).fetchone()
-                rows = db.execute(
-                    "SELECT rowid, snippet(entries, 0, '', '', '…', ?) FROM entries "
-                    "WHERE entries MATCH ? AND rowid BETWEEN ? AND ? ORDER BY rank LIMIT ?",
-                    (SNIPPET_TOKENS, match, max(low, row[0] if row else low), high, limit),
-                ).fetchall()
-                facts = {
-                    cursor: (session, stamp, epoch)
-                    for cursor, session, stamp, epoch in db.execute(
-                        "SELECT cursor, session, stamp, epoch FROM facts WHERE cursor IN "
-                        f"({','.join('?' * len(rows))})",
-                        [r[0] for r in rows],
+        start = monotonic()
+        # Ranking needs every match before its first row: if it runs out of time, the rest
+        # of the limit collects the newest matches, which come one by one.
+        ranked_by, newest_by = start + RANKED_SHARE * self.time_limit_s, start + self.time_limit_s
+        with self._reader() as db:
+            for match in (parsed.match(), parsed.match(any_word=True)):
+                assert match is not None  # there are terms
+                if only is not None:
+                    match = f'{match} AND chat : "{chat_token(only)}"'
+                try:
+                    hits = ranked(db, match, limit, since, until, ranked_by)
+                except TimedOut:
+                    hits = newest(db, match, limit, since, until, newest_by)
+                    notes.append(
+                        f"The search stopped at its time limit ({self.time_limit_s:g} s): "
+                        + ("these are the newest matches found by then, unranked; " if hits else "")
+                        + "entries may be missing. Search for fewer, rarer words."
                     )
-                }
-            except sqlite3.OperationalError as exc:  # never expected: the query is all quoted
-                logger.warning("history search {!r} failed: {}", match, exc)
-                return []
-        hits = []
-        for cursor, snippet in rows:
-            session, stamp, epoch = facts.get(cursor, ("?", "?", 0.0))
-            if (since is None or epoch >= since) and (until is None or epoch < until):
-                hits.append(Hit(int(cursor), session, stamp, str(snippet)))
-        return hits
+                    return Found(hits, notes)
+                if hits:
+                    return Found(hits, notes)
+        return Found([], notes)
 
-    @staticmethod
-    def _cursor_range(
-        db: sqlite3.Connection, since: float | None, until: float | None
-    ) -> tuple[int, int]:
-        """Dates as a range of cursors (entries are stamped as they are appended, in order)."""
-        low, high = 0, 2**62
-        # Entries are stamped as they are appended, so time follows the cursor: a step along
-        # the index of the latest time reached, never a scan. (An entry stamped out of order,
-        # after a clock was set back, counts by when it was written among the others.)
-        if since is not None:
-            found = db.execute(
-                "SELECT cursor FROM facts WHERE reached >= ? ORDER BY reached, cursor LIMIT 1",
-                (since,),
-            ).fetchone()
-            low = found[0] if found else high
-        if until is not None:
-            found = db.execute(
-                "SELECT cursor FROM facts WHERE reached < ? "
-                "ORDER BY reached DESC, cursor DESC LIMIT 1",
-                (until,),
-            ).fetchone()
-            high = found[0] if found else 0
-        return low, high
+    @contextmanager
+    def _reader(self) -> Iterator[sqlite3.Connection]:
+        """A connection of its own for one search, so searches run side by side, and beside
+        a catch-up holding the writer's connection (WAL lets readers go on meanwhile)."""
+        with self._pool_lock:
+            generation = self._generation
+            db = self._idle.pop() if self._idle else None
+        if db is None:
+            db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+            db.execute("PRAGMA busy_timeout = 10000")
+            db.execute("PRAGMA query_only = 1")
+        try:
+            yield db
+        finally:
+            db.set_progress_handler(None, 0)
+            with self._pool_lock:
+                # One opened before the index file was replaced still reads the old file.
+                keep = generation == self._generation and len(self._idle) < MAX_IDLE_READERS
+                if keep:
+                    self._idle.append(db)
+            if not keep:
+                db.close()
+
+    def _close_readers(self) -> None:
+        with self._pool_lock:
+            self._generation += 1
+            idle, self._idle = self._idle, []
+        for db in idle:
+            db.close()
 
     # -- the tool ----------------------------------------------------------------------------
 
@@ -356,9 +314,14 @@ class Recall:
         only = None if seen_by is None or seen_by.personal else seen_by.session
         start = parse_day(since, end=False, zone=self.zone) if since else None
         end = parse_day(until, end=True, zone=self.zone) if until else None
-        if fts_query(query) is None:
-            return f"{query!r} has no words to search for."
-        hits = self.search(query, limit, only=only, since=start, until=end)
-        if not hits:
-            return f"No history entries match {query!r}."
-        return "\n\n".join(f"[{h.timestamp}] ({h.session}) #{h.cursor}\n{h.snippet}" for h in hits)
+        found = self.search(query, limit, only=only, since=start, until=end)
+        asked = query if len(query) <= 80 else query[:80] + "…"  # never echo 10 KB back
+        if not parse_query(query).terms:
+            shown = f"{asked!r} has no words to search for."
+        elif not found.hits:
+            shown = f"No history entries match {asked!r}."
+        else:
+            shown = "\n\n".join(
+                f"[{h.timestamp}] ({h.session}) #{h.cursor}\n{h.snippet}" for h in found.hits
+            )
+        return "\n".join([*found.notes, shown])

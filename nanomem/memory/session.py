@@ -22,8 +22,10 @@ from typing import Any
 
 from loguru import logger
 
+from nanomem import untrusted_json
 from nanomem.durable import append_lines, truncate_torn_tail
 from nanomem.locks import FileLock, to_thread_to_the_end
+from nanomem.masking import redact_message
 from nanomem.providers import WireMessage
 from nanomem.utf8 import clean_value, is_valid
 
@@ -250,6 +252,9 @@ class SessionStore:
         """Persist new messages durably, then add them to the in-memory session."""
         if not messages:
             return
+        # The one place a transcript is written: a known secret (typed by the person, repeated
+        # by the model) is masked here, and memory holds what the file holds.
+        messages = [redact_message(m) for m in messages]
         stamped = [m if "ts" in m else {**m, "ts": now_iso()} for m in messages]
         lines = [json.dumps(m, ensure_ascii=False) for m in stamped]
         for i, line in enumerate(lines):
@@ -309,7 +314,7 @@ class SessionStore:
         with path.open(encoding="utf-8") as fh:
             for number, line in enumerate(fh, start=1):
                 try:
-                    record = json.loads(line)
+                    record = untrusted_json.loads(line)
                 except json.JSONDecodeError:
                     logger.warning("session {}: skipped unreadable line {}", key, number)
                     continue

@@ -61,12 +61,17 @@ class Sender(TypedDict, total=False):
 class ApiError(Exception):
     """A Bot API failure, answered as ``{"ok": false, ...}`` with HTTP status = error_code."""
 
-    def __init__(self, code: int, description: str, retry_after: int | None = None) -> None:
+    def __init__(
+        self, code: int, description: str, retry_after: int | None = None, body: str | None = None
+    ) -> None:
         super().__init__(description)
         self.code, self.description, self.retry_after = code, description, retry_after
+        self.body = body
 
     def response(self) -> web.Response:
-        """Render the error the way Telegram does."""
+        """Render the error the way Telegram does (or the raw body a fault gave)."""
+        if self.body is not None:
+            return web.Response(text=self.body, content_type="application/json")
         body: JSONDict = {"ok": False, "error_code": self.code, "description": self.description}
         if self.retry_after is not None:
             body["parameters"] = {"retry_after": self.retry_after}
@@ -80,6 +85,7 @@ class _Fault:
     retry_after: int | None
     times: int
     chat_id: int | None
+    body: str | None = None
 
 
 def _bad(description: str) -> ApiError:
@@ -312,7 +318,7 @@ class FakeTelegram:
                 fault.times -= 1
                 if fault.times <= 0:
                     queue.remove(fault)
-                raise ApiError(fault.error_code, fault.description, fault.retry_after)
+                raise ApiError(fault.error_code, fault.description, fault.retry_after, fault.body)
 
     # Bot API methods, named _api_<lowercase method>; called with the lock held.
 
@@ -817,15 +823,17 @@ class FakeTelegram:
         retry_after: int | None = 1,
         times: int = 1,
         chat_id: int | None = None,
+        body: str | None = None,
     ) -> None:
         """Make the next ``times`` calls of ``method`` (optionally for one chat) fail.
 
         ``retry_after`` is only sent with 429s, since PTB turns any retry_after into RetryAfter.
+        ``body``, when given, is answered verbatim with HTTP 200 instead (a hostile server).
         """
         retry_after = retry_after if error_code == 429 else None
         with self._lock:
             self._faults.setdefault(method.lower(), []).append(
-                _Fault(error_code, description, retry_after, times, chat_id)
+                _Fault(error_code, description, retry_after, times, chat_id, body)
             )
 
     def reject_html_next(self, chat_id: int | None = None) -> None:

@@ -1,12 +1,14 @@
 import json
 import sqlite3
 from pathlib import Path
+from time import monotonic
 
 import pytest
 
 from nanomem.audience import audience_of, enter
 from nanomem.memory.history import HistoryEntry, HistoryStore, NewEntry
-from nanomem.memory.recall import Recall, fts_query
+from nanomem.memory.matches import TimedOut, newest, ranked
+from nanomem.memory.recall import Recall
 from nanomem.tools.registry import ToolError
 from tests.conftest import log_lines
 
@@ -28,7 +30,7 @@ def entry(text: str, session: str = "telegram:1") -> NewEntry:
 
 
 def cursors(recall: Recall, query: str, **kwargs: object) -> list[int]:
-    return [hit.cursor for hit in recall.search(query, **kwargs)]  # type: ignore[arg-type]
+    return [hit.cursor for hit in recall.search(query, **kwargs).hits]  # type: ignore[arg-type]
 
 
 def write(store: HistoryStore, entries: list[HistoryEntry]) -> None:
@@ -170,12 +172,6 @@ async def test_a_nul_in_a_query_is_a_space(store: HistoryStore, recall: Recall) 
     assert cursors(recall, '"the attic\x00') == [1]
 
 
-def test_fts_query_quotes_every_term() -> None:
-    assert fts_query('attic "in the" note* AND') == 'content : ("attic" "in the" "note"* "AND")'
-    assert fts_query("a b", any_word=True) == 'content : ("a" OR "b")'
-    assert fts_query("- * ()") is None
-
-
 async def test_index_follows_appends_by_another_process(
     store: HistoryStore, recall: Recall, tmp_path: Path
 ) -> None:
@@ -250,3 +246,30 @@ async def test_a_replaced_history_file_rebuilds_the_index(
 
 async def test_an_empty_archive(recall: Recall) -> None:
     assert recall.search_history("anything") == "No history entries match 'anything'."
+
+
+async def test_past_its_time_limit_a_search_stops_with_a_note(
+    store: HistoryStore, tmp_path: Path
+) -> None:
+    await store.append([entry(f"- the attic, box {i} of many notebooks") for i in range(500)])
+    hurried = Recall(store, tmp_path / "index" / "history.sqlite3", time_limit_s=1e-9)
+    answer = hurried.search_history("attic notebooks box")
+    assert answer.startswith("The search stopped at its time limit (1e-09 s)"), answer
+    hurried.close()
+    patient = Recall(store, tmp_path / "index" / "history.sqlite3")  # control: the same search
+    assert patient.search_history("attic notebooks box").startswith("[")
+    patient.close()
+
+
+async def test_ranking_out_of_time_gives_way_to_the_newest_matches(
+    store: HistoryStore, recall: Recall
+) -> None:
+    await store.append([entry(f"- the attic, box {i}") for i in range(2000)])
+    recall.sync()
+    db = sqlite3.connect(recall.path)
+    match = 'content : ("attic")'
+    with pytest.raises(TimedOut):
+        ranked(db, match, 5, None, None, deadline=monotonic() - 1)
+    found = newest(db, match, 5, None, None, deadline=monotonic() + 60)
+    assert [hit.cursor for hit in found] == [2000, 1999, 1998, 1997, 1996]
+    db.close()
