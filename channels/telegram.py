@@ -56,14 +56,19 @@ from channels.telegram_inbound import (
     is_addressed,
 )
 from nanomem.agent import (
+    GIVEN_UP,
+    RETRYING,
     Button,
     ChannelDown,
     ChatQueues,
     Command,
+    DeliveryLater,
     InboundMessage,
     MessageBus,
     OutboundMessage,
+    Pending,
     parse_command,
+    record_failure,
 )
 from nanomem.config import ConfigError, TelegramSettings
 from nanomem.log import register_secrets
@@ -119,6 +124,7 @@ class Incoming:
     group: bool
     seq: int | None = None
     replayed: bool = False
+    retry: bool = False  # its handling failed before: tried again, nobody is kept waiting
     press: str | None = None  # a button press: the command it sends
     press_id: str = ""  # ... and the callback query to answer
 
@@ -331,11 +337,23 @@ class TelegramChannel:
                 "telegram: {} from before the restart answered now", plural(len(left), "message")
             )
         for pending in left:
-            found = self._admit(Update.de_json(pending.payload, bot))
-            if found is None:  # no longer allowed, say
-                await self._bus.forget(pending.seq)
-                continue
-            self._submit(replace(found, seq=pending.seq, replayed=True))
+            await self._hand_in(bot, pending, retry=False)
+
+    async def readmit(self, pending: Pending) -> bool:
+        """Take a stored message whose handling failed once more (agent/retries.py); False
+        while the channel is not running."""
+        if self._bot is None or self._bus is None:
+            return False
+        await self._hand_in(self._bot, pending, retry=True)
+        return True
+
+    async def _hand_in(self, bot: Bot, pending: Pending, *, retry: bool) -> None:
+        assert self._bus is not None
+        found = self._admit(Update.de_json(pending.payload, bot))
+        if found is None:  # no longer allowed, say
+            await self._bus.forget(pending.seq)
+            return
+        self._submit(replace(found, seq=pending.seq, replayed=True, retry=retry))
 
     def _admit_or_skip(self, update: Update) -> Incoming | None:
         try:
@@ -382,9 +400,33 @@ class TelegramChannel:
 
     async def _accept(self, incoming: Incoming) -> None:
         assert self._bus is not None
-        if (note := await self._inbound(incoming)) is not None:
-            self.delivery.notify(incoming.key, note)
-            await self._bus.forget(incoming.seq)  # answered by the channel itself
+        try:
+            note = await self._inbound(incoming)
+        except Exception as exc:  # our own fault: kept and tried again, never dropped
+            logger.exception("telegram: could not take a message in {}", incoming.key)
+            if incoming.seq is None:
+                return
+            message = incoming.message
+            text = incoming.press or message.text or message.caption or ""
+            kept = await record_failure(self._bus, incoming.seq, exc, text, incoming.key)
+            if kept is None or kept.attempts == 1:  # told once
+                parked = kept is not None and kept.parked_at is not None
+                self.delivery.notify(incoming.key, GIVEN_UP if parked else RETRYING)
+            return
+        if note is not None:  # answered by the channel itself: kept until delivered
+            answer = OutboundMessage(self.name, incoming.key, note, kind="error", seq=incoming.seq)
+            await self._bus.answer_for(incoming.seq, answer)
+            task = asyncio.create_task(self._say(answer))
+            self._refusals.add(task)
+            task.add_done_callback(self._refusals.discard)
+
+    async def _say(self, answer: OutboundMessage) -> None:
+        assert self._bus is not None
+        try:
+            await self.delivery.send(answer)
+        except DeliveryLater:  # logged; kept in the inbox and sent at the next start
+            return
+        await self._bus.delivered(answer)
 
     async def _inbound(self, incoming: Incoming) -> str | None:
         """Hand the message to the core; or the note to answer it with, when it is not for the
@@ -433,7 +475,7 @@ class TelegramChannel:
             inbound = replace(
                 inbound, id=InboundMessage.inbox_id(seq), seq=seq, replayed=incoming.replayed
             )
-        self.delivery.accepted(key, inbound.id, message.message_id, command)
+        self.delivery.accepted(key, inbound.id, message.message_id, command, late=incoming.retry)
         await self._bus.publish_inbound(inbound)
         return None
 

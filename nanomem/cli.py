@@ -10,6 +10,8 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from nanomem import parked
+
 if TYPE_CHECKING:
     from nanomem.agent import MessageBus, OutboundMessage
     from nanomem.app import App
@@ -114,6 +116,7 @@ def build_parser() -> argparse.ArgumentParser:
     for action in (log, restore, why):
         _add_overrides(action)
 
+    parked.add_parser(commands)
     gateway = commands.add_parser(
         "gateway",
         help="serve the enabled channels (Telegram) and GET /health until SIGTERM",
@@ -160,6 +163,7 @@ def main(argv: list[str] | None = None) -> int:
             "gateway": cmd_gateway,
             "dream": cmd_dream,
             "memory": cmd_memory,
+            "inbox": cmd_inbox,
         }[args.command]
         return handler(args)
     except CliError as exc:
@@ -278,6 +282,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         ("shell tool", "enabled" if settings.tools.shell_enabled else "disabled"),
         ("sessions", str(SessionStore(home.sessions).count())),
         ("log file", str(home.logs / "nanomem.log")),
+        *parked.status_lines(home),
     ]
     width = max(len(name) for name, _ in rows)
     for name, value in rows:
@@ -545,6 +550,12 @@ def cmd_dream(args: argparse.Namespace) -> int:
         raise CliError("Dream is already running") from None
     print(result.describe())
     return 1 if result.status == "failed" else 0
+
+
+def cmd_inbox(args: argparse.Namespace) -> int:
+    code, text = parked.run(_home(args), args.action, args.id)
+    print(text, file=sys.stderr if code == 2 else sys.stdout)
+    return code
 
 
 def cmd_memory(args: argparse.Namespace) -> int:

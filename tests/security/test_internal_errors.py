@@ -1,0 +1,149 @@
+"""An internal error never loses a message: through the real `nanomem gateway` (a subprocess),
+python-telegram-bot against the loopback Bot API, the lean client against the loopback model.
+
+The fault is one a real home can get into: the chat's session file is a directory (a botched
+restore or sync), so loading the session raises inside our own code on every attempt. The
+message must stay in the inbox, be retried with backoff and answered once the fault is gone;
+while the fault lasts it is parked after `agent.max_attempts`, listed by `nanomem status`,
+the owner is told once, and the owner can retry it; restarts change none of that."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from nanomem.home import Home
+from nanomem.memory.session import session_filename
+from nanomem.onboard import onboard
+from tests.conftest import cli_env, run_cli_here
+from tests.fakes.openai_server import FakeOpenAI, echo_step
+from tests.fakes.telegram_server import FakeTelegram
+from tests.test_gateway_e2e import GatewayProcess, load_session, texts, wait_until
+
+pytestmark = pytest.mark.slow
+OWNER = 1000  # the first user of telegram.allow_from (GatewayProcess allows 1000..1019)
+RETRYING = "Something went wrong on my side"
+
+
+@pytest.fixture
+def servers() -> Iterator[tuple[FakeTelegram, FakeOpenAI]]:
+    with FakeTelegram() as telegram, FakeOpenAI() as llm:
+        llm.set_fallback(echo_step)
+        yield telegram, llm
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Home:
+    home = Home(tmp_path / "home")
+    onboard(home)
+    return home
+
+
+def break_session(home: Home, chat: int) -> Path:
+    """The chat's session file becomes a directory: every load of it raises."""
+    path = home.sessions / session_filename(f"telegram:{chat}")
+    path.mkdir(parents=True)
+    return path
+
+
+def stored(home: Home, chat: int) -> list[dict[str, Any]]:
+    """The chat's messages in the inbox, read as another process would."""
+    with sqlite3.connect(f"file:{home.inbox}?mode=ro", uri=True) as db:
+        db.row_factory = sqlite3.Row
+        rows = db.execute("SELECT * FROM messages WHERE chat = ? ORDER BY seq", (str(chat),))
+        return [dict(row) for row in rows]
+
+
+def gateway(home: Home, telegram: FakeTelegram, llm: FakeOpenAI, **env: str) -> GatewayProcess:
+    settings = {"NANOMEM_AGENT__RETRY_FIRST_S": "0.3", "NANOMEM_AGENT__MAX_ATTEMPTS": "3"}
+    return GatewayProcess(home, telegram, llm, **(settings | env))
+
+
+def test_a_message_whose_handling_raises_is_kept_retried_and_answered(
+    servers: tuple[FakeTelegram, FakeOpenAI], home: Home
+) -> None:
+    telegram, llm = servers
+    broken = break_session(home, 1001)
+    process = gateway(home, telegram, llm, NANOMEM_AGENT__MAX_ATTEMPTS="100")
+    telegram.send_text(1001, "what is on the list today?")
+    (note,) = telegram.wait_for_messages(1001, 1)
+    assert RETRYING in note["text"] and "try again" in note["text"]
+    assert "Traceback" not in note["text"] and "IsADirectory" not in note["text"]
+    (kept,) = stored(home, 1001)  # still in the inbox, not answered
+    assert kept["reply"] is None
+    wait_until(lambda: stored(home, 1001)[0]["attempts"] >= 2, what="a second attempt")
+    broken.rmdir()  # the fault is gone
+    replies = telegram.wait_for_messages(1001, 2)
+    assert replies[1]["text"].startswith("echo: ")
+    assert replies[1]["text"].endswith("what is on the list today?")
+    wait_until(lambda: stored(home, 1001) == [], what="the message to leave the inbox")
+    assert process.stop() == 0, "".join(process.lines)
+    assert len(telegram.sent_messages(1001)) == 2  # told once, answered once
+    roles = [(m["role"], m["content"]) for m in load_session(home, "telegram:1001").messages]
+    assert [role for role, _ in roles] == ["user", "assistant"]  # no error text saved
+    assert len(llm.requests) == 1
+
+
+def test_a_persisting_fault_parks_the_message_and_the_owner_retries_it(
+    servers: tuple[FakeTelegram, FakeOpenAI], home: Home
+) -> None:
+    telegram, llm = servers
+    broken = break_session(home, 1002)
+    process = gateway(home, telegram, llm)
+    telegram.send_text(1002, "please remember the milk")
+    (notice,) = telegram.wait_for_messages(OWNER, 1)
+    assert "parked" in notice["text"] and "telegram:1002" in notice["text"]
+    assert "please remember the milk" in notice["text"] and "nanomem inbox retry" in notice["text"]
+    (kept,) = stored(home, 1002)
+    assert kept["attempts"] == 3 and kept["parked_at"] and kept["last_error"] == "IsADirectoryError"
+    assert len(telegram.sent_messages(1002)) == 1  # the person was told once
+    status = run_cli_here("status", env=cli_env(home))
+    assert status.returncode == 0, status.stderr
+    (line,) = [line for line in status.stdout.splitlines() if "please remember" in line]
+    assert "telegram:1002" in line and "3 attempts" in line and "IsADirectoryError" in line
+
+    # Parked stays parked across a restart, even with the fault gone; the owner is not told again.
+    assert process.stop() == 0, "".join(process.lines)
+    broken.rmdir()
+    process = gateway(home, telegram, llm)
+    telegram.send_text(1003, "are you there?")  # a positive control: the restart is serving
+    telegram.wait_for_messages(1003, 1)
+    assert len(telegram.sent_messages(1002)) == 1 and len(telegram.sent_messages(OWNER)) == 1
+    assert stored(home, 1002)[0]["parked_at"] and llm.requests[-1]["messages"][-1][
+        "content"
+    ].endswith("are you there?")
+
+    # The owner retries it: the running gateway answers it.
+    retried = run_cli_here("inbox", "retry", str(kept["seq"]), env=cli_env(home))
+    assert retried.returncode == 0, retried.stderr
+    replies = telegram.wait_for_messages(1002, 2)
+    assert replies[1]["text"].endswith("please remember the milk")
+    wait_until(lambda: stored(home, 1002) == [], what="the message to leave the inbox")
+    assert process.stop() == 0, "".join(process.lines)
+    assert len(telegram.sent_messages(OWNER)) == 1
+
+
+def test_a_retry_due_while_the_gateway_was_down_runs_at_start(
+    servers: tuple[FakeTelegram, FakeOpenAI], home: Home
+) -> None:
+    telegram, llm = servers
+    broken = break_session(home, 1004)
+    process = gateway(home, telegram, llm, NANOMEM_AGENT__RETRY_FIRST_S="2")
+    telegram.send_text(1004, "the dentist is at nine")
+    telegram.wait_for_messages(1004, 1)  # told it will be retried
+    assert process.stop() == 0, "".join(process.lines)
+    (kept,) = stored(home, 1004)
+    assert kept["attempts"] == 1 and kept["next_at"]
+    broken.rmdir()
+    due = datetime.fromisoformat(kept["next_at"])
+    wait_until(lambda: datetime.now(UTC) > due, what="the retry to fall due")
+    process = gateway(home, telegram, llm, NANOMEM_AGENT__RETRY_FIRST_S="2")
+    replies = telegram.wait_for_messages(1004, 2)
+    assert replies[1]["text"].endswith("the dentist is at nine")
+    wait_until(lambda: stored(home, 1004) == [], what="the message to leave the inbox")
+    assert process.stop() == 0, "".join(process.lines)
