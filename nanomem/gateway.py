@@ -193,6 +193,7 @@ class Gateway:
             delay = min(delay * 2, RETRY_MAX_S)
         self.health.set_channel(name, "up")
         logger.info("{}: running", name)
+        self.app.bus.retry_wake.set()  # a retry that fell due while it was down: now
         await pump_outbound(channel, self.app.bus)
 
     async def _tell_owner(self, owner: int) -> None:

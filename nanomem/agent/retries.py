@@ -133,6 +133,7 @@ class Retries:
         self._handed: set[tuple[int, int]] = set()
 
     async def run(self) -> None:
+        await self._report()
         while True:
             try:
                 wait = await self.sweep()
@@ -142,6 +143,19 @@ class Retries:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.bus.retry_wake.wait(), wait)
             self.bus.retry_wake.clear()
+
+    async def _report(self) -> None:
+        """At start, say what waits: a parked message waits for the owner."""
+        assert self.bus.inbox is not None
+        try:
+            parked = len(await asyncio.to_thread(self.bus.inbox.parked))
+        except Exception:
+            return  # the sweep says why
+        if parked:
+            logger.warning(
+                "inbox: {} parked after failing (`nanomem inbox` lists them)",
+                "1 message is" if parked == 1 else f"{parked} messages are",
+            )
 
     async def sweep(self) -> float:
         """Hand in what is due; seconds until the next is (at most `sweep_s`)."""
