@@ -181,6 +181,7 @@ class FakeTelegram:
         self._files: dict[str, JSONDict] = {}  # file_id -> getFile result
         self._file_data: dict[str, bytes] = {}  # file_path -> bytes
         self._faults: dict[str, list[_Fault]] = {}
+        self._garbled: dict[str, list[Any]] = {}  # method → results to answer as they are
         self._html_rejects: list[int | None] = []
         self._token_valid, self._paused, self._stopping = True, False, False
         self._ack_offset, self._dropped = 0, set[int]()  # acknowledgement bookkeeping (chaos)
@@ -259,6 +260,8 @@ class FakeTelegram:
                     raise ApiError(401, "Unauthorized")
                 self.getupdates_count += method == "getupdates"
                 self._take_fault(method, params)
+                if garbled := self._garbled.get(method):
+                    return web.json_response({"ok": True, "result": garbled.pop(0)})
                 if method in _OK_METHODS:
                     return web.json_response({"ok": True, "result": True})
                 if method != "getupdates":
@@ -806,6 +809,12 @@ class FakeTelegram:
             self._faults.setdefault(method.lower(), []).append(
                 _Fault(error_code, description, retry_after, times, chat_id)
             )
+
+    def garble_next(self, method: str, result: Any, *, times: int = 1) -> None:
+        """Make the next ``times`` calls of ``method`` succeed with ``result`` as it is: a
+        server answering something the client cannot read (a field missing, say)."""
+        with self._lock:
+            self._garbled.setdefault(method.lower(), []).extend([result] * times)
 
     def reject_html_next(self, chat_id: int | None = None) -> None:
         """Make the next HTML sendMessage (to ``chat_id``, or to any chat) fail to parse."""
