@@ -337,7 +337,12 @@ class TelegramChannel:
                 "telegram: {} from before the restart answered now", plural(len(left), "message")
             )
         for pending in left:
-            await self._hand_in(bot, pending, retry=False)
+            try:
+                await self._hand_in(bot, pending, retry=False)
+            except Exception as exc:  # one unreadable stored update must not keep us down
+                logger.exception("telegram: could not read stored message {}", pending.seq)
+                where = f"{self.name}:{pending.chat}"
+                await record_failure(self._bus, pending.seq, exc, _words(pending.payload), where)
 
     async def readmit(self, pending: Pending) -> bool:
         """Take a stored message whose handling failed once more (agent/retries.py); False
@@ -557,6 +562,13 @@ class TelegramChannel:
     async def typing(self, key: str) -> None:
         chat_id, thread = target(key)
         await _api(self._active_bot().send_chat_action(chat_id, ChatAction.TYPING, thread))
+
+
+def _words(payload: dict[str, Any]) -> str:
+    """A stored update's text, as far as it can be found without reading the update."""
+    message = payload.get("message")
+    text = message.get("text") or message.get("caption") if isinstance(message, dict) else ""
+    return text if isinstance(text, str) else ""
 
 
 async def _quietly(step: Awaitable[Any], what: str) -> None:

@@ -179,10 +179,10 @@ class Retries:
                 pending.attempts + 1,
             )
             try:
-                taken = await readmit(pending)
-            except Exception:
+                if await readmit(pending):
+                    self._handed.add(key)
+            except Exception as exc:  # it cannot even be read back: an attempt like any other
                 logger.exception("retries: {} could not take {}", pending.channel, pending.seq)
-                taken = False
-            if taken:
-                self._handed.add(key)
+                where = f"{pending.channel}:{pending.chat}"
+                await record_failure(self.bus, pending.seq, exc, pending.preview, where)
         return max(wait, 0.01)

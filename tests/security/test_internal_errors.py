@@ -218,3 +218,32 @@ async def test_a_message_the_channel_cannot_take_in_is_kept_and_taken_again(
         finally:
             gateway.request_stop()
             await asyncio.wait_for(serving, WAIT_S)
+
+
+async def test_an_unreadable_stored_message_does_not_keep_telegram_down(
+    home: Home, tmp_path: Path
+) -> None:
+    # One stored update that cannot be read back (damaged, or written by another version)
+    # made every start of the channel fail: Telegram stayed down for every chat.
+    with FakeTelegram() as fake:
+        sections: dict[str, Any] = {
+            "gateway": {"port": 0},
+            "dream": {"enabled": False},
+            "agent": {"retry_first_s": 0.05, "max_attempts": 2},
+        }
+        app = build_app(settings_for(home, **sections), home, ScriptedProvider(), durable=True)
+        inbox = app.bus.inbox
+        assert inbox is not None
+        damaged = {"update_id": 1, "message": {"message_id": 1, "text": "the lost words"}}
+        (seq,) = inbox.add("telegram", [(str(OWNER_42), damaged)], None)
+        gateway = Gateway(app, {"telegram": make_channel(fake, app.workspace)})
+        serving = asyncio.create_task(gateway.run())
+        try:
+            fake.send_text(OWNER_42, "hello")
+            (answer,) = await fake.wait_for_messages_async(OWNER_42, 1, timeout=WAIT_S)
+            assert answer["text"].endswith("hello")  # the channel runs
+            (parked,) = await until(inbox.parked)  # kept for the owner, not retried forever
+            assert (parked.seq, parked.attempts, parked.preview) == (seq, 2, "the lost words")
+        finally:
+            gateway.request_stop()
+            await asyncio.wait_for(serving, WAIT_S)
