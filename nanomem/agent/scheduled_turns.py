@@ -27,6 +27,7 @@ from pydantic import Field
 
 from nanomem.agent.bus import InboundMessage, MessageBus, answering
 from nanomem.agent.commands import Command, CommandSet
+from nanomem.agent.retries import record_failure
 from nanomem.agent.schedules import (
     Schedule,
     ScheduleError,
@@ -110,7 +111,13 @@ class ScheduledTurns:
         self._scheduler = AsyncIOScheduler(timezone=UTC)
         self._scheduler.start()
         for pending in await self.bus.unfinished(INBOX_CHANNEL):
-            await self.readmit(pending)
+            try:
+                await self.readmit(pending)
+            except Exception as exc:  # one unreadable firing must not stop every schedule
+                logger.exception("schedules: could not read stored firing {}", pending.seq)
+                text = str(pending.payload.get("text", ""))
+                where = f"{INBOX_CHANNEL}:{pending.chat}"
+                await record_failure(self.bus, pending.seq, exc, text, where)
         schedules = await asyncio.to_thread(self.store.load)
         now = datetime.now(UTC)
         armed = 0

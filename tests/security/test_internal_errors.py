@@ -247,3 +247,40 @@ async def test_an_unreadable_stored_message_does_not_keep_telegram_down(
         finally:
             gateway.request_stop()
             await asyncio.wait_for(serving, WAIT_S)
+
+
+async def test_an_unreadable_stored_firing_does_not_stop_the_schedules(home: Home) -> None:
+    # One stored firing that could not be read back made the schedules' start fail: no other
+    # firing was replayed and no schedule was armed until the next start.
+    with FakeTelegram() as fake:
+        sections: dict[str, Any] = {
+            "gateway": {"port": 0},
+            "dream": {"enabled": False},
+            "agent": {"retry_first_s": 0.05, "max_attempts": 2},
+        }
+        app = build_app(settings_for(home, **sections), home, ScriptedProvider(), durable=True)
+        inbox = app.bus.inbox
+        assert inbox is not None
+        now = datetime.now(UTC).isoformat()
+        firing = {
+            "id": "a1b2c3",
+            "session": f"telegram:{OWNER_42}",
+            "text": "water the plants",
+            "rule": "once",
+            "created_at": now,
+            "occurrence": now,
+            "made_by": str(OWNER_42),
+        }
+        chat = str(OWNER_42)
+        damaged, _ = inbox.add("schedule", [(chat, {"text": "feed the cat"}), (chat, firing)], None)
+        gateway = Gateway(app, {"telegram": make_channel(fake, app.workspace)})
+        serving = asyncio.create_task(gateway.run())
+        try:
+            (answer,) = await fake.wait_for_messages_async(OWNER_42, 1, timeout=WAIT_S)
+            assert answer["text"].endswith("water the plants")
+            (parked,) = await until(inbox.parked)
+            assert (parked.seq, parked.attempts, parked.preview) == (damaged, 2, "feed the cat")
+            await until(lambda: inbox.count() == 1)  # the answered firing left the inbox
+        finally:
+            gateway.request_stop()
+            await asyncio.wait_for(serving, WAIT_S)
