@@ -54,6 +54,7 @@ from channels.telegram_inbound import (
     attachment,
     chat_key,
     is_addressed,
+    stored_text,
 )
 from nanomem.agent import (
     GIVEN_UP,
@@ -341,8 +342,8 @@ class TelegramChannel:
                 await self._hand_in(bot, pending, retry=False)
             except Exception as exc:  # one unreadable stored update must not keep us down
                 logger.exception("telegram: could not read stored message {}", pending.seq)
-                where = f"{self.name}:{pending.chat}"
-                await record_failure(self._bus, pending.seq, exc, _words(pending.payload), where)
+                text, where = stored_text(pending.payload), f"{self.name}:{pending.chat}"
+                await record_failure(self._bus, pending.seq, exc, text, where)
 
     async def readmit(self, pending: Pending) -> bool:
         """Take a stored message whose handling failed once more (agent/retries.py); False
@@ -562,13 +563,6 @@ class TelegramChannel:
     async def typing(self, key: str) -> None:
         chat_id, thread = target(key)
         await _api(self._active_bot().send_chat_action(chat_id, ChatAction.TYPING, thread))
-
-
-def _words(payload: dict[str, Any]) -> str:
-    """A stored update's text, as far as it can be found without reading the update."""
-    message = payload.get("message")
-    text = message.get("text") or message.get("caption") if isinstance(message, dict) else ""
-    return text if isinstance(text, str) else ""
 
 
 async def _quietly(step: Awaitable[Any], what: str) -> None:
