@@ -554,7 +554,7 @@ def cmd_dream(args: argparse.Namespace) -> int:
 
 def cmd_inbox(args: argparse.Namespace) -> int:
     code, text = parked.run(_home(args), args.action, args.id)
-    print(text, file=sys.stderr if code == 2 else sys.stdout)
+    print(text, file=sys.stderr if code else sys.stdout)
     return code
 
 

@@ -28,9 +28,14 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 def status_lines(home: Home) -> list[tuple[str, str]]:
     """`nanomem status` rows: how many messages are parked, then one line each."""
+    import sqlite3  # here, not at import: `nanomem chat` reaches its prompt without it
+
     from nanomem.agent import parked_in, parked_line
 
-    parked = parked_in(home.inbox)
+    try:
+        parked = parked_in(home.inbox)
+    except sqlite3.Error as exc:  # busy past the timeout, or damaged: said, not hidden
+        return [("parked", f"unknown (cannot read {home.inbox}: {exc})")]
     if not parked:
         return [("parked", "none")]
     rows = [("parked", f"{len(parked)} (nanomem inbox retry ID, or drop ID)")]
@@ -39,10 +44,15 @@ def status_lines(home: Home) -> list[tuple[str, str]]:
 
 def run(home: Home, action: str, ident: str) -> tuple[int, str]:
     """(exit code, what to print)."""
+    import sqlite3
+
     from nanomem.agent import SqliteInbox, parked_in, parked_line
 
     if action == "list":
-        parked = parked_in(home.inbox)
+        try:
+            parked = parked_in(home.inbox)
+        except sqlite3.Error as exc:
+            return 1, f"Cannot read {home.inbox}: {exc}"
         return 0, "\n".join(parked_line(p) for p in parked) or "No parked messages."
     seq = ident.removeprefix("#")
     if not seq.isdigit():

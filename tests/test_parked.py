@@ -74,3 +74,12 @@ def test_a_secret_in_a_parked_message_is_never_listed(home: Home) -> None:
     parked_message(home, f"my key is {SECRET} please keep it")
     status = run_cli_here("status", env=cli_env(home))
     assert SECRET not in status.stdout and "my key is" in status.stdout
+
+
+def test_an_inbox_that_cannot_be_read_is_said_not_hidden(home: Home) -> None:
+    home.inbox.write_bytes(b"this is not a database" * 100)
+    status = run_cli_here("status", env=cli_env(home))
+    assert status.returncode == 0 and "parked          unknown (cannot read" in status.stdout
+    listed = run_cli_here("inbox", env=cli_env(home))
+    assert listed.returncode == 1 and "Cannot read" in listed.stderr
+    assert "Traceback" not in status.stdout + status.stderr + listed.stdout + listed.stderr

@@ -281,17 +281,18 @@ class SqliteInbox:
 
 def parked_in(path: Path) -> list[Pending]:
     """The parked messages of an inbox file, read without changing it (`nanomem status`, also
-    while the gateway runs); none when there is no inbox or it predates parking."""
+    while the gateway runs); none when there is no inbox or it predates parking. Raises
+    sqlite3.Error when it cannot be read."""
     if not path.is_file():
         return []
-    try:
-        with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as db:
-            rows = db.execute(
-                f"SELECT {_COLUMNS} FROM messages "
-                "WHERE reply IS NULL AND parked_at IS NOT NULL ORDER BY seq"
-            ).fetchall()
-    except sqlite3.Error:  # an old schema, or unreadable: the gateway sets it aside at start
-        return []
+    with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as db:
+        have = {row[1] for row in db.execute("PRAGMA table_info(messages)")}
+        if "parked_at" not in have:  # written before parking existed: nothing parked
+            return []
+        rows = db.execute(
+            f"SELECT {_COLUMNS} FROM messages "
+            "WHERE reply IS NULL AND parked_at IS NOT NULL ORDER BY seq"
+        ).fetchall()
     return _readable(rows)
 
 
