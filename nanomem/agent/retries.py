@@ -140,8 +140,11 @@ class Retries:
             except Exception:  # the inbox busy, say: looked at again shortly
                 logger.exception("retries: could not read the inbox")
                 wait = self.sweep_s
+            # asyncio.timeout, not wait_for: wait_for in 3.11 can swallow a cancellation that
+            # arrives as the event is set, and then the gateway's stop waits for ever.
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.bus.retry_wake.wait(), wait)
+                async with asyncio.timeout(wait):
+                    await self.bus.retry_wake.wait()
             self.bus.retry_wake.clear()
 
     async def _report(self) -> None:
