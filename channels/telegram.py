@@ -4,12 +4,13 @@ the only importer of python-telegram-bot)."""
 from __future__ import annotations
 
 import asyncio
-import warnings
+import os
+import tempfile
 from collections.abc import Awaitable
 from dataclasses import dataclass, replace
-from datetime import datetime, timedelta
+from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from loguru import logger
 from telegram import (
@@ -24,17 +25,13 @@ from telegram import (
 )
 from telegram.constants import ChatAction, ChatType, ParseMode
 from telegram.error import (
-    BadRequest,
     Conflict,
     InvalidToken,
-    NetworkError,
-    RetryAfter,
     TelegramError,
 )
 from telegram.request import BaseRequest
 
 from channels.telegram_chat import (
-    TOKEN_REJECTED,
     Delivery,
     PollWatch,
     SendError,
@@ -44,7 +41,7 @@ from channels.telegram_chat import (
     strip_mention,
     target,
 )
-from channels.telegram_http import requests_for
+from channels.telegram_http import call_api, channel_down, requests_for
 from channels.telegram_inbound import (
     GREETING,
     NO_DOWNLOAD,
@@ -60,7 +57,6 @@ from nanomem.agent import (
     GIVEN_UP,
     RETRYING,
     Button,
-    ChannelDown,
     ChatQueues,
     Command,
     DeliveryLater,
@@ -68,6 +64,7 @@ from nanomem.agent import (
     MessageBus,
     OutboundMessage,
     Pending,
+    media_folder,
     parse_command,
     record_failure,
 )
@@ -79,40 +76,14 @@ from nanomem.utf8 import clean_text
 if TYPE_CHECKING:
     from nanomem.app import App
 
-T = TypeVar("T")
 OFFSET = "telegram.offset"  # the inbox's record of what Telegram may forget
-NOT_FOUND = "telegram: the Bot API answered 404 (check telegram.token and telegram.base_url)"
 NO_TOKEN = "telegram.token is not set: create a bot with @BotFather, then set telegram.token"
 STEP_S = 10.0  # the longest any one start or stop step may take
-
-
-def _down(exc: BaseException) -> ChannelDown | None:
-    """The one line to report when the Bot API cannot be used; None for other errors."""
-    if isinstance(exc, InvalidToken):
-        return ChannelDown(NOT_FOUND if "not found" in str(exc).lower() else TOKEN_REJECTED)
-    if isinstance(exc, TelegramError | TimeoutError | OSError):
-        return ChannelDown(f"telegram: cannot reach the Bot API: {exc}")
-    return None
-
-
-async def _api(call: Awaitable[T]) -> T:
-    """Run one Bot API call, turning PTB's errors into SendError."""
-    try:
-        return await call
-    except RetryAfter as exc:
-        with warnings.catch_warnings():  # PTB warns that retry_after becomes a timedelta
-            warnings.simplefilter("ignore")
-            after = exc.retry_after
-        seconds = after.total_seconds() if isinstance(after, timedelta) else float(after)
-        raise SendError(str(exc), retry_after=seconds) from exc
-    except BadRequest as exc:
-        bad_html = "can't parse entities" in exc.message.lower()
-        unknown = "method not found" in exc.message.lower()
-        raise SendError(exc.message, bad_html=bad_html, unsupported=unknown) from exc
-    except NetworkError as exc:  # timeouts, connection errors and 5xx
-        raise SendError(str(exc), transient=True) from exc
-    except TelegramError as exc:
-        raise SendError(str(exc)) from exc
+OWNER_ASSUMED = (
+    "telegram.owner is not set: assuming the owner is user {owner}, the first user id in "
+    "telegram.allow_from (only the owner runs owner commands and approvals); set "
+    "telegram.owner = {owner} in config.toml (or NANOMEM_TELEGRAM__OWNER) to say so"
+)
 
 
 @dataclass(frozen=True)
@@ -178,6 +149,7 @@ class TelegramChannel:
             stream_every_s=stream_every_s,  # Telegram allows about one edit a second per chat
         )
         self._refused: set[int] = set()
+        self._owner_noted = False
         self._refusals: set[asyncio.Task[Any]] = set()
 
     @classmethod
@@ -193,6 +165,9 @@ class TelegramChannel:
                 "telegram.allow_from is empty: every message is refused, and the log names "
                 "each refused user id to add"
             )
+        if (assumed := self.settings.assumed_owner) is not None and not self._owner_noted:
+            self._owner_noted = True  # once per run: restarts of the channel stay quiet
+            logger.info(OWNER_ASSUMED, owner=assumed)
         await self._launch()
         watch = self._poll.run(self._relaunch, self.watch_every_s)
         self._watchdog = asyncio.create_task(watch, name="telegram-watchdog")
@@ -205,7 +180,7 @@ class TelegramChannel:
             await self._register_commands(bot)
         except BaseException as exc:
             await _quietly(bot.shutdown(), "shut down")
-            if (down := _down(exc)) is not None:
+            if (down := channel_down(exc)) is not None:
                 raise down from None
             raise
         self._bot, self._poll.problem = bot, None
@@ -375,14 +350,16 @@ class TelegramChannel:
         message = update.message if update is not None else None
         if press is not None and isinstance(press.message, Message):
             message = press.message
-        user = update.effective_user if update is not None else None
+        # For a press, the presser (callback_query.from): never whoever the message names.
+        user = press.from_user if press is not None else update.effective_user if update else None
         if update is None or message is None or user is None or user.is_bot:
+            return None
+        if press is not None and not self._fair_press(press.data, user.id, message):
+            self._refuse_press(press.id)
             return None
         if not is_allowed(self.settings.allow_from, user.id, message.chat_id):
             if press is not None:
-                task = asyncio.create_task(self.answer_press(press.id, REFUSED_PRESS))
-                self._refusals.add(task)
-                task.add_done_callback(self._refusals.discard)
+                self._refuse_press(press.id)
             if user.id not in self._refused:  # refused silently: no reply, typing or reaction
                 if len(self._refused) >= 10_000:  # a flood of strangers must not grow memory
                     self._refused.clear()
@@ -400,6 +377,25 @@ class TelegramChannel:
         if mention_only and not is_addressed(message, message.get_bot().bot, self._our_commands):
             return None
         return Incoming(message, user, chat_key(message), group)
+
+    def _fair_press(self, data: str | None, presser: int, message: Message) -> bool:
+        """A press is its presser typing a command: in a private chat only that chat's person
+        can press (a press naming someone else's chat is forged), and data that is not a
+        command was made by no button of ours (it would reach the model as their words)."""
+        private = message.chat.type == ChatType.PRIVATE
+        if (private and presser != message.chat_id) or parse_command(data or "") is None:
+            logger.warning(
+                "telegram: refused a forged button press by user {} (chat {})",
+                presser,
+                message.chat_id,
+            )
+            return False
+        return True
+
+    def _refuse_press(self, press_id: str) -> None:
+        task = asyncio.create_task(self.answer_press(press_id, REFUSED_PRESS))
+        self._refusals.add(task)
+        task.add_done_callback(self._refusals.discard)
 
     def _submit(self, incoming: Incoming) -> None:
         self._intake.submit(incoming.key, lambda: self._accept(incoming))
@@ -456,7 +452,7 @@ class TelegramChannel:
             if (size := item.file_size or 0) > self.settings.max_file_mb * 2**20:
                 return TOO_BIG.format(size=size / 2**20, limit=self.settings.max_file_mb)
             try:
-                media = (await self._download(item, suffix),)
+                media = (await self._download(item, suffix, f"{self.name}:{key}"),)
             except (TelegramError, OSError) as exc:
                 logger.warning("telegram: downloading a {} from {} failed: {}", kind, key, exc)
                 return NO_DOWNLOAD
@@ -485,12 +481,20 @@ class TelegramChannel:
         await self._bus.publish_inbound(inbound)
         return None
 
-    async def _download(self, item: Any, suffix: str) -> str:
-        relative = f"media/{datetime.now():%Y-%m-%d}-{item.file_unique_id}{suffix}"
-        path = self.workspace / relative
-        path.parent.mkdir(parents=True, exist_ok=True)
-        await (await item.get_file()).download_to_drive(path)
-        return relative
+    async def _download(self, item: Any, suffix: str, session: str) -> str:
+        """Saved under a fresh temporary name, then renamed into place: opening the final name
+        for writing would write through whatever a group planted there (a hard link to
+        USER.md, say)."""
+        folder = media_folder(self.workspace, session)
+        path = folder / f"{datetime.now():%Y-%m-%d}-{item.file_unique_id}{suffix}"
+        temporary = await asyncio.to_thread(_fresh_file, folder, suffix)
+        try:
+            await (await item.get_file()).download_to_drive(temporary)
+            await asyncio.to_thread(temporary.replace, path)
+        except BaseException:
+            _discard(temporary)
+            raise
+        return str(path.relative_to(self.workspace))
 
     # Outbound: queued per chat in Delivery, which reaches the Bot API through these calls.
 
@@ -525,23 +529,23 @@ class TelegramChannel:
             options["reply_parameters"] = ReplyParameters(
                 reply_to, allow_sending_without_reply=True
             )
-        sent = await _api(self._active_bot().send_message(chat_id, text, **options))
+        sent = await call_api(self._active_bot().send_message(chat_id, text, **options))
         return int(sent.message_id)
 
     async def edit_text(self, key: str, message_id: int, text: str, *, html: bool = False) -> None:
         mode = ParseMode.HTML if html else None
         bot = self._active_bot()
-        await _api(bot.edit_message_text(text, target(key)[0], message_id, parse_mode=mode))
+        await call_api(bot.edit_message_text(text, target(key)[0], message_id, parse_mode=mode))
 
     async def delete(self, key: str, message_id: int) -> None:
-        await _api(self._active_bot().delete_message(target(key)[0], message_id))
+        await call_api(self._active_bot().delete_message(target(key)[0], message_id))
 
     async def send_draft(self, key: str, draft_id: int, text: str, *, html: bool) -> None:
         chat_id, thread = target(key)
         mode = ParseMode.HTML if html else None
         call = self._active_bot().send_message_draft(chat_id, draft_id, text, thread, mode)
         try:
-            await _api(call)
+            await call_api(call)
         except SendError as exc:
             # A Bot API server older than 9.3 answers 404, which PTB reports as a bad token.
             if isinstance(exc.__cause__, InvalidToken) and "not found" in str(exc).lower():
@@ -562,7 +566,18 @@ class TelegramChannel:
 
     async def typing(self, key: str) -> None:
         chat_id, thread = target(key)
-        await _api(self._active_bot().send_chat_action(chat_id, ChatAction.TYPING, thread))
+        await call_api(self._active_bot().send_chat_action(chat_id, ChatAction.TYPING, thread))
+
+
+def _fresh_file(folder: Path, suffix: str) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    fd, name = tempfile.mkstemp(dir=folder, prefix=".download-", suffix=suffix)
+    os.close(fd)
+    return Path(name)
+
+
+def _discard(path: Path) -> None:
+    path.unlink(missing_ok=True)
 
 
 async def _quietly(step: Awaitable[Any], what: str) -> None:

@@ -1,21 +1,49 @@
-"""How the Telegram channel's Bot API calls travel: aiohttp, and httpx through a proxy."""
+"""How the Telegram channel's Bot API calls travel (aiohttp, and httpx through a proxy), and
+what their errors mean to the channel."""
 
 from __future__ import annotations
 
-from typing import Any
+import warnings
+from collections.abc import Awaitable
+from datetime import timedelta
+from typing import Any, TypeVar
 
 import aiohttp
 from telegram._utils.defaultvalue import DefaultValue
-from telegram._utils.types import ODVInput
-from telegram.error import NetworkError, TimedOut
+from telegram._utils.types import JSONDict, ODVInput
+from telegram.error import (
+    BadRequest,
+    InvalidToken,
+    NetworkError,
+    RetryAfter,
+    TelegramError,
+    TimedOut,
+)
 from telegram.request import BaseRequest, HTTPXRequest, RequestData
 
-from channels.telegram_chat import PollWatch
+from channels.telegram_chat import TOKEN_REJECTED, PollWatch, SendError
+from nanomem import untrusted_json
+from nanomem.agent import ChannelDown
+
+
+def parse_bounded(payload: bytes) -> JSONDict:
+    """PTB's parse_json_payload, but JSON nested too deeply is a TelegramError like any other
+    unreadable answer (not a RecursionError that ends the polling), and the body is not
+    logged."""
+    try:
+        parsed = untrusted_json.loads(payload.decode("utf-8", "replace"))
+    except ValueError:
+        raise TelegramError("Invalid server response") from None
+    if not isinstance(parsed, dict):
+        raise TelegramError("Invalid server response")
+    return parsed
 
 
 class AiohttpRequest(BaseRequest):
     """Bot API calls over aiohttp. httpx's connection pool does work per queued request for
     every connection, which a hundred chats replying at once turn into seconds of CPU."""
+
+    parse_json_payload = staticmethod(parse_bounded)
 
     def __init__(self, connections: int, read_timeout_s: float = 5.0) -> None:
         self._connections, self._read_timeout_s = connections, read_timeout_s
@@ -97,7 +125,13 @@ class PollRequest(_Watched, AiohttpRequest):
         self.watch = watch
 
 
-class HttpxPollRequest(_Watched, HTTPXRequest):
+class HttpxRequest(HTTPXRequest):
+    """Bot API calls through a proxy (httpx speaks SOCKS)."""
+
+    parse_json_payload = staticmethod(parse_bounded)
+
+
+class HttpxPollRequest(_Watched, HttpxRequest):
     """The same, through a proxy."""
 
     def __init__(self, watch: PollWatch, **kwargs: Any) -> None:
@@ -111,5 +145,38 @@ def requests_for(proxy: str | None, watch: PollWatch | None = None) -> BaseReque
     if proxy:
         if watch is not None:
             return HttpxPollRequest(watch, proxy=proxy, connection_pool_size=1)
-        return HTTPXRequest(connection_pool_size=64, pool_timeout=10.0, proxy=proxy)
+        return HttpxRequest(connection_pool_size=64, pool_timeout=10.0, proxy=proxy)
     return PollRequest(watch) if watch is not None else AiohttpRequest(connections=128)
+
+
+NOT_FOUND = "telegram: the Bot API answered 404 (check telegram.token and telegram.base_url)"
+T = TypeVar("T")
+
+
+def channel_down(exc: BaseException) -> ChannelDown | None:
+    """The one line to report when the Bot API cannot be used; None for other errors."""
+    if isinstance(exc, InvalidToken):
+        return ChannelDown(NOT_FOUND if "not found" in str(exc).lower() else TOKEN_REJECTED)
+    if isinstance(exc, TelegramError | TimeoutError | OSError):
+        return ChannelDown(f"telegram: cannot reach the Bot API: {exc}")
+    return None
+
+
+async def call_api(call: Awaitable[T]) -> T:
+    """Run one Bot API call, turning PTB's errors into SendError."""
+    try:
+        return await call
+    except RetryAfter as exc:
+        with warnings.catch_warnings():  # PTB warns that retry_after becomes a timedelta
+            warnings.simplefilter("ignore")
+            after = exc.retry_after
+        seconds = after.total_seconds() if isinstance(after, timedelta) else float(after)
+        raise SendError(str(exc), retry_after=seconds) from exc
+    except BadRequest as exc:
+        bad_html = "can't parse entities" in exc.message.lower()
+        unknown = "method not found" in exc.message.lower()
+        raise SendError(exc.message, bad_html=bad_html, unsupported=unknown) from exc
+    except NetworkError as exc:  # timeouts, connection errors and 5xx
+        raise SendError(str(exc), transient=True) from exc
+    except TelegramError as exc:
+        raise SendError(str(exc)) from exc

@@ -147,6 +147,9 @@ def build_app(
             allowed_env=tool_settings.shell_env,
             max_output_chars=tool_settings.max_output_chars,
             approval=approval,
+            sandbox=tool_settings.shell_sandbox,
+            network=tool_settings.shell_network,
+            hidden=[home.root],
         )
         for tool in shell.tools():
             tools.add(tool)

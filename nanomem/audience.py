@@ -15,6 +15,9 @@ from pathlib import Path
 
 # Paths inside the workspace that hold the owner's personal memory.
 PERSONAL_PATHS = ("USER.md", "memory")
+# Paths whose files enter a system prompt (identity, memory, instructions, skills, prompt
+# templates): never written from a shared room, or one member's words would persist as rules.
+PROMPT_PATHS = ("SOUL.md", "AGENTS.md", "USER.md", "memory", "skills", "templates")
 # Each shared room's own folder (its media, its notes) lives under this workspace folder.
 ROOMS_DIR = "rooms"
 _UNSAFE_IN_NAME = re.compile(r"[^A-Za-z0-9_.-]")

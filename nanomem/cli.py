@@ -214,17 +214,19 @@ def cmd_onboard(args: argparse.Namespace) -> int:
 def _first_run(args: argparse.Namespace, home: Home, given: Choices) -> bool:
     """Onboard `home`; `given` (onboard's flags) is written. A new config is completed by
     questions on a terminal, never elsewhere. Returns whether questions were asked."""
-    from nanomem.first_run import ask_missing
+    from nanomem.first_run import ask_missing, ask_owner
     from nanomem.onboard import onboard, set_config_value
     from nanomem.providers import model_name_problem
 
     known = _settings(args, home).llm  # flags, the environment, an existing file
     fresh = not home.config.exists()
     interactive = fresh and sys.stdin.isatty()
+    owner = None
     try:
         if interactive:
             print(f"Setting up nanomem in {home.root}")
             given = ask_missing(known, given)
+            owner = ask_owner(_settings(args, home).telegram)
         elif problem := model_name_problem(given.model, given.api_base or known.api_base):
             raise ValueError(problem)
     except ValueError as exc:
@@ -235,6 +237,8 @@ def _first_run(args: argparse.Namespace, home: Home, given: Choices) -> bool:
     report = onboard(home, model=given.model, api_key=given.api_key, api_base=given.api_base)
     for path in report.created:
         print(f"created {path}")
+    if owner is not None:
+        set_config_value(home.config, "telegram", "owner", str(owner))
     if not fresh:  # an explicit flag is a request to change the existing file
         for key, value in (("model", given.model), ("api_base", given.api_base)):
             if value:
@@ -255,33 +259,11 @@ def _files_and_folders(count: int) -> str:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from nanomem.app import workspace_of
-    from nanomem.memory import SessionStore
-    from nanomem.providers import model_name_problem, route
+    from nanomem.status import status_rows
 
     home = _home(args)
-    settings = _settings(args, home)
-    config = _config_path(args, home)
-    llm = settings.llm
-    workspace = workspace_of(settings, home)
-    path = route(llm).describe() if llm.model else "(no model)"
-    if problem := model_name_problem(llm.model, llm.api_base):
-        path = f"(none) {problem}"
-    if llm.old_defaults_ignored:
-        path += " (config.toml's old onboarding defaults are treated as not chosen)"
     rows = [
-        ("version", version()),
-        ("home", str(home.root)),
-        ("config", f"{config}" + ("" if config.exists() else " (missing: run nanomem onboard)")),
-        ("workspace", f"{workspace}" + ("" if workspace.is_dir() else " (missing)")),
-        ("model", llm.model or "(not set: llm.model / NANOMEM_LLM__MODEL)"),
-        ("api base", llm.api_base or "(provider default)"),
-        ("model path", path),
-        ("api key", "set" if llm.api_key and llm.api_key.get_secret_value() else "not set"),
-        ("context window", f"{llm.context_window_tokens} tokens"),
-        ("shell tool", "enabled" if settings.tools.shell_enabled else "disabled"),
-        ("sessions", str(SessionStore(home.sessions).count())),
-        ("log file", str(home.logs / "nanomem.log")),
+        *status_rows(home, _settings(args, home), _config_path(args, home), version()),
         *parked.status_lines(home),
     ]
     width = max(len(name) for name, _ in rows)
@@ -472,7 +454,10 @@ def _build(
     """Logging, then the app (most of nanomem, imported only now)."""
     from nanomem.app import build_app
     from nanomem.log import setup_logging
+    from nanomem.tools import hide_environment
 
+    # Before any key is used: commands run without the sandbox are our own user's processes.
+    hide_environment()
     setup_logging(settings.log.level, home.logs, stderr_level=stderr_level)
     if _switched_off_by_us:  # loguru is set up: commands the agent runs must not inherit it
         os.environ.pop(LOGURU_SWITCH, None)

@@ -5,9 +5,10 @@ from __future__ import annotations
 import os
 import tomllib
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -94,6 +95,10 @@ class ToolSettings(_Section):
     # "allowlist": only allowlisted prefixes run; "off": everything runs (unsafe).
     shell_approval: Literal["ask", "allowlist", "off"] = "ask"
     shell_approval_timeout_s: float = Field(120.0, gt=0)
+    # "auto": in bubblewrap where it can run, else under the reaper (`nanomem status` says
+    # which); "bwrap": sandboxed or not at all; "off": the reaper only.
+    shell_sandbox: Literal["auto", "bwrap", "off"] = "auto"
+    shell_network: bool = True  # commands in the sandbox may use the network
     max_output_chars: int = Field(16000, ge=500)
 
 
@@ -120,6 +125,10 @@ class TelegramSettings(_Section):
     # Not default_factory=list: pydantic reads a factory's signature, and for a builtin that
     # means tokenizing text (a regex compile of ~10 ms at every start); defaults are copied.
     allow_from: list[int | str] = []
+    # The owner's numeric user id: only they run owner commands, approve shell commands and
+    # memory changes, and Dream reviews go to their private chat. Unset: the first user id in
+    # allow_from, as before this setting existed (logged once at start).
+    owner: int | None = Field(None, gt=0)
     base_url: str = "https://api.telegram.org/bot"
     base_file_url: str = "https://api.telegram.org/file/bot"
     proxy: str | None = None
@@ -130,8 +139,26 @@ class TelegramSettings(_Section):
 
     @property
     def owner_id(self) -> int | None:
-        """The owner's private chat (where Dream reviews go): the first user in allow_from."""
+        """The owner's user id (and private chat): `owner`, else the first user in allow_from."""
+        if self.owner is not None:
+            return self.owner
+        return self.assumed_owner
+
+    @property
+    def assumed_owner(self) -> int | None:
+        """Who old configs without `owner` meant: the first positive id in allow_from."""
+        if self.owner is not None:
+            return None
         return next((v for v in self.allow_from if isinstance(v, int) and v > 0), None)
+
+    @field_validator("owner", mode="before")
+    @classmethod
+    def _a_user_id(cls, value: Any) -> Any:
+        if isinstance(value, str) and not value.strip():
+            return None  # NANOMEM_TELEGRAM__OWNER="" unsets it
+        if isinstance(value, bool) or (isinstance(value, str) and not value.strip().isdigit()):
+            raise ValueError(f"{value!r} is not a numeric Telegram user id (a positive number)")
+        return value
 
     @field_validator("allow_from")
     @classmethod
@@ -152,6 +179,25 @@ class GatewaySettings(_Section):
     host: str = "127.0.0.1"
     port: int = Field(18790, ge=0, le=65535)
     grace_s: float = Field(30.0, ge=0, le=3600)
+    # Open HTTP connections (/health and the agent API); more are closed as they arrive.
+    max_connections: int = Field(256, ge=4, le=65536)
+    # A request's headers must arrive within this, and its body may not stall for longer.
+    read_timeout_s: float = Field(15.0, gt=0, le=600)
+
+
+MIN_KEY_CHARS = 16
+
+
+def _usable_key(key: SecretStr) -> SecretStr:
+    """An API key a client can send and nobody can guess; the error never holds the key."""
+    value = key.get_secret_value().strip()  # a header's value loses its outer whitespace
+    if not value:
+        raise ValueError("is empty: every key must be a real secret")
+    if len(value) < MIN_KEY_CHARS:
+        raise ValueError(f"is shorter than {MIN_KEY_CHARS} characters")
+    if not all("!" <= char <= "~" for char in value):
+        raise ValueError("holds a space or a character a Bearer header cannot carry")
+    return SecretStr(value)
 
 
 class ApiSettings(_Section):
@@ -159,7 +205,7 @@ class ApiSettings(_Section):
 
     enabled: bool = False
     # Bearer tokens a client must send; empty means no check (refused on a public address).
-    keys: list[SecretStr] = []
+    keys: list[Annotated[SecretStr, AfterValidator(_usable_key)]] = []
     # Also stream the lines that say which tools the agent calls.
     show_progress: bool = False
     max_body_mb: int = Field(20, ge=1, le=2000)
@@ -327,8 +373,10 @@ def _describe(
     for err in exc.errors():
         loc = tuple(str(part) for part in err["loc"])
         key = ".".join(loc[:2]) if loc else "(settings)"
+        if len(loc) > 2 and loc[2].isdigit():  # an item of a list: api.keys[0]
+            key += f"[{loc[2]}]"
         # Never the value: a mistyped key (`llm.apikey`) may well hold a secret.
-        msg = err["msg"]
+        msg = err["msg"].removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
             msg = "unknown setting"
         lines.append(f"{key}: {msg} ({_source_of(loc, path, file_data, overrides)})")

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from nanomem.providers import key_variable, model_name_problem, route
 
 if TYPE_CHECKING:
-    from nanomem.config import LLMSettings
+    from nanomem.config import LLMSettings, TelegramSettings
 
 Ask = Callable[[str], str]
 
@@ -81,3 +81,22 @@ def ask_missing(
 
 def _has_key(llm: LLMSettings) -> bool:
     return llm.api_key is not None and bool(llm.api_key.get_secret_value())
+
+
+def ask_owner(
+    telegram: TelegramSettings, *, ask: Ask = input, say: Callable[[str], None] = print
+) -> int | None:
+    """With Telegram enabled and no telegram.owner: the owner's numeric user id (None: later)."""
+    if not telegram.enabled or telegram.owner is not None:
+        return None
+    for _ in range(3):
+        typed = ask(
+            "Your numeric Telegram user id, the owner (only the owner runs owner commands and "
+            "approvals; empty to set telegram.owner later): "
+        ).strip()
+        if not typed:
+            return None
+        if typed.isdigit() and int(typed) > 0:
+            return int(typed)
+        say(f"{typed!r} is not a numeric user id (a positive number, such as 123456789).")
+    return None

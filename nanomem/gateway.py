@@ -32,6 +32,7 @@ SIGNALS = (signal.SIGTERM, signal.SIGINT)
 RETRY_FIRST_S, RETRY_MAX_S = 1.0, 300.0
 STOP_CHANNEL_S = 25.0  # per channel, after the grace period
 REVIEW_CHECK_S = 5.0  # how often a Dream change waiting for the owner is looked for
+FD_RESERVE = 256  # file descriptors kept for all but the HTTP server's connections
 FORCED_EXIT_S = 5.0  # after a second signal: cancel everything, then leave whatever happens
 NO_CHANNEL = (
     "no channel is enabled: set telegram.enabled = true and telegram.token in {config} "
@@ -89,10 +90,16 @@ class Gateway:
     async def run(self) -> int:
         """Serve until SIGTERM/SIGINT, then shut down gracefully; the exit code."""
         settings, loop = self.app.settings.gateway, asyncio.get_running_loop()
+        _make_room_for(settings.max_connections)
         try:
             routes = [add for c in self.channels.values() if (add := getattr(c, "routes", None))]
             runner, self.port = await serve_health(
-                self.health, settings.host, settings.port, routes
+                self.health,
+                settings.host,
+                settings.port,
+                routes,
+                max_connections=settings.max_connections,
+                read_timeout_s=settings.read_timeout_s,
             )
         except OSError as exc:
             where = f"{settings.host}:{settings.port}"
@@ -282,6 +289,25 @@ class Gateway:
             logger.warning("gateway: {} did not stop within {:.0f} s", what, limit_s)
         except Exception:
             logger.exception("gateway: stopping {} failed", what)
+
+
+def _make_room_for(connections: int) -> None:
+    """Enough file descriptors for the connection cap and the rest (files, the inbox, the
+    model's and Telegram's connections): running out stops /health and every channel."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    needed = connections + FD_RESERVE
+    if soft == resource.RLIM_INFINITY or soft >= needed:
+        return
+    if hard == resource.RLIM_INFINITY or hard >= needed:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (needed, hard))
+        return
+    raise ConfigError(
+        f"gateway.max_connections ({connections}) and the {FD_RESERVE} file descriptors the "
+        f"gateway needs besides exceed this process's limit ({hard}, ulimit -n): lower "
+        "gateway.max_connections or raise the limit"
+    )
 
 
 async def _until(done: Callable[[], bool], within_s: float) -> None:

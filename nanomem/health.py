@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal
@@ -11,6 +12,7 @@ from typing import Any, Literal
 from aiohttp import web
 
 from nanomem.agent import MessageBus
+from nanomem.connection_guard import ConnectionGuard
 from nanomem.log import redact
 
 State = Literal["starting", "up", "down", "stopping"]
@@ -79,19 +81,55 @@ class Health:
 
 # Adds a channel's own routes (the agent API) to the gateway's one HTTP server.
 AddRoutes = Callable[[web.Application], None]
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+class _GuardedSite(web.BaseSite):
+    """A TCP site whose connections pass through a ConnectionGuard."""
+
+    def __init__(self, runner: web.AppRunner, host: str, port: int, guard: ConnectionGuard):
+        super().__init__(runner)
+        self._host, self._port, self._guard = host, port, guard
+
+    @property
+    def name(self) -> str:
+        return f"http://{self._host}:{self._port}"
+
+    async def start(self) -> None:
+        await super().start()
+        assert self._runner.server is not None
+        self._server = await asyncio.get_running_loop().create_server(
+            self._guard.wrap(self._runner.server), self._host, self._port, backlog=self._backlog
+        )
 
 
 async def serve_health(
-    health: Health, host: str, port: int, routes: Iterable[AddRoutes] = ()
+    health: Health,
+    host: str,
+    port: int,
+    routes: Iterable[AddRoutes] = (),
+    *,
+    max_connections: int = 256,
+    read_timeout_s: float = 15.0,
 ) -> tuple[web.AppRunner, int]:
     """Serve GET /health (200, or 503 when a channel is down) and the channels' routes;
     returns the runner and port."""
+    guard = ConnectionGuard(max_connections, read_timeout_s)
 
     async def handle(_: web.Request) -> web.Response:
         healthy, body = health.snapshot()
         return web.json_response(body, status=200 if healthy else 503)
 
-    app = web.Application()
+    @web.middleware
+    async def answering(request: web.Request, handler: Handler) -> web.StreamResponse:
+        """While a request is answered, its connection's read deadline does not run."""
+        guard.request_started(request.transport)
+        try:
+            return await handler(request)
+        finally:
+            guard.request_ended(request.transport)
+
+    app = web.Application(middlewares=[answering])
     app.router.add_get("/health", handle)
     for add in routes:
         add(app)
@@ -99,7 +137,7 @@ async def serve_health(
     runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0, handler_cancellation=True)
     await runner.setup()
     try:
-        await web.TCPSite(runner, host, port).start()
+        await _GuardedSite(runner, host, port, guard).start()
     except OSError:
         await runner.cleanup()
         raise

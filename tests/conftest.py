@@ -6,8 +6,10 @@ from __future__ import annotations
 import io
 import logging
 import os
+import random
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -230,3 +232,28 @@ def log_lines(level: str = "INFO") -> Iterator[list[str]]:
         yield lines
     finally:
         logger.remove(sink)
+
+
+def sleeper() -> list[str]:
+    """A `sleep` command line that no other process on this machine runs: what a test's shell
+    command leaves running is found by it (`survivors`), inside a PID namespace or not."""
+    return ["sleep", str(random.randrange(10**6, 10**7))]
+
+
+def survivors(argv: list[str], within_s: float = 0.0) -> list[int]:
+    """The live processes (zombies aside) running exactly `argv` once they are all gone, or
+    when `within_s` has passed."""
+    wanted = ("\0".join(argv) + "\0").encode()
+    deadline = time.monotonic() + within_s
+    while True:
+        found = []
+        for entry in Path("/proc").iterdir():
+            try:
+                if (entry / "cmdline").read_bytes() == wanted:
+                    state = (entry / "stat").read_bytes().rsplit(b")", 1)[1].split()[0]
+                    found += [int(entry.name)] if state != b"Z" else []
+            except (OSError, IndexError):
+                continue
+        if not found or time.monotonic() > deadline:
+            return found
+        time.sleep(0.02)

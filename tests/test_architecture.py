@@ -53,10 +53,11 @@ BASE_MODULES = {
     "log",
     "old_defaults",
     "plural",
+    "untrusted_json",
     "utf8",
 }
 # What a channel may use: the channel port and the settings and helpers it is built from.
-CHANNEL_MAY_IMPORT = {"agent", "config", "log", "utf8", "plural", "app"}
+CHANNEL_MAY_IMPORT = {"agent", "config", "log", "utf8", "plural", "app", "untrusted_json"}
 
 
 def layer_of(module: str) -> str:

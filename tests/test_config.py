@@ -140,3 +140,19 @@ def test_a_window_the_reply_fills_is_refused_with_both_keys_and_sources(
         load_settings(config)
     monkeypatch.setenv("NANOMEM_LLM__MAX_TOKENS", "1024")  # room enough: accepted
     assert load_settings(config).llm.max_tokens == 1024
+
+
+def test_telegram_owner_is_a_positive_user_id_and_else_the_first_allowed_id(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("NANOMEM_TELEGRAM__ALLOW_FROM", "[-100555, 43, 42]")
+    telegram = load_settings(tmp_path / "none.toml").telegram
+    assert (telegram.owner_id, telegram.assumed_owner) == (43, 43)  # as before the setting
+    monkeypatch.setenv("NANOMEM_TELEGRAM__OWNER", "42")
+    telegram = load_settings(tmp_path / "none.toml").telegram
+    assert (telegram.owner_id, telegram.assumed_owner) == (42, None)
+    for bad in ("-42", "0", "@alice", "true"):
+        monkeypatch.setenv("NANOMEM_TELEGRAM__OWNER", bad)
+        with pytest.raises(ConfigError) as err:
+            load_settings(tmp_path / "none.toml")
+        assert "NANOMEM_TELEGRAM__OWNER" in str(err.value) or "telegram.owner" in str(err.value)

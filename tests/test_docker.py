@@ -272,6 +272,21 @@ def test_the_installed_command_is_the_one_from_the_image(image: Path) -> None:
 
 
 @BUILD_TIMEOUT
+def test_the_image_ships_the_shell_sandbox(image: Path, tmp_path: Path) -> None:
+    """bwrap comes with the locked dependencies; where it can run, the image's nanomem uses it
+    (under Docker it needs the options README's Docker section names)."""
+    from nanomem.tools import decide
+
+    if decide("auto").binary is None:
+        pytest.skip("bubblewrap cannot run on this machine")
+    status = image_run(image, ["nanomem", "status"], NANOMEM_HOME=str(tmp_path / "data"))
+    code, output = finished(status)
+    assert code == 0, output
+    line = next(x for x in output.splitlines() if x.startswith("shell sandbox"))
+    assert line.split(None, 2)[2] == "sandboxed (bubblewrap, network on)"
+
+
+@BUILD_TIMEOUT
 def test_the_runtime_holds_no_build_tools(image: Path) -> None:
     """The build backend (requirements-build.lock) stayed in the builder."""
     probe = (

@@ -191,3 +191,19 @@ def test_a_refused_key_names_the_variable_it_came_from(home: Home, fake_llm: Fak
     assert "the environment variable OPENAI_API_KEY" in result.stderr
     assert fake_llm.auth_headers[0] == "Bearer sk-from-openai-variable"
     assert "sk-from-openai-variable" not in result.stderr
+
+
+def test_with_telegram_enabled_onboarding_asks_who_the_owner_is(tmp_path: Path) -> None:
+    home = Home(tmp_path / "home")
+    env = bare_env(home, NANOMEM_TELEGRAM__ENABLED="true")
+    child, seen = spawn(env, "onboard")
+    child.expect_exact("Model (")
+    child.sendline("")  # later
+    child.expect_exact("Telegram user id")
+    child.sendline("@me")
+    child.expect_exact("not a numeric user id")
+    child.sendline("4242")
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 0, seen.getvalue()
+    assert tomllib.loads(home.config.read_text())["telegram"]["owner"] == 4242

@@ -99,12 +99,13 @@ def test_a_group_never_sees_personal_memory(
     assert in_group(telegram, "hello there") == "plain answer"
     system = llm.requests[-1]["messages"][0]["content"]
     assert "4711" not in system and "9876" not in system and "This is a group chat" in system
+    # A group's file tools start in its own folder: the owner's files are not there at all.
     read = in_group(telegram, "READ USER please")
-    assert "personal memory" in read and "4711" not in read
+    assert "no file at 'USER.md'" in read and "4711" not in read
     history = in_group(telegram, "READ HISTORY please")
-    assert "personal memory" in history and "9876" not in history
+    assert "no file at" in history and "9876" not in history
     listing = in_group(telegram, "LIST MEMORY please")
-    assert "personal memory" in listing
+    assert "no folder at 'memory'" in listing
     found = in_group(telegram, "SEARCH for it")
     assert "9876" not in found and "code word: ant" in found  # its own entries only
     everything = " ".join(texts(telegram.sent_messages(GROUP)))

@@ -85,3 +85,25 @@ def test_wheel_carries_the_data_folders_and_works_installed(tmp_path: Path) -> N
     )
     assert onboard.returncode == 0, onboard.stderr
     assert (home / "workspace" / "memory" / "MEMORY.md").is_file()
+
+
+def _bash_blocks(markdown: str, heading: str) -> list[str]:
+    section = markdown.split(f"\n{heading}\n", 1)[1].split("\n## ", 1)[0]
+    return [block.split("```", 1)[0].strip() for block in section.split("```bash\n")[1:]]
+
+
+def test_the_readme_gives_an_install_and_run_command_then_the_test_command_ci_runs() -> None:
+    """A new user runs two commands from a fresh clone: the first installs and chats, the
+    second installs what the tests need and runs them, exactly as CI does."""
+    blocks = _bash_blocks((ROOT / "README.md").read_text(), "## Quick start")
+    install_and_run, test = blocks[0], blocks[-1]
+    assert "-r requirements.lock" in install_and_run
+    assert install_and_run.endswith(".venv/bin/nanomem chat")
+    assert test == "bash .ci/run"
+    ci_run = (ROOT / ".ci" / "run").read_text()
+    # The test tools are not in requirements.lock: the test command must install them itself,
+    # into the .venv the Quick start made (or a new one on CI's clean clone).
+    assert "pytest" not in (ROOT / "requirements.lock").read_text()
+    assert "-r requirements-dev.lock" in ci_run and "python3 -m venv .venv" in ci_run
+    assert "bash .ci/check" in ci_run
+    assert "-m pytest" in (ROOT / ".ci" / "check").read_text()

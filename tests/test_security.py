@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import shlex
 import subprocess
 import sys
 from pathlib import Path
 
 from nanomem.home import Home
-from tests.conftest import NANOMEM, TEST_KEY, cli_env, run_cli, run_cli_here
+from tests.conftest import NANOMEM, TEST_KEY, cli_env, run_cli, run_cli_here, sleeper, survivors
 from tests.fakes.openai_server import FakeOpenAI
 
 
@@ -149,8 +150,8 @@ def test_onboarding_an_existing_loose_home_says_it_tightened_it(tmp_path: Path) 
 def test_the_shell_shows_no_secret_and_kills_what_escapes(
     home: Home, fake_llm: FakeOpenAI, tmp_path: Path
 ) -> None:
-    pid_file = tmp_path / "escaped.pid"
-    escape = f"setsid sh -c 'echo $$ > {pid_file}; exec sleep 300' >/dev/null 2>&1 & sleep 60"
+    sleep = sleeper()
+    escape = f"setsid sh -c 'echo up > up; exec {shlex.join(sleep)}' >/dev/null 2>&1 & sleep 60"
     fake_llm.tool_call("exec", {"command": "env"})
     fake_llm.tool_call("exec", {"command": escape})
     fake_llm.reply("done")
@@ -169,8 +170,8 @@ def test_the_shell_shows_no_secret_and_kills_what_escapes(
     assert ENV_KEY not in shown and TEST_KEY not in shown and "NANOMEM_" not in shown
     timed_out = fake_llm.requests[2]["messages"][-1]["content"]
     assert "timed out after 2s" in timed_out
-    pid = int(pid_file.read_text())
-    assert not Path(f"/proc/{pid}").exists() or " Z " in Path(f"/proc/{pid}/stat").read_text()
+    assert (home.workspace / "up").exists()  # the escape did start
+    assert survivors(sleep, within_s=5) == []
     assert secret_free_files(home, ENV_KEY) == secret_free_files(home, TEST_KEY) == []
 
 

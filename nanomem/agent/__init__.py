@@ -17,6 +17,7 @@ if TYPE_CHECKING:
         ChatQueues,
         DeliveryLater,
         load_channel,
+        media_folder,
         pump_outbound,
     )
     from nanomem.agent.commands import STOPPED, Answer, Command, CommandSet, fenced, parse_command
@@ -73,6 +74,7 @@ __all__ = [
     "fenced",
     "is_owner",
     "load_channel",
+    "media_folder",
     "parked_in",
     "parked_line",
     "parked_notice",
@@ -93,6 +95,7 @@ __getattr__ = lazy_exports(
             "ChatQueues",
             "DeliveryLater",
             "load_channel",
+            "media_folder",
             "pump_outbound",
         ),
         "commands": ("Answer", "Command", "CommandSet", "STOPPED", "fenced", "parse_command"),

@@ -6,9 +6,11 @@ import asyncio
 import importlib
 from collections import deque
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any, Protocol
 
 from nanomem.agent.bus import MessageBus, OutboundMessage
+from nanomem.audience import room_folder
 
 Job = Callable[[], Awaitable[None]]
 # Channels are found by name, so the core never imports the `channels` package.
@@ -25,6 +27,12 @@ def _logger() -> Any:
     from loguru import logger
 
     return logger
+
+
+def media_folder(workspace: Path, session: str) -> Path:
+    """Where a channel saves the files a chat sends: a group's own folder (the only one its
+    turns may open, and no other chat's files are there), else the workspace's `media/`."""
+    return (room_folder(workspace, session) or workspace) / "media"
 
 
 def load_channel(name: str) -> type[Any]:

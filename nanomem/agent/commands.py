@@ -6,7 +6,7 @@ import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from nanomem.agent.bus import Button, InboundMessage
+from nanomem.agent.bus import Button, InboundMessage, is_owner
 
 # "/name", "/name@bot", "/name args"; a path such as "/etc/hosts" is not a command.
 _COMMAND = re.compile(r"^/([A-Za-z][A-Za-z0-9_-]{0,31})(?:@[A-Za-z0-9_]+)?(?:\s+(.*))?$", re.S)
@@ -21,6 +21,7 @@ class Answer:
 
 
 Handler = Callable[[InboundMessage, str], Awaitable[str | Answer]]
+OWNER_ONLY = "Only the owner can use /{name}; nothing was done."
 # /stop's two answers; channels compare against them to know whether a turn was cut short.
 STOPPED = "Stopped."
 NOTHING_TO_STOP = "Nothing is running."
@@ -36,6 +37,15 @@ class Command:
     immediate: bool = False
     # In /help and Telegram's menu; False for what only buttons send (/shell-allow <id>).
     listed: bool = True
+    # Only the owner's message runs it (in a group, another member's gets OWNER_ONLY): it
+    # changes or shows what is theirs (approvals, the allowlist, memory and its versions).
+    owner_only: bool = False
+
+    def refusal(self, msg: InboundMessage) -> str | None:
+        """Why this message may not run the command; None when it may."""
+        if self.owner_only and not is_owner(msg):
+            return OWNER_ONLY.format(name=self.name)
+        return None
 
 
 class UnknownCommand(Exception):

@@ -15,8 +15,9 @@ from typing import Any
 from nanomem.agent.bus import InboundMessage
 from nanomem.agent.skills import Skills
 from nanomem.agent.templates import Templates
-from nanomem.audience import audience_of
+from nanomem.audience import audience_of, room_folder
 from nanomem.memory import HistoryStore
+from nanomem.tools import ToolError, read_checked
 
 IMAGE_TYPES = {
     ".jpg": "image/jpeg",
@@ -26,6 +27,7 @@ IMAGE_TYPES = {
     ".gif": "image/gif",
 }
 PROMPT_CACHE_SIZE = 256
+MAX_IMAGE_BYTES = 2000 * 2**20  # telegram.max_file_mb's ceiling: the channel checked the size
 PERSONAL_FILES = ("user", "memory")  # never in a shared room's prompt
 MEMORY_FILES = {
     "soul": "SOUL.md",
@@ -116,10 +118,15 @@ class ContextBuilder:
         return {**user, "content": parts} if len(parts) > 1 else user
 
     def _image_data_url(self, relative: str) -> str | None:
-        path = (self.workspace / relative).resolve()
-        if not path.is_relative_to(self.workspace.resolve()) or not path.is_file():
+        root = self.workspace.resolve()
+        path = (root / relative).resolve()
+        if not path.is_relative_to(root):
             return None
-        encoded = base64.b64encode(path.read_bytes()).decode("ascii")
+        try:  # a group's folder is its own: what it swapped in (a link) is not sent
+            data = read_checked(root, path, relative, MAX_IMAGE_BYTES)
+        except ToolError:
+            return None
+        encoded = base64.b64encode(data).decode("ascii")
         return f"data:{IMAGE_TYPES[path.suffix.lower()]};base64,{encoded}"
 
     def user_message(self, msg: InboundMessage, now: datetime | None = None) -> dict[str, Any]:
@@ -133,9 +140,17 @@ class ContextBuilder:
             channel=msg.channel,
             chat_id=msg.chat_id,
             sender=msg.metadata.get("sender_name", ""),
-            media=list(msg.media),
+            media=[self._as_the_tools_see_it(msg.session_key, m) for m in msg.media],
         )
         return {"role": "user", "content": f"{runtime}\n\n{msg.content}"}
+
+    def _as_the_tools_see_it(self, session: str, relative: str) -> str:
+        """A group's file tools start in its own folder: its media is named from there."""
+        room = room_folder(self.workspace, session)
+        if room is None:
+            return relative
+        path = self.workspace / relative
+        return str(path.relative_to(room)) if path.is_relative_to(room) else relative
 
     def _read(self, relative: str) -> str:
         path = self.workspace / relative

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 from collections import defaultdict
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -11,6 +10,7 @@ from typing import Any
 
 from loguru import logger
 
+from nanomem import untrusted_json
 from nanomem.agent.bus import InboundMessage, MessageBus, OutboundMessage, answering
 from nanomem.agent.commands import (
     NOTHING_TO_STOP,
@@ -429,6 +429,8 @@ INTERNAL_ERROR = "Something went wrong on my side; the details are in the log."
 async def command_reply(msg: InboundMessage, command: Command, args: str) -> OutboundMessage:
     """A command's answer is the runtime's own text, not the model's: marked so every channel
     can show it as written (plain text, its own line breaks), not as Markdown."""
+    if (refused := command.refusal(msg)) is not None:  # the one owner check of every command
+        return OutboundMessage.answering(msg, refused, kind="error", command=command.name)
     result = await command.handler(msg, args)
     text, buttons = (result.text, result.buttons) if isinstance(result, Answer) else (result, ())
     return OutboundMessage.answering(msg, text, buttons=buttons, command=command.name)
@@ -475,7 +477,7 @@ def interrupted(text: str) -> dict[str, Any]:
 def describe_call(call: ToolCall, width: int = 100) -> str:
     """A one-line summary of a tool call for progress displays."""
     try:
-        args = json.loads(call.arguments or "{}")
+        args = untrusted_json.loads(call.arguments or "{}")
         shown = ", ".join(f"{k}={v!r}" for k, v in args.items()) if isinstance(args, dict) else ""
     except ValueError:
         shown = call.arguments

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 from loguru import logger
 from pydantic import Field
 
-from nanomem.agent.bus import InboundMessage, MessageBus, answering
+from nanomem.agent.bus import InboundMessage, MessageBus, answering, is_owner
 from nanomem.agent.commands import Command, CommandSet
 from nanomem.agent.retries import record_failure
 from nanomem.agent.schedules import (
@@ -37,7 +37,7 @@ from nanomem.agent.schedules import (
     zone_named,
 )
 from nanomem.agent.templates import Templates
-from nanomem.audience import current
+from nanomem.audience import current, is_shared_room
 from nanomem.config import ScheduleSettings
 from nanomem.tools import Tool, ToolError, read_only_tool
 
@@ -312,10 +312,13 @@ class ScheduledTurns:
         job = self._scheduler.get_job(schedule.id) if self._scheduler else None
         return job.next_run_time if job is not None else None
 
-    def listing(self, session: str, schedules: list[Schedule]) -> str:
-        mine = [s for s in schedules if s.session == session]
+    def listing(
+        self, session: str, schedules: list[Schedule], asker: InboundMessage | None = None
+    ) -> str:
+        maker = made_by(session, asker)
+        mine = [s for s in schedules if s.session == session and maker in (None, s.made_by)]
         if not mine:
-            return "No schedules in this chat."
+            return "No schedules of yours in this chat." if maker else "No schedules in this chat."
         lines = []
         for s in mine:
             upcoming = self.next_run(s)
@@ -324,11 +327,13 @@ class ScheduledTurns:
             lines.append(f"{s.id} · {s.describe()} · next {when} · {text}")
         return "\n".join(lines)
 
-    async def _cancel(self, session: str, schedule_id: str) -> str:
+    async def _cancel(self, session: str, schedule_id: str, asker: InboundMessage | None) -> str:
         schedule_id = schedule_id.strip().lower()
-        removed = await asyncio.to_thread(self.store.remove, schedule_id, session)
+        maker = made_by(session, asker)
+        removed = await asyncio.to_thread(self.store.remove, schedule_id, session, maker)
         if removed is None:
-            return f"No schedule {schedule_id!r} in this chat (/schedules lists them)."
+            mine = " of yours" if maker else ""
+            return f"No schedule {schedule_id!r}{mine} in this chat (/schedules lists them)."
         if self._scheduler is not None:
             with contextlib.suppress(Exception):  # JobLookupError: it had just fired
                 self._scheduler.remove_job(schedule_id)
@@ -385,13 +390,13 @@ class ScheduledTurns:
     async def list_schedules(self) -> str:
         """List this chat's schedules with their ids and next run."""
         session = self._chat()
-        return self.listing(session, await asyncio.to_thread(self.store.load))
+        return self.listing(session, await asyncio.to_thread(self.store.load), answering.get())
 
     async def cancel_schedule(
         self, id: Annotated[str, Field(description="The schedule's id, from list_schedules")]
     ) -> str:
         """Cancel one of this chat's schedules."""
-        return await self._cancel(self._chat(), id)
+        return await self._cancel(self._chat(), id, answering.get())
 
     # -- commands ---------------------------------------------------------------------------
 
@@ -412,14 +417,22 @@ class ScheduledTurns:
     async def _cmd_list(self, msg: InboundMessage, args: str) -> str:
         if not self.running:
             return NEEDS_GATEWAY.removesuffix(" Nothing was scheduled.")
-        return self.listing(msg.session_key, await asyncio.to_thread(self.store.load))
+        return self.listing(msg.session_key, await asyncio.to_thread(self.store.load), msg)
 
     async def _cmd_cancel(self, msg: InboundMessage, args: str) -> str:
         if not self.running:
             return NEEDS_GATEWAY.removesuffix(" Nothing was scheduled.")
         if not args.split():
             return "Usage: /unschedule <id> (/schedules lists them)."
-        return await self._cancel(msg.session_key, args.split()[0])
+        return await self._cancel(msg.session_key, args.split()[0], msg)
+
+
+def made_by(session: str, asker: InboundMessage | None) -> str | None:
+    """In a group, a member other than the owner sees and cancels only what they scheduled
+    (None: every schedule of the chat)."""
+    if asker is None or not is_shared_room(session) or is_owner(asker):
+        return None
+    return asker.sender_id
 
 
 def _latest_until(schedule: Schedule, after: datetime, until: datetime) -> datetime | None:

@@ -19,6 +19,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from loguru import logger
 
+from nanomem import untrusted_json
 from nanomem.durable import atomic_write_text
 from nanomem.locks import FileLock
 
@@ -221,19 +222,24 @@ class ScheduleStore:
                 )
             self._write([*schedules, schedule])
 
-    def remove(self, schedule_id: str, session: str | None = None) -> Schedule | None:
-        """The removed schedule; None when there is none by that id (in that chat's, if given)."""
+    def remove(
+        self, schedule_id: str, session: str | None = None, made_by: str | None = None
+    ) -> Schedule | None:
+        """The removed schedule; None when there is none by that id (in that chat's, and made
+        by that sender, if given)."""
         with self.lock.hold_sync():
             schedules = self._read()
             found = next((s for s in schedules if s.id == schedule_id), None)
             if found is None or (session is not None and found.session != session):
+                return None
+            if made_by is not None and found.made_by != made_by:
                 return None
             self._write([s for s in schedules if s.id != schedule_id])
             return found
 
     def _read(self) -> list[Schedule]:
         try:
-            data = json.loads(self.path.read_text(encoding="utf-8"))
+            data = untrusted_json.loads(self.path.read_text(encoding="utf-8"))
         except FileNotFoundError:
             return []
         except ValueError as exc:

@@ -24,6 +24,7 @@ from typing import Literal
 
 from loguru import logger
 
+from nanomem import untrusted_json
 from nanomem.agent.bus import Button, InboundMessage, OutboundMessage, answering, is_owner
 from nanomem.agent.commands import Command, CommandSet, fenced
 from nanomem.durable import atomic_write_text
@@ -87,7 +88,7 @@ class Allowlist:
 
     def prefixes(self) -> list[str]:
         try:
-            data = json.loads(self.path.read_text(encoding="utf-8"))
+            data = untrusted_json.loads(self.path.read_text(encoding="utf-8"))
         except FileNotFoundError:
             return []
         except ValueError as exc:
@@ -186,7 +187,9 @@ class ShellApproval:
             ("disallow", "ask again before commands with that prefix", self._disallow, "<prefix>"),
         ):
             listed = not name.startswith("shell-")  # the buttons send these
-            command = Command(name, summary, handler, usage=usage, immediate=True, listed=listed)
+            command = Command(
+                name, summary, handler, usage=usage, immediate=True, listed=listed, owner_only=True
+            )
             commands.register(command)
 
     async def _answer(self, msg: InboundMessage, key: str, choice: str) -> str | _Question:

@@ -43,7 +43,13 @@ class MemoryCommands:
     def register(self, commands: CommandSet) -> None:
         # Immediate: they never touch the chat's session, so a long Dream must not block it.
         commands.register(
-            Command("dream", "learn from recent conversations now", self._dream, immediate=True)
+            Command(
+                "dream",
+                "learn from recent conversations now",
+                self._dream,
+                immediate=True,
+                owner_only=True,
+            )
         )
         commands.register(
             Command(
@@ -52,6 +58,7 @@ class MemoryCommands:
                 self._log,
                 usage="[id]",
                 immediate=True,
+                owner_only=True,
             )
         )
         commands.register(
@@ -61,6 +68,7 @@ class MemoryCommands:
                 self._restore,
                 usage="[id]",
                 immediate=True,
+                owner_only=True,
             )
         )
         self.reviews.register(commands)

@@ -21,6 +21,7 @@ from typing import Annotated, Any, Literal
 from loguru import logger
 from pydantic import Field
 
+from nanomem import untrusted_json
 from nanomem.agent import Templates, react
 from nanomem.audience import is_shared_room
 from nanomem.config import DreamSettings
@@ -91,7 +92,7 @@ def entry_count(count: int) -> str:
 
 def _file_of(call: ToolCall) -> str:
     try:
-        args = json.loads(call.arguments or "{}")
+        args = untrusted_json.loads(call.arguments or "{}")
     except ValueError:
         return ""
     return str(args.get("file") or "") if isinstance(args, dict) else ""
@@ -203,7 +204,7 @@ class Dream:
 
     def last_run(self) -> dict[str, Any] | None:
         try:
-            data = json.loads(self.state_path.read_text(encoding="utf-8"))
+            data = untrusted_json.loads(self.state_path.read_text(encoding="utf-8"))
             return data if isinstance(data, dict) else None
         except (FileNotFoundError, ValueError):
             return None

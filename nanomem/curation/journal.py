@@ -18,6 +18,7 @@ from typing import Any, Literal
 
 from loguru import logger
 
+from nanomem import untrusted_json
 from nanomem.durable import atomic_write_text, fsync_dir
 from nanomem.memory import Files, GitStore, HistoryStore, Version
 
@@ -97,7 +98,7 @@ class Journal:
 
     @classmethod
     def from_json(cls, text: str) -> Journal:
-        data: dict[str, Any] = json.loads(text)
+        data: dict[str, Any] = untrusted_json.loads(text)
         edits = [Edit(**e) for e in data.get("edits", [])]
         evidence = [str(line) for line in data.get("evidence", [])]
         return cls(int(data["cursor"]), data.get("base"), dict(data["files"]), edits, evidence)

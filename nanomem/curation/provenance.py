@@ -93,6 +93,8 @@ class Provenance:
                 self._why,
                 usage="<words>",
                 immediate=True,
+                # A group sees only SOUL.md's origins, unless groups see personal memory.
+                owner_only=self.groups_see_personal,
             )
         )
 

@@ -23,6 +23,7 @@ from typing import Any, Literal
 
 from loguru import logger
 
+from nanomem import untrusted_json
 from nanomem.agent import Button, Templates, fenced
 from nanomem.curation.journal import CURSOR_TRAILER, DreamJournal, EditConflict, Journal
 from nanomem.durable import append_lines, atomic_write_text, fsync_dir
@@ -85,7 +86,7 @@ class PendingChange:
             "id": self.id,
             "created": self.created,
             "entries": self.entries,
-            "journal": json.loads(self.journal.to_json()),
+            "journal": untrusted_json.loads(self.journal.to_json()),
             "diff": self.diff,
             "stats": {rel: list(counts) for rel, counts in self.stats.items()},
             "notified": self.notified,
@@ -95,7 +96,7 @@ class PendingChange:
 
     @classmethod
     def from_json(cls, text: str) -> PendingChange:
-        data: dict[str, Any] = json.loads(text)
+        data: dict[str, Any] = untrusted_json.loads(text)
         stats = {rel: (int(a), int(r)) for rel, (a, r) in data["stats"].items()}
         journal = Journal.from_json(json.dumps(data["journal"]))
         return cls(
@@ -239,7 +240,7 @@ class DreamReview:
         records = []
         for line in raw:
             try:
-                record = json.loads(line)
+                record = untrusted_json.loads(line)
             except ValueError:
                 continue  # a torn last line from a crash
             if isinstance(record, dict) and "id" in record:

@@ -34,6 +34,7 @@ class ReviewCommands:
                 self._approve,
                 usage="[id]",
                 immediate=True,
+                owner_only=True,
             )
         )
         commands.register(
@@ -43,6 +44,7 @@ class ReviewCommands:
                 self._reject,
                 usage="[id] [reason]",
                 immediate=True,
+                owner_only=True,
             )
         )
 

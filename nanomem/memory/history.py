@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 from loguru import logger
 
+from nanomem import untrusted_json
 from nanomem.durable import append_lines, atomic_write_text, truncate_torn_tail
 from nanomem.locks import FileLock, in_thread_holding
 from nanomem.utf8 import clean_text
@@ -43,7 +44,7 @@ class HistoryEntry:
     @classmethod
     def from_json(cls, line: str | bytes) -> HistoryEntry | None:
         try:
-            data = json.loads(line)
+            data = untrusted_json.loads(line)
             known = {k: data[k] for k in cls.__dataclass_fields__ if k in data}
             entry = cls(**known)
             return (

@@ -22,6 +22,7 @@ from typing import Any
 
 from loguru import logger
 
+from nanomem import untrusted_json
 from nanomem.durable import append_lines, truncate_torn_tail
 from nanomem.locks import FileLock, to_thread_to_the_end
 from nanomem.providers import WireMessage
@@ -309,7 +310,7 @@ class SessionStore:
         with path.open(encoding="utf-8") as fh:
             for number, line in enumerate(fh, start=1):
                 try:
-                    record = json.loads(line)
+                    record = untrusted_json.loads(line)
                 except json.JSONDecodeError:
                     logger.warning("session {}: skipped unreadable line {}", key, number)
                     continue

@@ -18,6 +18,7 @@ from typing import Any
 
 from loguru import logger
 
+from nanomem import untrusted_json
 from nanomem.config import LLMSettings
 from nanomem.providers.http_client import HeaderError, HTTPError, Pool, Response
 from nanomem.providers.port import (
@@ -159,7 +160,7 @@ async def _read_events(content: Response, stream: ReplyStream) -> Reply:
             ended = True
             break
         try:
-            chunk = json.loads(data)
+            chunk = untrusted_json.loads(data)
         except ValueError:
             snippet = " ".join(data[:120].decode("utf-8", "replace").split())
             raise ProviderError("server", f"malformed stream chunk: {snippet!r}") from None
@@ -208,7 +209,7 @@ def _str(value: Any) -> str | None:
 def _message(text: str) -> str:
     """The human part of an OpenAI-style error body, else the (trimmed) body itself."""
     try:
-        error = json.loads(text).get("error")
+        error = untrusted_json.loads(text).get("error")
     except (ValueError, AttributeError):
         return " ".join(text.split())
     if isinstance(error, dict) and isinstance(error.get("message"), str):
@@ -230,7 +231,7 @@ def _to_reply(raw: bytes) -> Reply:
     ("empty" for no choices, "server" for the rest), and all text is made valid UTF-8."""
     snippet = " ".join(raw[:120].decode("utf-8", "replace").split())
     try:
-        data = json.loads(raw.decode("utf-8", "replace"))
+        data = untrusted_json.loads(raw.decode("utf-8", "replace"))
         if isinstance(data, dict) and data.get("choices") == []:
             raise ProviderError("empty", f"malformed response: no choices: {snippet!r}")
         choice = data["choices"][0]

@@ -1,4 +1,5 @@
-"""What the model can do: the tool registry, workspace file tools and the shell tool."""
+"""What the model can do: the tool registry, workspace file tools and the shell tool (with its
+sandbox, and the protections nanomem gives itself against the commands it runs)."""
 
 from typing import TYPE_CHECKING
 
@@ -6,15 +7,32 @@ from nanomem.exports import lazy_exports
 
 if TYPE_CHECKING:
     from nanomem.tools.files import FileTools
+    from nanomem.tools.prctl import hide_environment
     from nanomem.tools.registry import Tool, ToolError, ToolRegistry, read_only_tool
+    from nanomem.tools.safe_open import read_checked
+    from nanomem.tools.sandbox import Decision, decide
     from nanomem.tools.shell import ShellTool
 
-__all__ = ["FileTools", "ShellTool", "Tool", "ToolError", "ToolRegistry", "read_only_tool"]
+__all__ = [
+    "Decision",
+    "FileTools",
+    "ShellTool",
+    "Tool",
+    "ToolError",
+    "ToolRegistry",
+    "decide",
+    "hide_environment",
+    "read_checked",
+    "read_only_tool",
+]
 __getattr__ = lazy_exports(
     __name__,
     {
         "files": ("FileTools",),
         "registry": ("Tool", "ToolError", "ToolRegistry", "read_only_tool"),
+        "prctl": ("hide_environment",),
+        "safe_open": ("read_checked",),
+        "sandbox": ("Decision", "decide"),
         "shell": ("ShellTool",),
     },
 )

@@ -1,18 +1,29 @@
-"""Workspace file tools: paths are resolved for real and compared by parts, not by prefix."""
+"""Workspace file tools: paths are resolved for real and compared by parts, not by prefix.
+
+In a shared room (a group chat) the tools' root is the room's own folder (audience.room_folder):
+its media and its notes, nothing of the owner's and nothing that enters a system prompt. In every
+chat a file with a second name (a hard link) is refused: no path check can see where it leads.
+"""
 
 from __future__ import annotations
 
+import os
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path, PurePosixPath
 from typing import Annotated
 
 from pydantic import Field
 
-from nanomem.audience import PERSONAL_PATHS, current
-from nanomem.durable import atomic_write_text
+from nanomem.audience import PERSONAL_PATHS, PROMPT_PATHS, current, room_folder
 from nanomem.locks import FileLock
 from nanomem.plural import plural
 from nanomem.tools.registry import Tool, ToolError, read_only_tool
+from nanomem.tools.safe_open import (
+    is_hard_link,
+    open_folder_checked,
+    read_checked,
+    write_checked,
+)
 
 MAX_READ_BYTES = 2_000_000
 LOCK_WAIT_S = 60.0  # Dream holds the memory lock only to apply and commit
@@ -36,6 +47,7 @@ class FileTools:
         # cursors, and the prompt templates, which would otherwise let it rewrite its rules.
         self.read_only = {(self.root / rel).resolve() for rel in read_only}
         self.personal = {(self.root / rel).resolve() for rel in PERSONAL_PATHS}
+        self.prompt_files = {(self.root / rel).resolve() for rel in PROMPT_PATHS}
         # Dream applies its edits to these under the memory lock: a write of ours in between
         # would be overwritten, so ours take the lock too (briefly, never for a whole run).
         self.memory_files = {(self.root / rel).resolve() for rel in memory_files}
@@ -49,24 +61,39 @@ class FileTools:
             Tool.from_function(self.list_dir),
         ]
 
+    def _room(self) -> Path | None:
+        """The shared room's own folder when a group's turn runs (made on first use)."""
+        seen_by = current()
+        folder = room_folder(self.root, seen_by.session) if seen_by is not None else None
+        if folder is None:
+            return None
+        folder.mkdir(parents=True, exist_ok=True)
+        return folder.resolve()
+
     def resolve(self, path: str) -> Path:
+        return self._resolve(path, self._room())
+
+    def _resolve(self, path: str, room: Path | None) -> Path:
         if not path.strip():
             raise ToolError("path is empty")
-        if not self.restrict:
+        root = room or self.root
+        where = "this group's folder" if room is not None else "the workspace"
+        if not self.restrict and room is None:
             candidate = Path(path).expanduser()
-            return (candidate if candidate.is_absolute() else self.root / candidate).resolve()
+            return (candidate if candidate.is_absolute() else root / candidate).resolve()
         pure = PurePosixPath(path.replace("\\", "/"))
         if path.startswith("~") or pure.is_absolute():
-            raise ToolError(f"{path!r} is outside the workspace; use a path relative to it")
+            raise ToolError(f"{path!r} is outside {where}; use a path relative to it")
         if ".." in pure.parts:
-            raise ToolError(f"{path!r} uses '..'; paths must stay inside the workspace")
-        resolved = (self.root / pure).resolve()
-        if not resolved.is_relative_to(self.root):
-            raise ToolError(f"{path!r} leads outside the workspace (through a link)")
+            raise ToolError(f"{path!r} uses '..'; paths must stay inside {where}")
+        resolved = (root / pure).resolve()
+        if not resolved.is_relative_to(root):
+            raise ToolError(f"{path!r} leads outside {where} (through a link)")
         return resolved
 
-    def _display(self, path: Path) -> str:
-        return str(path.relative_to(self.root)) if path.is_relative_to(self.root) else str(path)
+    def _display(self, path: Path, room: Path | None = None) -> str:
+        root = room or self.root
+        return str(path.relative_to(root)) if path.is_relative_to(root) else str(path)
 
     def _guarded(self, target: Path) -> AbstractContextManager[None]:
         if self.memory_lock is not None and target in self.memory_files:
@@ -89,12 +116,10 @@ class FileTools:
         max_lines: Annotated[int | None, Field(ge=1, description="How many lines")] = None,
     ) -> str:
         """Read a text file from the workspace, optionally a range of lines."""
-        target = self.resolve(path)
+        room = self._room()
+        target = self._resolve(path, room)
         self._private(target, path)
-        if not target.is_file():
-            raise ToolError(f"no file at {path!r}")
-        with target.open("rb") as fh:
-            data = fh.read(MAX_READ_BYTES + 1)
+        data = read_checked(room or self.root, target, path, MAX_READ_BYTES + 1)
         if b"\0" in data[:8192]:
             raise ToolError(f"{path!r} is a binary file")
         text = data[:MAX_READ_BYTES].decode("utf-8", errors="replace")
@@ -111,10 +136,11 @@ class FileTools:
         content: Annotated[str, Field(description="The complete new content")],
     ) -> str:
         """Create or overwrite a text file in the workspace (parent folders are created)."""
-        target = self._writable(path)
+        room = self._room()
+        target = self._writable(path, room)
         with self._guarded(target):
-            atomic_write_text(target, content)
-        return f"Wrote {plural(len(content), 'character')} to {self._display(target)}"
+            write_checked(room or self.root, target, content, path)
+        return f"Wrote {plural(len(content), 'character')} to {self._display(target, room)}"
 
     def edit_file(
         self,
@@ -123,16 +149,28 @@ class FileTools:
         new_text: Annotated[str, Field(description="Replacement text")],
     ) -> str:
         """Replace one exact occurrence of old_text with new_text in a workspace file."""
-        target = self._writable(path)
+        room = self._room()
+        target = self._writable(path, room)
         if not target.is_file():
             raise ToolError(f"no file at {path!r}")
         if not old_text:
             raise ToolError("old_text is empty; use write_file to create a file")
         with self._guarded(target):
-            return self._replace(target, path, old_text, new_text)
+            data = read_checked(room or self.root, target, path, MAX_READ_BYTES + 1)
+            if len(data) > MAX_READ_BYTES:
+                raise ToolError(f"{path!r} is larger than 2 MB; it is not edited")
+            content = data.decode("utf-8")
+            return self._replace(target, path, content, old_text, new_text, room)
 
-    def _replace(self, target: Path, path: str, old_text: str, new_text: str) -> str:
-        content = target.read_text(encoding="utf-8")
+    def _replace(
+        self,
+        target: Path,
+        path: str,
+        content: str,
+        old_text: str,
+        new_text: str,
+        room: Path | None,
+    ) -> str:
         count = content.count(old_text)
         if count == 0:
             raise ToolError(f"old_text was not found in {path!r}; read the file and copy exactly")
@@ -140,33 +178,48 @@ class FileTools:
             raise ToolError(
                 f"old_text occurs {count} times in {path!r}; include more surrounding text"
             )
-        atomic_write_text(target, content.replace(old_text, new_text, 1))
-        return f"Edited {self._display(target)}"
+        write_checked(room or self.root, target, content.replace(old_text, new_text, 1), path)
+        return f"Edited {self._display(target, room)}"
 
     @read_only_tool
     def list_dir(
         self, path: Annotated[str, Field(description="Folder relative to the workspace")] = "."
     ) -> str:
         """List a workspace folder: sub-folders end with '/', files show their size."""
-        target = self.resolve(path)
+        room = self._room()
+        target = self._resolve(path, room)
         self._private(target, path)
-        if not target.is_dir():
-            raise ToolError(f"no folder at {path!r}")
         rows = []
-        for entry in sorted(target.iterdir(), key=lambda p: (not p.is_dir(), p.name.lower())):
-            if entry.name == ".git":
-                continue
-            if entry.is_dir():
-                rows.append(f"{entry.name}/")
-            else:
-                rows.append(f"{entry.name}  ({entry.stat().st_size} bytes)")
+        fd = open_folder_checked(room or self.root, target, path)
+        try:
+            with os.scandir(fd) as found:
+                entries = sorted(found, key=lambda e: (not e.is_dir(), e.name.lower()))
+            for entry in entries:
+                if entry.name == ".git":
+                    continue
+                if entry.is_dir():
+                    rows.append(f"{entry.name}/")
+                    continue
+                info = entry.stat(follow_symlinks=False)
+                if is_hard_link(info):  # shown, so the model knows why it cannot open it
+                    rows.append(f"{entry.name}  (a hard link: refused)")
+                elif entry.is_file():
+                    rows.append(f"{entry.name}  ({entry.stat().st_size} bytes)")
+                else:
+                    rows.append(f"{entry.name}  (not a regular file)")
+        finally:
+            os.close(fd)
         return "\n".join(rows) if rows else "(empty folder)"
 
-    def _writable(self, path: str) -> Path:
-        target = self.resolve(path)
+    def _writable(self, path: str, room: Path | None) -> Path:
+        target = self._resolve(path, room)
         self._private(target, path)
         if any(target == kept or target.is_relative_to(kept) for kept in self.read_only):
             raise ToolError(f"{path!r} is maintained by nanomem itself and cannot be changed")
+        if room is not None and any(
+            target == kept or target.is_relative_to(kept) for kept in self.prompt_files
+        ):  # unreachable from the room's folder; refused should a link ever lead there
+            raise ToolError(f"{path!r} feeds the system prompt; a group cannot change it")
         if target.is_dir():
             raise ToolError(f"{path!r} is a folder")
         return target

@@ -1,9 +1,12 @@
 """Runs one shell command as the root of its own process tree, then leaves nothing behind.
 
-Started by the shell tool as `python -I -S reaper.py COMMAND` (standard library only, nothing
-of nanomem imported). It makes itself a child subreaper, so every descendant of the command,
-even one that called setsid() or was orphaned, stays in its tree; when the command ends, or
-on SIGTERM (the tool's timeout), it kills the whole tree and reaps it.
+Started by the shell tool as `python -I -S reaper.py PARENT_PID COMMAND` (standard library
+only, nothing of nanomem imported) where the sandbox cannot run. It makes itself a child
+subreaper, so every descendant of the command, even one that called setsid() or was orphaned,
+stays in its tree; when the command ends, or on SIGTERM (the tool's timeout, or nanomem's
+death: the parent-death signal), it kills the whole tree and reaps it. The command itself dies
+with the reaper (SIGKILL as its parent-death signal); what else survives a reaper the command
+killed is nanomem's to sweep (nanomem/tools/orphans.py).
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import sys
 import time
 from pathlib import Path
 
+PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
 TIMED_OUT = 124
 
@@ -69,17 +73,28 @@ def _on_term(signum: int, frame: object) -> None:
     os._exit(TIMED_OUT)
 
 
-def main() -> int:
+def _prctl(option: int, value: int) -> None:
     try:
         libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+        libc.prctl(option, value, 0, 0, 0)
     except (OSError, AttributeError):
         pass  # not Linux: descendants that stay attached are still found and killed
+
+
+def main() -> int:
     signal.signal(signal.SIGTERM, _on_term)
-    command = sys.argv[1]
+    _prctl(PR_SET_CHILD_SUBREAPER, 1)
+    _prctl(PR_SET_PDEATHSIG, signal.SIGTERM)  # nanomem killed: the tree goes with it
+    parent, command = int(sys.argv[1]), sys.argv[2]
+    if os.getppid() != parent:
+        return TIMED_OUT  # nanomem died before the signal was armed: run nothing
+    reaper = os.getpid()
     pid = os.fork()
     if pid == 0:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # the reaper killed: the command dies too
+        if os.getppid() != reaper:
+            os._exit(TIMED_OUT)
         os.execv("/bin/sh", ["sh", "-c", command])
     _, status = os.waitpid(pid, 0)
     _kill_tree()  # what the command left running in the background goes with it

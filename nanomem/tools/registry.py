@@ -14,6 +14,7 @@ from typing import Any, TypeVar, get_type_hints
 from loguru import logger
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
+from nanomem import untrusted_json
 from nanomem.log import redact
 from nanomem.utf8 import clean_value
 
@@ -112,7 +113,7 @@ class ToolRegistry:
             return f"Error: unknown tool {name!r}. Available tools: {', '.join(self._tools)}."
         try:
             # Clean: "\ud83d" escapes in the JSON text would reach the tools as lone surrogates.
-            parsed = clean_value(json.loads(raw_arguments or "{}"))
+            parsed = clean_value(untrusted_json.loads(raw_arguments or "{}"))
             if not isinstance(parsed, dict):
                 raise ValueError("arguments must be a JSON object")
             arguments = tool.arguments.model_validate(parsed)

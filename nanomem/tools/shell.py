@@ -1,10 +1,12 @@
 """The shell tool: off unless tools.shell_enabled; runs in the workspace with a timeout, a
-minimal environment (none of our secrets) and output read within a fixed memory bound."""
+minimal environment (none of our secrets) and output read within a fixed memory bound; in the
+bubblewrap sandbox where the platform allows (tools.shell_sandbox), under the reaper elsewhere."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
 import signal
 import sys
@@ -14,14 +16,19 @@ from typing import Annotated, Protocol
 
 from pydantic import Field
 
-from nanomem.audience import current
+from nanomem.audience import current, room_folder
+from nanomem.tools.orphans import start_ticks, sweep
+from nanomem.tools.prctl import adopt_orphans
 from nanomem.tools.registry import Tool, ToolError
+from nanomem.tools.sandbox import SANDBOX_HOME, Mode, command_argv, decide
 
 REAPER = Path(__file__).with_name("reaper.py")
 BASE_ENV = ("PATH", "HOME", "LANG", "TERM")
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
 CHUNK = 64 * 1024
 STOP_GRACE_S = 5.0
+# Every shell process running now: the orphan sweep leaves these alone.
+_running: set[int] = set()
 
 
 def command_env(
@@ -49,12 +56,18 @@ class ShellTool:
         max_output_chars: int,
         allowed_env: Iterable[str] = (),
         approval: Approval | None = None,
+        sandbox: Mode = "auto",
+        network: bool = True,
+        hidden: Iterable[Path] = (),
     ) -> None:
         self.approval = approval  # None: every command runs (tools.shell_approval = "off")
         self.workspace = workspace
         self.timeout_s = timeout_s
         self.max_output_chars = max_output_chars
         self.allowed_env = tuple(allowed_env)
+        self.sandbox = sandbox
+        self.network = network  # honoured by the sandbox only
+        self.hidden = tuple(hidden)  # not even readable in the sandbox: nanomem's home
 
     def tools(self) -> list[Tool]:
         return [Tool.from_function(self.exec, name="exec")]
@@ -62,24 +75,50 @@ class ShellTool:
     async def exec(self, command: Annotated[str, Field(description="A shell command line")]) -> str:
         """Run a shell command in the workspace and return its exit code and output."""
         seen_by = current()
-        if seen_by is not None and not seen_by.personal:
-            raise ToolError("the shell is not available in group chats")
+        decision = await asyncio.to_thread(decide, self.sandbox)
+        if decision.refuses:
+            raise ToolError(f"the shell cannot run: {decision.describe(self.network)}")
+        sandboxed = decision.binary is not None
+        room = room_folder(self.workspace, seen_by.session) if seen_by is not None else None
+        # Like the file tools, a group stays in its room (memory.groups_see_personal or not),
+        # and only the sandbox can hold a command there.
+        if room is not None and not sandboxed:
+            raise ToolError("the shell is not available in group chats without its sandbox")
         if self.approval is not None and (refused := await self.approval.refusal(command)):
             return refused  # the model reads it and carries on
-        # The reaper owns the command's whole process tree (setsid'd children included).
+        folder = self.workspace
+        if room is not None:
+            folder = room  # a group's command writes its own room and sees nothing else of ours
+            folder.mkdir(parents=True, exist_ok=True)
+        env = command_env(self.allowed_env)
+        if decision.binary is not None:
+            env["HOME"] = SANDBOX_HOME  # the real one is not in the sandbox
+            argv = command_argv(
+                decision.binary, folder, network=self.network, command=command, hidden=self.hidden
+            )
+        else:
+            # The reaper owns the command's whole process tree (setsid'd children included).
+            argv = [sys.executable, "-I", "-S", str(REAPER), str(os.getpid()), command]
+            _adopt_orphans()
         process = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-I",
-            "-S",
-            str(REAPER),
-            command,
-            cwd=self.workspace,
-            env=command_env(self.allowed_env),
+            *argv,
+            cwd=folder,
+            env=env,
             stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.STDOUT,
             start_new_session=True,
         )
+        _running.add(process.pid)
+        since = start_ticks(process.pid)
+        try:
+            return await self._collect(process, sandboxed)
+        finally:
+            _running.discard(process.pid)
+            if not sandboxed and since is not None:
+                await asyncio.to_thread(sweep, since, frozenset(_running))
+
+    async def _collect(self, process: asyncio.subprocess.Process, sandboxed: bool) -> str:
         assert process.stdout is not None
         # Room for the exit code and the cut note: the registry's own cap must not cut the end.
         output = BoundedOutput(self.max_output_chars - 100)
@@ -87,7 +126,7 @@ class ShellTool:
             await asyncio.wait_for(output.read_all(process.stdout), self.timeout_s)
             await asyncio.wait_for(process.wait(), self.timeout_s)
         except (TimeoutError, asyncio.CancelledError) as exc:
-            await _stop(process)
+            await _stop(process, sandboxed)
             if isinstance(exc, asyncio.CancelledError):
                 raise
             return f"Error: command timed out after {self.timeout_s:g}s and was killed"
@@ -132,10 +171,16 @@ class BoundedOutput:
         return f"{head}\n[... {cut} bytes cut ...]\n{tail}"
 
 
-async def _stop(process: asyncio.subprocess.Process) -> None:
-    """Ask the reaper to kill the tree; if it cannot, kill its process group ourselves."""
+@functools.cache
+def _adopt_orphans() -> None:
+    adopt_orphans()
+
+
+async def _stop(process: asyncio.subprocess.Process, sandboxed: bool) -> None:
+    """Ask the reaper to kill the tree; if it cannot, kill its process group ourselves. Killing
+    bwrap kills its PID namespace, with everything in it."""
     with contextlib.suppress(ProcessLookupError):
-        process.send_signal(signal.SIGTERM)
+        process.send_signal(signal.SIGKILL if sandboxed else signal.SIGTERM)
     try:
         await asyncio.wait_for(process.wait(), STOP_GRACE_S)
     except TimeoutError:

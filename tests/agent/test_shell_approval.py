@@ -85,9 +85,9 @@ async def test_only_the_asker_s_answer_counts(home: Home) -> None:
     asked = await question(app)
     allow = asked.buttons[0].command
     other = await app.loop.handle(InboundMessage("telegram", "42", allow, "43"))
-    assert other is not None and other.content.startswith("Only the person")
+    assert other is not None and other.content.startswith("Only the owner can use /shell-allow")
     assert not turn.done()
-    mine = await app.loop.handle(InboundMessage("telegram", "42", allow, "42"))
+    mine = await app.loop.handle(InboundMessage("telegram", "42", allow, "42", metadata=CAN_ASK))
     assert mine is not None and mine.content == "Allowed once."
     assert (await turn) is not None
     assert provider.calls[-1][-1]["content"] == "exit code 0\nhi\n"
@@ -132,7 +132,8 @@ async def test_a_stop_while_asking_closes_the_question(home: Home) -> None:
     stopped = await app.loop.handle(InboundMessage("telegram", "42", "/stop", "42"))
     assert stopped is not None and stopped.content == "Stopped."
     assert (await turn) is None
-    late = await app.loop.handle(InboundMessage("telegram", "42", asked.buttons[0].command, "42"))
+    press = asked.buttons[0].command
+    late = await app.loop.handle(InboundMessage("telegram", "42", press, "42", metadata=CAN_ASK))
     assert late is not None and late.content.startswith("That question is no longer open")
 
 
@@ -142,5 +143,6 @@ async def test_only_the_allowlist_commands_are_in_help(home: Home) -> None:
     assert shown is not None
     assert "/allowed" in shown.content and "/disallow" in shown.content
     assert "/shell-allow" not in shown.content  # its buttons send it
-    answered = await app.loop.handle(InboundMessage("cli", "direct", "/shell-allow 1234"))
+    answer = InboundMessage("cli", "direct", "/shell-allow 1234", metadata=CAN_ASK)
+    answered = await app.loop.handle(answer)
     assert answered is not None and answered.content.startswith("That question is no longer")

@@ -12,7 +12,7 @@ from tests.conftest import make_app
 
 
 def msg(content: str) -> InboundMessage:
-    return InboundMessage("cli", "direct", content, sender_id="user")
+    return InboundMessage("cli", "direct", content, sender_id="user", metadata={"owner": True})
 
 
 def terminal(home: Home) -> tuple[TerminalChannel, io.StringIO]:

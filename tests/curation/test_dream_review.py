@@ -103,7 +103,7 @@ async def test_only_the_owner_decides(home: Home) -> None:
     assert pending is not None
     for words in (f"/dream-approve {pending.id}", f"/dream-reject {pending.id} no"):
         refused = await say(app, words, chat="43", channel="telegram", owner=False)
-        assert refused.content == "Memory changes are decided by the owner, in a private chat."
+        assert refused.content.startswith("Only the owner can use /dream-")
     assert app.dream.review.peek() is not None and app.history.dream_cursor() == 0
     assert app.dream.review.decisions() == []
 

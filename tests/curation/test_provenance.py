@@ -63,7 +63,10 @@ async def dreamed(home: Home, steps: Sequence[Step], **sections: dict[str, objec
 
 async def why(app: App, words: str, session: str = "cli:direct") -> str:
     channel, _, chat = session.partition(":")
-    reply = await app.loop.handle(InboundMessage(channel, chat, f"/why {words}".rstrip()))
+    owner = {"owner": True}  # a group member's /why is refused when groups see personal memory
+    reply = await app.loop.handle(
+        InboundMessage(channel, chat, f"/why {words}".rstrip(), metadata=owner)
+    )
     assert reply is not None
     return reply.content
 

@@ -61,12 +61,17 @@ class Sender(TypedDict, total=False):
 class ApiError(Exception):
     """A Bot API failure, answered as ``{"ok": false, ...}`` with HTTP status = error_code."""
 
-    def __init__(self, code: int, description: str, retry_after: int | None = None) -> None:
+    def __init__(
+        self, code: int, description: str, retry_after: int | None = None, body: str | None = None
+    ) -> None:
         super().__init__(description)
         self.code, self.description, self.retry_after = code, description, retry_after
+        self.body = body
 
     def response(self) -> web.Response:
-        """Render the error the way Telegram does."""
+        """Render the error the way Telegram does (or the raw body a fault gave)."""
+        if self.body is not None:
+            return web.Response(text=self.body, content_type="application/json")
         body: JSONDict = {"ok": False, "error_code": self.code, "description": self.description}
         if self.retry_after is not None:
             body["parameters"] = {"retry_after": self.retry_after}
@@ -80,6 +85,7 @@ class _Fault:
     retry_after: int | None
     times: int
     chat_id: int | None
+    body: str | None = None
 
 
 def _bad(description: str) -> ApiError:
@@ -181,7 +187,6 @@ class FakeTelegram:
         self._files: dict[str, JSONDict] = {}  # file_id -> getFile result
         self._file_data: dict[str, bytes] = {}  # file_path -> bytes
         self._faults: dict[str, list[_Fault]] = {}
-        self._garbled: dict[str, list[Any]] = {}  # method → results to answer as they are
         self._html_rejects: list[int | None] = []
         self._token_valid, self._paused, self._stopping = True, False, False
         self._ack_offset, self._dropped = 0, set[int]()  # acknowledgement bookkeeping (chaos)
@@ -260,8 +265,6 @@ class FakeTelegram:
                     raise ApiError(401, "Unauthorized")
                 self.getupdates_count += method == "getupdates"
                 self._take_fault(method, params)
-                if garbled := self._garbled.get(method):
-                    return web.json_response({"ok": True, "result": garbled.pop(0)})
                 if method in _OK_METHODS:
                     return web.json_response({"ok": True, "result": True})
                 if method != "getupdates":
@@ -315,7 +318,7 @@ class FakeTelegram:
                 fault.times -= 1
                 if fault.times <= 0:
                     queue.remove(fault)
-                raise ApiError(fault.error_code, fault.description, fault.retry_after)
+                raise ApiError(fault.error_code, fault.description, fault.retry_after, fault.body)
 
     # Bot API methods, named _api_<lowercase method>; called with the lock held.
 
@@ -600,6 +603,27 @@ class FakeTelegram:
         self._wake_threadsafe()
         return query_id
 
+    def forge_press(
+        self, chat_id: int, data: str, *, user_id: int, chat_type: str = "private"
+    ) -> str:
+        """Queue a callback query a modified client could send: `data` of its choosing, on a
+        bot message it claims is in `chat_id` (the owner's private chat, say), pressed by
+        `user_id`; the callback query's id. Nothing checks that such a button exists."""
+        with self._lock:
+            chat: JSONDict = {"id": chat_id, "type": chat_type}
+            chat |= {"first_name": "Owner"} if chat_type == "private" else {"title": "Test Group"}
+            self._chats.setdefault(chat_id, chat)
+            claimed = self._new_message(chat_id, self._bot_user(), text="Run this command?")
+            user = {"id": user_id, "is_bot": False, "first_name": "Mallory", "username": "mallory"}
+            query_id = f"press-{next(self._press_ids)}"
+            query = {"id": query_id, "from": user, "message": claimed, "data": data,
+                     "chat_instance": f"ci{chat_id}"}  # fmt: skip
+            update = {"update_id": next(self._update_ids), "callback_query": query}
+            self._newest_update_id = update["update_id"]
+            self._updates.append(update)
+        self._wake_threadsafe()
+        return query_id
+
     def press_answers(self) -> list[JSONDict]:
         """answerCallbackQuery calls as ``{"callback_query_id", "text"}``, oldest first."""
         with self._lock:
@@ -799,22 +823,18 @@ class FakeTelegram:
         retry_after: int | None = 1,
         times: int = 1,
         chat_id: int | None = None,
+        body: str | None = None,
     ) -> None:
         """Make the next ``times`` calls of ``method`` (optionally for one chat) fail.
 
         ``retry_after`` is only sent with 429s, since PTB turns any retry_after into RetryAfter.
+        ``body``, when given, is answered verbatim with HTTP 200 instead (a hostile server).
         """
         retry_after = retry_after if error_code == 429 else None
         with self._lock:
             self._faults.setdefault(method.lower(), []).append(
-                _Fault(error_code, description, retry_after, times, chat_id)
+                _Fault(error_code, description, retry_after, times, chat_id, body)
             )
-
-    def garble_next(self, method: str, result: Any, *, times: int = 1) -> None:
-        """Make the next ``times`` calls of ``method`` succeed with ``result`` as it is: a
-        server answering something the client cannot read (a field missing, say)."""
-        with self._lock:
-            self._garbled.setdefault(method.lower(), []).extend([result] * times)
 
     def reject_html_next(self, chat_id: int | None = None) -> None:
         """Make the next HTML sendMessage (to ``chat_id``, or to any chat) fail to parse."""

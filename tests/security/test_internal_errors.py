@@ -11,6 +11,7 @@ the owner is told once, and the owner can retry it; restarts change none of that
 from __future__ import annotations
 
 import asyncio
+import json
 import sqlite3
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -207,7 +208,8 @@ async def test_a_message_the_channel_cannot_take_in_is_kept_and_taken_again(
         gateway = Gateway(app, {"telegram": make_channel(fake, app.workspace)})
         serving = asyncio.create_task(gateway.run())
         try:
-            fake.garble_next("getFile", {"file_id": "document-1"}, times=2)
+            unreadable = json.dumps({"ok": True, "result": {"file_id": "document-1"}})
+            fake.fail_next("getFile", body=unreadable, times=2)
             fake.send_document(OWNER_42, b"milk, eggs", file_name="list.txt")
             note, answer = await fake.wait_for_messages_async(OWNER_42, 2, timeout=WAIT_S)
             assert note["text"] == RETRYING

@@ -1,11 +1,15 @@
+import contextvars
+import os
 import threading
 from pathlib import Path
 
 import pytest
 
+from nanomem import audience
 from nanomem.locks import FileLock
 from nanomem.tools.files import FileTools
 from nanomem.tools.registry import ToolError
+from nanomem.tools.safe_open import read_checked, write_checked
 
 
 @pytest.fixture
@@ -104,3 +108,81 @@ def test_writes_to_memory_files_wait_for_the_memory_lock(tmp_path: Path) -> None
     lock.release()
     writer.join(10)
     assert (tmp_path / "USER.md").read_text() == "- mine\n"
+
+
+def test_a_hard_link_is_refused_and_marked(workspace: Path) -> None:
+    os.link(workspace / "memory" / "MEMORY.md", workspace / "copy.md")
+    ft = tools(workspace)
+    for action in (
+        lambda: ft.read_file("copy.md"),
+        lambda: ft.write_file("copy.md", "x"),
+        lambda: ft.edit_file("copy.md", "tea", "coffee"),
+    ):
+        with pytest.raises(ToolError, match="hard link"):
+            action()
+    assert "copy.md  (a hard link: refused)" in ft.list_dir(".")
+    assert "likes tea" in (workspace / "memory" / "MEMORY.md").read_text()
+
+
+def test_a_folder_swapped_for_a_link_after_the_check_is_refused(
+    workspace: Path, tmp_path: Path
+) -> None:
+    # The race: the path was checked (resolved inside the workspace), then a folder on the way
+    # became a link to somewhere else before the open.
+    (workspace / "notes").mkdir()
+    (workspace / "notes" / "a.md").write_text("mine")
+    checked = tools(workspace).resolve("notes/a.md")
+    (workspace / "notes").rename(workspace / "old")
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "elsewhere" / "a.md").write_text("TOP SECRET")
+    (workspace / "notes").symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(ToolError, match="changed while it was opened"):
+        read_checked(workspace.resolve(), checked, "notes/a.md", 100)
+
+
+def test_a_fifo_or_a_folder_is_not_read(workspace: Path) -> None:
+    os.mkfifo(workspace / "pipe")
+    ft = tools(workspace)
+    with pytest.raises(ToolError, match="not a regular file"):
+        ft.read_file("pipe")  # and does not hang waiting for a writer
+    with pytest.raises(ToolError, match="is a folder"):
+        ft.read_file("memory")
+    assert "pipe  (not a regular file)" in ft.list_dir(".")
+
+
+def test_in_a_group_the_root_is_its_room_whatever_restrict_says(workspace: Path) -> None:
+    ft = tools(workspace, restrict=False)
+
+    def in_the_group() -> None:  # in a context of its own: the audience stays with this test
+        audience.enter(audience.audience_of("telegram:-100555"))
+        ft.write_file("notes.md", "ours")
+        for outside in ("/etc/passwd", "../../memory/MEMORY.md", "~/x"):
+            with pytest.raises(ToolError, match="this group's folder"):
+                ft.read_file(outside)
+
+    contextvars.copy_context().run(in_the_group)
+    room = audience.room_folder(workspace, "telegram:-100555")
+    assert room is not None and (room / "notes.md").read_text() == "ours"
+    assert not (workspace / "notes.md").exists()
+
+
+def test_a_write_into_a_folder_swapped_for_a_link_after_the_check_is_refused(
+    workspace: Path, tmp_path: Path
+) -> None:
+    (workspace / "notes").mkdir()
+    checked = tools(workspace).resolve("notes/a.md")
+    (workspace / "notes").rmdir()
+    (tmp_path / "elsewhere").mkdir()
+    (workspace / "notes").symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(ToolError, match="changed while it was written"):
+        write_checked(workspace.resolve(), checked, "planted", "notes/a.md")
+    assert list((tmp_path / "elsewhere").iterdir()) == []
+
+
+def test_a_write_keeps_the_mode_and_leaves_no_temporary_file(workspace: Path) -> None:
+    script = workspace / "run.sh"
+    script.write_text("echo old\n")
+    script.chmod(0o750)
+    tools(workspace).write_file("run.sh", "echo new\n")
+    assert script.read_text() == "echo new\n" and (script.stat().st_mode & 0o777) == 0o750
+    assert [p.name for p in workspace.iterdir() if p.name.endswith(".tmp")] == []

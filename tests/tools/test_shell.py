@@ -1,14 +1,21 @@
 import asyncio
+import os
+import shlex
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
 
+from nanomem.audience import audience_of, enter
 from nanomem.home import Home
 from nanomem.providers.scripted import ScriptedProvider
+from nanomem.tools import ToolError
+from nanomem.tools.sandbox import Decision, Mode, decide
 from nanomem.tools.shell import ShellTool
-from tests.conftest import make_app
+from tests.conftest import cli_env, make_app, run_cli_here, sleeper, survivors
 
 
 def test_shell_is_off_by_default(home: Home) -> None:
@@ -31,7 +38,6 @@ async def test_exec_timeout_kills_the_process_group(tmp_path) -> None:  # type: 
     shell = ShellTool(tmp_path, timeout_s=0.5, max_output_chars=1000)
     result = await shell.exec(f"(sleep 2; touch {marker}) & sleep 10")
     assert "timed out after 0.5s" in result
-    import asyncio
 
     await asyncio.sleep(2.5)
     assert not marker.exists()
@@ -59,38 +65,51 @@ async def test_exec_sees_none_of_our_secrets(
     assert "secret" not in result and "NANOMEM" not in result
 
 
-async def test_a_child_that_left_the_process_group_dies_at_the_timeout(tmp_path: Path) -> None:
-    pid_file = tmp_path / "escaped.pid"
-    shell = ShellTool(tmp_path, timeout_s=1, max_output_chars=1000)
-    script = f"setsid sh -c 'echo $$ > {pid_file}; exec sleep 300' > /dev/null 2>&1 & sleep 60"
+@pytest.mark.parametrize("sandbox", ["auto", "off"])
+async def test_a_child_that_left_the_process_group_dies_at_the_timeout(
+    tmp_path: Path, sandbox: Mode
+) -> None:
+    sleep = sleeper()
+    shell = ShellTool(tmp_path, timeout_s=1, max_output_chars=1000, sandbox=sandbox)
+    script = f"setsid sh -c 'echo up > up; exec {shlex.join(sleep)}' > /dev/null 2>&1 & sleep 60"
     result = await shell.exec(script)
     assert "timed out after 1s" in result
-    pid = int(pid_file.read_text())
-    assert not _alive(pid)
+    assert (tmp_path / "up").exists()
+    assert survivors(sleep, within_s=5) == []
 
 
-async def test_background_children_do_not_outlive_their_command(tmp_path: Path) -> None:
-    pid_file = tmp_path / "daemon.pid"
-    shell = ShellTool(tmp_path, timeout_s=10, max_output_chars=1000)
+@pytest.mark.parametrize("sandbox", ["auto", "off"])
+async def test_background_children_do_not_outlive_their_command(
+    tmp_path: Path, sandbox: Mode
+) -> None:
+    sleep = sleeper()
+    shell = ShellTool(tmp_path, timeout_s=10, max_output_chars=1000, sandbox=sandbox)
     script = (
-        f"setsid sh -c 'echo $$ > {pid_file}; exec sleep 300' > /dev/null 2>&1 & "
-        "sleep 0.5; echo started"
+        f"setsid sh -c 'echo up > up; exec {shlex.join(sleep)}' > /dev/null 2>&1 & "
+        "while [ ! -s up ]; do sleep 0.01; done; echo started"
     )
     result = await shell.exec(script)
     assert result.startswith("exit code 0") and "started" in result
-    for _ in range(100):
-        if pid_file.exists() and pid_file.read_text().strip():
-            break
-        await asyncio.sleep(0.05)
-    assert not _alive(int(pid_file.read_text()))
+    assert survivors(sleep, within_s=5) == []
 
 
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (FileNotFoundError, IndexError):
-        return False
-    return state != "Z"
+def test_status_says_whether_the_shell_is_sandboxed(home: Home) -> None:
+    env = cli_env(home)
+    shown = run_cli_here("status", env=env).stdout
+    expected = decide("auto").describe(network=True)
+    assert f"shell sandbox   {expected}" in shown
+    env.update(NANOMEM_TOOLS__SHELL_SANDBOX="off")
+    shown = run_cli_here("status", env=env).stdout
+    assert 'shell sandbox   NOT sandboxed: tools.shell_sandbox = "off"' in shown
+
+
+def test_what_status_says_for_each_decision() -> None:
+    works = Decision("auto", "/usr/bin/bwrap", "")
+    assert works.describe(network=False) == "sandboxed (bubblewrap, network off)"
+    fallback = Decision("auto", None, "bubblewrap cannot run here (No permissions)")
+    assert fallback.describe(True) == "NOT sandboxed: bubblewrap cannot run here (No permissions)"
+    strict = Decision("bwrap", None, "bubblewrap cannot run here (No permissions)")
+    assert strict.refuses and strict.describe(True).endswith("no command runs")
 
 
 def test_a_gigabyte_of_output_is_read_within_a_fixed_memory_bound(tmp_path: Path) -> None:
@@ -114,3 +133,46 @@ def test_a_gigabyte_of_output_is_read_within_a_fixed_memory_bound(tmp_path: Path
     assert summary.split()[1:] == ["exit", "code", "0", "True", "True"]
     assert int(summary.split()[0]) < 17000  # the model gets the capped text
     assert int(peak_mib) < 200
+
+
+async def test_the_home_stays_hidden_inside_a_read_only_system_folder() -> None:
+    if decide("auto").binary is None or not os.access("/opt", os.W_OK):
+        pytest.skip("needs the sandbox and a writable /opt (a home such as /opt/nanomem)")
+    home = Path(tempfile.mkdtemp(dir="/opt", prefix="nanomem-test-"))
+    try:
+        (home / "config.toml").write_text('api_key = "sk-hidden-0123456789"\n')
+        workspace = home / "workspace"
+        workspace.mkdir()
+        look = f"cat {home}/config.toml; echo ok > made"
+        shell = ShellTool(workspace, timeout_s=10, max_output_chars=2000, hidden=[home])
+        result = await shell.exec(look)
+        assert "sk-hidden" not in result and (workspace / "made").exists()
+        control = ShellTool(workspace, timeout_s=10, max_output_chars=2000)  # nothing hidden
+        assert "sk-hidden" in await control.exec(look)  # /opt itself is there, read-only
+    finally:
+        shutil.rmtree(home)
+
+
+async def test_a_group_seeing_personal_memory_still_gets_no_unsandboxed_shell(
+    tmp_path: Path,
+) -> None:
+    enter(audience_of("telegram:-100123", groups_see_personal=True))
+    shell = ShellTool(tmp_path, timeout_s=5, max_output_chars=1000, sandbox="off")
+    with pytest.raises(ToolError, match="not available in group chats without its sandbox"):
+        await shell.exec("echo ran > ran.txt")
+    assert not (tmp_path / "ran.txt").exists()
+
+
+async def test_a_home_inside_the_workspace_stays_hidden(tmp_path: Path) -> None:
+    if decide("auto").binary is None:
+        pytest.skip("needs the sandbox")
+    home = tmp_path / ".nanomem"  # agent.workspace = ~ with the home in ~/.nanomem
+    home.mkdir()
+    (home / "config.toml").write_text('api_key = "sk-hidden-0123456789"\n')
+    look = "cat .nanomem/config.toml; echo planted > .nanomem/planted; echo ok > made"
+    shell = ShellTool(tmp_path, timeout_s=10, max_output_chars=2000, hidden=[home])
+    result = await shell.exec(look)
+    assert "sk-hidden" not in result and (tmp_path / "made").exists()
+    assert not (home / "planted").exists()
+    control = ShellTool(tmp_path, timeout_s=10, max_output_chars=2000)  # nothing hidden
+    assert "sk-hidden" in await control.exec(look)

@@ -1,0 +1,63 @@
+"""Weak or blank agent-API keys, through the real `nanomem` command; and keys never shown."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+
+from nanomem.home import Home
+from tests.channels.test_api_gateway import Served, served  # noqa: F401 (a fixture)
+from tests.conftest import cli_env, log_lines, run_cli, run_cli_here
+
+STRONG = "nm-strong-agent-api-key-0123456789"
+OTHER = "nm-another-strong-key-abcdefghijkl"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("key", ["", "   ", "short-secret-9"])
+def test_a_blank_or_short_key_stops_the_gateway_naming_it_never_its_value(
+    home: Home, key: str
+) -> None:
+    env = cli_env(
+        home,
+        None,
+        NANOMEM_LLM__MODEL="openai/fake",
+        NANOMEM_API__ENABLED="true",
+        NANOMEM_API__KEYS=json.dumps([STRONG, key]),
+        NANOMEM_GATEWAY__HOST="0.0.0.0",
+        NANOMEM_GATEWAY__PORT="0",
+    )
+    try:
+        result = run_cli("gateway", env=env, timeout=30)
+    except subprocess.TimeoutExpired:
+        pytest.fail("the gateway started with a blank or short api.keys entry")
+    assert result.returncode == 2, result.stderr
+    output = result.stdout + result.stderr
+    assert "api.keys[1]" in output and "Traceback" not in output
+    assert STRONG not in output and (not key.strip() or key not in output)
+
+
+def test_status_shows_how_many_keys_and_only_their_masked_forms(home: Home) -> None:
+    env = cli_env(
+        home, None, NANOMEM_API__ENABLED="true", NANOMEM_API__KEYS=json.dumps([STRONG, OTHER])
+    )
+    env["NANOMEM_LLM__API_KEY"] = "sk-the-model-key-abcdefghij-9876"
+    result = run_cli_here("status", env=env)
+    assert result.returncode == 0, result.stderr
+    assert "enabled, 2 keys (***6789, ***ijkl)" in result.stdout
+    assert "set (***9876)" in result.stdout
+    for secret in (STRONG, OTHER, env["NANOMEM_LLM__API_KEY"]):
+        assert secret[:-4] not in result.stdout + result.stderr
+
+
+async def test_a_wrong_key_is_refused_and_never_echoed(served: Served) -> None:  # noqa: F811
+    wrong = "nm-presented-wrong-key-000000000000"
+    with log_lines("DEBUG") as lines:
+        status, body = await served.post(
+            b'{"messages": [{"role": "user", "content": "hi"}]}', wrong
+        )
+    assert status == 401 and body["error"]["code"] == "invalid_api_key"
+    assert wrong not in json.dumps(body) and wrong not in "\n".join(lines)
+    assert served.provider.calls == []
