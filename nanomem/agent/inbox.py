@@ -103,6 +103,8 @@ class Inbox(Protocol):
     def count(self) -> int:
         """Messages stored and not yet answered and delivered."""
 
+    def count_parked(self) -> int: ...
+
     def failed(self, seq: int, error: str, preview: str, plan: Plan) -> Pending | None:
         """Count a failed attempt: the next one is due after `plan(attempts)` seconds, or the
         message is parked (None from the plan). The message as it is now (None: gone)."""
@@ -273,6 +275,13 @@ class SqliteInbox:
     def count(self) -> int:
         with self._lock:
             return int(self._db.execute("SELECT count(*) FROM messages").fetchone()[0])
+
+    def count_parked(self) -> int:
+        with self._lock:
+            row = self._db.execute(
+                "SELECT count(*) FROM messages WHERE reply IS NULL AND parked_at IS NOT NULL"
+            ).fetchone()
+        return int(row[0])
 
     def close(self) -> None:
         with self._lock:

@@ -108,6 +108,8 @@ def test_a_persisting_fault_parks_the_message_and_the_owner_retries_it(
     (kept,) = stored(home, 1002)
     assert kept["attempts"] == 3 and kept["parked_at"] and kept["last_error"] == "IsADirectoryError"
     assert len(telegram.sent_messages(1002)) == 1  # the person was told once
+    queues = process.health()[1]["queues"]
+    assert (queues["inbox"], queues["parked"]) == (1, 1)
     status = run_cli_here("status", env=cli_env(home))
     assert status.returncode == 0, status.stderr
     (line,) = [line for line in status.stdout.splitlines() if "please remember" in line]
