@@ -20,13 +20,14 @@ import functools
 from collections.abc import Callable
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta, tzinfo
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 from loguru import logger
 from pydantic import Field
 
 from nanomem.agent.bus import InboundMessage, MessageBus, answering, is_owner
 from nanomem.agent.commands import Command, CommandSet
+from nanomem.agent.retries import record_failure
 from nanomem.agent.schedules import (
     Schedule,
     ScheduleError,
@@ -39,6 +40,9 @@ from nanomem.agent.templates import Templates
 from nanomem.audience import current, is_shared_room
 from nanomem.config import ScheduleSettings
 from nanomem.tools import Tool, ToolError, read_only_tool
+
+if TYPE_CHECKING:
+    from nanomem.agent.inbox import Pending
 
 INBOX_CHANNEL = "schedule"  # the inbox's name for fired schedules (their chats have their own)
 NEEDS_GATEWAY = (
@@ -107,11 +111,13 @@ class ScheduledTurns:
         self._scheduler = AsyncIOScheduler(timezone=UTC)
         self._scheduler.start()
         for pending in await self.bus.unfinished(INBOX_CHANNEL):
-            payload = pending.payload
-            if self._refused(payload["id"], payload["session"], payload.get("made_by", "")):
-                await self.bus.forget(pending.seq)
-                continue
-            await self.bus.publish_inbound(self._message(payload, pending.seq, True))
+            try:
+                await self.readmit(pending)
+            except Exception as exc:  # one unreadable firing must not stop every schedule
+                logger.exception("schedules: could not read stored firing {}", pending.seq)
+                text = str(pending.payload.get("text", ""))
+                where = f"{INBOX_CHANNEL}:{pending.chat}"
+                await record_failure(self.bus, pending.seq, exc, text, where)
         schedules = await asyncio.to_thread(self.store.load)
         now = datetime.now(UTC)
         armed = 0
@@ -124,6 +130,16 @@ class ScheduledTurns:
             armed += 1
         if armed:
             logger.info("schedules: {} armed", armed)
+
+    async def readmit(self, pending: Pending) -> bool:
+        """Hand in a stored firing again: left by an earlier run, or tried again after its
+        turn failed (agent/retries.py)."""
+        payload = pending.payload
+        if self._refused(payload["id"], payload["session"], payload.get("made_by", "")):
+            await self.bus.forget(pending.seq)
+        else:
+            await self.bus.publish_inbound(self._message(payload, pending.seq, True))
+        return True
 
     async def stop(self) -> None:
         """Arm nothing more; a firing under way finishes (it is one inbox write)."""
