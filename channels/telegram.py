@@ -6,12 +6,11 @@ from __future__ import annotations
 import asyncio
 import os
 import tempfile
-import warnings
 from collections.abc import Awaitable
 from dataclasses import dataclass, replace
-from datetime import datetime, timedelta
+from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from loguru import logger
 from telegram import (
@@ -26,17 +25,13 @@ from telegram import (
 )
 from telegram.constants import ChatAction, ChatType, ParseMode
 from telegram.error import (
-    BadRequest,
     Conflict,
     InvalidToken,
-    NetworkError,
-    RetryAfter,
     TelegramError,
 )
 from telegram.request import BaseRequest
 
 from channels.telegram_chat import (
-    TOKEN_REJECTED,
     Delivery,
     PollWatch,
     SendError,
@@ -46,7 +41,7 @@ from channels.telegram_chat import (
     strip_mention,
     target,
 )
-from channels.telegram_http import requests_for
+from channels.telegram_http import call_api, channel_down, requests_for
 from channels.telegram_inbound import (
     GREETING,
     NO_DOWNLOAD,
@@ -56,17 +51,22 @@ from channels.telegram_inbound import (
     attachment,
     chat_key,
     is_addressed,
+    stored_text,
 )
 from nanomem.agent import (
+    GIVEN_UP,
+    RETRYING,
     Button,
-    ChannelDown,
     ChatQueues,
     Command,
+    DeliveryLater,
     InboundMessage,
     MessageBus,
     OutboundMessage,
+    Pending,
     media_folder,
     parse_command,
+    record_failure,
 )
 from nanomem.config import ConfigError, TelegramSettings
 from nanomem.log import register_secrets
@@ -76,9 +76,7 @@ from nanomem.utf8 import clean_text
 if TYPE_CHECKING:
     from nanomem.app import App
 
-T = TypeVar("T")
 OFFSET = "telegram.offset"  # the inbox's record of what Telegram may forget
-NOT_FOUND = "telegram: the Bot API answered 404 (check telegram.token and telegram.base_url)"
 NO_TOKEN = "telegram.token is not set: create a bot with @BotFather, then set telegram.token"
 STEP_S = 10.0  # the longest any one start or stop step may take
 OWNER_ASSUMED = (
@@ -86,35 +84,6 @@ OWNER_ASSUMED = (
     "telegram.allow_from (only the owner runs owner commands and approvals); set "
     "telegram.owner = {owner} in config.toml (or NANOMEM_TELEGRAM__OWNER) to say so"
 )
-
-
-def _down(exc: BaseException) -> ChannelDown | None:
-    """The one line to report when the Bot API cannot be used; None for other errors."""
-    if isinstance(exc, InvalidToken):
-        return ChannelDown(NOT_FOUND if "not found" in str(exc).lower() else TOKEN_REJECTED)
-    if isinstance(exc, TelegramError | TimeoutError | OSError):
-        return ChannelDown(f"telegram: cannot reach the Bot API: {exc}")
-    return None
-
-
-async def _api(call: Awaitable[T]) -> T:
-    """Run one Bot API call, turning PTB's errors into SendError."""
-    try:
-        return await call
-    except RetryAfter as exc:
-        with warnings.catch_warnings():  # PTB warns that retry_after becomes a timedelta
-            warnings.simplefilter("ignore")
-            after = exc.retry_after
-        seconds = after.total_seconds() if isinstance(after, timedelta) else float(after)
-        raise SendError(str(exc), retry_after=seconds) from exc
-    except BadRequest as exc:
-        bad_html = "can't parse entities" in exc.message.lower()
-        unknown = "method not found" in exc.message.lower()
-        raise SendError(exc.message, bad_html=bad_html, unsupported=unknown) from exc
-    except NetworkError as exc:  # timeouts, connection errors and 5xx
-        raise SendError(str(exc), transient=True) from exc
-    except TelegramError as exc:
-        raise SendError(str(exc)) from exc
 
 
 @dataclass(frozen=True)
@@ -127,6 +96,7 @@ class Incoming:
     group: bool
     seq: int | None = None
     replayed: bool = False
+    retry: bool = False  # its handling failed before: tried again, nobody is kept waiting
     press: str | None = None  # a button press: the command it sends
     press_id: str = ""  # ... and the callback query to answer
 
@@ -210,7 +180,7 @@ class TelegramChannel:
             await self._register_commands(bot)
         except BaseException as exc:
             await _quietly(bot.shutdown(), "shut down")
-            if (down := _down(exc)) is not None:
+            if (down := channel_down(exc)) is not None:
                 raise down from None
             raise
         self._bot, self._poll.problem = bot, None
@@ -343,11 +313,28 @@ class TelegramChannel:
                 "telegram: {} from before the restart answered now", plural(len(left), "message")
             )
         for pending in left:
-            found = self._admit(Update.de_json(pending.payload, bot))
-            if found is None:  # no longer allowed, say
-                await self._bus.forget(pending.seq)
-                continue
-            self._submit(replace(found, seq=pending.seq, replayed=True))
+            try:
+                await self._hand_in(bot, pending, retry=False)
+            except Exception as exc:  # one unreadable stored update must not keep us down
+                logger.exception("telegram: could not read stored message {}", pending.seq)
+                text, where = stored_text(pending.payload), f"{self.name}:{pending.chat}"
+                await record_failure(self._bus, pending.seq, exc, text, where)
+
+    async def readmit(self, pending: Pending) -> bool:
+        """Take a stored message whose handling failed once more (agent/retries.py); False
+        while the channel is not running."""
+        if self._bot is None or self._bus is None:
+            return False
+        await self._hand_in(self._bot, pending, retry=True)
+        return True
+
+    async def _hand_in(self, bot: Bot, pending: Pending, *, retry: bool) -> None:
+        assert self._bus is not None
+        found = self._admit(Update.de_json(pending.payload, bot))
+        if found is None:  # no longer allowed, say
+            await self._bus.forget(pending.seq)
+            return
+        self._submit(replace(found, seq=pending.seq, replayed=True, retry=retry))
 
     def _admit_or_skip(self, update: Update) -> Incoming | None:
         try:
@@ -415,9 +402,33 @@ class TelegramChannel:
 
     async def _accept(self, incoming: Incoming) -> None:
         assert self._bus is not None
-        if (note := await self._inbound(incoming)) is not None:
-            self.delivery.notify(incoming.key, note)
-            await self._bus.forget(incoming.seq)  # answered by the channel itself
+        try:
+            note = await self._inbound(incoming)
+        except Exception as exc:  # our own fault: kept and tried again, never dropped
+            logger.exception("telegram: could not take a message in {}", incoming.key)
+            if incoming.seq is None:
+                return
+            message = incoming.message
+            text = incoming.press or message.text or message.caption or ""
+            kept = await record_failure(self._bus, incoming.seq, exc, text, incoming.key)
+            if kept is None or kept.attempts == 1:  # told once
+                parked = kept is not None and kept.parked_at is not None
+                self.delivery.notify(incoming.key, GIVEN_UP if parked else RETRYING)
+            return
+        if note is not None:  # answered by the channel itself: kept until delivered
+            answer = OutboundMessage(self.name, incoming.key, note, kind="error", seq=incoming.seq)
+            await self._bus.answer_for(incoming.seq, answer)
+            task = asyncio.create_task(self._say(answer))
+            self._refusals.add(task)
+            task.add_done_callback(self._refusals.discard)
+
+    async def _say(self, answer: OutboundMessage) -> None:
+        assert self._bus is not None
+        try:
+            await self.delivery.send(answer)
+        except DeliveryLater:  # logged; kept in the inbox and sent at the next start
+            return
+        await self._bus.delivered(answer)
 
     async def _inbound(self, incoming: Incoming) -> str | None:
         """Hand the message to the core; or the note to answer it with, when it is not for the
@@ -466,7 +477,7 @@ class TelegramChannel:
             inbound = replace(
                 inbound, id=InboundMessage.inbox_id(seq), seq=seq, replayed=incoming.replayed
             )
-        self.delivery.accepted(key, inbound.id, message.message_id, command)
+        self.delivery.accepted(key, inbound.id, message.message_id, command, late=incoming.retry)
         await self._bus.publish_inbound(inbound)
         return None
 
@@ -518,23 +529,23 @@ class TelegramChannel:
             options["reply_parameters"] = ReplyParameters(
                 reply_to, allow_sending_without_reply=True
             )
-        sent = await _api(self._active_bot().send_message(chat_id, text, **options))
+        sent = await call_api(self._active_bot().send_message(chat_id, text, **options))
         return int(sent.message_id)
 
     async def edit_text(self, key: str, message_id: int, text: str, *, html: bool = False) -> None:
         mode = ParseMode.HTML if html else None
         bot = self._active_bot()
-        await _api(bot.edit_message_text(text, target(key)[0], message_id, parse_mode=mode))
+        await call_api(bot.edit_message_text(text, target(key)[0], message_id, parse_mode=mode))
 
     async def delete(self, key: str, message_id: int) -> None:
-        await _api(self._active_bot().delete_message(target(key)[0], message_id))
+        await call_api(self._active_bot().delete_message(target(key)[0], message_id))
 
     async def send_draft(self, key: str, draft_id: int, text: str, *, html: bool) -> None:
         chat_id, thread = target(key)
         mode = ParseMode.HTML if html else None
         call = self._active_bot().send_message_draft(chat_id, draft_id, text, thread, mode)
         try:
-            await _api(call)
+            await call_api(call)
         except SendError as exc:
             # A Bot API server older than 9.3 answers 404, which PTB reports as a bad token.
             if isinstance(exc.__cause__, InvalidToken) and "not found" in str(exc).lower():
@@ -555,7 +566,7 @@ class TelegramChannel:
 
     async def typing(self, key: str) -> None:
         chat_id, thread = target(key)
-        await _api(self._active_bot().send_chat_action(chat_id, ChatAction.TYPING, thread))
+        await call_api(self._active_bot().send_chat_action(chat_id, ChatAction.TYPING, thread))
 
 
 def _fresh_file(folder: Path, suffix: str) -> Path:

@@ -190,16 +190,26 @@ class Delivery:
         self.chats: dict[str, ChatState] = {}
         self.queues = ChatQueues("telegram-out")
         self._message_ids: OrderedDict[str, int] = OrderedDict()  # inbound id → Telegram id
+        self._late: OrderedDict[str, None] = OrderedDict()  # answered out of order: quoted
         self._waiting: set[asyncio.Future[None]] = set()  # replies not delivered yet
 
     def chat(self, key: str) -> ChatState:
         return self.chats.setdefault(key, ChatState())
 
-    def accepted(self, key: str, inbound_id: str, message_id: int, command: str | None) -> None:
-        """A message went to the core: remember its Telegram id, show typing while it waits."""
+    def accepted(
+        self, key: str, inbound_id: str, message_id: int, command: str | None, *, late: bool = False
+    ) -> None:
+        """A message went to the core: remember its Telegram id, show typing while it waits.
+        A `late` one (tried again after a failure) keeps nobody waiting; its answer quotes it,
+        since the chat has moved on meanwhile."""
         self._message_ids[inbound_id] = message_id
         while len(self._message_ids) > 4096:
             self._message_ids.popitem(last=False)
+        if late:
+            self._late[inbound_id] = None
+            while len(self._late) > 4096:
+                self._late.popitem(last=False)
+            return
         chat = self.chat(key)
         chat.accept(inbound_id, command)
         if chat.typing is None:
@@ -292,7 +302,10 @@ class Delivery:
     async def _deliver(self, msg: OutboundMessage, stream: Stream | None = None) -> None:
         chunks = chunks_of(msg)
         in_group = msg.chat_id.startswith("-")  # quote the question only where it helps
-        reply_to = self._message_ids.get(msg.reply_to or "") if in_group else None
+        late = (msg.reply_to or "") in self._late
+        if late:
+            del self._late[msg.reply_to or ""]
+        reply_to = self._message_ids.get(msg.reply_to or "") if in_group or late else None
         first = 1
         try:
             if stream is not None:  # a draft is simply replaced by the reply; a message is not

@@ -1,17 +1,29 @@
-"""How the Telegram channel's Bot API calls travel: aiohttp, and httpx through a proxy."""
+"""How the Telegram channel's Bot API calls travel (aiohttp, and httpx through a proxy), and
+what their errors mean to the channel."""
 
 from __future__ import annotations
 
-from typing import Any
+import warnings
+from collections.abc import Awaitable
+from datetime import timedelta
+from typing import Any, TypeVar
 
 import aiohttp
 from telegram._utils.defaultvalue import DefaultValue
 from telegram._utils.types import JSONDict, ODVInput
-from telegram.error import NetworkError, TelegramError, TimedOut
+from telegram.error import (
+    BadRequest,
+    InvalidToken,
+    NetworkError,
+    RetryAfter,
+    TelegramError,
+    TimedOut,
+)
 from telegram.request import BaseRequest, HTTPXRequest, RequestData
 
-from channels.telegram_chat import PollWatch
+from channels.telegram_chat import TOKEN_REJECTED, PollWatch, SendError
 from nanomem import untrusted_json
+from nanomem.agent import ChannelDown
 
 
 def parse_bounded(payload: bytes) -> JSONDict:
@@ -135,3 +147,36 @@ def requests_for(proxy: str | None, watch: PollWatch | None = None) -> BaseReque
             return HttpxPollRequest(watch, proxy=proxy, connection_pool_size=1)
         return HttpxRequest(connection_pool_size=64, pool_timeout=10.0, proxy=proxy)
     return PollRequest(watch) if watch is not None else AiohttpRequest(connections=128)
+
+
+NOT_FOUND = "telegram: the Bot API answered 404 (check telegram.token and telegram.base_url)"
+T = TypeVar("T")
+
+
+def channel_down(exc: BaseException) -> ChannelDown | None:
+    """The one line to report when the Bot API cannot be used; None for other errors."""
+    if isinstance(exc, InvalidToken):
+        return ChannelDown(NOT_FOUND if "not found" in str(exc).lower() else TOKEN_REJECTED)
+    if isinstance(exc, TelegramError | TimeoutError | OSError):
+        return ChannelDown(f"telegram: cannot reach the Bot API: {exc}")
+    return None
+
+
+async def call_api(call: Awaitable[T]) -> T:
+    """Run one Bot API call, turning PTB's errors into SendError."""
+    try:
+        return await call
+    except RetryAfter as exc:
+        with warnings.catch_warnings():  # PTB warns that retry_after becomes a timedelta
+            warnings.simplefilter("ignore")
+            after = exc.retry_after
+        seconds = after.total_seconds() if isinstance(after, timedelta) else float(after)
+        raise SendError(str(exc), retry_after=seconds) from exc
+    except BadRequest as exc:
+        bad_html = "can't parse entities" in exc.message.lower()
+        unknown = "method not found" in exc.message.lower()
+        raise SendError(exc.message, bad_html=bad_html, unsupported=unknown) from exc
+    except NetworkError as exc:  # timeouts, connection errors and 5xx
+        raise SendError(str(exc), transient=True) from exc
+    except TelegramError as exc:
+        raise SendError(str(exc)) from exc

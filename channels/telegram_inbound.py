@@ -55,3 +55,10 @@ def attachment(message: Any) -> tuple[str, Any, str, str] | None:
             suffix = Path(name).suffix.lower()
             return kind, media, suffix if _SUFFIX.fullmatch(suffix) else default, name
     return None
+
+
+def stored_text(payload: dict[str, Any]) -> str:
+    """A stored update's text, as far as it can be found without reading the update."""
+    message = payload.get("message")
+    text = message.get("text") or message.get("caption") if isinstance(message, dict) else ""
+    return text if isinstance(text, str) else ""

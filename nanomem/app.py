@@ -21,6 +21,7 @@ from nanomem.agent import (
     Skills,
     SqliteInbox,
     Templates,
+    retry_delay,
 )
 from nanomem.config import LLMSettings, Settings
 from nanomem.curation import Consolidator, Dream, DreamScheduler, MemoryCommands, Provenance
@@ -129,6 +130,10 @@ def build_app(
         tools.add(tool)
     if bus is None:
         bus = MessageBus(inbox=SqliteInbox(home.inbox) if durable else None)
+    agent = settings.agent
+    bus.retry_plan = functools.partial(
+        retry_delay, max_attempts=agent.max_attempts, first_s=agent.retry_first_s
+    )
     approval = ShellApproval(
         tool_settings.shell_approval,
         tool_settings.shell_approval_timeout_s,

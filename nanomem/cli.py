@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from nanomem import parked
 from nanomem.escapes import strip_escapes  # only `re`: --help stays instant
 
 if TYPE_CHECKING:
@@ -116,6 +117,7 @@ def build_parser() -> argparse.ArgumentParser:
     for action in (log, restore, why):
         _add_overrides(action)
 
+    parked.add_parser(commands)
     gateway = commands.add_parser(
         "gateway",
         help="serve the enabled channels (Telegram) and GET /health until SIGTERM",
@@ -162,6 +164,7 @@ def main(argv: list[str] | None = None) -> int:
             "gateway": cmd_gateway,
             "dream": cmd_dream,
             "memory": cmd_memory,
+            "inbox": cmd_inbox,
         }[args.command]
         return handler(args)
     except CliError as exc:
@@ -261,7 +264,10 @@ def cmd_status(args: argparse.Namespace) -> int:
     from nanomem.status import status_rows
 
     home = _home(args)
-    rows = status_rows(home, _settings(args, home), _config_path(args, home), version())
+    rows = [
+        *status_rows(home, _settings(args, home), _config_path(args, home), version()),
+        *parked.status_lines(home),
+    ]
     width = max(len(name) for name, _ in rows)
     for name, value in rows:
         print(f"{name.ljust(width)}  {value}")
@@ -541,6 +547,12 @@ def cmd_dream(args: argparse.Namespace) -> int:
         raise CliError("Dream is already running") from None
     print(strip_escapes(result.describe()))  # it quotes what the model wrote
     return 1 if result.status == "failed" else 0
+
+
+def cmd_inbox(args: argparse.Namespace) -> int:
+    code, text = parked.run(_home(args), args.action, args.id)
+    print(text, file=sys.stderr if code else sys.stdout)
+    return code
 
 
 def cmd_memory(args: argparse.Namespace) -> int:

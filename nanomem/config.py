@@ -64,6 +64,10 @@ class AgentSettings(_Section):
     max_concurrent_turns: int = Field(128, ge=1, le=1024)
     workspace: Path | None = None
     max_message_chars: int = Field(32000, ge=100)
+    # A message whose handling fails inside nanomem is tried again after retry_first_s, then
+    # six times as long each time (at most an hour); after max_attempts it is parked.
+    max_attempts: int = Field(5, ge=1, le=100)
+    retry_first_s: float = Field(10.0, gt=0, le=3600)
     # An IANA zone name ("Europe/Berlin") for times given without an offset; unset: the machine's.
     timezone: str | None = None
 

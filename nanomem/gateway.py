@@ -12,11 +12,15 @@ from loguru import logger
 
 from nanomem.agent import (
     CHANNELS,
+    INBOX_CHANNEL,
     Channel,
     ChannelDown,
     DeliveryLater,
     OutboundMessage,
+    Readmit,
+    Retries,
     load_channel,
+    parked_notice,
     pump_outbound,
 )
 from nanomem.app import App
@@ -116,8 +120,12 @@ class Gateway:
         for name, channel in self.channels.items():
             self.health.problems[name] = channel.problem
             self._tasks.append(asyncio.create_task(self._supervise(name, channel), name=name))
+        retries = self._start_retries()
         try:
             await self._stop.wait()
+            if retries is not None:  # nothing more is handed in: it waits for the next start
+                retries.cancel()
+                await asyncio.gather(retries, return_exceptions=True)
             await self._shutdown(dispatcher, settings.grace_s)
         finally:
             await runner.cleanup()
@@ -136,6 +144,17 @@ class Gateway:
             await self.app.schedules.start(pushing, self._admits)
         except Exception:  # the chats still work; the log says why schedules do not
             logger.exception("gateway: schedules could not start")
+
+    def _start_retries(self) -> asyncio.Task[None] | None:
+        """Messages whose handling failed go back to their channel when their next attempt is
+        due (agent/retries.py): Telegram's, and the schedules' firings."""
+        if self.app.bus.inbox is None:
+            return None
+        readmit: dict[str, Readmit] = {INBOX_CHANNEL: self.app.schedules.readmit}
+        for name, channel in self.channels.items():
+            if (hand_in := getattr(channel, "readmit", None)) is not None:
+                readmit[name] = hand_in
+        return asyncio.create_task(Retries(self.app.bus, readmit).run(), name="retries")
 
     def _admits(self, session: str, sender: str) -> bool:
         name, _, chat = session.partition(":")
@@ -181,19 +200,34 @@ class Gateway:
             delay = min(delay * 2, RETRY_MAX_S)
         self.health.set_channel(name, "up")
         logger.info("{}: running", name)
+        self.app.bus.retry_wake.set()  # a retry that fell due while it was down: now
         await pump_outbound(channel, self.app.bus)
 
     async def _tell_owner(self, owner: int) -> None:
         """A Dream change waiting for a decision (made here, or by a cron `nanomem dream`) goes
-        once to the owner's private Telegram chat, with Approve and Reject buttons."""
+        once to the owner's private Telegram chat, with Approve and Reject buttons; so does
+        each message parked after its last failed attempt."""
         while True:
             await asyncio.sleep(REVIEW_CHECK_S)
-            try:
-                await self._tell_owner_once(owner)
-            except DeliveryLater as exc:  # logged by the channel: told at a later check
-                logger.info("gateway: the owner will be told of the Dream change later ({})", exc)
-            except Exception:  # a full disk, say: try again at the next check
-                logger.exception("gateway: could not tell the owner of a Dream change")
+            for what, tell in (
+                ("the Dream change", self._tell_owner_once),
+                ("a parked message", self._tell_owner_parked),
+            ):
+                try:
+                    await tell(owner)
+                except DeliveryLater as exc:  # logged by the channel: told at a later check
+                    logger.info("gateway: the owner will be told of {} later ({})", what, exc)
+                except Exception:  # a full disk, say: try again at the next check
+                    logger.exception("gateway: could not tell the owner of {}", what)
+
+    async def _tell_owner_parked(self, owner: int) -> None:
+        inbox = self.app.bus.inbox
+        if inbox is None:
+            return
+        for parked in await asyncio.to_thread(inbox.untold):
+            notice = OutboundMessage("telegram", str(owner), parked_notice(parked))
+            await self.channels["telegram"].send(notice)  # delivered, or DeliveryLater
+            await asyncio.to_thread(inbox.owner_told, parked.seq)
 
     async def _tell_owner_once(self, owner: int) -> None:
         dream = self.app.dream

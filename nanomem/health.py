@@ -81,6 +81,8 @@ class Health:
                 "outbound": self.bus.outbound_depth(),
                 # Stored, not yet answered and delivered (a small indexed count).
                 "inbox": self.bus.inbox.count() if self.bus.inbox is not None else None,
+                # Of those, given up on after failing: they wait for the owner, not for us.
+                "parked": self.bus.inbox.count_parked() if self.bus.inbox is not None else None,
             },
         }
         return healthy, body

@@ -168,7 +168,7 @@ async def test_health_reports_channels_queues_and_uptime(
     assert status == 200
     assert body["status"] == "ok" and body["last_dream"] is None
     assert body["channels"]["fake"]["state"] == "up" and body["channels"]["fake"]["restarts"] == 0
-    assert body["queues"] == {"inbound": 0, "outbound": {"fake": 0}, "inbox": None}
+    assert body["queues"] == {"inbound": 0, "outbound": {"fake": 0}, "inbox": None, "parked": None}
     channel.trouble = "fake: polling stalled"
     status, body = await served.health()
     assert status == 503 and body["status"] == "degraded"

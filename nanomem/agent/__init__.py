@@ -22,17 +22,30 @@ if TYPE_CHECKING:
     )
     from nanomem.agent.commands import STOPPED, Answer, Command, CommandSet, fenced, parse_command
     from nanomem.agent.context import ContextBuilder
-    from nanomem.agent.inbox import SqliteInbox
+    from nanomem.agent.inbox import Pending, SqliteInbox, parked_in
     from nanomem.agent.loop import AgentLoop
     from nanomem.agent.react_loop import react
+    from nanomem.agent.retries import (
+        GIVEN_UP,
+        RETRYING,
+        Readmit,
+        Retries,
+        parked_line,
+        parked_notice,
+        record_failure,
+        retry_delay,
+    )
     from nanomem.agent.schedule_file import ScheduleStore
-    from nanomem.agent.scheduled_turns import ScheduledTurns
+    from nanomem.agent.scheduled_turns import INBOX_CHANNEL, ScheduledTurns
     from nanomem.agent.shell_approval import Allowlist, ShellApproval
     from nanomem.agent.skills import Skills
     from nanomem.agent.templates import Templates, bundled_dir
 
 __all__ = [
     "CHANNELS",
+    "GIVEN_UP",
+    "INBOX_CHANNEL",
+    "RETRYING",
     "STOPPED",
     "AgentLoop",
     "Allowlist",
@@ -48,6 +61,9 @@ __all__ = [
     "InboundMessage",
     "MessageBus",
     "OutboundMessage",
+    "Pending",
+    "Readmit",
+    "Retries",
     "ScheduleStore",
     "ScheduledTurns",
     "ShellApproval",
@@ -59,9 +75,14 @@ __all__ = [
     "is_owner",
     "load_channel",
     "media_folder",
+    "parked_in",
+    "parked_line",
+    "parked_notice",
     "parse_command",
     "pump_outbound",
     "react",
+    "record_failure",
+    "retry_delay",
 ]
 __getattr__ = lazy_exports(
     __name__,
@@ -79,11 +100,21 @@ __getattr__ = lazy_exports(
         ),
         "commands": ("Answer", "Command", "CommandSet", "STOPPED", "fenced", "parse_command"),
         "context": ("ContextBuilder",),
-        "inbox": ("SqliteInbox",),
+        "inbox": ("Pending", "SqliteInbox", "parked_in"),
         "loop": ("AgentLoop",),
         "react_loop": ("react",),
-        "scheduled_turns": ("ScheduledTurns",),
+        "retries": (
+            "GIVEN_UP",
+            "RETRYING",
+            "Readmit",
+            "Retries",
+            "parked_line",
+            "parked_notice",
+            "record_failure",
+            "retry_delay",
+        ),
         "schedule_file": ("ScheduleStore",),
+        "scheduled_turns": ("INBOX_CHANNEL", "ScheduledTurns"),
         "shell_approval": ("Allowlist", "ShellApproval"),
         "skills": ("Skills",),
         "templates": ("Templates", "bundled_dir"),

@@ -4,12 +4,14 @@ With an inbox, the bus is also where durability is kept: a channel stores what i
 (`receive`) before acknowledging it to its source, the loop records each reply once its turn is
 saved (`answered`), and the delivery of that reply removes the message (`delivered`). What is
 left after a crash or a stop is handed back to the channel at its next start (`unfinished`).
+A message whose handling failed stays too (`failed`): agent/retries.py tries it again.
 """
 
 from __future__ import annotations
 
 import asyncio
 import uuid
+from collections.abc import Callable
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -17,6 +19,9 @@ from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:  # sqlite and loguru stay off `nanomem chat`'s way to its prompt
     from nanomem.agent.inbox import Inbox, Pending
+
+# Failed attempts so far → seconds until the next attempt, or None: park the message.
+RetryPlan = Callable[[int], float | None]
 
 # "stream": a piece of the reply while the model writes it (metadata: `text` so far, `step`);
 # channels that cannot show it wait for the "reply", which always follows with all of it.
@@ -135,6 +140,8 @@ class MessageBus:
         self._outboxes: dict[str, asyncio.Queue[OutboundMessage]] = {}
         self._in_flight: dict[str, int] = {}  # taken from an outbox, not delivered yet
         self.inbox = inbox
+        self.retry_plan: RetryPlan | None = None  # set from agent.max_attempts (app.py)
+        self.retry_wake = asyncio.Event()  # a failure was recorded: its retry may come sooner
 
     # Durability: every call is a no-op without an inbox.
 
@@ -157,14 +164,15 @@ class MessageBus:
 
     async def unfinished(self, channel: str) -> list[Pending]:
         """Left by an earlier run, oldest first. Replies already made are queued for delivery
-        here; the messages still waiting for theirs are returned for the channel to hand in."""
+        here; the messages still waiting for theirs are returned for the channel to hand in
+        (not those that failed: they wait for their retry, or for the owner when parked)."""
         if self.inbox is None:
             return []
         waiting = []
         for pending in await asyncio.to_thread(self.inbox.pending, channel):
             if pending.reply is not None:
                 await self.publish_outbound(OutboundMessage.from_dict(pending.reply, pending.seq))
-            else:
+            elif not pending.failed:
                 waiting.append(pending)
         return waiting
 
@@ -173,6 +181,26 @@ class MessageBus:
         if self.inbox is not None and msg.seq is not None:
             content = None if reply is None else reply.to_dict()
             await asyncio.to_thread(self.inbox.answered, msg.seq, content)
+
+    async def answer_for(self, seq: int | None, reply: OutboundMessage) -> None:
+        """A channel answers a stored message itself (a greeting, a file too big): the answer
+        is kept like a turn's reply, and the message leaves once it is delivered."""
+        if self.inbox is not None and seq is not None:
+            await asyncio.to_thread(self.inbox.answered, seq, reply.to_dict())
+
+    async def failed(self, seq: int, error: str, preview: str) -> Pending | None:
+        """Count a failed attempt at a stored message (its next one is planned, or it is
+        parked); the message as it is now, None when it is gone or there is no inbox."""
+        if self.inbox is None:
+            return None
+        plan = self.retry_plan
+        if plan is None:  # a bus built without settings (tests): the settings' defaults
+            from nanomem.agent.retries import retry_delay
+
+            plan = retry_delay
+        kept = await asyncio.to_thread(self.inbox.failed, seq, error, preview, plan)
+        self.retry_wake.set()
+        return kept
 
     async def delivered(self, reply: OutboundMessage) -> None:
         if self.inbox is not None and reply.seq is not None and reply.kind in ("reply", "error"):

@@ -7,24 +7,32 @@ they are acknowledged together or not at all. Adding is fsynced (`synchronous=FU
 survives power loss, because the source forgets what we acknowledge. Marking a message answered
 or done is not fsynced: a process crash cannot undo it, and the worst a power loss can do is
 send one reply again.
+
+A message whose handling failed inside nanomem stays, with its attempts, the time of its next
+attempt and the class of its last error (never the error's text: it may hold a secret); after
+the last attempt it is parked: kept, never tried again on its own, until the owner retries or
+drops it (`nanomem inbox`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sqlite3
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Protocol
 
 from loguru import logger
 
 from nanomem.masking import redact
+from nanomem.untrusted_json import loads as untrusted_loads
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 Item = tuple[str, dict[str, Any]]  # (chat, the channel's own form of the message)
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS messages (
@@ -38,6 +46,22 @@ CREATE TABLE IF NOT EXISTS messages (
 CREATE INDEX IF NOT EXISTS messages_by_channel ON messages (channel, seq);
 CREATE TABLE IF NOT EXISTS positions (name TEXT PRIMARY KEY, value TEXT NOT NULL);
 """
+# Version 2: what failed attempts left. Added to an older file's table as it opens (ALTER TABLE
+# ADD COLUMN changes no row), so every inbox ever written still loads.
+_FAILURE_COLUMNS = {
+    "attempts": "INTEGER NOT NULL DEFAULT 0",  # failed attempts so far
+    "next_at": "TEXT",  # when the next attempt is due (ISO, UTC); NULL when none waits
+    "last_error": "TEXT",  # the class of the last error
+    "preview": "TEXT",  # the message's first words, for `nanomem status`
+    "parked_at": "TEXT",  # given up on after the last attempt: the owner decides
+    "owner_told": "INTEGER NOT NULL DEFAULT 0",  # the owner was told of the parking
+}
+_COLUMNS = (
+    "seq, channel, chat, received_at, payload, reply, attempts, next_at, last_error, preview, "
+    "parked_at"
+)
+# attempts so far → seconds until the next attempt, or None: park it.
+Plan = Callable[[int], float | None]
 
 
 @dataclass(frozen=True)
@@ -51,6 +75,16 @@ class Pending:
     received_at: datetime
     payload: dict[str, Any]
     reply: dict[str, Any] | None
+    attempts: int = 0  # failed attempts so far
+    next_at: datetime | None = None
+    last_error: str = ""
+    preview: str = ""
+    parked_at: datetime | None = None
+
+    @property
+    def failed(self) -> bool:
+        """Its handling failed and it waits for another attempt (or for the owner, parked)."""
+        return self.reply is None and self.attempts > 0
 
 
 class Inbox(Protocol):
@@ -71,6 +105,28 @@ class Inbox(Protocol):
 
     def count(self) -> int:
         """Messages stored and not yet answered and delivered."""
+
+    def count_parked(self) -> int: ...
+
+    def failed(self, seq: int, error: str, preview: str, plan: Plan) -> Pending | None:
+        """Count a failed attempt: the next one is due after `plan(attempts)` seconds, or the
+        message is parked (None from the plan). The message as it is now (None: gone)."""
+
+    def retrying(self) -> list[Pending]:
+        """Failed messages waiting for their next attempt, the soonest first."""
+
+    def parked(self) -> list[Pending]: ...
+
+    def untold(self) -> list[Pending]:
+        """Parked messages the owner has not been told of yet."""
+
+    def owner_told(self, seq: int) -> None: ...
+
+    def unpark(self, seq: int) -> bool:
+        """Try a parked message once more, now."""
+
+    def drop(self, seq: int) -> bool:
+        """Remove a failed or parked message for good."""
 
     def close(self) -> None: ...
 
@@ -100,7 +156,7 @@ class SqliteInbox:
         try:
             db.execute("PRAGMA journal_mode=WAL")
             db.executescript(_SCHEMA)
-            db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+            _migrate(db)
             db.execute("SELECT count(*) FROM messages").fetchone()
         except sqlite3.DatabaseError:
             db.close()
@@ -158,36 +214,144 @@ class SqliteInbox:
             self._db.execute("DELETE FROM messages WHERE seq = ?", (seq,))
 
     def pending(self, channel: str) -> list[Pending]:
+        return self._select("WHERE channel = ? ORDER BY seq", channel)
+
+    def failed(self, seq: int, error: str, preview: str, plan: Plan) -> Pending | None:
         with self._lock:
-            rows = self._db.execute(
-                "SELECT seq, channel, chat, received_at, payload, reply FROM messages "
-                "WHERE channel = ? ORDER BY seq",
-                (channel,),
-            ).fetchall()
-        found = []
-        for seq, name, chat, received, payload, reply in rows:
-            try:
-                found.append(
-                    Pending(
-                        seq,
-                        name,
-                        chat,
-                        datetime.fromisoformat(received),
-                        json.loads(payload),
-                        json.loads(reply) if reply else None,
-                    )
-                )
-            except ValueError:
-                logger.error("inbox: message {} of {} is unreadable; skipped", seq, name)
-        return found
+            row = self._db.execute(
+                "SELECT attempts FROM messages WHERE seq = ? AND reply IS NULL", (seq,)
+            ).fetchone()
+            if row is None:
+                return None
+            attempts = int(row[0]) + 1
+            delay = plan(attempts)
+            now = datetime.now(UTC)
+            due = None if delay is None else _iso(now + timedelta(seconds=delay))
+            self._db.execute(
+                "UPDATE messages SET attempts = ?, next_at = ?, last_error = ?, preview = ?, "
+                "parked_at = ? WHERE seq = ?",
+                (attempts, due, error, preview, _iso(now) if due is None else None, seq),
+            )
+        found = self._select("WHERE seq = ?", seq)
+        return found[0] if found else None
+
+    def retrying(self) -> list[Pending]:
+        return self._select(
+            "WHERE reply IS NULL AND attempts > 0 AND parked_at IS NULL ORDER BY next_at, seq"
+        )
+
+    def parked(self) -> list[Pending]:
+        return self._select("WHERE reply IS NULL AND parked_at IS NOT NULL ORDER BY seq")
+
+    def untold(self) -> list[Pending]:
+        """Parked messages the owner has not been told of yet."""
+        return self._select(
+            "WHERE reply IS NULL AND parked_at IS NOT NULL AND owner_told = 0 ORDER BY seq"
+        )
+
+    def owner_told(self, seq: int) -> None:
+        with self._lock:
+            self._db.execute("UPDATE messages SET owner_told = 1 WHERE seq = ?", (seq,))
+
+    def unpark(self, seq: int) -> bool:
+        # Told again should it be parked again: each parking is news.
+        with self._lock:
+            changed = self._db.execute(
+                "UPDATE messages SET parked_at = NULL, owner_told = 0, next_at = ? "
+                "WHERE seq = ? AND reply IS NULL AND parked_at IS NOT NULL",
+                (_iso(datetime.now(UTC)), seq),
+            ).rowcount
+        return changed > 0
+
+    def drop(self, seq: int) -> bool:
+        with self._lock:
+            changed = self._db.execute(
+                "DELETE FROM messages WHERE seq = ? AND reply IS NULL AND attempts > 0", (seq,)
+            ).rowcount
+        return changed > 0
+
+    def _select(self, where: str, *args: Any) -> list[Pending]:
+        with self._lock:
+            rows = self._db.execute(f"SELECT {_COLUMNS} FROM messages {where}", args).fetchall()
+        return _readable(rows)
 
     def count(self) -> int:
         with self._lock:
             return int(self._db.execute("SELECT count(*) FROM messages").fetchone()[0])
 
+    def count_parked(self) -> int:
+        with self._lock:
+            row = self._db.execute(
+                "SELECT count(*) FROM messages WHERE reply IS NULL AND parked_at IS NOT NULL"
+            ).fetchone()
+        return int(row[0])
+
     def close(self) -> None:
         with self._lock:
             self._db.close()
+
+
+def parked_in(path: Path) -> list[Pending]:
+    """The parked messages of an inbox file, read without changing it (`nanomem status`, also
+    while the gateway runs); none when there is no inbox or it predates parking. Raises
+    sqlite3.Error when it cannot be read."""
+    if not path.is_file():
+        return []
+    with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as db:
+        have = {row[1] for row in db.execute("PRAGMA table_info(messages)")}
+        if "parked_at" not in have:  # written before parking existed: nothing parked
+            return []
+        rows = db.execute(
+            f"SELECT {_COLUMNS} FROM messages "
+            "WHERE reply IS NULL AND parked_at IS NOT NULL ORDER BY seq"
+        ).fetchall()
+    return _readable(rows)
+
+
+def _migrate(db: sqlite3.Connection) -> None:
+    """Bring an older inbox up to this version in one transaction (a newer one is left be)."""
+    version = int(db.execute("PRAGMA user_version").fetchone()[0])
+    if version >= SCHEMA_VERSION:
+        return
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        have = {row[1] for row in db.execute("PRAGMA table_info(messages)")}
+        for name, kind in _FAILURE_COLUMNS.items():
+            if name not in have:
+                db.execute(f"ALTER TABLE messages ADD COLUMN {name} {kind}")
+        db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+        db.execute("COMMIT")
+    except BaseException:
+        db.execute("ROLLBACK")
+        raise
+
+
+def _readable(rows: list[Any]) -> list[Pending]:
+    found = []
+    for seq, name, chat, received, payload, reply, attempts, due, error, preview, parked in rows:
+        try:
+            found.append(
+                Pending(
+                    seq,
+                    name,
+                    chat,
+                    datetime.fromisoformat(received),
+                    untrusted_loads(payload),
+                    untrusted_loads(reply) if reply else None,
+                    int(attempts or 0),
+                    datetime.fromisoformat(due) if due else None,
+                    error or "",
+                    preview or "",
+                    datetime.fromisoformat(parked) if parked else None,
+                )
+            )
+        except ValueError:
+            logger.error("inbox: message {} of {} is unreadable; skipped", seq, name)
+    return found
+
+
+def _iso(moment: datetime) -> str:
+    return moment.isoformat(timespec="milliseconds")
 
 
 def _dumps(value: dict[str, Any]) -> str:

@@ -22,6 +22,7 @@ from nanomem.agent.commands import (
 )
 from nanomem.agent.context import ContextBuilder
 from nanomem.agent.react_loop import ReactResult, StepText, react, seal_tool_calls
+from nanomem.agent.retries import keep_for_retry
 from nanomem.agent.templates import Templates
 from nanomem.audience import audience_of, enter
 from nanomem.config import Settings
@@ -101,11 +102,17 @@ class AgentLoop:
 
     async def _serve(self, msg: InboundMessage) -> None:
         try:
-            reply = await self.handle(msg, progress=self.bus.publish_outbound)
+            reply = await self._handle(msg, progress=self.bus.publish_outbound)
+            # Recorded before it is sent: a crash from here on re-sends it, never loses it.
+            await self.bus.answered(msg, reply)
         except Deferred:
             return  # stopping: the message stays in the inbox for the next start
-        # Recorded before it is sent: a crash from here on re-sends it, never loses it.
-        await self.bus.answered(msg, reply)
+        except Exception as exc:
+            logger.opt(exception=exc).error("failed to handle a message for {}", msg.session_key)
+            if msg.seq is None:  # nothing keeps it: the person hears of it, and may resend
+                reply = OutboundMessage.answering(msg, INTERNAL_ERROR, kind="error")
+            else:  # kept in the inbox and tried again (agent/retries.py); never dropped
+                reply = await keep_for_retry(self.bus, msg, exc)
         if reply is not None:
             await self.bus.publish_outbound(reply)
 
@@ -116,37 +123,42 @@ class AgentLoop:
     async def handle(
         self, msg: InboundMessage, progress: Progress | None = None
     ) -> OutboundMessage | None:
-        """One inbound message → its reply (None when a /stop cut the turn short)."""
+        """One inbound message → its reply (None when a /stop cut the turn short); an
+        internal error becomes a short error reply (the person is there to read it)."""
         try:
-            limit = self.settings.agent.max_message_chars
-            if len(msg.content) > limit:
-                text = f"That message is too long ({len(msg.content)} characters; limit {limit})."
-                return OutboundMessage.answering(msg, text, kind="error")
-            try:
-                found = self.commands.resolve(msg.content)
-            except UnknownCommand as exc:
-                text = f"Unknown command /{exc.name} — try /help."
-                return OutboundMessage.answering(msg, text, kind="error", command=exc.name)
-            if found and found[0].immediate:
-                self._check_taking()
-                return await command_reply(msg, *found)
-            async with (
-                self._locks.hold(msg.session_key),
-                self.sessions.lease(msg.session_key),
-                self._turn_slots,
-            ):
-                self._check_taking()
-                if found and found[0].name == "retry":  # a whole turn, not a line of text
-                    return await self._stoppable_turn(msg, progress, retry=True)
-                if found:
-                    return await command_reply(msg, *found)
-                return await self._stoppable_turn(msg, progress)
+            return await self._handle(msg, progress)
         except Deferred:
             raise
         except Exception:
             logger.exception("failed to handle a message for {}", msg.session_key)
-            text = "Something went wrong on my side; the details are in the log."
+            return OutboundMessage.answering(msg, INTERNAL_ERROR, kind="error")
+
+    async def _handle(
+        self, msg: InboundMessage, progress: Progress | None = None
+    ) -> OutboundMessage | None:
+        limit = self.settings.agent.max_message_chars
+        if len(msg.content) > limit:
+            text = f"That message is too long ({len(msg.content)} characters; limit {limit})."
             return OutboundMessage.answering(msg, text, kind="error")
+        try:
+            found = self.commands.resolve(msg.content)
+        except UnknownCommand as exc:
+            text = f"Unknown command /{exc.name} — try /help."
+            return OutboundMessage.answering(msg, text, kind="error", command=exc.name)
+        if found and found[0].immediate:
+            self._check_taking()
+            return await command_reply(msg, *found)
+        async with (
+            self._locks.hold(msg.session_key),
+            self.sessions.lease(msg.session_key),
+            self._turn_slots,
+        ):
+            self._check_taking()
+            if found and found[0].name == "retry":  # a whole turn, not a line of text
+                return await self._stoppable_turn(msg, progress, retry=True)
+            if found:
+                return await command_reply(msg, *found)
+            return await self._stoppable_turn(msg, progress)
 
     def _check_taking(self) -> None:
         if self._draining:
@@ -410,6 +422,7 @@ class AgentLoop:
 
 
 NOTHING_TO_RETRY = "Nothing to retry: your last message was answered."
+INTERNAL_ERROR = "Something went wrong on my side; the details are in the log."
 
 
 async def command_reply(msg: InboundMessage, command: Command, args: str) -> OutboundMessage:

@@ -17,16 +17,20 @@ import functools
 from collections.abc import Callable
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta, tzinfo
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from loguru import logger
 
 from nanomem.agent.bus import InboundMessage, MessageBus
+from nanomem.agent.retries import record_failure
 from nanomem.agent.schedule_chat import ChatSchedules
 from nanomem.agent.schedule_file import ScheduleStore
 from nanomem.agent.schedules import Schedule, ScheduleError, local, zone_named
 from nanomem.agent.templates import Templates
 from nanomem.config import ScheduleSettings
+
+if TYPE_CHECKING:
+    from nanomem.agent.inbox import Pending
 
 INBOX_CHANNEL = "schedule"  # the inbox's name for fired schedules (their chats have their own)
 
@@ -87,11 +91,13 @@ class ScheduledTurns(ChatSchedules):
         self._scheduler = AsyncIOScheduler(timezone=UTC)
         self._scheduler.start()
         for pending in await self.bus.unfinished(INBOX_CHANNEL):
-            payload = pending.payload
-            if self._refused(payload["id"], payload["session"], payload.get("made_by", "")):
-                await self.bus.forget(pending.seq)
-                continue
-            await self.bus.publish_inbound(self._message(payload, pending.seq, True))
+            try:
+                await self.readmit(pending)
+            except Exception as exc:  # one unreadable firing must not stop every schedule
+                logger.exception("schedules: could not read stored firing {}", pending.seq)
+                text = str(pending.payload.get("text", ""))
+                where = f"{INBOX_CHANNEL}:{pending.chat}"
+                await record_failure(self.bus, pending.seq, exc, text, where)
         stored = await asyncio.to_thread(self.store.read)
         self.failed, self.file_problem = {}, stored.problem
         if stored.problem is not None:
@@ -114,6 +120,16 @@ class ScheduledTurns(ChatSchedules):
             armed += 1
         if armed:
             logger.info("schedules: {} armed", armed)
+
+    async def readmit(self, pending: Pending) -> bool:
+        """Hand in a stored firing again: left by an earlier run, or tried again after its
+        turn failed (agent/retries.py)."""
+        payload = pending.payload
+        if self._refused(payload["id"], payload["session"], payload.get("made_by", "")):
+            await self.bus.forget(pending.seq)
+        else:
+            await self.bus.publish_inbound(self._message(payload, pending.seq, True))
+        return True
 
     def _not_armed(self, schedule_id: str, reason: str) -> None:
         self.failed[schedule_id] = reason

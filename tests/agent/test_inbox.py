@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import functools
 import sqlite3
 import subprocess
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 
 from nanomem.agent.bus import InboundMessage, MessageBus, OutboundMessage
 from nanomem.agent.channel import DeliveryLater, pump_outbound
-from nanomem.agent.inbox import SqliteInbox
+from nanomem.agent.inbox import SqliteInbox, parked_in
+from nanomem.agent.retries import retry_delay
 from nanomem.app import build_app
 from nanomem.home import Home
 from nanomem.providers.scripted import ScriptedProvider
@@ -154,3 +158,86 @@ async def test_a_stopping_loop_leaves_waiting_messages_in_the_inbox(
         serving.cancel()
         await asyncio.gather(serving, return_exceptions=True)
         inbox.close()
+
+
+V1_SCHEMA = """
+CREATE TABLE messages (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    channel TEXT NOT NULL,
+    chat TEXT NOT NULL,
+    received_at TEXT NOT NULL,
+    payload TEXT NOT NULL,
+    reply TEXT
+);
+CREATE INDEX messages_by_channel ON messages (channel, seq);
+CREATE TABLE positions (name TEXT PRIMARY KEY, value TEXT NOT NULL);
+PRAGMA user_version=1;
+"""
+
+
+def test_an_inbox_written_before_retries_loads_and_keeps_everything(tmp_path: Path) -> None:
+    path = tmp_path / "inbox.sqlite3"
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        db.executescript(V1_SCHEMA)
+        db.execute(
+            "INSERT INTO messages (channel, chat, received_at, payload, reply) VALUES "
+            "('telegram', '42', '2026-11-20T10:00:00.000+00:00', '{\"text\": \"a\"}', NULL), "
+            "('telegram', '42', '2026-11-20T10:00:01.000+00:00', '{}', '{\"content\": \"r\"}')"
+        )
+        db.execute("INSERT INTO positions VALUES ('telegram.offset', '17')")
+        db.commit()
+    assert parked_in(path) == []  # `nanomem status` reads an old file without changing it
+    inbox = SqliteInbox(path)
+    waiting, answered = inbox.pending("telegram")
+    assert (waiting.payload, waiting.attempts, waiting.parked_at) == ({"text": "a"}, 0, None)
+    assert answered.reply == {"content": "r"} and inbox.position("telegram.offset") == "17"
+    kept = inbox.failed(waiting.seq, "KeyError", "a", lambda attempts: 10.0)
+    assert kept is not None and kept.attempts == 1 and kept.next_at is not None
+    inbox.close()
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        assert db.execute("PRAGMA user_version").fetchone() == (2,)
+    assert [p.attempts for p in SqliteInbox(path).pending("telegram")] == [1, 0]
+
+
+def test_the_backoff_grows_to_an_hour_and_the_last_attempt_parks() -> None:
+    delays = [retry_delay(n, max_attempts=8, first_s=10.0) for n in range(1, 9)]
+    assert delays == [10.0, 60.0, 360.0, 2160.0, 3600.0, 3600.0, 3600.0, None]
+    assert retry_delay(1, max_attempts=1, first_s=10.0) is None
+
+
+def test_a_failed_message_waits_then_is_parked_until_the_owner_decides(tmp_path: Path) -> None:
+    inbox = SqliteInbox(tmp_path / "inbox.sqlite3")
+    seq, other = inbox.add("telegram", [("42", {"text": "hi"}), ("43", {})], None)
+    plan = functools.partial(retry_delay, max_attempts=3, first_s=10.0)
+    before = datetime.now(UTC)
+    first = inbox.failed(seq, "IsADirectoryError", "hi there", plan)
+    assert first is not None and first.next_at is not None and first.parked_at is None
+    assert 9 <= (first.next_at - before).total_seconds() <= 11
+    assert [p.seq for p in inbox.retrying()] == [seq] and inbox.parked() == []
+    inbox.failed(seq, "IsADirectoryError", "hi there", plan)
+    last = inbox.failed(seq, "KeyError", "hi there", plan)
+    assert last is not None and (last.attempts, last.last_error) == (3, "KeyError")
+    assert last.parked_at is not None and last.next_at is None and inbox.retrying() == []
+    assert [p.seq for p in inbox.untold()] == [seq] and parked_in(inbox.path)[0].seq == seq
+    inbox.owner_told(seq)
+    assert inbox.untold() == [] and [p.preview for p in inbox.parked()] == ["hi there"]
+    assert (inbox.count(), inbox.count_parked()) == (2, 1)  # kept: parked is not gone
+    assert not inbox.unpark(other) and inbox.unpark(seq)  # only a parked one
+    (again,) = inbox.retrying()
+    assert again.attempts == 3 and again.next_at is not None
+    parked = inbox.failed(seq, "KeyError", "hi there", plan)  # one more attempt, then parked
+    assert parked is not None and parked.parked_at is not None and inbox.untold() != []
+    assert not inbox.drop(other) and inbox.drop(seq)  # a message never failed is not dropped
+    assert [p.seq for p in inbox.pending("telegram")] == [other]
+    assert inbox.failed(seq, "KeyError", "", plan) is None  # gone: nothing to count
+
+
+async def test_a_restart_hands_back_only_what_no_retry_owns(tmp_path: Path) -> None:
+    inbox = SqliteInbox(tmp_path / "inbox.sqlite3")
+    bus = MessageBus(inbox=inbox)
+    fresh, failed, parked = inbox.add("telegram", [("1", {}), ("2", {}), ("3", {})], None)
+    inbox.failed(failed, "KeyError", "", lambda attempts: 60.0)
+    inbox.failed(parked, "KeyError", "", lambda attempts: None)
+    assert [p.seq for p in await bus.unfinished("telegram")] == [fresh]
+    assert inbox.count() == 3
+    inbox.close()
