@@ -168,7 +168,7 @@ def build_app(
         provider = _model(llm, transports)
     budget = Budget(BpeTokenizer(), Calibration(), llm, settings.memory)
     schedules = ScheduledTurns(
-        ScheduleStore(home.schedules, home.lock("schedules")),
+        ScheduleStore.of(home, settings.schedule),
         bus,
         templates,
         settings.schedule,

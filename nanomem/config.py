@@ -233,6 +233,8 @@ class ScheduleSettings(_Section):
     # this; otherwise it is skipped (logged) and its next occurrence stands.
     misfire_grace_min: int = Field(60, ge=0, le=60 * 24 * 30)
     max_per_chat: int = Field(50, ge=1, le=10_000)
+    # In all chats together: every one is an APScheduler job, and schedules.json stays small.
+    max_total: int = Field(1000, ge=1, le=10_000)
 
 
 class LogSettings(_Section):

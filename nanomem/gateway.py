@@ -68,7 +68,7 @@ class Gateway:
     def __init__(self, app: App, channels: dict[str, GatewayChannel]) -> None:
         self.app = app
         self.channels = channels
-        self.health = Health(app.bus, last_dream=app.dream.last_run)
+        self.health = Health(app.bus, last_dream=app.dream.last_run, schedules=app.schedules.report)
         self.port = 0
         self._stop = asyncio.Event()
         self._forced = False

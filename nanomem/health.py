@@ -35,9 +35,11 @@ class Health:
         self,
         bus: MessageBus,
         last_dream: Callable[[], dict[str, Any] | None] = lambda: None,
+        schedules: Callable[[], dict[str, Any] | None] = lambda: None,
     ) -> None:
         self.bus = bus
         self.last_dream = last_dream  # Dream's persisted record of its last run
+        self.schedules = schedules  # armed, failed to arm, file problem (None: not running)
         self.started = time.time()
         self.channels: dict[str, ChannelReport] = {}
         self.problems: dict[str, Callable[[], str | None]] = {}  # live checks, per channel
@@ -53,7 +55,9 @@ class Health:
         report.state, report.detail, report.since = state, redact(detail), _iso(time.time())
 
     def snapshot(self) -> tuple[bool, dict[str, Any]]:
-        """(healthy, the JSON body); healthy means every channel is up and has no problem."""
+        """(healthy, the JSON body); healthy means every channel is up and has no problem.
+        Schedules that failed to arm make the status "warning", not unhealthy: a restart
+        (what a 503 asks a supervisor for) cannot mend a bad entry, only a person can."""
         channels: dict[str, dict[str, Any]] = {}
         for name, report in self.channels.items():
             shown = asdict(report)
@@ -63,12 +67,15 @@ class Health:
                 shown.update(state="down", detail=redact(problem))
             channels[name] = shown
         healthy = all(c["state"] == "up" for c in channels.values())
+        schedules = self.schedules()
+        troubled = schedules is not None and bool(schedules["failed"] or schedules["file"])
         body = {
-            "status": "ok" if healthy else "degraded",
+            "status": "degraded" if not healthy else "warning" if troubled else "ok",
             "uptime_s": round(time.time() - self.started, 1),
             "started_at": _iso(self.started),
             "channels": channels,
             "last_dream": self.last_dream(),
+            "schedules": schedules,
             "queues": {
                 "inbound": self.bus.inbound_depth,
                 "outbound": self.bus.outbound_depth(),

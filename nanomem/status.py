@@ -12,6 +12,7 @@ from nanomem.home import Home
 def status_rows(
     home: Home, settings: Settings, config: Path, version: str
 ) -> list[tuple[str, str]]:
+    from nanomem.agent import ScheduleStore
     from nanomem.app import workspace_of
     from nanomem.masking import masked, secret_of
     from nanomem.memory import SessionStore
@@ -39,6 +40,7 @@ def status_rows(
         ("gateway", f"{gw.host}:{gw.port}, at most {gw.max_connections} connections"),
         ("agent api", _api_line(settings)),
         ("sessions", str(SessionStore(home.sessions).count())),
+        ("schedules", ScheduleStore.of(home, settings.schedule).summary()),
         ("log file", str(home.logs / "nanomem.log")),
     ]
 

@@ -35,8 +35,8 @@ if TYPE_CHECKING:
         record_failure,
         retry_delay,
     )
+    from nanomem.agent.schedule_file import ScheduleStore
     from nanomem.agent.scheduled_turns import INBOX_CHANNEL, ScheduledTurns
-    from nanomem.agent.schedules import ScheduleStore
     from nanomem.agent.shell_approval import Allowlist, ShellApproval
     from nanomem.agent.skills import Skills
     from nanomem.agent.templates import Templates, bundled_dir
@@ -113,8 +113,8 @@ __getattr__ = lazy_exports(
             "record_failure",
             "retry_delay",
         ),
+        "schedule_file": ("ScheduleStore",),
         "scheduled_turns": ("INBOX_CHANNEL", "ScheduledTurns"),
-        "schedules": ("ScheduleStore",),
         "shell_approval": ("Allowlist", "ShellApproval"),
         "skills": ("Skills",),
         "templates": ("Templates", "bundled_dir"),

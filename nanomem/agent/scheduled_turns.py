@@ -6,51 +6,33 @@ transaction, then handed to the agent loop; its reply is delivered on the chat's
 only then leaves the inbox. So a crash after a firing replays that turn at the next start and
 never fires the same occurrence twice, and at start the positions say what was missed while
 the gateway was down. APScheduler runs one date job per schedule (its next occurrence); the
-jobs are rebuilt from the store at every start.
-
-The tools and commands work in `nanomem gateway` only: in the terminal or `chat -m` nothing
-would be running at the time, and they say so.
+jobs are rebuilt from the store at every start. What a chat does with its schedules (tools,
+commands) is nanomem/agent/schedule_chat.py.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 from collections.abc import Callable
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta, tzinfo
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Any
 
 from loguru import logger
-from pydantic import Field
 
-from nanomem.agent.bus import InboundMessage, MessageBus, answering, is_owner
-from nanomem.agent.commands import Command, CommandSet
+from nanomem.agent.bus import InboundMessage, MessageBus
 from nanomem.agent.retries import record_failure
-from nanomem.agent.schedules import (
-    Schedule,
-    ScheduleError,
-    ScheduleStore,
-    local,
-    make_schedule,
-    zone_named,
-)
+from nanomem.agent.schedule_chat import ChatSchedules
+from nanomem.agent.schedule_file import ScheduleStore
+from nanomem.agent.schedules import Schedule, ScheduleError, local, zone_named
 from nanomem.agent.templates import Templates
-from nanomem.audience import current, is_shared_room
 from nanomem.config import ScheduleSettings
-from nanomem.tools import Tool, ToolError, read_only_tool
 
 if TYPE_CHECKING:
     from nanomem.agent.inbox import Pending
 
 INBOX_CHANNEL = "schedule"  # the inbox's name for fired schedules (their chats have their own)
-NEEDS_GATEWAY = (
-    "Scheduled messages need the gateway (`nanomem gateway`), which runs them at their time; "
-    "here nothing would be running then. Nothing was scheduled."
-)
-NO_PUSH = "This chat cannot receive messages the agent starts ({channel}); nothing was scheduled."
-
 
 # While running, a firing later than this (and than the grace) is skipped: the machine slept.
 LATE_AT_RUN = timedelta(minutes=1)
@@ -69,7 +51,7 @@ def position_name(schedule_id: str) -> str:
     return f"schedule:{schedule_id}"
 
 
-class ScheduledTurns:
+class ScheduledTurns(ChatSchedules):
     def __init__(
         self,
         store: ScheduleStore,
@@ -84,15 +66,13 @@ class ScheduledTurns:
         self.admits: Admits = anyone
         self._scheduler: Any = None
         self._firing: set[asyncio.Task[None]] = set()
+        self.failed: dict[str, str] = {}  # id → why it is not armed (this run)
+        self.file_problem: str | None = None  # why schedules.json could not be read at start
 
     @functools.cached_property
     def zone(self) -> tzinfo:
         """`agent.timezone`, or the machine's; looked up on first use (not on every start)."""
         return zone_named(self.timezone)
-
-    @property
-    def running(self) -> bool:
-        return self._scheduler is not None
 
     @property
     def grace(self) -> timedelta:
@@ -118,15 +98,25 @@ class ScheduledTurns:
                 text = str(pending.payload.get("text", ""))
                 where = f"{INBOX_CHANNEL}:{pending.chat}"
                 await record_failure(self.bus, pending.seq, exc, text, where)
-        schedules = await asyncio.to_thread(self.store.load)
+        stored = await asyncio.to_thread(self.store.read)
+        self.failed, self.file_problem = {}, stored.problem
+        if stored.problem is not None:
+            logger.error("schedules: {}", stored.problem)
+        for rejected in stored.rejected:  # once each, here: firings never log them again
+            self._not_armed(rejected.id, rejected.reason)
         now = datetime.now(UTC)
         armed = 0
-        for schedule in schedules:
+        for schedule in stored.schedules:
             channel = schedule.session.partition(":")[0]
             if channel not in channels:  # kept for a start with that channel enabled again
                 logger.warning("schedule {}: channel {} is not running", schedule.id, channel)
                 continue
-            await self._resume(schedule, now)
+            try:
+                await self._resume(schedule, now)
+            except Exception as exc:  # one entry must never keep the others from being armed
+                logger.opt(exception=exc).debug("schedule {} could not be armed", schedule.id)
+                self._not_armed(schedule.id, f"{type(exc).__name__}: {exc}")
+                continue
             armed += 1
         if armed:
             logger.info("schedules: {} armed", armed)
@@ -140,6 +130,20 @@ class ScheduledTurns:
         else:
             await self.bus.publish_inbound(self._message(payload, pending.seq, True))
         return True
+
+    def _not_armed(self, schedule_id: str, reason: str) -> None:
+        self.failed[schedule_id] = reason
+        logger.error("schedule {} is not armed: {}", schedule_id, reason)
+
+    def report(self) -> dict[str, Any] | None:
+        """For /health: how many are armed, which failed to arm and why; None when not running."""
+        if self._scheduler is None:
+            return None
+        return {
+            "armed": len(self._scheduler.get_jobs()),
+            "failed": [{"id": key, "reason": why} for key, why in self.failed.items()],
+            "file": self.file_problem,
+        }
 
     async def stop(self) -> None:
         """Arm nothing more; a firing under way finishes (it is one inbox write)."""
@@ -194,15 +198,18 @@ class ScheduledTurns:
         """One date job for its next occurrence; a catch-up (judged at start) runs at once."""
         if self._scheduler is None or occurrence is None:
             return
-        self._scheduler.add_job(
-            self._fire,
-            "date",
-            run_date=datetime.now(UTC) if catch_up else occurrence,
-            args=[schedule.id, occurrence.isoformat(), catch_up],
-            id=schedule.id,
-            replace_existing=True,
-            misfire_grace_time=None,  # lateness is judged in _fire, which re-arms either way
-        )
+        try:
+            self._scheduler.add_job(
+                self._fire,
+                "date",
+                run_date=datetime.now(UTC) if catch_up else occurrence,
+                args=[schedule.id, occurrence.isoformat(), catch_up],
+                id=schedule.id,
+                replace_existing=True,
+                misfire_grace_time=None,  # lateness is judged in _fire, which re-arms either way
+            )
+        except (OverflowError, ValueError) as exc:  # checked when made and read: a last guard
+            self._not_armed(schedule.id, f"{type(exc).__name__}: {exc}")
 
     # -- firing ------------------------------------------------------------------------------
 
@@ -232,8 +239,9 @@ class ScheduledTurns:
                 self._firing.discard(task)
 
     async def _fire_once(self, schedule_id: str, occurrence: datetime, catch_up: bool) -> None:
-        schedules = await asyncio.to_thread(self.store.load)
-        schedule = next((s for s in schedules if s.id == schedule_id), None)
+        # One lookup in the store's shared read: a thousand firings at once must not each
+        # parse the whole file.
+        schedule = await asyncio.to_thread(self.store.get, schedule_id)
         if schedule is None:
             return  # cancelled meanwhile
         now = datetime.now(UTC)
@@ -261,8 +269,13 @@ class ScheduledTurns:
             logger.info("schedule {} fired in {}", schedule.id, schedule.session)
         if schedule.once:
             await asyncio.to_thread(self.store.remove, schedule.id)
-        else:
-            self._arm(schedule, schedule.next_after(max(occurrence, now)))
+            return
+        try:
+            upcoming = schedule.reachable(max(occurrence, now))
+        except ScheduleError as exc:  # e.g. its next time now lies past the horizon
+            self._not_armed(schedule.id, str(exc))
+            return
+        self._arm(schedule, upcoming)
 
     def _refused(self, schedule_id: str, session: str, made_by: str) -> bool:
         if self.admits(session, made_by):
@@ -293,146 +306,6 @@ class ScheduledTurns:
         if seq is None:
             return message
         return replace(message, id=InboundMessage.inbox_id(seq), seq=seq, replayed=replayed)
-
-    # -- what a chat does --------------------------------------------------------------------
-
-    def _chat(self) -> str:
-        """The session asking; ToolError when schedules cannot work here."""
-        if not self.running:
-            raise ToolError(NEEDS_GATEWAY)
-        audience = current()
-        if audience is None:
-            raise ToolError(NEEDS_GATEWAY)
-        channel = audience.session.partition(":")[0]
-        if channel not in self.channels:
-            raise ToolError(NO_PUSH.format(channel=channel))
-        return audience.session
-
-    def next_run(self, schedule: Schedule) -> datetime | None:
-        job = self._scheduler.get_job(schedule.id) if self._scheduler else None
-        return job.next_run_time if job is not None else None
-
-    def listing(
-        self, session: str, schedules: list[Schedule], asker: InboundMessage | None = None
-    ) -> str:
-        maker = made_by(session, asker)
-        mine = [s for s in schedules if s.session == session and maker in (None, s.made_by)]
-        if not mine:
-            return "No schedules of yours in this chat." if maker else "No schedules in this chat."
-        lines = []
-        for s in mine:
-            upcoming = self.next_run(s)
-            when = local(upcoming, self.zone) if upcoming else "not armed"
-            text = s.text if len(s.text) <= 80 else s.text[:79] + "…"
-            lines.append(f"{s.id} · {s.describe()} · next {when} · {text}")
-        return "\n".join(lines)
-
-    async def _cancel(self, session: str, schedule_id: str, asker: InboundMessage | None) -> str:
-        schedule_id = schedule_id.strip().lower()
-        maker = made_by(session, asker)
-        removed = await asyncio.to_thread(self.store.remove, schedule_id, session, maker)
-        if removed is None:
-            mine = " of yours" if maker else ""
-            return f"No schedule {schedule_id!r}{mine} in this chat (/schedules lists them)."
-        if self._scheduler is not None:
-            with contextlib.suppress(Exception):  # JobLookupError: it had just fired
-                self._scheduler.remove_job(schedule_id)
-        return f"Cancelled schedule {schedule_id} ({removed.describe()})."
-
-    # -- tools ------------------------------------------------------------------------------
-
-    def tools(self) -> list[Tool]:
-        return [
-            Tool.from_function(self.schedule),
-            Tool.from_function(self.list_schedules),
-            Tool.from_function(self.cancel_schedule),
-        ]
-
-    async def schedule(
-        self,
-        text: Annotated[
-            str,
-            Field(description="What to do or say when it fires, e.g. 'Remind them to call mum'"),
-        ],
-        at: Annotated[
-            str | None,
-            Field(description="Once, at this ISO 8601 time (without an offset: local time)"),
-        ] = None,
-        every_minutes: Annotated[int | None, Field(description="Repeat every N minutes")] = None,
-        cron: Annotated[
-            str | None, Field(description="Repeat on a 5-field cron rule, e.g. '0 9 * * 1-5'")
-        ] = None,
-    ) -> str:
-        """Schedule a message or task in this chat: once (at), every N minutes, or by cron."""
-        session = self._chat()
-        now = datetime.now(UTC)
-        asker = answering.get()
-        try:
-            made = make_schedule(
-                session,
-                text,
-                at=at,
-                every_minutes=every_minutes,
-                cron=cron,
-                zone=self.zone,
-                now=now,
-                made_by=asker.sender_id if asker is not None else "",
-            )
-            await asyncio.to_thread(self.store.add, made, self.settings.max_per_chat)
-        except ScheduleError as exc:
-            raise ToolError(f"{exc}; nothing was scheduled") from None
-        upcoming = made.next_after(now)
-        self._arm(made, upcoming)
-        when = local(upcoming, self.zone) if upcoming else "never"
-        return f"Scheduled {made.id}: {made.describe()}; next at {when}."
-
-    @read_only_tool
-    async def list_schedules(self) -> str:
-        """List this chat's schedules with their ids and next run."""
-        session = self._chat()
-        return self.listing(session, await asyncio.to_thread(self.store.load), answering.get())
-
-    async def cancel_schedule(
-        self, id: Annotated[str, Field(description="The schedule's id, from list_schedules")]
-    ) -> str:
-        """Cancel one of this chat's schedules."""
-        return await self._cancel(self._chat(), id, answering.get())
-
-    # -- commands ---------------------------------------------------------------------------
-
-    def register(self, commands: CommandSet) -> None:
-        commands.register(
-            Command("schedules", "list this chat's schedules", self._cmd_list, immediate=True)
-        )
-        commands.register(
-            Command(
-                "unschedule",
-                "cancel one of this chat's schedules",
-                self._cmd_cancel,
-                usage="<id>",
-                immediate=True,
-            )
-        )
-
-    async def _cmd_list(self, msg: InboundMessage, args: str) -> str:
-        if not self.running:
-            return NEEDS_GATEWAY.removesuffix(" Nothing was scheduled.")
-        return self.listing(msg.session_key, await asyncio.to_thread(self.store.load), msg)
-
-    async def _cmd_cancel(self, msg: InboundMessage, args: str) -> str:
-        if not self.running:
-            return NEEDS_GATEWAY.removesuffix(" Nothing was scheduled.")
-        if not args.split():
-            return "Usage: /unschedule <id> (/schedules lists them)."
-        return await self._cancel(msg.session_key, args.split()[0], msg)
-
-
-def made_by(session: str, asker: InboundMessage | None) -> str | None:
-    """In a group, a member other than the owner sees and cancels only what they scheduled
-    (None: every schedule of the chat)."""
-    if asker is None or not is_shared_room(session) or is_owner(asker):
-        return None
-    return asker.sender_id
 
 
 def _latest_until(schedule: Schedule, after: datetime, until: datetime) -> datetime | None:

@@ -1,31 +1,29 @@
-"""Schedules: what a chat asked to happen later (once, every N minutes, or on a cron rule), and
-the file in the home that keeps them across restarts.
-
-`$NANOMEM_HOME/schedules.json` is rewritten whole (temp file, fsync, rename) under the home's
-`schedules` lock, and read fresh from the file for every change, never from a cache. When a
-schedule last fired is not kept here: it is stored in the inbox together with the message it
-fired (nanomem/agent/scheduled_turns.py), so "fired" and "recorded as fired" are one step.
+"""Schedules: what a chat asked to happen later (once, every N minutes, or on a cron rule),
+and the checks that a schedule can be armed at all. The file that keeps them across restarts is
+nanomem/agent/schedule_file.py. When a schedule last fired is not kept here: it is stored in the
+inbox together with the message it fired (nanomem/agent/scheduled_turns.py), so "fired" and
+"recorded as fired" are one step.
 """
 
 from __future__ import annotations
 
-import json
+import re
 import secrets
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime, timedelta, tzinfo
-from pathlib import Path
 from typing import Any
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
-
-from loguru import logger
-
-from nanomem import untrusted_json
-from nanomem.durable import atomic_write_text
-from nanomem.locks import FileLock
+from zoneinfo import ZoneInfo
 
 FORMAT_VERSION = 1
 MAX_TEXT_CHARS = 4000
 MAX_EVERY_MINUTES = 60 * 24 * 366
+MAX_CRON_CHARS = 200  # it is quoted in errors and log lines
+# The furthest ahead a schedule's next time may be. Near the year 9999 datetime arithmetic
+# overflows (APScheduler's conversion to UTC raised at arming), and a reminder decades away is
+# a mistake far more often than a wish.
+HORIZON_YEARS = 10
+HORIZON = timedelta(days=365 * HORIZON_YEARS + 3)
+ID_PATTERN = re.compile(r"[0-9A-Za-z_-]{1,32}")  # printable in log lines and /health
 _TICK = timedelta(microseconds=1)
 
 
@@ -86,7 +84,15 @@ class Schedule:
         from apscheduler.triggers.cron import CronTrigger
 
         zone = self.zone
-        rule = CronTrigger.from_crontab(str(self.cron), timezone=UTC)  # UTC has no DST
+        minute, hour, day, month, weekday = str(self.cron).split()
+        rule = CronTrigger(  # in UTC, which has no DST
+            minute=minute,
+            hour=hour,
+            day=day,
+            month=month,
+            day_of_week=_weekdays(weekday),
+            timezone=UTC,
+        )
         wall = moment.astimezone(zone).replace(tzinfo=UTC, fold=0)
         match: datetime | None = rule.get_next_fire_time(None, wall + _TICK)
         for _ in range(4):  # one step is enough; a bound all the same
@@ -102,15 +108,103 @@ class Schedule:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Schedule | None:
+    def reachable(self, now: datetime) -> datetime | None:
+        """Its next time after `now`, or None for a one-shot whose time has passed (its caller
+        judges that); ScheduleError when it cannot be armed: a repeating rule that never
+        happens, or a next time out of range or more than HORIZON ahead."""
         try:
-            known = {k: data[k] for k in cls.__dataclass_fields__ if k in data}
-            found = cls(**known)
-            found.next_after(datetime.now(UTC))  # a rule that no longer parses is refused here
-            return found
-        except (TypeError, ValueError, KeyError, ZoneInfoNotFoundError):
-            return None
+            upcoming = self.next_after(now)
+            too_far = upcoming is not None and upcoming - now > HORIZON
+        except OverflowError:  # near the years 1 and 9999
+            when = self.at or self.created_at
+            raise ScheduleError(f"{when} is out of range for a schedule") from None
+        except ValueError as exc:
+            raise ScheduleError(f"cron {self.cron!r} cannot be used: {exc}") from None
+        if upcoming is None and self.at is None:
+            raise ScheduleError(f"cron {self.cron!r} never happens")
+        if too_far:
+            when = self.at or f"its next time ({upcoming:%Y-%m-%d})"
+            raise ScheduleError(_too_far(when))
+        return upcoming
+
+    @classmethod
+    def from_dict(cls, data: Any, now: datetime) -> Schedule:
+        """An entry of schedules.json, checked as the model's are; ScheduleError says why not."""
+        if not isinstance(data, dict):
+            raise ScheduleError("not a JSON object")
+        fields: dict[str, Any] = {}
+        for name in ("id", "session", "text", "created_at", "timezone", "at", "cron", "made_by"):
+            value = data.get(name)
+            required = name in ("id", "session", "text", "created_at")
+            if value is None and not required:
+                continue
+            if not isinstance(value, str):
+                raise ScheduleError(
+                    f"{name} is {'not a string' if value is not None else 'missing'}"
+                )
+            fields[name] = value
+        if not ID_PATTERN.fullmatch(fields["id"]):
+            raise ScheduleError("id must be 1 to 32 letters, digits, - or _")
+        if ":" not in fields["session"]:
+            raise ScheduleError(f"session {fields['session'][:80]!r} is not channel:chat")
+        every = data.get("every_minutes")
+        if every is not None:
+            if isinstance(every, bool) or not isinstance(every, int):
+                raise ScheduleError("every_minutes is not a whole number")
+            fields["every_minutes"] = every
+        _check_text(fields["text"])
+        fields.setdefault("timezone", "")  # the machine's zone
+        zone = zone_checked(fields["timezone"])
+        try:
+            created = datetime.fromisoformat(fields["created_at"])
+        except ValueError:
+            raise ScheduleError("created_at is not an ISO 8601 time") from None
+        if created.tzinfo is None:
+            raise ScheduleError("created_at has no UTC offset")
+        at = fields.pop("at", None)
+        if at is not None and _when(at, None).tzinfo is None:
+            raise ScheduleError(f"at={at[:80]!r} has no UTC offset")
+        rule = _rule(at, fields.pop("every_minutes", None), fields.pop("cron", None), zone)
+        schedule = cls(**(fields | rule))
+        schedule.reachable(now)
+        return schedule
+
+
+def _too_far(when: str) -> str:
+    return f"{when} is more than {HORIZON_YEARS} years ahead, the furthest a schedule may be"
+
+
+def _check_text(text: str) -> None:
+    if not text.strip():
+        raise ScheduleError("text is empty: say what should happen")
+    if len(text) > MAX_TEXT_CHARS:
+        raise ScheduleError(f"text is too long ({len(text)} characters; limit {MAX_TEXT_CHARS})")
+
+
+def _rule(
+    at: str | None, every_minutes: int | None, cron: str | None, zone: tzinfo
+) -> dict[str, Any]:
+    """Exactly one of the three, checked; `at` keeps the offset it has (none: `zone`'s)."""
+    if sum(value is not None for value in (at, every_minutes, cron)) != 1:
+        raise ScheduleError("give exactly one of at, every_minutes or cron")
+    if at is not None:
+        return {"at": _when(at, zone).isoformat()}
+    if every_minutes is not None:
+        if not 1 <= every_minutes <= MAX_EVERY_MINUTES:
+            raise ScheduleError(f"every_minutes must be from 1 to {MAX_EVERY_MINUTES}")
+        return {"every_minutes": every_minutes}
+    return {"cron": _cron(str(cron))}
+
+
+def zone_checked(name: str) -> tzinfo:
+    """zone_named, or ScheduleError for a name that is no IANA zone."""
+    try:
+        return zone_named(name)
+    except (KeyError, ValueError, OSError):  # ZoneInfoNotFoundError is a KeyError
+        shown = name[:80]
+        raise ScheduleError(
+            f"{shown!r} is not a known time zone (an IANA name such as Europe/Berlin)"
+        ) from None
 
 
 def zone_named(name: str | None) -> tzinfo:
@@ -143,21 +237,7 @@ def make_schedule(
 ) -> Schedule:
     """A new schedule from what the model asked; ScheduleError says what is wrong."""
     text = text.strip()
-    if not text:
-        raise ScheduleError("text is empty: say what should happen")
-    if len(text) > MAX_TEXT_CHARS:
-        raise ScheduleError(f"text is too long ({len(text)} characters; limit {MAX_TEXT_CHARS})")
-    if sum(value is not None for value in (at, every_minutes, cron)) != 1:
-        raise ScheduleError("give exactly one of at, every_minutes or cron")
-    fields: dict[str, Any] = {}
-    if at is not None:
-        fields["at"] = _when(at, zone, now).isoformat()
-    elif every_minutes is not None:
-        if not 1 <= every_minutes <= MAX_EVERY_MINUTES:
-            raise ScheduleError(f"every_minutes must be from 1 to {MAX_EVERY_MINUTES}")
-        fields["every_minutes"] = every_minutes
-    else:
-        fields["cron"] = _cron(str(cron))
+    _check_text(text)
     schedule = Schedule(
         id=secrets.token_hex(4),
         session=session,
@@ -165,98 +245,64 @@ def make_schedule(
         created_at=now.astimezone(UTC).isoformat(timespec="seconds"),
         timezone=zone_name(zone),
         made_by=made_by,
-        **fields,
+        **_rule(at, every_minutes, cron, zone),
     )
-    try:
-        upcoming = schedule.next_after(now)
-    except ValueError as exc:
-        raise ScheduleError(f"cron {cron!r} cannot be used: {exc}") from None
-    if upcoming is None:
-        raise ScheduleError(f"{cron!r} never happens")
+    if schedule.reachable(now) is None:
+        raise ScheduleError(f"at={at!r} has passed (it is now {local(now, zone)})")
     return schedule
 
 
-def _when(text: str, zone: tzinfo, now: datetime) -> datetime:
+def _when(text: str, zone: tzinfo | None) -> datetime:
     try:
         moment = datetime.fromisoformat(text.strip())
     except ValueError:
         raise ScheduleError(
-            f"at={text!r} is not an ISO 8601 time, e.g. 2026-11-24T09:00 or "
+            f"at={text[:80]!r} is not an ISO 8601 time, e.g. 2026-11-24T09:00 or "
             "2026-11-24T09:00:00+01:00"
         ) from None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=zone)
-    if moment <= now:
-        raise ScheduleError(f"at={text!r} has passed (it is now {local(now, zone)})")
-    return moment
+    return moment if moment.tzinfo is not None or zone is None else moment.replace(tzinfo=zone)
+
+
+_DAYS = ("sun", "mon", "tue", "wed", "thu", "fri", "sat")  # crontab's numbers: 0 (and 7) = Sunday
+
+
+def _weekdays(field: str) -> str:
+    """A crontab weekday field as APScheduler 3 takes it: day names, since its numbers start at
+    Monday (`1-5`, Monday to Friday in cron, was Tuesday to Saturday there)."""
+    if field == "*":
+        return field
+    days: set[int] = set()
+    for part in field.split(","):
+        span, slash, step_text = part.partition("/")
+        step = int(step_text) if slash else 1
+        if span == "*":
+            low, high = 0, 6
+        elif "-" in span:
+            first, _, last = span.partition("-")
+            low, high = _day(first), _day(last)
+        else:
+            low = _day(span)
+            high = 6 if slash else low  # `1/2`: from Monday on, every other day
+        if step < 1 or low > high:
+            raise ValueError(f"weekday {part!r} is not a range of days")
+        days.update(day % 7 for day in range(low, high + 1, step))
+    return ",".join(_DAYS[day] for day in sorted(days))
+
+
+def _day(text: str) -> int:
+    if text.isdigit() and int(text) <= 7:
+        return int(text)
+    if text.lower() in _DAYS:
+        return _DAYS.index(text.lower())
+    raise ValueError(f"weekday {text!r} is not 0-7 or sun-sat")
 
 
 def _cron(text: str) -> str:
+    if len(text) > MAX_CRON_CHARS:
+        raise ScheduleError(f"cron is too long ({len(text)} characters; limit {MAX_CRON_CHARS})")
     fields = text.split()
     if len(fields) != 5:
         raise ScheduleError(
             f"cron {text!r} must have 5 fields: minute hour day month weekday, e.g. '0 9 * * 1-5'"
         )
     return " ".join(fields)
-
-
-class ScheduleStore:
-    """Blocking calls, each holding the home's `schedules` lock: run them in a worker thread."""
-
-    def __init__(self, path: Path, lock: FileLock) -> None:
-        self.path = path
-        self.lock = lock
-
-    def load(self) -> list[Schedule]:
-        with self.lock.hold_sync():
-            return self._read()
-
-    def add(self, schedule: Schedule, max_per_chat: int) -> None:
-        with self.lock.hold_sync():
-            schedules = self._read()
-            mine = sum(1 for s in schedules if s.session == schedule.session)
-            if mine >= max_per_chat:
-                raise ScheduleError(
-                    f"this chat has {mine} schedules, the most allowed (schedule.max_per_chat); "
-                    "cancel one first"
-                )
-            self._write([*schedules, schedule])
-
-    def remove(
-        self, schedule_id: str, session: str | None = None, made_by: str | None = None
-    ) -> Schedule | None:
-        """The removed schedule; None when there is none by that id (in that chat's, and made
-        by that sender, if given)."""
-        with self.lock.hold_sync():
-            schedules = self._read()
-            found = next((s for s in schedules if s.id == schedule_id), None)
-            if found is None or (session is not None and found.session != session):
-                return None
-            if made_by is not None and found.made_by != made_by:
-                return None
-            self._write([s for s in schedules if s.id != schedule_id])
-            return found
-
-    def _read(self) -> list[Schedule]:
-        try:
-            data = untrusted_json.loads(self.path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            return []
-        except ValueError as exc:
-            # Written by rename, so never torn; a hand edit gone wrong must not stop the gateway.
-            aside = self.path.with_name(self.path.name + ".unreadable")
-            logger.error("{} is unreadable ({}); moved to {}", self.path, exc, aside)
-            self.path.rename(aside)
-            return []
-        found = []
-        for item in data.get("schedules", []) if isinstance(data, dict) else []:
-            schedule = Schedule.from_dict(item) if isinstance(item, dict) else None
-            if schedule is None:
-                logger.error("schedules.json: skipped an unreadable schedule: {}", item)
-                continue
-            found.append(schedule)
-        return found
-
-    def _write(self, schedules: list[Schedule]) -> None:
-        body = {"v": FORMAT_VERSION, "schedules": [s.to_dict() for s in schedules]}
-        atomic_write_text(self.path, json.dumps(body, ensure_ascii=False, indent=1) + "\n")

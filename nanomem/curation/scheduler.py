@@ -71,11 +71,16 @@ class DreamScheduler:
         last = (self.dream.last_run() or {}).get("last_run")
         if not last:
             return soonest
+        every = timedelta(hours=self.settings.interval_h)
         try:
-            due = datetime.fromisoformat(last) + timedelta(hours=self.settings.interval_h)
-        except ValueError:
+            due = datetime.fromisoformat(last) + every
+            due = max(due, soonest)  # TypeError without an offset
+        except (TypeError, ValueError, OverflowError):  # dream.json edited by hand, say
+            logger.warning("dream: dream.json's last_run {!r} is unreadable", str(last)[:40])
             return soonest
-        return max(due, soonest)
+        # A last run in the future (a clock set back, a hand edit) must not put Dream off for
+        # longer than one interval: at the year 9999 it never ran again.
+        return min(due, now + every)
 
     @property
     def next_run(self) -> datetime | None:

@@ -95,4 +95,7 @@ def parse_day(text: str, *, end: bool, zone: tzinfo | None = None) -> float:
         raise ToolError(f"{text!r} is not a date (YYYY-MM-DD) or an ISO 8601 time") from None
     if moment.tzinfo is None and zone is not None:
         moment = moment.replace(tzinfo=zone)
-    return moment.astimezone().timestamp()
+    try:
+        return moment.astimezone().timestamp()
+    except (OverflowError, ValueError):  # the years 1 and 9999 shifted by a zone
+        raise ToolError(f"{text!r} is out of range: give a date from 0002 to 9998") from None

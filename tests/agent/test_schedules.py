@@ -10,14 +10,15 @@ from loguru import logger
 
 from nanomem.agent.bus import InboundMessage, MessageBus, answering
 from nanomem.agent.inbox import SqliteInbox
+from nanomem.agent.schedule_chat import NEEDS_GATEWAY
+from nanomem.agent.schedule_file import ScheduleStore
 from nanomem.agent.scheduled_turns import (
     INBOX_CHANNEL,
-    NEEDS_GATEWAY,
     ScheduledTurns,
     _latest_until,
     position_name,
 )
-from nanomem.agent.schedules import Schedule, ScheduleError, ScheduleStore, make_schedule
+from nanomem.agent.schedules import Schedule, ScheduleError, make_schedule
 from nanomem.agent.templates import Templates
 from nanomem.audience import audience_of, enter
 from nanomem.config import ScheduleSettings
@@ -57,6 +58,30 @@ def test_cron_follows_the_zone_across_daylight_saving() -> None:
     summer = datetime(2027, 7, 1, 12, tzinfo=UTC)
     assert daily.next_after(summer) == datetime(2027, 7, 2, 7, tzinfo=UTC)  # 09:00 CEST
     assert daily.describe() == "cron `0 9 * * *` (Europe/Berlin)"
+
+
+@pytest.mark.parametrize(
+    ("weekday", "days"),
+    [
+        ("1-5", ["Mon", "Tue", "Wed", "Thu", "Fri"]),
+        ("0", ["Sun"]),
+        ("7", ["Sun"]),
+        ("5-7", ["Fri", "Sat", "Sun"]),
+        ("*/2", ["Sun", "Tue", "Thu", "Sat"]),
+        ("mon,wed", ["Mon", "Wed"]),
+        ("SAT", ["Sat"]),
+    ],
+)
+def test_cron_weekdays_count_from_sunday_as_crontab_does(weekday: str, days: list[str]) -> None:
+    rule = make(cron=f"0 9 * * {weekday}")
+    week = firings(rule, NOW, NOW + timedelta(days=7))
+    assert sorted(moment.strftime("%a") for moment in week) == sorted(days)
+
+
+@pytest.mark.parametrize("weekday", ["8", "fri-mon", "mon/0", "funday"])
+def test_a_weekday_that_is_no_day_is_refused(weekday: str) -> None:
+    with pytest.raises(ScheduleError, match="cannot be used"):
+        make(cron=f"0 9 * * {weekday}")
 
 
 NEW_YORK = ZoneInfo("America/New_York")
@@ -114,6 +139,7 @@ def test_cron_occurrences_only_move_forward_across_daylight_saving() -> None:
         ({"at": "2026-11-24T09:00", "every_minutes": 5}, "exactly one"),
         ({"every_minutes": 0}, "every_minutes must be from 1"),
         ({"cron": "0 9 * *"}, "must have 5 fields"),
+        ({"cron": "0 " * 500}, "cron is too long"),
         ({"cron": "99 9 * * *"}, "cannot be used"),
         ({"cron": "0 9 31 2 *"}, "never happens"),
         ({"at": "tomorrow at nine"}, "not an ISO 8601 time"),
@@ -130,14 +156,15 @@ def test_bad_rules_say_what_is_wrong(rule: dict[str, object], says: str) -> None
 
 @pytest.fixture
 def store(tmp_path: Path) -> ScheduleStore:
-    return ScheduleStore(tmp_path / "schedules.json", FileLock(tmp_path / "locks" / "s.lock"))
+    lock = FileLock(tmp_path / "locks" / "s.lock")
+    return ScheduleStore(tmp_path / "schedules.json", lock, max_per_chat=3)
 
 
 def test_the_store_keeps_schedules_and_a_chat_removes_only_its_own(store: ScheduleStore) -> None:
     mine, theirs = make(every_minutes=5), make(cron="0 9 * * *")
     theirs = Schedule(**(theirs.to_dict() | {"session": "telegram:2"}))
-    store.add(mine, max_per_chat=5)
-    store.add(theirs, max_per_chat=5)
+    store.add(mine)
+    store.add(theirs)
     assert [s.id for s in store.load()] == [mine.id, theirs.id]
     assert json.loads(store.path.read_text())["v"] == 1
     assert store.remove(theirs.id, "telegram:1") is None
@@ -146,17 +173,62 @@ def test_the_store_keeps_schedules_and_a_chat_removes_only_its_own(store: Schedu
 
 
 def test_a_chat_has_at_most_max_per_chat(store: ScheduleStore) -> None:
-    store.add(make(every_minutes=5), max_per_chat=2)
-    store.add(make(every_minutes=6), max_per_chat=2)
+    store.max_per_chat = 2
+    store.add(make(every_minutes=5))
+    store.add(make(every_minutes=6))
     with pytest.raises(ScheduleError, match=r"schedule\.max_per_chat"):
-        store.add(make(every_minutes=7), max_per_chat=2)
+        store.add(make(every_minutes=7))
     assert len(store.load()) == 2
 
 
-def test_an_unreadable_store_is_set_aside(store: ScheduleStore) -> None:
+def test_an_unreadable_store_is_left_alone_and_never_written_over(store: ScheduleStore) -> None:
     store.path.write_text("{not json")
-    assert store.load() == []
-    assert store.path.with_name("schedules.json.unreadable").read_text() == "{not json"
+    stored = store.read()
+    assert stored.schedules == [] and "is not valid JSON" in str(stored.problem)
+    with pytest.raises(ScheduleError, match="not valid JSON"):
+        store.add(make(every_minutes=5))
+    with pytest.raises(ScheduleError, match="not valid JSON"):
+        store.remove("abcd1234")
+    assert store.path.read_text() == "{not json"
+
+
+def test_bad_entries_are_kept_as_written_when_the_file_is_rewritten(store: ScheduleStore) -> None:
+    bad = {"id": "badzone", "session": "telegram:1", "text": "x", "timezone": "Mars/Olympus"}
+    bad |= {"created_at": NOW.isoformat(), "cron": "0 9 * * *"}
+    store.path.write_text(json.dumps({"v": 1, "schedules": [bad]}))
+    (rejected,) = store.read().rejected
+    assert rejected.id == "badzone" and "'Mars/Olympus' is not a known time zone" in rejected.reason
+    made = make(every_minutes=5)
+    store.add(made)
+    assert json.loads(store.path.read_text())["schedules"] == [bad, made.to_dict()]
+    assert store.remove(made.id) == made
+    assert json.loads(store.path.read_text())["schedules"] == [bad]
+
+
+@pytest.mark.parametrize(
+    ("entry", "says"),
+    [
+        ({"at": "9999-12-31T23:59:00-05:00"}, "more than 10 years ahead"),
+        ({"at": "2030-01-01T09:00"}, "has no UTC offset"),
+        ({"every_minutes": 60, "created_at": "9999-12-31T00:00:00+00:00"}, "10 years ahead"),
+        ({"every_minutes": True}, "not a whole number"),
+        ({"cron": "0 9 31 2 *"}, "never happens"),
+        ({"cron": "0 0 29 2 mon"}, "10 years ahead"),
+        ({"cron": "* * * * *", "timezone": "../../etc/passwd"}, "not a known time zone"),
+        ({"cron": "* * * * *", "id": "a\nb"}, "id must be"),
+        ({"cron": "* * * * *", "text": ""}, "text is empty"),
+        ({"cron": "* * * * *", "session": 5}, "session is not a string"),
+    ],
+)
+def test_a_hand_written_entry_that_cannot_be_armed_says_why(
+    store: ScheduleStore, entry: dict[str, object], says: str
+) -> None:
+    base = {"id": "e1", "session": "telegram:1", "text": "x", "timezone": "Europe/Berlin"}
+    base["created_at"] = NOW.isoformat()
+    store.path.write_text(json.dumps({"v": 1, "schedules": [base | entry]}))
+    (rejected,) = store.read().rejected
+    assert says in rejected.reason
+    assert rejected.id == ("e1" if "id" not in entry else "#1")
 
 
 # -- firing through the inbox ------------------------------------------------------------------
@@ -252,7 +324,7 @@ async def test_missed_within_the_grace_fires_once_at_start(
 ) -> None:
     # Every 60 min since 3 h 10 min ago: three occurrences missed, the last 10 minutes ago.
     created = datetime.now(UTC).replace(microsecond=0) - timedelta(hours=3, minutes=10)
-    store.add(stored(every_minutes=60, created_at=created.isoformat()), max_per_chat=5)
+    store.add(stored(every_minutes=60, created_at=created.isoformat()))
     runner = turns(store, bus)
     await runner.start({"telegram"})
     try:
@@ -274,8 +346,8 @@ async def test_missed_by_more_than_the_grace_is_skipped_with_a_log_line(
     with log_lines("WARNING") as lines:
         created = datetime.now(UTC).replace(microsecond=0) - timedelta(hours=3)
         late = (datetime.now(UTC) - timedelta(hours=2)).isoformat(timespec="seconds")
-        store.add(stored(id="0ce0ce00", at=late), max_per_chat=5)
-        store.add(stored(every_minutes=120, created_at=created.isoformat()), max_per_chat=5)
+        store.add(stored(id="0ce0ce00", at=late))
+        store.add(stored(every_minutes=120, created_at=created.isoformat()))
         runner = turns(store, bus, grace_min=30)
         await runner.start({"telegram"})
         try:
@@ -296,7 +368,7 @@ async def test_a_one_shot_that_fired_before_a_restart_does_not_fire_again(
     store: ScheduleStore, bus: MessageBus
 ) -> None:
     at = datetime.now(UTC) - timedelta(minutes=5)
-    store.add(stored(at=at.isoformat()), max_per_chat=5)
+    store.add(stored(at=at.isoformat()))
     await bus.receive(INBOX_CHANNEL, [], (position_name("abcd1234"), at.isoformat()))
     runner = turns(store, bus)
     await runner.start({"telegram"})
@@ -334,7 +406,7 @@ async def test_a_schedule_fires_only_while_its_maker_is_admitted(
             await runner.stop()
             soon = datetime.now(UTC) + timedelta(seconds=1)
             made = stored(id="feedf00d", session="telegram:-500", made_by="77", at=soon.isoformat())
-            store.add(made, max_per_chat=5)
+            store.add(made)
             await runner.start({"telegram"}, admits)
             await until(lambda: any("feedf00d" in line for line in lines))
             assert bus.inbound_depth == 0
@@ -344,8 +416,9 @@ async def test_a_schedule_fires_only_while_its_maker_is_admitted(
             # The firing from before, still waiting for its reply, is not answered either.
             assert f"schedule {once.id} {refused}" in lines
             assert bus.inbox is not None and bus.inbox.pending(INBOX_CHANNEL) == []
-            # The one-shot is spent; the repeating one is kept for when they are allowed back.
-            assert [s.id for s in store.load()] == [repeating.id]
+            # The one-shot is spent (removed just after that line); the repeating one is kept
+            # for when they are allowed back.
+            await until(lambda: [s.id for s in store.load()] == [repeating.id])
         finally:
             await runner.stop()
 
@@ -359,7 +432,7 @@ async def test_a_schedule_made_in_a_scheduled_turn_is_made_by_whoever_made_that_
     await runner.start({"telegram"}, lambda session, made_by: made_by == "77")
     try:
         soon = datetime.now(UTC) + timedelta(seconds=1)
-        store.add(stored(session="telegram:-500", made_by="77", at=soon.isoformat()), 5)
+        store.add(stored(session="telegram:-500", made_by="77", at=soon.isoformat()))
         await runner.stop()
         await runner.start({"telegram"}, lambda session, made_by: made_by == "77")
         fired = await next_message(bus)
@@ -388,7 +461,7 @@ async def test_a_firing_left_in_the_inbox_for_a_refused_maker_is_dropped_at_star
 async def test_a_schedule_of_a_channel_that_is_not_running_waits(
     store: ScheduleStore, bus: MessageBus
 ) -> None:
-    store.add(stored(every_minutes=5), max_per_chat=5)
+    store.add(stored(every_minutes=5))
     runner = turns(store, bus)
     await runner.start({"api"})  # Telegram disabled this time
     try:
@@ -451,7 +524,7 @@ async def test_a_repeating_schedule_whose_firing_failed_is_tried_again(
     store: ScheduleStore, bus: MessageBus
 ) -> None:
     created = datetime.now(UTC).replace(microsecond=0) - timedelta(seconds=55)
-    store.add(stored(every_minutes=1, created_at=created.isoformat()), max_per_chat=5)
+    store.add(stored(every_minutes=1, created_at=created.isoformat()))
     runner = turns(store, bus)
     await runner.start({"telegram"})
     try:
@@ -479,7 +552,7 @@ async def test_an_occurrence_already_in_the_inbox_is_not_fired_again(
     store: ScheduleStore, bus: MessageBus
 ) -> None:
     created = datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=10)
-    store.add(stored(every_minutes=60, created_at=created.isoformat()), max_per_chat=5)
+    store.add(stored(every_minutes=60, created_at=created.isoformat()))
     occurrence = created + timedelta(minutes=60)
     await bus.receive(INBOX_CHANNEL, [], (position_name("abcd1234"), occurrence.isoformat()))
     runner = turns(store, bus)

@@ -50,6 +50,14 @@ class LiveGateway:
         """`text` from a person in `chat` (a group: pass chat_type and user_id), its reply."""
         return await self.reply(chat, lambda: self.telegram.send_text(chat, text, **sender))
 
+    async def health(self) -> tuple[int, dict[str, Any]]:
+        """GET /health over HTTP: its status code and JSON body."""
+        import aiohttp
+
+        url = f"http://127.0.0.1:{self.gateway.port}/health"
+        async with aiohttp.ClientSession() as session, session.get(url) as response:
+            return response.status, await response.json()
+
 
 @asynccontextmanager
 async def telegram_gateway(
