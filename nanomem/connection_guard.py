@@ -32,6 +32,7 @@ class _Watched(asyncio.Protocol):
         self.guard, self.inner = guard, inner
         self.transport: asyncio.Transport | None = None
         self.busy = 0  # requests being answered on this connection
+        self.evicted = False  # closed to make room; no longer counted as open
         self._deadline: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -54,7 +55,7 @@ class _Watched(asyncio.Protocol):
 
     def _expire(self) -> None:
         self._deadline = None
-        if self.busy == 0 and self.transport is not None:
+        if self.busy == 0 and self.transport is not None and not self.evicted:
             self.guard.timed_out += 1
             self.transport.abort()  # nothing of ours to flush; a slow reader gets no more time
             self.guard.report()
@@ -73,7 +74,8 @@ class _Watched(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.disarm()
-        self.guard.open -= 1
+        if not self.evicted:
+            self.guard.open -= 1
         if self.transport is not None:
             self.guard.by_transport.pop(self.transport, None)
         self.transport = None
@@ -81,14 +83,15 @@ class _Watched(asyncio.Protocol):
 
 
 class ConnectionGuard:
-    """A protocol factory in front of the HTTP server's: beyond `limit` open connections new
-    ones are closed at once, and a connection closes when a request's headers have not arrived
-    `read_timeout_s` after it opened (or after its previous answer)."""
+    """A protocol factory in front of the HTTP server's: at `limit` open connections a new one
+    takes the place of the one that has waited longest without a request being answered (or is
+    closed at once when every one is busy answering), and a connection closes when a request's
+    headers have not arrived `read_timeout_s` after it opened (or after its previous answer)."""
 
     def __init__(self, limit: int, read_timeout_s: float) -> None:
         self.limit, self.read_timeout_s = limit, read_timeout_s
         self.open = 0
-        self.refused = self.timed_out = 0  # since the last report
+        self.refused = self.timed_out = self.made_room = 0  # since the last report
         self.by_transport: dict[asyncio.BaseTransport, _Watched] = {}
         self._factory: Callable[[], Any] | None = None
         self._reported = 0.0
@@ -98,13 +101,28 @@ class ConnectionGuard:
         return self._new
 
     def _new(self) -> asyncio.BaseProtocol:
-        if self.open >= self.limit:
+        if self.open >= self.limit and not self._make_room():
             self.refused += 1
             self.report()
             return _REFUSE
         assert self._factory is not None
         self.open += 1
         return _Watched(self, self._factory())
+
+    def _make_room(self) -> bool:
+        """Close the oldest connection with no request in progress. Clients trickling their
+        headers hold every slot otherwise, and `/health` (a monitor, the Docker health check)
+        would be refused for as long as they keep reconnecting; a quick request gets in and is
+        answered before the newest tricklers come round to it."""
+        for watched in self.by_transport.values():  # oldest first: insertion order
+            if watched.busy == 0 and not watched.evicted and watched.transport is not None:
+                watched.evicted = True
+                self.open -= 1
+                self.made_room += 1
+                watched.transport.abort()
+                self.report()
+                return True
+        return False
 
     def request_started(self, transport: asyncio.BaseTransport | None) -> None:
         if (watched := self.by_transport.get(transport)) is not None:  # type: ignore[arg-type]
@@ -124,11 +142,13 @@ class ConnectionGuard:
             return
         self._reported = now
         logger.warning(
-            "gateway: closed {} connections over gateway.max_connections ({}) and {} that sent "
-            "no request within gateway.read_timeout_s ({:g} s) (said at most once a minute)",
-            self.refused,
+            "gateway: at gateway.max_connections ({}), closed {} waiting connections to make "
+            "room and refused {} while every one was busy; closed {} that sent no request "
+            "within gateway.read_timeout_s ({:g} s) (said at most once a minute)",
             self.limit,
+            self.made_room,
+            self.refused,
             self.timed_out,
             self.read_timeout_s,
         )
-        self.refused = self.timed_out = 0
+        self.refused = self.timed_out = self.made_room = 0

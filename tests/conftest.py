@@ -3,6 +3,7 @@ the rule that sorts tests into the fast tier (the default run) and the slow tier
 
 from __future__ import annotations
 
+import asyncio
 import io
 import logging
 import os
@@ -10,7 +11,7 @@ import random
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -257,3 +258,13 @@ def survivors(argv: list[str], within_s: float = 0.0) -> list[int]:
         if not found or time.monotonic() > deadline:
             return found
         time.sleep(0.02)
+
+
+async def until(check: Callable[[], object], timeout_s: float = 30.0) -> object:
+    """Wait for `check()` to be true (its value is returned); a deadline, never a fixed pause."""
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while not (value := check()):
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"timed out after {timeout_s:g} s waiting for {check}")
+        await asyncio.sleep(0.01)
+    return value
