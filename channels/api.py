@@ -50,6 +50,9 @@ if TYPE_CHECKING:
 ABANDONED_KEPT = 1000  # turns whose client left, remembered to stop them if they start late
 STOPPING = "stopping"  # our own error category: the gateway is shutting down
 PARSE_IN_THREAD_BYTES = 256 * 1024
+# The slowest a request body may come on average (after gateway.read_timeout_s of grace): a
+# 20 MB body gets about 5 minutes, one of a few KB a few seconds more than the timeout.
+MIN_BODY_RATE = 64 * 1024
 SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
 
 
@@ -273,14 +276,20 @@ class ApiChannel:
         if request.content_length is not None and request.content_length > self._limit:
             raise too_big
         body = bytearray()
+        # A body that stops arriving would hold its connection for ever, and so would one
+        # trickled in a byte at a time just under the timeout: each read waits at most
+        # gateway.read_timeout_s, and the whole body gets that plus MIN_BODY_RATE's time.
+        size = request.content_length if request.content_length is not None else self._limit
+        loop = asyncio.get_running_loop()
+        whole = loop.time() + self._read_timeout_s + size / MIN_BODY_RATE
         while True:
-            try:  # a body that stops arriving would hold its connection for ever
-                async with asyncio.timeout(self._read_timeout_s):
+            try:
+                async with asyncio.timeout_at(min(whole, loop.time() + self._read_timeout_s)):
                     piece = await request.content.readany()
             except TimeoutError:
                 raise BadRequest(
-                    f"the request body stopped arriving for {self._read_timeout_s:g} s "
-                    "(gateway.read_timeout_s)",
+                    f"the request body stopped arriving for {self._read_timeout_s:g} s, or "
+                    f"came slower than {MIN_BODY_RATE // 1024} KiB/s (gateway.read_timeout_s)",
                     status=408,
                 ) from None
             if not piece:
