@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import secrets
+import stat
 import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
 from nanomem.utf8 import encode
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 def append_lines(path: Path, lines: Iterable[str]) -> None:
@@ -86,3 +91,51 @@ def truncate_torn_tail(path: Path) -> bytes:
         fh.flush()
         os.fsync(fh.fileno())
         return torn
+
+
+def write_below(root: Path, relative: Path, data: bytes) -> None:
+    """Replace root/relative with `data` as atomic_write_text does, its missing folders made,
+    following no link below `root` (OSError: ELOOP or ENOTDIR when one is there): a folder
+    someone swapped for a link cannot send the write elsewhere."""
+    folder = open_folder_below(root, relative.parent)
+    try:
+        replace_in(folder, relative.name, data)
+    finally:
+        os.close(folder)
+
+
+def open_folder_below(root: Path, relative: Path) -> int:
+    """A descriptor of root/relative, its missing folders made, no link followed on the way."""
+    folder = os.open(root, _DIR_FLAGS)
+    try:
+        for part in relative.parts:
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(part, 0o777, dir_fd=folder)
+            inner = os.open(part, _DIR_FLAGS, dir_fd=folder)
+            os.close(folder)
+            folder = inner
+    except BaseException:
+        os.close(folder)
+        raise
+    return folder
+
+
+def replace_in(folder: int, name: str, data: bytes, old: os.stat_result | None = None) -> None:
+    """Write `data` to a fresh file in the folder (O_EXCL, no link followed), fsync, rename it
+    over `name` and fsync the folder; the mode of `old` (the file replaced) is kept."""
+    temporary = f".{name}.{secrets.token_hex(4)}.tmp"
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    fd = os.open(temporary, flags, 0o666, dir_fd=folder)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            if old is not None and stat.S_ISREG(old.st_mode):
+                os.fchmod(fh.fileno(), stat.S_IMODE(old.st_mode))
+            os.fsync(fh.fileno())
+        os.replace(temporary, name, src_dir_fd=folder, dst_dir_fd=folder)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temporary, dir_fd=folder)
+        raise
+    os.fsync(folder)
