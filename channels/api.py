@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import hmac
-import os
 import uuid
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -40,6 +39,7 @@ from channels.api_wire import (
 )
 from nanomem.agent import STOPPED, InboundMessage, MessageBus, OutboundMessage, parse_command
 from nanomem.config import ApiSettings
+from nanomem.durable import write_below
 from nanomem.log import register_secrets
 
 if TYPE_CHECKING:
@@ -299,16 +299,21 @@ class ApiChannel:
                 raise too_big
 
     def _save_images(self, images: list[tuple[str, bytes]]) -> tuple[str, ...]:
-        """Under the workspace's media/, as Telegram's files are; the paths go to the turn."""
+        """Under the workspace's media/, as Telegram's files are; the paths go to the turn.
+        Reached without following links: a shell command may have made media/ one."""
         saved = []
+        root = self.workspace.resolve()
         for suffix, data in images:
             relative = f"media/{datetime.now():%Y-%m-%d}-api-{uuid.uuid4().hex[:12]}{suffix}"
-            path = self.workspace / relative
-            path.parent.mkdir(parents=True, exist_ok=True)
-            with path.open("wb") as fh:
-                fh.write(data)
-                fh.flush()
-                os.fsync(fh.fileno())
+            try:
+                write_below(root, Path(relative), data)
+            except OSError as exc:
+                logger.warning("api: could not save an image under media/: {}", exc)
+                raise BadRequest(
+                    "the image could not be saved under the workspace's media/ folder "
+                    "(is it a link?); nothing was sent to the agent",
+                    status=500,  # not the client's doing: the workspace's
+                ) from None
             saved.append(relative)
         return tuple(saved)
 
