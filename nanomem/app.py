@@ -155,7 +155,7 @@ def build_app(
         )
         for tool in shell.tools():
             tools.add(tool)
-    history = HistoryStore(workspace / "memory", home.lock("history"))
+    history = HistoryStore(workspace / "memory", home.lock("history"), within=workspace)
     recall = Recall(
         history,
         home.history_index,

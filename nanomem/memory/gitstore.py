@@ -445,7 +445,9 @@ class GitStore:
             if content is None:
                 path.unlink(missing_ok=True)
             elif not path.exists() or path.read_bytes() != content:
-                atomic_write_text(path, content.decode("utf-8", errors="replace"))
+                # No link below the workspace followed: a shell command may have planted one.
+                text = content.decode("utf-8", errors="replace")
+                atomic_write_text(path, text, within=self.workspace)
 
 
 def _stats(diff: bytes) -> dict[str, tuple[int, int]]:

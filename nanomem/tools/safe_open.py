@@ -120,4 +120,5 @@ def _replace_in(folder: int, name: str, data: bytes, shown: str) -> None:
         old = None
     if old is not None and not stat.S_ISLNK(old.st_mode):
         refuse_unless_single(old, shown)
-    replace_in(folder, name, data, old)
+    keep = stat.S_IMODE(old.st_mode) if old is not None and stat.S_ISREG(old.st_mode) else None
+    replace_in(folder, name, data, keep)
