@@ -46,6 +46,21 @@ def read_checked(root: Path, target: Path, shown: str, limit: int) -> bytes:
         return fh.read(limit)
 
 
+def read_text_below(root: Path, relative: str, limit: int = 1 << 20) -> str | None:
+    """The text of root/relative (up to `limit` bytes), opened as `read_checked` opens it;
+    None when no file is there. ToolError when a link, a hard link or anything but a regular
+    file is: nanomem's own reads of the workspace (the prompt's files, skills, templates) must
+    not be sent by a link a shell command planted to what the sandbox hid (config.toml)."""
+    base = root.resolve()
+    try:
+        data = read_checked(base, base / relative, relative, limit)
+    except ToolError:
+        if not os.path.lexists(base / relative):
+            return None
+        raise
+    return data.decode("utf-8", errors="replace")
+
+
 def refuse_unless_single(info: os.stat_result, shown: str) -> None:
     """A file with more than one name is a hard link: it may be any file of the same disk."""
     if stat.S_ISDIR(info.st_mode):

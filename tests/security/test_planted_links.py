@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -75,3 +76,31 @@ def test_the_history_archive_is_not_written_through_a_planted_link(
     assert archived.stderr.strip().endswith("the details are in the log."), archived.stderr
     assert sorted(p.name for p in outside.iterdir()) == ["bashrc"]
     assert bashrc.read_text() == "export PS1='$ '"
+
+
+@pytest.mark.skipif(not SANDBOX_RUNS, reason="bubblewrap cannot run here")
+@pytest.mark.parametrize(
+    "name",
+    ["AGENTS.md", "USER.md", "memory/MEMORY.md", "skills/keys/SKILL.md", "templates/system.md.j2"],
+)
+def test_a_planted_link_reads_nothing_of_the_home_into_the_prompt(
+    home: Home, fake_llm: FakeOpenAI, name: str
+) -> None:
+    """The sandbox hides the home from commands; a link a command leaves where nanomem reads
+    the prompt from must not fetch the home's config.toml (the keys) for the model instead."""
+    canary = f"sk-canary-{time.monotonic_ns()}"
+    home.config.write_text(f"{home.config.read_text()}\n# {canary}\n")
+    plant = f"mkdir -p $(dirname {name}) && ln -sf {home.config} {name}"
+    fake_llm.tool_call("exec", {"command": plant})
+    fake_llm.reply("done")
+    env = shell_env(home, fake_llm, "bwrap")
+    assert run_cli("chat", "-m", "go", env=env).returncode == 0
+    assert "exit code 0" in shown(fake_llm)  # planted
+    planted = len(fake_llm.requests)
+    fake_llm.tool_call("read_skill", {"name": "keys"})  # the skill's whole text, if listed
+    fake_llm.reply("fine")
+    asked = run_cli("chat", "-m", "hello", env=env)
+    assert asked.returncode == 0, asked.stderr
+    assert asked.stdout.strip() == "fine"
+    assert len(fake_llm.requests) == planted + 2  # the prompt, then the skill's text
+    assert canary not in json.dumps(fake_llm.requests[planted:]), name
