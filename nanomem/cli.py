@@ -532,6 +532,7 @@ def _yes(question: str) -> bool:
 
 def cmd_dream(args: argparse.Namespace) -> int:
     from nanomem.curation import DreamBusy, DreamResult
+    from nanomem.memory import GitStoreError
     from nanomem.progress_line import ProgressLine
 
     app = _app(args, needs_model=True, stderr_level=args.log_level or "ERROR")
@@ -548,6 +549,8 @@ def cmd_dream(args: argparse.Namespace) -> int:
         result = asyncio.run(dream_once())
     except DreamBusy:
         raise CliError("Dream is already running") from None
+    except GitStoreError as exc:  # a memory file it must not read (a link), say
+        raise CliError(str(exc)) from None
     print(strip_escapes(result.describe()))  # it quotes what the model wrote
     return 1 if result.status == "failed" else 0
 

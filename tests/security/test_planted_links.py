@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from nanomem.home import Home
+from nanomem.memory.history import HistoryEntry
 from tests.channels.test_api_e2e import KEY, post
 from tests.conftest import run_cli
 from tests.fakes.openai_server import FakeOpenAI, Step, echo_step
@@ -104,3 +105,27 @@ def test_a_planted_link_reads_nothing_of_the_home_into_the_prompt(
     assert asked.stdout.strip() == "fine"
     assert len(fake_llm.requests) == planted + 2  # the prompt, then the skill's text
     assert canary not in json.dumps(fake_llm.requests[planted:]), name
+
+
+@pytest.mark.skipif(not SANDBOX_RUNS, reason="bubblewrap cannot run here")
+def test_dream_reads_no_memory_file_through_a_planted_link(
+    home: Home, fake_llm: FakeOpenAI
+) -> None:
+    """Dream (and every memory command) first reads the memory files to commit hand edits,
+    then shows them to the model: a USER.md linked to config.toml must not be either."""
+    canary = f"sk-canary-{time.monotonic_ns()}"
+    home.config.write_text(f"{home.config.read_text()}\n# {canary}\n")
+    fake_llm.tool_call("exec", {"command": f"ln -sf {home.config} USER.md"})
+    fake_llm.reply("done")
+    env = shell_env(home, fake_llm, "bwrap")
+    assert run_cli("chat", "-m", "go", env=env).returncode == 0
+    planted = len(fake_llm.requests)
+    history = home.workspace / "memory" / "history.jsonl"
+    entry = HistoryEntry(1, "2026-11-25T10:00:00+00:00", "cli:direct", "- likes tea", "summary")
+    history.write_text(entry.to_json() + "\n")
+    fake_llm.set_fallback(lambda request: Step.reply("nothing to change"))
+    dreamt = run_cli("dream", env=env)
+    assert "USER.md" in dreamt.stderr + dreamt.stdout and "link" in dreamt.stderr + dreamt.stdout
+    assert canary not in json.dumps(fake_llm.requests[planted:])
+    assert "Traceback" not in dreamt.stderr, dreamt.stderr
+    assert (home.workspace / "USER.md").is_symlink()  # left for the owner to look at
