@@ -22,7 +22,7 @@ from loguru import logger
 
 from nanomem.agent.bus import InboundMessage, MessageBus, OutboundMessage
 from nanomem.escapes import strip_escapes
-from nanomem.log import redact
+from nanomem.log import EACH, redact
 from nanomem.plural import plural
 
 if TYPE_CHECKING:
@@ -105,8 +105,8 @@ async def record_failure(
         return None
     if kept is None:
         return None
-    if kept.parked_at is not None:
-        logger.error(
+    if kept.parked_at is not None:  # once per message: never folded into a count
+        logger.bind(**{EACH: True}).error(
             "message {} ({}) is parked after {}: `nanomem inbox retry {}` tries it again",
             seq,
             where,

@@ -281,3 +281,24 @@ async def test_an_unreadable_stored_firing_does_not_stop_the_schedules(home: Hom
             (parked,) = await until(inbox.parked)
             assert (parked.seq, parked.attempts, parked.preview) == (damaged, 2, "feed the cat")
             await until(lambda: inbox.count() == 1)  # the answered firing left the inbox
+
+
+@pytest.mark.slow
+def test_each_parked_message_gets_its_own_log_line(
+    servers: tuple[FakeTelegram, FakeOpenAI], home: Home
+) -> None:
+    """Two messages parked within a minute differ only in numbers (their ids and chats): the
+    log's flood guard must not fold the second into a count, since each is the owner's to
+    retry or drop by the id that line names."""
+    telegram, llm = servers
+    for chat in (1002, 1003):
+        break_session(home, chat)
+    process = gateway(home, telegram, llm)
+    telegram.send_text(1002, "please remember the milk")
+    telegram.send_text(1003, "and the eggs")
+    telegram.wait_for_messages(OWNER, 2)  # both parked, the owner told of each
+    assert process.stop() == 0, "".join(process.lines)
+    parked = [line for line in process.lines if "is parked after" in line]
+    assert sorted(line.split("(telegram:")[1][:4] for line in parked) == ["1002", "1003"], "".join(
+        process.lines
+    )
