@@ -56,12 +56,9 @@ def atomic_write_text(
     if within is not None:
         folder = open_folder_below(within.resolve(), path.parent.relative_to(within))
         try:
-            replace_in(
-                folder,
-                path.name,
-                encode(text),
-                mode if mode is not None else _mode(folder, path.name),
-            )
+            keep = mode if mode is not None else _mode(folder, path.name)
+            # A new file is private, as mkstemp makes it on the other path.
+            replace_in(folder, path.name, encode(text), 0o600 if keep is None else keep)
         finally:
             os.close(folder)
         return
@@ -139,7 +136,8 @@ def write_below(root: Path, relative: Path, data: bytes) -> None:
     someone swapped for a link cannot send the write elsewhere."""
     folder = open_folder_below(root, relative.parent)
     try:
-        replace_in(folder, relative.name, data)
+        keep = _mode(folder, relative.name)
+        replace_in(folder, relative.name, data, 0o600 if keep is None else keep)  # as mkstemp
     finally:
         os.close(folder)
 
