@@ -20,10 +20,10 @@ from tests.fakes.telegram_server import FakeTelegram
 from tests.security.test_shell_sandbox import SANDBOX_RUNS, shell_env, shown
 from tests.test_gateway_e2e import GatewayProcess
 
+pytestmark = pytest.mark.slow  # real nanomem processes, each
 PNG = b"\x89PNG\r\n\x1a\nnot really a picture"
 
 
-@pytest.mark.slow
 def test_an_api_image_is_not_saved_through_a_planted_media_link(home: Home, tmp_path: Path) -> None:
     outside = tmp_path / "autostart"
     outside.mkdir()
