@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import hmac
-import os
 import uuid
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -40,6 +39,7 @@ from channels.api_wire import (
 )
 from nanomem.agent import STOPPED, InboundMessage, MessageBus, OutboundMessage, parse_command
 from nanomem.config import ApiSettings
+from nanomem.durable import write_below
 from nanomem.log import register_secrets
 
 if TYPE_CHECKING:
@@ -50,6 +50,9 @@ if TYPE_CHECKING:
 ABANDONED_KEPT = 1000  # turns whose client left, remembered to stop them if they start late
 STOPPING = "stopping"  # our own error category: the gateway is shutting down
 PARSE_IN_THREAD_BYTES = 256 * 1024
+# The slowest a request body may come on average (after gateway.read_timeout_s of grace): a
+# 20 MB body gets about 5 minutes, one of a few KB a few seconds more than the timeout.
+MIN_BODY_RATE = 64 * 1024
 SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
 
 
@@ -273,14 +276,20 @@ class ApiChannel:
         if request.content_length is not None and request.content_length > self._limit:
             raise too_big
         body = bytearray()
+        # A body that stops arriving would hold its connection for ever, and so would one
+        # trickled in a byte at a time just under the timeout: each read waits at most
+        # gateway.read_timeout_s, and the whole body gets that plus MIN_BODY_RATE's time.
+        size = request.content_length if request.content_length is not None else self._limit
+        loop = asyncio.get_running_loop()
+        whole = loop.time() + self._read_timeout_s + size / MIN_BODY_RATE
         while True:
-            try:  # a body that stops arriving would hold its connection for ever
-                async with asyncio.timeout(self._read_timeout_s):
+            try:
+                async with asyncio.timeout_at(min(whole, loop.time() + self._read_timeout_s)):
                     piece = await request.content.readany()
             except TimeoutError:
                 raise BadRequest(
-                    f"the request body stopped arriving for {self._read_timeout_s:g} s "
-                    "(gateway.read_timeout_s)",
+                    f"the request body stopped arriving for {self._read_timeout_s:g} s, or "
+                    f"came slower than {MIN_BODY_RATE // 1024} KiB/s (gateway.read_timeout_s)",
                     status=408,
                 ) from None
             if not piece:
@@ -290,16 +299,21 @@ class ApiChannel:
                 raise too_big
 
     def _save_images(self, images: list[tuple[str, bytes]]) -> tuple[str, ...]:
-        """Under the workspace's media/, as Telegram's files are; the paths go to the turn."""
+        """Under the workspace's media/, as Telegram's files are; the paths go to the turn.
+        Reached without following links: a shell command may have made media/ one."""
         saved = []
+        root = self.workspace.resolve()
         for suffix, data in images:
             relative = f"media/{datetime.now():%Y-%m-%d}-api-{uuid.uuid4().hex[:12]}{suffix}"
-            path = self.workspace / relative
-            path.parent.mkdir(parents=True, exist_ok=True)
-            with path.open("wb") as fh:
-                fh.write(data)
-                fh.flush()
-                os.fsync(fh.fileno())
+            try:
+                write_below(root, Path(relative), data)
+            except OSError as exc:
+                logger.warning("api: could not save an image under media/: {}", exc)
+                raise BadRequest(
+                    "the image could not be saved under the workspace's media/ folder "
+                    "(is it a link?); nothing was sent to the agent",
+                    status=500,  # not the client's doing: the workspace's
+                ) from None
             saved.append(relative)
         return tuple(saved)
 

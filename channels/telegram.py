@@ -4,8 +4,7 @@ the only importer of python-telegram-bot)."""
 from __future__ import annotations
 
 import asyncio
-import os
-import tempfile
+import io
 from collections.abc import Awaitable
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -69,6 +68,7 @@ from nanomem.agent import (
     record_failure,
 )
 from nanomem.config import ConfigError, TelegramSettings
+from nanomem.durable import write_below
 from nanomem.log import register_secrets
 from nanomem.plural import plural
 from nanomem.utf8 import clean_text
@@ -482,19 +482,18 @@ class TelegramChannel:
         return None
 
     async def _download(self, item: Any, suffix: str, session: str) -> str:
-        """Saved under a fresh temporary name, then renamed into place: opening the final name
-        for writing would write through whatever a group planted there (a hard link to
-        USER.md, say)."""
-        folder = media_folder(self.workspace, session)
-        path = folder / f"{datetime.now():%Y-%m-%d}-{item.file_unique_id}{suffix}"
-        temporary = await asyncio.to_thread(_fresh_file, folder, suffix)
-        try:
-            await (await item.get_file()).download_to_drive(temporary)
-            await asyncio.to_thread(temporary.replace, path)
-        except BaseException:
-            _discard(temporary)
-            raise
-        return str(path.relative_to(self.workspace))
+        """Saved under a fresh temporary name, then renamed into place, in the media folder as
+        reached without following links: opening the final name for writing would write
+        through whatever a group planted there (a hard link to USER.md, say), and a `media`
+        link its sandboxed shell made would carry the file out of the room."""
+        root = self.workspace.resolve()
+        path = (
+            media_folder(root, session) / f"{datetime.now():%Y-%m-%d}-{item.file_unique_id}{suffix}"
+        )
+        data = io.BytesIO()  # python-telegram-bot holds the whole file in memory either way
+        await (await item.get_file()).download_to_memory(data)
+        await asyncio.to_thread(write_below, root, path.relative_to(root), data.getvalue())
+        return str(path.relative_to(root))
 
     # Outbound: queued per chat in Delivery, which reaches the Bot API through these calls.
 
@@ -567,17 +566,6 @@ class TelegramChannel:
     async def typing(self, key: str) -> None:
         chat_id, thread = target(key)
         await call_api(self._active_bot().send_chat_action(chat_id, ChatAction.TYPING, thread))
-
-
-def _fresh_file(folder: Path, suffix: str) -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
-    fd, name = tempfile.mkstemp(dir=folder, prefix=".download-", suffix=suffix)
-    os.close(fd)
-    return Path(name)
-
-
-def _discard(path: Path) -> None:
-    path.unlink(missing_ok=True)
 
 
 async def _quietly(step: Awaitable[Any], what: str) -> None:

@@ -108,8 +108,10 @@ def build_app(
     bus: MessageBus | None = None,
     *,
     durable: bool = False,
+    config: Path | None = None,
 ) -> App:
-    """With `durable`, messages pass through the inbox on disk (the gateway)."""
+    """With `durable`, messages pass through the inbox on disk (the gateway); `config`: the
+    config file in use when it is not the home's (hidden from shell commands like the home)."""
     llm = settings.llm
     register_secrets(configured_secrets(settings))
     if llm.old_defaults_ignored:
@@ -149,11 +151,11 @@ def build_app(
             approval=approval,
             sandbox=tool_settings.shell_sandbox,
             network=tool_settings.shell_network,
-            hidden=[home.root],
+            hidden=[home.root, *([config.expanduser()] if config is not None else [])],
         )
         for tool in shell.tools():
             tools.add(tool)
-    history = HistoryStore(workspace / "memory", home.lock("history"))
+    history = HistoryStore(workspace / "memory", home.lock("history"), within=workspace)
     recall = Recall(
         history,
         home.history_index,

@@ -287,7 +287,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
     if ":" in args.session:
         raise CliError("--session takes a name here; whole keys (telegram:123) go with -m")
     home, settings = _configured(args, needs_model=True, ask=True)
-    return asyncio.run(_interactive(home, settings, args.session, stderr_level))
+    return asyncio.run(_interactive(home, settings, args.session, stderr_level, args.config))
 
 
 def _message_text(message: str) -> str:
@@ -384,7 +384,9 @@ class StdoutStream:
             sys.stdout.flush()
 
 
-async def _interactive(home: Home, settings: Settings, session: str, stderr_level: str) -> int:
+async def _interactive(
+    home: Home, settings: Settings, session: str, stderr_level: str, config: Path | None
+) -> int:
     """The prompt comes first; the app is built behind it while the person types (what they
     send meanwhile waits on the bus), then litellm and the tokenizer load the same way."""
     from nanomem.agent import MessageBus, load_channel, pump_outbound
@@ -407,7 +409,7 @@ async def _interactive(home: Home, settings: Settings, session: str, stderr_leve
         await asyncio.wait([chat, first_draw], return_when=asyncio.FIRST_COMPLETED)
         first_draw.cancel()
         if not chat.done():
-            app = await asyncio.to_thread(_build, home, settings, stderr_level, bus)
+            app = await asyncio.to_thread(_build, home, settings, stderr_level, bus, config=config)
             workers.append(asyncio.create_task(app.loop.run(), name="agent-loop"))
             app.scheduler.start()  # Dream runs on its interval while the chat is open
             app.warm_up()
@@ -452,7 +454,7 @@ def _app(
     args: argparse.Namespace, *, needs_model: bool, stderr_level: str | None, durable: bool = False
 ) -> App:
     home, settings = _configured(args, needs_model=needs_model)
-    return _build(home, settings, stderr_level, durable=durable)
+    return _build(home, settings, stderr_level, durable=durable, config=args.config)
 
 
 def _build(
@@ -462,6 +464,7 @@ def _build(
     bus: MessageBus | None = None,
     *,
     durable: bool = False,
+    config: Path | None = None,  # --config: hidden from shell commands like the home
 ) -> App:
     """Logging, then the app (most of nanomem, imported only now)."""
     from nanomem.app import build_app
@@ -473,7 +476,7 @@ def _build(
     setup_logging(settings.log.level, home.logs, stderr_level=stderr_level)
     if _switched_off_by_us:  # loguru is set up: commands the agent runs must not inherit it
         os.environ.pop(LOGURU_SWITCH, None)
-    return build_app(settings, home, bus=bus, durable=durable)
+    return build_app(settings, home, bus=bus, durable=durable, config=config)
 
 
 def _configured(
@@ -529,6 +532,7 @@ def _yes(question: str) -> bool:
 
 def cmd_dream(args: argparse.Namespace) -> int:
     from nanomem.curation import DreamBusy, DreamResult
+    from nanomem.memory import GitStoreError
     from nanomem.progress_line import ProgressLine
 
     app = _app(args, needs_model=True, stderr_level=args.log_level or "ERROR")
@@ -545,6 +549,8 @@ def cmd_dream(args: argparse.Namespace) -> int:
         result = asyncio.run(dream_once())
     except DreamBusy:
         raise CliError("Dream is already running") from None
+    except GitStoreError as exc:  # a memory file it must not read (a link), say
+        raise CliError(str(exc)) from None
     print(strip_escapes(result.describe()))  # it quotes what the model wrote
     return 1 if result.status == "failed" else 0
 

@@ -12,12 +12,14 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from loguru import logger
+
 from nanomem.agent.bus import InboundMessage
 from nanomem.agent.skills import Skills
 from nanomem.agent.templates import Templates
 from nanomem.audience import audience_of, room_folder
 from nanomem.memory import HistoryStore
-from nanomem.tools import ToolError, read_checked
+from nanomem.tools import ToolError, read_checked, read_text_below
 
 IMAGE_TYPES = {
     ".jpg": "image/jpeg",
@@ -153,10 +155,10 @@ class ContextBuilder:
         return str(path.relative_to(room)) if path.is_relative_to(room) else relative
 
     def _read(self, relative: str) -> str:
-        path = self.workspace / relative
         try:
-            return path.read_text(encoding="utf-8").strip()
-        except (FileNotFoundError, IsADirectoryError):
+            return (read_text_below(self.workspace, relative) or "").strip()
+        except ToolError as exc:  # a link (planted by a command?): left out, said in the log
+            logger.warning("prompt: {} is left out: {}", relative, exc)
             return ""
 
     def _files_key(self) -> tuple[Any, ...]:

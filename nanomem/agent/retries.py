@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING
 from loguru import logger
 
 from nanomem.agent.bus import InboundMessage, MessageBus, OutboundMessage
-from nanomem.log import redact
+from nanomem.escapes import strip_escapes
+from nanomem.log import EACH, redact
 from nanomem.plural import plural
 
 if TYPE_CHECKING:
@@ -50,8 +51,9 @@ def retry_delay(attempts: int, *, max_attempts: int = 5, first_s: float = 10.0) 
 
 
 def first_words(text: str, width: int = 60) -> str:
-    """One line of a message for a listing, never a secret."""
-    line = " ".join(redact(text).split())
+    """One line of a message for a listing, never a secret, nor a control sequence: it is a
+    person's words, shown on the owner's terminal by `nanomem status` and `nanomem inbox`."""
+    line = " ".join(strip_escapes(redact(text)).split())
     return line if len(line) <= width else line[: width - 1] + "…"
 
 
@@ -59,7 +61,8 @@ def parked_line(p: Pending) -> str:
     """One parked message, for `nanomem status` and `nanomem inbox`."""
     when = p.received_at.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC")
     return (
-        f"#{p.seq} {p.channel}:{p.chat} · {when} · “{p.preview}” · "
+        # Stripped again: a preview stored before first_words stripped sequences.
+        f"#{p.seq} {p.channel}:{p.chat} · {when} · “{strip_escapes(p.preview)}” · "
         f"{plural(p.attempts, 'attempt')} · {p.last_error or 'unknown error'}"
     )
 
@@ -102,8 +105,8 @@ async def record_failure(
         return None
     if kept is None:
         return None
-    if kept.parked_at is not None:
-        logger.error(
+    if kept.parked_at is not None:  # once per message: never folded into a count
+        logger.bind(**{EACH: True}).error(
             "message {} ({}) is parked after {}: `nanomem inbox retry {}` tries it again",
             seq,
             where,

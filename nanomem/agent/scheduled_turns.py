@@ -28,6 +28,7 @@ from nanomem.agent.schedule_file import ScheduleStore
 from nanomem.agent.schedules import Schedule, ScheduleError, local, zone_named
 from nanomem.agent.templates import Templates
 from nanomem.config import ScheduleSettings
+from nanomem.log import EACH
 
 if TYPE_CHECKING:
     from nanomem.agent.inbox import Pending
@@ -109,7 +110,9 @@ class ScheduledTurns(ChatSchedules):
         for schedule in stored.schedules:
             channel = schedule.session.partition(":")[0]
             if channel not in channels:  # kept for a start with that channel enabled again
-                logger.warning("schedule {}: channel {} is not running", schedule.id, channel)
+                logger.bind(**{EACH: True}).warning(
+                    "schedule {}: channel {} is not running", schedule.id, channel
+                )
                 continue
             try:
                 await self._resume(schedule, now)
@@ -133,7 +136,8 @@ class ScheduledTurns(ChatSchedules):
 
     def _not_armed(self, schedule_id: str, reason: str) -> None:
         self.failed[schedule_id] = reason
-        logger.error("schedule {} is not armed: {}", schedule_id, reason)
+        # Once per entry (never repeated): not for the flood guard to fold into a count.
+        logger.bind(**{EACH: True}).error("schedule {} is not armed: {}", schedule_id, reason)
 
     def report(self) -> dict[str, Any] | None:
         """For /health: how many are armed, which failed to arm and why; None when not running."""
@@ -179,7 +183,7 @@ class ScheduledTurns(ChatSchedules):
             self._arm(schedule, missed, catch_up=True)
             return
         upcoming = schedule.next_after(now)
-        logger.warning(
+        logger.bind(**{EACH: True}).warning(  # once per entry at start
             "schedule {} ({}) was due at {}, more than schedule.misfire_grace_min ({} min) ago; "
             "skipped{}",
             schedule.id,

@@ -6,9 +6,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
 
+from loguru import logger
 from pydantic import Field
 
-from nanomem.tools import Tool, ToolError, read_only_tool
+from nanomem.tools import Tool, ToolError, read_only_tool, read_text_below
 
 
 @dataclass(frozen=True)
@@ -42,10 +43,22 @@ class Skills:
             return []
         found = []
         for skill_file in sorted(self.directory.glob("*/SKILL.md")):
-            meta = parse_front_matter(skill_file.read_text(encoding="utf-8", errors="replace"))
+            if (text := self._text(skill_file)) is None:
+                continue
+            meta = parse_front_matter(text)
             name = meta.get("name") or skill_file.parent.name
             found.append(Skill(name, meta.get("description", ""), skill_file))
         return found
+
+    def _text(self, skill_file: Path) -> str | None:
+        """Read as the file tools read (no link, no hard link): a link a shell command planted
+        must not bring the file it points to (config.toml, say) to the model."""
+        relative = skill_file.relative_to(self.directory.parent)
+        try:
+            return read_text_below(self.directory.parent, str(relative))
+        except ToolError as exc:
+            logger.warning("skills: {} is left out: {}", relative, exc)
+            return None
 
     def tools(self) -> list[Tool]:
         return [Tool.from_function(self.read_skill)]
@@ -57,6 +70,6 @@ class Skills:
         """Read the full instructions of one skill listed in the system prompt."""
         for skill in self.all():
             if skill.name == name or skill.path.parent.name == name:
-                return skill.path.read_text(encoding="utf-8", errors="replace")
+                return self._text(skill.path) or ""
         known = ", ".join(s.name for s in self.all()) or "none"
         raise ToolError(f"no skill named {name!r}; available: {known}")

@@ -7,6 +7,8 @@ override that fails for any reason falls back to the bundled template with a log
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -81,12 +83,12 @@ class Templates:
 
 
 def _sandbox(override_dir: Path | None) -> Environment:
-    from jinja2 import ChoiceLoader, FileSystemLoader, StrictUndefined
+    from jinja2 import BaseLoader, ChoiceLoader, FileSystemLoader, FunctionLoader, StrictUndefined
     from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-    loaders = [FileSystemLoader(str(bundled_dir("templates")))]
+    loaders: list[BaseLoader] = [FileSystemLoader(str(bundled_dir("templates")))]
     if override_dir is not None:
-        loaders.insert(0, FileSystemLoader(str(override_dir)))
+        loaders.insert(0, FunctionLoader(functools.partial(_override, override_dir)))
     return ImmutableSandboxedEnvironment(
         loader=ChoiceLoader(loaders),
         undefined=StrictUndefined,
@@ -95,3 +97,25 @@ def _sandbox(override_dir: Path | None) -> Environment:
         lstrip_blocks=True,
         autoescape=False,
     )
+
+
+def _override(folder: Path, name: str) -> tuple[str, str, Callable[[], bool]] | None:
+    """An override's source, read as the file tools read (no link, no hard link): a link a
+    shell command planted must not render config.toml into a prompt. A link raises ToolError,
+    which `render` reports before it uses the bundled template."""
+    from nanomem.tools import read_text_below
+
+    text = read_text_below(folder.parent, f"{folder.name}/{name}")
+    if text is None:
+        return None
+    path = folder / name
+    changed = _stamp(path)
+    return text, str(path), lambda: _stamp(path) == changed
+
+
+def _stamp(path: Path) -> tuple[int, int] | None:
+    try:
+        info = path.lstat()
+    except OSError:
+        return None
+    return info.st_mtime_ns, info.st_size

@@ -77,6 +77,9 @@ def _add_object(repo: Repo, obj: ShaFile) -> None:
         repo.object_store.add_object(obj)
 
 
+MAX_TRACKED_BYTES = 64 * 1024 * 1024  # far above any memory file; a bound all the same
+
+
 class GitStoreError(Exception):
     """A request the person made that cannot be done (unknown sha, ...); safe to show."""
 
@@ -153,12 +156,24 @@ class GitStore:
                 self._commit(self.read_workspace(), "initial memory", allow_empty=True)
 
     def read_workspace(self) -> Files:
+        """The tracked files as they are now (None: absent), read as the file tools read: a
+        link a shell command planted (USER.md -> the hidden config.toml) would otherwise be
+        committed and shown to Dream's model; GitStoreError names it instead."""
+        from nanomem.tools import ToolError, read_checked
+
+        root = self.workspace.resolve()
         files: Files = {}
         for rel in self.tracked:
-            try:
-                files[rel] = (self.workspace / rel).read_bytes()
-            except FileNotFoundError:
+            if not os.path.lexists(root / rel):
                 files[rel] = None
+                continue
+            try:
+                files[rel] = read_checked(root, root / rel, rel, MAX_TRACKED_BYTES)
+            except ToolError as exc:
+                raise GitStoreError(
+                    f"{exc}: memory files must be plain files in the workspace; nothing was "
+                    f"read or committed until {rel} is one"
+                ) from None
         return files
 
     def commit_if_changed(self, message: str) -> Version | None:
@@ -445,7 +460,9 @@ class GitStore:
             if content is None:
                 path.unlink(missing_ok=True)
             elif not path.exists() or path.read_bytes() != content:
-                atomic_write_text(path, content.decode("utf-8", errors="replace"))
+                # No link below the workspace followed: a shell command may have planted one.
+                text = content.decode("utf-8", errors="replace")
+                atomic_write_text(path, text, within=self.workspace)
 
 
 def _stats(diff: bytes) -> dict[str, tuple[int, int]]:

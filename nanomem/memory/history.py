@@ -86,7 +86,12 @@ class HistoryStore:
     processes can append. Reads walk the file backwards or binary-search it, so no per-turn
     operation re-parses the whole archive."""
 
-    def __init__(self, memory_dir: Path, lock: FileLock | None = None) -> None:
+    def __init__(
+        self, memory_dir: Path, lock: FileLock | None = None, *, within: Path | None = None
+    ) -> None:
+        # `within`: the workspace. A shell command may write there, so no link below it is
+        # followed when we write (a planted memory/ -> ~/.bashrc.d gets an OSError instead).
+        self.within = within
         self.path = memory_dir / "history.jsonl"
         self.cursor_path = memory_dir / ".cursor"
         self.dream_cursor_path = memory_dir / ".dream_cursor"
@@ -110,7 +115,7 @@ class HistoryStore:
         """Runs holding the history lock."""
         if not self._recovered:
             self._recover()
-        elif self.path.exists() and truncate_torn_tail(self.path):  # another process died
+        elif self.path.exists() and truncate_torn_tail(self.path, within=self.within):  # died
             logger.warning("history.jsonl: dropped a torn last line")
         last = self.last_cursor()
         stamp = now_iso()
@@ -129,9 +134,9 @@ class HistoryStore:
             for i, e in enumerate(entries, start=1)
         ]
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        append_lines(self.path, [entry.to_json() for entry in written])
+        append_lines(self.path, [entry.to_json() for entry in written], within=self.within)
         if written:
-            atomic_write_text(self.cursor_path, f"{written[-1].cursor}\n")
+            atomic_write_text(self.cursor_path, f"{written[-1].cursor}\n", within=self.within)
         return written
 
     def recover(self) -> None:
@@ -147,7 +152,7 @@ class HistoryStore:
         self._recovered = True
         clean_temp_files(self.path.parent)
         if self.path.exists():
-            torn = truncate_torn_tail(self.path)
+            torn = truncate_torn_tail(self.path, within=self.within)
             if torn:
                 logger.warning("history.jsonl: dropped a torn last line ({} bytes)", len(torn))
         from_file = self.last_cursor()
@@ -158,7 +163,7 @@ class HistoryStore:
                     "memory/.cursor was {}, the history says {}; fixed", cached, from_file
                 )
             if from_file or cached is not None:
-                atomic_write_text(self.cursor_path, f"{from_file}\n")
+                atomic_write_text(self.cursor_path, f"{from_file}\n", within=self.within)
 
     # -- reading -------------------------------------------------------------------------
 
@@ -170,7 +175,7 @@ class HistoryStore:
         """Written atomically, and only forward: a restore never makes Dream re-read history.
         The caller holds the Dream lock."""
         if cursor > self.dream_cursor():
-            atomic_write_text(self.dream_cursor_path, f"{cursor}\n")
+            atomic_write_text(self.dream_cursor_path, f"{cursor}\n", within=self.within)
 
     def iter_backwards(self, stop_at_cursor: int = 0) -> Iterator[HistoryEntry]:
         """Newest first, down to (not including) `stop_at_cursor`; unreadable lines skipped."""

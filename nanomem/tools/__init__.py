@@ -9,7 +9,7 @@ if TYPE_CHECKING:
     from nanomem.tools.files import FileTools
     from nanomem.tools.prctl import hide_environment
     from nanomem.tools.registry import Tool, ToolError, ToolRegistry, read_only_tool
-    from nanomem.tools.safe_open import read_checked
+    from nanomem.tools.safe_open import read_checked, read_text_below
     from nanomem.tools.sandbox import Decision, decide
     from nanomem.tools.shell import ShellTool
 
@@ -24,6 +24,7 @@ __all__ = [
     "hide_environment",
     "read_checked",
     "read_only_tool",
+    "read_text_below",
 ]
 __getattr__ = lazy_exports(
     __name__,
@@ -31,7 +32,7 @@ __getattr__ = lazy_exports(
         "files": ("FileTools",),
         "registry": ("Tool", "ToolError", "ToolRegistry", "read_only_tool"),
         "prctl": ("hide_environment",),
-        "safe_open": ("read_checked",),
+        "safe_open": ("read_checked", "read_text_below"),
         "sandbox": ("Decision", "decide"),
         "shell": ("ShellTool",),
     },

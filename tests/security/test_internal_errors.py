@@ -13,7 +13,8 @@ from __future__ import annotations
 import asyncio
 import json
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -25,7 +26,7 @@ from nanomem.agent.bus import MessageBus
 from nanomem.agent.channel import pump_outbound
 from nanomem.agent.inbox import SqliteInbox
 from nanomem.agent.retries import RETRYING
-from nanomem.app import build_app
+from nanomem.app import App, build_app
 from nanomem.gateway import Gateway
 from nanomem.home import Home
 from nanomem.memory.session import session_filename
@@ -66,6 +67,28 @@ def stored(home: Home, chat: int) -> list[dict[str, Any]]:
 def gateway(home: Home, telegram: FakeTelegram, llm: FakeOpenAI, **env: str) -> GatewayProcess:
     settings = {"NANOMEM_AGENT__RETRY_FIRST_S": "0.3", "NANOMEM_AGENT__MAX_ATTEMPTS": "3"}
     return GatewayProcess(home, telegram, llm, **(settings | env))
+
+
+def scripted_app(home: Home, *, retry_first_s: float, max_attempts: int) -> App:
+    """The gateway's app with the scripted model, retrying failed messages quickly."""
+    sections: dict[str, Any] = {
+        "gateway": {"port": 0},
+        "dream": {"enabled": False},
+        "agent": {"retry_first_s": retry_first_s, "max_attempts": max_attempts},
+    }
+    return build_app(settings_for(home, **sections), home, ScriptedProvider(), durable=True)
+
+
+@asynccontextmanager
+async def running(app: App, fake: FakeTelegram) -> AsyncIterator[None]:
+    """The real gateway in-process, its Telegram channel against `fake`."""
+    gateway = Gateway(app, {"telegram": make_channel(fake, app.workspace)})
+    serving = asyncio.create_task(gateway.run())
+    try:
+        yield
+    finally:
+        gateway.request_stop()
+        await asyncio.wait_for(serving, WAIT_S)
 
 
 @pytest.mark.slow
@@ -201,15 +224,8 @@ async def test_a_message_the_channel_cannot_take_in_is_kept_and_taken_again(
     # A Bot API answer we cannot read (getFile without its file_unique_id) made taking the
     # message in raise: it was logged and then sat in the inbox until the next start.
     with FakeTelegram() as fake:
-        sections: dict[str, Any] = {
-            "gateway": {"port": 0},
-            "dream": {"enabled": False},
-            "agent": {"retry_first_s": 0.2, "max_attempts": 5},
-        }
-        app = build_app(settings_for(home, **sections), home, ScriptedProvider(), durable=True)
-        gateway = Gateway(app, {"telegram": make_channel(fake, app.workspace)})
-        serving = asyncio.create_task(gateway.run())
-        try:
+        app = scripted_app(home, retry_first_s=0.2, max_attempts=5)
+        async with running(app, fake):
             unreadable = json.dumps({"ok": True, "result": {"file_id": "document-1"}})
             fake.fail_next("getFile", body=unreadable, times=2)
             fake.send_document(OWNER_42, b"milk, eggs", file_name="list.txt")
@@ -219,9 +235,6 @@ async def test_a_message_the_channel_cannot_take_in_is_kept_and_taken_again(
             assert answer["reply_to_message"]["message_id"]  # late: it quotes the question
             await until(lambda: app.bus.inbox is not None and app.bus.inbox.count() == 0)
             assert len(fake.sent_messages(OWNER_42)) == 2
-        finally:
-            gateway.request_stop()
-            await asyncio.wait_for(serving, WAIT_S)
 
 
 async def test_an_unreadable_stored_message_does_not_keep_telegram_down(
@@ -230,39 +243,24 @@ async def test_an_unreadable_stored_message_does_not_keep_telegram_down(
     # One stored update that cannot be read back (damaged, or written by another version)
     # made every start of the channel fail: Telegram stayed down for every chat.
     with FakeTelegram() as fake:
-        sections: dict[str, Any] = {
-            "gateway": {"port": 0},
-            "dream": {"enabled": False},
-            "agent": {"retry_first_s": 0.05, "max_attempts": 2},
-        }
-        app = build_app(settings_for(home, **sections), home, ScriptedProvider(), durable=True)
+        app = scripted_app(home, retry_first_s=0.05, max_attempts=2)
         inbox = app.bus.inbox
         assert inbox is not None
         damaged = {"update_id": 1, "message": {"message_id": 1, "text": "the lost words"}}
         (seq,) = inbox.add("telegram", [(str(OWNER_42), damaged)], None)
-        gateway = Gateway(app, {"telegram": make_channel(fake, app.workspace)})
-        serving = asyncio.create_task(gateway.run())
-        try:
+        async with running(app, fake):
             fake.send_text(OWNER_42, "hello")
             (answer,) = await fake.wait_for_messages_async(OWNER_42, 1, timeout=WAIT_S)
             assert answer["text"].endswith("hello")  # the channel runs
             (parked,) = await until(inbox.parked)  # kept for the owner, not retried forever
             assert (parked.seq, parked.attempts, parked.preview) == (seq, 2, "the lost words")
-        finally:
-            gateway.request_stop()
-            await asyncio.wait_for(serving, WAIT_S)
 
 
 async def test_an_unreadable_stored_firing_does_not_stop_the_schedules(home: Home) -> None:
     # One stored firing that could not be read back made the schedules' start fail: no other
     # firing was replayed and no schedule was armed until the next start.
     with FakeTelegram() as fake:
-        sections: dict[str, Any] = {
-            "gateway": {"port": 0},
-            "dream": {"enabled": False},
-            "agent": {"retry_first_s": 0.05, "max_attempts": 2},
-        }
-        app = build_app(settings_for(home, **sections), home, ScriptedProvider(), durable=True)
+        app = scripted_app(home, retry_first_s=0.05, max_attempts=2)
         inbox = app.bus.inbox
         assert inbox is not None
         now = datetime.now(UTC).isoformat()
@@ -277,14 +275,30 @@ async def test_an_unreadable_stored_firing_does_not_stop_the_schedules(home: Hom
         }
         chat = str(OWNER_42)
         damaged, _ = inbox.add("schedule", [(chat, {"text": "feed the cat"}), (chat, firing)], None)
-        gateway = Gateway(app, {"telegram": make_channel(fake, app.workspace)})
-        serving = asyncio.create_task(gateway.run())
-        try:
+        async with running(app, fake):
             (answer,) = await fake.wait_for_messages_async(OWNER_42, 1, timeout=WAIT_S)
             assert answer["text"].endswith("water the plants")
             (parked,) = await until(inbox.parked)
             assert (parked.seq, parked.attempts, parked.preview) == (damaged, 2, "feed the cat")
             await until(lambda: inbox.count() == 1)  # the answered firing left the inbox
-        finally:
-            gateway.request_stop()
-            await asyncio.wait_for(serving, WAIT_S)
+
+
+@pytest.mark.slow
+def test_each_parked_message_gets_its_own_log_line(
+    servers: tuple[FakeTelegram, FakeOpenAI], home: Home
+) -> None:
+    """Two messages parked within a minute differ only in numbers (their ids and chats): the
+    log's flood guard must not fold the second into a count, since each is the owner's to
+    retry or drop by the id that line names."""
+    telegram, llm = servers
+    for chat in (1002, 1003):
+        break_session(home, chat)
+    process = gateway(home, telegram, llm)
+    telegram.send_text(1002, "please remember the milk")
+    telegram.send_text(1003, "and the eggs")
+    telegram.wait_for_messages(OWNER, 2)  # both parked, the owner told of each
+    assert process.stop() == 0, "".join(process.lines)
+    parked = [line for line in process.lines if "is parked after" in line]
+    assert sorted(line.split("(telegram:")[1][:4] for line in parked) == ["1002", "1003"], "".join(
+        process.lines
+    )

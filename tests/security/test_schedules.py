@@ -21,6 +21,7 @@ from tests.conftest import cli_env, log_lines, run_cli_here
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.telegram_gateway import LiveGateway, call, obedient, telegram_gateway
 from tests.fakes.telegram_server import FakeTelegram
+from tests.test_gateway_e2e import GatewayProcess, wait_until
 
 CHATS = [1000, 1001, 1002, 1003]
 YEAR_9999 = "9999-12-31T23:59:00-05:00"  # past datetime.max once in UTC
@@ -228,3 +229,30 @@ async def test_search_history_dates_out_of_range_get_a_clear_error(
             reply = await live.say(1000, call("search_history", query="mum", since=since))
             assert f"{since!r} is out of range" in reply, reply
             assert "OverflowError" not in reply
+
+
+# -- integration with the log's repeat counting -----------------------------------------------
+
+
+@pytest.mark.slow
+def test_each_bad_entry_gets_its_own_line_in_the_real_log(home: Home) -> None:
+    """Hand-written entries often differ only in numbers (water1, water2; or no id: #1, #2)
+    and fail for the same reason: to the log's flood guard that is one line repeated. Each must
+    still be written once, naming its entry."""
+    no_id = {k: v for k, v in entry("x", at=YEAR_9999).items() if k != "id"}
+    bad = [entry(f"water{n}", at=YEAR_9999) for n in (1, 2, 3)]
+    write(home, [*bad, no_id, no_id, entry("good0003", every_minutes=60)])
+    with FakeTelegram() as telegram, FakeOpenAI() as llm:
+        process = GatewayProcess(home, telegram, llm)
+        try:
+            wait_until(lambda: len(process.health()[1]["schedules"]["failed"]) == 5, what="5")
+        finally:
+            assert process.stop() == 0, "".join(process.lines)
+    lines = [line for line in process.lines if "is not armed" in line]
+    assert [line.split("schedule ")[1].split(" ")[0] for line in lines] == [
+        "water1",
+        "water2",
+        "water3",
+        "#4",
+        "#5",
+    ], "".join(process.lines)

@@ -307,3 +307,26 @@ def test_where_bwrap_cannot_run_auto_falls_back_and_bwrap_refuses(
         assert line.endswith('shell_sandbox = "bwrap": no command runs')
         assert shown(fake_llm).startswith("Error: the shell cannot run: NOT sandboxed")
         assert not (home.workspace / "ran.txt").exists()
+
+
+def test_a_config_file_outside_the_home_stays_hidden(home: Home, fake_llm: FakeOpenAI) -> None:
+    """`nanomem --config /opt/nanomem/config.toml` (or one under /etc): the keys are in a file
+    the sandbox shows read-only with the rest of that system folder, unless it is hidden too."""
+    if not SANDBOX_RUNS or not os.access("/opt", os.W_OK):
+        pytest.skip("needs the sandbox and a writable /opt (a config such as /opt/nanomem/...)")
+    folder = Path(tempfile.mkdtemp(dir="/opt", prefix="nanomem-test-"))
+    try:
+        config = folder / "config.toml"
+        canary = f"sk-canary-{os.getpid()}-{time.monotonic_ns()}"
+        config.write_text(f"{home.config.read_text()}\n# the keys: {canary}\n")
+        (folder / "neighbour.txt").write_text("visible\n")  # positive control: /opt is there
+        fake_llm.tool_call("exec", {"command": f"cat {folder}/neighbour.txt {config}"})
+        fake_llm.reply("done")
+        env = shell_env(home, fake_llm, "bwrap")
+        result = run_cli("--config", str(config), "chat", "-m", "go", env=env)
+        assert result.returncode == 0, result.stderr
+        seen = shown(fake_llm)
+        assert seen.startswith("exit code") and "visible" in seen, seen
+        assert canary not in seen, seen
+    finally:
+        shutil.rmtree(folder)

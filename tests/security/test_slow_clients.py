@@ -3,6 +3,7 @@ a time (slowloris), more connections than the gateway takes, and a body that sta
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import resource
@@ -183,6 +184,38 @@ def test_a_stalled_body_is_answered_408_and_closed(gateway: GatewayProcess) -> N
         assert b"gateway.read_timeout_s" in answer
         assert time.monotonic() - started < TIMEOUT_S + 15  # closed, not held for ever
     finally:
+        sock.close()
+
+
+def test_a_body_trickled_in_just_under_the_timeout_is_answered_408(gateway: GatewayProcess) -> None:
+    """The body's variant of slowloris: a byte every second never lets one read wait
+    gateway.read_timeout_s, so a per-read timeout would hold the connection for ever
+    (1,000 bytes: 17 minutes; api.max_body_mb: weeks)."""
+    sock = socket.create_connection(("127.0.0.1", gateway.port))
+    stop = threading.Event()
+
+    def trickle() -> None:
+        with contextlib.suppress(OSError):
+            while not stop.wait(1.0):  # the attacker's pace, not a wait for the gateway
+                sock.send(b" ")
+
+    try:
+        sock.sendall(
+            b"POST /v1/chat/completions HTTP/1.1\r\nHost: gateway\r\n"
+            b"Authorization: Bearer " + KEY.encode() + b"\r\n"
+            b"Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n"
+        )
+        sender = threading.Thread(target=trickle, daemon=True)
+        sender.start()
+        sock.settimeout(TIMEOUT_S + 20)
+        answer = b""
+        with contextlib.suppress(ConnectionResetError, TimeoutError):
+            while chunk := sock.recv(65536):
+                answer += chunk
+        assert answer.startswith(b"HTTP/1.1 408"), answer[:200]
+        assert b"gateway.read_timeout_s" in answer
+    finally:
+        stop.set()
         sock.close()
 
 

@@ -11,6 +11,13 @@ from nanomem.home import Home
 from nanomem.memory.history import HistoryEntry
 from tests.conftest import cli_env, run_cli_here, settings_for
 from tests.fakes.openai_server import FakeOpenAI
+from tests.fakes.telegram_server import FakeTelegram
+from tests.security.test_internal_errors import (  # noqa: F401 (servers: a fixture)
+    OWNER,
+    break_session,
+    gateway,
+    servers,
+)
 from tests.test_e2e_terminal import PROMPT, chat  # noqa: F401 (the pty fixture)
 
 TITLE, CLEAR, CLIPBOARD = "\x1b]0;pwned-title\x07", "\x1b[2J", "\x1b]52;c;cm0gLXJmIH4=\x07"
@@ -89,3 +96,23 @@ def test_dream_output_shows_a_hostile_error_as_text(home: Home, fake_llm: FakeOp
     result = run_cli_here("dream", env=env)
     assert result.stdout.startswith("Dream failed and changed nothing"), result.stdout
     assert_safe(result.stdout + result.stderr)
+
+
+@pytest.mark.slow
+def test_a_parked_message_shows_no_sequence_in_status_or_inbox(
+    servers: tuple[FakeTelegram, FakeOpenAI],  # noqa: F811
+    home: Home,
+) -> None:
+    """A person's words (not the model's) reach the owner's terminal too: the first words of a
+    message whose handling kept failing, in `nanomem status` and `nanomem inbox`."""
+    telegram, llm = servers
+    break_session(home, 1002)
+    process = gateway(home, telegram, llm)
+    telegram.send_text(1002, f"Hi{TITLE}{CLEAR}{CLIPBOARD}!")
+    telegram.wait_for_messages(OWNER, 1)  # told it is parked
+    assert process.stop() == 0, "".join(process.lines)
+    for command in ("status", "inbox"):
+        result = run_cli_here(command, env=cli_env(home))
+        assert result.returncode == 0, result.stderr
+        assert "telegram:1002" in result.stdout and "“Hi!”" in result.stdout, result.stdout
+        assert_safe(result.stdout)

@@ -153,6 +153,21 @@ async def test_the_home_stays_hidden_inside_a_read_only_system_folder() -> None:
         shutil.rmtree(home)
 
 
+async def test_a_hidden_file_inside_the_workspace_shows_empty(tmp_path: Path) -> None:
+    if decide("auto").binary is None:
+        pytest.skip("needs the sandbox")
+    (tmp_path / "config.toml").write_text('api_key = "sk-hidden-0123456789"\n')
+    look = "cat config.toml; echo ok > made"
+    shell = ShellTool(
+        tmp_path, timeout_s=10, max_output_chars=2000, hidden=[tmp_path / "config.toml"]
+    )
+    result = await shell.exec(look)
+    assert "sk-hidden" not in result and (tmp_path / "made").exists()
+    assert (tmp_path / "config.toml").read_text().startswith("api_key")  # left as it was
+    control = ShellTool(tmp_path, timeout_s=10, max_output_chars=2000)  # nothing hidden
+    assert "sk-hidden" in await control.exec(look)
+
+
 async def test_a_group_seeing_personal_memory_still_gets_no_unsandboxed_shell(
     tmp_path: Path,
 ) -> None:
