@@ -10,6 +10,7 @@ import functools
 import os
 import signal
 import sys
+import weakref
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Annotated, Protocol
@@ -29,6 +30,16 @@ CHUNK = 64 * 1024
 STOP_GRACE_S = 5.0
 # Every shell process running now: the orphan sweep leaves these alone.
 _running: set[int] = set()
+# Per event loop: no command starts while a sweep runs, so every child the sweep finds that is
+# not in _running is a leftover of the command that ended, never another chat's new command.
+# (Anything else nanomem ever starts as a child must start under this lock and be in _running.)
+_spawning: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _spawn_lock() -> asyncio.Lock:
+    return _spawning.setdefault(asyncio.get_running_loop(), asyncio.Lock())
 
 
 def command_env(
@@ -100,23 +111,25 @@ class ShellTool:
             # The reaper owns the command's whole process tree (setsid'd children included).
             argv = [sys.executable, "-I", "-S", str(REAPER), str(os.getpid()), command]
             _adopt_orphans()
-        process = await asyncio.create_subprocess_exec(
-            *argv,
-            cwd=folder,
-            env=env,
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.STDOUT,
-            start_new_session=True,
-        )
-        _running.add(process.pid)
+        async with _spawn_lock():
+            process = await asyncio.create_subprocess_exec(
+                *argv,
+                cwd=folder,
+                env=env,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.STDOUT,
+                start_new_session=True,
+            )
+            _running.add(process.pid)
         since = start_ticks(process.pid)
         try:
             return await self._collect(process, sandboxed)
         finally:
             _running.discard(process.pid)
             if not sandboxed and since is not None:
-                await asyncio.to_thread(sweep, since, frozenset(_running))
+                async with _spawn_lock():
+                    await asyncio.to_thread(sweep, since, frozenset(_running))
 
     async def _collect(self, process: asyncio.subprocess.Process, sandboxed: bool) -> str:
         assert process.stdout is not None

@@ -191,3 +191,25 @@ async def test_a_home_inside_the_workspace_stays_hidden(tmp_path: Path) -> None:
     assert not (home / "planted").exists()
     control = ShellTool(tmp_path, timeout_s=10, max_output_chars=2000)  # nothing hidden
     assert "sk-hidden" in await control.exec(look)
+
+
+async def test_one_chats_sweep_never_kills_a_command_another_chat_starts_meanwhile(
+    tmp_path: Path,
+) -> None:
+    """Without the sandbox each command ends with a sweep of what nanomem adopted; a command
+    another chat starts while that sweep runs is nanomem's own child, not a leftover."""
+    shell = ShellTool(tmp_path, timeout_s=30, max_output_chars=1000, sandbox="off")
+
+    async def quick_ones() -> None:
+        for _ in range(15):
+            await shell.exec("true")
+
+    async def long_one(index: int) -> str:
+        await asyncio.sleep(index * 0.02)  # staggered starts, so some land inside a sweep
+        return await shell.exec("sleep 0.5; echo alive")
+
+    results = await asyncio.gather(
+        *(quick_ones() for _ in range(4)), *(long_one(i) for i in range(12))
+    )
+    survived = [r for r in results[4:] if r == "exit code 0\nalive\n"]
+    assert len(survived) == 12, results[4:]
