@@ -85,8 +85,10 @@ def newest(
                 (SNIPPET_TOKENS, match, low, high, limit),
             )
         )
-    except sqlite3.OperationalError:
-        pass  # the deadline: `rows` holds what came before it
+    except sqlite3.OperationalError as exc:
+        # Past the deadline `rows` holds what came before it; any other failure is said.
+        if monotonic() <= deadline:
+            logger.warning("history search {!r} failed: {}", match, exc)  # the query is quoted
     return _hits(db, rows, since, until)
 
 
