@@ -83,6 +83,18 @@ def shown_so_far(text: str) -> str:
     return masked[: max(0, len(masked) - (len(_secrets[0]) - 1))]
 
 
+def redact_values(value: Any) -> Any:
+    """Every string inside a JSON-like value masked (before it is encoded: JSON's escapes would
+    hide a secret holding a quote, a backslash or non-ASCII characters from `redact`)."""
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, dict):
+        return {key: redact_values(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [redact_values(item) for item in value]
+    return value
+
+
 def redact_message(message: dict[str, Any]) -> dict[str, Any]:
     """A chat message with every known secret masked (its text and tool-call arguments)."""
     if not _secrets:

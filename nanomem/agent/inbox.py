@@ -29,7 +29,7 @@ from typing import Any, Protocol
 
 from loguru import logger
 
-from nanomem.masking import redact
+from nanomem.masking import redact_values
 from nanomem.untrusted_json import loads as untrusted_loads
 
 SCHEMA_VERSION = 2
@@ -357,4 +357,4 @@ def _iso(moment: datetime) -> str:
 def _dumps(value: dict[str, Any]) -> str:
     # Lone surrogates (from a model or a channel) must not make the write fail. A known secret
     # someone typed is stored masked, as the session stores it.
-    return redact(json.dumps(value, ensure_ascii=True))
+    return json.dumps(redact_values(value), ensure_ascii=True)

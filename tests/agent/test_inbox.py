@@ -17,6 +17,7 @@ from nanomem.agent.inbox import SqliteInbox, parked_in
 from nanomem.agent.retries import retry_delay
 from nanomem.app import build_app
 from nanomem.home import Home
+from nanomem.masking import register_secrets
 from nanomem.providers.scripted import ScriptedProvider
 from tests.conftest import settings_for
 
@@ -241,3 +242,15 @@ async def test_a_restart_hands_back_only_what_no_retry_owns(tmp_path: Path) -> N
     assert [p.seq for p in await bus.unfinished("telegram")] == [fresh]
     assert inbox.count() == 3
     inbox.close()
+
+
+def test_a_secret_json_would_escape_is_stored_masked(tmp_path: Path) -> None:
+    secret = 'pässwörd-"quoted"\\-ключ'  # JSON writes it as \u00e4, \", \\ and \u043a...
+    register_secrets([secret])
+    inbox = SqliteInbox(tmp_path / "inbox.sqlite3")
+    inbox.add("telegram", [("42", {"text": f"it is {secret}", "parts": [secret]})], None)
+    (pending,) = inbox.pending("telegram")
+    assert pending.payload == {"text": "it is ***", "parts": ["***"]}
+    inbox.close()
+    stored = (tmp_path / "inbox.sqlite3").read_bytes()
+    assert "pässwörd".encode() not in stored and b"p\\u00e4ssw\\u00f6rd" not in stored
