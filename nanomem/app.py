@@ -37,7 +37,6 @@ from nanomem.memory import (
     Recall,
     SessionStore,
 )
-from nanomem.old_defaults import NOTE as OLD_DEFAULTS_NOTE
 from nanomem.providers import (
     LiteLLMProvider,
     Provider,
@@ -114,8 +113,6 @@ def build_app(
     config file in use when it is not the home's (hidden from shell commands like the home)."""
     llm = settings.llm
     register_secrets(configured_secrets(settings))
-    if llm.old_defaults_ignored:
-        logger.info(OLD_DEFAULTS_NOTE)
     workspace = workspace_of(settings, home)
     templates = Templates(workspace / "templates")
     skills = Skills(workspace / "skills")

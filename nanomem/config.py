@@ -12,15 +12,12 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
-    PrivateAttr,
     SecretStr,
     ValidationError,
     field_validator,
     model_validator,
 )
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
-
-from nanomem.old_defaults import without_old_defaults
 
 ENV_PREFIX = "NANOMEM_"
 ENV_DELIMITER = "__"
@@ -49,13 +46,6 @@ class LLMSettings(_Section):
     transport: Literal["auto", "litellm", "direct"] = "auto"
     # Replies arrive piece by piece as the model writes them; off for servers that cannot.
     stream: bool = True
-    # Set when config.toml held only old onboarding defaults (nanomem/old_defaults.py).
-    _old_defaults: bool = PrivateAttr(False)
-
-    @property
-    def old_defaults_ignored(self) -> bool:
-        """config.toml held exactly the old onboarding defaults, so they were not applied."""
-        return self._old_defaults
 
 
 class AgentSettings(_Section):
@@ -309,7 +299,6 @@ def load_settings(config_path: Path, overrides: dict[str, Any] | None = None) ->
     """Build Settings; a missing file means defaults, anything unusable raises ConfigError."""
     overrides = overrides or {}
     file_data = read_toml(config_path) if config_path.exists() else {}
-    file_data, old_defaults = without_old_defaults(file_data)
 
     class _Loaded(Settings):
         @classmethod
@@ -327,7 +316,6 @@ def load_settings(config_path: Path, overrides: dict[str, Any] | None = None) ->
         settings = _Loaded(**overrides)
     except ValidationError as exc:
         raise ConfigError(_describe(exc, config_path, file_data, overrides)) from None
-    settings.llm._old_defaults = old_defaults
     _check_prompt_room(settings.llm, config_path, file_data, overrides)
     return settings
 

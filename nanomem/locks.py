@@ -14,8 +14,8 @@ import fcntl
 import os
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -66,14 +66,6 @@ class FileLock:
         if fd is not None:
             os.close(fd)  # closing the file drops the flock
         self._guard.release()
-
-    @asynccontextmanager
-    async def hold(self, wait_s: float | None = None) -> AsyncIterator[None]:
-        await self.acquire(wait_s)
-        try:
-            yield
-        finally:
-            self.release()
 
     # -- sync: for worker threads -----------------------------------------------------------
 

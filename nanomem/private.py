@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from nanomem.home import Home
 
-PRIVATE_UMASK = 0o077  # set by the CLI: every file nanomem creates is the owner's alone
 WALKED = ".private-v1"  # the home's folders were walked and tightened once
 
 

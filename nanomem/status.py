@@ -23,8 +23,6 @@ def status_rows(
     path = route(llm).describe() if llm.model else "(no model)"
     if problem := model_name_problem(llm.model, llm.api_base):
         path = f"(none) {problem}"
-    if llm.old_defaults_ignored:
-        path += " (config.toml's old onboarding defaults are treated as not chosen)"
     return [
         ("version", version),
         ("home", str(home.root)),

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 from typing import Any
 
-REPLACEMENT = "\ufffd"
-
 
 def is_valid(text: str) -> bool:
     """True when `text` encodes as UTF-8 (no lone surrogates)."""

@@ -53,7 +53,6 @@ BASE_MODULES = {
     "locks",
     "log",
     "masking",
-    "old_defaults",
     "plural",
     "untrusted_json",
     "utf8",

@@ -31,7 +31,8 @@ NOTHING_TO_STOP = "Nothing is running."
 class Command:
     name: str
     summary: str
-    handler: Handler
+    # None: the command is a whole turn the loop runs itself (/retry), not a line of text.
+    handler: Handler | None
     usage: str = ""
     # Runs at once instead of queueing behind the chat's running turn (e.g. /stop).
     immediate: bool = False

@@ -154,7 +154,7 @@ class AgentLoop:
             self._turn_slots,
         ):
             self._check_taking()
-            if found and found[0].name == "retry":  # a whole turn, not a line of text
+            if found and found[0].handler is None:  # /retry: a whole turn, not a line of text
                 return await self._stoppable_turn(msg, progress, retry=True)
             if found:
                 return await command_reply(msg, *found)
@@ -385,9 +385,6 @@ class AgentLoop:
             if still:
                 await asyncio.wait(still, timeout=2.0)
 
-    def is_busy(self, session_key: str) -> bool:
-        return session_key in self._running or session_key in self._starting
-
     def _register_builtin_commands(self) -> None:
         register = self.commands.register
         register(Command("help", "show the commands", self._cmd_help, immediate=True))
@@ -395,7 +392,7 @@ class AgentLoop:
             Command("new", "start a new conversation (earlier ones stay in memory)", self._cmd_new)
         )
         register(Command("stop", "stop the reply in progress", self._cmd_stop, immediate=True))
-        register(Command("retry", "run your last unanswered message again", self._cmd_retry))
+        register(Command("retry", "run your last unanswered message again", None))
 
     async def _cmd_help(self, msg: InboundMessage, args: str) -> str:
         listed = [command for command in self.commands.all() if command.listed]
@@ -406,9 +403,6 @@ class AgentLoop:
         notes = [note for hook in self.before_new if (note := await hook(session))]
         await self.sessions.update_state(session, replay_from=len(session.messages))
         return "\n".join(["New session started.", *notes])
-
-    async def _cmd_retry(self, msg: InboundMessage, args: str) -> str:
-        return NOTHING_TO_RETRY  # never reached: handle() runs /retry as a turn
 
     async def _cmd_stop(self, msg: InboundMessage, args: str) -> str:
         task = self._running.get(msg.session_key)
@@ -430,6 +424,7 @@ async def command_reply(msg: InboundMessage, command: Command, args: str) -> Out
     can show it as written (plain text, its own line breaks), not as Markdown."""
     if (refused := command.refusal(msg)) is not None:  # the one owner check of every command
         return OutboundMessage.answering(msg, refused, kind="error", command=command.name)
+    assert command.handler is not None  # a command without one is a turn (_handle runs it)
     result = await command.handler(msg, args)
     text, buttons = (result.text, result.buttons) if isinstance(result, Answer) else (result, ())
     return OutboundMessage.answering(msg, text, buttons=buttons, command=command.name)

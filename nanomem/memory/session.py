@@ -293,10 +293,6 @@ class SessionStore:
         for session in self._cache.values():
             session.recount()
 
-    @property
-    def cached(self) -> int:
-        return len(self._cache)
-
     def count(self) -> int:
         if not self.directory.is_dir():
             return 0

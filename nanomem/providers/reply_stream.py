@@ -65,10 +65,6 @@ class ReplyStream:
         except (TypeError, ValueError):
             self.usage = None
 
-    @property
-    def shown(self) -> bool:
-        return bool(self._text)
-
     async def finish(self, *, ended: bool) -> Reply:
         """The whole Reply. `ended`: the stream said it was complete ([DONE] or a finish
         reason); a stream that just stops was cut, and its text is not a whole reply."""

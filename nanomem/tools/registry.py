@@ -87,9 +87,6 @@ class ToolRegistry:
     def names(self) -> list[str]:
         return list(self._tools)
 
-    def get(self, name: str) -> Tool | None:
-        return self._tools.get(name)
-
     def is_read_only(self, name: str) -> bool:
         tool = self._tools.get(name)
         return tool is not None and tool.read_only

@@ -4,7 +4,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from nanomem.agent.bus import InboundMessage, OutboundMessage
-from nanomem.agent.commands import STOPPED
+from nanomem.agent.commands import NOTHING_TO_STOP, STOPPED
 from nanomem.agent.loop import NOTHING_TO_RETRY
 from nanomem.app import App
 from nanomem.home import Home
@@ -224,15 +224,21 @@ async def test_a_tool_call_round_trip_through_the_loop(home: Home) -> None:
     }
 
 
+async def stop_once_there(app: App, every_s: float = 0.01) -> OutboundMessage | None:
+    """/stop, sent until the chat has a turn to stop (one sent before changes nothing)."""
+    async with asyncio.timeout(10):
+        while (stop := await app.loop.handle(msg("/stop"))) is not None and (
+            stop.content == NOTHING_TO_STOP
+        ):
+            await asyncio.sleep(every_s)
+    return stop
+
+
 async def test_a_stop_right_after_sending_still_keeps_the_message(home: Home) -> None:
     provider = ScriptedProvider(latency=30)
     app = make_app(home, provider)
     turn = asyncio.create_task(app.loop.handle(msg("keep me")))
-    for _ in range(100):  # cancel as early as /stop can reach the turn
-        if app.loop.is_busy("cli:direct"):
-            break
-        await asyncio.sleep(0)
-    stop = await app.loop.handle(msg("/stop"))
+    stop = await stop_once_there(app, every_s=0)  # as early as /stop can reach the turn
     assert stop is not None and stop.content == "Stopped."
     assert await turn is None
     stored = await type(app.sessions)(app.sessions.directory).get("cli:direct")  # from disk
@@ -280,9 +286,7 @@ async def test_a_stop_during_a_failed_save_does_not_stop_the_next_message(
     gate = app.sessions._write_lock(session)  # held: the next save waits here
     await gate.acquire()
     turn = asyncio.create_task(app.loop.handle(msg("two")))
-    while not app.loop.is_busy("cli:direct"):
-        await asyncio.sleep(0.01)
-    stop = await app.loop.handle(msg("/stop"))
+    stop = await stop_once_there(app)
     assert stop is not None and stop.content == STOPPED
     session.path.unlink()
     session.path.mkdir()  # the waiting save now fails
@@ -377,7 +381,7 @@ async def test_stopping_mid_stream_keeps_the_part_that_was_shown(home: Home) -> 
     app = make_app(home, ScriptedProvider())
     app.loop.provider = Slow()
     turn = asyncio.create_task(streamed_turn(app, "slowly"))
-    while not app.loop.is_busy("cli:direct") or "cli:direct" not in app.loop._running:
+    while "cli:direct" not in app.loop._running:
         await asyncio.sleep(0.01)
     await asyncio.sleep(0.05)
     stop = await app.loop.handle(msg("/stop"))

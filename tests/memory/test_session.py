@@ -117,11 +117,14 @@ def test_to_wire_drops_orphan_tool_calls() -> None:
 
 async def test_cache_is_bounded(tmp_path: Path) -> None:
     store = SessionStore(tmp_path, cache_size=3)
-    for i in range(10):
-        await store.append(await store.get(f"k{i}"), [user("hi")])
-    assert store.cached == 3
+    sessions = [await store.get(f"k{i}") for i in range(10)]
+    for session in sessions:
+        await store.append(session, [user("hi")])
+    assert all([await store.get(f"k{i}") is sessions[i] for i in (7, 8, 9)])  # the last 3 kept
+    assert await store.get("k6") is not sessions[6]  # and no more: k6 was dropped, read again
     assert store.count() == 10
-    assert [m["content"] for m in (await store.get("k0")).messages] == ["hi"]  # reloaded
+    reloaded = await store.get("k0")
+    assert reloaded is not sessions[0] and [m["content"] for m in reloaded.messages] == ["hi"]
 
 
 async def test_a_session_file_appears_with_its_first_message(tmp_path: Path) -> None:

@@ -1,9 +1,8 @@
-"""Which path a model takes (providers/routing.py), the key's source, old onboarding defaults,
-onboarding's comments, and `nanomem status` naming the path through the real CLI."""
+"""Which path a model takes (providers/routing.py), the key's source, onboarding's comments,
+and `nanomem status` naming the path through the real CLI."""
 
 from __future__ import annotations
 
-import subprocess
 import tomllib
 from pathlib import Path
 
@@ -14,9 +13,6 @@ from nanomem.home import Home
 from nanomem.onboard import onboard
 from nanomem.providers.routing import key_source, route
 from tests.conftest import cli_env, run_cli_here
-from tests.fakes.openai_server import FakeOpenAI
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(autouse=True)
@@ -131,37 +127,6 @@ def test_the_key_source_names_the_routed_providers_variable(
     assert key_source(router) == "the environment variable OPENROUTER_API_KEY"
 
 
-def old_onboarding_config(model: str = "openai/fake") -> str:
-    """config.toml as `nanomem onboard` wrote it at commit 40baab3 (every default a value)."""
-    import jinja2
-
-    text = subprocess.run(
-        ["git", "show", "40baab3:templates/config.toml.j2"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    env = jinja2.Environment(trim_blocks=True, lstrip_blocks=True)
-    return env.from_string(text).render(model=model, api_key="")
-
-
-def test_old_onboarding_defaults_count_as_not_chosen(tmp_path: Path) -> None:
-    config = tmp_path / "config.toml"
-    config.write_text(old_onboarding_config())
-    assert 'transport = "litellm"' in config.read_text()
-    settings = load_settings(config)
-    assert settings.llm.transport == "auto" and settings.llm.old_defaults_ignored
-    assert settings.llm.model == "openai/fake"  # what a person filled in stays
-
-
-def test_a_changed_old_config_keeps_its_transport(tmp_path: Path) -> None:
-    config = tmp_path / "config.toml"
-    config.write_text(old_onboarding_config().replace("max_tokens = 4096", "max_tokens = 2048"))
-    settings = load_settings(config)
-    assert settings.llm.transport == "litellm" and not settings.llm.old_defaults_ignored
-
-
 def test_onboarding_writes_unchosen_settings_as_comments(tmp_path: Path) -> None:
     home = Home(tmp_path / "home")
     onboard(home, model="openai/gpt-4o-mini", api_key="sk-abc")
@@ -171,7 +136,7 @@ def test_onboarding_writes_unchosen_settings_as_comments(tmp_path: Path) -> None
     assert all(values == {} for section, values in data.items() if section != "llm")
     assert '# transport = "auto"' in text and "# max_tokens = 4096" in text
     settings = load_settings(home.config)
-    assert settings.llm.transport == "auto" and not settings.llm.old_defaults_ignored
+    assert settings.llm.transport == "auto"
     bare = Home(tmp_path / "bare")
     onboard(bare)
     assert tomllib.loads(bare.config.read_text())["llm"] == {}
@@ -190,20 +155,3 @@ def test_status_names_the_path_and_why(home: Home) -> None:
     assert "litellm" in claude and "anthropic/ needs litellm's translation" in claude
     forced = status(home, NANOMEM_LLM__MODEL="openai/m", NANOMEM_LLM__TRANSPORT="litellm")
     assert "litellm: llm.transport = litellm" in forced
-
-
-def test_an_old_onboarding_config_goes_the_lean_way_and_says_so(
-    home: Home, fake_llm: FakeOpenAI
-) -> None:
-    home.config.write_text(old_onboarding_config(model="openai/fake"))
-    line = status(home, NANOMEM_LLM__API_BASE=fake_llm.base_url)
-    assert "lean client (direct)" in line and "old onboarding defaults" in line
-    fake_llm.reply("fast path")
-    result = run_cli_here("chat", "-m", "hi", env=cli_env(home, fake_llm))
-    assert result.returncode == 0, result.stderr
-    assert result.stdout == "fast path\n"
-    log = (home.logs / "nanomem.log").read_text()
-    assert log.count("defaults `nanomem onboard` used to write") == 1
-    # A transport set in the environment is a choice, old config or not.
-    chosen = status(home, NANOMEM_LLM__API_BASE=fake_llm.base_url, NANOMEM_LLM__TRANSPORT="litellm")
-    assert chosen.startswith("model path") and "litellm: llm.transport = litellm" in chosen
