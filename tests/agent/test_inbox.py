@@ -11,14 +11,15 @@ import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
-from nanomem.agent.bus import InboundMessage, MessageBus, OutboundMessage
-from nanomem.agent.channel import DeliveryLater, pump_outbound
+from nanomem.agent.bus import MessageBus
+from nanomem.agent.channel import pump_outbound
 from nanomem.agent.inbox import SqliteInbox, parked_in
 from nanomem.agent.retries import retry_delay
 from nanomem.app import build_app
 from nanomem.home import Home
 from nanomem.providers.scripted import ScriptedProvider
 from tests.conftest import settings_for
+from tests.helpers.inbox import Recorder, stored
 
 
 def test_items_and_the_position_are_stored_together(tmp_path: Path) -> None:
@@ -71,32 +72,6 @@ def test_an_unreadable_inbox_is_set_aside_not_fatal(tmp_path: Path) -> None:
     assert len(inbox.pending("telegram")) == 1
     with sqlite3.connect(path) as db:  # a real database again
         assert db.execute("SELECT count(*) FROM messages").fetchone() == (1,)
-
-
-class Recorder:
-    name = "telegram"
-
-    def __init__(self, fail_first: bool = False) -> None:
-        self.sent: list[str] = []
-        self.fail_first = fail_first
-
-    async def start(self, bus: MessageBus) -> None: ...
-
-    async def stop(self) -> None: ...
-
-    async def send(self, msg: OutboundMessage) -> None:
-        if msg.kind == "stream":
-            return  # shown as it comes by channels that can; this one waits for the reply
-        if self.fail_first:
-            self.fail_first = False
-            raise DeliveryLater("network down")
-        self.sent.append(msg.content)
-
-
-async def stored(bus: MessageBus, chat: str, text: str) -> InboundMessage:
-    (seq,) = await bus.receive("telegram", [(chat, {"text": text})])
-    assert seq is not None
-    return InboundMessage("telegram", chat, text, "1", id=InboundMessage.inbox_id(seq), seq=seq)
 
 
 async def test_a_message_leaves_the_inbox_only_when_its_reply_is_delivered(

@@ -1,6 +1,6 @@
 import asyncio
 import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from zoneinfo import ZoneInfo
@@ -25,6 +25,7 @@ from nanomem.config import ScheduleSettings
 from nanomem.locks import FileLock
 from nanomem.tools.registry import ToolError
 from tests.conftest import log_lines
+from tests.helpers import until
 
 BERLIN = ZoneInfo("Europe/Berlin")
 NOW = datetime(2026, 11, 23, 14, 0, tzinfo=UTC)
@@ -248,13 +249,6 @@ def turns(store: ScheduleStore, bus: MessageBus, grace_min: int = 60) -> Schedul
 
 async def next_message(bus: MessageBus) -> InboundMessage:
     return await asyncio.wait_for(bus.next_inbound(), 30)
-
-
-async def until(check: Callable[[], bool], timeout: float = 30) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not check():
-        assert asyncio.get_running_loop().time() < deadline, "timed out"
-        await asyncio.sleep(0.02)
 
 
 def stored(**fields: object) -> Schedule:

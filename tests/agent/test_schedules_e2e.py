@@ -20,7 +20,9 @@ from nanomem.onboard import onboard
 from tests.conftest import cli_env, run_cli
 from tests.fakes.openai_server import FakeOpenAI, Step
 from tests.fakes.telegram_server import FakeTelegram
-from tests.test_gateway_e2e import GatewayProcess, load_session, texts, wait_until
+from tests.helpers import wait_until
+from tests.helpers.gateway import GatewayProcess, load_session, texts
+from tests.helpers.loopback import loopback
 
 
 def model(request: dict[str, Any]) -> Step:
@@ -40,9 +42,8 @@ def model(request: dict[str, Any]) -> Step:
 
 @pytest.fixture(scope="module")
 def servers() -> Iterator[tuple[FakeTelegram, FakeOpenAI]]:
-    with FakeTelegram() as telegram, FakeOpenAI() as llm:
-        llm.set_fallback(model)
-        yield telegram, llm
+    with loopback(model) as both:
+        yield both
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import pytest
@@ -29,15 +28,7 @@ from nanomem.agent.bus import Button, InboundMessage, OutboundMessage
 from nanomem.agent.channel import ChannelDown, DeliveryLater
 from nanomem.agent.commands import NOTHING_TO_STOP, STOPPED, Command
 from tests.conftest import log_lines
-
-
-async def until(check: Callable[[], object], timeout_s: float = 60) -> None:
-    """Wait for `check()` to hold; the timeout is a safety net only."""
-    for _ in range(int(timeout_s / 0.01)):
-        if check():
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError("timed out")
+from tests.helpers import until
 
 
 @dataclass

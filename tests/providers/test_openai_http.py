@@ -14,18 +14,8 @@ from nanomem.providers.openai_http import OpenAIHTTPProvider, _to_reply
 from nanomem.providers.port import ProviderError, RetryingProvider, WireMessage, categorize
 from tests.conftest import TEST_KEY
 from tests.fakes.openai_server import FakeOpenAI
+from tests.helpers.http import TOOLS, USER
 
-USER = [{"role": "user", "content": "hi"}]
-TOOLS = [
-    {
-        "type": "function",
-        "function": {
-            "name": "get_weather",
-            "description": "Weather for a city.",
-            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
-        },
-    }
-]
 Make = Callable[..., OpenAIHTTPProvider]
 
 

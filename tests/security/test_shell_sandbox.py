@@ -24,11 +24,11 @@ import pytest
 
 from nanomem.home import Home
 from nanomem.tools.sandbox import decide
-from tests.conftest import NANOMEM, cli_env, run_cli, sleeper, survivors
+from tests.conftest import NANOMEM, run_cli, sleeper, survivors
 from tests.fakes.openai_server import FakeOpenAI, Step
+from tests.helpers.shell import SANDBOX_RUNS, shell_env, shown
 
 pytestmark = pytest.mark.slow
-SANDBOX_RUNS = decide("auto").binary is not None
 MODES = [
     pytest.param(
         "bwrap", marks=pytest.mark.skipif(not SANDBOX_RUNS, reason="bubblewrap cannot run here")
@@ -38,24 +38,6 @@ MODES = [
 WAIT_S = 60.0  # a safety net only: every wait ends on its condition
 NOBODY = 65534
 ROOT = Path(__file__).resolve().parent.parent.parent
-
-
-def shell_env(home: Home, fake_llm: FakeOpenAI, mode: str, **extra: str) -> dict[str, str]:
-    return cli_env(
-        home,
-        fake_llm,
-        NANOMEM_TOOLS__SHELL_ENABLED="true",
-        NANOMEM_TOOLS__SHELL_APPROVAL="off",
-        NANOMEM_TOOLS__SHELL_SANDBOX=mode,
-        NANOMEM_TOOLS__SHELL_TIMEOUT_S="60",
-        NANOMEM_LLM__TRANSPORT="direct",  # litellm's import would only slow these down
-        **extra,
-    )
-
-
-def shown(fake_llm: FakeOpenAI) -> str:
-    """What the model was told the command printed."""
-    return str(fake_llm.requests[1]["messages"][-1]["content"])
 
 
 @pytest.fixture

@@ -21,7 +21,9 @@ from nanomem.onboard import onboard
 from tests.conftest import NANOMEM, cli_env
 from tests.fakes.openai_server import FakeOpenAI, echo_step
 from tests.fakes.telegram_server import FakeTelegram
-from tests.test_gateway_e2e import GatewayProcess, wait_until
+from tests.helpers import wait_until
+from tests.helpers.gateway import GatewayProcess
+from tests.helpers.loopback import loopback
 
 pytestmark = pytest.mark.slow
 
@@ -88,9 +90,8 @@ class Slowloris:
 
 @pytest.fixture(scope="module")
 def servers() -> Iterator[tuple[FakeTelegram, FakeOpenAI]]:
-    with FakeTelegram() as telegram, FakeOpenAI() as llm:
-        llm.set_fallback(echo_step)
-        yield telegram, llm
+    with loopback(echo_step) as both:
+        yield both
 
 
 @pytest.fixture(scope="module")
