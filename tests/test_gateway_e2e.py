@@ -106,7 +106,7 @@ def test_a_stranger_gets_nothing_and_never_reaches_the_model(
         telegram.send_text(666, text, username="mallory")
     telegram.send_text(1002, "after the stranger")
     telegram.wait_for_messages(1002, 1)  # later than the stranger's messages in the same poll
-    time.sleep(0.3)
+    time.sleep(0.3)  # a margin for what must not come: nothing shows that nothing will
     assert telegram.sent_messages(666) == [] and telegram.chat_actions(666) == []
     assert not any("secret words" in json.dumps(r) for r in llm.requests)
     gateway.wait_for_line(r"refused Telegram user 666 \(@mallory\); add it to telegram\.allow_from")

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from nanomem.locks import FileLock, LockBusy, in_thread_holding
+from tests.helpers import until
 
 HOLDER = """
 import sys
@@ -140,8 +141,7 @@ async def test_a_cancelled_writer_keeps_the_lock_until_its_thread_is_done(tmp_pa
     lock = FileLock(tmp_path / "h.lock")
     release = threading.Event()
     task = asyncio.create_task(in_thread_holding(lock, release.wait, 30))
-    while not lock.held:
-        await asyncio.sleep(0.01)
+    await until(lambda: lock.held)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task

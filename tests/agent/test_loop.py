@@ -12,6 +12,7 @@ from nanomem.log import register_secrets, shown_so_far
 from nanomem.providers.port import ProviderError, Reply, RetryingProvider
 from nanomem.providers.scripted import ScriptedProvider, call, text
 from tests.conftest import make_app
+from tests.helpers import until
 
 
 def msg(content: str, chat: str = "direct") -> InboundMessage:
@@ -280,8 +281,7 @@ async def test_a_stop_during_a_failed_save_does_not_stop_the_next_message(
     gate = app.sessions._write_lock(session)  # held: the next save waits here
     await gate.acquire()
     turn = asyncio.create_task(app.loop.handle(msg("two")))
-    while not app.loop.is_busy("cli:direct"):
-        await asyncio.sleep(0.01)
+    await until(lambda: app.loop.is_busy("cli:direct"))
     stop = await app.loop.handle(msg("/stop"))
     assert stop is not None and stop.content == STOPPED
     session.path.unlink()
@@ -377,8 +377,7 @@ async def test_stopping_mid_stream_keeps_the_part_that_was_shown(home: Home) -> 
     app = make_app(home, ScriptedProvider())
     app.loop.provider = Slow()
     turn = asyncio.create_task(streamed_turn(app, "slowly"))
-    while not app.loop.is_busy("cli:direct") or "cli:direct" not in app.loop._running:
-        await asyncio.sleep(0.01)
+    await until(lambda: app.loop.is_busy("cli:direct") and "cli:direct" in app.loop._running)
     await asyncio.sleep(0.05)
     stop = await app.loop.handle(msg("/stop"))
     assert stop is not None and stop.content == STOPPED

@@ -318,7 +318,7 @@ async def test_a_reply_of_3000_emoji_arrives_whole_in_parts_within_the_limit(
     parts = await fake.wait_for_messages_async(OWNER, 2)
     assert [utf16(p["text"]) for p in parts] == [4096, 6000 - 4096]
     assert "".join(p["text"] for p in parts) == text
-    await asyncio.sleep(0.3)
+    await asyncio.sleep(0.3)  # a window for a third part, which must not come
     assert len(fake.sent_messages(OWNER)) == 2
 
 
