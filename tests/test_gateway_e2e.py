@@ -14,11 +14,10 @@ from typing import Any
 import pytest
 
 from nanomem.home import Home
-from nanomem.onboard import onboard
 from tests.fakes.openai_server import FakeOpenAI, Step, echo_step
 from tests.fakes.telegram_server import FakeTelegram
 from tests.helpers import wait_until
-from tests.helpers.gateway import GatewayProcess, load_session, texts, user_texts
+from tests.helpers.gateway import GatewayProcess, load_session, onboarded, texts, user_texts
 from tests.helpers.loopback import loopback
 
 TOKEN_REJECTED = "telegram: the bot token was rejected (check telegram.token)"
@@ -59,14 +58,12 @@ def servers() -> Iterator[tuple[FakeTelegram, FakeOpenAI]]:
 def gateway(
     servers: tuple[FakeTelegram, FakeOpenAI], tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[GatewayProcess]:
-    home = Home(tmp_path_factory.mktemp("gateway") / "home")
-    onboard(home)
+    home = onboarded(tmp_path_factory, "gateway")
     home.dream_state.write_text(json.dumps(LAST_DREAM))
-    process = GatewayProcess(home, *servers, NANOMEM_GATEWAY__GRACE_S="5")
-    servers[0].send_text(1000, "warm up")  # the first turn imports the model library
-    servers[0].wait_for_messages(1000, 1, timeout=30)
-    yield process
-    assert process.stop() == 0, "".join(process.lines)
+    with GatewayProcess(home, *servers, NANOMEM_GATEWAY__GRACE_S="5") as process:
+        servers[0].send_text(1000, "warm up")  # the first turn imports the model library
+        servers[0].wait_for_messages(1000, 1, timeout=30)
+        yield process
 
 
 @pytest.fixture

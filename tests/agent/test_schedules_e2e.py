@@ -21,7 +21,7 @@ from tests.conftest import cli_env, run_cli
 from tests.fakes.openai_server import FakeOpenAI, Step
 from tests.fakes.telegram_server import FakeTelegram
 from tests.helpers import wait_until
-from tests.helpers.gateway import GatewayProcess, load_session, texts
+from tests.helpers.gateway import GatewayProcess, load_session, onboarded, texts
 from tests.helpers.loopback import loopback
 
 
@@ -50,11 +50,9 @@ def servers() -> Iterator[tuple[FakeTelegram, FakeOpenAI]]:
 def gateway(
     servers: tuple[FakeTelegram, FakeOpenAI], tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[GatewayProcess]:
-    home = Home(tmp_path_factory.mktemp("schedules") / "home")
-    onboard(home)
-    process = GatewayProcess(home, *servers)
-    yield process
-    assert process.stop() == 0, "".join(process.lines)
+    home = onboarded(tmp_path_factory, "schedules")
+    with GatewayProcess(home, *servers) as process:
+        yield process
 
 
 def replies(telegram: FakeTelegram, chat: int) -> list[str]:

@@ -16,12 +16,19 @@ import openai
 import pytest
 
 from nanomem.home import Home
-from nanomem.onboard import onboard
 from tests.conftest import NANOMEM, cli_env, run_cli
 from tests.fakes.openai_server import FakeOpenAI, Step, echo_step
 from tests.fakes.telegram_server import FakeTelegram
 from tests.helpers import wait_until
-from tests.helpers.gateway import API_KEY, GatewayProcess, load_session, post, texts, user_texts
+from tests.helpers.gateway import (
+    API_KEY,
+    GatewayProcess,
+    load_session,
+    onboarded,
+    post,
+    texts,
+    user_texts,
+)
 from tests.helpers.loopback import loopback
 
 # Longer than the secrets the stream holds back (a secret is never shown in part).
@@ -50,9 +57,8 @@ def servers() -> Iterator[tuple[FakeTelegram, FakeOpenAI]]:
 def gateway(
     servers: tuple[FakeTelegram, FakeOpenAI], tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[GatewayProcess]:
-    home = Home(tmp_path_factory.mktemp("api") / "home")
-    onboard(home)
-    process = GatewayProcess(
+    home = onboarded(tmp_path_factory, "api")
+    with GatewayProcess(
         home,
         *servers,
         NANOMEM_GATEWAY__GRACE_S="3",
@@ -60,10 +66,9 @@ def gateway(
         NANOMEM_API__KEYS=json.dumps([API_KEY]),
         NANOMEM_API__MAX_BODY_MB="1",
         NANOMEM_LLM__TIMEOUT_S="120",  # the held answer must not time out during a test
-    )
-    process.wait_for_line(r"api: running")
-    yield process
-    assert process.stop() == 0, "".join(process.lines)
+    ) as process:
+        process.wait_for_line(r"api: running")
+        yield process
 
 
 @pytest.fixture

@@ -15,8 +15,11 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from nanomem.home import Home
 from nanomem.memory.session import Session, SessionStore, session_filename
+from nanomem.onboard import onboard
 from tests.conftest import NANOMEM, cli_env
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.telegram_server import FakeTelegram
@@ -77,6 +80,15 @@ class GatewayProcess:
         except urllib.error.HTTPError as exc:
             return exc.code, json.load(exc)
 
+    def __enter__(self) -> GatewayProcess:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, *_: object) -> None:
+        """Stopped after the block; a gateway that does not stop cleanly fails the block."""
+        code = self.stop()
+        if kind is None:
+            assert code == 0, "".join(self.lines)
+
     def stop(self, sig: int | None = signal.SIGTERM, timeout: float = WAIT_S) -> int:
         """Send `sig` (None: it was sent already) and wait for the exit code."""
         if sig is not None and self.proc.poll() is None:
@@ -84,6 +96,13 @@ class GatewayProcess:
         code = self.proc.wait(timeout)
         self._reader.join(5)
         return code
+
+
+def onboarded(factory: pytest.TempPathFactory, name: str) -> Home:
+    """A new home, onboarded: the home of a gateway a whole test module shares."""
+    home = Home(factory.mktemp(name) / "home")
+    onboard(home)
+    return home
 
 
 def load_session(home: Home, key: str) -> Session:

@@ -17,12 +17,11 @@ from pathlib import Path
 import pytest
 
 from nanomem.home import Home
-from nanomem.onboard import onboard
 from tests.conftest import NANOMEM, cli_env
 from tests.fakes.openai_server import FakeOpenAI, echo_step
 from tests.fakes.telegram_server import FakeTelegram
 from tests.helpers import wait_until
-from tests.helpers.gateway import GatewayProcess
+from tests.helpers.gateway import GatewayProcess, onboarded
 from tests.helpers.loopback import loopback
 
 pytestmark = pytest.mark.slow
@@ -98,19 +97,17 @@ def servers() -> Iterator[tuple[FakeTelegram, FakeOpenAI]]:
 def gateway(
     servers: tuple[FakeTelegram, FakeOpenAI], tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[GatewayProcess]:
-    home = Home(tmp_path_factory.mktemp("slow") / "home")
-    onboard(home)
-    process = GatewayProcess(
+    home = onboarded(tmp_path_factory, "slow")
+    with GatewayProcess(
         home,
         *servers,
         NANOMEM_GATEWAY__MAX_CONNECTIONS=str(CAP),
         NANOMEM_GATEWAY__READ_TIMEOUT_S=str(TIMEOUT_S),
         NANOMEM_API__ENABLED="true",
         NANOMEM_API__KEYS=json.dumps([KEY]),
-    )
-    process.wait_for_line(r"api: running")
-    yield process
-    assert process.stop() == 0, "".join(process.lines)
+    ) as process:
+        process.wait_for_line(r"api: running")
+        yield process
 
 
 def new_lines(gateway: GatewayProcess, since: int) -> list[str]:
