@@ -142,9 +142,9 @@ async def test_long_poll_waits_and_wakes_on_update(fake: FakeTelegram, bot: Bot)
 
 async def test_idle_polling_does_not_spin(fake: FakeTelegram) -> None:
     async with running(build_app(fake)):
-        await asyncio.sleep(0.2)
+        await asyncio.sleep(0.2)  # past the first polls
         before = fake.getupdates_count
-        await asyncio.sleep(2)
+        await asyncio.sleep(2)  # the idle window whose polls are counted
         assert fake.getupdates_count - before < 10
 
 

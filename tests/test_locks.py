@@ -69,8 +69,7 @@ async def test_waiting_for_another_process_never_blocks_the_loop(tmp_path: Path)
 
     ticker = asyncio.create_task(tick())
     waiter = asyncio.create_task(FileLock(path).acquire())
-    while ticks < 20:  # the loop keeps running while the lock is waited for
-        await asyncio.sleep(0.01)
+    await until(lambda: ticks >= 20)  # the loop keeps running while the lock is waited for
     assert not waiter.done()
     assert child.stdin is not None
     child.stdin.close()  # the holder releases
