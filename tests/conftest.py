@@ -3,7 +3,6 @@ the rule that sorts tests into the fast tier (the default run) and the slow tier
 
 from __future__ import annotations
 
-import asyncio
 import io
 import logging
 import os
@@ -11,7 +10,7 @@ import random
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -27,6 +26,9 @@ from tests.fakes.openai_server import FakeOpenAI
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+# Fixtures shared by test files that live with their helpers (test files never import each other).
+pytest_plugins = ["tests.helpers.api", "tests.helpers.terminal", "tests.helpers.loopback"]
+
 NANOMEM = [sys.executable, "-m", "nanomem"]
 TEST_KEY = "sk-test-very-secret-key-0123456789"
 
@@ -258,13 +260,3 @@ def survivors(argv: list[str], within_s: float = 0.0) -> list[int]:
         if not found or time.monotonic() > deadline:
             return found
         time.sleep(0.02)
-
-
-async def until(check: Callable[[], object], timeout_s: float = 30.0) -> object:
-    """Wait for `check()` to be true (its value is returned); a deadline, never a fixed pause."""
-    deadline = asyncio.get_running_loop().time() + timeout_s
-    while not (value := check()):
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError(f"timed out after {timeout_s:g} s waiting for {check}")
-        await asyncio.sleep(0.01)
-    return value

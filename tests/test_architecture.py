@@ -233,3 +233,48 @@ def test_files_named_in_the_readme_and_docstrings_exist() -> None:
         if not (ROOT / path).exists() and not (ROOT / path.rstrip(".")).exists()
     )
     assert missing == []
+
+
+TESTS = sorted((ROOT / "tests").rglob("*.py"))
+SHARED_BY_TESTS = ("tests.helpers", "tests.fakes", "tests.conftest")
+
+
+def imports_from_tests(path: Path) -> set[str]:
+    """Every `tests.…` name `path` imports (`from tests.x import y` counts as tests.x.y)."""
+    package = module_name(path).split(".")[:-1]
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = package[: len(package) - node.level + 1] if node.level else []
+            module = ".".join([*base, *([node.module] if node.module else [])])
+            names.update(f"{module}.{alias.name}" for alias in node.names)
+    return {name for name in names if name.split(".")[0] == "tests"}
+
+
+def within(name: str, package: str) -> bool:
+    return name == package or name.startswith(package + ".")
+
+
+def may_import(path: Path, name: str) -> bool:
+    """A test file may import the shared helpers, and the tools of its own package below tests/
+    (tests/chaos/test_chaos.py its harness); any file, never a test file."""
+    if any(part.startswith("test_") for part in name.split(".")):
+        return False
+    if not path.name.startswith("test_") or any(within(name, s) for s in SHARED_BY_TESTS):
+        return True
+    package = module_name(path).rsplit(".", 1)[0]
+    return package != "tests" and within(name, package)
+
+
+def test_test_files_import_only_the_shared_helpers() -> None:
+    """A helper is defined once (tests/helpers, tests/fakes, tests/conftest.py): a test file
+    never imports another test file."""
+    reached = sorted(
+        f"{path.relative_to(ROOT)} imports {name}"
+        for path in TESTS
+        for name in imports_from_tests(path)
+        if not may_import(path, name)
+    )
+    assert reached == []

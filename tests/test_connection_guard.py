@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from nanomem.connection_guard import ConnectionGuard
-from tests.conftest import until
+from tests.helpers import until
 
 LIMIT = 3
 

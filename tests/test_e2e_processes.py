@@ -11,9 +11,7 @@ import shutil
 import signal
 import subprocess
 import threading
-import time
 from collections import Counter
-from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -22,8 +20,10 @@ from nanomem.home import Home
 from nanomem.memory.history import HistoryStore, NewEntry
 from tests.conftest import NANOMEM, cli_env, run_cli
 from tests.fakes.openai_server import FakeOpenAI, Step
+from tests.helpers import wait_until
 
 WAIT_S = 120  # a safety net only: every wait below ends on an event
+KILL_POLL_S = 0.005  # a kill lands close to the moment awaited (the journal, the commit)
 # Two Dream processes at once, this many times: 8 in the suite; the figure is taken with
 # NANOMEM_DREAM_ROUNDS=20 (README, Reliability).
 DREAM_ROUNDS = int(os.environ.get("NANOMEM_DREAM_ROUNDS", "8"))
@@ -67,14 +67,6 @@ def dream_process(env: dict[str, str]) -> subprocess.Popen[str]:
     )
 
 
-def wait_until(condition: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + WAIT_S
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"gave up waiting for {what}")
-        time.sleep(0.005)
-
-
 def memory_facts(home: Home) -> Counter[str]:
     return Counter(FACT.findall((home.workspace / "memory" / "MEMORY.md").read_text()))
 
@@ -111,8 +103,18 @@ def test_two_dreams_at_once_learn_every_fact_exactly_once(
         model.gate.clear()
         model.entered.clear()
         pair = [dream_process(env), dream_process(env)]
-        wait_until(model.entered.is_set, "a Dream to reach the model")
-        wait_until(lambda pair=pair: any(p.poll() is not None for p in pair), "a Dream to give up")
+        wait_until(
+            model.entered.is_set,
+            what="a Dream to reach the model",
+            timeout=WAIT_S,
+            every=KILL_POLL_S,
+        )
+        wait_until(
+            lambda pair=pair: any(p.poll() is not None for p in pair),
+            what="a Dream to give up",
+            timeout=WAIT_S,
+            every=KILL_POLL_S,
+        )
         loser = next(p for p in pair if p.poll() is not None)
         winner = next(p for p in pair if p is not loser)
         _, err = loser.communicate()
@@ -152,11 +154,18 @@ def test_a_dream_killed_at_any_moment_loses_and_repeats_nothing(
     killed = dream_process(env)
     if moment == "model call":
         model.gate.clear()
-        wait_until(model.entered.is_set, "the run to reach the model")
+        wait_until(
+            model.entered.is_set,
+            what="the run to reach the model",
+            timeout=WAIT_S,
+            every=KILL_POLL_S,
+        )
     elif moment == "journal":
-        wait_until(journal.exists, "the journal")
+        wait_until(journal.exists, what="the journal", timeout=WAIT_S, every=KILL_POLL_S)
     else:
-        wait_until(lambda: ref.read_bytes() != first, "the commit")
+        wait_until(
+            lambda: ref.read_bytes() != first, what="the commit", timeout=WAIT_S, every=KILL_POLL_S
+        )
     killed.send_signal(signal.SIGKILL)
     killed.wait(timeout=WAIT_S)
     model.gate.set()
@@ -199,7 +208,12 @@ def test_a_restore_while_another_process_dreams_is_refused_and_loses_nothing(
     model.gate.clear()
     model.entered.clear()
     running = dream_process(env)
-    wait_until(model.entered.is_set, "the other process's Dream to reach the model")
+    wait_until(
+        model.entered.is_set,
+        what="the other process's Dream to reach the model",
+        timeout=WAIT_S,
+        every=KILL_POLL_S,
+    )
     versions = run_cli("memory", "restore", env=env).stdout
     refused = run_cli("memory", "restore", learned, env=env)
     assert refused.returncode == 1

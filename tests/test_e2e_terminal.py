@@ -2,34 +2,15 @@
 
 import json
 import sys
-from collections.abc import Iterator
 
 import pexpect
-import pytest
 
 from nanomem.home import Home
 from nanomem.memory.session import session_filename
 from tests.conftest import cli_env
 from tests.fakes.openai_server import FakeOpenAI
-
-PROMPT = "you ›"
-WAIT_S = 60  # the safety net of every expect: each waits for its text, not for a time
-
-
-@pytest.fixture
-def chat(home: Home, fake_llm: FakeOpenAI) -> Iterator[pexpect.spawn]:
-    child = pexpect.spawn(
-        sys.executable,
-        ["-m", "nanomem", "chat"],
-        env=cli_env(home, fake_llm, TERM="xterm", PROMPT_TOOLKIT_NO_CPR="1"),
-        encoding="utf-8",
-        timeout=WAIT_S,
-        dimensions=(40, 100),
-    )
-    child.expect_exact(PROMPT)
-    yield child
-    if child.isalive():
-        child.terminate(force=True)
+from tests.helpers import WAIT_S
+from tests.helpers.terminal import PROMPT
 
 
 def test_a_reply_is_shown_with_tool_progress(chat: pexpect.spawn, fake_llm: FakeOpenAI) -> None:

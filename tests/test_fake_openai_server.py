@@ -19,6 +19,7 @@ import openai
 import pytest
 
 from tests.fakes.openai_server import FakeOpenAI, Step
+from tests.helpers import until
 
 litellm.suppress_debug_info = True
 
@@ -57,15 +58,6 @@ async def complete(srv: FakeOpenAI, messages: list[dict[str, Any]] = USER, **kw:
         max_retries=0,
         **kw,
     )
-
-
-async def until(check: Any) -> None:
-    """Wait for `check()` to hold, with WAIT_S as a safety net only."""
-    for _ in range(int(WAIT_S / 0.01)):
-        if check():
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError("timed out")
 
 
 async def text_of(stream: Any) -> str:

@@ -26,6 +26,7 @@ from telegram.ext import (
 )
 
 from tests.fakes.telegram_server import FakeTelegram, html_error
+from tests.helpers import until
 
 CHAT = 42
 NEVER_S = 3600  # a long-poll timeout no test waits out
@@ -132,8 +133,7 @@ async def test_long_poll_waits_and_wakes_on_update(fake: FakeTelegram, bot: Bot)
     assert time.monotonic() - started >= 0.9  # it waited out its timeout (a lower bound)
 
     poll = asyncio.create_task(bot.get_updates(timeout=NEVER_S, read_timeout=NEVER_S))
-    while fake.getupdates_count < 2:  # the second long poll is waiting in the server
-        await asyncio.sleep(0.01)
+    await until(lambda: fake.getupdates_count >= 2)  # the second long poll waits in the server
     fake.send_text(CHAT, "wake up")
     # The poll would last an hour: an answer within WAIT_S means the update woke it.
     updates = await asyncio.wait_for(poll, WAIT_S)
@@ -142,9 +142,9 @@ async def test_long_poll_waits_and_wakes_on_update(fake: FakeTelegram, bot: Bot)
 
 async def test_idle_polling_does_not_spin(fake: FakeTelegram) -> None:
     async with running(build_app(fake)):
-        await asyncio.sleep(0.2)
+        await asyncio.sleep(0.2)  # past the first polls
         before = fake.getupdates_count
-        await asyncio.sleep(2)
+        await asyncio.sleep(2)  # the idle window whose polls are counted
         assert fake.getupdates_count - before < 10
 
 
@@ -156,8 +156,7 @@ async def test_pause_updates_stalls_polling(fake: FakeTelegram, bot: Bot) -> Non
     assert time.monotonic() - started >= 0.9
     polls = fake.getupdates_count
     poll = asyncio.create_task(bot.get_updates(timeout=NEVER_S, read_timeout=NEVER_S))
-    while fake.getupdates_count == polls:  # the poll is waiting in the server
-        await asyncio.sleep(0.01)
+    await until(lambda: fake.getupdates_count != polls)  # the poll is waiting in the server
     fake.pause_updates(False)
     assert len(await asyncio.wait_for(poll, WAIT_S)) == 1  # woken by the unpause, not a timeout
 
@@ -378,9 +377,8 @@ async def test_stop_returns_promptly_during_long_poll() -> None:
     fake = FakeTelegram().start()
     async with Bot(fake.token, base_url=fake.base_url) as bot:
         poll = asyncio.create_task(bot.get_updates(timeout=NEVER_S, read_timeout=NEVER_S))
-        while fake.getupdates_count == 0:
-            await asyncio.sleep(0.05)
-        await asyncio.sleep(0.1)
+        await until(lambda: fake.getupdates_count > 0)
+        await asyncio.sleep(0.1)  # a margin for the poll to settle into its wait in the server
         # The poll would last an hour: a stop within WAIT_S did not wait for it.
         await asyncio.wait_for(asyncio.to_thread(fake.stop), WAIT_S)
         assert await asyncio.wait_for(poll, WAIT_S) == ()

@@ -11,58 +11,19 @@ from typing import Any
 import aiohttp
 import pytest
 
-from nanomem.agent.bus import InboundMessage, MessageBus, OutboundMessage
-from nanomem.agent.channel import ChannelDown, DeliveryLater
-from nanomem.app import App
+from nanomem.agent.bus import OutboundMessage
+from nanomem.agent.channel import DeliveryLater
 from nanomem.config import ConfigError
 from nanomem.gateway import Gateway, enabled_channels
 from nanomem.home import Home
 from nanomem.providers.scripted import ScriptedProvider, text
-from tests.channels.test_telegram_channel import until
 from tests.conftest import cli_env, log_lines, make_app, run_cli_here, settings_for
-from tests.curation.test_dream import LEARN, app_with_history
+from tests.helpers import until
+from tests.helpers.channels import FakeChannel
+from tests.helpers.dream import LEARN, app_with_history
 
 NEVER_S = 3600.0  # a model latency no test waits out: what ends such a turn is the point
 WAIT_S = 60.0  # the safety net of every wait; far below NEVER_S
-
-
-class FakeChannel:
-    """A GatewayChannel whose first `fail_starts` starts fail, recording what it is sent."""
-
-    def __init__(self, name: str, fail_starts: int = 0) -> None:
-        self.name, self.fail_starts = name, fail_starts
-        self.bus: MessageBus | None = None
-        self.sent: list[OutboundMessage] = []
-        self.trouble: str | None = None
-        self.events: list[str] = []
-
-    @classmethod
-    def from_app(cls, app: App) -> FakeChannel:
-        return cls("fake")
-
-    async def start(self, bus: MessageBus) -> None:
-        self.events.append("start")
-        if self.fail_starts:
-            self.fail_starts -= 1
-            raise ChannelDown(f"{self.name}: the network is down")
-        self.bus = bus
-
-    async def stop_receiving(self) -> None:
-        self.events.append("stop_receiving")
-
-    async def stop(self) -> None:
-        self.events.append("stop")
-
-    async def send(self, msg: OutboundMessage) -> None:
-        if msg.kind != "stream":  # a channel that does not stream: the reply follows whole
-            self.sent.append(msg)
-
-    def problem(self) -> str | None:
-        return self.trouble
-
-    async def say(self, content: str, chat: str = "1") -> None:
-        assert self.bus is not None
-        await self.bus.publish_inbound(InboundMessage(self.name, chat, content, sender_id="u"))
 
 
 class Served:

@@ -3,15 +3,10 @@ against the loopback model server. One gateway serves most tests (it takes secon
 
 from __future__ import annotations
 
-import asyncio
 import json
 import re
 import signal
-import subprocess
-import threading
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,18 +14,16 @@ from typing import Any
 import pytest
 
 from nanomem.home import Home
-from nanomem.memory.session import Session, SessionStore
-from nanomem.onboard import onboard
-from tests.conftest import NANOMEM, cli_env
 from tests.fakes.openai_server import FakeOpenAI, Step, echo_step
 from tests.fakes.telegram_server import FakeTelegram
+from tests.helpers import wait_until
+from tests.helpers.gateway import GatewayProcess, load_session, onboarded, texts, user_texts
+from tests.helpers.loopback import loopback
 
 TOKEN_REJECTED = "telegram: the bot token was rejected (check telegram.token)"
-ALLOWED = list(range(1000, 1020))
 LAST_DREAM = {"last_run": "2026-11-21T08:00:00+00:00", "status": "changed", "entries": 12}
 GROWING = "**Bold** words, then `code`, " + "and a sentence that keeps on growing " * 8
-NEVER_S = 3600.0  # a model latency no test waits out: what ends such a turn is the point
-WAIT_S = 60.0  # the safety net of every wait; far below NEVER_S, so a stop within it proves a cut
+NEVER_S = 3600.0  # no test waits it out: a stop within WAIT_S (far below) proves a cut
 LONG = "\n\n".join(f"Paragraph {n:03d}: " + "lorem ipsum dolor sit amet " * 4 for n in range(80))
 
 
@@ -50,87 +43,6 @@ def scripted(request: dict[str, Any]) -> Step:
     return echo_step(request)
 
 
-class GatewayProcess:
-    """The real `nanomem gateway`, its stderr collected line by line."""
-
-    def __init__(self, home: Home, telegram: FakeTelegram, llm: FakeOpenAI, **env: str) -> None:
-        self.home = home
-        settings = {
-            "NANOMEM_TELEGRAM__ENABLED": "true",
-            "NANOMEM_TELEGRAM__TOKEN": telegram.token,
-            "NANOMEM_TELEGRAM__BASE_URL": telegram.base_url,
-            "NANOMEM_TELEGRAM__BASE_FILE_URL": telegram.base_file_url,
-            "NANOMEM_TELEGRAM__ALLOW_FROM": json.dumps(ALLOWED),
-            "NANOMEM_GATEWAY__PORT": "0",
-            "NANOMEM_DREAM__ENABLED": "false",  # no scheduled run may consume scripted replies
-        }
-        self.proc = subprocess.Popen(
-            [*NANOMEM, "gateway"],
-            env=cli_env(home, llm, **(settings | env)),
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        self.lines: list[str] = []
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-        found = self.wait_for_line(r"health at http://[\d.]+:(\d+)/health", timeout=60)
-        self.port = int(found.group(1))
-        self.wait_for_line(r"telegram: running")
-
-    def _read(self) -> None:
-        assert self.proc.stderr is not None
-        for line in self.proc.stderr:
-            self.lines.append(line)
-
-    def wait_for_line(self, pattern: str, timeout: float = WAIT_S) -> re.Match[str]:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            for line in list(self.lines):
-                if found := re.search(pattern, line):
-                    return found
-            if self.proc.poll() is not None and not self._reader.is_alive():
-                break
-            time.sleep(0.05)
-        raise AssertionError(f"no line matching {pattern!r} in:\n{''.join(self.lines)}")
-
-    def health(self) -> tuple[int, dict[str, Any]]:
-        url = f"http://127.0.0.1:{self.port}/health"
-        try:
-            with urllib.request.urlopen(url, timeout=5) as response:
-                return response.status, json.load(response)
-        except urllib.error.HTTPError as exc:
-            return exc.code, json.load(exc)
-
-    def stop(self, sig: int | None = signal.SIGTERM, timeout: float = WAIT_S) -> int:
-        """Send `sig` (None: it was sent already) and wait for the exit code."""
-        if sig is not None and self.proc.poll() is None:
-            self.proc.send_signal(sig)
-        code = self.proc.wait(timeout)
-        self._reader.join(5)
-        return code
-
-
-def load_session(home: Home, key: str) -> Session:
-    return asyncio.run(SessionStore(home.sessions).get(key))
-
-
-def wait_until(check: Any, timeout: float = WAIT_S, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if result := check():
-            return result
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
-def texts(messages: list[dict[str, Any]]) -> list[str]:
-    return [m.get("text", "") for m in messages]
-
-
-def user_texts(request: dict[str, Any]) -> list[str]:
-    return [str(m.get("content")) for m in request["messages"] if m.get("role") == "user"]
-
-
 def asked(llm: FakeOpenAI, word: str) -> list[dict[str, Any]]:
     """Model requests whose last user message contains `word`."""
     return [r for r in llm.requests if word in user_texts(r)[-1]]
@@ -138,23 +50,20 @@ def asked(llm: FakeOpenAI, word: str) -> list[dict[str, Any]]:
 
 @pytest.fixture(scope="module")
 def servers() -> Iterator[tuple[FakeTelegram, FakeOpenAI]]:
-    with FakeTelegram() as telegram, FakeOpenAI() as llm:
-        llm.set_fallback(scripted)
-        yield telegram, llm
+    with loopback(scripted) as both:
+        yield both
 
 
 @pytest.fixture(scope="module")
 def gateway(
     servers: tuple[FakeTelegram, FakeOpenAI], tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[GatewayProcess]:
-    home = Home(tmp_path_factory.mktemp("gateway") / "home")
-    onboard(home)
+    home = onboarded(tmp_path_factory, "gateway")
     home.dream_state.write_text(json.dumps(LAST_DREAM))
-    process = GatewayProcess(home, *servers, NANOMEM_GATEWAY__GRACE_S="5")
-    servers[0].send_text(1000, "warm up")  # the first turn imports the model library
-    servers[0].wait_for_messages(1000, 1, timeout=30)
-    yield process
-    assert process.stop() == 0, "".join(process.lines)
+    with GatewayProcess(home, *servers, NANOMEM_GATEWAY__GRACE_S="5") as process:
+        servers[0].send_text(1000, "warm up")  # the first turn imports the model library
+        servers[0].wait_for_messages(1000, 1, timeout=30)
+        yield process
 
 
 @pytest.fixture
@@ -194,7 +103,7 @@ def test_a_stranger_gets_nothing_and_never_reaches_the_model(
         telegram.send_text(666, text, username="mallory")
     telegram.send_text(1002, "after the stranger")
     telegram.wait_for_messages(1002, 1)  # later than the stranger's messages in the same poll
-    time.sleep(0.3)
+    time.sleep(0.3)  # a margin for what must not come: nothing shows that nothing will
     assert telegram.sent_messages(666) == [] and telegram.chat_actions(666) == []
     assert not any("secret words" in json.dumps(r) for r in llm.requests)
     gateway.wait_for_line(r"refused Telegram user 666 \(@mallory\); add it to telegram\.allow_from")

@@ -14,7 +14,8 @@ from nanomem.memory.history import HistoryEntry
 from nanomem.onboard import onboard
 from tests.fakes.openai_server import FakeOpenAI, Step
 from tests.fakes.telegram_server import FakeTelegram
-from tests.test_gateway_e2e import GatewayProcess, texts, wait_until
+from tests.helpers import wait_until
+from tests.helpers.gateway import GatewayProcess, texts
 
 OWNER, GROUP, MEMBER = 1000, -100555, 1001
 USER_FACT = "The owner's door code is 4711."

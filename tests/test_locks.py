@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from nanomem.locks import FileLock, LockBusy, in_thread_holding
+from tests.helpers import until
 
 HOLDER = """
 import sys
@@ -68,8 +69,7 @@ async def test_waiting_for_another_process_never_blocks_the_loop(tmp_path: Path)
 
     ticker = asyncio.create_task(tick())
     waiter = asyncio.create_task(FileLock(path).acquire())
-    while ticks < 20:  # the loop keeps running while the lock is waited for
-        await asyncio.sleep(0.01)
+    await until(lambda: ticks >= 20)  # the loop keeps running while the lock is waited for
     assert not waiter.done()
     assert child.stdin is not None
     child.stdin.close()  # the holder releases
@@ -140,8 +140,7 @@ async def test_a_cancelled_writer_keeps_the_lock_until_its_thread_is_done(tmp_pa
     lock = FileLock(tmp_path / "h.lock")
     release = threading.Event()
     task = asyncio.create_task(in_thread_holding(lock, release.wait, 30))
-    while not lock.held:
-        await asyncio.sleep(0.01)
+    await until(lambda: lock.held)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task

@@ -10,6 +10,7 @@ from pathlib import Path
 from nanomem.home import Home
 from tests.conftest import NANOMEM, TEST_KEY, cli_env, run_cli, run_cli_here, sleeper, survivors
 from tests.fakes.openai_server import FakeOpenAI
+from tests.helpers.leaks import secret_free_files
 
 
 def payload(marker: Path) -> str:
@@ -62,15 +63,6 @@ def test_a_hostile_template_on_disk_runs_nothing(
 
 
 ENV_KEY = "sk-from-the-environment-0123456789abcdef"
-
-
-def secret_free_files(home: Home, secret: str) -> list[Path]:
-    """Every file under the home but config.toml that contains the secret."""
-    return [
-        path
-        for path in home.root.rglob("*")
-        if path.is_file() and path != home.config and secret.encode() in path.read_bytes()
-    ]
 
 
 def test_a_refused_environment_key_is_never_written_and_is_named(

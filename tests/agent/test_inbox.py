@@ -11,8 +11,8 @@ import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
-from nanomem.agent.bus import InboundMessage, MessageBus, OutboundMessage
-from nanomem.agent.channel import DeliveryLater, pump_outbound
+from nanomem.agent.bus import MessageBus
+from nanomem.agent.channel import pump_outbound
 from nanomem.agent.inbox import SqliteInbox, parked_in
 from nanomem.agent.retries import retry_delay
 from nanomem.app import build_app
@@ -20,6 +20,8 @@ from nanomem.home import Home
 from nanomem.masking import register_secrets
 from nanomem.providers.scripted import ScriptedProvider
 from tests.conftest import settings_for
+from tests.helpers import until
+from tests.helpers.inbox import Recorder, stored
 
 
 def test_items_and_the_position_are_stored_together(tmp_path: Path) -> None:
@@ -74,58 +76,29 @@ def test_an_unreadable_inbox_is_set_aside_not_fatal(tmp_path: Path) -> None:
         assert db.execute("SELECT count(*) FROM messages").fetchone() == (1,)
 
 
-class Recorder:
-    name = "telegram"
-
-    def __init__(self, fail_first: bool = False) -> None:
-        self.sent: list[str] = []
-        self.fail_first = fail_first
-
-    async def start(self, bus: MessageBus) -> None: ...
-
-    async def stop(self) -> None: ...
-
-    async def send(self, msg: OutboundMessage) -> None:
-        if msg.kind == "stream":
-            return  # shown as it comes by channels that can; this one waits for the reply
-        if self.fail_first:
-            self.fail_first = False
-            raise DeliveryLater("network down")
-        self.sent.append(msg.content)
-
-
-async def stored(bus: MessageBus, chat: str, text: str) -> InboundMessage:
-    (seq,) = await bus.receive("telegram", [(chat, {"text": text})])
-    assert seq is not None
-    return InboundMessage("telegram", chat, text, "1", id=InboundMessage.inbox_id(seq), seq=seq)
-
-
 async def test_a_message_leaves_the_inbox_only_when_its_reply_is_delivered(
     home: Home, tmp_path: Path
 ) -> None:
     inbox = SqliteInbox(tmp_path / "inbox.sqlite3")
     bus = MessageBus(inbox=inbox)
-    app = build_app(settings_for(home), home, ScriptedProvider(latency=0.2), bus)
+    provider = ScriptedProvider(latency=0.2)  # the turn takes a while: it is seen running
+    app = build_app(settings_for(home), home, provider, bus)
     channel = Recorder(fail_first=True)
     serving = asyncio.create_task(app.loop.run())
     pump = asyncio.create_task(pump_outbound(channel, bus))
     try:
         msg = await stored(bus, "42", "hello")
         await bus.publish_inbound(msg)
-        await asyncio.sleep(0.05)
+        await until(lambda: provider.calls)  # the model was asked
         (waiting,) = inbox.pending("telegram")
         assert waiting.reply is None  # the turn is running
-        for _ in range(200):
-            if (left := inbox.pending("telegram")) and left[0].reply is not None:
-                break
-            await asyncio.sleep(0.02)
+        left = await until(
+            lambda: (rows := inbox.pending("telegram")) and rows[0].reply is not None and rows
+        )
         assert left[0].reply is not None and left[0].reply["content"].startswith("echo:")
         assert channel.sent == []  # the first delivery failed: the reply is kept
         assert await bus.unfinished("telegram") == []  # ... and queued again, as at a start
-        for _ in range(200):
-            if not inbox.pending("telegram"):
-                break
-            await asyncio.sleep(0.02)
+        await until(lambda: not inbox.pending("telegram"))
         assert inbox.pending("telegram") == [] and len(channel.sent) == 1
     finally:
         serving.cancel()
@@ -147,8 +120,7 @@ async def test_a_stopping_loop_leaves_waiting_messages_in_the_inbox(
         waiting = await stored(bus, "42", "second")
         for msg in (running, waiting):
             await bus.publish_inbound(msg)
-        while not provider.calls:
-            await asyncio.sleep(0.01)
+        await until(lambda: provider.calls)
         app.loop.stop_taking()
         await app.loop.close(grace_s=10)
         (left,) = [p for p in inbox.pending("telegram") if p.reply is None]

@@ -1,5 +1,6 @@
 import asyncio
 import json
+import random
 from dataclasses import replace
 from pathlib import Path
 
@@ -11,7 +12,8 @@ from nanomem.home import Home
 from nanomem.log import register_secrets, shown_so_far
 from nanomem.providers.port import ProviderError, Reply, RetryingProvider
 from nanomem.providers.scripted import ScriptedProvider, call, text
-from tests.conftest import make_app
+from tests.conftest import make_app, survivors
+from tests.helpers import until
 
 
 def msg(content: str, chat: str = "direct") -> InboundMessage:
@@ -188,9 +190,10 @@ async def test_stop_cancels_the_running_turn_and_keeps_the_session_consistent(ho
 
 async def test_stop_during_a_tool_seals_the_call(home: Home) -> None:
     started = asyncio.Event()
+    argv = ["sleep", f"30.{random.randrange(10**6):06d}"]  # this test's own, by its command line
     app = make_app(
         home,
-        ScriptedProvider([call("exec", {"command": "sleep 30"}, "c7")]),
+        ScriptedProvider([call("exec", {"command": " ".join(argv)}, "c7")]),
         tools={"shell_enabled": True, "shell_approval": "off"},
     )
 
@@ -199,7 +202,7 @@ async def test_stop_during_a_tool_seals_the_call(home: Home) -> None:
 
     turn = asyncio.create_task(app.loop.handle(msg("run it"), progress=watch))
     await asyncio.wait_for(started.wait(), 5)
-    await asyncio.sleep(0.1)
+    await until(lambda: survivors(argv))  # the command runs: the stop comes during the tool
     await app.loop.handle(msg("/stop"))
     assert await turn is None
     session = await app.sessions.get("cli:direct")
@@ -367,7 +370,7 @@ async def test_a_stream_cut_short_keeps_what_was_shown_and_is_not_retried(home: 
 
 
 async def test_stopping_mid_stream_keeps_the_part_that_was_shown(home: Home) -> None:
-    release = asyncio.Event()
+    release, shown = asyncio.Event(), asyncio.Event()
 
     class Slow:
         async def complete(
@@ -375,15 +378,15 @@ async def test_stopping_mid_stream_keeps_the_part_that_was_shown(home: Home) -> 
         ) -> Reply:  # type: ignore[no-untyped-def]
             assert on_text is not None
             await on_text("The first part")
+            shown.set()
             await release.wait()
             return text("never")
 
     app = make_app(home, ScriptedProvider())
     app.loop.provider = Slow()
     turn = asyncio.create_task(streamed_turn(app, "slowly"))
-    while "cli:direct" not in app.loop._running:
-        await asyncio.sleep(0.01)
-    await asyncio.sleep(0.05)
+    await until(lambda: "cli:direct" in app.loop._running)
+    await until(shown.is_set)  # the first part was shown: the stop comes mid-stream
     stop = await app.loop.handle(msg("/stop"))
     assert stop is not None and stop.content == STOPPED
     assert (await turn)[0] is None

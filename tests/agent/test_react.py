@@ -7,6 +7,7 @@ from nanomem.providers.port import Reply, ToolCall
 from nanomem.providers.scripted import ScriptedProvider, call, text
 from nanomem.tools.files import FileTools
 from nanomem.tools.registry import Tool, ToolRegistry, read_only_tool
+from tests.helpers import until
 
 
 def two_calls() -> Reply:
@@ -80,8 +81,7 @@ async def test_partial_turn_is_visible_after_cancellation() -> None:
     task = asyncio.create_task(
         react(provider, [], ToolRegistry([Tool.from_function(forever)]), 5, out=out)
     )
-    while not out.messages:
-        await asyncio.sleep(0.01)
+    await until(lambda: out.messages)
     task.cancel()
     await asyncio.gather(task, return_exceptions=True)
     assert out.messages[0]["tool_calls"][0]["id"] == "c9"

@@ -21,9 +21,9 @@ from nanomem.app import App, build_app
 from nanomem.home import Home
 from nanomem.memory.session import session_filename
 from nanomem.providers.scripted import ScriptedProvider
-from tests.agent.test_inbox import Recorder, stored
-from tests.channels.test_telegram_channel import until
 from tests.conftest import settings_for
+from tests.helpers import until
+from tests.helpers.inbox import Recorder, stored
 
 
 @dataclass

@@ -1,6 +1,6 @@
 import asyncio
 import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from zoneinfo import ZoneInfo
@@ -25,6 +25,7 @@ from nanomem.config import ScheduleSettings
 from nanomem.locks import FileLock
 from nanomem.tools.registry import ToolError
 from tests.conftest import log_lines
+from tests.helpers import until
 
 BERLIN = ZoneInfo("Europe/Berlin")
 NOW = datetime(2026, 11, 23, 14, 0, tzinfo=UTC)
@@ -250,13 +251,6 @@ async def next_message(bus: MessageBus) -> InboundMessage:
     return await asyncio.wait_for(bus.next_inbound(), 30)
 
 
-async def until(check: Callable[[], bool], timeout: float = 30) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not check():
-        assert asyncio.get_running_loop().time() < deadline, "timed out"
-        await asyncio.sleep(0.02)
-
-
 def stored(**fields: object) -> Schedule:
     base = {
         "id": "abcd1234",
@@ -330,7 +324,7 @@ async def test_missed_within_the_grace_fires_once_at_start(
     try:
         msg = await next_message(bus)
         assert msg.content.endswith("drink water")
-        await asyncio.sleep(0.3)
+        await asyncio.sleep(0.3)  # a window for the firings that must not come
         assert bus.inbound_depth == 0  # once, not three times
         position = await bus.position(position_name("abcd1234"))
         assert position == (created + timedelta(hours=3)).isoformat()
@@ -351,7 +345,7 @@ async def test_missed_by_more_than_the_grace_is_skipped_with_a_log_line(
         runner = turns(store, bus, grace_min=30)
         await runner.start({"telegram"})
         try:
-            await asyncio.sleep(0.5)
+            await asyncio.sleep(0.5)  # a window for a late firing, which must not come
             assert bus.inbound_depth == 0
             assert [s.id for s in store.load()] == ["abcd1234"]  # the one-shot is gone for good
             (recurring,) = store.load()
@@ -373,7 +367,7 @@ async def test_a_one_shot_that_fired_before_a_restart_does_not_fire_again(
     runner = turns(store, bus)
     await runner.start({"telegram"})
     try:
-        await asyncio.sleep(0.5)
+        await asyncio.sleep(0.5)  # a window for a second firing, which must not come
         assert bus.inbound_depth == 0 and store.load() == []
     finally:
         await runner.stop()

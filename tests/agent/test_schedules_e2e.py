@@ -20,7 +20,9 @@ from nanomem.onboard import onboard
 from tests.conftest import cli_env, run_cli
 from tests.fakes.openai_server import FakeOpenAI, Step
 from tests.fakes.telegram_server import FakeTelegram
-from tests.test_gateway_e2e import GatewayProcess, load_session, texts, wait_until
+from tests.helpers import wait_until
+from tests.helpers.gateway import GatewayProcess, load_session, onboarded, texts
+from tests.helpers.loopback import loopback
 
 
 def model(request: dict[str, Any]) -> Step:
@@ -40,20 +42,17 @@ def model(request: dict[str, Any]) -> Step:
 
 @pytest.fixture(scope="module")
 def servers() -> Iterator[tuple[FakeTelegram, FakeOpenAI]]:
-    with FakeTelegram() as telegram, FakeOpenAI() as llm:
-        llm.set_fallback(model)
-        yield telegram, llm
+    with loopback(model) as both:
+        yield both
 
 
 @pytest.fixture(scope="module")
 def gateway(
     servers: tuple[FakeTelegram, FakeOpenAI], tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[GatewayProcess]:
-    home = Home(tmp_path_factory.mktemp("schedules") / "home")
-    onboard(home)
-    process = GatewayProcess(home, *servers)
-    yield process
-    assert process.stop() == 0, "".join(process.lines)
+    home = onboarded(tmp_path_factory, "schedules")
+    with GatewayProcess(home, *servers) as process:
+        yield process
 
 
 def replies(telegram: FakeTelegram, chat: int) -> list[str]:

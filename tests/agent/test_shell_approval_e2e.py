@@ -5,7 +5,6 @@ Allow once / Always allow / Deny buttons, a press lets it run, Deny and silence 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -15,14 +14,15 @@ from nanomem.onboard import onboard
 from tests.conftest import cli_env, run_cli
 from tests.fakes.openai_server import FakeOpenAI, Step
 from tests.fakes.telegram_server import FakeTelegram
-from tests.test_gateway_e2e import GatewayProcess
+from tests.helpers.gateway import GatewayProcess
+from tests.helpers.loopback import Model
 
 OWNER = 1000
 TIMEOUT_S = "6"  # tools.shell_approval_timeout_s: the silent case waits it out
 SHELL = {"NANOMEM_TOOLS__SHELL_ENABLED": "true"}
 
 
-def model(request: dict[str, Any]) -> Step:
+def runs_commands(request: dict[str, Any]) -> Step:
     """ "RUN <command>" calls exec; a tool result is quoted back as the answer."""
     last = request["messages"][-1]
     if last.get("role") == "tool":
@@ -34,10 +34,8 @@ def model(request: dict[str, Any]) -> Step:
 
 
 @pytest.fixture
-def servers() -> Iterator[tuple[FakeTelegram, FakeOpenAI]]:
-    with FakeTelegram() as telegram, FakeOpenAI() as llm:
-        llm.set_fallback(model)
-        yield telegram, llm
+def model() -> Model:
+    return runs_commands
 
 
 def bot_message(telegram: FakeTelegram, starts: str, after: int = 0) -> dict[str, Any]:
@@ -105,7 +103,7 @@ def test_the_owner_approves_commands_from_telegram(
 
 
 def test_chat_m_denies_unless_allowlisted(home: Home, fake_llm: FakeOpenAI) -> None:
-    fake_llm.set_fallback(model)
+    fake_llm.set_fallback(runs_commands)
     env = cli_env(home, fake_llm, **SHELL)
     denied = run_cli("chat", "-m", "RUN touch made.txt", env=env)
     assert denied.returncode == 0, denied.stderr

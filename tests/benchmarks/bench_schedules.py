@@ -30,7 +30,7 @@ from nanomem.app import build_app
 from nanomem.config import ScheduleSettings, load_settings
 from nanomem.gateway import Gateway
 from nanomem.providers.port import Reply
-from tests.test_gateway import FakeChannel
+from tests.helpers.channels import FakeChannel
 
 TARGET_READ_MIB = 16.0  # reading and checking the bound-max file
 TARGET_FIRING_MIB = 64.0  # the whole start, and every schedule firing at once

@@ -8,8 +8,6 @@ import re
 import subprocess
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,13 +16,21 @@ import openai
 import pytest
 
 from nanomem.home import Home
-from nanomem.onboard import onboard
 from tests.conftest import NANOMEM, cli_env, run_cli
 from tests.fakes.openai_server import FakeOpenAI, Step, echo_step
 from tests.fakes.telegram_server import FakeTelegram
-from tests.test_gateway_e2e import GatewayProcess, load_session, texts, user_texts, wait_until
+from tests.helpers import wait_until
+from tests.helpers.gateway import (
+    API_KEY,
+    GatewayProcess,
+    load_session,
+    onboarded,
+    post,
+    texts,
+    user_texts,
+)
+from tests.helpers.loopback import loopback
 
-KEY = "nm-api-key-for-tests-0123456789"
 # Longer than the secrets the stream holds back (a secret is never shown in part).
 LOOKING = "Let me look in the workspace first, then I will answer your question properly."
 
@@ -43,29 +49,26 @@ def scripted(request: dict[str, Any]) -> Step:
 
 @pytest.fixture(scope="module")
 def servers() -> Iterator[tuple[FakeTelegram, FakeOpenAI]]:
-    with FakeTelegram() as telegram, FakeOpenAI() as llm:
-        llm.set_fallback(scripted)
-        yield telegram, llm
+    with loopback(scripted) as both:
+        yield both
 
 
 @pytest.fixture(scope="module")
 def gateway(
     servers: tuple[FakeTelegram, FakeOpenAI], tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[GatewayProcess]:
-    home = Home(tmp_path_factory.mktemp("api") / "home")
-    onboard(home)
-    process = GatewayProcess(
+    home = onboarded(tmp_path_factory, "api")
+    with GatewayProcess(
         home,
         *servers,
         NANOMEM_GATEWAY__GRACE_S="3",
         NANOMEM_API__ENABLED="true",
-        NANOMEM_API__KEYS=json.dumps([KEY]),
+        NANOMEM_API__KEYS=json.dumps([API_KEY]),
         NANOMEM_API__MAX_BODY_MB="1",
         NANOMEM_LLM__TIMEOUT_S="120",  # the held answer must not time out during a test
-    )
-    process.wait_for_line(r"api: running")
-    yield process
-    assert process.stop() == 0, "".join(process.lines)
+    ) as process:
+        process.wait_for_line(r"api: running")
+        yield process
 
 
 @pytest.fixture
@@ -73,7 +76,7 @@ def llm(servers: tuple[FakeTelegram, FakeOpenAI]) -> FakeOpenAI:
     return servers[1]
 
 
-def client(gateway: GatewayProcess, key: str | None = KEY) -> openai.OpenAI:
+def client(gateway: GatewayProcess, key: str | None = API_KEY) -> openai.OpenAI:
     base = f"http://127.0.0.1:{gateway.port}/v1"
     return openai.OpenAI(base_url=base, api_key=key or "", max_retries=0, timeout=60)
 
@@ -90,28 +93,6 @@ def ask(gateway: GatewayProcess, text: str, session: str, **extra: Any) -> str:
 
 def asked(llm: FakeOpenAI, word: str) -> list[dict[str, Any]]:
     return [r for r in llm.requests if word in user_texts(r)[-1]]
-
-
-def post(
-    gateway: GatewayProcess,
-    body: bytes | None,
-    key: str | None = KEY,
-    path: str = "chat/completions",
-) -> tuple[int, dict[str, Any]]:
-    headers = {"Content-Type": "application/json"}
-    if key is not None:
-        headers["Authorization"] = f"Bearer {key}"
-    request = urllib.request.Request(
-        f"http://127.0.0.1:{gateway.port}/v1/{path}",
-        data=body,
-        headers=headers,
-        method="POST" if body is not None else "GET",
-    )
-    try:
-        with urllib.request.urlopen(request, timeout=30) as response:
-            return response.status, json.load(response)
-    except urllib.error.HTTPError as exc:
-        return exc.code, json.load(exc)
 
 
 def test_a_plain_completion_is_the_agents_answer(gateway: GatewayProcess, llm: FakeOpenAI) -> None:
@@ -277,7 +258,7 @@ def test_telegram_and_the_api_are_served_together(
     }
     assert texts(telegram.sent_messages(1001)) == [reply["text"]]
     log = (gateway.home.logs / "nanomem.log").read_text() + "".join(gateway.lines)
-    assert KEY not in log
+    assert API_KEY not in log
 
 
 def test_a_public_address_without_keys_is_refused(home: Home) -> None:

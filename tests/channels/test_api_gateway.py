@@ -3,67 +3,10 @@ the official `openai` client: test_api_e2e.py shows the same through a gateway p
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import AsyncIterator
-from typing import Any
-
-import aiohttp
 import openai
 import pytest
 
-from nanomem.agent.channel import load_channel
-from nanomem.gateway import Gateway
-from nanomem.home import Home
-from nanomem.providers.scripted import ScriptedProvider
-from tests.channels.test_telegram_channel import until
-from tests.conftest import make_app
-
-KEY = "nm-api-key-for-tests-0123456789"
-WAIT_S = 60.0  # the safety net of every wait
-
-
-class Served:
-    def __init__(self, gateway: Gateway, provider: ScriptedProvider) -> None:
-        self.gateway, self.provider = gateway, provider
-        self.base = ""
-
-    def client(self, key: str = KEY) -> openai.AsyncOpenAI:
-        return openai.AsyncOpenAI(base_url=self.base, api_key=key, max_retries=0, timeout=WAIT_S)
-
-    async def post(self, body: bytes, key: str | None = KEY) -> tuple[int, dict[str, Any]]:
-        headers = {"Content-Type": "application/json"}
-        if key is not None:
-            headers["Authorization"] = f"Bearer {key}"
-        async with (
-            aiohttp.ClientSession() as session,
-            session.post(f"{self.base}/chat/completions", data=body, headers=headers) as resp,
-        ):
-            return resp.status, await resp.json()
-
-
-def up(gateway: Gateway) -> bool:
-    report = gateway.health.channels.get("api")
-    return report is not None and report.state == "up"
-
-
-@pytest.fixture
-async def served(home: Home) -> AsyncIterator[Served]:
-    provider = ScriptedProvider()
-    app = make_app(
-        home,
-        provider,
-        gateway={"port": 0},
-        api={"enabled": True, "keys": [KEY], "max_body_mb": 1},
-        dream={"enabled": False},
-    )
-    gateway = Gateway(app, {"api": load_channel("api").from_app(app)})
-    task = asyncio.create_task(gateway.run())
-    served = Served(gateway, provider)
-    await until(lambda: gateway.port and up(gateway))
-    served.base = f"http://127.0.0.1:{gateway.port}/v1"
-    yield served
-    gateway.request_stop()
-    assert await asyncio.wait_for(task, WAIT_S) == 0
+from tests.helpers.api import Served
 
 
 async def test_a_completion_is_the_agents_answer_and_is_saved(served: Served) -> None:

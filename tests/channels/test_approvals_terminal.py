@@ -9,8 +9,8 @@ import pytest
 
 from nanomem.home import Home
 from tests.conftest import cli_env, run_cli
-from tests.curation.test_e2e_dream import script_a_dream
 from tests.fakes.openai_server import FakeOpenAI
+from tests.helpers.dream import script_a_dream
 
 PROMPT = "you ›"
 

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -13,48 +12,24 @@ from channels.telegram import GREETING, OFFSET, REFUSED_PRESS, TOO_BIG, Telegram
 from channels.telegram_chat import TOKEN_REJECTED
 from nanomem.agent.bus import Button, InboundMessage, MessageBus, OutboundMessage
 from nanomem.agent.channel import ChannelDown, pump_outbound
-from nanomem.agent.commands import Command
 from nanomem.agent.inbox import SqliteInbox
-from nanomem.config import ConfigError, TelegramSettings
+from nanomem.config import ConfigError
 from tests.conftest import log_lines
 from tests.fakes.telegram_server import FakeTelegram
-
-OWNER, FRIEND, STRANGER, GROUP = 42, 43, 666, -100123
-
-
-async def _answer(msg: InboundMessage, args: str) -> str:
-    return ""
-
-
-COMMANDS = [
-    Command("help", "show the commands", _answer, immediate=True),
-    Command("new", "start a new conversation", _answer),
-    Command("stop", "stop the reply in progress", _answer, immediate=True),
-    Command("dream-restore", "list memory versions, or undo one", _answer),
-]
+from tests.helpers import until
+from tests.helpers.telegram import (
+    FRIEND,
+    GROUP,
+    OWNER,
+    STRANGER,
+    make_channel,
+)
 
 
 @pytest.fixture
 def fake() -> Iterator[FakeTelegram]:
     with FakeTelegram() as server:
         yield server
-
-
-def settings_for(fake: FakeTelegram, **values: Any) -> TelegramSettings:
-    base = {"enabled": True, "token": fake.token, "allow_from": [OWNER, FRIEND]}
-    base |= {"base_url": fake.base_url, "base_file_url": fake.base_file_url}
-    return TelegramSettings.model_validate(base | values)
-
-
-def make_channel(fake: FakeTelegram, workspace: Path, **values: Any) -> TelegramChannel:
-    return TelegramChannel(
-        settings_for(fake, **values),
-        workspace=workspace,
-        commands=COMMANDS,
-        poll_timeout_s=1,
-        typing_every_s=0.2,
-        watch_every_s=0.1,
-    )
 
 
 class Running:
@@ -78,15 +53,6 @@ async def running(fake: FakeTelegram, tmp_path: Path) -> AsyncIterator[Running]:
         yield Running(channel, bus)
     finally:
         await channel.stop()
-
-
-async def until(check: Callable[[], Any], timeout: float = 30) -> Any:
-    """Poll `check` until it returns something true, and return that."""
-    for _ in range(int(timeout / 0.02)):
-        if result := check():
-            return result
-        await asyncio.sleep(0.02)
-    raise AssertionError("timed out")
 
 
 @pytest.fixture
@@ -352,7 +318,7 @@ async def test_a_reply_of_3000_emoji_arrives_whole_in_parts_within_the_limit(
     parts = await fake.wait_for_messages_async(OWNER, 2)
     assert [utf16(p["text"]) for p in parts] == [4096, 6000 - 4096]
     assert "".join(p["text"] for p in parts) == text
-    await asyncio.sleep(0.3)
+    await asyncio.sleep(0.3)  # a window for a third part, which must not come
     assert len(fake.sent_messages(OWNER)) == 2
 
 

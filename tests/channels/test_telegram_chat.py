@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import pytest
@@ -29,15 +28,7 @@ from nanomem.agent.bus import Button, InboundMessage, OutboundMessage
 from nanomem.agent.channel import ChannelDown, DeliveryLater
 from nanomem.agent.commands import NOTHING_TO_STOP, STOPPED, Command
 from tests.conftest import log_lines
-
-
-async def until(check: Callable[[], object], timeout_s: float = 60) -> None:
-    """Wait for `check()` to hold; the timeout is a safety net only."""
-    for _ in range(int(timeout_s / 0.01)):
-        if check():
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError("timed out")
+from tests.helpers import until
 
 
 @dataclass
@@ -279,13 +270,13 @@ async def test_typing_runs_while_a_turn_waits_and_stops_with_the_answer(
     delivery.accepted("42", "help", 2, "help")
     await until(lambda: port.typed.count("42") >= 3)  # typing repeats while the turn waits
     delivery.send(reply("42", "help text", "help"))  # answered at once: the turn still runs
-    await asyncio.sleep(0.1)
+    await asyncio.sleep(0.1)  # two typing periods: it must still be shown
     assert delivery.chat("42").typing is not None
     delivery.send(reply("42", "the answer", "turn"))
     await settle(delivery)
     assert delivery.chat("42").typing is None
     typed = len(port.typed)
-    await asyncio.sleep(0.15)
+    await asyncio.sleep(0.15)  # three typing periods: none may come
     assert len(port.typed) == typed
 
 
@@ -295,8 +286,9 @@ async def test_typing_stops_on_failure_and_on_stop(delivery: Delivery, port: Fak
 
     port.typing = broken  # type: ignore[method-assign]
     delivery.accepted("1", "turn", 1, None)
-    await asyncio.sleep(0.05)
-    assert delivery.chat("1").typing is None and delivery.chat("1").pending == ["turn"]
+    assert delivery.chat("1").typing is not None  # typing starts ...
+    await until(lambda: delivery.chat("1").typing is None)  # ... and stops on the failure
+    assert delivery.chat("1").pending == ["turn"]
 
     port2 = FakePort()
     other = Delivery(port2, typing_every_s=0.05, status_every_s=0.2, typing_delay_s=0)
@@ -312,7 +304,7 @@ async def test_progress_is_one_throttled_quiet_message(delivery: Delivery, port:
     for n in range(5):
         delivery.send(reply("42", f"read_file(path='{n}.md')", "turn", kind="progress"))
     await settle(delivery)
-    await asyncio.sleep(0.25)
+    await asyncio.sleep(0.25)  # past status_every_s: the next line may edit the message
     delivery.send(reply("42", "write_file(path='x')", "turn", kind="progress"))
     await settle(delivery)
     assert port.texts("42") == ["⚙️ read_file(path='4.md') · 5 steps"]  # the latest line
@@ -362,7 +354,7 @@ def test_poll_watch_tells_a_refused_token_and_a_stall() -> None:
     assert watch.diagnose() == f"telegram: polling fails: {watch.error}" and not watch.dead()
     watch.finished(200)
     assert watch.error == "" and watch.diagnose() is None
-    time.sleep(0.06)
+    time.sleep(0.06)  # past stall_after_s with no answer: the stall is the behaviour tested
     assert watch.dead() and "no answer to polling" in (watch.diagnose() or "")
 
 
@@ -380,10 +372,7 @@ async def test_poll_watch_restarts_with_backoff_until_it_works() -> None:
 
     watch.finished(401)
     task = asyncio.create_task(watch.run(restart, every_s=0.01))
-    for _ in range(400):
-        if not outcomes and watch.problem is None:
-            break
-        await asyncio.sleep(0.01)
+    await until(lambda: not outcomes and watch.problem is None)
     task.cancel()
     assert len(calls) == 3 and watch.problem is None
     assert calls[1] - calls[0] >= 0.1 and calls[2] - calls[1] >= 0.2  # failures back off

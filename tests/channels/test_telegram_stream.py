@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import re
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -21,6 +21,7 @@ from nanomem.agent.channel import pump_outbound
 from nanomem.agent.commands import STOPPED
 from nanomem.config import TelegramSettings
 from tests.fakes.telegram_server import FakeTelegram
+from tests.helpers import until
 
 OWNER, FRIEND, GROUP = 42, 43, -100123
 LONG = "\n\n".join(
@@ -83,14 +84,6 @@ async def live(fake: FakeTelegram, tmp_path: Path, **values: Any) -> AsyncIterat
         await channel.stop()
 
 
-async def until(check: Callable[[], Any], timeout: float = 10) -> Any:
-    for _ in range(int(timeout / 0.02)):
-        if result := check():
-            return result
-        await asyncio.sleep(0.02)
-    raise AssertionError("timed out")
-
-
 def html_of(messages: list[dict[str, Any]]) -> list[str]:
     return [m.get("html") or m["text"] for m in messages]
 
@@ -141,7 +134,7 @@ async def test_a_draft_is_renewed_before_telegram_lets_it_expire(
         watcher = asyncio.create_task(watch())
         half = len(LONG) // 2
         await chat.stream(msg, LONG[:half], pause=0.05)
-        await asyncio.sleep(3.0)
+        await asyncio.sleep(3.0)  # the pause longer than a draft's life (the behaviour tested)
         so_far = LONG[:half]
         for piece in re.findall(r".{1,40}", LONG[half:], re.DOTALL):
             so_far += piece

@@ -10,9 +10,10 @@ from nanomem.agent.bus import InboundMessage
 from nanomem.app import App
 from nanomem.home import Home
 from nanomem.memory.history import NewEntry
-from nanomem.memory.session import to_wire
+from nanomem.memory.session import Session, to_wire
 from nanomem.providers.port import ProviderError, Reply, ToolCall, Usage
 from tests.conftest import make_app
+from tests.helpers import until
 
 WINDOW = {"llm": {"context_window_tokens": 8192, "max_tokens": 256}}
 SUMMARY_MARK = "from nanomem, not from the person"
@@ -300,6 +301,11 @@ def fact_turns(count: int) -> list[dict[str, Any]]:
     return turns
 
 
+def waited_for(app: App, session: Session) -> bool:
+    """Something (a turn, a recovery) waits for the consolidation that holds the session."""
+    return bool(app.consolidator._lock(session)._waiters)  # asyncio.Lock's queue of waiters
+
+
 async def test_a_turn_shows_what_a_consolidation_archived_while_it_waited(home: Home) -> None:
     model = HeldModel()
     app = app_with(home, model)
@@ -309,7 +315,7 @@ async def test_a_turn_shows_what_a_consolidation_archived_while_it_waited(home: 
     await model.summarising.wait()
     question = InboundMessage("cli", "direct", "And fact number 30?", sender_id="u")
     turn = asyncio.create_task(app.loop.handle(question))
-    await asyncio.sleep(0.3)  # the turn now waits for the archive to finish
+    await until(lambda: waited_for(app, session))  # the turn waits for the archive to finish
     model.gate.set()
     assert await archiving and await turn is not None
     sent = model.chat_calls()[-1]
@@ -325,7 +331,7 @@ async def test_recovery_behind_a_running_consolidation_never_moves_back(home: Ho
     archiving = asyncio.create_task(app.consolidator.consolidate(session))
     await model.summarising.wait()  # round one is journalled and under way
     recovering = asyncio.create_task(app.consolidator.recover(session))
-    await asyncio.sleep(0.05)
+    await until(lambda: waited_for(app, session))  # the recovery waits behind the round
     model.gate.set()
     rounds = await archiving
     await recovering

@@ -14,38 +14,7 @@ from nanomem.memory.history import NewEntry
 from nanomem.providers.port import ProviderError, Reply
 from nanomem.providers.scripted import ScriptedProvider, call, text
 from tests.conftest import make_app
-
-USER_BEFORE = "# User\n"
-LEARN = [
-    text("NEW: USER.md: the person is called Ada and drinks green tea"),
-    call(
-        "edit_memory",
-        {
-            "file": "USER.md",
-            "old_text": USER_BEFORE,
-            "new_text": USER_BEFORE + "- Name: Ada\n- Drinks green tea\n",
-        },
-    ),
-    call("append_memory", {"file": "memory/MEMORY.md", "line": "- 2026-11-22: Ada started Apollo"}),
-    text("Added Ada's name, her tea, and the Apollo project."),
-]
-
-
-async def app_with_history(home: Home, provider: ScriptedProvider, **sections) -> App:  # type: ignore[no-untyped-def]
-    app = make_app(home, provider, **sections)
-    await app.history.append(
-        [
-            NewEntry("cli:direct", "- 2026-11-22: the user is Ada, drinks green tea", "summary"),
-            NewEntry("cli:direct", "- 2026-11-22: Ada started project Apollo", "summary"),
-        ]
-    )
-    return app
-
-
-async def dream(app: App, text_: str = "/dream") -> str:
-    reply = await app.loop.handle(InboundMessage("cli", "direct", text_, metadata={"owner": True}))
-    assert reply is not None
-    return reply.content
+from tests.helpers.dream import LEARN, app_with_history, dream
 
 
 async def test_dream_learns_commits_and_advances_the_cursor(home: Home) -> None:

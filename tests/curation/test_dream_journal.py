@@ -10,7 +10,7 @@ from nanomem.curation.journal import CURSOR_TRAILER, Edit, Journal, Staging, jou
 from nanomem.home import Home
 from nanomem.providers.port import Reply
 from nanomem.providers.scripted import ScriptedProvider, call, text
-from tests.curation.test_dream import LEARN, USER_BEFORE, app_with_history, dream
+from tests.helpers.dream import LEARN, USER_BEFORE, app_with_history, dream
 
 
 def pending(app: App) -> Journal:

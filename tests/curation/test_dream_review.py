@@ -11,7 +11,7 @@ from nanomem.curation.review import PendingChange
 from nanomem.home import Home
 from nanomem.memory.history import NewEntry
 from nanomem.providers.scripted import ScriptedProvider, text
-from tests.curation.test_dream import LEARN, app_with_history
+from tests.helpers.dream import LEARN, app_with_history
 
 ASK = {"dream": {"review": "ask"}}
 

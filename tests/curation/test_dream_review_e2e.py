@@ -4,7 +4,6 @@ a rejected change stays out and is not proposed again."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -14,14 +13,15 @@ from nanomem.onboard import onboard
 from tests.conftest import cli_env, run_cli
 from tests.fakes.openai_server import FakeOpenAI, Step
 from tests.fakes.telegram_server import FakeTelegram
-from tests.test_gateway_e2e import GatewayProcess
+from tests.helpers.gateway import GatewayProcess
+from tests.helpers.loopback import Model
 
 OWNER = 1000
 FACTS = {"Quito": "- Lives in Quito", "Tom": "- Has a cat called Tom"}
 REJECTED_NOTE = "Changes the owner rejected"
 
 
-def model(request: dict[str, Any]) -> Step:
+def reviewing(request: dict[str, Any]) -> Step:
     """The chat, the archive summary, and both Dream phases, told apart by their prompts."""
     messages = request["messages"]
     prompt = "\n".join(str(m.get("content") or "") for m in messages)
@@ -44,10 +44,8 @@ def model(request: dict[str, Any]) -> Step:
 
 
 @pytest.fixture
-def servers() -> Iterator[tuple[FakeTelegram, FakeOpenAI]]:
-    with FakeTelegram() as telegram, FakeOpenAI() as llm:
-        llm.set_fallback(model)
-        yield telegram, llm
+def model() -> Model:
+    return reviewing
 
 
 def exchange(telegram: FakeTelegram, text: str) -> dict[str, Any]:

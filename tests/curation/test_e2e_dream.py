@@ -7,19 +7,7 @@ import subprocess
 from nanomem.home import Home
 from tests.conftest import cli_env, run_cli_here
 from tests.fakes.openai_server import FakeOpenAI
-
-
-def script_a_dream(fake: FakeOpenAI) -> None:
-    fake.reply("NEW: USER.md: the person is Ada; she loves green tea")
-    fake.tool_call(
-        "edit_memory",
-        {
-            "file": "USER.md",
-            "old_text": "Nothing is known yet.",
-            "new_text": "- Name: Ada\n- Loves green tea\n\nMore facts:",
-        },
-    )
-    fake.reply("Recorded Ada's name and her tea.")
+from tests.helpers.dream import script_a_dream
 
 
 def test_told_once_known_later_and_undone(home: Home, fake_llm: FakeOpenAI) -> None:

@@ -6,7 +6,6 @@ import os
 import re
 import signal
 import subprocess
-import time
 from typing import Any
 
 import pytest
@@ -17,6 +16,7 @@ from nanomem.home import Home
 from nanomem.memory.session import session_filename
 from tests.conftest import NANOMEM, cli_env, run_cli, run_cli_here, settings_for
 from tests.fakes.openai_server import FakeOpenAI, Step
+from tests.helpers import wait_until
 
 SUMMARY_MARK = "from nanomem, not from the person"
 
@@ -103,13 +103,6 @@ def test_new_and_search_history_through_the_cli(home: Home, fake_llm: FakeOpenAI
     assert observation["content"].startswith("[")  # timestamp first
 
 
-def wait_for(predicate: Any, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.05)
-
-
 @pytest.mark.parametrize("moment", ["while summarising", "after the archive was written"])
 def test_sigkill_during_new_loses_and_duplicates_nothing(
     home: Home, fake_llm: FakeOpenAI, moment: str
@@ -126,11 +119,11 @@ def test_sigkill_during_new_loses_and_duplicates_nothing(
     )
     history = home.workspace / "memory" / "history.jsonl"
     if moment == "while summarising":
-        wait_for(lambda: len(fake_llm.requests) == 4)
+        wait_until(lambda: len(fake_llm.requests) == 4, timeout=30)
     else:
         # Kill right after the entry is durable, before the session's boundary moves: the
         # journal in the session file must let the next run finish the job.
-        wait_for(lambda: history.exists() and history.stat().st_size > 0)
+        wait_until(lambda: history.exists() and history.stat().st_size > 0, timeout=30)
     os.kill(process.pid, signal.SIGKILL)
     process.wait()
     session_file = home.sessions / session_filename("cli:direct")

@@ -24,7 +24,7 @@ from nanomem.memory.gitstore import GitStore
 from nanomem.memory.history import HistoryEntry, NewEntry
 from nanomem.providers.scripted import ScriptedProvider, Step, call, text
 from tests.conftest import make_app
-from tests.memory.test_gitstore import FromScratch
+from tests.helpers.gitstore import FromScratch
 
 ADA = "- 2026-11-22: the user is Ada, she moved to Quito last month"
 APOLLO = "- 2026-11-22: Ada started project Apollo with Grace"

@@ -1,4 +1,3 @@
-import asyncio
 import json
 from datetime import UTC, datetime, timedelta
 
@@ -7,15 +6,13 @@ from nanomem.home import Home
 from nanomem.memory.history import NewEntry
 from nanomem.providers.scripted import ScriptedProvider, text
 from tests.conftest import log_lines, make_app
+from tests.helpers import until
 
 
 async def run_until_a_dream_is_recorded(app: App, home: Home) -> None:
     app.scheduler.start()
     try:
-        for _ in range(100):
-            if home.dream_state.exists():
-                return
-            await asyncio.sleep(0.05)
+        await until(home.dream_state.exists, timeout=5)
     finally:
         await app.scheduler.stop(grace_s=5)
 

@@ -16,7 +16,8 @@ from nanomem.onboard import onboard
 from tests.conftest import cli_env, run_cli
 from tests.fakes.openai_server import FakeOpenAI, Step
 from tests.fakes.telegram_server import FakeTelegram
-from tests.test_gateway_e2e import GatewayProcess, texts, wait_until
+from tests.helpers import wait_until
+from tests.helpers.gateway import GatewayProcess, texts
 
 OWNER, GROUP, MEMBER = 1000, -100777, 1001
 TOLD = "By the way, I moved to Quito last month."

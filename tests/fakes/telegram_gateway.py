@@ -14,10 +14,10 @@ from channels.telegram import TelegramChannel
 from nanomem.app import App, build_app
 from nanomem.gateway import Gateway
 from nanomem.home import Home
-from tests.channels.test_telegram_channel import until
 from tests.conftest import TEST_KEY, settings_for
 from tests.fakes.openai_server import FakeOpenAI, Step
 from tests.fakes.telegram_server import FakeTelegram
+from tests.helpers import until
 
 BOT = "@nanomem_test_bot "  # what addresses the bot in a group
 WAIT_S = 30.0  # the safety net of every wait

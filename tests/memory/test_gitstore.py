@@ -8,11 +8,11 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from nanomem.memory.gitstore import Annotated, GitStore, GitStoreError
+from nanomem.memory.gitstore import GitStore, GitStoreError
+from tests.helpers.gitstore import FromScratch
 
 if TYPE_CHECKING:
-    from dulwich.objects import ObjectID
-    from dulwich.repo import Repo
+    pass
 
 
 @pytest.fixture
@@ -156,18 +156,6 @@ def test_a_loose_object_lock_left_by_a_killed_process_is_removed(
     assert not stale.exists()
     # the object it refused before is written and readable
     assert store.files_at(version.sha)["USER.md"] == content
-
-
-class FromScratch(GitStore):
-    """Counts the blames that read the whole history."""
-
-    def __init__(self, git: GitStore) -> None:
-        super().__init__(git.git_dir, git.workspace, lock=git.lock)
-        self.count = 0
-
-    def _annotate_from_scratch(self, repo: Repo, start: ObjectID, path: bytes) -> Annotated:
-        self.count += 1
-        return super()._annotate_from_scratch(repo, start, path)
 
 
 def edited(lines: list[bytes], rng: random.Random) -> list[bytes]:

@@ -6,7 +6,7 @@ import asyncio
 import shutil
 import ssl
 import subprocess
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -17,55 +17,7 @@ from nanomem.providers.http_client import HTTPError, Pool, _target
 from nanomem.providers.openai_http import OpenAIHTTPProvider
 from nanomem.providers.port import ProviderError
 from tests.fakes.openai_server import FakeOpenAI
-from tests.providers.test_openai_http import USER
-
-Answer = Callable[[int], bytes]  # the raw answer to the n-th request on one connection
-
-
-@asynccontextmanager
-async def raw_server(
-    answer: Answer, *, close_after: bool = False, tls: ssl.SSLContext | None = None
-) -> AsyncIterator[str]:
-    """A server that answers each request with raw bytes; `close_after` drops the connection
-    after each answer without saying so (as servers do with idle kept-alive connections)."""
-
-    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        served = 0
-        try:
-            while head := await reader.readuntil(b"\r\n\r\n"):
-                length = next(
-                    int(line.split(b":", 1)[1])
-                    for line in head.split(b"\r\n")
-                    if line.lower().startswith(b"content-length:")
-                )
-                await reader.readexactly(length)
-                if not (raw := answer(served)):
-                    break  # closed as the request came: no answer at all
-                writer.write(raw)
-                await writer.drain()
-                served += 1
-                if close_after:
-                    break
-        except (asyncio.IncompleteReadError, ConnectionError):
-            pass
-        writer.close()
-
-    server = await asyncio.start_server(handle, "127.0.0.1", 0, ssl=tls)
-    port = server.sockets[0].getsockname()[1]
-    scheme = "https" if tls else "http"
-    try:
-        yield f"{scheme}://127.0.0.1:{port}/v1/chat/completions"
-    finally:
-        server.close()
-
-
-def ok(body: bytes) -> bytes:
-    return b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
-
-
-async def call(pool: Pool, url: str) -> tuple[int, bytes]:
-    async with pool.post(url, b'{"x": 1}', {"Content-Type": "application/json"}) as resp:
-        return resp.status, await resp.read()
+from tests.helpers.http import USER, call, ok, raw_server
 
 
 @pytest.fixture

@@ -14,18 +14,9 @@ from nanomem.providers.openai_http import OpenAIHTTPProvider, _to_reply
 from nanomem.providers.port import ProviderError, RetryingProvider, WireMessage, categorize
 from tests.conftest import TEST_KEY
 from tests.fakes.openai_server import FakeOpenAI
+from tests.helpers import until
+from tests.helpers.http import TOOLS, USER
 
-USER = [{"role": "user", "content": "hi"}]
-TOOLS = [
-    {
-        "type": "function",
-        "function": {
-            "name": "get_weather",
-            "description": "Weather for a city.",
-            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
-        },
-    }
-]
 Make = Callable[..., OpenAIHTTPProvider]
 
 
@@ -288,11 +279,7 @@ async def test_concurrent_calls_share_one_session() -> None:
                 for i in range(100)
             )
         )
-        for _ in range(6000):  # until all hundred are in the server at once (60 s at most)
-            if srv.held == 100:
-                break
-            await asyncio.sleep(0.01)
-        assert srv.held == 100
+        await until(lambda: srv.held == 100)  # all hundred are in the server at once
         srv.release()
         replies = await asyncio.wait_for(calls, 60)
         asked = sorted(str(r["messages"][-1]["content"]) for r in srv.requests)

@@ -18,8 +18,7 @@ from nanomem.providers.port import ProviderError
 from nanomem.providers.proxies import proxy_for
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.proxy_server import FakeProxy, make_certificate, server_context
-from tests.providers.test_http_client import call, ok, raw_server
-from tests.providers.test_openai_http import USER
+from tests.helpers.http import USER, call, ok, raw_server
 
 TARGET = "model.example.test"  # resolves nowhere: only the proxy reaches it
 PASSWORD = "s3cret:p@ss"  # percent-encoded in the proxy URL

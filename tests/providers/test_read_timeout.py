@@ -13,7 +13,7 @@ from nanomem.providers.openai_http import OpenAIHTTPProvider
 from nanomem.providers.port import ProviderError, RetryingProvider
 from tests.conftest import TEST_KEY
 from tests.fakes.openai_server import FakeOpenAI
-from tests.providers.test_openai_http import USER
+from tests.helpers.http import USER
 
 Make = Callable[..., OpenAIHTTPProvider]
 

@@ -15,7 +15,7 @@ from nanomem.providers.port import Provider, ProviderError, RetryingProvider
 from nanomem.providers.routing import Route
 from tests.conftest import TEST_KEY
 from tests.fakes.openai_server import FakeOpenAI, Step
-from tests.providers.test_openai_http import TOOLS, USER
+from tests.helpers.http import TOOLS, USER
 
 Make = Callable[..., Provider]
 

@@ -8,8 +8,8 @@ import subprocess
 import pytest
 
 from nanomem.home import Home
-from tests.channels.test_api_gateway import Served, served  # noqa: F401 (a fixture)
 from tests.conftest import cli_env, log_lines, run_cli, run_cli_here
+from tests.helpers.api import Served
 
 STRONG = "nm-strong-agent-api-key-0123456789"
 OTHER = "nm-another-strong-key-abcdefghijkl"
@@ -52,7 +52,7 @@ def test_status_shows_how_many_keys_and_only_their_masked_forms(home: Home) -> N
         assert secret[:-4] not in result.stdout + result.stderr
 
 
-async def test_a_wrong_key_is_refused_and_never_echoed(served: Served) -> None:  # noqa: F811
+async def test_a_wrong_key_is_refused_and_never_echoed(served: Served) -> None:
     wrong = "nm-presented-wrong-key-000000000000"
     with log_lines("DEBUG") as lines:
         status, body = await served.post(

@@ -5,7 +5,7 @@ typing the command, whatever the callback data or the message it hangs on claims
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -13,21 +13,20 @@ import pytest
 
 from channels.telegram_inbound import REFUSED_PRESS
 from nanomem.home import Home
-from tests.channels.test_telegram_channel import until
 from tests.conftest import log_lines
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.telegram_gateway import BOT, LiveGateway, call, obedient, telegram_gateway
 from tests.fakes.telegram_server import FakeTelegram
+from tests.helpers import until
+from tests.helpers.loopback import Model
 
 OWNER, FRIEND, GROUP, MEMBER, STRANGER = 1000, 1002, -100555, 1001, 666
 SHELL = {"shell_enabled": True, "shell_approval": "ask", "shell_approval_timeout_s": 20}
 
 
 @pytest.fixture
-def servers() -> Iterator[tuple[FakeTelegram, FakeOpenAI]]:
-    with FakeTelegram() as telegram, FakeOpenAI() as llm:
-        llm.set_fallback(obedient)
-        yield telegram, llm
+def model() -> Model:
+    return obedient
 
 
 @pytest.fixture

@@ -5,7 +5,7 @@ link (to USER.md) is refused by the file tools in every chat."""
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -17,6 +17,7 @@ from nanomem.tools.sandbox import decide
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.telegram_gateway import BOT, LiveGateway, call, obedient, telegram_gateway
 from tests.fakes.telegram_server import FakeTelegram
+from tests.helpers.loopback import Model
 
 OWNER, GROUP, MEMBER = 1000, -100555, 1001
 ROOM = f"telegram:{GROUP}"
@@ -25,10 +26,8 @@ DOOR_CODE = "The owner's door code is 4711."
 
 
 @pytest.fixture
-def servers() -> Iterator[tuple[FakeTelegram, FakeOpenAI]]:
-    with FakeTelegram() as telegram, FakeOpenAI() as llm:
-        llm.set_fallback(obedient)
-        yield telegram, llm
+def model() -> Model:
+    return obedient
 
 
 @pytest.fixture

@@ -10,7 +10,8 @@ from nanomem.home import Home
 from tests.conftest import cli_env, run_cli_here
 from tests.fakes.openai_server import FakeOpenAI, echo_step
 from tests.fakes.telegram_server import FakeTelegram
-from tests.test_gateway_e2e import GatewayProcess, wait_until
+from tests.helpers import wait_until
+from tests.helpers.gateway import GatewayProcess
 
 DEEP = 100_000
 NESTED = "[" * DEEP + "]" * DEEP

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 import sqlite3
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from pathlib import Path
@@ -29,31 +29,16 @@ from nanomem.agent.retries import RETRYING
 from nanomem.app import App, build_app
 from nanomem.gateway import Gateway
 from nanomem.home import Home
-from nanomem.memory.session import session_filename
 from nanomem.providers.scripted import ScriptedProvider
-from tests.channels.test_telegram_channel import OWNER as OWNER_42
-from tests.channels.test_telegram_channel import make_channel, until
 from tests.conftest import cli_env, log_lines, run_cli_here, settings_for
-from tests.fakes.openai_server import FakeOpenAI, echo_step
+from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.telegram_server import FakeTelegram
-from tests.test_gateway_e2e import WAIT_S, GatewayProcess, load_session, wait_until
+from tests.helpers import WAIT_S, until, wait_until
+from tests.helpers.gateway import ALLOWED, break_session, load_session, retrying_gateway
+from tests.helpers.telegram import OWNER as OWNER_42
+from tests.helpers.telegram import make_channel
 
-OWNER = 1000  # the first user of telegram.allow_from (GatewayProcess allows 1000..1019)
-
-
-@pytest.fixture
-def servers() -> Iterator[tuple[FakeTelegram, FakeOpenAI]]:
-    """Each test's own: a gateway of its own polls them (two would steal each other's updates)."""
-    with FakeTelegram() as telegram, FakeOpenAI() as llm:
-        llm.set_fallback(echo_step)
-        yield telegram, llm
-
-
-def break_session(home: Home, chat: int) -> Path:
-    """The chat's session file becomes a directory: every load of it raises."""
-    path = home.sessions / session_filename(f"telegram:{chat}")
-    path.mkdir(parents=True)
-    return path
+OWNER = ALLOWED[0]  # the first user of telegram.allow_from (GatewayProcess allows 1000..1019)
 
 
 def stored(home: Home, chat: int) -> list[dict[str, Any]]:
@@ -62,11 +47,6 @@ def stored(home: Home, chat: int) -> list[dict[str, Any]]:
         db.row_factory = sqlite3.Row
         rows = db.execute("SELECT * FROM messages WHERE chat = ? ORDER BY seq", (str(chat),))
         return [dict(row) for row in rows]
-
-
-def gateway(home: Home, telegram: FakeTelegram, llm: FakeOpenAI, **env: str) -> GatewayProcess:
-    settings = {"NANOMEM_AGENT__RETRY_FIRST_S": "0.3", "NANOMEM_AGENT__MAX_ATTEMPTS": "3"}
-    return GatewayProcess(home, telegram, llm, **(settings | env))
 
 
 def scripted_app(home: Home, *, retry_first_s: float, max_attempts: int) -> App:
@@ -97,7 +77,7 @@ def test_a_message_whose_handling_raises_is_kept_retried_and_answered(
 ) -> None:
     telegram, llm = servers
     broken = break_session(home, 1001)
-    process = gateway(home, telegram, llm, NANOMEM_AGENT__MAX_ATTEMPTS="100")
+    process = retrying_gateway(home, telegram, llm, NANOMEM_AGENT__MAX_ATTEMPTS="100")
     telegram.send_text(1001, "what is on the list today?")
     (note,) = telegram.wait_for_messages(1001, 1)
     assert note["text"] == RETRYING
@@ -123,7 +103,7 @@ def test_a_persisting_fault_parks_the_message_and_the_owner_retries_it(
 ) -> None:
     telegram, llm = servers
     broken = break_session(home, 1002)
-    process = gateway(home, telegram, llm)
+    process = retrying_gateway(home, telegram, llm)
     telegram.send_text(1002, "please remember the milk")
     (notice,) = telegram.wait_for_messages(OWNER, 1)
     assert "parked" in notice["text"] and "telegram:1002" in notice["text"]
@@ -144,7 +124,7 @@ def test_a_persisting_fault_parks_the_message_and_the_owner_retries_it(
     assert process.stop() == 0, "".join(process.lines)
     broken.rmdir()
     break_session(home, 1005)
-    process = gateway(home, telegram, llm)
+    process = retrying_gateway(home, telegram, llm)
     process.wait_for_line(r"1 message is parked")
     telegram.send_text(1005, "water the plants")
     notices = telegram.wait_for_messages(OWNER, 2)
@@ -168,7 +148,7 @@ def test_a_retry_due_while_the_gateway_was_down_runs_at_start(
 ) -> None:
     telegram, llm = servers
     broken = break_session(home, 1004)
-    process = gateway(home, telegram, llm, NANOMEM_AGENT__RETRY_FIRST_S="2")
+    process = retrying_gateway(home, telegram, llm, NANOMEM_AGENT__RETRY_FIRST_S="2")
     telegram.send_text(1004, "the dentist is at nine")
     telegram.wait_for_messages(1004, 1)  # told it will be retried
     assert process.stop() == 0, "".join(process.lines)
@@ -177,7 +157,7 @@ def test_a_retry_due_while_the_gateway_was_down_runs_at_start(
     broken.rmdir()
     due = datetime.fromisoformat(kept["next_at"])
     wait_until(lambda: datetime.now(UTC) > due, what="the retry to fall due")
-    process = gateway(home, telegram, llm, NANOMEM_AGENT__RETRY_FIRST_S="2")
+    process = retrying_gateway(home, telegram, llm, NANOMEM_AGENT__RETRY_FIRST_S="2")
     replies = telegram.wait_for_messages(1004, 2)
     assert replies[1]["text"].endswith("the dentist is at nine")
     wait_until(lambda: stored(home, 1004) == [], what="the message to leave the inbox")
@@ -293,7 +273,7 @@ def test_each_parked_message_gets_its_own_log_line(
     telegram, llm = servers
     for chat in (1002, 1003):
         break_session(home, chat)
-    process = gateway(home, telegram, llm)
+    process = retrying_gateway(home, telegram, llm)
     telegram.send_text(1002, "please remember the milk")
     telegram.send_text(1003, "and the eggs")
     telegram.wait_for_messages(OWNER, 2)  # both parked, the owner told of each

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.channels.test_api_gateway import Served, served  # noqa: F401 (a fixture)
 from tests.conftest import log_lines
+from tests.helpers.api import Served
 
 DEEP = 100_000
 
@@ -27,7 +27,7 @@ DEEP = 100_000
     ids=["array", "in-messages", "objects", "unclosed", "not-utf8"],
 )
 async def test_an_unreadable_or_deeply_nested_body_is_a_clean_400(
-    served: Served,  # noqa: F811
+    served: Served,
     body: bytes,
 ) -> None:
     with log_lines("WARNING") as logged:
@@ -41,7 +41,7 @@ async def test_an_unreadable_or_deeply_nested_body_is_a_clean_400(
     assert served.provider.calls == []
 
 
-async def test_nesting_within_the_bound_is_still_read(served: Served) -> None:  # noqa: F811
+async def test_nesting_within_the_bound_is_still_read(served: Served) -> None:
     inner = b'{"a": ' * 60 + b"1" + b"}" * 60
     body = (
         b'{"messages": [{"role": "user", "content": "nested but fine"}], "metadata": '

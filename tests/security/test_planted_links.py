@@ -13,12 +13,11 @@ import pytest
 
 from nanomem.home import Home
 from nanomem.memory.history import HistoryEntry
-from tests.channels.test_api_e2e import KEY, post
 from tests.conftest import run_cli
 from tests.fakes.openai_server import FakeOpenAI, Step, echo_step
 from tests.fakes.telegram_server import FakeTelegram
-from tests.security.test_shell_sandbox import SANDBOX_RUNS, shell_env, shown
-from tests.test_gateway_e2e import GatewayProcess
+from tests.helpers.gateway import API_KEY, GatewayProcess, post
+from tests.helpers.shell import SANDBOX_RUNS, shell_env, shown
 
 pytestmark = pytest.mark.slow  # real nanomem processes, each
 PNG = b"\x89PNG\r\n\x1a\nnot really a picture"
@@ -39,7 +38,11 @@ def test_an_api_image_is_not_saved_through_a_planted_media_link(home: Home, tmp_
     with FakeTelegram() as telegram, FakeOpenAI() as llm:
         llm.set_fallback(echo_step)
         process = GatewayProcess(
-            home, telegram, llm, NANOMEM_API__ENABLED="true", NANOMEM_API__KEYS=json.dumps([KEY])
+            home,
+            telegram,
+            llm,
+            NANOMEM_API__ENABLED="true",
+            NANOMEM_API__KEYS=json.dumps([API_KEY]),
         )
         try:
             process.wait_for_line(r"api: running")

@@ -8,7 +8,7 @@ what could not be armed. Then the same mistake elsewhere: dream.json and search_
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -16,22 +16,21 @@ from typing import Any
 import pytest
 
 from nanomem.home import Home
-from tests.channels.test_telegram_channel import until
 from tests.conftest import cli_env, log_lines, run_cli_here
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.telegram_gateway import LiveGateway, call, obedient, telegram_gateway
 from tests.fakes.telegram_server import FakeTelegram
-from tests.test_gateway_e2e import GatewayProcess, wait_until
+from tests.helpers import until, wait_until
+from tests.helpers.gateway import GatewayProcess
+from tests.helpers.loopback import Model
 
 CHATS = [1000, 1001, 1002, 1003]
 YEAR_9999 = "9999-12-31T23:59:00-05:00"  # past datetime.max once in UTC
 
 
 @pytest.fixture
-def servers() -> Iterator[tuple[FakeTelegram, FakeOpenAI]]:
-    with FakeTelegram() as telegram, FakeOpenAI() as llm:
-        llm.set_fallback(obedient)
-        yield telegram, llm
+def model() -> Model:
+    return obedient
 
 
 @asynccontextmanager

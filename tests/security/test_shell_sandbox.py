@@ -24,38 +24,20 @@ import pytest
 
 from nanomem.home import Home
 from nanomem.tools.sandbox import decide
-from tests.conftest import NANOMEM, cli_env, run_cli, sleeper, survivors
+from tests.conftest import NANOMEM, run_cli, sleeper, survivors
 from tests.fakes.openai_server import FakeOpenAI, Step
+from tests.helpers import WAIT_S, wait_until
+from tests.helpers.shell import SANDBOX_RUNS, shell_env, shown
 
 pytestmark = pytest.mark.slow
-SANDBOX_RUNS = decide("auto").binary is not None
 MODES = [
     pytest.param(
         "bwrap", marks=pytest.mark.skipif(not SANDBOX_RUNS, reason="bubblewrap cannot run here")
     ),
     "off",
 ]
-WAIT_S = 60.0  # a safety net only: every wait ends on its condition
 NOBODY = 65534
 ROOT = Path(__file__).resolve().parent.parent.parent
-
-
-def shell_env(home: Home, fake_llm: FakeOpenAI, mode: str, **extra: str) -> dict[str, str]:
-    return cli_env(
-        home,
-        fake_llm,
-        NANOMEM_TOOLS__SHELL_ENABLED="true",
-        NANOMEM_TOOLS__SHELL_APPROVAL="off",
-        NANOMEM_TOOLS__SHELL_SANDBOX=mode,
-        NANOMEM_TOOLS__SHELL_TIMEOUT_S="60",
-        NANOMEM_LLM__TRANSPORT="direct",  # litellm's import would only slow these down
-        **extra,
-    )
-
-
-def shown(fake_llm: FakeOpenAI) -> str:
-    """What the model was told the command printed."""
-    return str(fake_llm.requests[1]["messages"][-1]["content"])
 
 
 @pytest.fixture
@@ -66,14 +48,6 @@ def sleep_argv() -> Iterator[list[str]]:
     yield argv
     for pid in survivors(argv):
         os.kill(pid, signal.SIGKILL)
-
-
-def wait_for(condition: Any, what: str) -> None:
-    deadline = time.monotonic() + WAIT_S
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"gave up waiting for {what}")
-        time.sleep(0.02)
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -104,7 +78,7 @@ def test_sigkill_of_nanomem_mid_command_ends_the_command(
     env = shell_env(home, fake_llm, mode)
     nanomem = subprocess.Popen([*NANOMEM, "chat", "-m", "go"], env=env, stderr=subprocess.DEVNULL)
     try:
-        wait_for(lambda: len(survivors(sleep_argv)) == 2, "the command and its escape")
+        wait_until(lambda: len(survivors(sleep_argv)) == 2, what="the command and its escape")
         assert (home.workspace / "up.txt").exists()
     finally:
         nanomem.send_signal(signal.SIGKILL)
@@ -146,7 +120,7 @@ def test_a_command_cannot_read_nanomems_environment(
     def script(request: dict[str, Any]) -> Step:
         if len(request["messages"]) > 2:
             return Step.reply("done")
-        wait_for(lambda: pid, "nanomem's pid")
+        wait_until(lambda: pid, what="nanomem's pid")
         return Step.tool_call("exec", {"command": f"cat /proc/{pid[0]}/environ; ls /proc"})
 
     fake_llm.set_fallback(script)

@@ -17,11 +17,12 @@ from pathlib import Path
 import pytest
 
 from nanomem.home import Home
-from nanomem.onboard import onboard
 from tests.conftest import NANOMEM, cli_env
 from tests.fakes.openai_server import FakeOpenAI, echo_step
 from tests.fakes.telegram_server import FakeTelegram
-from tests.test_gateway_e2e import GatewayProcess, wait_until
+from tests.helpers import wait_until
+from tests.helpers.gateway import GatewayProcess, onboarded
+from tests.helpers.loopback import loopback
 
 pytestmark = pytest.mark.slow
 
@@ -88,28 +89,25 @@ class Slowloris:
 
 @pytest.fixture(scope="module")
 def servers() -> Iterator[tuple[FakeTelegram, FakeOpenAI]]:
-    with FakeTelegram() as telegram, FakeOpenAI() as llm:
-        llm.set_fallback(echo_step)
-        yield telegram, llm
+    with loopback(echo_step) as both:
+        yield both
 
 
 @pytest.fixture(scope="module")
 def gateway(
     servers: tuple[FakeTelegram, FakeOpenAI], tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[GatewayProcess]:
-    home = Home(tmp_path_factory.mktemp("slow") / "home")
-    onboard(home)
-    process = GatewayProcess(
+    home = onboarded(tmp_path_factory, "slow")
+    with GatewayProcess(
         home,
         *servers,
         NANOMEM_GATEWAY__MAX_CONNECTIONS=str(CAP),
         NANOMEM_GATEWAY__READ_TIMEOUT_S=str(TIMEOUT_S),
         NANOMEM_API__ENABLED="true",
         NANOMEM_API__KEYS=json.dumps([KEY]),
-    )
-    process.wait_for_line(r"api: running")
-    yield process
-    assert process.stop() == 0, "".join(process.lines)
+    ) as process:
+        process.wait_for_line(r"api: running")
+        yield process
 
 
 def new_lines(gateway: GatewayProcess, since: int) -> list[str]:

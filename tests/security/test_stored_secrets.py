@@ -11,8 +11,8 @@ from nanomem.app import build_app
 from nanomem.home import Home
 from tests.conftest import TEST_KEY, cli_env, run_cli_here, settings_for
 from tests.fakes.openai_server import FakeOpenAI, Step
-from tests.test_e2e_terminal import PROMPT, chat  # noqa: F401 (the pty fixture)
-from tests.test_security import secret_free_files
+from tests.helpers.leaks import secret_free_files
+from tests.helpers.terminal import PROMPT
 
 LLM_KEY = "sk-configured-llm-key-0123456789"
 BOT_TOKEN = "123456789:AAH-telegram-token-for-tests_0123"
@@ -87,7 +87,7 @@ def test_a_secret_in_an_inbound_message_is_masked_in_the_inbox(home: Home) -> No
 
 @pytest.mark.slow  # a process in a pseudo-terminal
 def test_a_secret_typed_at_the_chat_prompt_is_stored_masked(
-    chat: pexpect.spawn,  # noqa: F811
+    chat: pexpect.spawn,
     home: Home,
     fake_llm: FakeOpenAI,
 ) -> None:

@@ -12,14 +12,10 @@ from nanomem.memory.history import HistoryEntry
 from tests.conftest import cli_env, run_cli_here, settings_for
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.telegram_server import FakeTelegram
-from tests.security.test_internal_errors import (  # noqa: F401 (servers: a fixture)
-    OWNER,
-    break_session,
-    gateway,
-    servers,
-)
-from tests.test_e2e_terminal import PROMPT, chat  # noqa: F401 (the pty fixture)
+from tests.helpers.gateway import ALLOWED, break_session, retrying_gateway
+from tests.helpers.terminal import PROMPT
 
+OWNER = ALLOWED[0]  # the first user the gateway lets in
 TITLE, CLEAR, CLIPBOARD = "\x1b]0;pwned-title\x07", "\x1b[2J", "\x1b]52;c;cm0gLXJmIH4=\x07"
 HOSTILE = f"Plain words{TITLE} stay{CLEAR} here{CLIPBOARD} and end."
 SHOWN = "Plain words stay here and end."
@@ -49,7 +45,7 @@ def test_a_failed_turn_prints_no_sequence_either(home: Home, fake_llm: FakeOpenA
 
 @pytest.mark.slow  # a process in a pseudo-terminal
 def test_the_interactive_chat_shows_the_plain_text_only(
-    chat: pexpect.spawn,  # noqa: F811
+    chat: pexpect.spawn,
     fake_llm: FakeOpenAI,
 ) -> None:
     fake_llm.tool_call("list_dir", {f"path{TITLE}": "memory"})  # a key is shown as written
@@ -100,14 +96,14 @@ def test_dream_output_shows_a_hostile_error_as_text(home: Home, fake_llm: FakeOp
 
 @pytest.mark.slow
 def test_a_parked_message_shows_no_sequence_in_status_or_inbox(
-    servers: tuple[FakeTelegram, FakeOpenAI],  # noqa: F811
+    servers: tuple[FakeTelegram, FakeOpenAI],
     home: Home,
 ) -> None:
     """A person's words (not the model's) reach the owner's terminal too: the first words of a
     message whose handling kept failing, in `nanomem status` and `nanomem inbox`."""
     telegram, llm = servers
     break_session(home, 1002)
-    process = gateway(home, telegram, llm)
+    process = retrying_gateway(home, telegram, llm)
     telegram.send_text(1002, f"Hi{TITLE}{CLEAR}{CLIPBOARD}!")
     telegram.wait_for_messages(OWNER, 1)  # told it is parked
     assert process.stop() == 0, "".join(process.lines)

@@ -39,7 +39,7 @@ async def test_exec_timeout_kills_the_process_group(tmp_path) -> None:  # type: 
     result = await shell.exec(f"(sleep 2; touch {marker}) & sleep 10")
     assert "timed out after 0.5s" in result
 
-    await asyncio.sleep(2.5)
+    await asyncio.sleep(2.5)  # past the moment the orphan would touch its marker
     assert not marker.exists()
     control = tmp_path / "control"  # the same job, given the time, does touch its marker
     assert "timed out" not in await shell.exec(f"(sleep 0.1; touch {control}) & wait")

@@ -1,0 +1,47 @@
+"""A channel of the test's own for the Gateway: it fails to start on request and records
+what it is sent."""
+
+from __future__ import annotations
+
+from nanomem.agent.bus import InboundMessage, MessageBus, OutboundMessage
+from nanomem.agent.channel import ChannelDown
+from nanomem.app import App
+
+
+class FakeChannel:
+    """A GatewayChannel whose first `fail_starts` starts fail, recording what it is sent."""
+
+    def __init__(self, name: str, fail_starts: int = 0) -> None:
+        self.name, self.fail_starts = name, fail_starts
+        self.bus: MessageBus | None = None
+        self.sent: list[OutboundMessage] = []
+        self.trouble: str | None = None
+        self.events: list[str] = []
+
+    @classmethod
+    def from_app(cls, app: App) -> FakeChannel:
+        return cls("fake")
+
+    async def start(self, bus: MessageBus) -> None:
+        self.events.append("start")
+        if self.fail_starts:
+            self.fail_starts -= 1
+            raise ChannelDown(f"{self.name}: the network is down")
+        self.bus = bus
+
+    async def stop_receiving(self) -> None:
+        self.events.append("stop_receiving")
+
+    async def stop(self) -> None:
+        self.events.append("stop")
+
+    async def send(self, msg: OutboundMessage) -> None:
+        if msg.kind != "stream":  # a channel that does not stream: the reply follows whole
+            self.sent.append(msg)
+
+    def problem(self) -> str | None:
+        return self.trouble
+
+    async def say(self, content: str, chat: str = "1") -> None:
+        assert self.bus is not None
+        await self.bus.publish_inbound(InboundMessage(self.name, chat, content, sender_id="u"))
