@@ -314,7 +314,11 @@ def _within(entries: list[HistoryEntry], digested: int, max_chars: int) -> list[
 
 def clean_temp_files(folder: Path, older_than_s: float = TEMP_FILE_AGE_S) -> None:
     """Remove the temp files (`.<name>.*.tmp`) that `atomic_write_text` leaves when a process
-    dies mid-write. Young ones may belong to a write in progress in another process."""
+    dies mid-write. Young ones may belong to a write in progress in another process. A folder
+    that is a link (a shell command may plant `memory` -> elsewhere) is not ours to clean."""
+    if folder.is_symlink():
+        logger.warning("{} is a link; its temp files are left alone", folder)
+        return
     cutoff = time.time() - older_than_s
     for leftover in folder.glob(".*.tmp"):
         try:

@@ -1,10 +1,11 @@
 import asyncio
 import json
+import os
 from pathlib import Path
 
 import pytest
 
-from nanomem.memory.history import RECENT_CHATS, HistoryStore, NewEntry
+from nanomem.memory.history import RECENT_CHATS, HistoryStore, NewEntry, clean_temp_files
 
 
 @pytest.fixture
@@ -104,3 +105,21 @@ def test_the_per_chat_cache_stays_bounded(tmp_path: Path) -> None:
         store.recent(f"telegram:{n}", 1000)
     assert len(store._recent) == RECENT_CHATS
     assert [e.content for e in store.recent("cli:a", 1000)] == ["- a fact"]  # still right
+
+
+def test_temp_files_are_not_cleaned_through_a_folder_planted_as_a_link(tmp_path: Path) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    theirs = elsewhere / ".notes.1234.tmp"
+    theirs.write_text("someone else's")
+    os.utime(theirs, (0, 0))  # old enough to look like a leftover of ours
+    (tmp_path / "memory").symlink_to(elsewhere)
+    clean_temp_files(tmp_path / "memory")
+    assert theirs.read_text() == "someone else's"
+    ours = tmp_path / "real"
+    ours.mkdir()
+    leftover = ours / ".notes.1234.tmp"
+    leftover.write_text("")
+    os.utime(leftover, (0, 0))
+    clean_temp_files(ours)  # the positive control: a real folder's leftover goes
+    assert not leftover.exists()
