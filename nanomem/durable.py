@@ -142,6 +142,17 @@ def write_below(root: Path, relative: Path, data: bytes) -> None:
         os.close(folder)
 
 
+def unlink_below(root: Path, relative: Path) -> None:
+    """Remove root/relative if it is there, no link below root followed on the way (a planted
+    `memory` -> elsewhere must not make us delete a file elsewhere)."""
+    folder = open_folder_below(root, relative.parent)
+    try:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(relative.name, dir_fd=folder)
+    finally:
+        os.close(folder)
+
+
 def open_folder_below(root: Path, relative: Path) -> int:
     """A descriptor of root/relative, its missing folders made, no link followed on the way."""
     folder = os.open(root, _DIR_FLAGS)

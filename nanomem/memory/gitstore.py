@@ -24,7 +24,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
-from nanomem.durable import atomic_write_text
+from nanomem.durable import atomic_write_text, unlink_below
 from nanomem.locks import FileLock, LockBusy
 from nanomem.masking import redact
 
@@ -457,12 +457,18 @@ class GitStore:
         """Put these contents into the workspace, each file atomically, only where they differ."""
         for rel, content in files.items():
             path = self.workspace / rel
-            if content is None:
-                path.unlink(missing_ok=True)
-            elif not path.exists() or path.read_bytes() != content:
-                # No link below the workspace followed: a shell command may have planted one.
-                text = content.decode("utf-8", errors="replace")
-                atomic_write_text(path, text, within=self.workspace)
+            # No link below the workspace followed: a shell command may have planted one.
+            try:
+                if content is None:
+                    unlink_below(self.workspace, Path(rel))
+                elif not path.exists() or path.read_bytes() != content:
+                    text = content.decode("utf-8", errors="replace")
+                    atomic_write_text(path, text, within=self.workspace)
+            except OSError as exc:
+                raise GitStoreError(
+                    f"{rel} could not be written ({exc.strerror or exc}): memory files must be "
+                    "plain files in plain folders of the workspace, not links"
+                ) from None
 
 
 def _stats(diff: bytes) -> dict[str, tuple[int, int]]:

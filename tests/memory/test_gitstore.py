@@ -227,3 +227,22 @@ def test_a_blame_after_a_file_moved_by_hand_is_the_same_derived_or_from_scratch(
     assert derived == FromScratch(store).blame("memory/MEMORY.md", moved.sha)
     # the lines came with the version that brought them to this file, not from USER.md's past
     assert [sha for sha, _ in derived[1:]] == [moved.sha] * 5
+
+
+def test_a_file_removed_by_a_restore_is_not_removed_through_a_planted_link(
+    store: GitStore, workspace: Path, tmp_path: Path
+) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "MEMORY.md").write_text("not nanomem's")
+    (workspace / "memory" / "MEMORY.md").unlink()
+    (workspace / "memory").rmdir()
+    (workspace / "memory").symlink_to(elsewhere)  # planted by a shell command
+    with pytest.raises(GitStoreError, match=r"memory/MEMORY\.md could not be written"):
+        store.write_files({"memory/MEMORY.md": None})
+    assert (elsewhere / "MEMORY.md").read_text() == "not nanomem's"
+    (workspace / "memory").unlink()
+    (workspace / "memory").mkdir()
+    (workspace / "memory" / "MEMORY.md").write_text("ours")
+    store.write_files({"memory/MEMORY.md": None})  # the positive control: a real folder's file
+    assert not (workspace / "memory" / "MEMORY.md").exists()
