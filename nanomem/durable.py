@@ -12,7 +12,7 @@ from pathlib import Path
 
 from nanomem.utf8 import encode
 
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 def append_lines(path: Path, lines: Iterable[str], *, within: Path | None = None) -> None:
@@ -54,13 +54,7 @@ def atomic_write_text(
     """Replace `path` with `text` so readers see the old or the new file, never a mix.
     `within`: no link below it followed (see `_opened`)."""
     if within is not None:
-        folder = open_folder_below(within.resolve(), path.parent.relative_to(within))
-        try:
-            keep = mode if mode is not None else _mode(folder, path.name)
-            # A new file is private, as mkstemp makes it on the other path.
-            replace_in(folder, path.name, encode(text), 0o600 if keep is None else keep)
-        finally:
-            os.close(folder)
+        write_below(within.resolve(), path.relative_to(within), encode(text), mode=mode)
         return
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
@@ -130,14 +124,15 @@ def truncate_torn_tail(path: Path, *, within: Path | None = None) -> bytes:
         return torn
 
 
-def write_below(root: Path, relative: Path, data: bytes) -> None:
+def write_below(root: Path, relative: Path, data: bytes, *, mode: int | None = None) -> None:
     """Replace root/relative with `data` as atomic_write_text does, its missing folders made,
     following no link below `root` (OSError: ELOOP or ENOTDIR when one is there): a folder
-    someone swapped for a link cannot send the write elsewhere."""
+    someone swapped for a link cannot send the write elsewhere. The file keeps its mode (or
+    takes `mode`); a new one is private, as mkstemp makes it on atomic_write_text's other path."""
     folder = open_folder_below(root, relative.parent)
     try:
-        keep = _mode(folder, relative.name)
-        replace_in(folder, relative.name, data, 0o600 if keep is None else keep)  # as mkstemp
+        keep = mode if mode is not None else _mode(folder, relative.name)
+        replace_in(folder, relative.name, data, 0o600 if keep is None else keep)
     finally:
         os.close(folder)
 
@@ -145,7 +140,10 @@ def write_below(root: Path, relative: Path, data: bytes) -> None:
 def unlink_below(root: Path, relative: Path) -> None:
     """Remove root/relative if it is there, no link below root followed on the way (a planted
     `memory` -> elsewhere must not make us delete a file elsewhere)."""
-    folder = open_folder_below(root, relative.parent)
+    try:
+        folder = open_folder_below(root, relative.parent, make=False)
+    except FileNotFoundError:
+        return  # its folder is not there either
     try:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(relative.name, dir_fd=folder)
@@ -153,14 +151,16 @@ def unlink_below(root: Path, relative: Path) -> None:
         os.close(folder)
 
 
-def open_folder_below(root: Path, relative: Path) -> int:
-    """A descriptor of root/relative, its missing folders made, no link followed on the way."""
-    folder = os.open(root, _DIR_FLAGS)
+def open_folder_below(root: Path, relative: Path, *, make: bool = True) -> int:
+    """A descriptor of root/relative, no link followed on the way; missing folders are made
+    (or, with `make=False`, FileNotFoundError)."""
+    folder = os.open(root, DIR_FLAGS)
     try:
         for part in relative.parts:
-            with contextlib.suppress(FileExistsError):
-                os.mkdir(part, 0o777, dir_fd=folder)
-            inner = os.open(part, _DIR_FLAGS, dir_fd=folder)
+            if make:
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir(part, 0o777, dir_fd=folder)
+            inner = os.open(part, DIR_FLAGS, dir_fd=folder)
             os.close(folder)
             folder = inner
     except BaseException:

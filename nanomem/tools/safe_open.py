@@ -13,11 +13,9 @@ import os
 import stat
 from pathlib import Path
 
-from nanomem.durable import open_folder_below, replace_in
+from nanomem.durable import DIR_FLAGS, open_folder_below, replace_in
 from nanomem.tools.registry import ToolError
 from nanomem.utf8 import encode
-
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 def open_checked(root: Path, target: Path, shown: str) -> int:
@@ -83,12 +81,8 @@ def _open_below(root: Path, target: Path, flags: int) -> int:
     parts = target.relative_to(root).parts
     if not parts:
         return os.open(root, flags)
-    folder = os.open(root, _DIR_FLAGS)
+    folder = open_folder_below(root, Path(*parts[:-1]), make=False)
     try:
-        for part in parts[:-1]:
-            inner = os.open(part, _DIR_FLAGS, dir_fd=folder)
-            os.close(folder)
-            folder = inner
         return os.open(parts[-1], flags, dir_fd=folder)
     finally:
         os.close(folder)
@@ -97,7 +91,7 @@ def _open_below(root: Path, target: Path, flags: int) -> int:
 def open_folder_checked(root: Path, target: Path, shown: str) -> int:
     """A descriptor of the folder at `target`, reached without following a link."""
     try:
-        return _open_below(root, target, _DIR_FLAGS)
+        return _open_below(root, target, DIR_FLAGS)
     except FileNotFoundError:
         raise ToolError(f"no folder at {shown!r}") from None
     except NotADirectoryError:
