@@ -241,13 +241,11 @@ class SqliteInbox:
         )
 
     def parked(self) -> list[Pending]:
-        return self._select("WHERE reply IS NULL AND parked_at IS NOT NULL ORDER BY seq")
+        return self._select(f"WHERE {_PARKED} ORDER BY seq")
 
     def untold(self) -> list[Pending]:
         """Parked messages the owner has not been told of yet."""
-        return self._select(
-            "WHERE reply IS NULL AND parked_at IS NOT NULL AND owner_told = 0 ORDER BY seq"
-        )
+        return self._select(f"WHERE {_PARKED} AND owner_told = 0 ORDER BY seq")
 
     def owner_told(self, seq: int) -> None:
         with self._lock:
@@ -258,7 +256,7 @@ class SqliteInbox:
         with self._lock:
             changed = self._db.execute(
                 "UPDATE messages SET parked_at = NULL, owner_told = 0, next_at = ? "
-                "WHERE seq = ? AND reply IS NULL AND parked_at IS NOT NULL",
+                f"WHERE seq = ? AND {_PARKED}",
                 (_iso(datetime.now(UTC)), seq),
             ).rowcount
         return changed > 0
@@ -281,14 +279,16 @@ class SqliteInbox:
 
     def count_parked(self) -> int:
         with self._lock:
-            row = self._db.execute(
-                "SELECT count(*) FROM messages WHERE reply IS NULL AND parked_at IS NOT NULL"
-            ).fetchone()
+            row = self._db.execute(f"SELECT count(*) FROM messages WHERE {_PARKED}").fetchone()
         return int(row[0])
 
     def close(self) -> None:
         with self._lock:
             self._db.close()
+
+
+# Kept, unanswered, tried no more until the owner says so.
+_PARKED = "reply IS NULL AND parked_at IS NOT NULL"
 
 
 def parked_in(path: Path) -> list[Pending]:
@@ -302,8 +302,7 @@ def parked_in(path: Path) -> list[Pending]:
         if "parked_at" not in have:  # written before parking existed: nothing parked
             return []
         rows = db.execute(
-            f"SELECT {_COLUMNS} FROM messages "
-            "WHERE reply IS NULL AND parked_at IS NOT NULL ORDER BY seq"
+            f"SELECT {_COLUMNS} FROM messages WHERE {_PARKED} ORDER BY seq"
         ).fetchall()
     return _readable(rows)
 

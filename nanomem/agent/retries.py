@@ -57,12 +57,15 @@ def first_words(text: str, width: int = 60) -> str:
     return line if len(line) <= width else line[: width - 1] + "…"
 
 
+def _received(p: Pending) -> str:
+    return p.received_at.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC")
+
+
 def parked_line(p: Pending) -> str:
     """One parked message, for `nanomem status` and `nanomem inbox`."""
-    when = p.received_at.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC")
     return (
         # Stripped again: a preview stored before first_words stripped sequences.
-        f"#{p.seq} {p.channel}:{p.chat} · {when} · “{strip_escapes(p.preview)}” · "
+        f"#{p.seq} {p.channel}:{p.chat} · {_received(p)} · “{strip_escapes(p.preview)}” · "
         f"{plural(p.attempts, 'attempt')} · {p.last_error or 'unknown error'}"
     )
 
@@ -72,7 +75,7 @@ def parked_notice(p: Pending) -> str:
     return PARKED.format(
         attempts=plural(p.attempts, "attempt"),
         where=f"{p.channel}:{p.chat}",
-        when=p.received_at.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        when=_received(p),
         preview=p.preview,
         error=p.last_error or "unknown",
         seq=p.seq,
