@@ -37,9 +37,15 @@ from channels.api_wire import (
     usage,
     usage_chunk,
 )
-from nanomem.agent import STOPPED, InboundMessage, MessageBus, OutboundMessage, parse_command
+from nanomem.agent import (
+    STOPPED,
+    InboundMessage,
+    MessageBus,
+    OutboundMessage,
+    parse_command,
+    save_media,
+)
 from nanomem.config import ApiSettings
-from nanomem.durable import write_below
 from nanomem.log import register_secrets
 
 if TYPE_CHECKING:
@@ -235,7 +241,11 @@ class ApiChannel:
                     f"limit {self.max_message_chars}, agent.max_message_chars)"
                 )
             media = (
-                await asyncio.to_thread(self._save_images, parsed.images) if parsed.images else ()
+                await asyncio.to_thread(
+                    self._save_images, f"{self.name}:{parsed.session_id}", parsed.images
+                )
+                if parsed.images
+                else ()
             )
         except BadRequest as exc:
             refusal = _error(exc.status, str(exc), "invalid_request_error", None, exc.param)
@@ -298,15 +308,13 @@ class ApiChannel:
             if len(body) > self._limit:
                 raise too_big
 
-    def _save_images(self, images: list[tuple[str, bytes]]) -> tuple[str, ...]:
-        """Under the workspace's media/, as Telegram's files are; the paths go to the turn.
-        Reached without following links: a shell command may have made media/ one."""
+    def _save_images(self, session: str, images: list[tuple[str, bytes]]) -> tuple[str, ...]:
+        """In the chat's media folder, as Telegram's files are; the paths go to the turn."""
         saved = []
-        root = self.workspace.resolve()
         for suffix, data in images:
-            relative = f"media/{datetime.now():%Y-%m-%d}-api-{uuid.uuid4().hex[:12]}{suffix}"
+            name = f"{datetime.now():%Y-%m-%d}-api-{uuid.uuid4().hex[:12]}{suffix}"
             try:
-                write_below(root, Path(relative), data)
+                saved.append(save_media(self.workspace, session, name, data))
             except OSError as exc:
                 logger.warning("api: could not save an image under media/: {}", exc)
                 raise BadRequest(
@@ -314,7 +322,6 @@ class ApiChannel:
                     "(is it a link?); nothing was sent to the agent",
                     status=500,  # not the client's doing: the workspace's
                 ) from None
-            saved.append(relative)
         return tuple(saved)
 
     async def _whole(self, waiting: _Waiting, parsed: ChatRequest) -> web.Response:

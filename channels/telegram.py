@@ -63,12 +63,11 @@ from nanomem.agent import (
     MessageBus,
     OutboundMessage,
     Pending,
-    media_folder,
     parse_command,
     record_failure,
+    save_media,
 )
 from nanomem.config import ConfigError, TelegramSettings
-from nanomem.durable import write_below
 from nanomem.log import register_secrets
 from nanomem.plural import plural
 from nanomem.utf8 import clean_text
@@ -486,14 +485,10 @@ class TelegramChannel:
         reached without following links: opening the final name for writing would write
         through whatever a group planted there (a hard link to USER.md, say), and a `media`
         link its sandboxed shell made would carry the file out of the room."""
-        root = self.workspace.resolve()
-        path = (
-            media_folder(root, session) / f"{datetime.now():%Y-%m-%d}-{item.file_unique_id}{suffix}"
-        )
+        name = f"{datetime.now():%Y-%m-%d}-{item.file_unique_id}{suffix}"
         data = io.BytesIO()  # python-telegram-bot holds the whole file in memory either way
         await (await item.get_file()).download_to_memory(data)
-        await asyncio.to_thread(write_below, root, path.relative_to(root), data.getvalue())
-        return str(path.relative_to(root))
+        return await asyncio.to_thread(save_media, self.workspace, session, name, data.getvalue())
 
     # Outbound: queued per chat in Delivery, which reaches the Bot API through these calls.
 

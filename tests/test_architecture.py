@@ -61,7 +61,6 @@ BASE_MODULES = {
 CHANNEL_MAY_IMPORT = {
     "agent",
     "config",
-    "durable",  # files a channel saves (media) are written as every file is
     "escapes",
     "log",
     "masking",

@@ -17,8 +17,8 @@ if TYPE_CHECKING:
         ChatQueues,
         DeliveryLater,
         load_channel,
-        media_folder,
         pump_outbound,
+        save_media,
     )
     from nanomem.agent.commands import STOPPED, Answer, Command, CommandSet, fenced, parse_command
     from nanomem.agent.context import ContextBuilder
@@ -74,7 +74,6 @@ __all__ = [
     "fenced",
     "is_owner",
     "load_channel",
-    "media_folder",
     "parked_in",
     "parked_line",
     "parked_notice",
@@ -83,6 +82,7 @@ __all__ = [
     "react",
     "record_failure",
     "retry_delay",
+    "save_media",
 ]
 __getattr__ = lazy_exports(
     __name__,
@@ -95,8 +95,8 @@ __getattr__ = lazy_exports(
             "ChatQueues",
             "DeliveryLater",
             "load_channel",
-            "media_folder",
             "pump_outbound",
+            "save_media",
         ),
         "commands": ("Answer", "Command", "CommandSet", "STOPPED", "fenced", "parse_command"),
         "context": ("ContextBuilder",),

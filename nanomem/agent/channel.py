@@ -11,6 +11,7 @@ from typing import Any, Protocol
 
 from nanomem.agent.bus import MessageBus, OutboundMessage
 from nanomem.audience import room_folder
+from nanomem.durable import write_below
 
 Job = Callable[[], Awaitable[None]]
 # Channels are found by name, so the core never imports the `channels` package.
@@ -33,6 +34,17 @@ def media_folder(workspace: Path, session: str) -> Path:
     """Where a channel saves the files a chat sends: a group's own folder (the only one its
     turns may open, and no other chat's files are there), else the workspace's `media/`."""
     return (room_folder(workspace, session) or workspace) / "media"
+
+
+def save_media(workspace: Path, session: str, name: str, data: bytes) -> str:
+    """Save a file a chat sent into its media folder; its path relative to the workspace, as
+    the turn is given it. Blocking. No link below the workspace is followed (OSError when one
+    is in the way): a sandboxed command may have made `media` a link, and a name planted under
+    the final one (a hard link to USER.md) is replaced, never written through."""
+    root = workspace.resolve()
+    relative = media_folder(root, session).relative_to(root) / name
+    write_below(root, relative, data)
+    return str(relative)
 
 
 def load_channel(name: str) -> type[Any]:
