@@ -61,24 +61,25 @@ class FileTools:
             Tool.from_function(self.list_dir),
         ]
 
-    def _room(self) -> Path | None:
-        """The shared room's own folder when a group's turn runs (made on first use)."""
+    def _base(self) -> Path:
+        """The folder the tools work in now: the shared room's own when a group's turn runs
+        (made on first use), else the workspace."""
         seen_by = current()
         folder = room_folder(self.root, seen_by.session) if seen_by is not None else None
         if folder is None:
-            return None
+            return self.root
         folder.mkdir(parents=True, exist_ok=True)
         return folder.resolve()
 
     def resolve(self, path: str) -> Path:
-        return self._resolve(path, self._room())
+        return self._resolve(path, self._base())
 
-    def _resolve(self, path: str, room: Path | None) -> Path:
+    def _resolve(self, path: str, root: Path) -> Path:
         if not path.strip():
             raise ToolError("path is empty")
-        root = room or self.root
-        where = "this group's folder" if room is not None else "the workspace"
-        if not self.restrict and room is None:
+        in_room = root != self.root
+        where = "this group's folder" if in_room else "the workspace"
+        if not self.restrict and not in_room:
             candidate = Path(path).expanduser()
             return (candidate if candidate.is_absolute() else root / candidate).resolve()
         pure = PurePosixPath(path.replace("\\", "/"))
@@ -91,8 +92,7 @@ class FileTools:
             raise ToolError(f"{path!r} leads outside {where} (through a link)")
         return resolved
 
-    def _display(self, path: Path, room: Path | None = None) -> str:
-        root = room or self.root
+    def _display(self, path: Path, root: Path) -> str:
         return str(path.relative_to(root)) if path.is_relative_to(root) else str(path)
 
     def _guarded(self, target: Path) -> AbstractContextManager[None]:
@@ -116,10 +116,10 @@ class FileTools:
         max_lines: Annotated[int | None, Field(ge=1, description="How many lines")] = None,
     ) -> str:
         """Read a text file from the workspace, optionally a range of lines."""
-        room = self._room()
-        target = self._resolve(path, room)
+        root = self._base()
+        target = self._resolve(path, root)
         self._private(target, path)
-        data = read_checked(room or self.root, target, path, MAX_READ_BYTES + 1)
+        data = read_checked(root, target, path, MAX_READ_BYTES + 1)
         if b"\0" in data[:8192]:
             raise ToolError(f"{path!r} is a binary file")
         text = data[:MAX_READ_BYTES].decode("utf-8", errors="replace")
@@ -136,11 +136,11 @@ class FileTools:
         content: Annotated[str, Field(description="The complete new content")],
     ) -> str:
         """Create or overwrite a text file in the workspace (parent folders are created)."""
-        room = self._room()
-        target = self._writable(path, room)
+        root = self._base()
+        target = self._writable(path, root)
         with self._guarded(target):
-            write_checked(room or self.root, target, content, path)
-        return f"Wrote {plural(len(content), 'character')} to {self._display(target, room)}"
+            write_checked(root, target, content, path)
+        return f"Wrote {plural(len(content), 'character')} to {self._display(target, root)}"
 
     def edit_file(
         self,
@@ -149,18 +149,18 @@ class FileTools:
         new_text: Annotated[str, Field(description="Replacement text")],
     ) -> str:
         """Replace one exact occurrence of old_text with new_text in a workspace file."""
-        room = self._room()
-        target = self._writable(path, room)
+        root = self._base()
+        target = self._writable(path, root)
         if not target.is_file():
             raise ToolError(f"no file at {path!r}")
         if not old_text:
             raise ToolError("old_text is empty; use write_file to create a file")
         with self._guarded(target):
-            data = read_checked(room or self.root, target, path, MAX_READ_BYTES + 1)
+            data = read_checked(root, target, path, MAX_READ_BYTES + 1)
             if len(data) > MAX_READ_BYTES:
                 raise ToolError(f"{path!r} is larger than 2 MB; it is not edited")
             content = data.decode("utf-8")
-            return self._replace(target, path, content, old_text, new_text, room)
+            return self._replace(target, path, content, old_text, new_text, root)
 
     def _replace(
         self,
@@ -169,7 +169,7 @@ class FileTools:
         content: str,
         old_text: str,
         new_text: str,
-        room: Path | None,
+        root: Path,
     ) -> str:
         count = content.count(old_text)
         if count == 0:
@@ -178,19 +178,19 @@ class FileTools:
             raise ToolError(
                 f"old_text occurs {count} times in {path!r}; include more surrounding text"
             )
-        write_checked(room or self.root, target, content.replace(old_text, new_text, 1), path)
-        return f"Edited {self._display(target, room)}"
+        write_checked(root, target, content.replace(old_text, new_text, 1), path)
+        return f"Edited {self._display(target, root)}"
 
     @read_only_tool
     def list_dir(
         self, path: Annotated[str, Field(description="Folder relative to the workspace")] = "."
     ) -> str:
         """List a workspace folder: sub-folders end with '/', files show their size."""
-        room = self._room()
-        target = self._resolve(path, room)
+        root = self._base()
+        target = self._resolve(path, root)
         self._private(target, path)
         rows = []
-        fd = open_folder_checked(room or self.root, target, path)
+        fd = open_folder_checked(root, target, path)
         try:
             with os.scandir(fd) as found:
                 entries = sorted(found, key=lambda e: (not e.is_dir(), e.name.lower()))
@@ -211,12 +211,12 @@ class FileTools:
             os.close(fd)
         return "\n".join(rows) if rows else "(empty folder)"
 
-    def _writable(self, path: str, room: Path | None) -> Path:
-        target = self._resolve(path, room)
+    def _writable(self, path: str, root: Path) -> Path:
+        target = self._resolve(path, root)
         self._private(target, path)
         if any(target == kept or target.is_relative_to(kept) for kept in self.read_only):
             raise ToolError(f"{path!r} is maintained by nanomem itself and cannot be changed")
-        if room is not None and any(
+        if root != self.root and any(
             target == kept or target.is_relative_to(kept) for kept in self.prompt_files
         ):  # unreachable from the room's folder; refused should a link ever lead there
             raise ToolError(f"{path!r} feeds the system prompt; a group cannot change it")
