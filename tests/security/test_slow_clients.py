@@ -217,13 +217,23 @@ def test_a_body_trickled_in_just_under_the_timeout_is_answered_408(gateway: Gate
         sock.close()
 
 
+def bare_gateway_env(home: Home) -> dict[str, str]:
+    """The gateway with only the API: enough to start its HTTP server."""
+    return cli_env(
+        home,
+        None,
+        NANOMEM_LLM__MODEL="openai/fake",
+        NANOMEM_API__ENABLED="true",
+        NANOMEM_GATEWAY__PORT="0",
+    )
+
+
 def descriptor_limit(soft: int, hard: int) -> Callable[[], None]:
     return lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
 
 
 def test_a_cap_the_descriptor_limit_cannot_hold_is_a_config_error(home: Home) -> None:
-    env = cli_env(home, None, NANOMEM_LLM__MODEL="openai/fake", NANOMEM_API__ENABLED="true")
-    env["NANOMEM_GATEWAY__PORT"] = "0"
+    env = bare_gateway_env(home)
     result = subprocess.run(
         [*NANOMEM, "gateway"],
         env=env,
@@ -237,8 +247,7 @@ def test_a_cap_the_descriptor_limit_cannot_hold_is_a_config_error(home: Home) ->
 
 
 def test_the_gateway_raises_its_soft_descriptor_limit_to_fit_the_cap(home: Home) -> None:
-    env = cli_env(home, None, NANOMEM_LLM__MODEL="openai/fake", NANOMEM_API__ENABLED="true")
-    env["NANOMEM_GATEWAY__PORT"] = "0"
+    env = bare_gateway_env(home)
     proc = subprocess.Popen(
         [*NANOMEM, "gateway"],
         env=env,
