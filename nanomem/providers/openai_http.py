@@ -21,7 +21,7 @@ from loguru import logger
 from nanomem import untrusted_json
 from nanomem.config import LLMSettings
 from nanomem.providers.http_client import HeaderError, HTTPError, Pool, Response
-from nanomem.providers.port import (
+from nanomem.providers.provider import (
     ProviderError,
     Reply,
     TextSink,

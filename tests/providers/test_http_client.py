@@ -15,7 +15,7 @@ import pytest
 from nanomem.config import LLMSettings
 from nanomem.providers.http_client import HTTPError, Pool, _target
 from nanomem.providers.openai_http import OpenAIHTTPProvider
-from nanomem.providers.port import ProviderError
+from nanomem.providers.provider import ProviderError
 from tests.fakes.openai_server import FakeOpenAI
 from tests.helpers.http import USER, call, ok, raw_server
 

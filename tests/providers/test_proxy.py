@@ -14,7 +14,7 @@ import pytest
 from nanomem.config import LLMSettings
 from nanomem.providers.http_client import HTTPError, Pool
 from nanomem.providers.openai_http import OpenAIHTTPProvider
-from nanomem.providers.port import ProviderError
+from nanomem.providers.provider import ProviderError
 from nanomem.providers.proxies import proxy_for
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.proxy_server import FakeProxy, make_certificate, server_context
