@@ -19,6 +19,7 @@ from nanomem.providers.provider import ProviderError
 from nanomem.providers.proxies import proxy_for
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.proxy_server import FakeProxy, make_certificate, server_context
+from tests.fakes.socks_server import FakeSocks
 from tests.helpers.http import USER, connected, fetch, ok, raw_server
 
 TARGET = "model.example.test"  # resolves nowhere: only the proxy reaches it
@@ -49,7 +50,7 @@ async def tls_target(certificate: tuple[Path, Path]) -> AsyncIterator[int]:
         yield int(url.split(":")[2].split("/")[0])
 
 
-def with_password(proxy: FakeProxy, password: str = PASSWORD) -> str:
+def with_password(proxy: FakeProxy | FakeSocks, password: str = PASSWORD) -> str:
     return proxy.url.replace("://", f"://me:{password.replace(':', '%3A').replace('@', '%40')}@")
 
 
@@ -262,3 +263,44 @@ async def test_an_informational_answer_to_connect_is_followed_by_the_real_one(
             assert await fetch(pool) == (200, b"secret")
     finally:
         server.close()
+
+
+async def test_https_goes_through_a_socks5_proxy_with_tls_to_the_target(
+    tls_target: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with FakeSocks(tls_target, credentials=("me", PASSWORD)) as socks:
+        monkeypatch.setenv("ALL_PROXY", with_password(socks))
+        async with connected(f"https://{TARGET}/v1/chat/completions") as pool:
+            for _ in range(2):
+                assert await fetch(pool) == (200, b"secret")
+    assert socks.connects == [f"{TARGET}:443"]  # the name, resolved by the proxy; kept alive
+    assert socks.logins == [("me", PASSWORD)] and pool.opened == 1
+
+
+async def test_a_socks5_proxy_that_refuses_the_login_is_named_without_the_password(
+    tls_target: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with FakeSocks(tls_target, credentials=("me", "right")) as socks:
+        monkeypatch.setenv("ALL_PROXY", with_password(socks))
+        llm = LLMSettings(model="openai/x", api_base=f"https://{TARGET}/v1", timeout_s=10)
+        provider = OpenAIHTTPProvider(llm)
+        with pytest.raises(ProviderError) as caught:
+            await provider.complete(USER)
+        await provider.close()
+    message = str(caught.value)
+    assert caught.value.category == "unreachable"
+    assert f"the proxy at 127.0.0.1:{socks.port} refused" in message
+    assert "check the user and password" in message
+    assert "s3cret" not in message and "me:" not in message and socks.connects == []
+
+
+async def test_the_targets_certificate_is_verified_through_a_socks5_proxy(
+    tls_target: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with FakeSocks(tls_target) as socks:
+        monkeypatch.setenv("ALL_PROXY", socks.url)
+        async with connected("https://other.example.test/v1/chat/completions") as pool:
+            with pytest.raises(ConnectionFailed, match="CERTIFICATE_VERIFY_FAILED") as caught:
+                await fetch(pool)
+    assert socks.connects == ["other.example.test:443"]
+    assert f"through the proxy at 127.0.0.1:{socks.port}" in str(caught.value)
