@@ -64,7 +64,7 @@ class OpenAIHTTPProvider:
             self._headers[b"Authorization"] = f"Bearer {self._key}".encode("latin-1")
         self._session: Connection | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
-        connection.preload()  # httpx's import runs beside the rest of startup
+        connection.preload(self.url)  # httpx's import runs beside the rest of startup
 
     async def complete(
         self,

@@ -18,6 +18,7 @@ from nanomem.providers.connection import ConnectionFailed
 from nanomem.providers.openai_http import OpenAIHTTPProvider
 from nanomem.providers.provider import ProviderError
 from tests.fakes.openai_server import FakeOpenAI
+from tests.helpers import until
 from tests.helpers.http import USER, connected, fetch, ok, raw_server
 
 
@@ -251,3 +252,22 @@ async def test_tls_is_verified_against_the_systems_certificates(
         monkeypatch.setenv("SSL_CERT_FILE", str(cert))  # now the system trusts it
         async with connected(url) as trusted:
             assert await fetch(trusted) == (200, b"secret")
+
+
+async def test_a_hundred_calls_at_once_keep_their_connections_for_the_next_hundred() -> None:
+    with FakeOpenAI() as srv:
+        for _ in range(100):
+            srv.reply("held", hold_after=0)
+        llm = LLMSettings(model="openai/fake", api_base=srv.base_url, timeout_s=30)
+        provider = OpenAIHTTPProvider(llm)
+        shown = lambda piece: asyncio.sleep(0)  # noqa: E731  (held: streams only)
+        burst = asyncio.gather(*(provider.complete(USER, on_text=shown) for _ in range(100)))
+        await until(lambda: srv.held == 100)  # all hundred are in the server at once
+        srv.release()
+        first = await asyncio.wait_for(burst, 60)  # a safety net
+        second = await asyncio.gather(*(provider.complete(USER) for _ in range(100)))
+        assert provider._session is not None
+        opened = provider._session.opened
+        await provider.close()
+    assert [r.content for r in first] == ["held"] * 100 and len(second) == 100
+    assert opened == 100  # one each at once (over several pools), all kept and reused
