@@ -1,19 +1,18 @@
-"""The lean client's connection to one base URL: a pooled `httpx.AsyncClient` (kept-alive
+"""The lean client's connection to one base URL: pooled `httpx.AsyncClient`s (kept-alive
 connections, TLS verified against the system's certificates, the proxy proxies.py decides on,
 http://, https:// or SOCKS5), and its body read within limits.
 
-httpx, httpcore and anyio cost ~0.1 s to import: `preload()` starts that import in a thread
-as soon as the lean client is made, so a one-shot `nanomem chat -m` builds its prompt beside
-it. Timeouts bound connecting (waiting for a free connection included) and each read or write:
-a reply may stream for as long as the server keeps sending. Failures of the connection or the
-protocol raise ConnectionFailed with a message that names hosts, never credentials; a timeout
-raises TimeoutError.
+httpx, httpcore and anyio cost ~0.12 s of CPU to import: `load()` does it when the lean client
+is made (never when this module is imported), so no call waits for it. Timeouts bound
+connecting (waiting for a free connection included) and each read or write: a reply may stream
+for as long as the server keeps sending. Failures of the connection or the protocol raise
+ConnectionFailed with a message that names hosts, never credentials; a timeout raises
+TimeoutError.
 """
 
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextlib
 import functools
 import os
@@ -36,7 +35,6 @@ MAX_BODY = 64 * 2**20  # a body read whole: past this a broken or hostile server
 _FINISH = 64 * 1024  # what is left after a stream's last event, read to keep the connection
 SHARD = 4  # connections in one httpx pool (see Connection)
 
-_loading: concurrent.futures.Future[None] | None = None
 _tls: dict[tuple[str, str], ssl.SSLContext] = {}  # by (SSL_CERT_FILE, SSL_CERT_DIR)
 _lock = threading.Lock()
 
@@ -49,39 +47,16 @@ class ConnectionFailed(Exception):
         self.answered = answered  # False: not one byte of an answer had come
 
 
-def preload(url: str = "") -> None:
-    """Start importing httpx in a thread, once per process (and, for an https:// URL, reading
-    the system's certificates)."""
-    global _loading
-    with _lock:
-        if _loading is None:
-            _loading = concurrent.futures.Future()
-            tls = url.startswith("https:")
-            threading.Thread(
-                target=_load, args=(_loading, tls), name="httpx-import", daemon=True
-            ).start()
+def load(url: str) -> None:
+    """Import httpx (and, for an https:// URL, read the system's certificates) now, so that
+    the first call does not: `nanomem chat` builds the lean client while its prompt waits.
+    (In a thread beside a one-shot's startup it saved nothing: both hold the GIL.)"""
+    import anyio._backends._asyncio  # noqa: F401  (what httpcore needs at the first request)
+    import httpcore  # noqa: F401
+    import httpx  # noqa: F401
 
-
-def _load(done: concurrent.futures.Future[None], tls: bool) -> None:
-    try:
-        import anyio._backends._asyncio  # noqa: F401  (what httpcore needs at the first request)
-        import httpcore  # noqa: F401
-        import httpx  # noqa: F401
-
-        if tls:
-            tls_context()
-    except BaseException as exc:  # raised again where the import is awaited
-        done.set_exception(exc)
-    else:
-        done.set_result(None)
-
-
-async def loaded() -> None:
-    preload()
-    assert _loading is not None
-    if not _loading.done():
-        await asyncio.wrap_future(_loading)
-    _loading.result()
+    if url.startswith("https:"):
+        tls_context()
 
 
 def tls_context() -> ssl.SSLContext:
@@ -181,7 +156,7 @@ class Connection:
     """Kept-alive connections for requests to one URL, in the event loop it is used in."""
 
     def __init__(self, url: str, *, timeout_s: float, connections: int) -> None:
-        import httpx  # loaded (see `loaded`)
+        import httpx
 
         self.url = url
         parts = urlsplit(url)

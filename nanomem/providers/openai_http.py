@@ -64,7 +64,7 @@ class OpenAIHTTPProvider:
             self._headers[b"Authorization"] = f"Bearer {self._key}".encode("latin-1")
         self._session: Connection | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
-        connection.preload(self.url)  # httpx's import runs beside the rest of startup
+        connection.load(self.url)
 
     async def complete(
         self,
@@ -133,8 +133,6 @@ class OpenAIHTTPProvider:
     async def _client(self) -> Connection:
         """The shared pool, made lazily: its connections belong to the loop it is made in."""
         loop = asyncio.get_running_loop()
-        if self._session is None or self._session.closed or self._loop is not loop:
-            await connection.loaded()
         if self._session is None or self._session.closed or self._loop is not loop:
             # A pool from another (usually finished) loop cannot be used or closed here.
             # Connecting and each read (silence) are bounded, not the whole call: a long reply

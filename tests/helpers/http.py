@@ -8,7 +8,7 @@ import ssl
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
-from nanomem.providers.connection import Connection, loaded
+from nanomem.providers.connection import Connection
 
 USER = [{"role": "user", "content": "hi"}]
 Answer = Callable[[int], bytes]  # the raw answer to the n-th request on one connection
@@ -70,7 +70,6 @@ def ok(body: bytes) -> bytes:
 @asynccontextmanager
 async def connected(url: str, timeout_s: float = 10) -> AsyncIterator[Connection]:
     """The lean client's pooled connection for requests to `url`, closed afterwards."""
-    await loaded()
     made = Connection(url, timeout_s=timeout_s, connections=8)
     try:
         yield made
