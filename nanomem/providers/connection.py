@@ -17,7 +17,7 @@ import contextlib
 import functools
 import os
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -253,7 +253,7 @@ class Connection:
         return least
 
     @contextlib.contextmanager
-    def translated(self, *, answered: bool, trace: _Trace | None = None) -> Any:
+    def translated(self, *, answered: bool, trace: _Trace | None = None) -> Iterator[None]:
         """httpx's exceptions as TimeoutError or ConnectionFailed, named without secrets."""
         import httpx
 

@@ -100,8 +100,7 @@ class OpenAIHTTPProvider:
         answered = False  # a cut after the answer began is the server's fault, not the network's
         try:
             # No redirects (a 3xx is an error): following one could carry the key elsewhere.
-            client = await self._client()
-            async with client.post(data, self._headers) as resp:
+            async with self._client().post(data, self._headers) as resp:
                 answered = True
                 if not 200 <= resp.status < 300:
                     # The status decides the category, even when its body is cut or endless.
@@ -130,7 +129,7 @@ class OpenAIHTTPProvider:
         if session is not None and self._loop is asyncio.get_running_loop():
             await session.close()
 
-    async def _client(self) -> Connection:
+    def _client(self) -> Connection:
         """The shared pool, made lazily: its connections belong to the loop it is made in."""
         loop = asyncio.get_running_loop()
         if self._session is None or self._session.closed or self._loop is not loop:

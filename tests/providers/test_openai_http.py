@@ -263,8 +263,8 @@ async def test_concurrent_calls_share_one_session() -> None:
         sessions: set[int] = set()
         make_session = provider._client
 
-        async def spy() -> Any:
-            session = await make_session()
+        def spy() -> Any:
+            session = make_session()
             sessions.add(id(session))
             return session
 
