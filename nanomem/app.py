@@ -12,21 +12,20 @@ from loguru import logger
 
 from nanomem.agent import (
     AgentLoop,
-    Allowlist,
     ContextBuilder,
     MessageBus,
-    ScheduledTurns,
-    ScheduleStore,
-    ShellApproval,
     Skills,
     SqliteInbox,
     Templates,
     retry_delay,
 )
 from nanomem.config import LLMSettings, Settings
-from nanomem.curation import Consolidator, Dream, DreamScheduler, MemoryCommands, Provenance
+from nanomem.features.consolidation import Consolidator
+from nanomem.features.dream import Dream, DreamScheduler, MemoryCommands, Provenance
+from nanomem.features.recall import Recall
+from nanomem.features.schedules import ScheduledTurns, ScheduleStore
+from nanomem.features.shell_approval import Allowlist, ShellApproval
 from nanomem.home import Home
-from nanomem.masking import configured_secrets, register_secrets
 from nanomem.memory import (
     TRACKED,
     BpeTokenizer,
@@ -34,7 +33,6 @@ from nanomem.memory import (
     Calibration,
     GitStore,
     HistoryStore,
-    Recall,
     SessionStore,
 )
 from nanomem.providers import (
@@ -45,6 +43,7 @@ from nanomem.providers import (
     route,
     supports_images,
 )
+from nanomem.text.masking import configured_secrets, register_secrets
 from nanomem.tools import FileTools, ShellTool, ToolRegistry
 
 # Files and folders the agent may read but never write: nanomem maintains them itself, and

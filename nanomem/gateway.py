@@ -12,7 +12,6 @@ from loguru import logger
 
 from nanomem.agent import (
     CHANNELS,
-    INBOX_CHANNEL,
     Channel,
     ChannelDown,
     DeliveryLater,
@@ -25,6 +24,7 @@ from nanomem.agent import (
 )
 from nanomem.app import App
 from nanomem.config import ConfigError, Settings, is_loopback
+from nanomem.features.schedules import INBOX_CHANNEL
 from nanomem.health import Health, serve_health
 from nanomem.locks import LockBusy
 

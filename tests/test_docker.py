@@ -266,7 +266,7 @@ def test_the_installed_command_is_the_one_from_the_image(image: Path) -> None:
     assert (image / "bin" / "nanomem").exists()
     code, output = finished(image_run(image, ["nanomem", "gateway", "--help"]))
     assert code == 0 and "grace" in output
-    probe = "import nanomem, channels.telegram; print(nanomem.__file__)"
+    probe = "import nanomem, channels.telegram.channel; print(nanomem.__file__)"
     code, output = finished(image_run(image, [str(image / "bin" / "python"), "-c", probe]))
     assert code == 0 and str(image) in output, "the image must not run the checkout's code"
 

@@ -9,7 +9,14 @@ from typing import TYPE_CHECKING
 from nanomem.exports import lazy_exports
 
 if TYPE_CHECKING:
-    from nanomem.agent.bus import Button, InboundMessage, MessageBus, OutboundMessage, is_owner
+    from nanomem.agent.bus import (
+        Button,
+        InboundMessage,
+        MessageBus,
+        OutboundMessage,
+        answering,
+        is_owner,
+    )
     from nanomem.agent.channel import (
         CHANNELS,
         Channel,
@@ -35,20 +42,15 @@ if TYPE_CHECKING:
         record_failure,
         retry_delay,
     )
-    from nanomem.agent.schedule_file import ScheduleStore
-    from nanomem.agent.scheduled_turns import INBOX_CHANNEL, ScheduledTurns
-    from nanomem.agent.shell_approval import Allowlist, ShellApproval
     from nanomem.agent.skills import Skills
     from nanomem.agent.templates import Templates, bundled_dir
 
 __all__ = [
     "CHANNELS",
     "GIVEN_UP",
-    "INBOX_CHANNEL",
     "RETRYING",
     "STOPPED",
     "AgentLoop",
-    "Allowlist",
     "Answer",
     "Button",
     "Channel",
@@ -64,12 +66,10 @@ __all__ = [
     "Pending",
     "Readmit",
     "Retries",
-    "ScheduleStore",
-    "ScheduledTurns",
-    "ShellApproval",
     "Skills",
     "SqliteInbox",
     "Templates",
+    "answering",
     "bundled_dir",
     "fenced",
     "is_owner",
@@ -87,7 +87,14 @@ __all__ = [
 __getattr__ = lazy_exports(
     __name__,
     {
-        "bus": ("Button", "InboundMessage", "MessageBus", "OutboundMessage", "is_owner"),
+        "bus": (
+            "Button",
+            "InboundMessage",
+            "MessageBus",
+            "OutboundMessage",
+            "answering",
+            "is_owner",
+        ),
         "channel": (
             "CHANNELS",
             "Channel",
@@ -113,9 +120,6 @@ __getattr__ = lazy_exports(
             "record_failure",
             "retry_delay",
         ),
-        "schedule_file": ("ScheduleStore",),
-        "scheduled_turns": ("INBOX_CHANNEL", "ScheduledTurns"),
-        "shell_approval": ("Allowlist", "ShellApproval"),
         "skills": ("Skills",),
         "templates": ("Templates", "bundled_dir"),
     },

@@ -10,7 +10,6 @@ from typing import Any
 
 from loguru import logger
 
-from nanomem import untrusted_json
 from nanomem.agent.bus import InboundMessage, MessageBus, OutboundMessage, answering
 from nanomem.agent.commands import (
     NOTHING_TO_STOP,
@@ -28,8 +27,9 @@ from nanomem.audience import audience_of, enter
 from nanomem.config import Settings
 from nanomem.log import redact, shown_so_far
 from nanomem.memory import Budget, Session, SessionStore, to_wire
-from nanomem.plural import plural
 from nanomem.providers import Provider, ProviderError, ToolCall, key_source, route
+from nanomem.text import untrusted_json
+from nanomem.text.plural import plural
 from nanomem.tools import ToolRegistry
 
 BeforeTurn = Callable[[Session, InboundMessage], Awaitable[None]]

@@ -16,7 +16,7 @@ from pydantic import Field
 
 from nanomem.audience import PERSONAL_PATHS, PROMPT_PATHS, current, room_folder
 from nanomem.locks import FileLock
-from nanomem.plural import plural
+from nanomem.text.plural import plural
 from nanomem.tools.registry import Tool, ToolError, read_only_tool
 from nanomem.tools.safe_open import (
     is_hard_link,

@@ -14,9 +14,9 @@ from typing import Any, TypeVar, get_type_hints
 from loguru import logger
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
-from nanomem import untrusted_json
 from nanomem.log import redact
-from nanomem.utf8 import clean_value
+from nanomem.text import untrusted_json
+from nanomem.text.utf8 import clean_value
 
 F = TypeVar("F", bound=Callable[..., Any])
 

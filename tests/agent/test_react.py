@@ -135,9 +135,9 @@ async def test_an_unknown_tool_counts_as_one_that_may_write() -> None:
 
 def test_the_file_and_memory_tools_declare_what_they_only_read(tmp_path: Path) -> None:
     from nanomem.agent.skills import Skills
-    from nanomem.curation.dream import MemoryTools
+    from nanomem.features.dream.dream import MemoryTools
+    from nanomem.features.recall.recall import Recall
     from nanomem.memory.history import HistoryStore
-    from nanomem.memory.recall import Recall
 
     registry = ToolRegistry(
         [

@@ -33,8 +33,8 @@ from pathlib import Path
 import _common  # noqa: F401 (puts the repository on sys.path)
 
 from nanomem.audience import audience_of, enter
+from nanomem.features.recall.recall import Recall
 from nanomem.memory.history import HistoryEntry, HistoryStore, NewEntry
-from nanomem.memory.recall import Recall
 
 ENTRIES = 100_000
 START = datetime(2026, 1, 1, tzinfo=UTC)  # a year of entries, stamped in order

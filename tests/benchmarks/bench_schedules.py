@@ -25,9 +25,9 @@ from typing import Any
 import _common
 from loguru import logger
 
-from nanomem.agent.schedule_file import MAX_FILE_BYTES, ScheduleStore
 from nanomem.app import build_app
 from nanomem.config import ScheduleSettings, load_settings
+from nanomem.features.schedules.store import MAX_FILE_BYTES, ScheduleStore
 from nanomem.gateway import Gateway
 from nanomem.providers.port import Reply
 from tests.helpers.channels import FakeChannel

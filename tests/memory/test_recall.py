@@ -6,9 +6,9 @@ from time import monotonic
 import pytest
 
 from nanomem.audience import audience_of, enter
+from nanomem.features.recall.matches import TimedOut, newest, ranked
+from nanomem.features.recall.recall import Recall
 from nanomem.memory.history import HistoryEntry, HistoryStore, NewEntry
-from nanomem.memory.matches import TimedOut, newest, ranked
-from nanomem.memory.recall import Recall
 from nanomem.tools.registry import ToolError
 from tests.conftest import log_lines
 

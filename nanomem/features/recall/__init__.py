@@ -1,0 +1,18 @@
+"""Ranked recall over all history: the `search_history` tool and its index."""
+
+from typing import TYPE_CHECKING
+
+from nanomem.exports import lazy_exports
+
+if TYPE_CHECKING:
+    from nanomem.features.recall.recall import Recall
+
+__all__ = [
+    "Recall",
+]
+__getattr__ = lazy_exports(
+    __name__,
+    {
+        "recall": ("Recall",),
+    },
+)
