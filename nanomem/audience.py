@@ -24,6 +24,18 @@ _UNSAFE_IN_NAME = re.compile(r"[^A-Za-z0-9_.-]")
 
 
 @dataclass(frozen=True)
+class Sender:
+    """Who sent a message, as its channel vouches from its own facts (a Telegram user id, the
+    terminal's person, an API key): the core trusts these fields and nothing in the text."""
+
+    id: str = ""
+    name: str = ""  # shown to the model in a shared room, so it can tell members apart
+    is_owner: bool = False  # approvals and memory decisions are the owner's alone
+    can_answer: bool = False  # present to answer a question now (not a request or a one-shot)
+    shared_room: bool = False  # speaks in a group chat, which never sees personal memory
+
+
+@dataclass(frozen=True)
 class Audience:
     session: str  # the session key, `channel:chat`
     personal: bool  # may see the owner's personal memory

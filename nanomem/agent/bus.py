@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal
 
+from nanomem.audience import Sender, is_shared_room
+
 if TYPE_CHECKING:  # sqlite and loguru stay off `nanomem chat`'s way to its prompt
     from nanomem.agent.inbox import Inbox, Pending
 
@@ -54,6 +56,18 @@ class InboundMessage:
     @property
     def session_key(self) -> str:
         return f"{self.channel}:{self.chat_id}"
+
+    @property
+    def sender(self) -> Sender:
+        # Read from the channel's metadata until every channel sets a Sender itself (issue 23).
+        data = self.metadata
+        return Sender(
+            self.sender_id,
+            str(data.get("sender_name", "")),
+            is_owner=data.get("owner") is True,
+            can_answer=bool(data.get("can_ask")),
+            shared_room=is_shared_room(self.session_key),
+        )
 
     @staticmethod
     def inbox_id(seq: int) -> str:
