@@ -14,7 +14,6 @@ if TYPE_CHECKING:
         InboundMessage,
         MessageBus,
         OutboundMessage,
-        answering,
         is_owner,
     )
     from nanomem.agent.channel import (
@@ -69,7 +68,6 @@ __all__ = [
     "Skills",
     "SqliteInbox",
     "Templates",
-    "answering",
     "bundled_dir",
     "fenced",
     "is_owner",
@@ -92,7 +90,6 @@ __getattr__ = lazy_exports(
             "InboundMessage",
             "MessageBus",
             "OutboundMessage",
-            "answering",
             "is_owner",
         ),
         "channel": (

@@ -6,8 +6,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from nanomem.agent import Command, CommandSet, InboundMessage, fenced, is_owner
-from nanomem.audience import is_shared_room
+from nanomem.agent import Command, CommandSet, InboundMessage, fenced
 from nanomem.features.dream.dream import Dream, DreamBusy
 from nanomem.features.dream.review import ReviewError
 from nanomem.locks import to_thread_to_the_end
@@ -18,7 +17,7 @@ OWNER_ONLY = "Memory changes are decided by the owner, in a private chat."
 
 def owner_in_private(msg: InboundMessage) -> bool:
     """Where the owner's memory may be changed from: the owner, outside a group."""
-    return is_owner(msg) and not is_shared_room(msg.session_key)
+    return msg.sender.is_owner and not msg.sender.shared_room
 
 
 class ReviewCommands:
