@@ -13,7 +13,7 @@ from typing import Any
 
 from loguru import logger
 
-from nanomem.agent import ContextBuilder, Templates, react
+from nanomem.agent import ContextBuilder, Feature, Templates, react
 from nanomem.memory import (
     Budget,
     HistoryEntry,
@@ -69,7 +69,12 @@ class _NoToolsNow(ToolRegistry):
         return "Error: tools are not available while summarising."
 
 
-class Consolidator:
+class Consolidator(Feature):
+    """A feature of hooks only: before a turn (when its prompt would not fit), after it (in the
+    background, early), and before /new (what was said is archived, never dropped)."""
+
+    name = "consolidation"
+
     def __init__(
         self,
         *,
@@ -85,7 +90,7 @@ class Consolidator:
     ) -> None:
         self.sessions, self.history, self.provider = sessions, history, provider
         self.context, self.templates, self.budget = context, templates, budget
-        self.tools = tools
+        self.chat_tools = tools  # offered, never run: see _NoToolsNow
         self.keep_recent_turns = keep_recent_turns
         self.max_rounds = max_rounds
         # Weak: a session's lock lives while a pass holds or awaits it, then goes.
@@ -133,7 +138,7 @@ class Consolidator:
                 system_tokens = self.budget.count_system(system_prompt)
             raw = (
                 system_tokens
-                + self.budget.count_tools(self.tools.schema_text)
+                + self.budget.count_tools(self.chat_tools.schema_text)
                 + session.unconsolidated_tokens()
             )
             estimate = self.budget.calibration.apply(raw)
@@ -216,7 +221,7 @@ class Consolidator:
                 result = await react(
                     self.provider,
                     prompt,
-                    _NoToolsNow(self.tools.schemas()),
+                    _NoToolsNow(self.chat_tools.schemas()),
                     1,
                     context=OUTSIDE,
                     tool_choice="none",

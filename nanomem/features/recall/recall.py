@@ -23,6 +23,7 @@ from zoneinfo import ZoneInfo
 from loguru import logger
 from pydantic import Field
 
+from nanomem.agent import Feature
 from nanomem.features.recall.matches import Hit, TimedOut, newest, ranked
 from nanomem.features.recall.search_query import parse_day, parse_query
 from nanomem.memory import HistoryStore
@@ -65,8 +66,11 @@ def _epoch(stamp: str) -> float:
         return 0.0
 
 
-class Recall:
-    """The index at `path`; blocking calls (the tool runs in a worker thread)."""
+class Recall(Feature):
+    """The index at `path`; blocking calls (the tool runs in a worker thread). As a feature:
+    the `search_history` tool and a line of the system prompt saying when to use it."""
+
+    name = "recall"
 
     def __init__(
         self,
@@ -289,6 +293,9 @@ class Recall:
 
     def tools(self) -> list[Tool]:
         return [Tool.from_function(self.search_history)]
+
+    def prompt_section(self) -> str:
+        return "recall.md.j2"
 
     @read_only_tool
     def search_history(

@@ -12,7 +12,7 @@ from typing import Annotated, Any
 
 from pydantic import Field
 
-from nanomem.agent import Command, CommandSet, InboundMessage
+from nanomem.agent import Command, InboundMessage
 from nanomem.audience import Sender, is_shared_room
 from nanomem.config import ScheduleSettings
 from nanomem.features.schedules.rules import (
@@ -171,19 +171,17 @@ class ChatSchedules:
 
     # -- commands ---------------------------------------------------------------------------
 
-    def register(self, commands: CommandSet) -> None:
-        commands.register(
-            Command("schedules", "list this chat's schedules", self._cmd_list, immediate=True)
-        )
-        commands.register(
+    def commands(self) -> list[Command]:
+        return [
+            Command("schedules", "list this chat's schedules", self._cmd_list, immediate=True),
             Command(
                 "unschedule",
                 "cancel one of this chat's schedules",
                 self._cmd_cancel,
                 usage="<id>",
                 immediate=True,
-            )
-        )
+            ),
+        ]
 
     async def _cmd_list(self, msg: InboundMessage, args: str) -> str:
         if not self.running:

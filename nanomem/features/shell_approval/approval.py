@@ -27,7 +27,6 @@ from loguru import logger
 from nanomem.agent import (
     Button,
     Command,
-    CommandSet,
     InboundMessage,
     OutboundMessage,
     fenced,
@@ -185,7 +184,8 @@ class ShellApproval:
 
     # Commands: the answers, and the allowlist.
 
-    def register(self, commands: CommandSet) -> None:
+    def commands(self) -> list[Command]:
+        commands = []
         for name, summary, handler, usage in (
             ("shell-allow", "run the shell command asked about, once", self._once, "<id>"),
             ("shell-always", "run it, and its program from now on", self._always, "<id>"),
@@ -197,7 +197,8 @@ class ShellApproval:
             command = Command(
                 name, summary, handler, usage=usage, immediate=True, listed=listed, owner_only=True
             )
-            commands.register(command)
+            commands.append(command)
+        return commands
 
     async def _answer(self, msg: InboundMessage, key: str, choice: str) -> str | _Question:
         question = self._questions.get(key.strip())
