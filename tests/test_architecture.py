@@ -108,6 +108,40 @@ def test_sibling_packages_do_not_import_each_other() -> None:
     assert across == []
 
 
+def feature_of(module: str) -> str | None:
+    """The feature a dotted `nanomem.…` module belongs to (`nanomem.features.<name>…`)."""
+    parts = module.split(".")
+    return parts[2] if len(parts) > 2 and parts[1] == "features" else None
+
+
+# The composition root and the entry points that run features' background work or commands.
+MAY_IMPORT_FEATURES = ("nanomem.app", "nanomem.gateway", "nanomem.cli")
+
+
+def test_the_core_never_imports_a_feature() -> None:
+    """Features import the core; the core knows them only through the Feature protocol
+    (nanomem/agent/feature.py), and only the composition root and entry points name one."""
+    reached = [
+        f"{importer} imports {imported}"
+        for importer, imported in core_imports()
+        if feature_of(imported) is not None
+        and feature_of(importer) is None
+        and not any(within(importer, allowed) for allowed in MAY_IMPORT_FEATURES)
+    ]
+    assert reached == []
+
+
+def test_no_feature_imports_another() -> None:
+    """Each feature stands on the core alone: one can be left out without touching the rest."""
+    reached = [
+        f"{importer} imports {imported}"
+        for importer, imported in core_imports()
+        if feature_of(importer) is not None
+        and feature_of(imported) not in (None, feature_of(importer))
+    ]
+    assert reached == []
+
+
 def test_packages_are_used_through_their_public_names() -> None:
     """Outside a package, only `from nanomem.<package> import <name in __all__>`."""
     reached_in = []

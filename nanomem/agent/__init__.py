@@ -1,7 +1,8 @@
 """The agent: messages in, turns, replies out.
 
 The bus and its durable inbox, the channel port, slash commands, the prompt (ContextBuilder,
-templates, skills), the ReAct tool loop and the AgentLoop that runs a turn per message.
+templates, skills), the ReAct tool loop, the AgentLoop that runs a turn per message, and the
+feature seam (Feature, Core) that features plug into.
 """
 
 from typing import TYPE_CHECKING
@@ -14,7 +15,6 @@ if TYPE_CHECKING:
         InboundMessage,
         MessageBus,
         OutboundMessage,
-        answering,
         is_owner,
     )
     from nanomem.agent.channel import (
@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     )
     from nanomem.agent.commands import STOPPED, Answer, Command, CommandSet, fenced, parse_command
     from nanomem.agent.context import ContextBuilder
+    from nanomem.agent.feature import Admits, Core, Feature, anyone
     from nanomem.agent.inbox import Pending, SqliteInbox, parked_in
     from nanomem.agent.loop import AgentLoop
     from nanomem.agent.react_loop import react
@@ -50,6 +51,7 @@ __all__ = [
     "GIVEN_UP",
     "RETRYING",
     "STOPPED",
+    "Admits",
     "AgentLoop",
     "Answer",
     "Button",
@@ -59,7 +61,9 @@ __all__ = [
     "Command",
     "CommandSet",
     "ContextBuilder",
+    "Core",
     "DeliveryLater",
+    "Feature",
     "InboundMessage",
     "MessageBus",
     "OutboundMessage",
@@ -69,7 +73,7 @@ __all__ = [
     "Skills",
     "SqliteInbox",
     "Templates",
-    "answering",
+    "anyone",
     "bundled_dir",
     "fenced",
     "is_owner",
@@ -92,7 +96,6 @@ __getattr__ = lazy_exports(
             "InboundMessage",
             "MessageBus",
             "OutboundMessage",
-            "answering",
             "is_owner",
         ),
         "channel": (
@@ -101,12 +104,14 @@ __getattr__ = lazy_exports(
             "ChannelDown",
             "ChatQueues",
             "DeliveryLater",
+            "Feature",
             "load_channel",
             "pump_outbound",
             "save_media",
         ),
         "commands": ("Answer", "Command", "CommandSet", "STOPPED", "fenced", "parse_command"),
         "context": ("ContextBuilder",),
+        "feature": ("Admits", "Core", "Feature", "anyone"),
         "inbox": ("Pending", "SqliteInbox", "parked_in"),
         "loop": ("AgentLoop",),
         "react_loop": ("react",),

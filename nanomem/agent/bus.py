@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import Callable
-from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal
@@ -79,11 +78,6 @@ def is_owner(msg: InboundMessage) -> bool:
     """Sent by the owner: the channel vouches for it with metadata `owner` (the terminal, the
     first user of telegram.allow_from, ...). Approvals and memory decisions are theirs alone."""
     return msg.metadata.get("owner") is True
-
-
-# The message the running turn answers (set by the loop; tasks and threads inherit it): a tool
-# that must ask someone, such as the shell approval, asks that message's sender.
-answering: ContextVar[InboundMessage | None] = ContextVar("answering", default=None)
 
 
 @dataclass(frozen=True)

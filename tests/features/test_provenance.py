@@ -16,6 +16,7 @@ import pytest
 from nanomem.agent.bus import InboundMessage
 from nanomem.app import App
 from nanomem.audience import audience_of
+from nanomem.features.dream import Dreaming
 from nanomem.features.dream.evidence import added_lines, cited_items, parse, trailers
 from nanomem.features.dream.journal import Edit, Journal
 from nanomem.features.dream.provenance import USAGE, Provenance, find
@@ -56,7 +57,7 @@ async def dreamed(home: Home, steps: Sequence[Step], **sections: dict[str, objec
     await app.history.append(
         [NewEntry("telegram:42", ADA, "summary"), NewEntry("telegram:43", APOLLO, "summary")]
     )
-    result = await app.dream.run()
+    result = await app.feature(Dreaming).dream.run()
     assert result.status == "changed", result.reason
     return app
 

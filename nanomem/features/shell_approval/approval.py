@@ -27,16 +27,15 @@ from loguru import logger
 from nanomem.agent import (
     Button,
     Command,
-    CommandSet,
     InboundMessage,
     OutboundMessage,
-    answering,
     fenced,
-    is_owner,
 )
+from nanomem.audience import Sender
 from nanomem.durable import atomic_write_text
 from nanomem.locks import FileLock
 from nanomem.text import untrusted_json
+from nanomem.tools import ToolContext
 
 Mode = Literal["ask", "allowlist", "off"]
 ALLOWLIST_VERSION = 1
@@ -145,7 +144,7 @@ class ShellApproval:
         self.publish = publish
         self._questions: dict[str, _Question] = {}
 
-    async def refusal(self, command: str) -> str | None:
+    async def refusal(self, command: str, context: ToolContext) -> str | None:
         """None when the command may run; otherwise what the model is told instead."""
         if self.mode == "off":
             return None
@@ -153,16 +152,16 @@ class ShellApproval:
             return None
         if self.mode == "allowlist":
             return "refused: the command does not match tools.shell_approval's allowlist"
-        asker = answering.get()
+        asker, session = context.sender, context.session
         # Only the owner approves: the command runs on their machine, whoever else may chat.
-        present = asker is not None and asker.metadata.get("can_ask") and is_owner(asker)
-        if asker is None or not present or self.publish is None:
+        present = asker.can_answer and asker.is_owner
+        if session is None or not present or self.publish is None:
             return f"{DENIED}: nobody can approve commands here; only allowlisted ones run"
-        return await self._ask(asker, command)
+        return await self._ask(session, asker, command)
 
-    async def _ask(self, asker: InboundMessage, command: str) -> str | None:
+    async def _ask(self, session: str, asker: Sender, command: str) -> str | None:
         key = uuid.uuid4().hex[:8]
-        question = _Question(command, asker.session_key, asker.sender_id)
+        question = _Question(command, session, asker.id)
         self._questions[key] = question
         word = first_word(command)
         buttons = [Button("Allow once", f"/shell-allow {key}")]
@@ -170,9 +169,8 @@ class ShellApproval:
             buttons.append(Button(f"Always allow {word}", f"/shell-always {key}"))
         buttons.append(Button("Deny", f"/shell-deny {key}"))
         text = f"Run this command?\n\n{fenced(command)}"
-        ask = OutboundMessage(
-            asker.channel, asker.chat_id, text, buttons=tuple(buttons), metadata={"ask": key}
-        )
+        channel, _, chat = session.partition(":")
+        ask = OutboundMessage(channel, chat, text, buttons=tuple(buttons), metadata={"ask": key})
         try:
             assert self.publish is not None
             await self.publish(ask)
@@ -186,7 +184,8 @@ class ShellApproval:
 
     # Commands: the answers, and the allowlist.
 
-    def register(self, commands: CommandSet) -> None:
+    def commands(self) -> list[Command]:
+        commands = []
         for name, summary, handler, usage in (
             ("shell-allow", "run the shell command asked about, once", self._once, "<id>"),
             ("shell-always", "run it, and its program from now on", self._always, "<id>"),
@@ -198,13 +197,14 @@ class ShellApproval:
             command = Command(
                 name, summary, handler, usage=usage, immediate=True, listed=listed, owner_only=True
             )
-            commands.register(command)
+            commands.append(command)
+        return commands
 
     async def _answer(self, msg: InboundMessage, key: str, choice: str) -> str | _Question:
         question = self._questions.get(key.strip())
         if question is None or question.answer.done():
             return "That question is no longer open (answered, or timed out and denied)."
-        if (msg.session_key, msg.sender_id) != (question.session, question.sender):
+        if (msg.session_key, msg.sender.id) != (question.session, question.sender):
             return "Only the person whose message started this can answer it."
         question.answer.set_result(choice)
         return question
