@@ -1,5 +1,5 @@
 import sys
 
-from nanomem.cli import main
+from nanomem.cli.main import main
 
 sys.exit(main())

@@ -10,7 +10,7 @@ import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from nanomem.utf8 import encode
+from nanomem.text.utf8 import encode
 
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 

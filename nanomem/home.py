@@ -67,7 +67,7 @@ class Home:
 
     @property
     def schedules(self) -> Path:
-        """What the chats asked to happen later (agent/schedules.py)."""
+        """What the chats asked to happen later (features/schedules/rules.py)."""
         return self.root / "schedules.json"
 
     @property

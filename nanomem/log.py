@@ -15,8 +15,8 @@ from typing import Any
 
 from loguru import logger
 
-from nanomem.escapes import strip_escapes
-from nanomem.masking import (  # noqa: F401 (their home is nanomem.masking; imported from here too)
+from nanomem.text.escapes import strip_escapes
+from nanomem.text.masking import (  # noqa: F401 (their home is nanomem.text.masking; imported from here too)
     MASK,
     _secrets,
     is_secret_name,

@@ -18,9 +18,9 @@ import pytest
 from loguru import logger
 
 from nanomem.app import App, build_app
+from nanomem.cli.onboard import onboard
 from nanomem.config import Settings, load_settings
 from nanomem.home import Home
-from nanomem.onboard import onboard
 from nanomem.providers.scripted import ScriptedProvider
 from tests.fakes.openai_server import FakeOpenAI
 
@@ -189,13 +189,13 @@ def run_cli(
 def run_cli_here(
     *args: str, env: dict[str, str], stdin: str | None = None
 ) -> subprocess.CompletedProcess[str]:
-    """`nanomem ARGS` in this process (the real `nanomem.cli.main`, its output captured; from a
+    """`nanomem ARGS` in this process (the real `nanomem.cli.main.main`, its output captured; from a
     test that runs no event loop): what run_cli shows, without paying for a new interpreter.
     What the command changes for the whole process (environment, umask, standard streams,
     logging sinks) is put back afterwards."""
     from loguru import logger
 
-    from nanomem.cli import main
+    from nanomem.cli.main import main
 
     saved_env, saved_umask = dict(os.environ), os.umask(0o022)
     streams = sys.stdin, sys.stdout, sys.stderr

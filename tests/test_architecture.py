@@ -31,15 +31,15 @@ def importers_of(package: str, files: list[Path]) -> set[str]:
 
 
 # The layers, bottom first: a module may import its own layer and the ones below, never above.
-BASE = "base"  # nanomem/*.py that everything stands on: config, log, home, locks, durable files
-TOP = "top"  # composition and entry points: app, cli, gateway, onboarding
+BASE = "base"  # nanomem/*.py and text/ that everything stands on: config, log, home, locks, files
+TOP = "top"  # composition and entry points: app, cli/, gateway
 LAYERS: dict[str, int] = {
     BASE: 0,
     "providers": 1,
     "tools": 1,
     "memory": 2,
     "agent": 3,
-    "curation": 4,
+    "features": 4,
     TOP: 5,
 }
 BASE_MODULES = {
@@ -47,27 +47,19 @@ BASE_MODULES = {
     "audience",
     "config",
     "durable",
-    "escapes",
     "exports",
     "home",
     "locks",
     "log",
-    "masking",
-    "plural",
-    "untrusted_json",
-    "utf8",
+    "text",
 }
 # What a channel may use: the channel port and the settings and helpers it is built from.
 CHANNEL_MAY_IMPORT = {
     "agent",
     "config",
-    "escapes",
     "log",
-    "masking",
-    "utf8",
-    "plural",
+    "text",
     "app",
-    "untrusted_json",
 }
 
 
@@ -116,6 +108,40 @@ def test_sibling_packages_do_not_import_each_other() -> None:
     assert across == []
 
 
+def feature_of(module: str) -> str | None:
+    """The feature a dotted `nanomem.…` module belongs to (`nanomem.features.<name>…`)."""
+    parts = module.split(".")
+    return parts[2] if len(parts) > 2 and parts[1] == "features" else None
+
+
+# The composition root and the entry points that run features' background work or commands.
+MAY_IMPORT_FEATURES = ("nanomem.app", "nanomem.gateway", "nanomem.cli")
+
+
+def test_the_core_never_imports_a_feature() -> None:
+    """Features import the core; the core knows them only through the Feature protocol
+    (nanomem/agent/feature.py), and only the composition root and entry points name one."""
+    reached = [
+        f"{importer} imports {imported}"
+        for importer, imported in core_imports()
+        if feature_of(imported) is not None
+        and feature_of(importer) is None
+        and not any(within(importer, allowed) for allowed in MAY_IMPORT_FEATURES)
+    ]
+    assert reached == []
+
+
+def test_no_feature_imports_another() -> None:
+    """Each feature stands on the core alone: one can be left out without touching the rest."""
+    reached = [
+        f"{importer} imports {imported}"
+        for importer, imported in core_imports()
+        if feature_of(importer) is not None
+        and feature_of(imported) not in (None, feature_of(importer))
+    ]
+    assert reached == []
+
+
 def test_packages_are_used_through_their_public_names() -> None:
     """Outside a package, only `from nanomem.<package> import <name in __all__>`."""
     reached_in = []
@@ -127,16 +153,24 @@ def test_packages_are_used_through_their_public_names() -> None:
             parts = node.module.split(".")
             if parts[0] != "nanomem" or len(parts) < 2 or parts[1] not in LAYERS:
                 continue
-            if importer.startswith(f"nanomem.{parts[1]}."):
+            # A feature is a package of its own: nanomem.features.<name>
+            depth = 3 if parts[1] == "features" else 2
+            package = ".".join(parts[:depth])
+            if importer.startswith(f"{package}."):
                 continue  # inside its own package
-            public = importlib.import_module(f"nanomem.{parts[1]}").__all__
-            if len(parts) > 2 or any(alias.name not in public for alias in node.names):
+            public = importlib.import_module(package).__all__
+            if len(parts) > depth or any(alias.name not in public for alias in node.names):
                 names = ", ".join(alias.name for alias in node.names)
                 reached_in.append(f"{importer}: from {node.module} import {names}")
     assert reached_in == []
 
 
-@pytest.mark.parametrize("package", sorted(set(LAYERS) - {BASE, TOP}))
+FEATURES = sorted(
+    f"features.{path.parent.name}" for path in (ROOT / "nanomem/features").glob("*/__init__.py")
+)
+
+
+@pytest.mark.parametrize("package", sorted(set(LAYERS) - {BASE, TOP, "features"}) + FEATURES)
 def test_every_public_name_resolves(package: str) -> None:
     module = importlib.import_module(f"nanomem.{package}")
     assert module.__all__, package
@@ -158,7 +192,7 @@ def test_channels_plug_in_through_the_port() -> None:
     ("package", "allowed"),
     [
         ("litellm", {"nanomem/providers/litellm_provider.py"}),
-        ("telegram", {"channels/telegram.py", "channels/telegram_http.py"}),
+        ("telegram", {"channels/telegram/channel.py", "channels/telegram/transport.py"}),
         ("dulwich", {"nanomem/memory/gitstore.py"}),
     ],
 )
@@ -187,7 +221,7 @@ def test_importing_the_core_has_no_side_effects(tmp_path: Path) -> None:
     import sys
 
     code = (
-        "import sys, nanomem.app, nanomem.cli;"
+        "import sys, nanomem.app, nanomem.cli.main;"
         "assert 'litellm' not in sys.modules, 'litellm imported eagerly';"
         "assert 'channels' not in sys.modules"
     )
@@ -202,7 +236,10 @@ def test_the_chat_prompt_waits_for_nothing_it_does_not_need() -> None:
     import subprocess
     import sys
 
-    before_prompt = "nanomem.cli, nanomem.config, nanomem.onboard, nanomem.agent, channels.terminal"
+    before_prompt = (
+        "nanomem.cli.main, nanomem.config, nanomem.cli.onboard, nanomem.agent, "
+        "channels.terminal.channel"
+    )
     behind = [
         "nanomem.app",
         "nanomem.agent.loop",

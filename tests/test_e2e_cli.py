@@ -1,5 +1,5 @@
 """The `nanomem` command talking to the loopback model (the lean client by default for an
-api_base; litellm where a test says so): in this process through `nanomem.cli.main`, and in a
+api_base; litellm where a test says so): in this process through `nanomem.cli.main.main`, and in a
 subprocess (the slow tier) where only a process can show it: its own exit, streams, environment."""
 
 import json

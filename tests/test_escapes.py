@@ -2,7 +2,7 @@ from itertools import pairwise
 
 import pytest
 
-from nanomem.escapes import strip_escapes
+from nanomem.text.escapes import strip_escapes
 
 HOSTILE = {
     "title (OSC 0, BEL)": ("a\x1b]0;pwned\x07b", "ab"),

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
+from nanomem.cli.onboard import onboard
 from nanomem.home import Home
 from nanomem.memory.history import HistoryEntry
-from nanomem.onboard import onboard
 from tests.fakes.openai_server import FakeOpenAI, Step
 from tests.fakes.telegram_server import FakeTelegram
 from tests.helpers import wait_until

@@ -37,8 +37,8 @@ def test_wheel_carries_the_data_folders_and_works_installed(tmp_path: Path) -> N
         "nanomem/_bundled/workspace-template/SOUL.md",
         "nanomem/_bundled/workspace-template/memory/MEMORY.md",
         "nanomem/_bundled/workspace-template/skills/remember/SKILL.md",
-        "channels/terminal.py",
-        "nanomem/cli.py",
+        "channels/terminal/channel.py",
+        "nanomem/cli/main.py",
     ):
         assert expected in names, expected
     assert not any(name.startswith("tests/") for name in names)

@@ -1,5 +1,5 @@
-from nanomem.curation.consolidator import Archived
-from nanomem.plural import plural
+from nanomem.features.consolidation.consolidator import Archived
+from nanomem.text.plural import plural
 
 
 def test_the_noun_agrees_with_the_count() -> None:

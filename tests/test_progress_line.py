@@ -1,6 +1,6 @@
 import io
 
-from nanomem.progress_line import CLEAR, ProgressLine
+from nanomem.cli.progress_line import CLEAR, ProgressLine
 
 
 class Terminal(io.StringIO):

@@ -2,7 +2,7 @@ import json
 
 import pytest
 
-from nanomem.untrusted_json import MAX_DEPTH, TooDeep, depth_exceeds, loads
+from nanomem.text.untrusted_json import MAX_DEPTH, TooDeep, depth_exceeds, loads
 
 
 def nested(depth: int) -> str:

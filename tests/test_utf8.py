@@ -11,7 +11,7 @@ import pytest
 from nanomem.durable import append_lines, atomic_write_text
 from nanomem.memory.history import HistoryStore, NewEntry
 from nanomem.memory.session import SessionStore
-from nanomem.utf8 import clean_text, clean_value, decode
+from nanomem.text.utf8 import clean_text, clean_value, decode
 
 LONE = "\ud83d"  # half of 😀 (U+1F600 is \ud83d\ude00)
 

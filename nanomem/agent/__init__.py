@@ -1,7 +1,8 @@
 """The agent: messages in, turns, replies out.
 
 The bus and its durable inbox, the channel port, slash commands, the prompt (ContextBuilder,
-templates, skills), the ReAct tool loop and the AgentLoop that runs a turn per message.
+templates, skills), the ReAct tool loop, the AgentLoop that runs a turn per message, and the
+feature seam (Feature, Core) that features plug into.
 """
 
 from typing import TYPE_CHECKING
@@ -9,7 +10,13 @@ from typing import TYPE_CHECKING
 from nanomem.exports import lazy_exports
 
 if TYPE_CHECKING:
-    from nanomem.agent.bus import Button, InboundMessage, MessageBus, OutboundMessage, is_owner
+    from nanomem.agent.bus import (
+        Button,
+        InboundMessage,
+        MessageBus,
+        OutboundMessage,
+        is_owner,
+    )
     from nanomem.agent.channel import (
         CHANNELS,
         Channel,
@@ -22,6 +29,7 @@ if TYPE_CHECKING:
     )
     from nanomem.agent.commands import STOPPED, Answer, Command, CommandSet, fenced, parse_command
     from nanomem.agent.context import ContextBuilder
+    from nanomem.agent.feature import Admits, Core, Feature, anyone
     from nanomem.agent.inbox import Pending, SqliteInbox, parked_in
     from nanomem.agent.loop import AgentLoop
     from nanomem.agent.react_loop import react
@@ -35,20 +43,16 @@ if TYPE_CHECKING:
         record_failure,
         retry_delay,
     )
-    from nanomem.agent.schedule_file import ScheduleStore
-    from nanomem.agent.scheduled_turns import INBOX_CHANNEL, ScheduledTurns
-    from nanomem.agent.shell_approval import Allowlist, ShellApproval
     from nanomem.agent.skills import Skills
     from nanomem.agent.templates import Templates, bundled_dir
 
 __all__ = [
     "CHANNELS",
     "GIVEN_UP",
-    "INBOX_CHANNEL",
     "RETRYING",
     "STOPPED",
+    "Admits",
     "AgentLoop",
-    "Allowlist",
     "Answer",
     "Button",
     "Channel",
@@ -57,19 +61,19 @@ __all__ = [
     "Command",
     "CommandSet",
     "ContextBuilder",
+    "Core",
     "DeliveryLater",
+    "Feature",
     "InboundMessage",
     "MessageBus",
     "OutboundMessage",
     "Pending",
     "Readmit",
     "Retries",
-    "ScheduleStore",
-    "ScheduledTurns",
-    "ShellApproval",
     "Skills",
     "SqliteInbox",
     "Templates",
+    "anyone",
     "bundled_dir",
     "fenced",
     "is_owner",
@@ -87,19 +91,27 @@ __all__ = [
 __getattr__ = lazy_exports(
     __name__,
     {
-        "bus": ("Button", "InboundMessage", "MessageBus", "OutboundMessage", "is_owner"),
+        "bus": (
+            "Button",
+            "InboundMessage",
+            "MessageBus",
+            "OutboundMessage",
+            "is_owner",
+        ),
         "channel": (
             "CHANNELS",
             "Channel",
             "ChannelDown",
             "ChatQueues",
             "DeliveryLater",
+            "Feature",
             "load_channel",
             "pump_outbound",
             "save_media",
         ),
         "commands": ("Answer", "Command", "CommandSet", "STOPPED", "fenced", "parse_command"),
         "context": ("ContextBuilder",),
+        "feature": ("Admits", "Core", "Feature", "anyone"),
         "inbox": ("Pending", "SqliteInbox", "parked_in"),
         "loop": ("AgentLoop",),
         "react_loop": ("react",),
@@ -113,9 +125,6 @@ __getattr__ = lazy_exports(
             "record_failure",
             "retry_delay",
         ),
-        "schedule_file": ("ScheduleStore",),
-        "scheduled_turns": ("INBOX_CHANNEL", "ScheduledTurns"),
-        "shell_approval": ("Allowlist", "ShellApproval"),
         "skills": ("Skills",),
         "templates": ("Templates", "bundled_dir"),
     },

@@ -12,10 +12,11 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import Callable
-from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal
+
+from nanomem.audience import Sender, is_shared_room
 
 if TYPE_CHECKING:  # sqlite and loguru stay off `nanomem chat`'s way to its prompt
     from nanomem.agent.inbox import Inbox, Pending
@@ -55,6 +56,18 @@ class InboundMessage:
     def session_key(self) -> str:
         return f"{self.channel}:{self.chat_id}"
 
+    @property
+    def sender(self) -> Sender:
+        # Read from the channel's metadata until every channel sets a Sender itself (issue 23).
+        data = self.metadata
+        return Sender(
+            self.sender_id,
+            str(data.get("sender_name", "")),
+            is_owner=data.get("owner") is True,
+            can_answer=bool(data.get("can_ask")),
+            shared_room=is_shared_room(self.session_key),
+        )
+
     @staticmethod
     def inbox_id(seq: int) -> str:
         """The same id for a message whenever it is replayed, so its turn can be found again."""
@@ -65,11 +78,6 @@ def is_owner(msg: InboundMessage) -> bool:
     """Sent by the owner: the channel vouches for it with metadata `owner` (the terminal, the
     first user of telegram.allow_from, ...). Approvals and memory decisions are theirs alone."""
     return msg.metadata.get("owner") is True
-
-
-# The message the running turn answers (set by the loop; tasks and threads inherit it): a tool
-# that must ask someone, such as the shell approval, asks that message's sender.
-answering: ContextVar[InboundMessage | None] = ContextVar("answering", default=None)
 
 
 @dataclass(frozen=True)

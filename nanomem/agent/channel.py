@@ -16,9 +16,9 @@ from nanomem.durable import write_below
 Job = Callable[[], Awaitable[None]]
 # Channels are found by name, so the core never imports the `channels` package.
 CHANNELS = {
-    "terminal": "channels.terminal:TerminalChannel",
-    "telegram": "channels.telegram:TelegramChannel",
-    "api": "channels.api:ApiChannel",
+    "terminal": "channels.terminal.channel:TerminalChannel",
+    "telegram": "channels.telegram.channel:TelegramChannel",
+    "api": "channels.api.channel:ApiChannel",
 }
 
 

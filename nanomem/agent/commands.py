@@ -6,7 +6,7 @@ import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from nanomem.agent.bus import Button, InboundMessage, is_owner
+from nanomem.agent.bus import Button, InboundMessage
 
 # "/name", "/name@bot", "/name args"; a path such as "/etc/hosts" is not a command.
 _COMMAND = re.compile(r"^/([A-Za-z][A-Za-z0-9_-]{0,31})(?:@[A-Za-z0-9_]+)?(?:\s+(.*))?$", re.S)
@@ -44,7 +44,7 @@ class Command:
 
     def refusal(self, msg: InboundMessage) -> str | None:
         """Why this message may not run the command; None when it may."""
-        if self.owner_only and not is_owner(msg):
+        if self.owner_only and not msg.sender.is_owner:
             return OWNER_ONLY.format(name=self.name)
         return None
 

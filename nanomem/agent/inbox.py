@@ -29,8 +29,8 @@ from typing import Any, Protocol
 
 from loguru import logger
 
-from nanomem.masking import redact_values
-from nanomem.untrusted_json import loads as untrusted_loads
+from nanomem.text.masking import redact_values
+from nanomem.text.untrusted_json import loads as untrusted_loads
 
 SCHEMA_VERSION = 2
 Item = tuple[str, dict[str, Any]]  # (chat, the channel's own form of the message)

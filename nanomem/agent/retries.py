@@ -21,9 +21,9 @@ from typing import TYPE_CHECKING
 from loguru import logger
 
 from nanomem.agent.bus import InboundMessage, MessageBus, OutboundMessage
-from nanomem.escapes import strip_escapes
 from nanomem.log import EACH, redact
-from nanomem.plural import plural
+from nanomem.text.escapes import strip_escapes
+from nanomem.text.plural import plural
 
 if TYPE_CHECKING:
     from nanomem.agent.inbox import Pending

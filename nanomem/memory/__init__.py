@@ -18,7 +18,6 @@ if TYPE_CHECKING:
         describe_stats,
     )
     from nanomem.memory.history import HistoryEntry, HistoryStore, NewEntry, clean_temp_files
-    from nanomem.memory.recall import Recall
     from nanomem.memory.session import Session, SessionStore, to_wire
     from nanomem.memory.tokens import BpeTokenizer, Budget, Calibration
 
@@ -33,7 +32,6 @@ __all__ = [
     "HistoryEntry",
     "HistoryStore",
     "NewEntry",
-    "Recall",
     "Session",
     "SessionStore",
     "Version",
@@ -46,7 +44,6 @@ __getattr__ = lazy_exports(
     {
         "gitstore": ("Files", "GitStore", "GitStoreError", "TRACKED", "Version", "describe_stats"),
         "history": ("HistoryEntry", "HistoryStore", "NewEntry", "clean_temp_files"),
-        "recall": ("Recall",),
         "session": ("Session", "SessionStore", "to_wire"),
         "tokens": ("BpeTokenizer", "Budget", "Calibration"),
     },

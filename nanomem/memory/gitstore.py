@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from nanomem.durable import atomic_write_text, unlink_below
 from nanomem.locks import FileLock, LockBusy
-from nanomem.masking import redact
+from nanomem.text.masking import redact
 
 if TYPE_CHECKING:  # dulwich itself is imported on first use: not on the way to the prompt
     from dulwich.objects import ObjectID, ShaFile

@@ -14,11 +14,11 @@ from typing import Any, Literal
 
 from loguru import logger
 
-from nanomem import untrusted_json
 from nanomem.durable import append_lines, atomic_write_text, truncate_torn_tail
 from nanomem.locks import FileLock, in_thread_holding
-from nanomem.masking import redact
-from nanomem.utf8 import clean_text
+from nanomem.text import untrusted_json
+from nanomem.text.masking import redact
+from nanomem.text.utf8 import clean_text
 
 FORMAT_VERSION = 1
 RECENT_CHATS = 4096  # chats whose prompt entries are cached

@@ -22,12 +22,12 @@ from typing import Any
 
 from loguru import logger
 
-from nanomem import untrusted_json
 from nanomem.durable import append_lines, truncate_torn_tail
 from nanomem.locks import FileLock, to_thread_to_the_end
-from nanomem.masking import redact_message
 from nanomem.providers import WireMessage
-from nanomem.utf8 import clean_value, is_valid
+from nanomem.text import untrusted_json
+from nanomem.text.masking import redact_message
+from nanomem.text.utf8 import clean_value, is_valid
 
 FORMAT_VERSION = 1
 # Keys the model API understands; everything else in a stored message is ours (timestamps).

@@ -24,7 +24,7 @@ from nanomem.providers.provider import (
     categorize,
 )
 from nanomem.providers.reply_stream import ReplyStream
-from nanomem.utf8 import clean_text
+from nanomem.text.utf8 import clean_text
 
 # What litellm says when a response arrived but is not a chat completion.
 _MALFORMED = ("Invalid response object", "Unable to get json response", "no 'choices'")

@@ -18,7 +18,6 @@ from typing import Any
 
 from loguru import logger
 
-from nanomem import untrusted_json
 from nanomem.config import LLMSettings
 from nanomem.providers import connection
 from nanomem.providers.connection import Body, Connection, ConnectionFailed
@@ -34,7 +33,8 @@ from nanomem.providers.provider import (
 )
 from nanomem.providers.reply_stream import ReplyStream
 from nanomem.providers.routing import Route, route
-from nanomem.utf8 import clean_text
+from nanomem.text import untrusted_json
+from nanomem.text.utf8 import clean_text
 
 _CONNECTIONS = 256  # one connection per concurrent chat; the default of 100 would queue them
 _MAX_LINE = 64 * 2**20  # one server-sent event (a whole tool call's arguments may be one)

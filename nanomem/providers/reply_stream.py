@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from nanomem.providers.provider import ProviderError, Reply, TextSink, ToolCall, Usage
-from nanomem.utf8 import clean_text
+from nanomem.text.utf8 import clean_text
 
 
 @dataclass

@@ -14,8 +14,8 @@ import stat
 from pathlib import Path
 
 from nanomem.durable import DIR_FLAGS, open_folder_below, replace_in
+from nanomem.text.utf8 import encode
 from nanomem.tools.registry import ToolError
-from nanomem.utf8 import encode
 
 
 def open_checked(root: Path, target: Path, shown: str) -> int:

@@ -17,8 +17,8 @@ from nanomem.agent.inbox import SqliteInbox, parked_in
 from nanomem.agent.retries import retry_delay
 from nanomem.app import build_app
 from nanomem.home import Home
-from nanomem.masking import register_secrets
 from nanomem.providers.scripted import ScriptedProvider
+from nanomem.text.masking import register_secrets
 from tests.conftest import settings_for
 from tests.helpers import until
 from tests.helpers.inbox import Recorder, stored

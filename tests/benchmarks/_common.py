@@ -25,10 +25,10 @@ for _name in [n for n in os.environ if n.startswith("NANOMEM_")]:
     del os.environ[_name]  # the developer's own configuration must not leak in
 
 from nanomem.app import App, build_app  # noqa: E402
+from nanomem.cli.onboard import onboard  # noqa: E402
 from nanomem.config import load_settings  # noqa: E402
 from nanomem.home import Home  # noqa: E402
 from nanomem.log import setup_logging  # noqa: E402
-from nanomem.onboard import onboard  # noqa: E402
 from nanomem.providers.provider import Provider  # noqa: E402
 
 PYTHON = REPO / ".venv" / "bin" / "python"

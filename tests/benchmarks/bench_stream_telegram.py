@@ -23,7 +23,7 @@ from pathlib import Path
 import _common  # before any nanomem import: repository root on sys.path, litellm offline
 from loguru import logger
 
-from channels.telegram import TelegramChannel
+from channels.telegram.channel import TelegramChannel
 from nanomem.agent.bus import InboundMessage, MessageBus, OutboundMessage
 from nanomem.agent.channel import pump_outbound
 from nanomem.config import TelegramSettings

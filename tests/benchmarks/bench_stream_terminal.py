@@ -21,7 +21,7 @@ from typing import Any
 
 import _common  # before any nanomem import: repository root on sys.path, litellm offline
 
-from channels.terminal import TerminalChannel
+from channels.terminal.channel import TerminalChannel
 from nanomem.agent.channel import pump_outbound
 from nanomem.providers.provider import Reply, TextSink
 

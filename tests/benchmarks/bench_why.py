@@ -17,7 +17,7 @@ from pathlib import Path
 
 import _common
 
-from nanomem.curation import Provenance
+from nanomem.features.dream import Provenance
 from nanomem.memory.gitstore import GitStore
 from nanomem.memory.history import HistoryStore
 

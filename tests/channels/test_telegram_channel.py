@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from channels.telegram import GREETING, OFFSET, REFUSED_PRESS, TOO_BIG, TelegramChannel
-from channels.telegram_chat import TOKEN_REJECTED
+from channels.telegram.channel import GREETING, OFFSET, REFUSED_PRESS, TOO_BIG, TelegramChannel
+from channels.telegram.delivery import TOKEN_REJECTED
 from nanomem.agent.bus import Button, InboundMessage, MessageBus, OutboundMessage
 from nanomem.agent.channel import ChannelDown, pump_outbound
 from nanomem.agent.inbox import SqliteInbox

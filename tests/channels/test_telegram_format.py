@@ -1,4 +1,4 @@
-"""Tests for channels.telegram_format: Markdown → Telegram HTML and message splitting."""
+"""Tests for channels.telegram.format: Markdown → Telegram HTML and message splitting."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from channels.telegram_format import (
+from channels.telegram.format import (
     TELEGRAM_LIMIT,
     html_to_plain,
     markdown_to_html,
@@ -262,7 +262,7 @@ def test_empty_input_gives_no_chunks() -> None:
 
 
 def test_module_does_not_import_telegram() -> None:
-    import channels.telegram_format as mod
+    import channels.telegram.format as mod
 
     tree = ast.parse(Path(mod.__file__ or "").read_text(encoding="utf-8"))
     imported = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}

@@ -4,7 +4,7 @@ import io
 
 from rich.console import Console
 
-from channels.terminal import TerminalChannel
+from channels.terminal.channel import TerminalChannel
 from nanomem.agent.bus import InboundMessage
 from nanomem.home import Home
 from nanomem.providers.scripted import ScriptedProvider, text

@@ -16,8 +16,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from nanomem.cli.onboard import onboard
 from nanomem.home import Home
-from nanomem.onboard import onboard
 from tests.chaos import checks
 from tests.chaos.processes import NANOMEM, Children, Gateway, Sizes, gateway_env, home_env
 from tests.chaos.report import Report

@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
-from channels.telegram import TelegramChannel
+from channels.telegram.channel import TelegramChannel
 from nanomem.app import App, build_app
 from nanomem.gateway import Gateway
 from nanomem.home import Home

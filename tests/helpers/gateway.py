@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
+from nanomem.cli.onboard import onboard
 from nanomem.home import Home
 from nanomem.memory.session import Session, SessionStore, session_filename
-from nanomem.onboard import onboard
 from tests.conftest import NANOMEM, cli_env
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.telegram_server import FakeTelegram

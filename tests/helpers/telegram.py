@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from channels.telegram import TelegramChannel
+from channels.telegram.channel import TelegramChannel
 from nanomem.agent.bus import InboundMessage
 from nanomem.agent.commands import Command
 from nanomem.config import TelegramSettings

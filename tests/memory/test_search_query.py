@@ -1,4 +1,4 @@
-from nanomem.memory.search_query import MAX_CHARS, MAX_TERMS, parse_query
+from nanomem.features.recall.search_query import MAX_CHARS, MAX_TERMS, parse_query
 
 
 def test_every_term_is_quoted() -> None:

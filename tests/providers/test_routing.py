@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from nanomem.cli.onboard import onboard
 from nanomem.config import LLMSettings, load_settings
 from nanomem.home import Home
-from nanomem.onboard import onboard
 from nanomem.providers.routing import key_source, route
 from tests.conftest import cli_env, run_cli_here
 

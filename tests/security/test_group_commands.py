@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from channels.telegram_inbound import REFUSED_PRESS
+from channels.telegram.incoming import REFUSED_PRESS
 from nanomem.home import Home
 from tests.conftest import log_lines
 from tests.fakes.openai_server import FakeOpenAI

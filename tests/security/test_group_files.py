@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from channels.telegram_inbound import NO_DOWNLOAD
+from channels.telegram.incoming import NO_DOWNLOAD
 from nanomem.audience import room_folder
 from nanomem.home import Home
 from nanomem.tools.sandbox import decide

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from channels.telegram import GREETING
+from channels.telegram.channel import GREETING
 from nanomem.agent.bus import MessageBus
 from nanomem.agent.channel import pump_outbound
 from nanomem.agent.inbox import SqliteInbox

@@ -1,0 +1,570 @@
+"""The Telegram channel: python-telegram-bot long polling in our own loop (with
+channels/telegram/transport.py, the only importer of python-telegram-bot)."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+from collections.abc import Awaitable
+from dataclasses import dataclass, replace
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from loguru import logger
+from telegram import (
+    Bot,
+    BotCommand,
+    InlineKeyboardButton,
+    InlineKeyboardMarkup,
+    Message,
+    ReplyParameters,
+    Update,
+    User,
+)
+from telegram.constants import ChatAction, ChatType, ParseMode
+from telegram.error import (
+    Conflict,
+    InvalidToken,
+    TelegramError,
+)
+from telegram.request import BaseRequest
+
+from channels.telegram.delivery import (
+    Delivery,
+    PollWatch,
+    SendError,
+    command_menu,
+    in_telegram_spelling,
+    is_allowed,
+    strip_mention,
+    target,
+)
+from channels.telegram.incoming import (
+    GREETING,
+    NO_DOWNLOAD,
+    REFUSED_PRESS,
+    TOO_BIG,
+    UNSUPPORTED,
+    attachment,
+    chat_key,
+    is_addressed,
+    stored_text,
+)
+from channels.telegram.transport import call_api, channel_down, requests_for
+from nanomem.agent import (
+    GIVEN_UP,
+    RETRYING,
+    Button,
+    ChatQueues,
+    Command,
+    DeliveryLater,
+    InboundMessage,
+    MessageBus,
+    OutboundMessage,
+    Pending,
+    parse_command,
+    record_failure,
+    save_media,
+)
+from nanomem.config import ConfigError, TelegramSettings
+from nanomem.log import register_secrets
+from nanomem.text.plural import plural
+from nanomem.text.utf8 import clean_text
+
+if TYPE_CHECKING:
+    from nanomem.app import App
+
+OFFSET = "telegram.offset"  # the inbox's record of what Telegram may forget
+NO_TOKEN = "telegram.token is not set: create a bot with @BotFather, then set telegram.token"
+STEP_S = 10.0  # the longest any one start or stop step may take
+OWNER_ASSUMED = (
+    "telegram.owner is not set: assuming the owner is user {owner}, the first user id in "
+    "telegram.allow_from (only the owner runs owner commands and approvals); set "
+    "telegram.owner = {owner} in config.toml (or NANOMEM_TELEGRAM__OWNER) to say so"
+)
+
+
+@dataclass(frozen=True)
+class Incoming:
+    """An update we answer: its message, sender, chat key, and place in the inbox."""
+
+    message: Message
+    user: User
+    key: str
+    group: bool
+    seq: int | None = None
+    replayed: bool = False
+    retry: bool = False  # its handling failed before: tried again, nobody is kept waiting
+    press: str | None = None  # a button press: the command it sends
+    press_id: str = ""  # ... and the callback query to answer
+
+
+class TelegramChannel:
+    """Long polling is ours, not python-telegram-bot's Updater: PTB confirms updates to Telegram
+    before any handler runs, so a crash would lose them. Here each batch of updates is stored
+    in the inbox, with the new offset, before the next getUpdates confirms it."""
+
+    name = "telegram"
+
+    def __init__(
+        self,
+        settings: TelegramSettings,
+        *,
+        workspace: Path,
+        commands: list[Command],
+        poll_timeout_s: float = 30.0,
+        typing_every_s: float = 4.0,
+        typing_delay_s: float = 1.0,
+        status_every_s: float = 3.0,
+        watch_every_s: float = 1.0,
+        stream_every_s: float = 1.0,
+    ) -> None:
+        token = settings.token.get_secret_value() if settings.token else ""
+        if not token:
+            raise ConfigError(NO_TOKEN)
+        register_secrets([token])  # PTB errors and file URLs carry the token
+        self.settings, self.workspace, self._token = settings, workspace, token
+        self._commands = commands
+        self._our_commands = {c.name for c in commands} | {"start"}
+        self.poll_timeout_s, self.watch_every_s = poll_timeout_s, watch_every_s
+        # A poll lasts its own timeout plus the read timeout; allow some slack on top.
+        self._poll = PollWatch(stall_after_s=poll_timeout_s + 35.0)
+        self._poll_request = self._requests(self._poll)
+        self._bot: Bot | None = None
+        self._polling: asyncio.Task[None] | None = None
+        self._offset: int | None = None
+        self._bus: MessageBus | None = None
+        self._watchdog: asyncio.Task[None] | None = None
+        self._replayed = False
+        self._intake = ChatQueues("telegram-in")
+        self.delivery = Delivery(
+            self,
+            typing_every_s=typing_every_s,
+            typing_delay_s=typing_delay_s,
+            status_every_s=status_every_s,
+            stream=settings.stream,
+            stream_groups=settings.stream_groups,
+            stream_every_s=stream_every_s,  # Telegram allows about one edit a second per chat
+        )
+        self._refused: set[int] = set()
+        self._owner_noted = False
+        self._refusals: set[asyncio.Task[Any]] = set()
+
+    @classmethod
+    def from_app(cls, app: App) -> TelegramChannel:
+        return cls(app.settings.telegram, workspace=app.workspace, commands=app.loop.commands.all())
+
+    # Lifecycle.
+
+    async def start(self, bus: MessageBus) -> None:
+        self._bus = bus
+        if not self.settings.allow_from:
+            logger.warning(
+                "telegram.allow_from is empty: every message is refused, and the log names "
+                "each refused user id to add"
+            )
+        if (assumed := self.settings.assumed_owner) is not None and not self._owner_noted:
+            self._owner_noted = True  # once per run: restarts of the channel stay quiet
+            logger.info(OWNER_ASSUMED, owner=assumed)
+        await self._launch()
+        watch = self._poll.run(self._relaunch, self.watch_every_s)
+        self._watchdog = asyncio.create_task(watch, name="telegram-watchdog")
+
+    async def _launch(self) -> None:
+        """A fresh Bot, polling; ChannelDown when the Bot API cannot be used."""
+        bot = self._build()
+        try:
+            await asyncio.wait_for(bot.initialize(), STEP_S)
+            await self._register_commands(bot)
+        except BaseException as exc:
+            await _quietly(bot.shutdown(), "shut down")
+            if (down := channel_down(exc)) is not None:
+                raise down from None
+            raise
+        self._bot, self._poll.problem = bot, None
+        if not self._replayed:  # what an earlier run left goes first, in arrival order
+            await self._replay(bot)
+            self._replayed = True
+        self._poll.reset()
+        self._polling = asyncio.create_task(self._poll_updates(bot), name="telegram-poll")
+        logger.info("telegram: polling as @{}", bot.username)
+
+    async def _relaunch(self) -> None:
+        await self._halt()
+        await self._launch()
+
+    async def _halt(self) -> None:
+        """Stop polling and drop the Bot (updates not stored yet are simply fetched again)."""
+        polling, self._polling = self._polling, None
+        if polling is not None:
+            polling.cancel()
+            await asyncio.gather(polling, return_exceptions=True)
+        bot, self._bot = self._bot, None
+        if bot is not None:
+            await _quietly(bot.shutdown(), "shut down")
+
+    def _requests(self, watch: PollWatch | None = None) -> BaseRequest:
+        return requests_for(self.settings.proxy, watch)
+
+    def _build(self) -> Bot:
+        request = self._requests()
+        return Bot(
+            self._token,
+            base_url=self.settings.base_url,
+            base_file_url=self.settings.base_file_url,
+            request=request,
+            get_updates_request=self._poll_request,
+        )
+
+    async def _register_commands(self, bot: Bot) -> None:
+        menu = [BotCommand(name, about) for name, about in command_menu(self._commands)]
+        try:
+            await asyncio.wait_for(bot.set_my_commands(menu), STEP_S)
+        except (TelegramError, TimeoutError) as exc:
+            logger.warning("telegram: could not register the command menu: {}", exc)
+
+    async def stop_receiving(self) -> None:
+        """Stop polling and drop intake in progress: what was stored stays in the inbox."""
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+            await asyncio.gather(self._watchdog, return_exceptions=True)
+        if (polling := self._polling) is not None:
+            polling.cancel()
+            await asyncio.gather(polling, return_exceptions=True)
+        await self._intake.cancel()
+
+    async def stop(self) -> None:
+        await self.stop_receiving()
+        await self.delivery.close(STEP_S)
+        await self._halt()
+
+    def problem(self) -> str | None:
+        return self._poll.problem
+
+    def admits(self, chat: str, sender: str) -> bool:
+        """Would `sender`'s message in this chat be answered now? (Before a scheduled turn: one
+        made by someone since removed from telegram.allow_from must not reach them.)"""
+        chat_id, _ = target(chat)
+        user_id = int(sender) if sender.lstrip("-").isdigit() else chat_id  # a private chat's
+        return is_allowed(self.settings.allow_from, user_id, chat_id)
+
+    def _on_poll_error(self, exc: TelegramError) -> None:
+        text = str(exc)
+        if isinstance(exc, Conflict):
+            text = "another program is polling with this bot token (only one may)"
+        if text != self._poll.error:
+            logger.warning("telegram: polling failed: {}", text)
+        self._poll.error = text
+
+    # Inbound: stored first, then one intake worker per chat (media downloads keep order).
+
+    async def _poll_updates(self, bot: Bot) -> None:
+        assert self._bus is not None
+        if self._offset is None and (stored := await self._bus.position(OFFSET)) is not None:
+            self._offset = int(stored)
+        delay = 1.0
+        while True:
+            try:
+                updates = await bot.get_updates(
+                    offset=self._offset,
+                    timeout=int(self.poll_timeout_s),
+                    allowed_updates=["message", "callback_query"],
+                )
+            except TelegramError as exc:
+                self._on_poll_error(exc)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 30.0)
+                continue
+            delay = 1.0
+            if updates:
+                try:
+                    await self._store(updates)
+                except Exception:  # an update we cannot read: fetched again, so never lost
+                    logger.exception("telegram: could not take {}", plural(len(updates), "update"))
+                    await asyncio.sleep(1.0)
+
+    async def _store(self, updates: tuple[Update, ...]) -> None:
+        """Keep what we answer, durably, with the offset that confirms the whole batch."""
+        assert self._bus is not None
+        admitted = [(update, found) for update in updates if (found := self._admit_or_skip(update))]
+        offset = updates[-1].update_id + 1
+        items = [(found.key, update.to_dict()) for update, found in admitted]
+        while True:
+            try:
+                seqs = await self._bus.receive(self.name, items, (OFFSET, str(offset)))
+                break
+            except Exception:  # a full disk: nothing is confirmed, so retry, never drop
+                logger.exception(
+                    "telegram: could not store {}; retrying", plural(len(items), "update")
+                )
+                await asyncio.sleep(1.0)
+        self._offset = offset
+        for (_, found), seq in zip(admitted, seqs, strict=True):
+            self._submit(replace(found, seq=seq))
+
+    async def _replay(self, bot: Bot) -> None:
+        """Messages an earlier run stored but did not answer, handed in again in order."""
+        assert self._bus is not None
+        left = await self._bus.unfinished(self.name)
+        if left:
+            logger.info(
+                "telegram: {} from before the restart answered now", plural(len(left), "message")
+            )
+        for pending in left:
+            try:
+                await self._hand_in(bot, pending, retry=False)
+            except Exception as exc:  # one unreadable stored update must not keep us down
+                logger.exception("telegram: could not read stored message {}", pending.seq)
+                text, where = stored_text(pending.payload), f"{self.name}:{pending.chat}"
+                await record_failure(self._bus, pending.seq, exc, text, where)
+
+    async def readmit(self, pending: Pending) -> bool:
+        """Take a stored message whose handling failed once more (agent/retries.py); False
+        while the channel is not running."""
+        if self._bot is None or self._bus is None:
+            return False
+        await self._hand_in(self._bot, pending, retry=True)
+        return True
+
+    async def _hand_in(self, bot: Bot, pending: Pending, *, retry: bool) -> None:
+        assert self._bus is not None
+        found = self._admit(Update.de_json(pending.payload, bot))
+        if found is None:  # no longer allowed, say
+            await self._bus.forget(pending.seq)
+            return
+        self._submit(replace(found, seq=pending.seq, replayed=True, retry=retry))
+
+    def _admit_or_skip(self, update: Update) -> Incoming | None:
+        try:
+            return self._admit(update)
+        except Exception:  # one unreadable update must not hold up every chat
+            logger.exception("telegram: skipped update {} that could not be read", update.update_id)
+            return None
+
+    def _admit(self, update: Update | None) -> Incoming | None:
+        """An update we answer, with its chat key; strangers are refused silently and logged
+        (a stranger's button press gets a short refusal: Telegram shows a spinner otherwise)."""
+        press = update.callback_query if update is not None else None
+        message = update.message if update is not None else None
+        if press is not None and isinstance(press.message, Message):
+            message = press.message
+        # For a press, the presser (callback_query.from): never whoever the message names.
+        user = press.from_user if press is not None else update.effective_user if update else None
+        if update is None or message is None or user is None or user.is_bot:
+            return None
+        if press is not None and not self._fair_press(press.data, user.id, message):
+            self._refuse_press(press.id)
+            return None
+        if not is_allowed(self.settings.allow_from, user.id, message.chat_id):
+            if press is not None:
+                self._refuse_press(press.id)
+            if user.id not in self._refused:  # refused silently: no reply, typing or reaction
+                if len(self._refused) >= 10_000:  # a flood of strangers must not grow memory
+                    self._refused.clear()
+                self._refused.add(user.id)
+                name = f"@{user.username}" if user.username else user.full_name
+                logger.warning(
+                    "refused Telegram user {} ({}); add it to telegram.allow_from", user.id, name
+                )
+            return None
+        group = message.chat.type in (ChatType.GROUP, ChatType.SUPERGROUP)
+        if press is not None:
+            data = press.data or ""
+            return Incoming(message, user, chat_key(message), group, press=data, press_id=press.id)
+        mention_only = group and self.settings.group_policy == "mention"
+        if mention_only and not is_addressed(message, message.get_bot().bot, self._our_commands):
+            return None
+        return Incoming(message, user, chat_key(message), group)
+
+    def _fair_press(self, data: str | None, presser: int, message: Message) -> bool:
+        """A press is its presser typing a command: in a private chat only that chat's person
+        can press (a press naming someone else's chat is forged), and data that is not a
+        command was made by no button of ours (it would reach the model as their words)."""
+        private = message.chat.type == ChatType.PRIVATE
+        if (private and presser != message.chat_id) or parse_command(data or "") is None:
+            logger.warning(
+                "telegram: refused a forged button press by user {} (chat {})",
+                presser,
+                message.chat_id,
+            )
+            return False
+        return True
+
+    def _refuse_press(self, press_id: str) -> None:
+        task = asyncio.create_task(self.answer_press(press_id, REFUSED_PRESS))
+        self._refusals.add(task)
+        task.add_done_callback(self._refusals.discard)
+
+    def _submit(self, incoming: Incoming) -> None:
+        self._intake.submit(incoming.key, lambda: self._accept(incoming))
+
+    async def _accept(self, incoming: Incoming) -> None:
+        assert self._bus is not None
+        try:
+            note = await self._inbound(incoming)
+        except Exception as exc:  # our own fault: kept and tried again, never dropped
+            logger.exception("telegram: could not take a message in {}", incoming.key)
+            if incoming.seq is None:
+                return
+            message = incoming.message
+            text = incoming.press or message.text or message.caption or ""
+            kept = await record_failure(self._bus, incoming.seq, exc, text, incoming.key)
+            if kept is None or kept.attempts == 1:  # told once
+                parked = kept is not None and kept.parked_at is not None
+                self.delivery.notify(incoming.key, GIVEN_UP if parked else RETRYING)
+            return
+        if note is not None:  # answered by the channel itself: kept until delivered
+            answer = OutboundMessage(self.name, incoming.key, note, kind="error", seq=incoming.seq)
+            await self._bus.answer_for(incoming.seq, answer)
+            task = asyncio.create_task(self._say(answer))
+            self._refusals.add(task)
+            task.add_done_callback(self._refusals.discard)
+
+    async def _say(self, answer: OutboundMessage) -> None:
+        assert self._bus is not None
+        try:
+            await self.delivery.send(answer)
+        except DeliveryLater:  # logged; kept in the inbox and sent at the next start
+            return
+        await self._bus.delivered(answer)
+
+    async def _inbound(self, incoming: Incoming) -> str | None:
+        """Hand the message to the core; or the note to answer it with, when it is not for the
+        model (a /start, a file too big, ...)."""
+        message, user, key, group = incoming.message, incoming.user, incoming.key, incoming.group
+        assert self._bus is not None
+        text = clean_text(message.text or message.caption or "")  # lone surrogates stop here
+        text = strip_mention(text, message.get_bot().username) if group else text
+        if incoming.press is not None:  # what the button sends, as if the presser typed it
+            text = clean_text(incoming.press)
+            await self.answer_press(incoming.press_id)
+            if not group:  # in a group the press may be refused: the asker still needs them
+                await self._clear_buttons(key, message.message_id)
+        parsed = parse_command(text)
+        command = parsed[0] if parsed else None
+        if command == "start":
+            return GREETING.format(name=user.first_name)
+        media: tuple[str, ...] = ()
+        if incoming.press is None and (found := attachment(message)) is not None:
+            kind, item, suffix, file_name = found
+            if (size := item.file_size or 0) > self.settings.max_file_mb * 2**20:
+                return TOO_BIG.format(size=size / 2**20, limit=self.settings.max_file_mb)
+            try:
+                media = (await self._download(item, suffix, f"{self.name}:{key}"),)
+            except (TelegramError, OSError) as exc:
+                logger.warning("telegram: downloading a {} from {} failed: {}", kind, key, exc)
+                return NO_DOWNLOAD
+            label = f"[{kind}: {file_name}]" if file_name else f"[{kind}]"
+            text = "\n".join(filter(None, [label, text]))
+        elif not text:
+            if group:  # stickers and the like; in a group nobody asked us
+                await self._bus.forget(incoming.seq)
+                return None
+            return UNSUPPORTED
+        # A person is there to answer a question (a shell command to approve, say).
+        metadata: dict[str, Any] = {"message_id": message.message_id, "can_ask": True}
+        # Only the owner approves commands and memory changes, in any chat.
+        metadata["owner"] = user.id == self.settings.owner_id
+        if incoming.press is not None:
+            metadata["button"] = True
+        if group:
+            handle = f" (@{user.username})" if user.username else ""
+            metadata["sender_name"] = f"{user.full_name}{handle}"
+        inbound = InboundMessage(self.name, key, text, str(user.id), media, metadata)
+        if (seq := incoming.seq) is not None:
+            inbound = replace(
+                inbound, id=InboundMessage.inbox_id(seq), seq=seq, replayed=incoming.replayed
+            )
+        self.delivery.accepted(key, inbound.id, message.message_id, command, late=incoming.retry)
+        await self._bus.publish_inbound(inbound)
+        return None
+
+    async def _download(self, item: Any, suffix: str, session: str) -> str:
+        """Saved under a fresh temporary name, then renamed into place, in the media folder as
+        reached without following links: opening the final name for writing would write
+        through whatever a group planted there (a hard link to USER.md, say), and a `media`
+        link its sandboxed shell made would carry the file out of the room."""
+        name = f"{datetime.now():%Y-%m-%d}-{item.file_unique_id}{suffix}"
+        data = io.BytesIO()  # python-telegram-bot holds the whole file in memory either way
+        await (await item.get_file()).download_to_memory(data)
+        return await asyncio.to_thread(save_media, self.workspace, session, name, data.getvalue())
+
+    # Outbound: queued per chat in Delivery, which reaches the Bot API through these calls.
+
+    async def send(self, msg: OutboundMessage) -> None:
+        if msg.metadata.get("command"):  # /help and the like name commands as the menu does
+            msg = replace(msg, content=in_telegram_spelling(msg.content, self._commands))
+        await self.delivery.send(msg)
+
+    def _active_bot(self) -> Bot:
+        if self._bot is None:
+            raise SendError("the Telegram channel is not running", transient=True)
+        return self._bot
+
+    async def send_text(
+        self,
+        key: str,
+        text: str,
+        *,
+        html: bool,
+        reply_to: int | None = None,
+        quiet: bool = False,
+        buttons: tuple[Button, ...] = (),
+    ) -> int:
+        chat_id, thread = target(key)
+        options: dict[str, Any] = {"message_thread_id": thread, "disable_notification": quiet}
+        if buttons:  # one row; callback_data is what a press sends back (≤ 64 bytes)
+            row = [InlineKeyboardButton(b.label, callback_data=b.command[:64]) for b in buttons]
+            options["reply_markup"] = InlineKeyboardMarkup([row])
+        if html:
+            options["parse_mode"] = ParseMode.HTML
+        if reply_to:
+            options["reply_parameters"] = ReplyParameters(
+                reply_to, allow_sending_without_reply=True
+            )
+        sent = await call_api(self._active_bot().send_message(chat_id, text, **options))
+        return int(sent.message_id)
+
+    async def edit_text(self, key: str, message_id: int, text: str, *, html: bool = False) -> None:
+        mode = ParseMode.HTML if html else None
+        bot = self._active_bot()
+        await call_api(bot.edit_message_text(text, target(key)[0], message_id, parse_mode=mode))
+
+    async def delete(self, key: str, message_id: int) -> None:
+        await call_api(self._active_bot().delete_message(target(key)[0], message_id))
+
+    async def send_draft(self, key: str, draft_id: int, text: str, *, html: bool) -> None:
+        chat_id, thread = target(key)
+        mode = ParseMode.HTML if html else None
+        call = self._active_bot().send_message_draft(chat_id, draft_id, text, thread, mode)
+        try:
+            await call_api(call)
+        except SendError as exc:
+            # A Bot API server older than 9.3 answers 404, which PTB reports as a bad token.
+            if isinstance(exc.__cause__, InvalidToken) and "not found" in str(exc).lower():
+                raise SendError(str(exc), unsupported=True) from exc
+            raise
+
+    async def answer_press(self, press_id: str, text: str | None = None) -> None:
+        """Answer a callback query at once (the person's app shows a spinner until then); an
+        old one, replayed after a restart, may be refused: that is fine."""
+        if self._bot is not None and press_id:
+            await _quietly(self._bot.answer_callback_query(press_id, text), "answer a press")
+
+    async def _clear_buttons(self, key: str, message_id: int) -> None:
+        """A choice was made: its buttons go, so nobody presses them twice."""
+        if self._bot is not None:
+            edit = self._bot.edit_message_reply_markup(target(key)[0], message_id)
+            await _quietly(edit, "remove the buttons")
+
+    async def typing(self, key: str) -> None:
+        chat_id, thread = target(key)
+        await call_api(self._active_bot().send_chat_action(chat_id, ChatAction.TYPING, thread))
+
+
+async def _quietly(step: Awaitable[Any], what: str) -> None:
+    try:
+        await asyncio.wait_for(step, STEP_S)
+    except (TelegramError, TimeoutError, RuntimeError) as exc:
+        logger.debug("telegram: {} failed: {}", what, exc)

@@ -1,0 +1,542 @@
+"""Per-chat state and delivery of the Telegram channel, free of python-telegram-bot.
+
+The channel hands every reply to a per-chat worker here and returns at once, so one chat waiting
+out a flood limit never delays another; the Bot API itself is reached through a small port.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import re
+import time
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+from loguru import logger
+
+from channels.telegram.bot_api import BotPort, FloodGate, SendError
+from channels.telegram.drafts import Stream, Streamer
+from channels.telegram.format import halves, html_to_plain, message_chunks, too_long
+from nanomem.agent import (
+    STOPPED,
+    Button,
+    ChannelDown,
+    ChatQueues,
+    Command,
+    DeliveryLater,
+    OutboundMessage,
+)
+
+T = TypeVar("T")
+Buttons = tuple[Button, ...]
+_COMMAND_NAME = re.compile(r"[a-z0-9_]{1,32}")
+TOKEN_REJECTED = "telegram: the bot token was rejected (check telegram.token)"
+EMPTY = "(the model sent an empty reply)"
+SEND_ATTEMPTS = 6
+TYPING_MAX_S = 600.0  # a turn silent this long gets no more typing actions
+
+
+def target(key: str) -> tuple[int, int | None]:
+    """A session chat id (`<chat>` or `<chat>:<topic>`) → (Telegram chat id, thread id)."""
+    chat, _, thread = key.partition(":")
+    return int(chat), int(thread) if thread else None
+
+
+def is_allowed(allow_from: list[int | str], user_id: int, chat_id: int) -> bool:
+    """Numeric user ids (or a group's own id) grant access; "*" lets anyone in. Only a group's
+    (negative) id admits by the chat: a private chat's id is its person's, and a press that
+    claims one must not borrow that person's admission."""
+    by_chat = chat_id < 0 and chat_id in allow_from
+    return "*" in allow_from or user_id in allow_from or by_chat
+
+
+def _mention(username: str) -> str:
+    return rf"(?<![\w@/])@{re.escape(username)}\b"
+
+
+def mentions(text: str, username: str) -> bool:
+    return bool(username) and re.search(_mention(username), text, re.IGNORECASE) is not None
+
+
+def strip_mention(text: str, username: str) -> str:
+    """Drop "@bot" from a group message; a message that is only the mention stays as is."""
+    if not username:
+        return text
+    stripped = re.sub(_mention(username) + r"[ \t]*", "", text, flags=re.IGNORECASE)
+    return stripped.strip() or text
+
+
+def telegram_name(command: str) -> str:
+    """Telegram's spelling of a command (no hyphens there): `dream-log` becomes `dream_log`."""
+    return command.replace("-", "_")
+
+
+def command_menu(commands: list[Command]) -> list[tuple[str, str]]:
+    """(name, description) for Telegram's command menu, in Telegram's spelling."""
+    menu = [("start", "say hello")]
+    for command in filter(lambda c: c.listed, commands):
+        name = telegram_name(command.name)
+        if _COMMAND_NAME.fullmatch(name):  # Telegram allows [a-z0-9_]{1,32} only
+            menu.append((name, command.summary[:256] or name))
+    return menu
+
+
+def in_telegram_spelling(text: str, commands: list[Command]) -> str:
+    """Our own text (a command's reply) naming commands as the menu does: `/dream_restore`,
+    which a person can tap, not `/dream-restore`."""
+    for name in sorted((c.name for c in commands if "-" in c.name), key=len, reverse=True):
+        text = re.sub(rf"(?<![\w/])/{re.escape(name)}\b", f"/{telegram_name(name)}", text)
+    return text
+
+
+def chunks_of(msg: OutboundMessage) -> list[tuple[str, bool]]:
+    """(text, is_html) messages for one reply: rendered Markdown, or plain text for errors."""
+    return message_chunks(msg.content, plain=msg.kind == "error") or [(EMPTY, False)]
+
+
+@dataclass
+class ChatState(FloodGate):
+    """Which messages of one chat await an answer, its flood wait, its progress message, the
+    replies it sees growing."""
+
+    pending: list[str] = field(default_factory=list)  # inbound ids not answered yet, oldest first
+    commands: dict[str, str] = field(default_factory=dict)  # pending id → its command's name
+    streams: dict[str, Stream] = field(default_factory=dict)  # pending id → its growing reply
+    typing: asyncio.Task[None] | None = None
+    active: float = 0.0  # last sign of life of a turn (monotonic)
+    status_id: int | None = None  # the tool-progress message being edited
+    status_line: str = ""
+    status_steps: int = 0
+    status_at: float = 0.0
+    status_queued: bool = False
+
+    def accept(self, inbound_id: str, command: str | None) -> None:
+        """Note a message handed to the core: the person now waits for its answer."""
+        self.active = time.monotonic()
+        self.pending.append(inbound_id)
+        if command is not None:
+            self.commands[inbound_id] = command
+
+    def answer(self, msg: OutboundMessage) -> list[str]:
+        """Note a reply or error; a "Stopped." answer to /stop ends the running turn too.
+        The ids of the turns it ended."""
+        self.active = time.monotonic()
+        done = [msg.reply_to]
+        if self.commands.get(msg.reply_to or "") == "stop" and msg.content == STOPPED:
+            # The turn /stop cancelled: the oldest waiting message that is not a command.
+            done += [i for i in self.pending if i not in self.commands][:1]
+        ended = [i for i in done if i is not None and i in self.pending]
+        for inbound_id in done:
+            if inbound_id not in self.pending:
+                continue
+            self.pending.remove(inbound_id)
+            if self.commands.pop(inbound_id, None) is None:  # a turn ended: a new status next
+                self.status_id, self.status_steps, self.status_at = None, 0, 0.0
+        if not self.pending:
+            self.stop_typing()
+        return ended
+
+    def stop_typing(self) -> None:
+        if self.typing is not None:
+            self.typing.cancel()
+            self.typing = None
+
+    def progress(self, line: str) -> bool:
+        """Record a tool-progress line; True when a refresh of the status message should queue."""
+        self.active = time.monotonic()
+        if not self.pending:
+            return False  # the turn already ended
+        self.status_line, self.status_steps = line, self.status_steps + 1
+        if self.status_queued:
+            return False
+        self.status_queued = True
+        return True
+
+    def status_due(self, every_s: float) -> str | None:
+        """The status text to show now, or None (throttled, flood-blocked or turn over)."""
+        self.status_queued = False
+        now = time.monotonic()
+        if not self.pending or now < self.blocked_until or now - self.status_at < every_s:
+            return None
+        self.status_at = now
+        steps = f" · {self.status_steps} steps" if self.status_steps > 1 else ""
+        return f"⚙️ {self.status_line}{steps}"
+
+
+class Delivery:
+    """Replies, errors, notices, typing and progress for every chat, through a BotPort."""
+
+    def __init__(
+        self,
+        port: BotPort,
+        *,
+        typing_every_s: float,
+        status_every_s: float,
+        backoff_s: float = 1.0,
+        stream: bool = False,
+        stream_groups: bool = False,
+        stream_every_s: float = 1.0,
+        typing_delay_s: float = 1.0,
+    ) -> None:
+        self.port = port
+        self.typing_every_s, self.status_every_s = typing_every_s, status_every_s
+        self.typing_delay_s = typing_delay_s
+        self.backoff_s = backoff_s  # the first wait after a network error; doubles up to 30 s
+        self.stream, self.stream_groups = stream, stream_groups
+        self.streamer = Streamer(port, stream_every_s)
+        self.chats: dict[str, ChatState] = {}
+        self.queues = ChatQueues("telegram-out")
+        self._message_ids: OrderedDict[str, int] = OrderedDict()  # inbound id → Telegram id
+        self._late: OrderedDict[str, None] = OrderedDict()  # answered out of order: quoted
+        self._waiting: set[asyncio.Future[None]] = set()  # replies not delivered yet
+
+    def chat(self, key: str) -> ChatState:
+        return self.chats.setdefault(key, ChatState())
+
+    def accepted(
+        self, key: str, inbound_id: str, message_id: int, command: str | None, *, late: bool = False
+    ) -> None:
+        """A message went to the core: remember its Telegram id, show typing while it waits.
+        A `late` one (tried again after a failure) keeps nobody waiting; its answer quotes it,
+        since the chat has moved on meanwhile."""
+        self._message_ids[inbound_id] = message_id
+        while len(self._message_ids) > 4096:
+            self._message_ids.popitem(last=False)
+        if late:
+            self._late[inbound_id] = None
+            while len(self._late) > 4096:
+                self._late.popitem(last=False)
+            return
+        chat = self.chat(key)
+        chat.accept(inbound_id, command)
+        if chat.typing is None:
+            chat.typing = asyncio.create_task(self._type(key, chat), name=f"typing:{key}")
+
+    def send(self, msg: OutboundMessage) -> asyncio.Future[None]:
+        """Queue a message for its chat; the future settles when it is delivered."""
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        if msg.kind == "stream":  # best effort: never waited for, never raises
+            self._grow(msg)
+            done.set_result(None)
+            return done
+        chat = self.chat(msg.chat_id)
+        if msg.kind == "progress":
+            if chat.progress(msg.content):
+                self.queues.submit(msg.chat_id, lambda: self._show_status(msg.chat_id, chat))
+            done.set_result(None)
+            return done
+        stream = chat.streams.pop(msg.reply_to or "", None)
+        for ended in chat.answer(msg):
+            if (cut := chat.streams.pop(ended, None)) is not None and ended != msg.reply_to:
+                self._keep_shown(cut)
+        if stream is not None:
+            self.streamer.stop(stream)  # nothing more is shown before the reply replaces it
+        self._waiting.add(done)
+        done.add_done_callback(_settled)
+        done.add_done_callback(self._waiting.discard)
+
+        async def deliver() -> None:
+            try:
+                await self._deliver(msg, stream)
+            except DeliveryLater as exc:  # the caller decides; it is logged already
+                if not done.done():
+                    done.set_exception(exc)
+                return
+            if not done.done():
+                done.set_result(None)
+
+        self.queues.submit(msg.chat_id, deliver)
+        return done
+
+    def _grow(self, msg: OutboundMessage) -> None:
+        """A piece of a reply being written, shown (throttled) if this chat streams."""
+        chat = self.chats.get(msg.chat_id)
+        group = msg.chat_id.startswith("-")
+        if not self.stream or (group and not self.stream_groups):
+            return
+        if chat is None or msg.reply_to is None or msg.reply_to not in chat.pending:
+            return  # answered already (a piece can never outrun its reply, but be safe)
+        stream = chat.streams.get(msg.reply_to)
+        if stream is None:
+            quote = self._message_ids.get(msg.reply_to) if group else None
+            stream = chat.streams[msg.reply_to] = Stream(msg.chat_id, not group, quote)
+        text = msg.metadata.get("text")
+        text = text if isinstance(text, str) else stream.text + msg.content
+        self.streamer.piece(stream, chat, int(msg.metadata.get("step") or 0), text)
+
+    def _keep_shown(self, stream: Stream) -> None:
+        """A turn /stop cut short: what the person saw of it stays in the chat (the session
+        keeps it as the assistant's words too); a draft would vanish."""
+        self.streamer.stop(stream)
+        if not stream.text.strip():
+            return
+        kept = OutboundMessage("telegram", stream.key, stream.text)
+
+        async def keep() -> None:
+            with contextlib.suppress(DeliveryLater):  # logged; not in the inbox to send later
+                await self._deliver(kept, stream)
+
+        self.queues.submit(stream.key, keep)
+
+    def notify(self, key: str, text: str) -> None:
+        """A short plain-text note from the channel itself."""
+        note = OutboundMessage("telegram", key, text, kind="error")
+        self.queues.submit(key, lambda: self._deliver(note))
+
+    async def close(self, within_s: float) -> None:
+        """Deliver what is queued, then stop; what is left stays in the inbox for the next
+        start, so nobody is asked to send a message again."""
+        for chat in self.chats.values():
+            chat.stop_typing()
+        await self.queues.drain(within_s)
+        for chat in self.chats.values():
+            for stream in chat.streams.values():
+                self.streamer.cancel(stream)
+        await self.queues.cancel()
+        for waiting in list(self._waiting):
+            waiting.cancel()
+
+    async def _deliver(self, msg: OutboundMessage, stream: Stream | None = None) -> None:
+        chunks = chunks_of(msg)
+        in_group = msg.chat_id.startswith("-")  # quote the question only where it helps
+        late = (msg.reply_to or "") in self._late
+        if late:
+            del self._late[msg.reply_to or ""]
+        reply_to = self._message_ids.get(msg.reply_to or "") if in_group or late else None
+        first = 1
+        try:
+            if stream is not None:  # a draft is simply replaced by the reply; a message is not
+                await self.streamer.finished(stream)
+                grown = stream.message_id
+                if grown is not None and await self._replace(msg.chat_id, grown, *chunks[0]):
+                    first, reply_to = 2, None
+            for number, (text, html) in enumerate(chunks[first - 1 :], start=first):
+                buttons = msg.buttons if number == len(chunks) else ()  # under the last part
+                try:
+                    await self._send_fitting(
+                        msg.chat_id, text, html=html, reply_to=reply_to, buttons=buttons
+                    )
+                except SendError as exc:
+                    where = f"{msg.kind} part {number}/{len(chunks)} to chat {msg.chat_id}"
+                    logger.error("telegram: gave up sending {}: {}", where, exc)
+                    if exc.transient or exc.retry_after is not None:
+                        raise DeliveryLater(str(exc)) from exc
+                    return  # refused for good (blocked by the person, say): nothing to keep
+                reply_to = None
+        finally:
+            self._forget_if_idle(msg.chat_id)
+
+    async def _send_fitting(
+        self, key: str, text: str, *, html: bool, reply_to: int | None, buttons: Buttons = ()
+    ) -> None:
+        """Send one part; a part Telegram still finds too long goes out in smaller pieces."""
+        try:
+            return await self._send(key, text, html=html, reply_to=reply_to, buttons=buttons)
+        except SendError as exc:
+            if not too_long(str(exc)) or (pieces := halves(text, html=html)) is None:
+                raise
+        logger.warning("telegram: a message too long for {} goes in {} pieces", key, len(pieces))
+        for number, piece in enumerate(pieces, start=1):
+            last = buttons if number == len(pieces) else ()
+            await self._send_fitting(key, piece, html=html, reply_to=reply_to, buttons=last)
+            reply_to = None
+
+    async def _replace(self, key: str, message_id: int, text: str, html: bool) -> bool:
+        """Edit the message a reply grew in into the reply's first part; when that cannot be
+        done, delete it (False: the whole reply is sent anew)."""
+        try:
+            await self._edit(key, message_id, text, html)
+            return True
+        except SendError as exc:
+            logger.warning(
+                "telegram: the growing reply in {} could not become the reply ({}); sent anew",
+                key,
+                exc,
+            )
+        try:
+            await self._retrying(key, lambda: self.port.delete(key, message_id))
+        except SendError as exc:
+            logger.warning("telegram: could not delete a growing reply in {}: {}", key, exc)
+        return False
+
+    async def _edit(self, key: str, message_id: int, text: str, html: bool) -> None:
+        def attempt(body: str, as_html: bool) -> Callable[[], Awaitable[None]]:
+            async def edit() -> None:
+                try:
+                    await self.port.edit_text(key, message_id, body, html=as_html)
+                except SendError as exc:
+                    if not exc.not_modified:  # it shows this text already
+                        raise
+
+            return edit
+
+        try:
+            await self._retrying(key, attempt(text, html))
+        except SendError as exc:
+            if not (html and exc.bad_html):
+                raise
+            await self._retrying(key, attempt(html_to_plain(text), False))
+
+    def _forget_if_idle(self, key: str) -> None:
+        """Drop an idle chat's state, so the map does not grow with every chat ever seen."""
+        chat = self.chats.get(key)  # later jobs start from a fresh one: that is what idle means
+        if chat is None or chat.pending or chat.commands or chat.typing or chat.status_queued:
+            return
+        if not chat.streams and not chat.wait_s():
+            del self.chats[key]
+
+    async def _send(
+        self, key: str, text: str, *, html: bool, reply_to: int | None = None, buttons: Buttons = ()
+    ) -> None:
+        def attempt(body: str, as_html: bool) -> Callable[[], Awaitable[int]]:
+            return lambda: self.port.send_text(
+                key, body, html=as_html, reply_to=reply_to, buttons=buttons
+            )
+
+        try:
+            await self._retrying(key, attempt(text, html))
+        except SendError as exc:
+            if not (html and exc.bad_html):
+                raise
+            logger.warning(
+                "telegram: Telegram refused the HTML of a message to {} ({}); resent as plain text",
+                key,
+                exc,
+            )
+            await self._retrying(key, attempt(html_to_plain(text), False))
+
+    async def _retrying(self, key: str, call: Callable[[], Awaitable[T]]) -> T:
+        """Honour flood limits for this chat only; retry network errors and 5xx with backoff."""
+        chat, delay, attempt = self.chat(key), self.backoff_s, 0
+        while True:
+            attempt += 1
+            await asyncio.sleep(chat.wait_s())
+            try:
+                return await call()
+            except SendError as exc:
+                if attempt >= SEND_ATTEMPTS or not (exc.retry_after is not None or exc.transient):
+                    raise
+                if exc.retry_after is not None:
+                    chat.block(exc.retry_after + 0.5)
+                    logger.warning(
+                        "telegram: flood control for chat {}: waiting {:.0f} s",
+                        key,
+                        exc.retry_after,
+                    )
+                else:
+                    logger.warning(
+                        "telegram: sending to chat {} failed ({}); retrying in {:.0f} s",
+                        key,
+                        exc,
+                        delay,
+                    )
+                    await asyncio.sleep(delay)
+                    delay = min(delay * 2, 30.0)
+
+    async def _type(self, key: str, chat: ChatState) -> None:
+        try:
+            # A reply (or its first words) within a second needs no typing action.
+            await asyncio.sleep(self.typing_delay_s)
+            while chat.pending and time.monotonic() - chat.active < TYPING_MAX_S:
+                if not chat.wait_s():
+                    await self.port.typing(key)
+                await asyncio.sleep(self.typing_every_s)
+        except SendError as exc:  # any failure ends the indicator; the reply still comes
+            if exc.retry_after is not None:
+                chat.block(exc.retry_after)
+            logger.debug("telegram: the typing action in {} ended: {}", key, exc)
+        finally:
+            if chat.typing is asyncio.current_task():
+                chat.typing = None
+
+    async def _show_status(self, key: str, chat: ChatState) -> None:
+        """Tool progress as one edited message; best effort: never waits, never retries."""
+        if (text := chat.status_due(self.status_every_s)) is None:
+            return
+        try:
+            if chat.status_id is None:
+                chat.status_id = await self.port.send_text(key, text, html=False, quiet=True)
+            else:
+                await self.port.edit_text(key, chat.status_id, text, html=False)
+        except SendError as exc:
+            if exc.retry_after is not None:
+                chat.block(exc.retry_after)
+            logger.debug("telegram: progress in {} not shown: {}", key, exc)
+
+
+def _settled(future: asyncio.Future[None]) -> None:
+    if not future.cancelled():
+        future.exception()  # retrieved: a caller that does not wait for it is fine
+
+
+class PollWatch:
+    """Watches the getUpdates long poll and restarts it when it died or stalled.
+
+    PTB's polling task ends silently on a 401 (a revoked token) while `updater.running` stays
+    True, and a poll that never comes back would go unnoticed too.
+    """
+
+    def __init__(self, stall_after_s: float, backoff_s: float = 1.0) -> None:
+        self.stall_after_s, self.backoff_s = stall_after_s, backoff_s
+        self.error = ""  # the last polling error PTB reported, if any
+        self.problem: str | None = None  # what /health shows
+        self.reset()
+
+    def reset(self) -> None:
+        self.last_done = self.last_ok = time.monotonic()
+        self.last_status = 0
+
+    def finished(self, status: int | None) -> None:
+        """Called as each poll ends (status None: no HTTP answer at all)."""
+        self.last_done = time.monotonic()
+        if status is not None:
+            self.last_status = status
+            if status == 200:
+                self.last_ok, self.error = self.last_done, ""
+
+    def dead(self) -> bool:
+        unauthorized = self.last_status in (401, 404)
+        return unauthorized or time.monotonic() - self.last_done > self.stall_after_s
+
+    def diagnose(self) -> str | None:
+        if self.last_status in (401, 404):
+            return TOKEN_REJECTED
+        if self.last_status not in (0, 200) and self.error:
+            return f"telegram: polling fails: {self.error}"
+        quiet = time.monotonic() - self.last_ok
+        if quiet > self.stall_after_s:
+            cause = f" (last error: {self.error})" if self.error else ""
+            return f"telegram: no answer to polling for {quiet:.0f} s{cause}"
+        return None
+
+    def report(self, problem: str | None) -> None:
+        if problem != self.problem:
+            if problem:
+                logger.error(problem)
+            else:
+                logger.info("telegram: polling works again")
+        self.problem = problem
+
+    async def run(self, restart: Callable[[], Awaitable[None]], every_s: float) -> None:
+        """Check every `every_s`; restart a dead poll, backing off while restarts fail."""
+        delay = every_s
+        while True:
+            await asyncio.sleep(delay)
+            self.report(self.diagnose())
+            if not self.dead():
+                delay = every_s
+                continue
+            logger.warning("telegram: polling stopped; restarting it")
+            try:
+                await restart()
+                delay = every_s
+                continue
+            except ChannelDown as exc:
+                self.report(str(exc))
+            except Exception as exc:
+                logger.opt(exception=exc).debug("restarting Telegram polling failed")
+                self.report(f"telegram: restarting polling failed: {type(exc).__name__}: {exc}")
+            delay = min(max(delay * 2, self.backoff_s), 300.0)

@@ -1,0 +1,189 @@
+"""Replies that grow in a Telegram chat while the model writes them (free of python-telegram-bot).
+
+A private chat sees a draft (`sendMessageDraft`, Bot API 9.3+). Where the server does not know
+drafts, and in groups, one message is sent with the first text and edited in place; Delivery
+turns it into the finished reply. Either way a chat is refreshed at most once per `every_s`
+(the first text after FIRST_SHOW_S), waits out its own flood limit only, and a failure here
+never costs the finished reply, which always follows.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import time
+from dataclasses import dataclass, field
+
+from loguru import logger
+
+from channels.telegram.bot_api import BotPort, FloodGate, SendError
+from channels.telegram.format import markdown_to_html, split_html, split_plain
+from nanomem.text.utf8 import clean_text
+
+GROUP_SLOWER = 3
+# The first words wait this long: a reply finished by then goes out whole without a draft
+# (most short replies), which spares the Bot API a call per chat when many answer at once.
+FIRST_SHOW_S = 0.15
+CLOSE_WAIT_S = 10.0  # the longest a finished reply waits for a refresh already on its way
+# Telegram shows a draft as a "temporary 30-second preview": one older than this is sent again
+# under a new id, changed or not, so a long reply (or a long tool call) never leaves the chat
+# blank. A new id, not the same one again: it holds whether the 30 s count from a draft's
+# first call or from its latest.
+DRAFT_RENEW_S = 20.0
+_DRAFT_IDS = itertools.count(1)  # must be non-zero; one per step, so a new step replaces it
+
+
+def preview(markdown: str, *, html: bool) -> str:
+    """What to show of a reply being written: its newest part within one message's limit,
+    rendered from the Markdown so far (balanced HTML) or as plain text; "" when blank."""
+    text = clean_text(markdown)
+    parts = split_html(markdown_to_html(text)) if html else split_plain(text)
+    return parts[-1] if parts else ""
+
+
+@dataclass(eq=False)
+class Stream:
+    """One reply being written in one chat."""
+
+    key: str
+    private: bool
+    quote: int | None = None  # the question a group's first message quotes
+    step: int = 0
+    text: str = ""  # the step's Markdown so far
+    rendered_from: str | None = None  # the text last shown (None: show it again)
+    shown: str = ""  # what the chat shows now
+    html: bool = True  # False once Telegram refused our HTML for this reply
+    drafts: bool = True  # False once this chat refused a draft
+    draft_id: int = 0
+    draft_at: float = 0.0  # when the current draft id was first sent (monotonic)
+    message_id: int | None = None  # the message edited in place, when not a draft
+    next_at: float = 0.0  # no refresh before this (monotonic)
+    closed: bool = False  # the finished reply is here: show nothing more
+    broken: bool = False  # refused for good: show nothing more
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
+    task: asyncio.Task[None] | None = None
+
+
+class Streamer:
+    """Keeps each stream's chat up to date from a task of its own, throttled per chat."""
+
+    def __init__(self, port: BotPort, every_s: float, renew_s: float = DRAFT_RENEW_S) -> None:
+        self.port, self.every_s, self.renew_s = port, every_s, renew_s
+        self.drafts: bool | None = None  # whether the Bot API server knows drafts (per process)
+
+    def piece(self, stream: Stream, gate: FloodGate, step: int, text: str) -> None:
+        """The step's text so far; a new step starts a new text (and a new draft)."""
+        if stream.closed:
+            return
+        if step != stream.step:
+            stream.step, stream.draft_id = step, 0
+        stream.text = text
+        stream.wake.set()
+        if stream.task is None:
+            stream.next_at = max(stream.next_at, time.monotonic() + FIRST_SHOW_S)
+            run = self._run(stream, gate)
+            stream.task = asyncio.create_task(run, name=f"telegram-stream:{stream.key}")
+
+    def stop(self, stream: Stream) -> None:
+        stream.closed = True
+        stream.wake.set()
+
+    async def finished(self, stream: Stream) -> None:
+        """Stop the stream and wait for a refresh already sent, so none lands after the reply."""
+        self.stop(stream)
+        if stream.task is None:
+            return
+        try:
+            await asyncio.wait_for(asyncio.shield(stream.task), CLOSE_WAIT_S)
+        except TimeoutError:
+            stream.task.cancel()
+
+    def cancel(self, stream: Stream) -> None:
+        self.stop(stream)
+        if stream.task is not None:
+            stream.task.cancel()
+
+    async def _run(self, stream: Stream, gate: FloodGate) -> None:
+        while not (stream.closed or stream.broken):
+            renew_in = self._renew_in(stream)
+            if renew_in == 0:  # the draft would soon vanish: show the text again, as a new one
+                stream.draft_id, stream.rendered_from, stream.shown = 0, None, ""
+            if stream.text == stream.rendered_from:
+                await _sleep(stream, renew_in)
+                continue
+            if (delay := max(stream.next_at - time.monotonic(), gate.wait_s())) > 0:
+                await _sleep(stream, delay)
+                continue
+            text, html = stream.text, stream.html
+            # Groups allow about 20 messages a minute, edits included: refresh them less often.
+            every = self.every_s if stream.private else self.every_s * GROUP_SLOWER
+            stream.rendered_from, stream.next_at = text, time.monotonic() + every
+            try:
+                await self._show(stream, preview(text, html=html), html)
+            except SendError as exc:
+                self._failed(stream, gate, exc, html)
+            except Exception:  # best effort: the finished reply still comes
+                logger.exception("telegram: showing a reply as it grows in {} failed", stream.key)
+                stream.broken = True
+
+    def _renew_in(self, stream: Stream) -> float | None:
+        """Seconds until the draft shown must be sent anew; None when no draft is shown."""
+        if not (stream.draft_id and stream.shown and self._drafting(stream)):
+            return None
+        return max(0.0, stream.draft_at + self.renew_s - time.monotonic())
+
+    async def _show(self, stream: Stream, body: str, html: bool) -> None:
+        if not body or body == stream.shown:
+            return
+        if self._drafting(stream):
+            if not stream.draft_id:
+                stream.draft_id, stream.draft_at = next(_DRAFT_IDS), time.monotonic()
+            await self.port.send_draft(stream.key, stream.draft_id, body, html=html)
+            self.drafts = True
+        elif stream.message_id is None:
+            stream.message_id = await self.port.send_text(
+                stream.key, body, html=html, reply_to=stream.quote
+            )
+        else:
+            await self.port.edit_text(stream.key, stream.message_id, body, html=html)
+        stream.shown = body
+
+    def _drafting(self, stream: Stream) -> bool:
+        """Whether this stream shows drafts (private, known to the server, not yet edits)."""
+        private = stream.private and stream.drafts and not stream.message_id
+        return private and self.drafts is not False
+
+    def _failed(self, stream: Stream, gate: FloodGate, exc: SendError, html: bool) -> None:
+        stream.rendered_from = None  # unless given up below, the text is shown again
+        if exc.retry_after is not None:  # this chat waits; no other chat does
+            gate.block(exc.retry_after + 0.5)
+            logger.warning(
+                "telegram: flood control for chat {}: waiting {:.0f} s", stream.key, exc.retry_after
+            )
+        elif exc.unsupported and stream.private and not stream.message_id:
+            if self.drafts is not False:
+                logger.info("telegram: the Bot API server has no drafts; replies grow by edits")
+            self.drafts, stream.next_at = False, 0.0
+        elif exc.bad_html and html:
+            logger.warning("telegram: Telegram refused the HTML of a growing reply ({})", exc)
+            stream.html, stream.next_at = False, 0.0
+        elif exc.not_modified:
+            stream.rendered_from = stream.text
+        elif exc.transient:
+            logger.debug("telegram: a growing reply in {} not refreshed: {}", stream.key, exc)
+        elif stream.private and stream.drafts and not stream.message_id:
+            logger.info("telegram: chat {} refused a draft ({}); it gets edits", stream.key, exc)
+            stream.drafts, stream.next_at = False, 0.0
+        else:
+            logger.warning(
+                "telegram: stopped showing a reply as it grows in {}: {}", stream.key, exc
+            )
+            stream.broken = True
+
+
+async def _sleep(stream: Stream, seconds: float | None) -> None:
+    """Until something changes (a piece, the end) or `seconds` pass."""
+    stream.wake.clear()
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(stream.wake.wait(), seconds)

@@ -1,0 +1,182 @@
+"""How the Telegram channel's Bot API calls travel (aiohttp, and httpx through a proxy), and
+what their errors mean to the channel."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Awaitable
+from datetime import timedelta
+from typing import Any, TypeVar
+
+import aiohttp
+from telegram._utils.defaultvalue import DefaultValue
+from telegram._utils.types import JSONDict, ODVInput
+from telegram.error import (
+    BadRequest,
+    InvalidToken,
+    NetworkError,
+    RetryAfter,
+    TelegramError,
+    TimedOut,
+)
+from telegram.request import BaseRequest, HTTPXRequest, RequestData
+
+from channels.telegram.delivery import TOKEN_REJECTED, PollWatch, SendError
+from nanomem.agent import ChannelDown
+from nanomem.text import untrusted_json
+
+
+def parse_bounded(payload: bytes) -> JSONDict:
+    """PTB's parse_json_payload, but JSON nested too deeply is a TelegramError like any other
+    unreadable answer (not a RecursionError that ends the polling), and the body is not
+    logged."""
+    try:
+        parsed = untrusted_json.loads(payload.decode("utf-8", "replace"))
+    except ValueError:
+        raise TelegramError("Invalid server response") from None
+    if not isinstance(parsed, dict):
+        raise TelegramError("Invalid server response")
+    return parsed
+
+
+class AiohttpRequest(BaseRequest):
+    """Bot API calls over aiohttp. httpx's connection pool does work per queued request for
+    every connection, which a hundred chats replying at once turn into seconds of CPU."""
+
+    parse_json_payload = staticmethod(parse_bounded)
+
+    def __init__(self, connections: int, read_timeout_s: float = 5.0) -> None:
+        self._connections, self._read_timeout_s = connections, read_timeout_s
+        self._session: aiohttp.ClientSession | None = None
+
+    @property
+    def read_timeout(self) -> float | None:
+        return self._read_timeout_s
+
+    async def initialize(self) -> None:
+        if self._session is None or self._session.closed:
+            connector = aiohttp.TCPConnector(limit=self._connections)
+            self._session = aiohttp.ClientSession(connector=connector)
+
+    async def shutdown(self) -> None:
+        session, self._session = self._session, None
+        if session is not None:
+            await session.close()
+
+    async def do_request(
+        self,
+        url: str,
+        method: str,
+        request_data: RequestData | None = None,
+        read_timeout: ODVInput[float] = BaseRequest.DEFAULT_NONE,
+        write_timeout: ODVInput[float] = BaseRequest.DEFAULT_NONE,
+        connect_timeout: ODVInput[float] = BaseRequest.DEFAULT_NONE,
+        pool_timeout: ODVInput[float] = BaseRequest.DEFAULT_NONE,
+    ) -> tuple[int, bytes]:
+        if self._session is None:
+            await self.initialize()
+        assert self._session is not None
+        read = self._read_timeout_s if isinstance(read_timeout, DefaultValue) else read_timeout
+        connect = 5.0 if isinstance(connect_timeout, DefaultValue) else connect_timeout
+        timeout = aiohttp.ClientTimeout(sock_connect=connect, sock_read=read)
+        try:
+            async with self._session.request(
+                method, url, data=_body(request_data), timeout=timeout
+            ) as response:
+                return response.status, await response.read()
+        except TimeoutError as exc:
+            raise TimedOut from exc
+        except aiohttp.ClientError as exc:
+            raise NetworkError(f"aiohttp.{type(exc).__name__}: {exc}") from exc
+
+
+def _body(data: RequestData | None) -> aiohttp.FormData | dict[str, str] | None:
+    """The parameters form-encoded, as the Bot API takes them; files as multipart."""
+    if data is None:
+        return None
+    if not data.contains_files:
+        return data.json_parameters
+    form = aiohttp.FormData()
+    for name, value in data.json_parameters.items():
+        form.add_field(name, value)
+    for name, (file_name, content, mime) in data.multipart_data.items():
+        form.add_field(name, content, filename=file_name, content_type=mime)
+    return form
+
+
+class _Watched:
+    """For the getUpdates connection (mixed into a request class): tells the watch when each
+    poll ends, and with which status."""
+
+    watch: PollWatch
+
+    async def do_request(self, *args: Any, **kwargs: Any) -> tuple[int, bytes]:
+        status = None
+        try:
+            status, body = await super().do_request(*args, **kwargs)  # type: ignore[misc]
+        finally:
+            self.watch.finished(status)
+        return status, body
+
+
+class PollRequest(_Watched, AiohttpRequest):
+    def __init__(self, watch: PollWatch) -> None:
+        super().__init__(connections=1)
+        self.watch = watch
+
+
+class HttpxRequest(HTTPXRequest):
+    """Bot API calls through a proxy (httpx speaks SOCKS)."""
+
+    parse_json_payload = staticmethod(parse_bounded)
+
+
+class HttpxPollRequest(_Watched, HttpxRequest):
+    """The same, through a proxy."""
+
+    def __init__(self, watch: PollWatch, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.watch = watch
+
+
+def requests_for(proxy: str | None, watch: PollWatch | None = None) -> BaseRequest:
+    """aiohttp for the Bot API; httpx (which speaks SOCKS) when a proxy is set. With `watch`,
+    the connection that long-polls getUpdates."""
+    if proxy:
+        if watch is not None:
+            return HttpxPollRequest(watch, proxy=proxy, connection_pool_size=1)
+        return HttpxRequest(connection_pool_size=64, pool_timeout=10.0, proxy=proxy)
+    return PollRequest(watch) if watch is not None else AiohttpRequest(connections=128)
+
+
+NOT_FOUND = "telegram: the Bot API answered 404 (check telegram.token and telegram.base_url)"
+T = TypeVar("T")
+
+
+def channel_down(exc: BaseException) -> ChannelDown | None:
+    """The one line to report when the Bot API cannot be used; None for other errors."""
+    if isinstance(exc, InvalidToken):
+        return ChannelDown(NOT_FOUND if "not found" in str(exc).lower() else TOKEN_REJECTED)
+    if isinstance(exc, TelegramError | TimeoutError | OSError):
+        return ChannelDown(f"telegram: cannot reach the Bot API: {exc}")
+    return None
+
+
+async def call_api(call: Awaitable[T]) -> T:
+    """Run one Bot API call, turning PTB's errors into SendError."""
+    try:
+        return await call
+    except RetryAfter as exc:
+        with warnings.catch_warnings():  # PTB warns that retry_after becomes a timedelta
+            warnings.simplefilter("ignore")
+            after = exc.retry_after
+        seconds = after.total_seconds() if isinstance(after, timedelta) else float(after)
+        raise SendError(str(exc), retry_after=seconds) from exc
+    except BadRequest as exc:
+        bad_html = "can't parse entities" in exc.message.lower()
+        unknown = "method not found" in exc.message.lower()
+        raise SendError(exc.message, bad_html=bad_html, unsupported=unknown) from exc
+    except NetworkError as exc:  # timeouts, connection errors and 5xx
+        raise SendError(str(exc), transient=True) from exc
+    except TelegramError as exc:
+        raise SendError(str(exc)) from exc

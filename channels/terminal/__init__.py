@@ -1,0 +1,1 @@
+"""The terminal channel: a chat in the terminal."""

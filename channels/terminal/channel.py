@@ -1,0 +1,315 @@
+"""The terminal channel: prompt_toolkit input, rich output, Ctrl-C cancels the running turn."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import replace
+from html import escape as html_escape
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from prompt_toolkit import PromptSession, print_formatted_text
+from prompt_toolkit.formatted_text import HTML
+from prompt_toolkit.history import FileHistory
+from prompt_toolkit.key_binding import KeyBindings, KeyPressEvent
+
+from nanomem.agent import STOPPED, InboundMessage, MessageBus, OutboundMessage
+from nanomem.text.escapes import strip_escapes
+from nanomem.text.masking import redact
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+EXIT_WORDS = {"/exit", "/quit", "exit", "quit"}
+
+
+class MaskedHistory(FileHistory):
+    """The prompt's history file: a line is written with known secrets masked, as the session
+    stores it (a pasted API key must not wait in a file for the up arrow)."""
+
+    def store_string(self, string: str) -> None:
+        super().store_string(redact(string))
+
+
+def _key_bindings() -> KeyBindings:
+    bindings = KeyBindings()
+
+    @bindings.add("c-c")
+    def _interrupt(event: KeyPressEvent) -> None:
+        # Ctrl-C clears a half-typed line; on an empty line it leaves, like a shell.
+        buffer = event.app.current_buffer
+        if buffer.text:
+            buffer.reset()
+        else:
+            event.app.exit(exception=EOFError())
+
+    @bindings.add("escape", "enter")
+    def _newline(event: KeyPressEvent) -> None:
+        event.app.current_buffer.insert_text("\n")
+
+    return bindings
+
+
+@contextmanager
+def typeahead_kept() -> Iterator[None]:
+    """Between prompts, keys typed ahead wait unechoed for the next prompt, which reads them as
+    typed: no echo over the spinner or the reply, and Ctrl-D is a key, not the line discipline's
+    end of file (which would be spent on no reader). Ctrl-C still signals, so it stops a reply.
+    prompt_toolkit sets its raw mode over this for each prompt and puts this back after."""
+    try:
+        import termios
+
+        fd = sys.stdin.fileno()
+        saved = termios.tcgetattr(fd)
+    except (ImportError, OSError, ValueError):  # not a terminal (or no termios): nothing to keep
+        yield
+        return
+    quiet = [*saved[:6], list(saved[6])]
+    quiet[0] &= ~termios.ICRNL  # Enter arrives as prompt_toolkit's raw mode would read it
+    quiet[3] &= ~(termios.ECHO | termios.ICANON | termios.IEXTEN)
+    quiet[6][termios.VMIN], quiet[6][termios.VTIME] = 1, 0
+    termios.tcsetattr(fd, termios.TCSANOW, quiet)  # TCSANOW: never drop what was typed
+    try:
+        yield
+    finally:
+        termios.tcsetattr(fd, termios.TCSANOW, saved)
+
+
+class TerminalChannel:
+    name = "cli"
+
+    def __init__(
+        self, *, history_file: Path, chat_id: str = "direct", console: Console | None = None
+    ) -> None:
+        self.chat_id = chat_id
+        self.history_file = history_file
+        self._console = console
+        self._bus: MessageBus | None = None
+        self._waiting: dict[str, asyncio.Future[OutboundMessage]] = {}
+        self._views: dict[str, LiveReply] = {}  # replies being written, by message id
+
+    @property
+    def console(self) -> Console:
+        if self._console is None:
+            from rich.console import Console  # after the prompt shows: startup speed
+
+            self._console = Console(highlight=False)
+        return self._console
+
+    async def start(self, bus: MessageBus) -> None:
+        self._bus = bus
+
+    async def stop(self) -> None:
+        for future in self._waiting.values():
+            future.cancel()
+        self._waiting.clear()
+
+    async def send(self, msg: OutboundMessage) -> None:
+        # What a model or a file wrote never acts on the terminal (a title, the clipboard, a
+        # cleared screen): control sequences go, the plain text stays. rich passes ESC through.
+        msg = replace(msg, content=strip_escapes(msg.content))
+        if msg.kind == "stream":
+            view = self._views.get(msg.reply_to or "")
+            if view is not None:
+                view.grow(msg)
+            return
+        if msg.kind == "progress":
+            self.console.print(f"  ↳ {msg.content}", style="dim", markup=False, highlight=False)
+            return
+        if msg.metadata.get("ask") and msg.buttons:
+            await self._ask(msg)
+            return
+        future = self._waiting.pop(msg.reply_to or "", None)
+        if future is not None and not future.done():
+            future.set_result(msg)
+        else:
+            self._render(msg)
+
+    async def run_until_exit(
+        self, model: str = "", on_ready: Callable[[], None] | None = None
+    ) -> None:
+        """Chat until the person leaves; `on_ready` runs once the first prompt is drawn."""
+        self.history_file.parent.mkdir(parents=True, exist_ok=True)
+        prompt: PromptSession[str] = PromptSession(
+            history=MaskedHistory(str(self.history_file)), key_bindings=_key_bindings()
+        )
+        print_formatted_text(
+            HTML(
+                f"<b>nanomem</b> · {html_escape(model)} · session cli:{html_escape(self.chat_id)}\n"
+                "<style fg='ansibrightblack'>/help for commands · Esc+Enter for a new line · "
+                "Ctrl-C stops a reply · Ctrl-D exits</style>"
+            )
+        )
+        loop = asyncio.get_running_loop()
+
+        def after_first_draw() -> None:
+            # prompt_toolkit calls pre_run just before it draws: run on_ready one turn later.
+            nonlocal on_ready
+            if on_ready is not None:
+                loop.call_soon(on_ready)
+                on_ready = None
+
+        with typeahead_kept():
+            while True:
+                try:
+                    text = await prompt.prompt_async("you › ", pre_run=after_first_draw)
+                except (EOFError, KeyboardInterrupt):
+                    break
+                if not text.strip():
+                    continue
+                if text.strip().lower() in EXIT_WORDS:
+                    break
+                await self._exchange(text)
+        self.console.print("[dim]bye[/dim]")
+
+    async def _exchange(self, text: str) -> None:
+        """Send one message and show its reply as it is written; Ctrl-C meanwhile sends /stop."""
+        msg = await self._publish(text)
+        reply = self._expect(msg)
+        interrupted = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        loop.add_signal_handler(signal.SIGINT, interrupted.set)
+        view = self._views[msg.id] = LiveReply(self.console)
+        try:
+            with view:
+                interrupt = asyncio.ensure_future(interrupted.wait())
+                waits: set[asyncio.Future[Any]] = {reply, interrupt}
+                await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+                interrupt.cancel()
+                if not reply.done():
+                    stop = await self._expect(await self._publish("/stop"))
+                    if stop.content == STOPPED:
+                        reply.cancel()
+                        view.keep_shown()  # what was seen stays (the session keeps it too)
+                        self.console.print("[yellow]⏹ cancelled[/yellow]")
+                        return
+                    await reply  # nothing was running any more: the reply is on its way
+        finally:
+            del self._views[msg.id]
+            loop.remove_signal_handler(signal.SIGINT)
+        view.keep_earlier_steps(reply.result())
+        self._render(reply.result())
+
+    async def _ask(self, question: OutboundMessage) -> None:
+        """A question from the running turn (may this shell command run?): y/N/always at the
+        prompt, sent back as the matching button's command (its buttons come in that order:
+        yes, always if offered, no)."""
+        views = list(self._views.values())
+        for view in views:
+            view.pause()
+        try:
+            self._render(question)
+            options = "y/N/always" if len(question.buttons) > 2 else "y/N"
+            prompt: PromptSession[str] = PromptSession()
+            try:
+                said = (await prompt.prompt_async(f"allow? [{options}] › ")).strip().lower()
+            except (EOFError, KeyboardInterrupt):
+                said = ""
+            choice = {"y": 0, "yes": 0}.get(said, -1)
+            if said in ("a", "always") and len(question.buttons) > 2:
+                choice = 1
+            answer = await self._expect(await self._publish(question.buttons[choice].command))
+            self._render(answer)
+        finally:
+            for view in views:
+                view.resume()
+
+    async def _publish(self, text: str) -> InboundMessage:
+        assert self._bus is not None, "start() must be called first"
+        # can_ask: a person sits at this prompt and can answer a question (a shell command);
+        # the terminal is the owner's.
+        metadata = {"can_ask": True, "owner": True}
+        msg = InboundMessage(self.name, self.chat_id, text, "user", metadata=metadata)
+        self._expect(msg)
+        await self._bus.publish_inbound(msg)
+        return msg
+
+    def _expect(self, msg: InboundMessage) -> asyncio.Future[OutboundMessage]:
+        future = self._waiting.get(msg.id)
+        if future is None:
+            future = self._waiting[msg.id] = asyncio.get_running_loop().create_future()
+        return future
+
+    def _render(self, msg: OutboundMessage) -> None:
+        if msg.kind == "error":
+            self.console.print(msg.content, style="red", markup=False, emoji=False)
+        elif msg.metadata.get("command"):  # our own text: every line and `<id>` as written
+            self.console.print(msg.content, markup=False, emoji=False, highlight=False)
+        else:
+            from rich.markdown import Markdown  # ~0.1 s of imports: not before the first reply
+
+            self.console.print(Markdown(msg.content))
+        if msg.buttons:  # the terminal has no buttons: say what to type instead
+            hint = " ".join(f"[{b.label}: {b.command}]" for b in msg.buttons)
+            self.console.print(hint, style="dim", markup=False, highlight=False)
+        self.console.print()
+
+
+class LiveReply:
+    """The reply while it is written: a spinner, then the text so far as Markdown, redrawn in
+    place (only this region, never the screen). What is final is printed normally after it."""
+
+    def __init__(self, console: Console, refresh_per_second: int = 20) -> None:
+        self.console = console
+        self.refresh_per_second = refresh_per_second
+        self.steps: dict[int, str] = {}  # each model call's text so far
+        self._live: Any = None
+
+    def __enter__(self) -> LiveReply:
+        from rich.live import Live
+        from rich.spinner import Spinner
+
+        # Transient: the region is cleared at the end and the final text printed once, whole.
+        self._live = Live(
+            Spinner("dots", "[dim]thinking…[/dim]"),
+            console=self.console,
+            refresh_per_second=self.refresh_per_second,
+            transient=True,
+            vertical_overflow="crop",
+        )
+        self._live.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._live.__exit__(*exc)
+
+    def pause(self) -> None:
+        """Clear the region while the person answers a question at the prompt."""
+        self._live.stop()
+
+    def resume(self) -> None:
+        self._live.start()
+
+    def grow(self, piece: OutboundMessage) -> None:
+        step = int(piece.metadata.get("step", 0))
+        text = strip_escapes(str(piece.metadata.get("text", "")))
+        first = not self.steps
+        self.steps[step] = text
+        # The first words are drawn at once; later ones with the next refresh (≤ 50 ms).
+        self._live.update(self._tail(text), refresh=first)
+
+    def _tail(self, text: str) -> Any:
+        from rich.markdown import Markdown
+
+        room = max(3, self.console.size.height - 3)
+        lines = text.splitlines()
+        return Markdown("\n".join(lines[-room:]) if len(lines) > room else text)
+
+    def keep_shown(self) -> None:
+        """A reply stopped halfway: everything shown so far stays on the screen."""
+        self._print(sorted(self.steps))
+
+    def keep_earlier_steps(self, reply: OutboundMessage) -> None:
+        """Text written before tool calls stays; the last step is the reply itself."""
+        self._print(sorted(self.steps)[:-1])
+
+    def _print(self, steps: list[int]) -> None:
+        from rich.markdown import Markdown
+
+        for step in steps:
+            if self.steps[step].strip():
+                self.console.print(Markdown(self.steps[step]))

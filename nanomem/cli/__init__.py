@@ -1,0 +1,1 @@
+"""The `nanomem` command: its subcommands, first run, onboarding, preflight and status."""

@@ -1,0 +1,59 @@
+"""What `nanomem status` shows: the settings in force and the state on disk, never a secret,
+and never a call to the model."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from nanomem.config import Settings
+from nanomem.home import Home
+
+
+def status_rows(
+    home: Home, settings: Settings, config: Path, version: str
+) -> list[tuple[str, str]]:
+    from nanomem.app import workspace_of
+    from nanomem.features.schedules import ScheduleStore
+    from nanomem.memory import SessionStore
+    from nanomem.providers import model_name_problem, route
+    from nanomem.text.masking import masked, secret_of
+
+    llm, gw = settings.llm, settings.gateway
+    workspace = workspace_of(settings, home)
+    path = route(llm).describe() if llm.model else "(no model)"
+    if problem := model_name_problem(llm.model, llm.api_base):
+        path = f"(none) {problem}"
+    return [
+        ("version", version),
+        ("home", str(home.root)),
+        ("config", f"{config}" + ("" if config.exists() else " (missing: run nanomem onboard)")),
+        ("workspace", f"{workspace}" + ("" if workspace.is_dir() else " (missing)")),
+        ("model", llm.model or "(not set: llm.model / NANOMEM_LLM__MODEL)"),
+        ("api base", llm.api_base or "(provider default)"),
+        ("model path", path),
+        ("api key", f"set ({masked(key)})" if (key := secret_of(llm.api_key)) else "not set"),
+        ("context window", f"{llm.context_window_tokens} tokens"),
+        ("shell tool", "enabled" if settings.tools.shell_enabled else "disabled"),
+        ("shell sandbox", _sandbox_state(settings)),
+        ("gateway", f"{gw.host}:{gw.port}, at most {gw.max_connections} connections"),
+        ("agent api", _api_line(settings)),
+        ("sessions", str(SessionStore(home.sessions).count())),
+        ("schedules", ScheduleStore.of(home, settings.schedule).summary()),
+        ("log file", str(home.logs / "nanomem.log")),
+    ]
+
+
+def _sandbox_state(settings: Settings) -> str:
+    from nanomem.tools import decide
+
+    tools = settings.tools
+    return decide(tools.shell_sandbox).describe(tools.shell_network)
+
+
+def _api_line(settings: Settings) -> str:
+    """Whether the API is on, and its keys as their owner may see them: masked."""
+    from nanomem.text.masking import masked
+
+    keys = ", ".join(masked(key.get_secret_value()) for key in settings.api.keys)
+    shown = f"{len(settings.api.keys)} keys ({keys})" if keys else "no keys"
+    return f"{'enabled' if settings.api.enabled else 'disabled'}, {shown}"

@@ -1,0 +1,1 @@
+"""Features: what the agent can do beyond a plain turn, each in its own folder."""

@@ -1,0 +1,445 @@
+"""Per-chat delivery, chat state and the poll watch, against a scripted Bot API port."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+import pytest
+
+from channels.telegram.delivery import (
+    EMPTY,
+    SEND_ATTEMPTS,
+    TOKEN_REJECTED,
+    ChatState,
+    Delivery,
+    PollWatch,
+    SendError,
+    chunks_of,
+    command_menu,
+    in_telegram_spelling,
+    is_allowed,
+    strip_mention,
+    target,
+)
+from nanomem.agent.bus import Button, InboundMessage, OutboundMessage
+from nanomem.agent.channel import ChannelDown, DeliveryLater
+from nanomem.agent.commands import NOTHING_TO_STOP, STOPPED, Command
+from tests.conftest import log_lines
+from tests.helpers import until
+
+
+@dataclass
+class FakePort:
+    """Records calls; `faults[key]` are raised, in order, by that chat's next sends."""
+
+    sent: list[tuple[str, str, bool, int | None, float]] = field(default_factory=list)
+    edits: list[tuple[str, int, str]] = field(default_factory=list)
+    typed: list[str] = field(default_factory=list)
+    buttons: list[tuple[Button, ...]] = field(default_factory=list)  # per sent message
+    faults: dict[str, deque[SendError]] = field(default_factory=dict)
+    started: float = field(default_factory=time.monotonic)
+
+    def fail(self, key: str, *errors: SendError) -> None:
+        self.faults.setdefault(key, deque()).extend(errors)
+
+    async def send_text(
+        self,
+        key: str,
+        text: str,
+        *,
+        html: bool,
+        reply_to: int | None = None,
+        quiet: bool = False,
+        buttons: tuple[Button, ...] = (),
+    ) -> int:
+        if self.faults.get(key):
+            raise self.faults[key].popleft()
+        self.sent.append((key, text, html, reply_to, time.monotonic() - self.started))
+        self.buttons.append(buttons)
+        return len(self.sent)
+
+    async def edit_text(self, key: str, message_id: int, text: str, *, html: bool = False) -> None:
+        self.edits.append((key, message_id, text))
+
+    async def delete(self, key: str, message_id: int) -> None:
+        raise SendError("Bad Request: message to delete not found")
+
+    async def send_draft(self, key: str, draft_id: int, text: str, *, html: bool) -> None:
+        raise SendError("Not Found: method not found", unsupported=True)
+
+    async def typing(self, key: str) -> None:
+        self.typed.append(key)
+
+    def texts(self, key: str) -> list[str]:
+        return [text for k, text, *_ in self.sent if k == key]
+
+
+def reply(key: str, text: str, reply_to: str | None = None, kind: str = "reply") -> OutboundMessage:
+    return OutboundMessage("telegram", key, text, kind, reply_to)  # type: ignore[arg-type]
+
+
+async def settle(delivery: Delivery, within_s: float = 5.0) -> None:
+    assert await delivery.queues.drain(within_s), "deliveries still pending"
+
+
+@pytest.fixture
+def port() -> FakePort:
+    return FakePort()
+
+
+@pytest.fixture
+def delivery(port: FakePort) -> Delivery:
+    return Delivery(port, typing_every_s=0.05, status_every_s=0.2, backoff_s=0.01, typing_delay_s=0)
+
+
+@pytest.mark.parametrize(
+    ("allow_from", "user", "chat", "allowed"),
+    [
+        ([], 42, 42, False),  # empty means nobody
+        ([42], 42, 42, True),
+        ([42], 7, 7, False),
+        (["*"], 7, 7, True),
+        ([-100123], 7, -100123, True),  # a whole group, by its id
+        ([42], 7, -100123, False),
+    ],
+)
+def test_access_is_by_numeric_id_and_denied_by_default(
+    allow_from: list[int | str], user: int, chat: int, allowed: bool
+) -> None:
+    assert is_allowed(allow_from, user, chat) is allowed
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("@nanomem_bot what is 2+2?", "what is 2+2?"),
+        ("hey @Nanomem_Bot, help", "hey , help"),
+        ("@nanomem_bot", "@nanomem_bot"),  # nothing but the mention: keep it
+        ("mail me at a@nanomem_bot.org", "mail me at a@nanomem_bot.org"),
+        ("@nanomem_bot_two hi", "@nanomem_bot_two hi"),  # another bot
+        ("/help@nanomem_bot", "/help@nanomem_bot"),  # the core parses command addressees
+        ("line one\n@nanomem_bot line two", "line one\nline two"),
+        ("@nanomem_bot run:\n    x  =  1", "run:\n    x  =  1"),  # code keeps its spaces
+    ],
+)
+def test_strip_mention(text: str, expected: str) -> None:
+    assert strip_mention(text, "nanomem_bot") == expected
+
+
+def test_target_parses_chats_and_forum_topics() -> None:
+    assert target("42") == (42, None)
+    assert target("-100123:7") == (-100123, 7)
+
+
+def test_command_menu_uses_underscores_and_skips_invalid_names() -> None:
+    async def handler(msg: InboundMessage, args: str) -> str:
+        return ""
+
+    commands = [
+        Command("help", "show the commands", handler),
+        Command("dream-log", "show a memory change", handler),
+        Command("Bad Name", "invalid", handler),
+        Command("x" * 40, "too long", handler),
+    ]
+    assert command_menu(commands) == [
+        ("start", "say hello"),
+        ("help", "show the commands"),
+        ("dream_log", "show a memory change"),
+    ]
+
+
+def test_command_names_in_our_own_text_take_telegrams_spelling() -> None:
+    async def handler(msg: InboundMessage, args: str) -> str:
+        return ""
+
+    commands = [Command(n, "", handler) for n in ("dream", "dream-log", "dream-restore", "help")]
+    text = "/help — list\n/dream — learn\n/dream-log [id] — show\n/dream-restore <id> undoes one."
+    assert in_telegram_spelling(text, commands) == (
+        "/help — list\n/dream — learn\n/dream_log [id] — show\n/dream_restore <id> undoes one."
+    )
+    assert in_telegram_spelling("see /etc/dream-log and a/dream-log", commands) == (
+        "see /etc/dream-log and a/dream-log"  # paths are not commands
+    )
+
+
+def test_chunks_of_replies_errors_and_empty_text() -> None:
+    assert chunks_of(reply("1", "**hi**")) == [("<b>hi</b>", True)]
+    assert chunks_of(reply("1", "a < b **not bold**", kind="error")) == [
+        ("a < b **not bold**", False)
+    ]
+    assert chunks_of(reply("1", "")) == [(EMPTY, False)]
+    long_error = chunks_of(reply("1", "x" * 5000, kind="error"))
+    assert [len(text) for text, _ in long_error] == [4096, 904]
+
+
+def test_stop_answer_ends_the_running_turn() -> None:
+    chat = ChatState()
+    chat.accept("dream", "dream")  # a long command, answered on its own
+    chat.accept("turn", None)
+    chat.accept("queued", None)
+    chat.accept("stop", "stop")
+    chat.answer(reply("1", STOPPED, "stop"))
+    assert chat.pending == ["dream", "queued"]  # the running turn was cut; the rest still wait
+    chat.answer(reply("1", "done", "queued"))
+    chat.answer(reply("1", "Nothing new to learn.", "dream"))
+    assert chat.pending == [] and chat.commands == {}
+
+
+def test_nothing_to_stop_leaves_waiting_messages_alone() -> None:
+    chat = ChatState()
+    chat.accept("new", "new")  # a queued command, not a running turn
+    chat.accept("stop", "stop")
+    chat.answer(reply("1", NOTHING_TO_STOP, "stop"))
+    assert chat.pending == ["new"]
+
+
+async def test_replies_are_rendered_and_quoted_only_in_groups(
+    delivery: Delivery, port: FakePort
+) -> None:
+    delivery.accepted("42", "in-1", 11, None)
+    delivery.accepted("-100:5", "in-2", 12, None)
+    delivery.send(reply("42", "**private**", "in-1"))
+    delivery.send(reply("-100:5", "*group*", "in-2"))
+    await settle(delivery)
+    assert [(k, t, h, r) for k, t, h, r, _ in port.sent] == [
+        ("42", "<b>private</b>", True, None),
+        ("-100:5", "<i>group</i>", True, 12),
+    ]
+
+
+async def test_long_replies_go_out_in_order_and_only_the_first_part_quotes(
+    delivery: Delivery, port: FakePort
+) -> None:
+    delivery.accepted("-100", "in", 9, None)
+    text = "\n\n".join(f"part {n:02d} " + "word " * 150 for n in range(20))
+    delivery.send(reply("-100", text, "in"))
+    await settle(delivery)
+    assert len(port.sent) >= 3 and all(len(t) <= 4096 for _, t, *_ in port.sent)
+    assert [r for *_, r, _ in port.sent] == [9] + [None] * (len(port.sent) - 1)
+    assert "".join(port.texts("-100")).count("part ") == 20
+
+
+async def test_rejected_html_is_resent_as_plain_text(delivery: Delivery, port: FakePort) -> None:
+    port.fail("42", SendError("Can't parse entities", bad_html=True))
+    delivery.send(reply("42", "**bold** & `code`"))
+    await settle(delivery)
+    assert [(t, h) for _, t, h, *_ in port.sent] == [("bold & code", False)]
+
+
+async def test_network_errors_are_retried_then_given_up_and_logged(
+    delivery: Delivery, port: FakePort
+) -> None:
+    port.fail("42", SendError("Bad Gateway", transient=True), SendError("reset", transient=True))
+    delivery.send(reply("42", "after two failures"))
+    await settle(delivery)
+    assert port.texts("42") == ["after two failures"]
+    port.fail("7", *[SendError("down", transient=True)] * 6)
+    port.fail("8", SendError("Forbidden: bot was blocked"))
+    with log_lines("ERROR") as logged:
+        delivery.send(reply("7", "never arrives"))
+        delivery.send(reply("8", "blocked"))
+        await settle(delivery)
+    assert port.texts("7") == port.texts("8") == []
+    assert sorted(logged) == [
+        "telegram: gave up sending reply part 1/1 to chat 7: down",
+        "telegram: gave up sending reply part 1/1 to chat 8: Forbidden: bot was blocked",
+    ]
+
+
+async def test_a_flood_wait_in_one_chat_never_delays_another(
+    delivery: Delivery, port: FakePort
+) -> None:
+    port.fail("1", SendError("Too Many Requests", retry_after=0.5))
+    delivery.send(reply("1", "first"))
+    delivery.send(reply("1", "second"))
+    delivery.send(reply("2", "other chat"))
+    await settle(delivery)
+    order = [(k, t) for k, t, *_ in port.sent]
+    assert order == [("2", "other chat"), ("1", "first"), ("1", "second")]
+    at = {t: when for _, t, _, _, when in port.sent}
+    assert at["first"] >= 0.5  # the flood wait was waited out (the order shows who waited)
+
+
+async def test_typing_runs_while_a_turn_waits_and_stops_with_the_answer(
+    delivery: Delivery, port: FakePort
+) -> None:
+    delivery.accepted("42", "turn", 1, None)
+    delivery.accepted("42", "help", 2, "help")
+    await until(lambda: port.typed.count("42") >= 3)  # typing repeats while the turn waits
+    delivery.send(reply("42", "help text", "help"))  # answered at once: the turn still runs
+    await asyncio.sleep(0.1)  # two typing periods: it must still be shown
+    assert delivery.chat("42").typing is not None
+    delivery.send(reply("42", "the answer", "turn"))
+    await settle(delivery)
+    assert delivery.chat("42").typing is None
+    typed = len(port.typed)
+    await asyncio.sleep(0.15)  # three typing periods: none may come
+    assert len(port.typed) == typed
+
+
+async def test_typing_stops_on_failure_and_on_stop(delivery: Delivery, port: FakePort) -> None:
+    async def broken(key: str) -> None:
+        raise SendError("network down", transient=True)
+
+    port.typing = broken  # type: ignore[method-assign]
+    delivery.accepted("1", "turn", 1, None)
+    assert delivery.chat("1").typing is not None  # typing starts ...
+    await until(lambda: delivery.chat("1").typing is None)  # ... and stops on the failure
+    assert delivery.chat("1").pending == ["turn"]
+
+    port2 = FakePort()
+    other = Delivery(port2, typing_every_s=0.05, status_every_s=0.2, typing_delay_s=0)
+    other.accepted("2", "turn", 1, None)
+    other.accepted("2", "stop", 2, "stop")
+    other.send(reply("2", STOPPED, "stop"))
+    await settle(other)
+    assert other.chat("2").typing is None and other.chat("2").pending == []
+
+
+async def test_progress_is_one_throttled_quiet_message(delivery: Delivery, port: FakePort) -> None:
+    delivery.accepted("42", "turn", 1, None)
+    for n in range(5):
+        delivery.send(reply("42", f"read_file(path='{n}.md')", "turn", kind="progress"))
+    await settle(delivery)
+    await asyncio.sleep(0.25)  # past status_every_s: the next line may edit the message
+    delivery.send(reply("42", "write_file(path='x')", "turn", kind="progress"))
+    await settle(delivery)
+    assert port.texts("42") == ["⚙️ read_file(path='4.md') · 5 steps"]  # the latest line
+    assert port.edits == [("42", 1, "⚙️ write_file(path='x') · 6 steps")]
+    delivery.send(reply("42", "done", "turn"))
+    delivery.send(reply("42", "late_tool()", "turn", kind="progress"))  # after the end
+    await settle(delivery)
+    assert port.texts("42")[-1] == "done" and len(port.edits) == 1
+
+
+async def test_close_delivers_what_is_queued_and_asks_nobody_to_resend(
+    delivery: Delivery, port: FakePort
+) -> None:
+    delivery.accepted("1", "turn", 1, None)
+    delivery.accepted("2", "turn2", 2, None)
+    sent = delivery.send(reply("2", "answered", "turn2"))
+    await delivery.close(within_s=5)
+    assert port.texts("1") == [] and port.texts("2") == ["answered"]
+    assert sent.done() and sent.exception() is None
+    assert delivery.chat("1").typing is None
+
+
+async def test_a_reply_that_cannot_be_sent_now_is_kept_for_later(
+    delivery: Delivery, port: FakePort
+) -> None:
+    port.fail("1", *[SendError("network down", transient=True)] * SEND_ATTEMPTS)
+    sent = delivery.send(reply("1", "the answer", "turn"))
+    with pytest.raises(DeliveryLater):
+        await asyncio.wait_for(sent, 30)
+    port.fail("1", SendError("Forbidden: bot was blocked by the user"))
+    refused = delivery.send(reply("1", "the answer", "turn"))
+    await asyncio.wait_for(refused, 30)  # refused for good: settled, nothing to keep
+    port.fail("1", SendError("network down", transient=True))
+    await asyncio.wait_for(delivery.send(reply("1", "the answer", "turn")), 30)
+    assert port.texts("1") == ["the answer"]  # a passing fault is retried, then sent
+
+
+def test_poll_watch_tells_a_refused_token_and_a_stall() -> None:
+    watch = PollWatch(stall_after_s=0.05)
+    assert watch.diagnose() is None and not watch.dead()
+    watch.finished(200)
+    watch.finished(401)
+    assert watch.dead() and watch.diagnose() == TOKEN_REJECTED
+    watch.reset()
+    watch.error = "Conflict: terminated by other getUpdates request"
+    watch.finished(409)
+    assert watch.diagnose() == f"telegram: polling fails: {watch.error}" and not watch.dead()
+    watch.finished(200)
+    assert watch.error == "" and watch.diagnose() is None
+    time.sleep(0.06)  # past stall_after_s with no answer: the stall is the behaviour tested
+    assert watch.dead() and "no answer to polling" in (watch.diagnose() or "")
+
+
+async def test_poll_watch_restarts_with_backoff_until_it_works() -> None:
+    watch = PollWatch(stall_after_s=60, backoff_s=0.1)
+    outcomes = [ChannelDown(TOKEN_REJECTED), RuntimeError("boom"), None]
+    calls: list[float] = []
+
+    async def restart() -> None:
+        calls.append(time.monotonic())
+        outcome = outcomes.pop(0)
+        if outcome is not None:
+            raise outcome
+        watch.reset()
+
+    watch.finished(401)
+    task = asyncio.create_task(watch.run(restart, every_s=0.01))
+    await until(lambda: not outcomes and watch.problem is None)
+    task.cancel()
+    assert len(calls) == 3 and watch.problem is None
+    assert calls[1] - calls[0] >= 0.1 and calls[2] - calls[1] >= 0.2  # failures back off
+
+
+async def test_idle_chats_are_forgotten_once_answered(delivery: Delivery, port: FakePort) -> None:
+    for n in range(50):
+        delivery.accepted(str(n), f"in{n}", n, None)
+        delivery.send(reply(str(n), "done", reply_to=f"in{n}"))
+    delivery.accepted("busy", "a", 1, None)
+    delivery.accepted("busy", "b", 2, None)
+    delivery.send(reply("busy", "first answered", reply_to="a"))
+    await settle(delivery)
+    assert list(delivery.chats) == ["busy"]  # still waits for "b"
+    assert len(port.sent) == 51
+
+
+async def test_a_flood_blocked_chat_is_remembered(delivery: Delivery, port: FakePort) -> None:
+    delivery.chat("1").block(60)
+    delivery._forget_if_idle("1")
+    assert "1" in delivery.chats  # its flood wait must bind the next send too
+    delivery.chat("2")
+    delivery._forget_if_idle("2")
+    assert "2" not in delivery.chats
+
+
+async def test_a_part_refused_as_too_long_is_sent_in_smaller_pieces(
+    delivery: Delivery, port: FakePort
+) -> None:
+    port.fail("1", SendError("Bad Request: message is too long"))
+    port.fail("1", SendError("Bad Request: message is too long"))
+    text = "\n\n".join(f"paragraph {n} " + "words " * 60 for n in range(10))
+    delivery.send(reply("1", text))
+    await settle(delivery)
+    sent = port.texts("1")
+    assert len(sent) >= 3  # halved, then the first half halved again
+    assert len(sent[0]) <= len(text) // 4 + 1
+    assert " ".join(sent).split() == text.split()
+
+
+async def test_a_short_part_refused_as_too_long_is_given_up_not_split_forever(
+    delivery: Delivery, port: FakePort
+) -> None:
+    port.fail("1", SendError("Bad Request: message is too long"))
+    delivery.send(reply("1", "short"))
+    delivery.send(reply("1", "next"))
+    await settle(delivery)
+    assert port.texts("1") == ["next"]
+
+
+async def test_a_quick_answer_needs_no_typing_action(port: FakePort) -> None:
+    delivery = Delivery(port, typing_every_s=0.05, status_every_s=0.2, typing_delay_s=0.3)
+    delivery.accepted("1", "quick", 1, None)
+    delivery.accepted("2", "slow", 2, None)
+    delivery.send(reply("1", "at once", "quick"))  # long before the typing delay is over
+    await until(lambda: "2" in port.typed)  # the slow one shows it (control)
+    assert "1" not in port.typed
+    delivery.send(reply("2", "at last", "slow"))
+    await settle(delivery)
+
+
+async def test_buttons_go_under_the_last_part_of_a_reply(
+    delivery: Delivery, port: FakePort
+) -> None:
+    choices = (Button("Approve", "/dream-approve 3f2a"), Button("Reject", "/dream-reject 3f2a"))
+    long = "\n\n".join(f"Paragraph {n}: " + "words " * 150 for n in range(12))
+    msg = OutboundMessage("telegram", "42", long, buttons=choices)
+    await delivery.send(msg)
+    assert len(port.sent) > 1
+    assert port.buttons == [()] * (len(port.sent) - 1) + [choices]
