@@ -201,9 +201,10 @@ def test_heavy_libraries_have_one_importer(package: str, allowed: set[str]) -> N
 
 
 def test_the_core_has_no_http_client_outside_providers() -> None:
-    # Model calls go through providers/ (its own small HTTP client, or litellm); aiohttp serves
-    # only the gateway's /health endpoint.
+    # Model calls go through providers/ (httpx in one module, or litellm); aiohttp serves only
+    # the gateway's /health endpoint.
     assert importers_of("aiohttp", CORE) <= {"nanomem/health.py"}
+    assert importers_of("httpx", CORE) <= {"nanomem/providers/connection.py"}
 
 
 def test_modules_stay_small() -> None:

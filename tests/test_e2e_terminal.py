@@ -2,6 +2,7 @@
 
 import json
 import sys
+from typing import Any
 
 import pexpect
 
@@ -9,7 +10,7 @@ from nanomem.home import Home
 from nanomem.memory.session import session_filename
 from tests.conftest import cli_env
 from tests.fakes.openai_server import FakeOpenAI
-from tests.helpers import WAIT_S
+from tests.helpers import WAIT_S, wait_until
 from tests.helpers.terminal import PROMPT
 
 
@@ -144,8 +145,13 @@ def test_a_reply_grows_on_screen_and_ctrl_c_keeps_what_was_shown(
     chat.expect_exact("cancelled")
     chat.expect_exact(PROMPT)
     fake_llm.release()
-    lines = (home.sessions / session_filename("cli:direct")).read_text().splitlines()
-    kept = json.loads(lines[-1])
+    path = home.sessions / session_filename("cli:direct")
+
+    def last() -> Any:
+        return json.loads(path.read_text().splitlines()[-1])
+
+    # /stop answers once it has cancelled the turn; the turn saves what was shown as it ends.
+    kept = wait_until(lambda: (m := last())["role"] == "assistant" and m, what="the kept reply")
     assert kept["role"] == "assistant" and kept["interrupted"] is True
     assert kept["content"].startswith("Sentence number 0 of a long streamed answer.")
     assert len(kept["content"]) < len(STORY)  # what was shown, not the whole story

@@ -1,5 +1,6 @@
-"""The real `nanomem` behind an HTTP proxy: the lean client tunnels to a model host that only
-the proxy can reach, and neither status, the log nor the sessions show the proxy's password."""
+"""The real `nanomem` behind an HTTP proxy and a SOCKS5 proxy: the lean client reaches a model
+host that only the proxy can reach, and neither status, the log nor the sessions show the
+proxy's password."""
 
 from pathlib import Path
 
@@ -9,22 +10,28 @@ from nanomem.home import Home
 from tests.conftest import cli_env, run_cli
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.proxy_server import FakeProxy, make_certificate, server_context
+from tests.fakes.socks_server import FakeSocks
 
 TARGET = "model.example.test"  # resolves nowhere: only the proxy reaches it
 PASSWORD = "pr0xy-s3cret"
 
 
 def proxied_env(home: Home, server: FakeOpenAI, proxy_url: str, cert: Path) -> dict[str, str]:
-    env = cli_env(home, server)
-    for name in ("https_proxy", "http_proxy", "all_proxy", "no_proxy"):
-        env.pop(name, None)
-        env.pop(name.upper(), None)
+    env = without_proxies(cli_env(home, server))
     env.update(
         HTTPS_PROXY=proxy_url,
         SSL_CERT_FILE=str(cert),  # the system trusts the model host's certificate
         NANOMEM_LLM__API_BASE=f"https://{TARGET}/v1",
         NANOMEM_LLM__MAX_RETRIES="0",
     )
+    return env
+
+
+def without_proxies(env: dict[str, str]) -> dict[str, str]:
+    """No proxy variable from the machine running the tests."""
+    for name in ("https_proxy", "http_proxy", "all_proxy", "no_proxy"):
+        env.pop(name, None)
+        env.pop(name.upper(), None)
     return env
 
 
@@ -59,4 +66,38 @@ def test_chat_goes_through_the_proxy_on_the_lean_client(
     assert PASSWORD not in shown
     written = [p for p in home.root.rglob("*") if p.is_file() and "memory.git" not in p.parts]
     assert any(p.suffix == ".jsonl" for p in written) and any(p.suffix == ".log" for p in written)
+    assert not [p for p in written if PASSWORD.encode() in p.read_bytes()]
+
+
+def test_chat_goes_through_a_socks5_proxy_on_the_lean_client(
+    home: Home, fake_llm: FakeOpenAI
+) -> None:
+    fake_llm.reply("Hello through SOCKS")
+    port = int(fake_llm.base_url.split(":")[2].split("/")[0])
+    with FakeSocks(port, credentials=("me", PASSWORD)) as socks:
+        url = socks.url.replace("://", f"://me:{PASSWORD}@")
+        env = without_proxies(cli_env(home, fake_llm))
+        env.update(
+            ALL_PROXY=url,
+            NANOMEM_LLM__API_BASE=f"http://{TARGET}:8000/v1",
+            NANOMEM_LLM__MAX_RETRIES="0",
+        )
+        chat = run_cli("chat", "-m", "hi", env=env)
+        status = run_cli("status", env=env)
+        wrong = {**env, "ALL_PROXY": url.replace(PASSWORD, f"{PASSWORD}x")}
+        refused = run_cli("chat", "-m", "again", env=wrong)
+    assert chat.returncode == 0, chat.stderr
+    assert chat.stdout == "Hello through SOCKS\n"
+    assert socks.connects[0] == f"{TARGET}:8000" and len(fake_llm.requests) == 1
+    assert status.returncode == 0, status.stderr
+    path = next(line for line in status.stdout.splitlines() if "model path" in line)
+    assert "lean client" in path and f"through the proxy at {socks.url}" in path
+    assert refused.returncode != 0
+    assert f"could not reach the model service through the proxy at {socks.url}" in refused.stderr
+    log = "".join(p.read_text() for p in (home.root / "logs").glob("*.log"))
+    assert f"the proxy at 127.0.0.1:{socks.port} refused" in log
+    shown = chat.stdout + chat.stderr + status.stdout + status.stderr
+    shown += refused.stdout + refused.stderr
+    assert PASSWORD not in shown
+    written = [p for p in home.root.rglob("*") if p.is_file() and "memory.git" not in p.parts]
     assert not [p for p in written if PASSWORD.encode() in p.read_bytes()]

@@ -1,6 +1,6 @@
 """How a model is called.
 
-The provider port and its retries, the routing that picks a path for a model, the lean
+The Provider protocol and its retries, the routing that picks a path for a model, the lean
 OpenAI-compatible client, the litellm client and a scripted provider for tests.
 """
 
@@ -12,7 +12,7 @@ if TYPE_CHECKING:
     from nanomem.providers.litellm_provider import LiteLLMProvider, import_litellm
     from nanomem.providers.model_names import model_name_problem
     from nanomem.providers.openai_http import OpenAIHTTPProvider
-    from nanomem.providers.port import (
+    from nanomem.providers.provider import (
         Provider,
         ProviderError,
         Reply,
@@ -51,7 +51,7 @@ __getattr__ = lazy_exports(
         "litellm_provider": ("LiteLLMProvider", "import_litellm"),
         "model_names": ("model_name_problem",),
         "openai_http": ("OpenAIHTTPProvider",),
-        "port": (
+        "provider": (
             "Provider",
             "ProviderError",
             "Reply",

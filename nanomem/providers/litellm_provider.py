@@ -13,7 +13,7 @@ from typing import Any
 from loguru import logger
 
 from nanomem.config import LLMSettings
-from nanomem.providers.port import (
+from nanomem.providers.provider import (
     ErrorCategory,
     ProviderError,
     Reply,

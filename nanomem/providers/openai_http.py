@@ -3,7 +3,7 @@ OpenAI-compatible endpoints, and every model with `llm.transport = "direct"`).
 
 litellm spends milliseconds of CPU per call (cost maps, logging, request transforms) and
 seconds on its import; this does one POST over a shared pool of kept-alive connections
-(http_client.py), streams the reply as server-sent events when asked to, and maps
+(connection.py, on httpx), streams the reply as server-sent events when asked to, and maps
 answers and failures onto the same Reply and ProviderError categories as
 `litellm_provider.classify`. It never retries: RetryingProvider does that.
 """
@@ -19,8 +19,9 @@ from typing import Any
 from loguru import logger
 
 from nanomem.config import LLMSettings
-from nanomem.providers.http_client import HeaderError, HTTPError, Pool, Response
-from nanomem.providers.port import (
+from nanomem.providers import connection
+from nanomem.providers.connection import Body, Connection, ConnectionFailed
+from nanomem.providers.provider import (
     ProviderError,
     Reply,
     TextSink,
@@ -57,11 +58,13 @@ class OpenAIHTTPProvider:
         key = settings.api_key.get_secret_value() if settings.api_key is not None else ""
         key = key or os.environ.get(path.key_variable or "OPENAI_API_KEY", "")
         self._key = key.strip()  # keys hold no spaces; a pasted one may end in a line break
-        self._headers = {"Content-Type": "application/json"}
-        if self._key:
-            self._headers["Authorization"] = f"Bearer {self._key}"
-        self._session: Pool | None = None
+        self._headers = {b"Content-Type": b"application/json"}
+        if self._key and not _header_problem(self._key):
+            # Latin-1, as HTTP/1.1 allows (httpx would send only ASCII from a str).
+            self._headers[b"Authorization"] = f"Bearer {self._key}".encode("latin-1")
+        self._session: Connection | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        connection.load(self.url)
 
     async def complete(
         self,
@@ -72,6 +75,9 @@ class OpenAIHTTPProvider:
         tool_choice: ToolChoice | None = None,
         on_text: TextSink | None = None,
     ) -> Reply:
+        if problem := _header_problem(self._key):
+            # The only header of the person's making is the key's.
+            raise ProviderError("auth", f"the API key cannot be sent: {problem}")
         if not self._key and self.route.needs_key:
             # A hosted API would answer 401 anyway; a local server may legitimately need no key.
             variable = self.route.key_variable or "llm.api_key"
@@ -94,7 +100,7 @@ class OpenAIHTTPProvider:
         answered = False  # a cut after the answer began is the server's fault, not the network's
         try:
             # No redirects (a 3xx is an error): following one could carry the key elsewhere.
-            async with self._client().post(self.url, data, self._headers) as resp:
+            async with self._client().post(data, self._headers) as resp:
                 answered = True
                 if not 200 <= resp.status < 300:
                     # The status decides the category, even when its body is cut or endless.
@@ -107,11 +113,9 @@ class OpenAIHTTPProvider:
             seconds = f"{self.settings.timeout_s:g} s"
             detail = f"silent for {seconds} mid-answer" if answered else f"no answer in {seconds}"
             raise ProviderError("timeout", detail, 408) from None
-        except HeaderError as exc:  # the only header of the person's making is the key's
-            raise ProviderError("auth", f"the API key cannot be sent: {exc}") from None
-        except HTTPError as exc:  # refused, reset, DNS, TLS, truncated body, bad URL
-            detail = self._safe(f"{type(exc).__name__}: {exc}")
-            if answered:
+        except ConnectionFailed as exc:  # refused, reset, DNS, TLS, truncated body, bad URL
+            detail = self._safe(str(exc))
+            if answered and exc.answered:
                 raise ProviderError("server", f"the answer was cut: {detail}") from None
             raise ProviderError("unreachable", detail) from None
         reply = _to_reply(raw)
@@ -125,7 +129,7 @@ class OpenAIHTTPProvider:
         if session is not None and self._loop is asyncio.get_running_loop():
             await session.close()
 
-    def _client(self) -> Pool:
+    def _client(self) -> Connection:
         """The shared pool, made lazily: its connections belong to the loop it is made in."""
         loop = asyncio.get_running_loop()
         if self._session is None or self._session.closed or self._loop is not loop:
@@ -133,7 +137,7 @@ class OpenAIHTTPProvider:
             # Connecting and each read (silence) are bounded, not the whole call: a long reply
             # streams for as long as the model keeps writing.
             seconds = self.settings.timeout_s
-            self._session = Pool(limit=_CONNECTIONS, connect_s=seconds, read_s=seconds)
+            self._session = Connection(self.url, timeout_s=seconds, connections=_CONNECTIONS)
             self._loop = loop
         return self._session
 
@@ -149,7 +153,7 @@ class OpenAIHTTPProvider:
         return text.replace(self._key, "***") if self._key else text
 
 
-async def _read_events(content: Response, stream: ReplyStream) -> Reply:
+async def _read_events(content: Body, stream: ReplyStream) -> Reply:
     """Server-sent events (`data: {chunk}` lines, then `data: [DONE]`) into a Reply."""
     ended = False
     while line := await content.readline(_MAX_LINE):
@@ -200,6 +204,17 @@ async def _apply(chunk: Any, stream: ReplyStream) -> None:
     except (AttributeError, TypeError, KeyError):
         snippet = " ".join(json.dumps(chunk)[:120].split())
         raise ProviderError("server", f"malformed stream chunk: {snippet!r}") from None
+
+
+def _header_problem(key: str) -> str:
+    """Why the key cannot be sent in a header ("" when it can): nothing is sent then."""
+    if "\r" in key or "\n" in key:
+        return "a header value holds a line break"  # never a second request
+    try:
+        key.encode("latin-1")
+    except UnicodeEncodeError:
+        return "a header value is not Latin-1 text (check the API key)"
+    return ""
 
 
 def _str(value: Any) -> str | None:

@@ -1,11 +1,11 @@
 """Which proxy, if any, a request to a URL goes through: the one decision that routing.py
-explains (`nanomem status`) and http_client.py acts on (connecting).
+explains (`nanomem status`) and connection.py acts on (connecting).
 
 The usual variables, as curl, httpx and litellm read them: `https_proxy` for https:// URLs,
 `http_proxy` for http:// ones, `all_proxy` for both, each lowercase first; `no_proxy`
 excludes hosts; a loopback host is never proxied. A proxy URL without a scheme is http://.
-The lean client speaks to `http://` and `https://` proxies (CONNECT for https:// targets,
-the absolute URL for http:// ones); any other scheme (socks5://...) is `usable = False`.
+The lean client (httpx) speaks `http://`, `https://`, `socks5://` and `socks5h://` proxies;
+any other scheme (socks4://...) is `usable = False`.
 Cheap to import: urllib.request is loaded only when a proxy variable is set.
 """
 
@@ -17,7 +17,7 @@ from urllib.parse import unquote, urlsplit
 
 from nanomem.config import is_loopback
 
-SPOKEN = ("http", "https")  # the proxy schemes the lean client speaks
+SPOKEN = ("http", "https", "socks5", "socks5h")  # the proxy schemes httpx[socks] speaks
 
 
 @dataclass(frozen=True)
@@ -28,8 +28,8 @@ class Proxy:
     scheme: str
     host: str
     port: int
-    # The Proxy-Authorization value ("Basic ..."), when the URL holds a user.
-    authorization: str | None = field(default=None, repr=False)
+    # The user and password of the URL (percent-decoded), when it holds a user.
+    credentials: tuple[str, str] | None = field(default=None, repr=False)
 
     @property
     def usable(self) -> bool:
@@ -42,6 +42,7 @@ class Proxy:
 
     @property
     def shown(self) -> str:
+        """scheme://host:port: the URL to connect to, without the credentials."""
         return f"{self.scheme}://{self.address}"
 
     @property
@@ -77,10 +78,7 @@ def _parse(variable: str, value: str) -> Proxy:
         port = parts.port or (443 if scheme == "https" else 1080 if "socks" in scheme else 80)
     except ValueError:  # a port that is not a number: unusable, and said so
         return Proxy(variable, scheme, "", 0)
-    authorization = None
+    credentials = None
     if parts.username is not None:
-        import base64
-
-        pair = f"{unquote(parts.username)}:{unquote(parts.password or '')}"
-        authorization = "Basic " + base64.b64encode(pair.encode()).decode("ascii")
-    return Proxy(variable, scheme, parts.hostname or "", port, authorization)
+        credentials = unquote(parts.username), unquote(parts.password or "")
+    return Proxy(variable, scheme, parts.hostname or "", port, credentials)

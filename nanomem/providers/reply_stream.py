@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from nanomem.providers.port import ProviderError, Reply, TextSink, ToolCall, Usage
+from nanomem.providers.provider import ProviderError, Reply, TextSink, ToolCall, Usage
 from nanomem.text.utf8 import clean_text
 
 

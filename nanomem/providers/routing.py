@@ -93,11 +93,11 @@ def route(llm: LLMSettings) -> Route:
     proxy = proxy_for(chosen.base_url) if chosen.path == "direct" else None
     if proxy is None:
         return chosen
-    if proxy.usable:  # the lean client connects through it (http_client.py asks proxy_for too)
+    if proxy.usable:  # the lean client connects through it (connection.py asks proxy_for too)
         return replace(chosen, proxy=proxy.shown)
     if llm.transport == "direct":  # an explicit choice stands: the lean client connects directly
         return replace(chosen, reason=f"{chosen.reason} (not through {proxy.variable})")
-    # A proxy the lean client does not speak (SOCKS): litellm (httpx) goes through it.
+    # A proxy of a scheme httpx does not speak (socks4://): litellm, as before SOCKS5 was spoken.
     return _litellm(llm, prefix, proxy.problem)
 
 

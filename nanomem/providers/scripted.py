@@ -10,7 +10,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
-from nanomem.providers.port import ProviderError, Reply, TextSink, ToolCall, ToolChoice
+from nanomem.providers.provider import ProviderError, Reply, TextSink, ToolCall, ToolChoice
 
 Step = Reply | ProviderError | Callable[[list[dict[str, Any]]], Reply | Awaitable[Reply]]
 
@@ -29,7 +29,7 @@ def call(name: str, arguments: dict[str, Any] | str, call_id: str | None = None)
 
 
 class ScriptedProvider:
-    """Implements the Provider port; when the script runs out it echoes the last user text."""
+    """Implements the Provider protocol; when the script runs out it echoes the last user text."""
 
     def __init__(self, steps: Iterable[Step] = (), *, latency: float = 0.0) -> None:
         self.steps: deque[Step] = deque(steps)

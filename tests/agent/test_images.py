@@ -5,7 +5,7 @@ import pytest
 
 from nanomem.agent.bus import InboundMessage
 from nanomem.home import Home
-from nanomem.providers.port import Reply, Usage
+from nanomem.providers.provider import Reply, Usage
 from nanomem.providers.scripted import ScriptedProvider
 from tests.conftest import make_app
 

@@ -10,7 +10,7 @@ from nanomem.agent.loop import NOTHING_TO_RETRY
 from nanomem.app import App
 from nanomem.home import Home
 from nanomem.log import register_secrets, shown_so_far
-from nanomem.providers.port import ProviderError, Reply, RetryingProvider
+from nanomem.providers.provider import ProviderError, Reply, RetryingProvider
 from nanomem.providers.scripted import ScriptedProvider, call, text
 from tests.conftest import make_app, survivors
 from tests.helpers import until

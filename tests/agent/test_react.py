@@ -3,7 +3,7 @@ import json
 from pathlib import Path
 
 from nanomem.agent.react_loop import CANCELLED_RESULT, ReactResult, react, seal_tool_calls
-from nanomem.providers.port import Reply, ToolCall
+from nanomem.providers.provider import Reply, ToolCall
 from nanomem.providers.scripted import ScriptedProvider, call, text
 from nanomem.tools import OUTSIDE
 from nanomem.tools.files import FileTools

@@ -13,7 +13,7 @@ from nanomem.agent.context import ContextBuilder
 from nanomem.agent.skills import Skill, Skills
 from nanomem.agent.templates import Templates, bundled_dir
 from nanomem.memory.history import HistoryEntry, HistoryStore, NewEntry
-from nanomem.providers.port import ErrorCategory
+from nanomem.providers.provider import ErrorCategory
 from tests.conftest import log_lines
 
 SAMPLES = {

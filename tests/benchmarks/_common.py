@@ -29,7 +29,7 @@ from nanomem.cli.onboard import onboard  # noqa: E402
 from nanomem.config import load_settings  # noqa: E402
 from nanomem.home import Home  # noqa: E402
 from nanomem.log import setup_logging  # noqa: E402
-from nanomem.providers.port import Provider  # noqa: E402
+from nanomem.providers.provider import Provider  # noqa: E402
 
 PYTHON = REPO / ".venv" / "bin" / "python"
 API_KEY = "sk-bench"

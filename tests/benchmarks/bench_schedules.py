@@ -30,7 +30,7 @@ from nanomem.config import ScheduleSettings, load_settings
 from nanomem.features.schedules import ScheduledTurns
 from nanomem.features.schedules.store import MAX_FILE_BYTES, ScheduleStore
 from nanomem.gateway import Gateway
-from nanomem.providers.port import Reply
+from nanomem.providers.provider import Reply
 from tests.helpers.channels import FakeChannel
 
 TARGET_READ_MIB = 16.0  # reading and checking the bound-max file

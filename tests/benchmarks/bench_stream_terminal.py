@@ -23,7 +23,7 @@ import _common  # before any nanomem import: repository root on sys.path, litell
 
 from channels.terminal.channel import TerminalChannel
 from nanomem.agent.channel import pump_outbound
-from nanomem.providers.port import Reply, TextSink
+from nanomem.providers.provider import Reply, TextSink
 
 TARGET_MS = 50.0
 FIRST_WORD = "Streaming"

@@ -12,7 +12,7 @@ Overhead is a turn's wall time less the fake server's own time handling its requ
 (reading and parsing a request grows with its size; a zero-latency model costs nothing),
 which the server reports; wall time and the server's share are printed beside it. Both
 transports are measured unless --transport picks one. The target is judged on the direct
-transport (nanomem's own work plus a minimal HTTP client), as in bench_concurrency.py;
+transport (nanomem's own work plus the lean client on httpx), as in bench_concurrency.py;
 litellm's row adds litellm's own passes over every message and is printed for reference.
 --profile prints a cProfile of the turns on the largest session (cumulative time).
 """

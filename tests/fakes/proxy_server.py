@@ -111,7 +111,7 @@ class FakeProxy:
                 body = await reader.readexactly(int(headers.get("content-length", "0")))
                 if upstream is None:
                     up_reader, upstream = await asyncio.open_connection(_HOST, self.target_port)
-                    pipe = asyncio.create_task(_copy(up_reader, writer))
+                    pipe = asyncio.create_task(carry(up_reader, writer))
                 parts = urlsplit(target)
                 path = parts.path + (f"?{parts.query}" if parts.query else "")
                 kept = [
@@ -145,7 +145,7 @@ class FakeProxy:
         if self.terminate is not None:  # be the target's TLS end ourselves
             await writer.start_tls(self.terminate)
         try:
-            await asyncio.gather(_copy(reader, up_writer), _copy(up_reader, writer))
+            await asyncio.gather(carry(reader, up_writer), carry(up_reader, writer))
         finally:
             up_writer.close()
 
@@ -166,7 +166,8 @@ async def _answer(writer: asyncio.StreamWriter, status: bytes, *, close: bool = 
     await writer.drain()
 
 
-async def _copy(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
+async def carry(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
+    """Bytes from `source` to `sink` until its end, then the end passed on."""
     with contextlib.suppress(ConnectionError, ssl.SSLError):
         while data := await source.read(65536):
             sink.write(data)

@@ -12,7 +12,7 @@ from nanomem.features.consolidation import Consolidator
 from nanomem.home import Home
 from nanomem.memory.history import NewEntry
 from nanomem.memory.session import Session, to_wire
-from nanomem.providers.port import ProviderError, Reply, ToolCall, Usage
+from nanomem.providers.provider import ProviderError, Reply, ToolCall, Usage
 from tests.conftest import make_app
 from tests.helpers import until
 

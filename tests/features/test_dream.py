@@ -12,7 +12,7 @@ from nanomem.features.dream import Dreaming
 from nanomem.features.dream.commands import SHELL, MemoryCommands
 from nanomem.home import Home
 from nanomem.memory.history import NewEntry
-from nanomem.providers.port import ProviderError, Reply
+from nanomem.providers.provider import ProviderError, Reply
 from nanomem.providers.scripted import ScriptedProvider, call, text
 from tests.conftest import make_app
 from tests.helpers.dream import LEARN, app_with_history, dream
@@ -164,7 +164,7 @@ async def test_a_runaway_run_hits_the_step_cap_and_is_rolled_back(home: Home) ->
 
 
 async def test_the_token_cap_stops_a_run(home: Home) -> None:
-    from nanomem.providers.port import Usage
+    from nanomem.providers.provider import Usage
 
     heavy = [
         Reply(None, call("read_memory", {"file": "USER.md"}).tool_calls, Usage(900, 200))

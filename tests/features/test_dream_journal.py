@@ -9,7 +9,7 @@ from nanomem.app import App
 from nanomem.features.dream import Dreaming
 from nanomem.features.dream.journal import CURSOR_TRAILER, Edit, Journal, Staging, journal_of
 from nanomem.home import Home
-from nanomem.providers.port import Reply
+from nanomem.providers.provider import Reply
 from nanomem.providers.scripted import ScriptedProvider, call, text
 from tests.helpers.dream import LEARN, USER_BEFORE, app_with_history, dream
 

@@ -1,5 +1,5 @@
-"""What the provider tests send, and a raw HTTP/1.1 server that answers each request with
-chosen bytes."""
+"""What the provider tests send, a raw HTTP/1.1 server that answers each request with chosen
+bytes, and the lean client's pooled connection to it."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import ssl
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
-from nanomem.providers.http_client import Pool
+from nanomem.providers.connection import Connection
 
 USER = [{"role": "user", "content": "hi"}]
 Answer = Callable[[int], bytes]  # the raw answer to the n-th request on one connection
@@ -67,6 +67,17 @@ def ok(body: bytes) -> bytes:
     return b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
 
 
-async def call(pool: Pool, url: str) -> tuple[int, bytes]:
-    async with pool.post(url, b'{"x": 1}', {"Content-Type": "application/json"}) as resp:
+@asynccontextmanager
+async def connected(url: str, timeout_s: float = 10) -> AsyncIterator[Connection]:
+    """The lean client's pooled connection for requests to `url`, closed afterwards."""
+    made = Connection(url, timeout_s=timeout_s, connections=8)
+    try:
+        yield made
+    finally:
+        await made.close()
+
+
+async def fetch(connection: Connection) -> tuple[int, bytes]:
+    """One POST; the status and the whole body."""
+    async with connection.post(b'{"x": 1}', {b"Content-Type": b"application/json"}) as resp:
         return resp.status, await resp.read()

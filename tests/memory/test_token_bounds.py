@@ -6,7 +6,7 @@ from nanomem.agent.bus import InboundMessage
 from nanomem.app import App
 from nanomem.home import Home
 from nanomem.memory.tokens import BpeTokenizer, ByteBound, message_tokens
-from nanomem.providers.port import Reply, Usage
+from nanomem.providers.provider import Reply, Usage
 from nanomem.providers.scripted import ScriptedProvider
 from tests.conftest import make_app
 

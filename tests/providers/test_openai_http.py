@@ -11,7 +11,7 @@ from pydantic import SecretStr
 
 from nanomem.config import LLMSettings
 from nanomem.providers.openai_http import OpenAIHTTPProvider, _to_reply
-from nanomem.providers.port import ProviderError, RetryingProvider, WireMessage, categorize
+from nanomem.providers.provider import ProviderError, RetryingProvider, WireMessage, categorize
 from tests.conftest import TEST_KEY
 from tests.fakes.openai_server import FakeOpenAI
 from tests.helpers import until

@@ -4,7 +4,7 @@ import pickle
 
 import pytest
 
-from nanomem.providers.port import ProviderError, RetryingProvider, WireMessage, encode_messages
+from nanomem.providers.provider import ProviderError, RetryingProvider, WireMessage, encode_messages
 from nanomem.providers.scripted import ScriptedProvider, text
 
 

@@ -10,7 +10,7 @@ from pydantic import SecretStr
 
 from nanomem.config import LLMSettings
 from nanomem.providers.openai_http import OpenAIHTTPProvider
-from nanomem.providers.port import ProviderError, RetryingProvider
+from nanomem.providers.provider import ProviderError, RetryingProvider
 from tests.conftest import TEST_KEY
 from tests.fakes.openai_server import FakeOpenAI
 from tests.helpers.http import USER

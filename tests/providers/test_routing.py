@@ -101,14 +101,26 @@ def test_auto_keeps_the_lean_client_behind_an_http_proxy_and_says_so(
     assert route(lan).proxy == "" and route(hosted).proxy == ""
 
 
-def test_a_proxy_the_lean_client_does_not_speak_sends_auto_through_litellm(
+def test_a_socks_proxy_keeps_the_lean_client_and_says_so(
     no_proxy_set: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch = no_proxy_set
     monkeypatch.setenv("ALL_PROXY", "socks5://me:s3cret@127.0.0.1:1080")
     hosted = LLMSettings(model="openai/gpt-4o-mini")
     socks = route(hosted)
-    assert socks.path == "litellm" and "ALL_PROXY is a socks5:// proxy" in socks.reason
+    assert socks.path == "direct" and socks.proxy == "socks5://127.0.0.1:1080"
+    assert "through the proxy at socks5://127.0.0.1:1080" in socks.describe()
+    assert "s3cret" not in socks.describe() and "s3cret" not in repr(socks)
+
+
+def test_a_proxy_the_lean_client_does_not_speak_sends_auto_through_litellm(
+    no_proxy_set: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch = no_proxy_set
+    monkeypatch.setenv("ALL_PROXY", "socks4://me:s3cret@127.0.0.1:1080")
+    hosted = LLMSettings(model="openai/gpt-4o-mini")
+    socks = route(hosted)
+    assert socks.path == "litellm" and "ALL_PROXY is a socks4:// proxy" in socks.reason
     assert "s3cret" not in socks.describe()
     forced = route(hosted.model_copy(update={"transport": "direct"}))
     assert forced.path == "direct" and forced.proxy == ""  # an explicit choice stands

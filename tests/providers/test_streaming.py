@@ -11,7 +11,7 @@ from pydantic import SecretStr
 from nanomem.config import LLMSettings
 from nanomem.providers.litellm_provider import LiteLLMProvider
 from nanomem.providers.openai_http import OpenAIHTTPProvider
-from nanomem.providers.port import Provider, ProviderError, RetryingProvider
+from nanomem.providers.provider import Provider, ProviderError, RetryingProvider
 from nanomem.providers.routing import Route
 from tests.conftest import TEST_KEY
 from tests.fakes.openai_server import FakeOpenAI, Step

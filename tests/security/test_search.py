@@ -11,7 +11,7 @@ import pytest
 from nanomem.agent.bus import InboundMessage, OutboundMessage
 from nanomem.home import Home
 from nanomem.memory.history import HistoryEntry
-from nanomem.providers.port import Reply
+from nanomem.providers.provider import Reply
 from nanomem.providers.scripted import ScriptedProvider, call, text
 from tests.conftest import cli_env, make_app, run_cli_here
 

@@ -1,4 +1,5 @@
-"""The model port: one `complete` call returning our own Reply type, plus retries around it."""
+"""The Provider protocol (one `complete` call returning our own Reply type), the error
+categories every transport maps its failures onto, and the retries around a provider."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The lean client's own HTTP/1.1: framing, kept-alive connections, TLS, broken servers."""
+"""The lean client's connection (httpx): kept-alive connections, framing, limits, TLS, broken
+servers, each reaching the provider as one of its error categories."""
 
 from __future__ import annotations
 
@@ -13,26 +14,20 @@ from pathlib import Path
 import pytest
 
 from nanomem.config import LLMSettings
-from nanomem.providers.http_client import HTTPError, Pool, _target
+from nanomem.providers.connection import ConnectionFailed
 from nanomem.providers.openai_http import OpenAIHTTPProvider
-from nanomem.providers.port import ProviderError
+from nanomem.providers.provider import ProviderError
 from tests.fakes.openai_server import FakeOpenAI
-from tests.helpers.http import USER, call, ok, raw_server
+from tests.helpers import until
+from tests.helpers.http import USER, connected, fetch, ok, raw_server
 
 
-@pytest.fixture
-async def pool() -> AsyncIterator[Pool]:
-    made = Pool(limit=8, connect_s=5, read_s=5)
-    yield made
-    await made.close()
-
-
-async def test_calls_reuse_one_kept_alive_connection(pool: Pool) -> None:
+async def test_calls_reuse_one_kept_alive_connection() -> None:
     with FakeOpenAI() as srv:
-        url = f"{srv.base_url}/chat/completions"
-        for _ in range(3):
-            status, body = await call(pool, url)
-            assert status == 200 and b"echo:" in body
+        async with connected(f"{srv.base_url}/chat/completions") as pool:
+            for _ in range(3):
+                status, body = await fetch(pool)
+                assert status == 200 and b"echo:" in body
     assert pool.opened == 1
 
 
@@ -70,53 +65,60 @@ async def test_a_stream_cancelled_midway_leaves_no_half_read_connection_behind()
         await provider.close()
 
 
-async def test_a_connection_the_server_closed_while_idle_is_replaced(pool: Pool) -> None:
-    async with raw_server(lambda n: ok(b"fine"), close_after=True) as url:
-        assert await call(pool, url) == (200, b"fine")
-        await asyncio.sleep(0.05)  # the server's close has arrived
-        assert await call(pool, url) == (200, b"fine")
+async def test_a_connection_the_server_closed_while_idle_is_replaced() -> None:
+    # Whether its close has arrived (the pool drops it) or not (the request fails on it before
+    # any answer and goes again), the second call gets its answer on a new connection.
+    async with raw_server(lambda n: ok(b"fine"), close_after=True) as url, connected(url) as pool:
+        assert await fetch(pool) == (200, b"fine")
+        assert await fetch(pool) == (200, b"fine")
     assert pool.opened == 2
 
 
-async def test_a_request_on_a_connection_closing_just_then_goes_again(pool: Pool) -> None:
+async def test_a_request_on_a_connection_closing_just_then_goes_again() -> None:
     # The server drops the kept-alive connection as the second request arrives on it.
-    async with raw_server(lambda n: ok(b"fine") if n == 0 else b"") as url:
-        assert await call(pool, url) == (200, b"fine")
-        assert await call(pool, url) == (200, b"fine")
+    answer = lambda n: ok(b"fine") if n == 0 else b""  # noqa: E731
+    async with raw_server(answer) as url, connected(url) as pool:
+        assert await fetch(pool) == (200, b"fine")
+        assert await fetch(pool) == (200, b"fine")
     assert pool.opened == 2
 
 
-async def test_a_new_connection_closed_without_an_answer_is_an_error(pool: Pool) -> None:
-    async with raw_server(lambda n: b"") as url:
-        with pytest.raises(HTTPError, match="closed"):
-            await call(pool, url)
+async def test_a_new_connection_closed_without_an_answer_is_an_error() -> None:
+    async with raw_server(lambda n: b"") as url, connected(url) as pool:
+        with pytest.raises(ConnectionFailed, match="closed"):
+            await fetch(pool)
     assert pool.opened == 1  # a fresh connection is not tried again (RetryingProvider decides)
 
 
-async def test_chunked_bodies_with_extensions_and_trailers(pool: Pool) -> None:
+async def test_chunked_bodies_with_extensions_and_trailers() -> None:
     chunked = (
         b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Type: text/event-stream\r\n\r\n"
         b"5;ext=1\r\nhello\r\n7\r\n, world\r\n0\r\nX-Trailer: yes\r\n\r\n"
     )
-    async with raw_server(lambda n: chunked) as url:
-        async with pool.post(url, b"{}", {}) as resp:
+    async with raw_server(lambda n: chunked) as url, connected(url) as pool:
+        async with pool.post(b"{}", {}) as resp:
             assert resp.content_type == "text/event-stream"
             assert await resp.readline(100) == b"hello, world"
             assert await resp.readline(100) == b""
-        assert await call(pool, url) == (200, b"hello, world")
+        assert await fetch(pool) == (200, b"hello, world")
     assert pool.opened == 1  # the body was read to its end: the connection was kept
 
 
-async def test_a_body_without_length_is_read_to_the_end_and_not_reused(pool: Pool) -> None:
-    async with raw_server(lambda n: b"HTTP/1.0 200 OK\r\n\r\nall of it", close_after=True) as url:
-        assert await call(pool, url) == (200, b"all of it")
-        assert await call(pool, url) == (200, b"all of it")
+async def test_a_body_without_length_is_read_to_the_end_and_not_reused() -> None:
+    answer = lambda n: b"HTTP/1.0 200 OK\r\n\r\nall of it"  # noqa: E731
+    async with raw_server(answer, close_after=True) as url, connected(url) as pool:
+        assert await fetch(pool) == (200, b"all of it")
+        assert await fetch(pool) == (200, b"all of it")
     assert pool.opened == 2
 
 
-async def test_lines_longer_than_the_limit_are_refused(pool: Pool) -> None:
-    async with raw_server(lambda n: ok(b"x" * 5000)) as url, pool.post(url, b"{}", {}) as resp:
-        with pytest.raises(HTTPError, match="longer than"):
+async def test_lines_longer_than_the_limit_are_refused() -> None:
+    async with (
+        raw_server(lambda n: ok(b"x" * 5000)) as url,
+        connected(url) as pool,
+        pool.post(b"{}", {}) as resp,
+    ):
+        with pytest.raises(ConnectionFailed, match="longer than"):
             await resp.readline(1000)
 
 
@@ -129,10 +131,10 @@ async def test_lines_longer_than_the_limit_are_refused(pool: Pool) -> None:
         b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nshort",
     ],
 )
-async def test_broken_answers_raise_http_errors(pool: Pool, answer: bytes) -> None:
-    async with raw_server(lambda n: answer, close_after=True) as url:
-        with pytest.raises(HTTPError):
-            await call(pool, url)
+async def test_broken_answers_raise_connection_failures(answer: bytes) -> None:
+    async with raw_server(lambda n: answer, close_after=True) as url, connected(url) as pool:
+        with pytest.raises(ConnectionFailed):
+            await fetch(pool)
 
 
 @pytest.mark.parametrize(
@@ -145,16 +147,18 @@ async def test_broken_answers_raise_http_errors(pool: Pool, answer: bytes) -> No
 )
 async def test_signed_or_prefixed_lengths_are_refused_not_read_to_the_end(answer: bytes) -> None:
     # The server keeps the connection open: a negative read would wait for its end.
-    pool = Pool(limit=2, connect_s=5, read_s=60)
-    async with raw_server(lambda n: answer) as url:
-        with pytest.raises(HTTPError, match="bad"):
-            await asyncio.wait_for(call(pool, url), 30)  # a safety net
-    await pool.close()
+    async with raw_server(lambda n: answer) as url, connected(url, timeout_s=60) as pool:
+        with pytest.raises(ConnectionFailed):
+            await asyncio.wait_for(fetch(pool), 30)  # a safety net
 
 
-async def test_a_body_longer_than_the_limit_is_refused(pool: Pool) -> None:
-    async with raw_server(lambda n: ok(b"x" * 5000)) as url, pool.post(url, b"{}", {}) as resp:
-        with pytest.raises(HTTPError, match="longer than 1000 bytes"):
+async def test_a_body_longer_than_the_limit_is_refused() -> None:
+    async with (
+        raw_server(lambda n: ok(b"x" * 5000)) as url,
+        connected(url) as pool,
+        pool.post(b"{}", {}) as resp,
+    ):
+        with pytest.raises(ConnectionFailed, match="longer than 1000 bytes"):
             await resp.read(limit=1000)
 
 
@@ -201,22 +205,22 @@ async def test_an_error_whose_body_is_cut_keeps_its_category() -> None:
     assert caught.value.category == "auth" and "Incorrect API key" in str(caught.value)
 
 
-async def test_bad_urls_and_header_values_raise_before_sending(pool: Pool) -> None:
-    with pytest.raises(HTTPError, match="bad URL"):
-        await call(pool, "ftp://example.com/x")
-    with pytest.raises(HTTPError, match="bad URL"):  # not a name (idna refuses it)
-        await call(pool, f"http://{'a' * 64}.example.com/x")
-    with pytest.raises(HTTPError, match="line break"):
-        async with pool.post("http://127.0.0.1:9/x", b"", {"Authorization": "a\r\nX: y"}):
-            pass
+async def test_bad_urls_and_header_values_raise_before_sending() -> None:
+    async with connected("ftp://example.com/x") as pool:
+        with pytest.raises(ConnectionFailed, match="bad URL"):
+            await fetch(pool)
+    async with connected(f"http://{'a' * 64}.example.com/x") as pool:
+        # Not a name (a label is at most 63 letters): httpx asks DNS, which says so.
+        with pytest.raises(ConnectionFailed, match=r"cannot connect to a{64}\.example\.com:80"):
+            await fetch(pool)
     assert pool.opened == 0
-
-
-def test_the_request_line_and_host_are_ascii_whatever_the_url() -> None:
-    origin, target, host = _target("http://bücher.example:8080/v1 beta/modèle?q=a b&x=%41")
-    assert origin == ("http", "bücher.example", 8080)
-    assert target == "/v1%20beta/mod%C3%A8le?q=a%20b&x=%41"
-    assert host == "xn--bcher-kva.example:8080"
+    with FakeOpenAI() as srv:
+        llm = LLMSettings(model="openai/x", api_base=srv.base_url, api_key="a\r\nX: y")
+        provider = OpenAIHTTPProvider(llm)
+        with pytest.raises(ProviderError, match="line break"):
+            await provider.complete(USER)
+        await provider.close()
+    assert srv.requests == []
 
 
 @pytest.fixture
@@ -242,11 +246,28 @@ async def test_tls_is_verified_against_the_systems_certificates(
     server_tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     server_tls.load_cert_chain(cert, key)
     async with raw_server(lambda n: ok(b"secret"), tls=server_tls) as url:
-        unknown = Pool(limit=2, connect_s=5, read_s=5)
-        with pytest.raises(HTTPError, match="CERTIFICATE_VERIFY_FAILED"):
-            await call(unknown, url)
-        await unknown.close()
+        async with connected(url) as unknown:
+            with pytest.raises(ConnectionFailed, match="CERTIFICATE_VERIFY_FAILED"):
+                await fetch(unknown)
         monkeypatch.setenv("SSL_CERT_FILE", str(cert))  # now the system trusts it
-        trusted = Pool(limit=2, connect_s=5, read_s=5)
-        assert await call(trusted, url) == (200, b"secret")
-        await trusted.close()
+        async with connected(url) as trusted:
+            assert await fetch(trusted) == (200, b"secret")
+
+
+async def test_a_hundred_calls_at_once_keep_their_connections_for_the_next_hundred() -> None:
+    with FakeOpenAI() as srv:
+        for _ in range(100):
+            srv.reply("held", hold_after=0)
+        llm = LLMSettings(model="openai/fake", api_base=srv.base_url, timeout_s=30)
+        provider = OpenAIHTTPProvider(llm)
+        shown = lambda piece: asyncio.sleep(0)  # noqa: E731  (held: streams only)
+        burst = asyncio.gather(*(provider.complete(USER, on_text=shown) for _ in range(100)))
+        await until(lambda: srv.held == 100)  # all hundred are in the server at once
+        srv.release()
+        first = await asyncio.wait_for(burst, 60)  # a safety net
+        second = await asyncio.gather(*(provider.complete(USER) for _ in range(100)))
+        assert provider._session is not None
+        opened = provider._session.opened
+        await provider.close()
+    assert [r.content for r in first] == ["held"] * 100 and len(second) == 100
+    assert opened == 100  # one each at once (over several pools), all kept and reused

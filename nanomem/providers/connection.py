@@ -1,0 +1,319 @@
+"""The lean client's connection to one base URL: pooled `httpx.AsyncClient`s (kept-alive
+connections, TLS verified against the system's certificates, the proxy proxies.py decides on,
+http://, https:// or SOCKS5), and its body read within limits.
+
+httpx, httpcore and anyio cost ~0.12 s of CPU to import: `load()` does it when the lean client
+is made (never when this module is imported), so no call waits for it. Timeouts bound
+connecting (waiting for a free connection included) and each read or write: a reply may stream
+for as long as the server keeps sending. Failures of the connection or the protocol raise
+ConnectionFailed with a message that names hosts, never credentials; a timeout raises
+TimeoutError.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import os
+import threading
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+from nanomem.providers.proxies import Proxy, proxy_for
+
+if TYPE_CHECKING:
+    import ssl
+
+    import httpx
+
+IDLE_S = 15.0  # an idle connection older than this is closed, not reused (aiohttp's default)
+MAX_BODY = 64 * 2**20  # a body read whole: past this a broken or hostile server is refused
+_FINISH = 64 * 1024  # what is left after a stream's last event, read to keep the connection
+SHARD = 4  # connections in one httpx pool (see Connection)
+
+_tls: dict[tuple[str, str], ssl.SSLContext] = {}  # by (SSL_CERT_FILE, SSL_CERT_DIR)
+_lock = threading.Lock()
+
+
+class ConnectionFailed(Exception):
+    """The connection failed or the server broke HTTP; the message is safe to show."""
+
+    def __init__(self, message: str, *, answered: bool = True) -> None:
+        super().__init__(message)
+        self.answered = answered  # False: not one byte of an answer had come
+
+
+def load(url: str) -> None:
+    """Import httpx (and, for an https:// URL, read the system's certificates) now, so that
+    the first call does not: `nanomem chat` builds the lean client while its prompt waits.
+    (In a thread beside a one-shot's startup it saved nothing: both hold the GIL.)"""
+    import anyio._backends._asyncio  # noqa: F401  (what httpcore needs at the first request)
+    import httpcore  # noqa: F401
+    import httpx  # noqa: F401
+
+    if url.startswith("https:"):
+        tls_context()
+
+
+def tls_context() -> ssl.SSLContext:
+    """The system's certificates, hostnames checked: made once (reading the certificates takes
+    ~15 ms), again only when SSL_CERT_FILE or SSL_CERT_DIR changes."""
+    key = os.environ.get("SSL_CERT_FILE", ""), os.environ.get("SSL_CERT_DIR", "")
+    with _lock:
+        if key not in _tls:
+            import ssl
+
+            _tls[key] = ssl.create_default_context()
+        return _tls[key]
+
+
+def _trusting_nothing() -> ssl.SSLContext:
+    import ssl
+
+    return ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)  # verifies, against no certificate at all
+
+
+class Body:
+    """An answer's status and headers, and its body read whole, in part or line by line."""
+
+    def __init__(self, response: httpx.Response, where: Connection) -> None:
+        self.status, self.headers = response.status_code, response.headers
+        self.reason = response.reason_phrase
+        self._chunks = response.aiter_bytes()
+        self._pending = bytearray()
+        self._where = where
+        self.complete = False
+
+    @property
+    def content_type(self) -> str:
+        return self.headers.get("content-type", "").split(";", 1)[0].strip().lower()
+
+    async def read(self, limit: int = MAX_BODY) -> bytes:
+        """The whole body; ConnectionFailed when it is longer than `limit` bytes."""
+        parts = [bytes(self._pending)]
+        size = len(self._pending)
+        self._pending.clear()
+        while piece := await self._more():
+            size += len(piece)
+            if size > limit:
+                raise ConnectionFailed(f"the answer is longer than {limit} bytes")
+            parts.append(piece)
+        return b"".join(parts)
+
+    async def excerpt(self, limit: int) -> bytes:
+        """At most `limit` bytes of the body, as many as come before its end, a cut or a
+        silence: enough to explain an error status, which stands whatever the body does."""
+        data = bytearray(self._pending)
+        self._pending.clear()
+        with contextlib.suppress(TimeoutError, ConnectionFailed):
+            while len(data) < limit and (piece := await self._more()):
+                data += piece
+        return bytes(data[:limit])
+
+    async def readline(self, limit: int) -> bytes:
+        """The next line with its b"\\n" (the last may lack it); b"" at the end of the body."""
+        scanned = 0
+        while (end := self._pending.find(b"\n", scanned)) < 0:
+            if len(self._pending) > limit:
+                raise ConnectionFailed(f"a line of the answer is longer than {limit} bytes")
+            scanned = len(self._pending)
+            piece = await self._more()
+            if not piece:
+                line = bytes(self._pending)
+                self._pending.clear()
+                return line
+            self._pending += piece
+        line = bytes(self._pending[: end + 1])
+        del self._pending[: end + 1]
+        return line
+
+    async def finish(self, within: float) -> None:
+        """Read what is left of a small body on its way (the end of a stream after its last
+        event), so the connection is kept for the next call; give up quietly otherwise."""
+        taken = len(self._pending)
+        with contextlib.suppress(TimeoutError, ConnectionFailed):
+            async with asyncio.timeout(within):
+                while taken <= _FINISH and (piece := await self._more()):
+                    taken += len(piece)
+        self._pending.clear()
+
+    async def _more(self) -> bytes:
+        if self.complete:
+            return b""
+        with self._where.translated(answered=True):
+            async for piece in self._chunks:
+                if piece:
+                    return piece
+        self.complete = True
+        return b""
+
+
+class Connection:
+    """Kept-alive connections for requests to one URL, in the event loop it is used in."""
+
+    def __init__(self, url: str, *, timeout_s: float, connections: int) -> None:
+        import httpx
+
+        self.url = url
+        parts = urlsplit(url)
+        self.origin = f"{parts.hostname}:{parts.port or (443 if parts.scheme == 'https' else 80)}"
+        # The one decision routing.py explains too; read from the environment once.
+        found = proxy_for(url)
+        self.proxy = found if found is not None and found.usable else None
+        self.opened = 0  # connections made so far
+        self.closed = False
+        https = parts.scheme == "https" or (self.proxy is not None and self.proxy.scheme == "https")
+        # Without TLS on the way (no redirect is followed), the system's certificates are not
+        # read: a context that trusts nothing costs ~0.1 ms, not ~20.
+        tls = tls_context() if https else _trusting_nothing()
+        proxy = None
+        if self.proxy is not None:
+            own = tls if self.proxy.scheme == "https" else None  # TLS to the proxy itself
+            proxy = httpx.Proxy(self.proxy.shown, auth=self.proxy.credentials, ssl_context=own)
+        # httpcore 1.0.9's pool looks at each of its connections (polling the idle ones' sockets)
+        # and, for each idle one, counts all of them again, on every request's arrival and end:
+        # 100 chats at once on one pool cost ~30 ms of CPU a turn (bench_concurrency: 3.6 s, not
+        # 0.65). Pools of at most SHARD connections keep that scan short (CPU per call with 100
+        # at once, measured: 16 → 2.7 ms, 8 → 1.6, 4 → 1.3, 2 → 0.9); a new pool is opened only
+        # when every pool has SHARD requests in flight, so calls one after another reuse one
+        # connection.
+        limits = httpx.Limits(
+            max_connections=SHARD, max_keepalive_connections=SHARD, keepalive_expiry=IDLE_S
+        )
+        self._make = functools.partial(
+            httpx.AsyncClient,
+            verify=tls,
+            proxy=proxy,
+            limits=limits,
+            timeout=httpx.Timeout(timeout_s),  # connect, each read and write, a free connection
+            trust_env=False,  # the proxy is proxies.py's decision, as `nanomem status` shows
+            follow_redirects=False,  # a 3xx is an error: following it could carry the key away
+            headers={"User-Agent": "nanomem", "Accept-Encoding": "identity"},
+        )
+        self._pools: list[_Pool] = []
+        self._most = max(1, -(-connections // SHARD))  # pools, for `connections` in all
+
+    @asynccontextmanager
+    async def post(self, data: bytes, headers: dict[bytes, bytes]) -> AsyncIterator[Body]:
+        """POST `data`; the body must be read inside the block. A kept-alive connection the
+        server closed just as the request went fails before any answer: it goes once more."""
+        import httpx
+
+        pool = self._pool()
+        pool.busy += 1
+        try:
+            for attempt in (1, 2):
+                trace = _Trace(self)
+                with self.translated(answered=False, trace=trace):
+                    request = pool.client.build_request(
+                        "POST", self.url, content=data, headers=headers, extensions={"trace": trace}
+                    )
+                    try:
+                        response = await pool.client.send(request, stream=True)
+                    except httpx.RemoteProtocolError:
+                        if attempt == 1 and not trace.opened:  # a reused connection: again
+                            continue
+                        raise
+                    break
+        except BaseException:
+            pool.busy -= 1
+            raise
+        try:
+            if self.proxy is not None and response.status_code == 407:  # only a proxy says so
+                reason = f"{response.status_code} {response.reason_phrase}"
+                raise ConnectionFailed(_refused(self.proxy, reason), answered=False)
+            body = Body(response, self)
+            yield body
+            if not body.complete:
+                await body.finish(within=0.25)
+        finally:
+            # A body read to its end leaves its connection for the next call; any other
+            # (unread, broken, cancelled) closes it.
+            pool.busy -= 1
+            with contextlib.suppress(Exception):
+                await response.aclose()
+
+    async def close(self) -> None:
+        self.closed = True
+        pools, self._pools = self._pools, []
+        for pool in pools:
+            await pool.client.aclose()
+
+    def _pool(self) -> _Pool:
+        """The pool with the fewest requests in flight (the first of equals); a new one when
+        all have SHARD and there may be more."""
+        least = min(self._pools, key=lambda pool: pool.busy, default=None)
+        if least is None or (least.busy >= SHARD and len(self._pools) < self._most):
+            least = _Pool(self._make())
+            self._pools.append(least)
+        return least
+
+    @contextlib.contextmanager
+    def translated(self, *, answered: bool, trace: _Trace | None = None) -> Iterator[None]:
+        """httpx's exceptions as TimeoutError or ConnectionFailed, named without secrets."""
+        import httpx
+
+        try:
+            yield
+        except httpx.TimeoutException:
+            raise TimeoutError from None
+        except httpx.InvalidURL as exc:
+            raise ConnectionFailed(f"bad URL: {exc}", answered=False) from None
+        except httpx.UnsupportedProtocol as exc:
+            raise ConnectionFailed(f"bad URL: {exc}", answered=False) from None
+        except httpx.ProxyError as exc:
+            assert self.proxy is not None
+            tunnel = self.origin if self.proxy.scheme in ("http", "https") else ""
+            raise ConnectionFailed(_refused(self.proxy, str(exc), tunnel), answered=False) from None
+        except httpx.ConnectError as exc:
+            failed = trace.failed if trace is not None else ""
+            raise ConnectionFailed(self._unreachable(failed, exc), answered=False) from None
+        except httpx.RemoteProtocolError as exc:
+            closed = "the server closed the connection" if "disconnected" in str(exc) else ""
+            message = f"{closed or type(exc).__name__}: {exc}"
+            raise ConnectionFailed(message, answered=answered) from None
+        except httpx.HTTPError as exc:  # the connection broke, or the answer was not HTTP
+            raise ConnectionFailed(f"{type(exc).__name__}: {exc}", answered=answered) from None
+
+    def _unreachable(self, failed: str, exc: Exception) -> str:
+        if self.proxy is None:
+            return f"cannot connect to {self.origin}: {exc}"
+        through = f"through the proxy at {self.proxy.address}"
+        # connect_tcp (and an https:// proxy's own TLS) are the proxy's; TLS to the target
+        # inside the tunnel (proxy.start_tls, socks.start_tls) is the target's.
+        if failed.startswith("connection.") or failed == "socks.connect_tcp.failed":
+            return f"cannot connect to the proxy at {self.proxy.address}: {exc}"
+        return f"cannot connect to {self.origin} {through}: {exc}"
+
+
+@dataclass
+class _Pool:
+    client: httpx.AsyncClient
+    busy: int = 0  # requests in flight
+
+
+class _Trace:
+    """httpcore's trace hook for one request: whether it opened a connection, where it failed."""
+
+    def __init__(self, connection: Connection) -> None:
+        self.connection = connection
+        self.opened = False
+        self.failed = ""
+
+    async def __call__(self, event: str, info: dict[str, Any]) -> None:
+        if event.endswith("connect_tcp.complete"):
+            self.opened = True
+            self.connection.opened += 1
+        elif event.endswith(".failed") and not self.failed:
+            self.failed = event
+
+
+def _refused(proxy: Proxy, answer: str, target: str = "") -> str:
+    tunnel = f" the tunnel to {target}" if target else ""
+    wrong = "407" in answer or "username/password" in answer.lower()
+    hint = " (check the user and password in the proxy URL)" if wrong else ""
+    return f"the proxy at {proxy.address} refused{tunnel}: {answer}".rstrip() + hint
