@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import functools
 import os
+import sys
 import threading
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
@@ -53,6 +54,10 @@ def load(url: str) -> None:
     (In a thread beside a one-shot's startup it saved nothing: both hold the GIL.)"""
     import anyio._backends._asyncio  # noqa: F401  (what httpcore needs at the first request)
     import httpcore  # noqa: F401
+
+    # httpx's __init__ imports its command-line tool (click, rich, pygments: 40-80 ms) and
+    # goes without it when that import fails; nanomem never runs it.
+    sys.modules.setdefault("httpx._main", None)  # type: ignore[arg-type]
     import httpx  # noqa: F401
 
     if url.startswith("https:"):
