@@ -38,3 +38,14 @@ def test_a_proxy_urls_password_is_a_secret() -> None:
     register_environment_secrets({"ALL_PROXY": "http://[bad"})  # unreadable: no error
     shown = redact("HTTPS_PROXY=http://me:pr%40xy-pw-77@proxy.corp:3128 pr@xy-pw-77 other-pw-88")
     assert shown == "HTTPS_PROXY=http://me:***@proxy.corp:3128 *** ***"
+
+
+def test_the_telegram_proxys_password_is_a_configured_secret() -> None:
+    from nanomem.config import Settings
+    from nanomem.text.masking import configured_secrets
+
+    settings = Settings(telegram={"proxy": "socks5://bot:tg%2Fproxy-pw-66@proxy.corp:1080"})
+    register_secrets(configured_secrets(settings))
+    shown = redact("proxy socks5://bot:tg%2Fproxy-pw-66@proxy.corp:1080 refused tg/proxy-pw-66")
+    assert shown == "proxy socks5://bot:***@proxy.corp:1080 refused ***"
+    assert configured_secrets(Settings(telegram={"proxy": "http://proxy.corp:3128"})) == []

@@ -128,4 +128,8 @@ def configured_secrets(settings: Settings) -> list[str]:
     """Every secret in the settings, whichever channels run: `chat -m` must mask the bot
     token someone pastes as well as the gateway does."""
     values = [settings.llm.api_key, settings.telegram.token, *settings.api.keys]
-    return [value.get_secret_value() for value in values if value is not None]
+    secrets = [value.get_secret_value() for value in values if value is not None]
+    proxy = settings.telegram.proxy  # http://me:pw@host: its password, not the whole URL
+    if proxy and "@" in proxy and (password := _password(proxy)):
+        secrets += [password, unquote(password)]
+    return secrets
