@@ -46,6 +46,23 @@ class LLMSettings(_Section):
     transport: Literal["auto", "litellm", "direct"] = "auto"
     # Replies arrive piece by piece as the model writes them; off for servers that cannot.
     stream: bool = True
+    # The lean client's proxy (http://, https://, socks5://, socks5h://, user:password@ allowed);
+    # unset: HTTPS_PROXY and the other usual variables (nanomem/providers/proxies.py).
+    proxy: str | None = None
+
+    @field_validator("proxy")
+    @classmethod
+    def _spoken_proxy(cls, value: str | None) -> str | None:
+        if not (value or "").strip():
+            return None
+        assert value is not None
+        scheme = value.split("://", 1)[0].lower() if "://" in value else "http"
+        if scheme not in ("http", "https", "socks5", "socks5h"):  # never echo it: a password
+            raise ValueError(
+                f"a {scheme}:// proxy is not spoken by the lean client; "
+                "use http://, https://, socks5:// or socks5h://"
+            )
+        return value.strip()
 
 
 class AgentSettings(_Section):

@@ -69,8 +69,13 @@ def test_chat_goes_through_the_proxy_on_the_lean_client(
     assert not [p for p in written if PASSWORD.encode() in p.read_bytes()]
 
 
+# Where the proxy is given: the environment, or the llm.proxy setting (which wins over it).
+SOCKS_FROM = ["ALL_PROXY", "NANOMEM_LLM__PROXY"]
+
+
+@pytest.mark.parametrize("variable", SOCKS_FROM)
 def test_chat_goes_through_a_socks5_proxy_on_the_lean_client(
-    home: Home, fake_llm: FakeOpenAI
+    home: Home, fake_llm: FakeOpenAI, variable: str
 ) -> None:
     fake_llm.reply("Hello through SOCKS")
     port = int(fake_llm.base_url.split(":")[2].split("/")[0])
@@ -78,13 +83,15 @@ def test_chat_goes_through_a_socks5_proxy_on_the_lean_client(
         url = socks.url.replace("://", f"://me:{PASSWORD}@")
         env = without_proxies(cli_env(home, fake_llm))
         env.update(
-            ALL_PROXY=url,
             NANOMEM_LLM__API_BASE=f"http://{TARGET}:8000/v1",
             NANOMEM_LLM__MAX_RETRIES="0",
         )
+        env[variable] = url
+        if variable != "ALL_PROXY":  # the setting wins over a proxy the environment names
+            env["ALL_PROXY"] = "socks5://127.0.0.1:9"
         chat = run_cli("chat", "-m", "hi", env=env)
         status = run_cli("status", env=env)
-        wrong = {**env, "ALL_PROXY": url.replace(PASSWORD, f"{PASSWORD}x")}
+        wrong = {**env, variable: url.replace(PASSWORD, f"{PASSWORD}x")}
         refused = run_cli("chat", "-m", "again", env=wrong)
     assert chat.returncode == 0, chat.stderr
     assert chat.stdout == "Hello through SOCKS\n"
@@ -101,3 +108,23 @@ def test_chat_goes_through_a_socks5_proxy_on_the_lean_client(
     assert PASSWORD not in shown
     written = [p for p in home.root.rglob("*") if p.is_file() and "memory.git" not in p.parts]
     assert not [p for p in written if PASSWORD.encode() in p.read_bytes()]
+
+
+def test_llm_proxy_is_refused_for_a_model_litellm_would_connect_around_it(
+    home: Home, fake_llm: FakeOpenAI
+) -> None:
+    env = without_proxies(cli_env(home, fake_llm))
+    env.pop("NANOMEM_LLM__API_BASE", None)
+    env.update(
+        NANOMEM_LLM__MODEL="anthropic/claude-sonnet-4-5",  # litellm translates its API
+        NANOMEM_LLM__PROXY=f"http://me:{PASSWORD}@proxy.example.test:3128",
+    )
+    refused = run_cli("chat", "-m", "hi", env=env)
+    socks4 = run_cli("chat", "-m", "hi", env={**env, "NANOMEM_LLM__PROXY": "socks4://p:1080"})
+    assert refused.returncode == 2, refused.stderr
+    assert "llm.proxy is the lean client's" in refused.stderr
+    assert "llm.model = anthropic/claude-sonnet-4-5 goes through litellm" in refused.stderr
+    assert "NANOMEM_LLM__PROXY" in refused.stderr and PASSWORD not in refused.stderr
+    assert socks4.returncode == 2 and "llm.proxy" in socks4.stderr
+    assert "a socks4:// proxy is not spoken by the lean client" in socks4.stderr
+    assert fake_llm.requests == []

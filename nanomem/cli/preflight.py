@@ -7,11 +7,12 @@ from pathlib import Path
 from typing import Any
 
 from nanomem.config import ConfigError, Settings, source_of
-from nanomem.providers import model_name_problem
+from nanomem.providers import model_name_problem, route
 
 
 def check_model_names(settings: Settings, config: Path, overrides: dict[str, Any]) -> None:
-    """Raise ConfigError saying what to write for a model name no client can place."""
+    """Raise ConfigError saying what to write for a model name no client can place, or for
+    llm.proxy when a model goes through litellm, which would connect around it."""
     for section, key, name in (
         ("llm", "model", settings.llm.model),
         ("dream", "model_override", settings.dream.model_override or ""),
@@ -19,6 +20,14 @@ def check_model_names(settings: Settings, config: Path, overrides: dict[str, Any
         if problem := model_name_problem(name, settings.llm.api_base, f"{section}.{key}"):
             where = source_of(config, overrides, section, key)
             raise ConfigError(f"config error: {problem} ({where})")
+        llm = settings.llm.model_copy(update={"model": name})
+        if name and settings.llm.proxy and route(llm).path == "litellm":
+            where = source_of(config, overrides, "llm", "proxy")
+            raise ConfigError(
+                f"config error: llm.proxy is the lean client's, and {section}.{key} = {name} "
+                f"goes through litellm, which takes its proxy from HTTPS_PROXY or ALL_PROXY: "
+                f"set that instead ({where})"
+            )
 
 
 def missing_workspace(settings: Settings, config: Path, overrides: dict[str, Any]) -> Path | None:

@@ -160,14 +160,16 @@ class Body:
 class Connection:
     """Kept-alive connections for requests to one URL, in the event loop it is used in."""
 
-    def __init__(self, url: str, *, timeout_s: float, connections: int) -> None:
+    def __init__(
+        self, url: str, *, timeout_s: float, connections: int, configured: str | None = None
+    ) -> None:
         import httpx
 
         self.url = url
         parts = urlsplit(url)
         self.origin = f"{parts.hostname}:{parts.port or (443 if parts.scheme == 'https' else 80)}"
-        # The one decision routing.py explains too; read from the environment once.
-        found = proxy_for(url)
+        # The one decision routing.py explains too (llm.proxy, else the environment), made once.
+        found = proxy_for(url, configured)
         self.proxy = found if found is not None and found.usable else None
         self.opened = 0  # connections made so far
         self.closed = False

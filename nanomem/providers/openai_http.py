@@ -137,7 +137,12 @@ class OpenAIHTTPProvider:
             # Connecting and each read (silence) are bounded, not the whole call: a long reply
             # streams for as long as the model keeps writing.
             seconds = self.settings.timeout_s
-            self._session = Connection(self.url, timeout_s=seconds, connections=_CONNECTIONS)
+            self._session = Connection(
+                self.url,
+                timeout_s=seconds,
+                connections=_CONNECTIONS,
+                configured=self.settings.proxy,
+            )
             self._loop = loop
         return self._session
 

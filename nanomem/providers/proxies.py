@@ -24,7 +24,7 @@ SPOKEN = ("http", "https", "socks5", "socks5h")  # the proxy schemes httpx[socks
 class Proxy:
     """A proxy from the environment; `shown` and `repr` never hold its credentials."""
 
-    variable: str  # where it was found, e.g. HTTPS_PROXY
+    variable: str  # where it was found, e.g. HTTPS_PROXY or llm.proxy
     scheme: str
     host: str
     port: int
@@ -53,10 +53,13 @@ class Proxy:
         return f"{self.variable} is a {self.scheme}:// proxy, which the lean client does not speak"
 
 
-def proxy_for(url: str) -> Proxy | None:
-    """The proxy a request to `url` goes through, or None to connect directly."""
+def proxy_for(url: str, configured: str | None = None) -> Proxy | None:
+    """The proxy a request to `url` goes through, or None to connect directly. `configured`
+    (llm.proxy) wins over the environment and applies to every host but this machine's own."""
     parts = urlsplit(url)
     host = parts.hostname or ""
+    if configured:
+        return None if is_loopback(host) else _parse("llm.proxy", configured)
     for name in (f"{parts.scheme or 'https'}_proxy", "all_proxy"):
         for variable in (name, name.upper()):
             if value := os.environ.get(variable, "").strip():

@@ -90,7 +90,7 @@ def route(llm: LLMSettings) -> Route:
         chosen = _direct(llm, prefix, rest, host, "llm.transport = direct")
     else:
         chosen = _auto(llm, prefix, rest, host)
-    proxy = proxy_for(chosen.base_url) if chosen.path == "direct" else None
+    proxy = proxy_for(chosen.base_url, llm.proxy) if chosen.path == "direct" else None
     if proxy is None:
         return chosen
     if proxy.usable:  # the lean client connects through it (connection.py asks proxy_for too)

@@ -129,7 +129,7 @@ def configured_secrets(settings: Settings) -> list[str]:
     token someone pastes as well as the gateway does."""
     values = [settings.llm.api_key, settings.telegram.token, *settings.api.keys]
     secrets = [value.get_secret_value() for value in values if value is not None]
-    proxy = settings.telegram.proxy  # http://me:pw@host: its password, not the whole URL
-    if proxy and "@" in proxy and (password := _password(proxy)):
-        secrets += [password, unquote(password)]
+    for proxy in (settings.llm.proxy, settings.telegram.proxy):  # http://me:pw@host: its password
+        if proxy and "@" in proxy and (password := _password(proxy)):
+            secrets += [password, unquote(password)]
     return secrets
