@@ -56,6 +56,7 @@ BASE_MODULES = {
 # What a channel may use: the channel port and the settings and helpers it is built from.
 CHANNEL_MAY_IMPORT = {
     "agent",
+    "audience",  # the Sender a channel vouches for
     "config",
     "log",
     "text",

@@ -45,6 +45,7 @@ from nanomem.agent import (
     parse_command,
     save_media,
 )
+from nanomem.audience import Sender, is_shared_room
 from nanomem.config import ApiSettings
 from nanomem.log import register_secrets
 
@@ -187,7 +188,7 @@ class ApiChannel:
         """Stop the chat's turn as `/stop` does (its reply goes nowhere)."""
         if self._bus is None:
             return
-        stop = InboundMessage(self.name, chat, "/stop", sender_id=chat)
+        stop = InboundMessage(self.name, chat, "/stop", self._sender(chat))
         task = asyncio.get_running_loop().create_task(self._bus.publish_inbound(stop))
         self._background.add(task)
         task.add_done_callback(self._background.discard)
@@ -253,11 +254,8 @@ class ApiChannel:
                 refusal.force_close()  # the rest of that body is not waited for
             return refusal
         assert self._bus is not None
-        # The owner's: its clients hold the owner's api.keys (nobody is there to be asked).
-        owner = {"owner": True}
-        msg = InboundMessage(
-            self.name, parsed.session_id, parsed.text, parsed.session_id, media, owner
-        )
+        sender = self._sender(parsed.session_id)
+        msg = InboundMessage(self.name, parsed.session_id, parsed.text, sender, media)
         command = parse_command(parsed.text)
         waiting = _Waiting(parsed.session_id, command is not None and command[0] == "stop")
         self._waiting[msg.id] = waiting
@@ -277,6 +275,12 @@ class ApiChannel:
                 while len(self._abandoned) > ABANDONED_KEPT:
                     self._abandoned.popitem(last=False)
                 self._stop_turn(waiting.chat)
+
+    @staticmethod
+    def _sender(session_id: str) -> Sender:
+        """The owner's: its clients hold the owner's api.keys; nobody waits on a request to
+        answer a question, though."""
+        return Sender(session_id, is_owner=True, shared_room=is_shared_room(f"api:{session_id}"))
 
     async def _read_body(self, request: web.Request) -> bytes:
         too_big = BadRequest(

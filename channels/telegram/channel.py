@@ -67,6 +67,7 @@ from nanomem.agent import (
     record_failure,
     save_media,
 )
+from nanomem.audience import Sender
 from nanomem.config import ConfigError, TelegramSettings
 from nanomem.log import register_secrets
 from nanomem.text.plural import plural
@@ -93,6 +94,7 @@ class Incoming:
     user: User
     key: str
     group: bool
+    sender: Sender
     seq: int | None = None
     replayed: bool = False
     retry: bool = False  # its handling failed before: tried again, nobody is kept waiting
@@ -289,7 +291,7 @@ class TelegramChannel:
         assert self._bus is not None
         admitted = [(update, found) for update in updates if (found := self._admit_or_skip(update))]
         offset = updates[-1].update_id + 1
-        items = [(found.key, update.to_dict()) for update, found in admitted]
+        items = [(found.key, update.to_dict(), found.sender) for update, found in admitted]
         while True:
             try:
                 seqs = await self._bus.receive(self.name, items, (OFFSET, str(offset)))
@@ -369,13 +371,27 @@ class TelegramChannel:
                 )
             return None
         group = message.chat.type in (ChatType.GROUP, ChatType.SUPERGROUP)
+        sender = self._sender(user, group)
+        key = chat_key(message)
         if press is not None:
             data = press.data or ""
-            return Incoming(message, user, chat_key(message), group, press=data, press_id=press.id)
+            return Incoming(message, user, key, group, sender, press=data, press_id=press.id)
         mention_only = group and self.settings.group_policy == "mention"
         if mention_only and not is_addressed(message, message.get_bot().bot, self._our_commands):
             return None
-        return Incoming(message, user, chat_key(message), group)
+        return Incoming(message, user, key, group, sender)
+
+    def _sender(self, user: User, group: bool) -> Sender:
+        """Who wrote, from Telegram's facts: a person is there to answer a question (a shell
+        command to approve, say), and only telegram.owner is the owner, in any chat."""
+        handle = f" (@{user.username})" if user.username else ""
+        return Sender(
+            str(user.id),
+            f"{user.full_name}{handle}",
+            is_owner=user.id == self.settings.owner_id,
+            can_answer=True,
+            shared_room=group,
+        )
 
     def _fair_press(self, data: str | None, presser: int, message: Message) -> bool:
         """A press is its presser typing a command: in a private chat only that chat's person
@@ -462,16 +478,8 @@ class TelegramChannel:
                 await self._bus.forget(incoming.seq)
                 return None
             return UNSUPPORTED
-        # A person is there to answer a question (a shell command to approve, say).
-        metadata: dict[str, Any] = {"message_id": message.message_id, "can_ask": True}
-        # Only the owner approves commands and memory changes, in any chat.
-        metadata["owner"] = user.id == self.settings.owner_id
-        if incoming.press is not None:
-            metadata["button"] = True
-        if group:
-            handle = f" (@{user.username})" if user.username else ""
-            metadata["sender_name"] = f"{user.full_name}{handle}"
-        inbound = InboundMessage(self.name, key, text, str(user.id), media, metadata)
+        pressed = incoming.press is not None
+        inbound = InboundMessage(self.name, key, text, incoming.sender, media, pressed)
         if (seq := incoming.seq) is not None:
             inbound = replace(
                 inbound, id=InboundMessage.inbox_id(seq), seq=seq, replayed=incoming.replayed

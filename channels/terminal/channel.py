@@ -18,6 +18,7 @@ from prompt_toolkit.history import FileHistory
 from prompt_toolkit.key_binding import KeyBindings, KeyPressEvent
 
 from nanomem.agent import STOPPED, InboundMessage, MessageBus, OutboundMessage
+from nanomem.audience import Sender
 from nanomem.text.escapes import strip_escapes
 from nanomem.text.masking import redact
 
@@ -25,6 +26,9 @@ if TYPE_CHECKING:
     from rich.console import Console
 
 EXIT_WORDS = {"/exit", "/quit", "exit", "quit"}
+# The terminal is the owner's, and they sit at this prompt: they can answer a question (may
+# this shell command run?).
+PERSON_AT_THE_PROMPT = Sender("user", is_owner=True, can_answer=True)
 
 
 class MaskedHistory(FileHistory):
@@ -220,10 +224,7 @@ class TerminalChannel:
 
     async def _publish(self, text: str) -> InboundMessage:
         assert self._bus is not None, "start() must be called first"
-        # can_ask: a person sits at this prompt and can answer a question (a shell command);
-        # the terminal is the owner's.
-        metadata = {"can_ask": True, "owner": True}
-        msg = InboundMessage(self.name, self.chat_id, text, "user", metadata=metadata)
+        msg = InboundMessage(self.name, self.chat_id, text, PERSON_AT_THE_PROMPT)
         self._expect(msg)
         await self._bus.publish_inbound(msg)
         return msg

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal
 
-from nanomem.audience import Sender, is_shared_room
+from nanomem.audience import Sender
 
 if TYPE_CHECKING:  # sqlite and loguru stay off `nanomem chat`'s way to its prompt
     from nanomem.agent.inbox import Inbox, Pending
@@ -42,12 +42,15 @@ def _new_id() -> str:
 
 @dataclass(frozen=True)
 class InboundMessage:
+    """A message for the core, as its channel vouches for it: who sent it (`sender`, from the
+    channel's own facts, never from the text) and where (`channel`, `chat_id`)."""
+
     channel: str
     chat_id: str
     content: str
-    sender_id: str = ""
+    sender: Sender = field(default_factory=Sender)
     media: tuple[str, ...] = ()
-    metadata: dict[str, Any] = field(default_factory=dict)
+    pressed: bool = False  # sent by pressing one of our buttons, not typed
     timestamp: datetime = field(default_factory=_now)
     id: str = field(default_factory=_new_id)
     seq: int | None = None  # its place in the inbox, when it came through one
@@ -57,18 +60,6 @@ class InboundMessage:
     def session_key(self) -> str:
         return f"{self.channel}:{self.chat_id}"
 
-    @property
-    def sender(self) -> Sender:
-        # Read from the channel's metadata until every channel sets a Sender itself (issue 23).
-        data = self.metadata
-        return Sender(
-            self.sender_id,
-            str(data.get("sender_name", "")),
-            is_owner=data.get("owner") is True,
-            can_answer=bool(data.get("can_ask")),
-            shared_room=is_shared_room(self.session_key),
-        )
-
     @staticmethod
     def inbox_id(seq: int) -> str:
         """The same id for a message whenever it is replayed, so its turn can be found again."""
@@ -76,9 +67,9 @@ class InboundMessage:
 
 
 def is_owner(msg: InboundMessage) -> bool:
-    """Sent by the owner: the channel vouches for it with metadata `owner` (the terminal, the
-    first user of telegram.allow_from, ...). Approvals and memory decisions are theirs alone."""
-    return msg.metadata.get("owner") is True
+    """Sent by the owner, as the channel vouches (the terminal, telegram.owner, an API key).
+    Approvals and memory decisions are theirs alone."""
+    return msg.sender.is_owner
 
 
 # The message the running turn answers (set by the loop; tasks and threads inherit it): a tool
@@ -162,11 +153,11 @@ class MessageBus:
     async def receive(
         self,
         channel: str,
-        items: list[tuple[str, dict[str, Any]]],
+        items: list[tuple[str, dict[str, Any], Sender]],
         position: tuple[str, str] | None = None,
     ) -> list[int | None]:
-        """Store (chat, payload) items durably, with the channel's new position in its source,
-        before the channel acknowledges them; their inbox numbers."""
+        """Store (chat, payload, sender) items durably, with the channel's new position in its
+        source, before the channel acknowledges them; their inbox numbers."""
         if self.inbox is None:
             return [None] * len(items)
         if not items and position is None:

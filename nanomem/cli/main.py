@@ -324,11 +324,14 @@ def _ask_for_model(args: argparse.Namespace, home: Home) -> Settings:
 
 async def _one_shot(app: App, session: str, text: str) -> int:
     from nanomem.agent import InboundMessage
+    from nanomem.audience import Sender, is_shared_room
 
     # A whole key continues another channel's conversation (its reply is printed here).
     channel, chat = (session.split(":", 1)) if ":" in session else ("cli", session)
     stream = StdoutStream()
-    msg = InboundMessage(channel, chat, text, sender_id="user", metadata={"owner": True})
+    # The owner's one-shot: nobody stays at a prompt to answer a question.
+    sender = Sender("user", is_owner=True, shared_room=is_shared_room(f"{channel}:{chat}"))
+    msg = InboundMessage(channel, chat, text, sender)
     reply = await app.loop.handle(msg, progress=stream.show)
     await app.loop.close(grace_s=30)
     await app.aclose()

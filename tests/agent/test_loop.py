@@ -8,6 +8,7 @@ from nanomem.agent.bus import InboundMessage, OutboundMessage
 from nanomem.agent.commands import NOTHING_TO_STOP, STOPPED
 from nanomem.agent.loop import NOTHING_TO_RETRY
 from nanomem.app import App
+from nanomem.audience import Sender
 from nanomem.home import Home
 from nanomem.log import register_secrets, shown_so_far
 from nanomem.providers.port import ProviderError, Reply, RetryingProvider
@@ -17,7 +18,7 @@ from tests.helpers import until
 
 
 def msg(content: str, chat: str = "direct") -> InboundMessage:
-    return InboundMessage("cli", chat, content, sender_id="user")
+    return InboundMessage("cli", chat, content, Sender("user"))
 
 
 async def test_a_turn_is_answered_and_persisted(home: Home) -> None:
@@ -251,7 +252,9 @@ async def test_a_stop_right_after_sending_still_keeps_the_message(home: Home) ->
 async def test_a_replayed_message_whose_turn_had_ended_is_not_asked_again(home: Home) -> None:
     provider = ScriptedProvider([text("said before the crash")])
     app = make_app(home, provider)
-    first = InboundMessage("telegram", "42", "hello", "42", id=InboundMessage.inbox_id(7), seq=7)
+    first = InboundMessage(
+        "telegram", "42", "hello", Sender("42"), id=InboundMessage.inbox_id(7), seq=7
+    )
     await app.loop.handle(first)
     replayed = replace(first, replayed=True)
     reply = await app.loop.handle(replayed)
@@ -265,7 +268,7 @@ async def test_a_replayed_message_whose_turn_had_ended_is_not_asked_again(home: 
 async def test_a_turn_a_crash_cut_short_goes_on_from_where_it_was(home: Home) -> None:
     provider = ScriptedProvider([text("finished now")])
     app = make_app(home, provider)
-    msg = InboundMessage("telegram", "42", "list the files", "42", id="in-9", seq=9)
+    msg = InboundMessage("telegram", "42", "list the files", Sender("42"), id="in-9", seq=9)
     session = await app.sessions.get("telegram:42")
     user = {**app.context.user_message(msg), "in": "in-9"}
     started = call("list_dir", {"path": "."}, call_id="c1").as_message()
@@ -422,7 +425,9 @@ async def test_a_replayed_turn_overtaken_by_another_process_is_asked_afresh(home
     provider = ScriptedProvider([text("yes, 42")])
     app = make_app(home, provider)
     msg_id = InboundMessage.inbox_id(11)
-    replayed = InboundMessage("telegram", "42", "is it 42?", "42", id=msg_id, seq=11, replayed=True)
+    replayed = InboundMessage(
+        "telegram", "42", "is it 42?", Sender("42"), id=msg_id, seq=11, replayed=True
+    )
     session = await app.sessions.get("telegram:42")
     started = {**app.context.user_message(replayed), "in": msg_id}  # then the gateway died
     meanwhile = [  # a `chat -m` on the same session answered its own question meanwhile

@@ -18,6 +18,7 @@ from nanomem.agent.inbox import Pending, SqliteInbox
 from nanomem.agent.loop import INTERNAL_ERROR
 from nanomem.agent.retries import GIVEN_UP, RETRYING, Retries
 from nanomem.app import App, build_app
+from nanomem.audience import Sender
 from nanomem.home import Home
 from nanomem.memory.session import session_filename
 from nanomem.providers.scripted import ScriptedProvider
@@ -44,7 +45,9 @@ class Running:
         self.readmitted.append(pending.seq)
         text, seq = pending.payload["text"], pending.seq
         ident = InboundMessage.inbox_id(seq)
-        msg = InboundMessage("telegram", pending.chat, text, "1", id=ident, seq=seq, replayed=True)
+        msg = InboundMessage(
+            "telegram", pending.chat, text, Sender("1"), id=ident, seq=seq, replayed=True
+        )
         await self.bus.publish_inbound(msg)
         return True
 

@@ -64,16 +64,17 @@ def logged() -> Iterator[list[str]]:
 async def test_a_private_message_reaches_the_bus_and_the_answer_comes_back(
     running: Running, fake: FakeTelegram
 ) -> None:
-    sent = fake.send_text(OWNER, "hello")["message"]
+    fake.send_text(OWNER, "hello")
     msg = await running.next()
-    assert (msg.channel, msg.chat_id, msg.content, msg.sender_id) == (
+    assert (msg.channel, msg.chat_id, msg.content, msg.sender.id) == (
         "telegram",
         "42",
         "hello",
         "42",
     )
-    # no sender name in private; a person is there to be asked (a shell command, say)
-    assert msg.metadata == {"message_id": sent["message_id"], "can_ask": True, "owner": True}
+    # not a shared room; a person is there to be asked (a shell command, say)
+    assert msg.sender.can_answer and msg.sender.is_owner and not msg.sender.shared_room
+    assert not msg.pressed
     await until(lambda: fake.chat_actions(OWNER) == [{"chat_id": OWNER, "action": "typing"}])
     await running.channel.send(OutboundMessage.answering(msg, "**hi** there"))
     (reply,) = await fake.wait_for_messages_async(OWNER, 1)
@@ -148,8 +149,8 @@ async def test_group_messages_need_a_mention_a_reply_or_a_command(
     fake.send_text(GROUP, "@nanomem_test_bot what time is it?", username="bea", **group)  # type: ignore[arg-type]
     mentioned = await running.next()
     assert mentioned.content == "what time is it?"
-    assert mentioned.chat_id == str(GROUP) and mentioned.sender_id == str(FRIEND)
-    assert mentioned.metadata["sender_name"] == "Bea (@bea)"
+    assert mentioned.chat_id == str(GROUP) and mentioned.sender.id == str(FRIEND)
+    assert mentioned.sender.name == "Bea (@bea)" and mentioned.sender.shared_room
     fake.send_text(GROUP, "and tomorrow?", reply_to_bot=True, **group)  # type: ignore[arg-type]
     assert (await running.next()).content == "and tomorrow?"
     fake.send_text(GROUP, "/new", **group)  # type: ignore[arg-type]
@@ -166,7 +167,7 @@ async def test_open_groups_hear_everything(fake: FakeTelegram, tmp_path: Path) -
     try:
         fake.send_text(GROUP, "no mention", chat_type="group", user_id=OWNER)
         msg = await asyncio.wait_for(bus.next_inbound(), 5)
-        assert msg.content == "no mention" and msg.metadata["sender_name"] == "Alice (@alice)"
+        assert msg.content == "no mention" and msg.sender.name == "Alice (@alice)"
     finally:
         await channel.stop()
 
@@ -360,8 +361,8 @@ async def test_buttons_are_shown_and_a_press_arrives_as_the_presser_s_command(
 
     query = fake.press(shown, "/dream-approve 3f2a")
     press = await running.next()
-    assert (press.chat_id, press.sender_id, press.content) == ("42", "42", "/dream-approve 3f2a")
-    assert press.metadata["button"] is True
+    assert (press.chat_id, press.sender.id, press.content) == ("42", "42", "/dream-approve 3f2a")
+    assert press.pressed is True
     await until(lambda: any(a["callback_query_id"] == query for a in fake.press_answers()))
     await until(lambda: fake.markup_edits(OWNER))
     assert "reply_markup" not in fake.sent_messages(OWNER)[-1]  # pressed once, then gone
@@ -375,8 +376,8 @@ async def test_only_the_owner_s_messages_are_marked_as_the_owner_s(
     mine = await running.next()
     fake.send_text(FRIEND, "hello")
     theirs = await running.next()
-    assert mine.metadata["owner"] is True
-    assert theirs.metadata.get("owner") is not True
+    assert mine.sender.is_owner is True
+    assert theirs.sender.is_owner is not True
 
 
 async def test_in_a_group_another_member_s_press_leaves_the_buttons_to_the_asker(
@@ -391,7 +392,7 @@ async def test_in_a_group_another_member_s_press_leaves_the_buttons_to_the_asker
     shown = fake.sent_messages(GROUP)[-1]
     fake.press(shown, "/shell-deny 1", user_id=FRIEND)
     press = await running.next()
-    assert press.sender_id == str(FRIEND) and press.metadata["button"] is True
+    assert press.sender.id == str(FRIEND) and press.pressed is True
     await running.nothing()
     assert not fake.markup_edits(GROUP)
 

@@ -6,13 +6,14 @@ from rich.console import Console
 
 from channels.terminal.channel import TerminalChannel
 from nanomem.agent.bus import InboundMessage
+from nanomem.audience import Sender
 from nanomem.home import Home
 from nanomem.providers.scripted import ScriptedProvider, text
 from tests.conftest import make_app
 
 
 def msg(content: str) -> InboundMessage:
-    return InboundMessage("cli", "direct", content, sender_id="user", metadata={"owner": True})
+    return InboundMessage("cli", "direct", content, Sender("user", is_owner=True))
 
 
 def terminal(home: Home) -> tuple[TerminalChannel, io.StringIO]:

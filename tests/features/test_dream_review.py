@@ -7,6 +7,7 @@ from datetime import UTC, datetime, timedelta
 from channels.telegram.format import message_chunks
 from nanomem.agent.bus import InboundMessage, OutboundMessage
 from nanomem.app import App
+from nanomem.audience import Sender
 from nanomem.features.dream.review import PendingChange
 from nanomem.home import Home
 from nanomem.memory.history import NewEntry
@@ -19,8 +20,8 @@ ASK = {"dream": {"review": "ask"}}
 async def say(
     app: App, words: str, chat: str = "direct", channel: str = "cli", owner: bool = True
 ) -> OutboundMessage:
-    metadata = {"owner": True} if owner else {}
-    reply = await app.loop.handle(InboundMessage(channel, chat, words, chat, metadata=metadata))
+    sender = Sender(chat, is_owner=owner)
+    reply = await app.loop.handle(InboundMessage(channel, chat, words, sender))
     assert reply is not None
     return reply
 

@@ -15,7 +15,7 @@ import pytest
 
 from nanomem.agent.bus import InboundMessage
 from nanomem.app import App
-from nanomem.audience import audience_of
+from nanomem.audience import Sender, audience_of
 from nanomem.features.dream.evidence import added_lines, cited_items, parse, trailers
 from nanomem.features.dream.journal import Edit, Journal
 from nanomem.features.dream.provenance import USAGE, Provenance, find
@@ -63,10 +63,8 @@ async def dreamed(home: Home, steps: Sequence[Step], **sections: dict[str, objec
 
 async def why(app: App, words: str, session: str = "cli:direct") -> str:
     channel, _, chat = session.partition(":")
-    owner = {"owner": True}  # a group member's /why is refused when groups see personal memory
-    reply = await app.loop.handle(
-        InboundMessage(channel, chat, f"/why {words}".rstrip(), metadata=owner)
-    )
+    owner = Sender(is_owner=True)  # a group member's /why is refused when groups see personal
+    reply = await app.loop.handle(InboundMessage(channel, chat, f"/why {words}".rstrip(), owner))
     assert reply is not None
     return reply.content
 

@@ -11,7 +11,7 @@ from loguru import logger
 from nanomem.agent.bus import InboundMessage, MessageBus, answering
 from nanomem.agent.inbox import SqliteInbox
 from nanomem.agent.templates import Templates
-from nanomem.audience import audience_of, enter
+from nanomem.audience import Sender, audience_of, enter
 from nanomem.config import ScheduleSettings
 from nanomem.features.schedules.chat import NEEDS_GATEWAY
 from nanomem.features.schedules.rules import Schedule, ScheduleError, make_schedule
@@ -302,7 +302,7 @@ def fired_payload(**extra: str) -> dict[str, str]:
 async def test_a_firing_left_in_the_inbox_is_replayed_at_start(
     store: ScheduleStore, bus: MessageBus
 ) -> None:
-    (seq,) = await bus.receive(INBOX_CHANNEL, [("7", fired_payload())], None)
+    (seq,) = await bus.receive(INBOX_CHANNEL, [("7", fired_payload(), Sender())], None)
     runner = turns(store, bus)
     await runner.start({"telegram"})
     try:
@@ -388,7 +388,7 @@ async def test_a_schedule_fires_only_while_its_maker_is_admitted(
         await runner.start({"telegram"}, admits)
         try:
             enter(audience_of("telegram:-500"))
-            answering.set(InboundMessage("telegram", "-500", "remind us", sender_id="77"))
+            answering.set(InboundMessage("telegram", "-500", "remind us", Sender("77")))
             soon = datetime.now(UTC) + timedelta(seconds=1)
             await runner.schedule("stand-up", every_minutes=1)
             await runner.schedule("water", at=soon.isoformat())
@@ -430,7 +430,7 @@ async def test_a_schedule_made_in_a_scheduled_turn_is_made_by_whoever_made_that_
         await runner.stop()
         await runner.start({"telegram"}, lambda session, made_by: made_by == "77")
         fired = await next_message(bus)
-        assert fired.sender_id == "77"
+        assert fired.sender.id == "77"
         enter(audience_of("telegram:-500"))
         answering.set(fired)
         await runner.schedule("check again", every_minutes=30)
@@ -442,7 +442,7 @@ async def test_a_schedule_made_in_a_scheduled_turn_is_made_by_whoever_made_that_
 async def test_a_firing_left_in_the_inbox_for_a_refused_maker_is_dropped_at_start(
     store: ScheduleStore, bus: MessageBus
 ) -> None:
-    await bus.receive(INBOX_CHANNEL, [("7", fired_payload(made_by="7"))], None)
+    await bus.receive(INBOX_CHANNEL, [("7", fired_payload(made_by="7"), Sender("7"))], None)
     runner = turns(store, bus)
     await runner.start({"telegram"}, lambda session, made_by: made_by != "7")
     try:

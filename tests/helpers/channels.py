@@ -6,6 +6,7 @@ from __future__ import annotations
 from nanomem.agent.bus import InboundMessage, MessageBus, OutboundMessage
 from nanomem.agent.channel import ChannelDown
 from nanomem.app import App
+from nanomem.audience import Sender
 
 
 class FakeChannel:
@@ -44,4 +45,4 @@ class FakeChannel:
 
     async def say(self, content: str, chat: str = "1") -> None:
         assert self.bus is not None
-        await self.bus.publish_inbound(InboundMessage(self.name, chat, content, sender_id="u"))
+        await self.bus.publish_inbound(InboundMessage(self.name, chat, content, Sender("u")))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from nanomem.agent.bus import InboundMessage, MessageBus, OutboundMessage
 from nanomem.agent.channel import DeliveryLater
+from nanomem.audience import Sender
 
 
 class Recorder:
@@ -28,6 +29,8 @@ class Recorder:
 
 
 async def stored(bus: MessageBus, chat: str, text: str) -> InboundMessage:
-    (seq,) = await bus.receive("telegram", [(chat, {"text": text})])
+    (seq,) = await bus.receive("telegram", [(chat, {"text": text}, Sender("1"))])
     assert seq is not None
-    return InboundMessage("telegram", chat, text, "1", id=InboundMessage.inbox_id(seq), seq=seq)
+    return InboundMessage(
+        "telegram", chat, text, Sender("1"), id=InboundMessage.inbox_id(seq), seq=seq
+    )

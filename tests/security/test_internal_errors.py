@@ -27,6 +27,7 @@ from nanomem.agent.channel import pump_outbound
 from nanomem.agent.inbox import SqliteInbox
 from nanomem.agent.retries import RETRYING
 from nanomem.app import App, build_app
+from nanomem.audience import Sender
 from nanomem.gateway import Gateway
 from nanomem.home import Home
 from nanomem.providers.scripted import ScriptedProvider
@@ -227,7 +228,7 @@ async def test_an_unreadable_stored_message_does_not_keep_telegram_down(
         inbox = app.bus.inbox
         assert inbox is not None
         damaged = {"update_id": 1, "message": {"message_id": 1, "text": "the lost words"}}
-        (seq,) = inbox.add("telegram", [(str(OWNER_42), damaged)], None)
+        (seq,) = inbox.add("telegram", [(str(OWNER_42), damaged, Sender())], None)
         async with running(app, fake):
             fake.send_text(OWNER_42, "hello")
             (answer,) = await fake.wait_for_messages_async(OWNER_42, 1, timeout=WAIT_S)
@@ -254,7 +255,9 @@ async def test_an_unreadable_stored_firing_does_not_stop_the_schedules(home: Hom
             "made_by": str(OWNER_42),
         }
         chat = str(OWNER_42)
-        damaged, _ = inbox.add("schedule", [(chat, {"text": "feed the cat"}), (chat, firing)], None)
+        damaged, _ = inbox.add(
+            "schedule", [(chat, {"text": "feed the cat"}, Sender()), (chat, firing, Sender())], None
+        )
         async with running(app, fake):
             (answer,) = await fake.wait_for_messages_async(OWNER_42, 1, timeout=WAIT_S)
             assert answer["text"].endswith("water the plants")

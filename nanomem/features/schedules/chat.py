@@ -146,7 +146,7 @@ class ChatSchedules:
                 cron=cron,
                 zone=self.zone if timezone is None else zone_checked(timezone),
                 now=now,
-                made_by=asker.sender_id if asker is not None else "",
+                made_by=asker.sender.id if asker is not None else "",
             )
             upcoming = made.reachable(now)
             await asyncio.to_thread(self.store.add, made)
@@ -205,4 +205,4 @@ def made_by(session: str, asker: InboundMessage | None) -> str | None:
     (None: every schedule of the chat)."""
     if asker is None or not is_shared_room(session) or is_owner(asker):
         return None
-    return asker.sender_id
+    return asker.sender.id

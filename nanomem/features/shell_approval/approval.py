@@ -155,14 +155,14 @@ class ShellApproval:
             return "refused: the command does not match tools.shell_approval's allowlist"
         asker = answering.get()
         # Only the owner approves: the command runs on their machine, whoever else may chat.
-        present = asker is not None and asker.metadata.get("can_ask") and is_owner(asker)
+        present = asker is not None and asker.sender.can_answer and is_owner(asker)
         if asker is None or not present or self.publish is None:
             return f"{DENIED}: nobody can approve commands here; only allowlisted ones run"
         return await self._ask(asker, command)
 
     async def _ask(self, asker: InboundMessage, command: str) -> str | None:
         key = uuid.uuid4().hex[:8]
-        question = _Question(command, asker.session_key, asker.sender_id)
+        question = _Question(command, asker.session_key, asker.sender.id)
         self._questions[key] = question
         word = first_word(command)
         buttons = [Button("Allow once", f"/shell-allow {key}")]
@@ -204,7 +204,7 @@ class ShellApproval:
         question = self._questions.get(key.strip())
         if question is None or question.answer.done():
             return "That question is no longer open (answered, or timed out and denied)."
-        if (msg.session_key, msg.sender_id) != (question.session, question.sender):
+        if (msg.session_key, msg.sender.id) != (question.session, question.sender):
             return "Only the person whose message started this can answer it."
         question.answer.set_result(choice)
         return question
