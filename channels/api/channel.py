@@ -39,6 +39,8 @@ from channels.api.wire import (
 )
 from nanomem.agent import (
     STOPPED,
+    BaseChannel,
+    Capabilities,
     InboundMessage,
     MessageBus,
     OutboundMessage,
@@ -46,7 +48,7 @@ from nanomem.agent import (
     save_media,
 )
 from nanomem.audience import Sender, is_shared_room
-from nanomem.config import ApiSettings
+from nanomem.config import ApiSettings, ConfigError, is_loopback
 from nanomem.log import register_secrets
 
 if TYPE_CHECKING:
@@ -60,6 +62,10 @@ PARSE_IN_THREAD_BYTES = 256 * 1024
 # The slowest a request body may come on average (after gateway.read_timeout_s of grace): a
 # 20 MB body gets about 5 minutes, one of a few KB a few seconds more than the timeout.
 MIN_BODY_RATE = 64 * 1024
+PUBLIC_WITHOUT_KEYS = (
+    "gateway.host is {host}, not a loopback address, and api.keys is empty: anyone who can "
+    "reach it could use the agent; set api.keys (or NANOMEM_API__KEYS) or a loopback gateway.host"
+)
 SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
 
 
@@ -94,9 +100,11 @@ def _rest(final: str, step_text: str, sent_any: bool) -> str:
     return ("\n\n" if sent_any and final else "") + final
 
 
-class ApiChannel:
+class ApiChannel(BaseChannel):
     name = "api"
-    pushes = False  # a reply needs a waiting request: scheduled turns cannot come here
+    # A reply goes to the request waiting for it: nothing can be pushed (no scheduled turns);
+    # a streaming request shows it growing.
+    capabilities = Capabilities(streams=True, same_connection=True)
 
     def __init__(
         self,
@@ -124,6 +132,9 @@ class ApiChannel:
 
     @classmethod
     def from_app(cls, app: App) -> ApiChannel:
+        host = app.settings.gateway.host
+        if not app.settings.api.keys and not is_loopback(host):
+            raise ConfigError(PUBLIC_WITHOUT_KEYS.format(host=host or "(all addresses)"))
         return cls(
             app.settings.api,
             workspace=app.workspace,
@@ -133,9 +144,9 @@ class ApiChannel:
             read_timeout_s=app.settings.gateway.read_timeout_s,
         )
 
-    def routes(self, app: web.Application) -> None:
-        app.router.add_post("/v1/chat/completions", self._chat)
-        app.router.add_get("/v1/models", self._models)
+    def routes(self, web_app: web.Application) -> None:
+        web_app.router.add_post("/v1/chat/completions", self._chat)
+        web_app.router.add_get("/v1/models", self._models)
 
     # Lifecycle.
 
@@ -157,9 +168,6 @@ class ApiChannel:
             )
         tasks = list(self._background)
         await asyncio.gather(*tasks, return_exceptions=True)
-
-    def problem(self) -> str | None:
-        return None
 
     async def send(self, msg: OutboundMessage) -> None:
         """Hand the message to the request waiting for it (no await: order is kept)."""

@@ -55,7 +55,9 @@ from channels.telegram.transport import call_api, channel_down, requests_for
 from nanomem.agent import (
     GIVEN_UP,
     RETRYING,
+    BaseChannel,
     Button,
+    Capabilities,
     ChatQueues,
     Command,
     DeliveryLater,
@@ -102,7 +104,7 @@ class Incoming:
     press_id: str = ""  # ... and the callback query to answer
 
 
-class TelegramChannel:
+class TelegramChannel(BaseChannel):
     """Long polling is ours, not python-telegram-bot's Updater: PTB confirms updates to Telegram
     before any handler runs, so a crash would lose them. Here each batch of updates is stored
     in the inbox, with the new offset, before the next getUpdates confirms it."""
@@ -151,6 +153,16 @@ class TelegramChannel:
         )
         self._refused: set[int] = set()
         self._owner_noted = False
+        self.capabilities = Capabilities(
+            streams=settings.stream,
+            edits=True,
+            drafts=settings.stream,
+            buttons=True,
+            max_chars=4096,
+            markup="html",
+            pushes=True,
+            reaches_owner=True,
+        )
         self._refusals: set[asyncio.Task[Any]] = set()
 
     @classmethod
@@ -243,6 +255,11 @@ class TelegramChannel:
 
     def problem(self) -> str | None:
         return self._poll.problem
+
+    def owner_chat(self) -> str | None:
+        """The owner's private chat: a private chat's id is its person's user id."""
+        owner = self.settings.owner_id
+        return None if owner is None else str(owner)
 
     def admits(self, chat: str, sender: str) -> bool:
         """Would `sender`'s message in this chat be answered now? (Before a scheduled turn: one

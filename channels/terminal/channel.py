@@ -17,7 +17,14 @@ from prompt_toolkit.formatted_text import HTML
 from prompt_toolkit.history import FileHistory
 from prompt_toolkit.key_binding import KeyBindings, KeyPressEvent
 
-from nanomem.agent import STOPPED, InboundMessage, MessageBus, OutboundMessage
+from nanomem.agent import (
+    STOPPED,
+    BaseChannel,
+    Capabilities,
+    InboundMessage,
+    MessageBus,
+    OutboundMessage,
+)
 from nanomem.audience import Sender
 from nanomem.text.escapes import strip_escapes
 from nanomem.text.masking import redact
@@ -83,8 +90,10 @@ def typeahead_kept() -> Iterator[None]:
         termios.tcsetattr(fd, termios.TCSANOW, saved)
 
 
-class TerminalChannel:
+class TerminalChannel(BaseChannel):
     name = "cli"
+    # Redraws the reply as it grows (rich's Live region); choices as a hint line or a y/N prompt.
+    capabilities = Capabilities(streams=True, edits=True, markup="markdown")
 
     def __init__(
         self, *, history_file: Path, chat_id: str = "direct", console: Console | None = None

@@ -18,12 +18,12 @@ if TYPE_CHECKING:
         is_owner,
     )
     from nanomem.agent.channel import (
-        CHANNELS,
+        BaseChannel,
+        Capabilities,
         Channel,
         ChannelDown,
         ChatQueues,
         DeliveryLater,
-        load_channel,
         pump_outbound,
         save_media,
     )
@@ -46,13 +46,14 @@ if TYPE_CHECKING:
     from nanomem.agent.templates import Templates, bundled_dir
 
 __all__ = [
-    "CHANNELS",
     "GIVEN_UP",
     "RETRYING",
     "STOPPED",
     "AgentLoop",
     "Answer",
+    "BaseChannel",
     "Button",
+    "Capabilities",
     "Channel",
     "ChannelDown",
     "ChatQueues",
@@ -73,7 +74,6 @@ __all__ = [
     "bundled_dir",
     "fenced",
     "is_owner",
-    "load_channel",
     "parked_in",
     "parked_line",
     "parked_notice",
@@ -96,12 +96,12 @@ __getattr__ = lazy_exports(
             "is_owner",
         ),
         "channel": (
-            "CHANNELS",
+            "BaseChannel",
+            "Capabilities",
             "Channel",
             "ChannelDown",
             "ChatQueues",
             "DeliveryLater",
-            "load_channel",
             "pump_outbound",
             "save_media",
         ),

@@ -22,7 +22,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Protocol
@@ -308,9 +308,7 @@ def parked_in(path: Path) -> list[Pending]:
             return []
         # A file the gateway has not migrated yet (version 2) has no senders.
         columns = _COLUMNS if "sender" in have else _COLUMNS.replace("sender", "NULL")
-        rows = db.execute(
-            f"SELECT {columns} FROM messages WHERE {_PARKED} ORDER BY seq"
-        ).fetchall()
+        rows = db.execute(f"SELECT {columns} FROM messages WHERE {_PARKED} ORDER BY seq").fetchall()
     return _readable(rows)
 
 
@@ -369,8 +367,15 @@ def _sender(stored: str | None) -> Sender | None:
     data = untrusted_loads(stored)
     if not isinstance(data, dict):
         return None
-    known = {f.name: type(getattr(Sender(), f.name)) for f in fields(Sender)}
-    return Sender(**{k: v for k, v in data.items() if isinstance(v, known.get(k, type(None)))})
+    text = {k: v for k, v in data.items() if isinstance(v, str)}
+    flag = {k: v for k, v in data.items() if isinstance(v, bool)}
+    return Sender(
+        text.get("id", ""),
+        text.get("name", ""),
+        is_owner=flag.get("is_owner", False),
+        can_answer=flag.get("can_answer", False),
+        shared_room=flag.get("shared_room", False),
+    )
 
 
 def _iso(moment: datetime) -> str:

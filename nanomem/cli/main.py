@@ -329,7 +329,6 @@ async def _one_shot(app: App, session: str, text: str) -> int:
     # A whole key continues another channel's conversation (its reply is printed here).
     channel, chat = (session.split(":", 1)) if ":" in session else ("cli", session)
     stream = StdoutStream()
-    # The owner's one-shot: nobody stays at a prompt to answer a question.
     sender = Sender("user", is_owner=True, shared_room=is_shared_room(f"{channel}:{chat}"))
     msg = InboundMessage(channel, chat, text, sender)
     reply = await app.loop.handle(msg, progress=stream.show)
@@ -392,7 +391,8 @@ async def _interactive(
 ) -> int:
     """The prompt comes first; the app is built behind it while the person types (what they
     send meanwhile waits on the bus), then litellm and the tokenizer load the same way."""
-    from nanomem.agent import MessageBus, load_channel, pump_outbound
+    from nanomem.agent import MessageBus, pump_outbound
+    from nanomem.channel_registry import load_channel
     from nanomem.text.masking import (
         configured_secrets,
         register_environment_secrets,
