@@ -17,8 +17,10 @@ from nanomem.agent import (
     OutboundMessage,
     Readmit,
     Retries,
+    Text,
     parked_notice,
     pump_outbound,
+    shaped,
 )
 from nanomem.app import App
 from nanomem.channel_registry import NO_CHANNEL, enabled_channels, load_channel
@@ -208,7 +210,7 @@ class Gateway:
         if inbox is None:
             return
         for parked in await asyncio.to_thread(inbox.untold):
-            notice = OutboundMessage(channel.name, chat, parked_notice(parked))
+            notice = OutboundMessage(channel.name, chat, Text(parked_notice(parked)))
             await channel.send(notice)  # delivered, or DeliveryLater
             await asyncio.to_thread(inbox.owner_told, parked.seq)
 
@@ -217,12 +219,14 @@ class Gateway:
         pending = await asyncio.to_thread(dream.review.peek)
         if pending is None or pending.notified:
             return
-        notice = OutboundMessage(channel.name, chat, pending.describe(), buttons=pending.buttons())
+        told = Text(pending.describe(), buttons=pending.buttons())
+        notice = shaped(OutboundMessage(channel.name, chat, told), channel.capabilities)
         # Sent by the channel itself, which returns once it is delivered (DeliveryLater when
         # it cannot be now): a notice merely queued may be lost, and then nobody is told.
         # A decision made meanwhile makes its buttons answer "no longer waiting"; told twice
         # rather than never.
-        await channel.send(notice)
+        if notice is not None:
+            await channel.send(notice)
         try:  # under the Dream lock: a decision may be removing the change right now
             await dream.lock.acquire(wait_s=REVIEW_CHECK_S)
         except LockBusy:

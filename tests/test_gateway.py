@@ -11,8 +11,8 @@ from typing import Any
 import aiohttp
 import pytest
 
-from nanomem.agent.bus import OutboundMessage
 from nanomem.agent.channel import Capabilities, DeliveryLater
+from nanomem.agent.outbound import OutboundMessage
 from nanomem.config import ConfigError
 from nanomem.gateway import Gateway, enabled_channels
 from nanomem.home import Home

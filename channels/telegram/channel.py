@@ -65,6 +65,7 @@ from nanomem.agent import (
     MessageBus,
     OutboundMessage,
     Pending,
+    Text,
     parse_command,
     record_failure,
     save_media,
@@ -448,7 +449,7 @@ class TelegramChannel(BaseChannel):
                 self.delivery.notify(incoming.key, GIVEN_UP if parked else RETRYING)
             return
         if note is not None:  # answered by the channel itself: kept until delivered
-            answer = OutboundMessage(self.name, incoming.key, note, kind="error", seq=incoming.seq)
+            answer = OutboundMessage(self.name, incoming.key, Text(note, "error"), seq=incoming.seq)
             await self._bus.answer_for(incoming.seq, answer)
             task = asyncio.create_task(self._say(answer))
             self._refusals.add(task)
@@ -518,8 +519,10 @@ class TelegramChannel(BaseChannel):
     # Outbound: queued per chat in Delivery, which reaches the Bot API through these calls.
 
     async def send(self, msg: OutboundMessage) -> None:
-        if msg.metadata.get("command"):  # /help and the like name commands as the menu does
-            msg = replace(msg, content=in_telegram_spelling(msg.content, self._commands))
+        part = msg.part
+        if isinstance(part, Text) and part.command:  # /help and the like: as the menu names them
+            spelled = in_telegram_spelling(part.text, self._commands)
+            msg = replace(msg, part=replace(part, text=spelled))
         await self.delivery.send(msg)
 
     def _active_bot(self) -> Bot:

@@ -9,14 +9,7 @@ from typing import TYPE_CHECKING
 from nanomem.exports import lazy_exports
 
 if TYPE_CHECKING:
-    from nanomem.agent.bus import (
-        Button,
-        InboundMessage,
-        MessageBus,
-        OutboundMessage,
-        answering,
-        is_owner,
-    )
+    from nanomem.agent.bus import InboundMessage, MessageBus, answering, is_owner
     from nanomem.agent.channel import (
         BaseChannel,
         Capabilities,
@@ -26,11 +19,23 @@ if TYPE_CHECKING:
         DeliveryLater,
         pump_outbound,
         save_media,
+        shaped,
     )
     from nanomem.agent.commands import STOPPED, Answer, Command, CommandSet, fenced, parse_command
     from nanomem.agent.context import ContextBuilder
     from nanomem.agent.inbox import Pending, SqliteInbox, parked_in
     from nanomem.agent.loop import AgentLoop
+    from nanomem.agent.outbound import (
+        Button,
+        Delta,
+        DeltaEnd,
+        File,
+        OutboundMessage,
+        Part,
+        Progress,
+        Question,
+        Text,
+    )
     from nanomem.agent.react_loop import react
     from nanomem.agent.retries import (
         GIVEN_UP,
@@ -61,15 +66,22 @@ __all__ = [
     "CommandSet",
     "ContextBuilder",
     "DeliveryLater",
+    "Delta",
+    "DeltaEnd",
+    "File",
     "InboundMessage",
     "MessageBus",
     "OutboundMessage",
+    "Part",
     "Pending",
+    "Progress",
+    "Question",
     "Readmit",
     "Retries",
     "Skills",
     "SqliteInbox",
     "Templates",
+    "Text",
     "answering",
     "bundled_dir",
     "fenced",
@@ -83,17 +95,22 @@ __all__ = [
     "record_failure",
     "retry_delay",
     "save_media",
+    "shaped",
 ]
 __getattr__ = lazy_exports(
     __name__,
     {
-        "bus": (
+        "bus": ("InboundMessage", "MessageBus", "answering", "is_owner"),
+        "outbound": (
             "Button",
-            "InboundMessage",
-            "MessageBus",
+            "Delta",
+            "DeltaEnd",
+            "File",
             "OutboundMessage",
-            "answering",
-            "is_owner",
+            "Part",
+            "Progress",
+            "Question",
+            "Text",
         ),
         "channel": (
             "BaseChannel",
@@ -104,6 +121,7 @@ __getattr__ = lazy_exports(
             "DeliveryLater",
             "pump_outbound",
             "save_media",
+            "shaped",
         ),
         "commands": ("Answer", "Command", "CommandSet", "STOPPED", "fenced", "parse_command"),
         "context": ("ContextBuilder",),

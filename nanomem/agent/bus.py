@@ -15,8 +15,9 @@ from collections.abc import Callable
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
+from nanomem.agent.outbound import OutboundMessage
 from nanomem.audience import Sender
 
 if TYPE_CHECKING:  # sqlite and loguru stay off `nanomem chat`'s way to its prompt
@@ -24,12 +25,6 @@ if TYPE_CHECKING:  # sqlite and loguru stay off `nanomem chat`'s way to its prom
 
 # Failed attempts so far → seconds until the next attempt, or None: park the message.
 RetryPlan = Callable[[int], float | None]
-
-# "stream": a piece of the reply while the model writes it (metadata: `text` so far, `step`);
-# channels that cannot show it wait for the "reply", which always follows with all of it.
-OutboundKind = Literal["reply", "progress", "error", "stream"]
-# A reply with metadata `command` (the command's name) is the runtime's own text, not the
-# model's: channels show it as written rather than as Markdown.
 
 
 def _now() -> datetime:
@@ -75,65 +70,6 @@ def is_owner(msg: InboundMessage) -> bool:
 # The message the running turn answers (set by the loop; tasks and threads inherit it): a tool
 # that must ask someone, such as the shell approval, asks that message's sender.
 answering: ContextVar[InboundMessage | None] = ContextVar("answering", default=None)
-
-
-@dataclass(frozen=True)
-class Button:
-    """A choice shown under a message; pressing it sends `command` as the presser's message
-    (metadata `button`), so it is checked like anything they type. Telegram shows inline
-    buttons (`command` ≤ 64 bytes), the terminal a hint line, other channels ignore it."""
-
-    label: str
-    command: str
-
-
-@dataclass(frozen=True)
-class OutboundMessage:
-    channel: str
-    chat_id: str
-    content: str
-    kind: OutboundKind = "reply"
-    reply_to: str | None = None
-    metadata: dict[str, Any] = field(default_factory=dict)
-    seq: int | None = None  # the inbox message this answers: delivering it removes that
-    buttons: tuple[Button, ...] = ()
-
-    @classmethod
-    def answering(
-        cls,
-        msg: InboundMessage,
-        content: str,
-        kind: OutboundKind = "reply",
-        buttons: tuple[Button, ...] = (),
-        **metadata: Any,
-    ) -> OutboundMessage:
-        return cls(
-            msg.channel, msg.chat_id, content, kind, msg.id, dict(metadata), msg.seq, buttons
-        )
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "channel": self.channel,
-            "chat_id": self.chat_id,
-            "content": self.content,
-            "kind": self.kind,
-            "reply_to": self.reply_to,
-            "metadata": self.metadata,
-            "buttons": [[b.label, b.command] for b in self.buttons],
-        }
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any], seq: int) -> OutboundMessage:
-        return cls(
-            data["channel"],
-            data["chat_id"],
-            data["content"],
-            data.get("kind", "reply"),
-            data.get("reply_to"),
-            dict(data.get("metadata") or {}),
-            seq,
-            tuple(Button(str(label), str(command)) for label, command in data.get("buttons") or []),
-        )
 
 
 class MessageBus:
@@ -208,7 +144,7 @@ class MessageBus:
         return kept
 
     async def delivered(self, reply: OutboundMessage) -> None:
-        if self.inbox is not None and reply.seq is not None and reply.kind in ("reply", "error"):
+        if self.inbox is not None and reply.seq is not None and reply.is_answer:
             await asyncio.to_thread(self.inbox.done, reply.seq)
 
     async def forget(self, seq: int | None) -> None:

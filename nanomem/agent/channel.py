@@ -6,13 +6,24 @@ sends from that, never from the channel's name or by probing it for methods."""
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections import deque
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
-from nanomem.agent.bus import MessageBus, OutboundMessage
+from nanomem.agent.bus import MessageBus
+from nanomem.agent.outbound import (
+    Button,
+    Delta,
+    DeltaEnd,
+    File,
+    OutboundMessage,
+    Progress,
+    Question,
+    Text,
+)
 from nanomem.audience import room_folder
 from nanomem.durable import write_below
 
@@ -82,8 +93,9 @@ class Channel(Protocol):
 
     async def send(self, msg: OutboundMessage) -> None:
         """Return once the message is delivered (or refused for good); raise DeliveryLater when
-        it cannot be delivered now. Called concurrently: keep each chat's order yourself, in
-        the order the calls were made (before the first await)."""
+        it cannot be delivered now. The core calls it for one chat at a time, in order, and
+        for different chats concurrently; what it gets is already in a form the capabilities
+        allow (no pieces for a channel that does not stream, no buttons where there are none)."""
 
     def problem(self) -> str | None:
         """None while the channel works; otherwise one line saying what is wrong."""
@@ -179,27 +191,49 @@ class ChatQueues:
         await asyncio.gather(*workers, return_exceptions=True)
 
 
+def shaped(msg: OutboundMessage, can: Capabilities) -> OutboundMessage | None:
+    """The form of a message this channel can show; None when it shows nothing of it (the whole
+    reply always follows a piece, so a channel that does not stream loses nothing)."""
+    part = msg.part
+    if isinstance(part, Delta | DeltaEnd):
+        return msg if can.streams else None
+    if isinstance(part, Progress):
+        return msg if can.streams or can.edits else None
+    if isinstance(part, Question) and not can.buttons:
+        return replace(msg, part=Text(_with_choices(part.text, part.choices), "command"))
+    if isinstance(part, Text) and part.buttons and not can.buttons:
+        text = _with_choices(part.text, part.buttons)
+        return replace(msg, part=replace(part, text=text, buttons=()))
+    if isinstance(part, File) and not can.files:
+        return replace(msg, part=Text(f"{part.caption}\n\n(file: {part.path})".strip()))
+    return msg
+
+
+def _with_choices(text: str, choices: tuple[Button, ...]) -> str:
+    """Choices as lines to type, for a channel without buttons."""
+    return "\n".join([text, "", *(f"{b.label}: {b.command}" for b in choices)])
+
+
 async def pump_outbound(channel: Channel, bus: MessageBus) -> None:
-    """Deliver one channel's outbox forever, each send in its own task so that a chat that
-    waits (a flood limit) never holds up another; a delivered reply leaves the inbox."""
+    """Deliver one channel's outbox forever, in the form its capabilities allow. Per-chat order
+    is kept here, once: a chat's messages are sent one after another, in the order they were
+    made, while chats go concurrently (one waiting out a flood limit never holds up another).
+    A delivered reply leaves the inbox."""
     box = bus.outbox(channel.name)
-    sending: set[asyncio.Task[None]] = set()
+    chats = ChatQueues(f"{channel.name}-out")
     try:
         while True:
             msg = await box.get()
             bus.sending(channel.name, +1)
-            task = asyncio.create_task(_deliver(channel, bus, msg))
-            sending.add(task)
-            task.add_done_callback(sending.discard)
+            chats.submit(msg.chat_id, functools.partial(_deliver, channel, bus, msg))
     finally:
-        for task in sending:
-            task.cancel()
-        await asyncio.gather(*sending, return_exceptions=True)
+        await chats.cancel()
 
 
 async def _deliver(channel: Channel, bus: MessageBus, msg: OutboundMessage) -> None:
     try:
-        await channel.send(msg)
+        if (form := shaped(msg, channel.capabilities)) is not None:
+            await channel.send(form)
         await bus.delivered(msg)
     except asyncio.CancelledError:
         raise

@@ -14,6 +14,7 @@ from pathlib import Path
 from nanomem.agent.bus import MessageBus
 from nanomem.agent.channel import pump_outbound
 from nanomem.agent.inbox import SqliteInbox, parked_in
+from nanomem.agent.outbound import OutboundMessage
 from nanomem.agent.retries import retry_delay
 from nanomem.app import build_app
 from nanomem.audience import Sender
@@ -101,7 +102,8 @@ async def test_a_message_leaves_the_inbox_only_when_its_reply_is_delivered(
         left = await until(
             lambda: (rows := inbox.pending("telegram")) and rows[0].reply is not None and rows
         )
-        assert left[0].reply is not None and left[0].reply["content"].startswith("echo:")
+        assert left[0].reply is not None
+        assert OutboundMessage.from_dict(left[0].reply, 0).content.startswith("echo:")
         assert channel.sent == []  # the first delivery failed: the reply is kept
         assert await bus.unfinished("telegram") == []  # ... and queued again, as at a start
         await until(lambda: not inbox.pending("telegram"))

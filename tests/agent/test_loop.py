@@ -4,9 +4,10 @@ import random
 from dataclasses import replace
 from pathlib import Path
 
-from nanomem.agent.bus import InboundMessage, OutboundMessage
+from nanomem.agent.bus import InboundMessage
 from nanomem.agent.commands import NOTHING_TO_STOP, STOPPED
 from nanomem.agent.loop import NOTHING_TO_RETRY
+from nanomem.agent.outbound import Delta, OutboundMessage, Progress, Text
 from nanomem.app import App
 from nanomem.audience import Sender
 from nanomem.home import Home
@@ -25,7 +26,7 @@ async def test_a_turn_is_answered_and_persisted(home: Home) -> None:
     provider = ScriptedProvider([text("Hello!")])
     app = make_app(home, provider)
     reply = await app.loop.handle(msg("hi"))
-    assert reply is not None and reply.content == "Hello!" and reply.kind == "reply"
+    assert reply is not None and reply.part == Text("Hello!")
     session = await app.sessions.get("cli:direct")
     assert [m["role"] for m in session.messages] == ["user", "assistant"]
     assert session.messages[0]["content"].endswith("\n\nhi")
@@ -91,7 +92,7 @@ async def test_oversized_message_is_refused_and_changes_nothing(home: Home) -> N
     provider = ScriptedProvider()
     app = make_app(home, provider, agent={"max_message_chars": 100})
     reply = await app.loop.handle(msg("x" * 101))
-    assert reply is not None and reply.kind == "error" and "too long" in reply.content
+    assert reply is not None and reply.part.style == "error" and "too long" in reply.content
     assert provider.calls == []
     assert (await app.sessions.get("cli:direct")).messages == []
     await app.loop.handle(msg("x" * 100))  # control: one character less is taken and saved
@@ -103,7 +104,7 @@ async def test_provider_failure_gives_a_short_message_and_stores_no_error(home: 
     provider = ScriptedProvider([ProviderError("auth", "401 invalid key sk-live-123")])
     app = make_app(home, provider)
     reply = await app.loop.handle(msg("hi"))
-    assert reply is not None and reply.kind == "error"
+    assert reply is not None and reply.part.style == "error"
     assert "refused the API key" in reply.content and "sk-live" not in reply.content
     session = await app.sessions.get("cli:direct")
     assert [m["role"] for m in session.messages] == ["user", "assistant"]
@@ -128,8 +129,8 @@ async def test_tool_progress_is_reported(home: Home) -> None:
         seen.append(out)
 
     await app.loop.handle(msg("look"), progress=progress)
-    progress_lines = [(p.kind, p.content) for p in seen if p.kind != "stream"]
-    assert progress_lines == [("progress", "list_dir(path='memory')")]
+    progress_lines = [p.part for p in seen if not isinstance(p.part, Delta)]
+    assert progress_lines == [Progress("list_dir(path='memory')", "list_dir")]
 
 
 async def test_same_chat_is_serial_and_in_order(home: Home) -> None:
@@ -298,7 +299,7 @@ async def test_a_stop_during_a_failed_save_does_not_stop_the_next_message(
     session.path.mkdir()  # the waiting save now fails
     gate.release()
     failed = await asyncio.wait_for(turn, 10)
-    assert failed is not None and failed.kind == "error"
+    assert failed is not None and failed.part.style == "error"
     session.path.rmdir()
     session.path.write_bytes(kept)
     answered = await app.loop.handle(msg("three"))
@@ -311,7 +312,7 @@ async def streamed_turn(
     pieces: list[OutboundMessage] = []
 
     async def progress(out: OutboundMessage) -> None:
-        if out.kind == "stream":
+        if isinstance(out.part, Delta):
             pieces.append(out)
 
     return await app.loop.handle(msg(text_), progress=progress), pieces
@@ -323,7 +324,7 @@ async def test_a_reply_streams_in_pieces_before_it_is_whole(home: Home) -> None:
     assert reply is not None and len(pieces) > 3
     streamed = "".join(p.content for p in pieces)
     assert reply.content.startswith(streamed) and streamed  # the rest comes with the reply
-    assert pieces[-1].metadata["text"] == streamed and pieces[0].metadata["step"] == 0
+    assert pieces[-1].part.so_far == streamed and pieces[0].part.step == 0
     quiet = make_app(home, ScriptedProvider([text("no stream")]), llm={"stream": False})
     assert (await streamed_turn(quiet, "x"))[1] == []
 
@@ -362,7 +363,7 @@ async def test_a_stream_cut_short_keeps_what_was_shown_and_is_not_retried(home: 
     reply, pieces = await streamed_turn(app, "go on")
     assert model.calls == 1  # the person saw text: no retry could take it back
     assert "".join(p.content for p in pieces) == shown_so_far("Half an answer")
-    assert reply is not None and reply.kind == "reply" and reply.metadata["cut_short"]
+    assert reply is not None and reply.part.style == "reply" and reply.part.cut_short
     assert reply.content.startswith("Half an answer\n\n(I could not reach the model")
     session = await app.sessions.get("cli:direct")
     assert session.messages[-1] == session.messages[-1] | {
@@ -402,7 +403,7 @@ async def test_a_failed_turn_is_recorded_honestly_and_retry_runs_it_again(home: 
     provider = ScriptedProvider([ProviderError("unreachable", "down"), text("Here it is.")])
     app = make_app(home, provider)
     failed = await app.loop.handle(msg("what is the capital of Peru?"))
-    assert failed is not None and failed.kind == "error"
+    assert failed is not None and failed.part.style == "error"
     session = await app.sessions.get("cli:direct")
     note = session.messages[-1]
     assert note["role"] == "assistant" and note["failed"] == "unreachable"

@@ -92,7 +92,7 @@ async def turn(app: App, chat_id: str, n: int) -> float:
     reply = await app.loop.handle(InboundMessage("cli", chat_id, f"turn {n}", Sender("u")))
     await _common.settle(before)  # background work this turn started counts too
     elapsed = time.perf_counter() - started
-    assert reply is not None and reply.kind == "reply", reply
+    assert reply is not None and reply.part.style == "reply", reply
     return elapsed
 
 

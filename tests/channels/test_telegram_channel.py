@@ -10,9 +10,10 @@ import pytest
 
 from channels.telegram.channel import GREETING, OFFSET, REFUSED_PRESS, TOO_BIG, TelegramChannel
 from channels.telegram.delivery import TOKEN_REJECTED
-from nanomem.agent.bus import Button, InboundMessage, MessageBus, OutboundMessage
+from nanomem.agent.bus import InboundMessage, MessageBus
 from nanomem.agent.channel import ChannelDown, pump_outbound
 from nanomem.agent.inbox import SqliteInbox
+from nanomem.agent.outbound import Button, OutboundMessage, Text
 from nanomem.config import ConfigError
 from tests.conftest import log_lines
 from tests.fakes.telegram_server import FakeTelegram
@@ -76,7 +77,7 @@ async def test_a_private_message_reaches_the_bus_and_the_answer_comes_back(
     assert msg.sender.can_answer and msg.sender.is_owner and not msg.sender.shared_room
     assert not msg.pressed
     await until(lambda: fake.chat_actions(OWNER) == [{"chat_id": OWNER, "action": "typing"}])
-    await running.channel.send(OutboundMessage.answering(msg, "**hi** there"))
+    await running.channel.send(OutboundMessage.answering(msg, Text("**hi** there")))
     (reply,) = await fake.wait_for_messages_async(OWNER, 1)
     assert reply["html"] == "<b>hi</b> there" and "reply_to_message" not in reply
 
@@ -99,12 +100,14 @@ async def test_command_replies_name_commands_as_the_menu_does(
     fake.send_text(OWNER, "/dream_restore")
     asked = await running.next()
     listing = "Memory versions, newest first:\n\n/dream-restore <id> undoes one."
-    await running.channel.send(OutboundMessage.answering(asked, listing, command="dream-restore"))
+    await running.channel.send(
+        OutboundMessage.answering(asked, Text(listing, "command", command="dream-restore"))
+    )
     (reply,) = await fake.wait_for_messages_async(OWNER, 1)
     assert reply["text"].endswith("/dream_restore <id> undoes one.")
     fake.send_text(OWNER, "what is /dream-restore?")
     question = await running.next()
-    await running.channel.send(OutboundMessage.answering(question, "It is /dream-restore."))
+    await running.channel.send(OutboundMessage.answering(question, Text("It is /dream-restore.")))
     _, model_reply = await fake.wait_for_messages_async(OWNER, 2)
     assert model_reply["text"] == "It is /dream-restore."  # the model's words stay as written
 
@@ -189,7 +192,7 @@ async def test_forum_topics_are_separate_sessions_and_replies_stay_in_the_topic(
     assert msg.chat_id == f"{GROUP}:7" and msg.session_key == f"telegram:{GROUP}:7"
     typing = {"chat_id": GROUP, "action": "typing", "message_thread_id": 7}
     await until(lambda: typing in fake.chat_actions())
-    await running.channel.send(OutboundMessage.answering(msg, "in the topic"))
+    await running.channel.send(OutboundMessage.answering(msg, Text("in the topic")))
     (reply,) = await fake.wait_for_messages_async(GROUP, 1)
     assert reply["message_thread_id"] == 7
     assert reply["reply_to_message"]["message_id"] == question["message_id"]
@@ -238,7 +241,7 @@ async def test_what_was_stored_comes_back_after_a_stop_and_nobody_is_asked_to_re
     first, second = [await asyncio.wait_for(bus.next_inbound(), 5) for _ in range(2)]
     fake.send_text(STRANGER, "let me in")  # refused: stored nowhere, yet confirmed
     await until(lambda: inbox.position(OFFSET) == str(fake.last_update_id() + 1))
-    await bus.answered(first, OutboundMessage.answering(first, "the first answer"))
+    await bus.answered(first, OutboundMessage.answering(first, Text("the first answer")))
     await channel.stop()
     assert fake.sent_messages(OWNER) == []  # no "please send it again"
     assert [p.seq for p in inbox.pending("telegram")] == [first.seq, second.seq]
@@ -315,7 +318,7 @@ async def test_a_reply_of_3000_emoji_arrives_whole_in_parts_within_the_limit(
     fake.send_text(OWNER, "emoji please")
     msg = await running.next()
     text = "😀" * 3000  # 3,000 characters, 6,000 UTF-16 units: more than one message
-    await running.channel.send(OutboundMessage.answering(msg, text))
+    await running.channel.send(OutboundMessage.answering(msg, Text(text)))
     parts = await fake.wait_for_messages_async(OWNER, 2)
     assert [utf16(p["text"]) for p in parts] == [4096, 6000 - 4096]
     assert "".join(p["text"] for p in parts) == text
@@ -332,7 +335,7 @@ async def test_a_part_telegram_refuses_as_too_long_is_split_again_and_delivered(
     fake.fail_next(
         "sendMessage", error_code=400, description="Bad Request: message is too long", times=1
     )
-    await running.channel.send(OutboundMessage.answering(msg, text))
+    await running.channel.send(OutboundMessage.answering(msg, Text(text)))
     await fake.wait_for_messages_async(OWNER, 3)  # two parts, the refused one in pieces
 
     def words() -> list[str]:
@@ -351,7 +354,9 @@ async def test_buttons_are_shown_and_a_press_arrives_as_the_presser_s_command(
     fake.send_text(OWNER, "hello")
     asked = await running.next()
     choices = (Button("Approve", "/dream-approve 3f2a"), Button("Reject", "/dream-reject 3f2a"))
-    await running.channel.send(OutboundMessage.answering(asked, "Keep this?", buttons=choices))
+    await running.channel.send(
+        OutboundMessage.answering(asked, Text("Keep this?", buttons=choices))
+    )
     shown = fake.sent_messages(OWNER)[-1]
     rows = shown["reply_markup"]["inline_keyboard"]
     assert [(b["text"], b["callback_data"]) for b in rows[0]] == [
@@ -388,7 +393,7 @@ async def test_in_a_group_another_member_s_press_leaves_the_buttons_to_the_asker
     fake.send_text(GROUP, "@nanomem_test_bot hello", chat_type="supergroup", user_id=OWNER)
     asked = await running.next()
     choices = (Button("Allow once", "/shell-allow 1"), Button("Deny", "/shell-deny 1"))
-    await running.channel.send(OutboundMessage.answering(asked, "Run `ls`?", buttons=choices))
+    await running.channel.send(OutboundMessage.answering(asked, Text("Run `ls`?", buttons=choices)))
     shown = fake.sent_messages(GROUP)[-1]
     fake.press(shown, "/shell-deny 1", user_id=FRIEND)
     press = await running.next()
@@ -404,7 +409,7 @@ async def test_a_stranger_s_press_is_refused_in_the_answer_and_does_nothing(
     fake.send_text(GROUP, "@nanomem_test_bot hello", chat_type="supergroup", user_id=OWNER)
     asked = await running.next()
     choices = (Button("Allow once", "/shell-allow 1"),)
-    await running.channel.send(OutboundMessage.answering(asked, "Run `ls`?", buttons=choices))
+    await running.channel.send(OutboundMessage.answering(asked, Text("Run `ls`?", buttons=choices)))
     shown = fake.sent_messages(GROUP)[-1]
     query = fake.press(shown, "/shell-allow 1", user_id=STRANGER)
     answer = await until(

@@ -5,7 +5,8 @@ import json
 from datetime import UTC, datetime, timedelta
 
 from channels.telegram.format import message_chunks
-from nanomem.agent.bus import InboundMessage, OutboundMessage
+from nanomem.agent.bus import InboundMessage
+from nanomem.agent.outbound import OutboundMessage
 from nanomem.app import App
 from nanomem.audience import Sender
 from nanomem.features.dream.review import PendingChange

@@ -56,7 +56,7 @@ async def test_long_conversation_through_litellm_stays_under_budget(
     for i in range(36):
         text = f"Remember fact number {i}, it matters. " + "context " * 30
         reply = await app.loop.handle(InboundMessage("cli", "direct", text, Sender("u")))
-        assert reply is not None and reply.kind == "reply", reply
+        assert reply is not None and reply.part.style == "reply", reply
         await app.loop.close(grace_s=30)
     limit = app.budget.prompt_limit
     chat_requests = [r for r in fake_llm.requests if SUMMARY_MARK not in str(r["messages"][-1])]

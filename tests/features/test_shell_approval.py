@@ -7,7 +7,8 @@ from html import unescape
 import pytest
 
 from channels.telegram.format import message_chunks
-from nanomem.agent.bus import InboundMessage, OutboundMessage
+from nanomem.agent.bus import InboundMessage
+from nanomem.agent.outbound import OutboundMessage, Question
 from nanomem.app import App
 from nanomem.audience import Sender
 from nanomem.features.shell_approval.approval import allowed_by, first_word
@@ -73,7 +74,7 @@ def shell_app(home: Home, provider: ScriptedProvider) -> App:
 async def question(app: App) -> OutboundMessage:
     while True:
         out = await asyncio.wait_for(app.bus.outbox("telegram").get(), 10)
-        if out.metadata.get("ask"):
+        if isinstance(out.part, Question):
             return out
 
 

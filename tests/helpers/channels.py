@@ -3,8 +3,9 @@ what it is sent."""
 
 from __future__ import annotations
 
-from nanomem.agent.bus import InboundMessage, MessageBus, OutboundMessage
+from nanomem.agent.bus import InboundMessage, MessageBus
 from nanomem.agent.channel import BaseChannel, Capabilities, ChannelDown
+from nanomem.agent.outbound import OutboundMessage
 from nanomem.app import App
 from nanomem.audience import Sender
 
@@ -43,8 +44,7 @@ class FakeChannel(BaseChannel):
         self.events.append("stop")
 
     async def send(self, msg: OutboundMessage) -> None:
-        if msg.kind != "stream":  # a channel that does not stream: the reply follows whole
-            self.sent.append(msg)
+        self.sent.append(msg)  # it does not stream: the core sends it the whole reply only
 
     def problem(self) -> str | None:
         return self.trouble

@@ -3,12 +3,15 @@ stores it."""
 
 from __future__ import annotations
 
-from nanomem.agent.bus import InboundMessage, MessageBus, OutboundMessage
-from nanomem.agent.channel import DeliveryLater
+from nanomem.agent.bus import InboundMessage, MessageBus
+from nanomem.agent.channel import BaseChannel, DeliveryLater
+from nanomem.agent.outbound import OutboundMessage
 from nanomem.audience import Sender
 
 
-class Recorder:
+class Recorder(BaseChannel):
+    """It does not stream: the core sends it whole messages only."""
+
     name = "telegram"
 
     def __init__(self, fail_first: bool = False) -> None:
@@ -20,8 +23,6 @@ class Recorder:
     async def stop(self) -> None: ...
 
     async def send(self, msg: OutboundMessage) -> None:
-        if msg.kind == "stream":
-            return  # shown as it comes by channels that can; this one waits for the reply
         if self.fail_first:
             self.fail_first = False
             raise DeliveryLater("network down")

@@ -25,6 +25,7 @@ from channels.telegram.channel import GREETING
 from nanomem.agent.bus import MessageBus
 from nanomem.agent.channel import pump_outbound
 from nanomem.agent.inbox import SqliteInbox
+from nanomem.agent.outbound import OutboundMessage
 from nanomem.agent.retries import RETRYING
 from nanomem.app import App, build_app
 from nanomem.audience import Sender
@@ -182,7 +183,8 @@ async def test_a_note_the_channel_answers_with_stays_stored_until_delivered(
         await until(lambda: any("gave up sending" in line for line in logged))
         await channel.stop()
         (kept,) = inbox.pending("telegram")
-        assert kept.reply is not None and kept.reply["content"] == GREETING.format(name="Ada")
+        assert kept.reply is not None
+        assert OutboundMessage.from_dict(kept.reply, 0).content == GREETING.format(name="Ada")
         assert fake.sent_messages(OWNER_42) == []
 
         bus = MessageBus(inbox=inbox)

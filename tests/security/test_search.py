@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from nanomem.agent.bus import InboundMessage, OutboundMessage
+from nanomem.agent.bus import InboundMessage
+from nanomem.agent.outbound import OutboundMessage, Progress
 from nanomem.audience import Sender
 from nanomem.home import Home
 from nanomem.memory.history import HistoryEntry
@@ -47,7 +48,7 @@ async def test_a_10_kb_query_is_bounded_and_holds_up_no_other_chat(home: Home) -
     searching = asyncio.Event()
 
     async def progress(out: OutboundMessage) -> None:
-        if out.kind == "progress" and out.content.startswith("search_history"):
+        if isinstance(out.part, Progress) and out.content.startswith("search_history"):
             searching.set()
 
     hunt = InboundMessage("cli", "a", "hunt", Sender("user"))

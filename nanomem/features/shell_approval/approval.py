@@ -30,6 +30,7 @@ from nanomem.agent import (
     CommandSet,
     InboundMessage,
     OutboundMessage,
+    Question,
     answering,
     fenced,
     is_owner,
@@ -170,9 +171,7 @@ class ShellApproval:
             buttons.append(Button(f"Always allow {word}", f"/shell-always {key}"))
         buttons.append(Button("Deny", f"/shell-deny {key}"))
         text = f"Run this command?\n\n{fenced(command)}"
-        ask = OutboundMessage(
-            asker.channel, asker.chat_id, text, buttons=tuple(buttons), metadata={"ask": key}
-        )
+        ask = OutboundMessage(asker.channel, asker.chat_id, Question(text, tuple(buttons)))
         try:
             assert self.publish is not None
             await self.publish(ask)
