@@ -93,8 +93,8 @@ class Gateway:
         dispatcher.add_done_callback(self._dispatcher_ended)
         self.app.scheduler.start()
         await self._start_schedules()
-        if (owner := self._owner()) is not None:
-            self._tasks.append(asyncio.create_task(self._tell_owner(*owner), name="reviews"))
+        if any(channel.capabilities.reaches_owner for channel in self.channels.values()):
+            self._tasks.append(asyncio.create_task(self._tell_owner(), name="reviews"))
         for name, channel in self.channels.items():
             self.health.problems[name] = channel.problem
             self._tasks.append(asyncio.create_task(self._supervise(name, channel), name=name))
@@ -187,13 +187,16 @@ class Gateway:
         self.app.bus.retry_wake.set()  # a retry that fell due while it was down: now
         await pump_outbound(channel, self.app.bus)
 
-    async def _tell_owner(self, channel: GatewayChannel, chat: str) -> None:
+    async def _tell_owner(self) -> None:
         """A Dream change waiting for a decision (made here, or by a cron `nanomem dream`) goes
-        once to the owner's private chat (of the channel that reaches them), with Approve and
-        Reject buttons; so does
-        each message parked after its last failed attempt."""
+        once to the owner's private chat, in the first channel that reaches them now, with
+        Approve and Reject buttons (as text where there are none); so does each message parked
+        after its last failed attempt."""
         while True:
             await asyncio.sleep(REVIEW_CHECK_S)
+            if (owner := self._owner()) is None:
+                continue  # no channel reaches them now: told at a later check
+            channel, chat = owner
             for what, tell in (
                 ("the Dream change", self._tell_owner_once),
                 ("a parked message", self._tell_owner_parked),
