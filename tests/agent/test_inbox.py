@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import json
 import sqlite3
 import subprocess
 import sys
@@ -14,7 +15,17 @@ from pathlib import Path
 from nanomem.agent.bus import MessageBus
 from nanomem.agent.channel import pump_outbound
 from nanomem.agent.inbox import SqliteInbox, parked_in
-from nanomem.agent.outbound import OutboundMessage
+from nanomem.agent.outbound import (
+    Button,
+    Delta,
+    DeltaEnd,
+    File,
+    OutboundMessage,
+    Part,
+    Progress,
+    Question,
+    Text,
+)
 from nanomem.agent.retries import retry_delay
 from nanomem.app import build_app
 from nanomem.audience import Sender
@@ -261,3 +272,39 @@ def test_a_secret_json_would_escape_is_stored_masked(tmp_path: Path) -> None:
     inbox.close()
     stored = (tmp_path / "inbox.sqlite3").read_bytes()
     assert "pässwörd".encode() not in stored and b"p\\u00e4ssw\\u00f6rd" not in stored
+
+
+def test_every_outbound_part_is_stored_and_read_back_whole() -> None:
+    choices = (Button("Allow once", "/shell-allow 1"), Button("Deny", "/shell-deny 1"))
+    parts: list[Part] = [
+        Text("the reply", buttons=choices),
+        Text("Model quota exhausted", "error", category="quota"),
+        Text("New session started.", "command", command="new"),
+        Delta("piece", "the piece", 2),
+        DeltaEnd(2),
+        Question("Run `ls`?", choices),
+        Progress("list_dir(path='.')", "list_dir"),
+        File("media/report.pdf", "the report"),
+    ]
+    for part in parts:
+        stored = json.loads(json.dumps(OutboundMessage("telegram", "42", part, "in-1").to_dict()))
+        assert OutboundMessage.from_dict(stored, 7) == OutboundMessage(
+            "telegram", "42", part, "in-1", 7
+        )
+
+
+def test_a_reply_stored_before_parts_is_read_as_text() -> None:
+    old = {
+        "channel": "telegram",
+        "chat_id": "42",
+        "content": "Unknown command /x — try /help.",
+        "kind": "error",
+        "reply_to": "in-3",
+        "metadata": {"command": "x"},
+        "buttons": [["Help", "/help"]],
+    }
+    read = OutboundMessage.from_dict(old, 3)
+    assert read.part == Text(old["content"], "error", (Button("Help", "/help"),), "x")
+    assert (read.chat_id, read.reply_to, read.seq) == ("42", "in-3", 3)
+    answer = {**old, "kind": "reply", "metadata": {"command": "help"}, "buttons": []}
+    assert OutboundMessage.from_dict(answer, 3).part == Text(old["content"], "command", (), "help")
