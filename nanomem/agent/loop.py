@@ -20,7 +20,7 @@ from nanomem.agent.commands import (
     UnknownCommand,
 )
 from nanomem.agent.context import ContextBuilder
-from nanomem.agent.outbound import Delta, OutboundMessage, Progress, Text
+from nanomem.agent.outbound import Delta, DeltaEnd, OutboundMessage, Progress, Text
 from nanomem.agent.react_loop import ReactResult, StepText, react, seal_tool_calls
 from nanomem.agent.retries import keep_for_retry
 from nanomem.agent.templates import Templates
@@ -305,8 +305,12 @@ class AgentLoop:
             return None
         written: dict[int, str] = {}  # per step: the text so far, as the model wrote it
         shown: dict[int, str] = {}  # ... and what of it went out (masked, never half a secret)
+        ended: set[int] = set()
 
         async def show(step: int, piece: str) -> None:
+            if step not in written and shown and (last := max(shown)) not in ended:
+                ended.add(last)  # a new model call: the text of the one before is complete
+                await progress(OutboundMessage.answering(msg, DeltaEnd(last)))
             text = written[step] = written.get(step, "") + piece
             safe = shown_so_far(text)
             if len(safe) > len(before := shown.get(step, "")):

@@ -49,7 +49,10 @@ class Delta:
 
 @dataclass(frozen=True)
 class DeltaEnd:
-    step: int  # that model call's text is complete (a tool call, or the reply, follows)
+    """A step's text is complete: a tool call came after it, and a later step writes on. The
+    last step's text ends with the reply itself."""
+
+    step: int
 
 
 @dataclass(frozen=True)

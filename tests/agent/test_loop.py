@@ -7,7 +7,7 @@ from pathlib import Path
 from nanomem.agent.bus import InboundMessage
 from nanomem.agent.commands import NOTHING_TO_STOP, STOPPED
 from nanomem.agent.loop import NOTHING_TO_RETRY
-from nanomem.agent.outbound import Delta, OutboundMessage, Progress, Text
+from nanomem.agent.outbound import Delta, DeltaEnd, OutboundMessage, Progress, Text
 from nanomem.app import App
 from nanomem.audience import Sender
 from nanomem.home import Home
@@ -316,6 +316,24 @@ async def streamed_turn(
             pieces.append(out)
 
     return await app.loop.handle(msg(text_), progress=progress), pieces
+
+
+async def test_a_step_s_text_ends_before_the_next_step_writes(home: Home) -> None:
+    look = replace(call("list_dir", {"path": "memory"}), content="Let me look. ")
+    app = make_app(home, ScriptedProvider([look, text("Found it.")]))
+    seen: list[OutboundMessage] = []
+
+    async def show(out: OutboundMessage) -> None:
+        seen.append(out)
+
+    await app.loop.handle(msg("where?"), progress=show)
+    parts = [out.part for out in seen]
+    assert parts.count(DeltaEnd(0)) == 1 and not any(
+        isinstance(p, DeltaEnd) and p.step for p in parts
+    )
+    end = parts.index(DeltaEnd(0))
+    assert {p.step for p in parts[:end] if isinstance(p, Delta)} == {0}
+    assert {p.step for p in parts[end:] if isinstance(p, Delta)} == {1}
 
 
 async def test_a_reply_streams_in_pieces_before_it_is_whole(home: Home) -> None:
