@@ -1,4 +1,5 @@
-"""The message bus: channels put inbound messages on it, the agent loop puts replies back.
+"""The message bus: channels put inbound messages on it, the agent loop puts replies back
+(a channel that answers on the connection that asked, the API, calls the loop directly).
 
 With an inbox, the bus is also where durability is kept: a channel stores what it received
 (`receive`) before acknowledging it to its source, the loop records each reply once its turn is
