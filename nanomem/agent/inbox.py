@@ -357,7 +357,7 @@ def _readable(rows: list[Any]) -> list[Pending]:
 
 
 def _sender_json(sender: Sender) -> str:
-    return json.dumps(asdict(sender), ensure_ascii=True)
+    return _dumps(asdict(sender))  # masked like the payload
 
 
 def _sender(stored: str | None) -> Sender | None:
