@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from loguru import logger
@@ -13,6 +13,7 @@ from loguru import logger
 from nanomem.agent import (
     AgentLoop,
     ContextBuilder,
+    Core,
     MessageBus,
     Skills,
     SqliteInbox,
@@ -20,11 +21,11 @@ from nanomem.agent import (
     retry_delay,
 )
 from nanomem.config import LLMSettings, Settings
-from nanomem.features.consolidation import Consolidator
-from nanomem.features.dream import Dream, DreamScheduler, MemoryCommands, Provenance
-from nanomem.features.recall import Recall
-from nanomem.features.schedules import ScheduledTurns, ScheduleStore
-from nanomem.features.shell_approval import Allowlist, ShellApproval
+from nanomem.features.consolidation import build as consolidation
+from nanomem.features.dream import build as dream
+from nanomem.features.recall import build as recall
+from nanomem.features.schedules import build as schedules
+from nanomem.features.shell_approval import build as shell
 from nanomem.home import Home
 from nanomem.memory import (
     TRACKED,
@@ -44,33 +45,26 @@ from nanomem.providers import (
     supports_images,
 )
 from nanomem.text.masking import configured_secrets, register_secrets
-from nanomem.tools import FileTools, ShellTool, ToolRegistry
+from nanomem.tools import FileTools, ToolRegistry
 
 # Files and folders the agent may read but never write: nanomem maintains them itself, and
 # templates are the agent's own instructions (the person overrides them by hand).
 PROTECTED_FILES = ("memory/history.jsonl", "memory/.cursor", "memory/.dream_cursor", "templates")
+# The features, in the order their tools are listed to the model and their hooks run.
+FEATURES = (
+    shell,
+    recall,
+    schedules,
+    consolidation,
+    dream,
+)
 
 
 @dataclass
-class App:
-    settings: Settings
-    home: Home
-    workspace: Path
-    bus: MessageBus
-    provider: Provider
-    sessions: SessionStore
-    templates: Templates
-    tools: ToolRegistry
-    context: ContextBuilder
-    loop: AgentLoop
-    history: HistoryStore
-    consolidator: Consolidator
-    budget: Budget
-    git: GitStore
-    dream: Dream
-    scheduler: DreamScheduler
-    transports: list[Provider]  # the model clients, closed by aclose()
-    schedules: ScheduledTurns  # run by the gateway only
+class App(Core):
+    """The core with its features (`app.feature(Dreaming)`), and what closes it."""
+
+    transports: list[Provider] = field(default_factory=list)  # the model clients
 
     async def aclose(self) -> None:
         """Close the model clients' connections (in the loop that used them) and the inbox."""
@@ -132,48 +126,12 @@ def build_app(
     bus.retry_plan = functools.partial(
         retry_delay, max_attempts=agent.max_attempts, first_s=agent.retry_first_s
     )
-    approval = ShellApproval(
-        tool_settings.shell_approval,
-        tool_settings.shell_approval_timeout_s,
-        Allowlist(home.shell_allowlist, home.lock("shell-allowlist")),
-        bus.publish_outbound,
-    )
-    if tool_settings.shell_enabled:
-        shell = ShellTool(
-            workspace,
-            timeout_s=tool_settings.shell_timeout_s,
-            allowed_env=tool_settings.shell_env,
-            max_output_chars=tool_settings.max_output_chars,
-            approval=approval,
-            sandbox=tool_settings.shell_sandbox,
-            network=tool_settings.shell_network,
-            hidden=[home.root, *([config.expanduser()] if config is not None else [])],
-        )
-        for tool in shell.tools():
-            tools.add(tool)
     history = HistoryStore(workspace / "memory", home.lock("history"), within=workspace)
-    recall = Recall(
-        history,
-        home.history_index,
-        settings.agent.timezone,
-        time_limit_s=settings.memory.search_time_limit_s,
-    )
-    history.after_append.append(recall.sync_quietly)
-    for tool in recall.tools():
-        tools.add(tool)
     transports: list[Provider] = []
+    model = functools.partial(_model, transports=transports)
     if provider is None:
-        provider = _model(llm, transports)
+        provider = model(llm)
     budget = Budget(BpeTokenizer(), Calibration(), llm, settings.memory)
-    schedules = ScheduledTurns(
-        ScheduleStore.of(home, settings.schedule),
-        bus,
-        templates,
-        settings.schedule,
-        settings.agent.timezone,
-    )
-    for tool in schedules.tools():
-        tools.add(tool)
     sessions = SessionStore(home.sessions, counter=budget.count, lock_dir=home.locks / "sessions")
     budget.on_exact.append(sessions.recount)
     context = ContextBuilder(
@@ -196,44 +154,8 @@ def build_app(
         budget=budget,
         settings=settings,
     )
-    consolidator = Consolidator(
-        sessions=sessions,
-        history=history,
-        provider=provider,
-        context=context,
-        templates=templates,
-        budget=budget,
-        tools=tools,
-        keep_recent_turns=settings.memory.keep_recent_turns,
-        max_rounds=settings.memory.max_rounds,
-    )
-    loop.before_turn.append(consolidator.before_turn)
-    loop.after_turn.append(consolidator.after_turn)
-    loop.before_new.append(consolidator.before_new)
     git = GitStore(home.memory_git, workspace, lock=home.lock("memory"))
-    dream_provider = provider
-    if settings.dream.model_override:
-        override = llm.model_copy(update={"model": settings.dream.model_override})
-        dream_provider = _model(override, transports)
-    dream = Dream(
-        history=history,
-        git=git,
-        provider=dream_provider,
-        templates=templates,
-        workspace=workspace,
-        settings=settings.dream,
-        state_path=home.dream_state,
-        lock=home.lock("dream"),
-        journal_path=home.dream_journal,
-        groups_see_personal=settings.memory.groups_see_personal,
-    )
-    MemoryCommands(dream, git).register(loop.commands)
-    Provenance(git, history, settings.memory.groups_see_personal).register(loop.commands)
-    if tool_settings.shell_enabled:
-        approval.register(loop.commands)
-    schedules.register(loop.commands)
-    scheduler = DreamScheduler(dream, history, settings.dream)
-    return App(
+    app = App(
         settings,
         home,
         workspace,
@@ -245,17 +167,18 @@ def build_app(
         context,
         loop,
         history,
-        consolidator,
         budget,
         git,
-        dream,
-        scheduler,
-        transports,
-        schedules,
+        config,
+        model,
+        transports=transports,
     )
+    for build in FEATURES:
+        app.add(build(app))
+    return app
 
 
-def _model(llm: LLMSettings, transports: list[Provider]) -> Provider:
+def _model(llm: LLMSettings, *, transports: list[Provider]) -> Provider:
     """The model client the route asks for (providers/routing.py), with retries around it."""
     path = route(llm)
     logger.debug("model {} via {}", llm.model, path.describe())  # `nanomem status` says it too

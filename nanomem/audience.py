@@ -2,14 +2,13 @@
 
 A group chat is a shared room: its prompt, its tools and Dream never bring the owner's personal
 memory (USER.md, memory/MEMORY.md, other chats' history) into it, unless
-`memory.groups_see_personal` says otherwise. The turn's audience travels in a context variable,
-so tools see it without being told (asyncio tasks and worker threads inherit it).
+`memory.groups_see_personal` says otherwise. The turn hands its audience to every tool call
+and feature hook explicitly (nanomem/tools/context.py), never through ambient state.
 """
 
 from __future__ import annotations
 
 import re
-from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -57,16 +56,3 @@ def room_folder(workspace: Path, session: str) -> Path | None:
 
 def audience_of(session: str, groups_see_personal: bool = False) -> Audience:
     return Audience(session, groups_see_personal or not is_shared_room(session))
-
-
-_current: ContextVar[Audience | None] = ContextVar("audience", default=None)
-
-
-def current() -> Audience | None:
-    """The audience of the turn running now; None outside a turn (Dream, the CLI's own work)."""
-    return _current.get()
-
-
-def enter(audience: Audience) -> None:
-    """For the rest of the current task (and what it starts)."""
-    _current.set(audience)

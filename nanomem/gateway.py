@@ -25,7 +25,8 @@ from nanomem.agent import (
 from nanomem.app import App
 from nanomem.channel_registry import NO_CHANNEL, enabled_channels, load_channel
 from nanomem.config import ConfigError
-from nanomem.features.schedules import INBOX_CHANNEL
+from nanomem.features.dream import Dreaming
+from nanomem.features.schedules import ScheduledTurns
 from nanomem.health import Health, serve_health
 from nanomem.locks import LockBusy
 
@@ -50,7 +51,11 @@ class Gateway:
     def __init__(self, app: App, channels: dict[str, GatewayChannel]) -> None:
         self.app = app
         self.channels = channels
-        self.health = Health(app.bus, last_dream=app.dream.last_run, schedules=app.schedules.report)
+        self.health = Health(
+            app.bus,
+            last_dream=app.feature(Dreaming).dream.last_run,
+            schedules=app.feature(ScheduledTurns).report,
+        )
         self.port = 0
         self._stop = asyncio.Event()
         self._forced = False
@@ -91,8 +96,7 @@ class Gateway:
         logger.info("gateway: health at http://{}:{}/health", settings.host, self.port)
         dispatcher = asyncio.create_task(self.app.loop.run(), name="agent-loop")
         dispatcher.add_done_callback(self._dispatcher_ended)
-        self.app.scheduler.start()
-        await self._start_schedules()
+        await self._start_features()
         if any(channel.capabilities.reaches_owner for channel in self.channels.values()):
             self._tasks.append(asyncio.create_task(self._tell_owner(), name="reviews"))
         for name, channel in self.channels.items():
@@ -114,21 +118,20 @@ class Gateway:
         logger.info("gateway: stopped")
         return self._exit_code
 
-    async def _start_schedules(self) -> None:
-        """Scheduled turns go to the chats of channels that can take a message nobody asked
-        for (not the API: its replies go to a waiting request)."""
+    async def _start_features(self) -> None:
+        """The features' background work (Dream's schedule, scheduled turns); what they start
+        unasked goes to the chats of channels that can take a message nobody asked for (not
+        the API: its replies go to a waiting request)."""
         pushing = {name for name, c in self.channels.items() if c.capabilities.pushes}
-        try:
-            await self.app.schedules.start(pushing, self._admits)
-        except Exception:  # the chats still work; the log says why schedules do not
-            logger.exception("gateway: schedules could not start")
+        await self.app.start_features(pushing, self._admits)
 
     def _start_retries(self) -> asyncio.Task[None] | None:
         """Messages whose handling failed go back to their channel when their next attempt is
-        due (agent/retries.py): Telegram's, and the schedules' firings."""
+        due (agent/retries.py): the channels' that store what they receive, and the features'
+        (the schedules' firings)."""
         if self.app.bus.inbox is None:
             return None
-        readmit: dict[str, Readmit] = {INBOX_CHANNEL: self.app.schedules.readmit}
+        readmit: dict[str, Readmit] = self.app.inbox_channels()
         for name, channel in self.channels.items():
             readmit[name] = channel.readmit
         return asyncio.create_task(Retries(self.app.bus, readmit).run(), name="retries")
@@ -159,7 +162,7 @@ class Gateway:
             logger.warning("gateway: stopping at once")
             self._forced = True
             self._cancelling = asyncio.gather(
-                self.app.loop.close(grace_s=0), self.app.scheduler.stop(grace_s=0)
+                self.app.loop.close(grace_s=0), self.app.stop_features(grace_s=0)
             )
             self._hard_exit = asyncio.get_running_loop().call_later(FORCED_EXIT_S, os._exit, 130)
         else:
@@ -218,7 +221,7 @@ class Gateway:
             await asyncio.to_thread(inbox.owner_told, parked.seq)
 
     async def _tell_owner_once(self, channel: GatewayChannel, chat: str) -> None:
-        dream = self.app.dream
+        dream = self.app.feature(Dreaming).dream
         pending = await asyncio.to_thread(dream.review.peek)
         if pending is None or pending.notified:
             return
@@ -252,11 +255,10 @@ class Gateway:
         for name, channel in self.channels.items():
             self.health.set_channel(name, "stopping")
             await self._bounded(channel.stop_receiving(), f"{name} intake")
-        await self._bounded(self.app.schedules.stop(), "schedules")
         self.app.loop.stop_taking()
         dispatcher.cancel()
         await asyncio.gather(dispatcher, return_exceptions=True)
-        await self.app.scheduler.stop(grace_s=left())  # a running Dream may finish, too
+        await self.app.stop_features(grace_s=left())  # a running Dream may finish, too
         await self.app.loop.close(grace_s=left())
         await _until(lambda: self._forced or not self._outboxes_busy(), max(1.0, left()))
         for task in self._tasks:

@@ -109,6 +109,40 @@ def test_sibling_packages_do_not_import_each_other() -> None:
     assert across == []
 
 
+def feature_of(module: str) -> str | None:
+    """The feature a dotted `nanomem.…` module belongs to (`nanomem.features.<name>…`)."""
+    parts = module.split(".")
+    return parts[2] if len(parts) > 2 and parts[1] == "features" else None
+
+
+# The composition root and the entry points that run features' background work or commands.
+MAY_IMPORT_FEATURES = ("nanomem.app", "nanomem.gateway", "nanomem.cli")
+
+
+def test_the_core_never_imports_a_feature() -> None:
+    """Features import the core; the core knows them only through the Feature protocol
+    (nanomem/agent/feature.py), and only the composition root and entry points name one."""
+    reached = [
+        f"{importer} imports {imported}"
+        for importer, imported in core_imports()
+        if feature_of(imported) is not None
+        and feature_of(importer) is None
+        and not any(within(importer, allowed) for allowed in MAY_IMPORT_FEATURES)
+    ]
+    assert reached == []
+
+
+def test_no_feature_imports_another() -> None:
+    """Each feature stands on the core alone: one can be left out without touching the rest."""
+    reached = [
+        f"{importer} imports {imported}"
+        for importer, imported in core_imports()
+        if feature_of(importer) is not None
+        and feature_of(imported) not in (None, feature_of(importer))
+    ]
+    assert reached == []
+
+
 def test_packages_are_used_through_their_public_names() -> None:
     """Outside a package, only `from nanomem.<package> import <name in __all__>`."""
     reached_in = []
@@ -195,17 +229,37 @@ def test_the_core_and_the_gateway_name_no_channel() -> None:
     assert named == []
 
 
+CHANNEL_MEMBERS = {
+    "admits",
+    "capabilities",
+    "owner_chat",
+    "problem",
+    "pushes",
+    "readmit",
+    "routes",
+    "send",
+    "stop_receiving",
+}
+
+
+def probes_a_channel(call: ast.Call) -> bool:
+    """getattr/hasattr on something named for a channel, or for one of a channel's members."""
+    if not (isinstance(call.func, ast.Name) and call.func.id in ("getattr", "hasattr")):
+        return False
+    target, *rest = call.args or [None]
+    named = target is not None and "channel" in ast.unparse(target).lower()
+    member = rest and isinstance(rest[0], ast.Constant) and rest[0].value in CHANNEL_MEMBERS
+    return named or bool(member)
+
+
 def test_the_core_never_probes_a_channel_for_what_it_can_do() -> None:
-    """What a channel can do is its declared Capabilities and the Channel protocol's methods:
-    no getattr/hasattr in the gateway or the turn engine."""
+    """What a channel can do is its declared Capabilities and the Channel protocol's methods,
+    never found out with getattr/hasattr."""
     probes = sorted(
         f"{path.relative_to(ROOT)}:{node.lineno}"
         for path in CORE
-        if path.name == "gateway.py" or "agent" in path.relative_to(ROOT).parts
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
-        if isinstance(node, ast.Call)
-        and isinstance(node.func, ast.Name)
-        and node.func.id in ("getattr", "hasattr")
+        if isinstance(node, ast.Call) and probes_a_channel(node)
     )
     assert probes == []
 

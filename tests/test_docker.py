@@ -223,6 +223,10 @@ def image(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFacto
         wanted = sources_digest(context)
         installed = prefix / "project"
         if pending or not installed.exists() or installed.read_text() != wanted:
+            if not pending:  # Docker's layer would start from the dependencies alone: pip
+                # would keep the old build's files (same version) and its removed modules
+                uninstall = [str(prefix / "venv" / "bin" / "pip"), "uninstall", "-y", "nanomem"]
+                subprocess.run(uninstall, env=env, capture_output=True, check=True)
             for command in [*pending, *project]:
                 mapped = command.replace(VENV, str(prefix / "venv")).replace(WHEELS, str(wheels))
                 done = subprocess.run(

@@ -14,6 +14,7 @@ import pytest
 from nanomem.agent.channel import Capabilities, DeliveryLater
 from nanomem.agent.outbound import OutboundMessage
 from nanomem.config import ConfigError
+from nanomem.features.dream import Dreaming
 from nanomem.gateway import Gateway, enabled_channels
 from nanomem.home import Home
 from nanomem.providers.scripted import ScriptedProvider, text
@@ -85,7 +86,7 @@ async def test_a_dream_change_is_told_to_the_owner_until_it_is_delivered(home: H
         "telegram": {"allow_from": [42]},
     }
     app = await app_with_history(home, ScriptedProvider(LEARN), **sections)
-    assert (await app.dream.run("cron")).pending is not None
+    assert (await app.feature(Dreaming).dream.run("cron")).pending is not None
     telegram = FlakyTelegram()
     gateway = Gateway(app, {"telegram": telegram})
     task = asyncio.create_task(gateway.run())

@@ -29,7 +29,7 @@ from nanomem.agent import (
     Question,
     Text,
 )
-from nanomem.audience import Sender
+from nanomem.audience import Sender, is_shared_room
 from nanomem.text.escapes import strip_escapes
 from nanomem.text.masking import redact
 
@@ -37,9 +37,6 @@ if TYPE_CHECKING:
     from rich.console import Console
 
 EXIT_WORDS = {"/exit", "/quit", "exit", "quit"}
-# The terminal is the owner's, and they sit at this prompt: they can answer a question (may
-# this shell command run?).
-PERSON_AT_THE_PROMPT = Sender("user", is_owner=True, can_answer=True)
 
 
 class MaskedHistory(FileHistory):
@@ -103,6 +100,10 @@ class TerminalChannel(BaseChannel):
         self, *, history_file: Path, chat_id: str = "direct", console: Console | None = None
     ) -> None:
         self.chat_id = chat_id
+        # The terminal is the owner's, and they sit at this prompt: they can answer a question
+        # (may this shell command run?). A session named like a group speaks as in one.
+        shared = is_shared_room(f"{self.name}:{chat_id}")
+        self.sender = Sender("user", is_owner=True, can_answer=True, shared_room=shared)
         self.history_file = history_file
         self._console = console
         self._bus: MessageBus | None = None
@@ -249,7 +250,7 @@ class TerminalChannel(BaseChannel):
 
     async def _publish(self, text: str) -> InboundMessage:
         assert self._bus is not None, "start() must be called first"
-        msg = InboundMessage(self.name, self.chat_id, text, PERSON_AT_THE_PROMPT)
+        msg = InboundMessage(self.name, self.chat_id, text, self.sender)
         self._expect(msg)
         await self._bus.publish_inbound(msg)
         return msg

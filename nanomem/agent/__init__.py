@@ -1,7 +1,8 @@
 """The agent: messages in, turns, replies out.
 
 The bus and its durable inbox, the channel port, slash commands, the prompt (ContextBuilder,
-templates, skills), the ReAct tool loop and the AgentLoop that runs a turn per message.
+templates, skills), the ReAct tool loop, the AgentLoop that runs a turn per message, and the
+feature seam (Feature, Core) that features plug into.
 """
 
 from typing import TYPE_CHECKING
@@ -9,7 +10,7 @@ from typing import TYPE_CHECKING
 from nanomem.exports import lazy_exports
 
 if TYPE_CHECKING:
-    from nanomem.agent.bus import InboundMessage, MessageBus, answering, is_owner
+    from nanomem.agent.bus import InboundMessage, MessageBus, is_owner
     from nanomem.agent.channel import (
         BaseChannel,
         Capabilities,
@@ -23,6 +24,7 @@ if TYPE_CHECKING:
     )
     from nanomem.agent.commands import STOPPED, Answer, Command, CommandSet, fenced, parse_command
     from nanomem.agent.context import ContextBuilder
+    from nanomem.agent.feature import Admits, Core, Feature, anyone
     from nanomem.agent.inbox import Pending, SqliteInbox, parked_in
     from nanomem.agent.loop import AgentLoop
     from nanomem.agent.outbound import (
@@ -54,6 +56,7 @@ __all__ = [
     "GIVEN_UP",
     "RETRYING",
     "STOPPED",
+    "Admits",
     "AgentLoop",
     "Answer",
     "BaseChannel",
@@ -65,9 +68,11 @@ __all__ = [
     "Command",
     "CommandSet",
     "ContextBuilder",
+    "Core",
     "DeliveryLater",
     "Delta",
     "DeltaEnd",
+    "Feature",
     "File",
     "InboundMessage",
     "MessageBus",
@@ -82,7 +87,7 @@ __all__ = [
     "SqliteInbox",
     "Templates",
     "Text",
-    "answering",
+    "anyone",
     "bundled_dir",
     "fenced",
     "is_owner",
@@ -100,18 +105,7 @@ __all__ = [
 __getattr__ = lazy_exports(
     __name__,
     {
-        "bus": ("InboundMessage", "MessageBus", "answering", "is_owner"),
-        "outbound": (
-            "Button",
-            "Delta",
-            "DeltaEnd",
-            "File",
-            "OutboundMessage",
-            "Part",
-            "Progress",
-            "Question",
-            "Text",
-        ),
+        "bus": ("InboundMessage", "MessageBus", "is_owner"),
         "channel": (
             "BaseChannel",
             "Capabilities",
@@ -125,8 +119,20 @@ __getattr__ = lazy_exports(
         ),
         "commands": ("Answer", "Command", "CommandSet", "STOPPED", "fenced", "parse_command"),
         "context": ("ContextBuilder",),
+        "feature": ("Admits", "Core", "Feature", "anyone"),
         "inbox": ("Pending", "SqliteInbox", "parked_in"),
         "loop": ("AgentLoop",),
+        "outbound": (
+            "Button",
+            "Delta",
+            "DeltaEnd",
+            "File",
+            "OutboundMessage",
+            "Part",
+            "Progress",
+            "Question",
+            "Text",
+        ),
         "react_loop": ("react",),
         "retries": (
             "GIVEN_UP",

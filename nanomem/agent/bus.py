@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import Callable
-from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -66,11 +65,6 @@ def is_owner(msg: InboundMessage) -> bool:
     """Sent by the owner, as the channel vouches (the terminal, telegram.owner, an API key).
     Approvals and memory decisions are theirs alone."""
     return msg.sender.is_owner
-
-
-# The message the running turn answers (set by the loop; tasks and threads inherit it): a tool
-# that must ask someone, such as the shell approval, asks that message's sender.
-answering: ContextVar[InboundMessage | None] = ContextVar("answering", default=None)
 
 
 class MessageBus:

@@ -6,7 +6,7 @@ import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from nanomem.agent.bus import InboundMessage, is_owner
+from nanomem.agent.bus import InboundMessage
 from nanomem.agent.outbound import Button
 
 # "/name", "/name@bot", "/name args"; a path such as "/etc/hosts" is not a command.
@@ -45,7 +45,7 @@ class Command:
 
     def refusal(self, msg: InboundMessage) -> str | None:
         """Why this message may not run the command; None when it may."""
-        if self.owner_only and not is_owner(msg):
+        if self.owner_only and not msg.sender.is_owner:
             return OWNER_ONLY.format(name=self.name)
         return None
 

@@ -55,6 +55,7 @@ class ContextBuilder:
         self.templates = templates
         self.skills = skills
         self.tool_names = tool_names
+        self.sections: list[str] = []  # templates the features add to the prompt (agent/feature.py)
         self.history = history
         self.history_chars = history_chars
         self.vision = vision
@@ -89,14 +90,19 @@ class ContextBuilder:
             name: self._read(rel) if personal or name not in PERSONAL_FILES else ""
             for name, rel in MEMORY_FILES.items()
         }
+        shared: dict[str, Any] = {
+            "workspace": str(self.workspace),
+            "tools": self.tool_names,
+            "shared_room": not personal,
+        }
+        sections = [self.templates.render(name, **shared).strip() for name in self.sections]
         prompt = self.templates.render(
             "system.md.j2",
-            workspace=str(self.workspace),
             files=files,
             skills=self.skills.all(),
-            tools=self.tool_names,
             history=entries,
-            shared_room=not personal,
+            sections=[section for section in sections if section],
+            **shared,
         )
         with self._cache_lock:
             self._cache[key] = prompt

@@ -10,7 +10,7 @@ from typing import Any
 
 from loguru import logger
 
-from nanomem.agent.bus import InboundMessage, MessageBus, answering
+from nanomem.agent.bus import InboundMessage, MessageBus
 from nanomem.agent.commands import (
     NOTHING_TO_STOP,
     STOPPED,
@@ -24,20 +24,20 @@ from nanomem.agent.outbound import Delta, DeltaEnd, OutboundMessage, Progress, T
 from nanomem.agent.react_loop import ReactResult, StepText, react, seal_tool_calls
 from nanomem.agent.retries import keep_for_retry
 from nanomem.agent.templates import Templates
-from nanomem.audience import audience_of, enter
+from nanomem.audience import audience_of
 from nanomem.config import Settings
 from nanomem.log import redact, shown_so_far
 from nanomem.memory import Budget, Session, SessionStore, to_wire
 from nanomem.providers import Provider, ProviderError, ToolCall, key_source, route
 from nanomem.text import untrusted_json
 from nanomem.text.plural import plural
-from nanomem.tools import ToolRegistry
+from nanomem.tools import ToolContext, ToolRegistry
 
-BeforeTurn = Callable[[Session, InboundMessage], Awaitable[None]]
-AfterTurn = Callable[[Session], Awaitable[None]]
+BeforeTurn = Callable[[Session, ToolContext], Awaitable[None]]
+AfterTurn = Callable[[Session, ToolContext], Awaitable[None]]
 # Where the pieces of a turn go while it runs (deltas, progress lines, questions go on the bus).
 Show = Callable[[OutboundMessage], Awaitable[None]]
-NewHook = Callable[[Session], Awaitable[str | None]]
+NewHook = Callable[[Session, ToolContext], Awaitable[str | None]]
 
 
 class Deferred(Exception):
@@ -226,12 +226,11 @@ class AgentLoop:
         at: int,
         progress: Show | None,
     ) -> OutboundMessage:
-        enter(audience_of(session.key, self.settings.memory.groups_see_personal))
-        answering.set(msg)
+        turn = self._context_of(msg)
         shown_from = session.replay_from
         system = await self._system_message(session)
         for hook in self.before_turn:
-            await hook(session, msg)
+            await hook(session, turn)
         # Archiving (a hook's, or a background consolidation that finished meanwhile) moves the
         # replay start and adds history entries that the prompt must show.
         while session.replay_from != shown_from:
@@ -267,6 +266,7 @@ class AgentLoop:
                 [system, *history, sent, *resumed],
                 self.tools,
                 limits.max_iterations,
+                context=turn,
                 out=result,
                 on_tool_call=report,
                 on_text=self._streamer(msg, progress),
@@ -283,13 +283,19 @@ class AgentLoop:
             actual = result.usage[0].prompt_tokens
             self.budget.observe(fixed + history_tokens, actual, exact=exact)
         for after in self.after_turn:
-            self._spawn(after(session))
+            self._spawn(after(session, turn))
         if result.text is None:
             text = self.templates.render(
                 "iteration_limit.md.j2", max_iterations=limits.max_iterations
             )
             return OutboundMessage.answering(msg, Text(text, "error"))
         return OutboundMessage.answering(msg, Text(redact(result.text)))
+
+    def _context_of(self, msg: InboundMessage) -> ToolContext:
+        """Whom a turn works for: handed to every tool call and hook, never read from ambient
+        state."""
+        groups_see_personal = self.settings.memory.groups_see_personal
+        return ToolContext(msg.sender, audience_of(msg.session_key, groups_see_personal))
 
     def _fixed(self, system: str, messages: list[dict[str, Any]]) -> int:
         """Tokens of what every prompt of the turn carries besides the replayed history."""
@@ -422,7 +428,8 @@ class AgentLoop:
 
     async def _cmd_new(self, msg: InboundMessage, args: str) -> str:
         session = await self.sessions.get(msg.session_key)
-        notes = [note for hook in self.before_new if (note := await hook(session))]
+        chat = self._context_of(msg)
+        notes = [note for hook in self.before_new if (note := await hook(session, chat))]
         await self.sessions.update_state(session, replay_from=len(session.messages))
         return "\n".join(["New session started.", *notes])
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from nanomem.providers import Provider, ToolCall, ToolChoice, Usage
-from nanomem.tools import ToolRegistry
+from nanomem.tools import ToolContext, ToolRegistry
 
 CANCELLED_RESULT = "Cancelled: the turn was stopped before this tool finished."
 
@@ -31,6 +31,7 @@ async def react(
     tools: ToolRegistry | None,
     max_iterations: int,
     *,
+    context: ToolContext,
     out: ReactResult | None = None,
     on_tool_call: Callable[[ToolCall], Awaitable[None]] | None = None,
     max_tokens: int | None = None,
@@ -38,8 +39,8 @@ async def react(
     on_text: StepText | None = None,
 ) -> ReactResult:
     """Run until the model answers without tool calls; new messages accumulate in `out`
-    as they happen, so a caller that is cancelled still holds the partial turn. With
-    `on_text`, each model call streams its text into it."""
+    as they happen, so a caller that is cancelled still holds the partial turn. Every tool
+    call works for `context`. With `on_text`, each model call streams its text into it."""
     result = out if out is not None else ReactResult(text=None)
     schemas = tools.schemas() if tools else None
     for step in range(max_iterations):
@@ -72,13 +73,15 @@ async def react(
         registry = tools or ToolRegistry()  # a hallucinated call gets an "unknown tool" answer
         calls = reply.tool_calls
         if all(registry.is_read_only(c.name) for c in calls):
-            outputs = await asyncio.gather(*(registry.call(c.name, c.arguments) for c in calls))
+            outputs = await asyncio.gather(
+                *(registry.call(c.name, c.arguments, context) for c in calls)
+            )
             result.messages.extend(map(_tool_message, calls, outputs))
         else:
             # Anything that may write runs in the order the model asked, each call seeing the
             # last one's effect: eight edits of one file at once kept only five.
             for call in calls:
-                output = await registry.call(call.name, call.arguments)
+                output = await registry.call(call.name, call.arguments, context)
                 result.messages.append(_tool_message(call, output))
     return result
 

@@ -380,12 +380,12 @@ async def _interactive(
         if not chat.done():
             app = await asyncio.to_thread(_build, home, settings, stderr_level, bus, config=config)
             workers.append(asyncio.create_task(app.loop.run(), name="agent-loop"))
-            app.scheduler.start()  # Dream runs on its interval while the chat is open
+            await app.start_features()  # Dream runs on its interval while the chat is open
             app.warm_up()
         await chat
     finally:
         if app is not None:
-            await app.scheduler.stop(grace_s=5)
+            await app.stop_features(grace_s=5)
             await app.loop.close(grace_s=5)
             await app.aclose()
         for task in [*workers, chat]:
@@ -501,7 +501,7 @@ def _yes(question: str) -> bool:
 
 def cmd_dream(args: argparse.Namespace) -> int:
     from nanomem.cli.progress_line import ProgressLine
-    from nanomem.features.dream import DreamBusy, DreamResult
+    from nanomem.features.dream import DreamBusy, Dreaming, DreamResult
     from nanomem.memory import GitStoreError
 
     app = _app(args, needs_model=True, stderr_level=args.log_level or "ERROR")
@@ -509,7 +509,7 @@ def cmd_dream(args: argparse.Namespace) -> int:
 
     async def dream_once() -> DreamResult:
         try:
-            return await app.dream.run("cli", progress)
+            return await app.feature(Dreaming).dream.run("cli", progress)
         finally:
             progress.clear()
             await app.aclose()
@@ -531,14 +531,14 @@ def cmd_inbox(args: argparse.Namespace) -> int:
 
 
 def cmd_memory(args: argparse.Namespace) -> int:
-    from nanomem.features.dream import DREAM_IS_RUNNING, SHELL, DreamBusy, MemoryCommands
+    from nanomem.features.dream import DREAM_IS_RUNNING, SHELL, DreamBusy, Dreaming, MemoryCommands
     from nanomem.memory import GitStoreError
 
     words = " ".join(getattr(args, "words", []))
     if args.memory_command == "why" and not words.strip():  # checked before anything is opened
         raise CliError("usage: nanomem memory why <words from a remembered line>", code=2)
     app = _app(args, needs_model=False, stderr_level=args.log_level or "ERROR")
-    texts = MemoryCommands(app.dream, app.git, SHELL)
+    texts = MemoryCommands(app.feature(Dreaming).dream, app.git, SHELL)
     try:
         if args.memory_command == "why":
             return _why(app, words)

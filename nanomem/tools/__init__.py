@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 from nanomem.exports import lazy_exports
 
 if TYPE_CHECKING:
+    from nanomem.tools.context import OUTSIDE, ToolContext
     from nanomem.tools.files import FileTools
     from nanomem.tools.prctl import hide_environment
     from nanomem.tools.registry import Tool, ToolError, ToolRegistry, read_only_tool
@@ -14,10 +15,12 @@ if TYPE_CHECKING:
     from nanomem.tools.shell import ShellTool
 
 __all__ = [
+    "OUTSIDE",
     "Decision",
     "FileTools",
     "ShellTool",
     "Tool",
+    "ToolContext",
     "ToolError",
     "ToolRegistry",
     "decide",
@@ -29,6 +32,7 @@ __all__ = [
 __getattr__ = lazy_exports(
     __name__,
     {
+        "context": ("OUTSIDE", "ToolContext"),
         "files": ("FileTools",),
         "registry": ("Tool", "ToolError", "ToolRegistry", "read_only_tool"),
         "prctl": ("hide_environment",),

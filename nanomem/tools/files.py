@@ -1,6 +1,7 @@
 """Workspace file tools: paths are resolved for real and compared by parts, not by prefix.
 
-In a shared room (a group chat) the tools' root is the room's own folder (audience.room_folder):
+In a shared room (a group chat) the tools' root is the room's own folder (audience.room_folder),
+known from the call's ToolContext:
 its media and its notes, nothing of the owner's and nothing that enters a system prompt. In every
 chat a file with a second name (a hard link) is refused: no path check can see where it leads.
 """
@@ -14,9 +15,10 @@ from typing import Annotated
 
 from pydantic import Field
 
-from nanomem.audience import PERSONAL_PATHS, PROMPT_PATHS, current, room_folder
+from nanomem.audience import PERSONAL_PATHS, PROMPT_PATHS, room_folder
 from nanomem.locks import FileLock
 from nanomem.text.plural import plural
+from nanomem.tools.context import OUTSIDE, ToolContext
 from nanomem.tools.registry import Tool, ToolError, read_only_tool
 from nanomem.tools.safe_open import (
     is_hard_link,
@@ -61,18 +63,18 @@ class FileTools:
             Tool.from_function(self.list_dir),
         ]
 
-    def _base(self) -> Path:
-        """The folder the tools work in now: the shared room's own when a group's turn runs
-        (made on first use), else the workspace."""
-        seen_by = current()
-        folder = room_folder(self.root, seen_by.session) if seen_by is not None else None
+    def _base(self, context: ToolContext) -> Path:
+        """The folder the tools work in for this call: the shared room's own when a group's
+        turn runs (made on first use), else the workspace."""
+        session = context.session
+        folder = room_folder(self.root, session) if session is not None else None
         if folder is None:
             return self.root
         folder.mkdir(parents=True, exist_ok=True)
         return folder.resolve()
 
-    def resolve(self, path: str) -> Path:
-        return self._resolve(path, self._base())
+    def resolve(self, path: str, context: ToolContext = OUTSIDE) -> Path:
+        return self._resolve(path, self._base(context))
 
     def _resolve(self, path: str, root: Path) -> Path:
         if not path.strip():
@@ -100,10 +102,9 @@ class FileTools:
             return self.memory_lock.hold_sync(wait_s=LOCK_WAIT_S)
         return nullcontext()
 
-    def _private(self, target: Path, path: str) -> None:
+    def _private(self, target: Path, path: str, context: ToolContext) -> None:
         """In a shared room (a group chat), the owner's personal memory cannot be opened."""
-        seen_by = current()
-        if seen_by is None or seen_by.personal:
+        if context.personal:
             return
         if any(target == kept or target.is_relative_to(kept) for kept in self.personal):
             raise ToolError(f"{path!r} is the owner's personal memory; not available in a group")
@@ -111,14 +112,15 @@ class FileTools:
     @read_only_tool
     def read_file(
         self,
+        context: ToolContext,
         path: Annotated[str, Field(description="File path relative to the workspace")],
         start_line: Annotated[int, Field(ge=1, description="First line to return")] = 1,
         max_lines: Annotated[int | None, Field(ge=1, description="How many lines")] = None,
     ) -> str:
         """Read a text file from the workspace, optionally a range of lines."""
-        root = self._base()
+        root = self._base(context)
         target = self._resolve(path, root)
-        self._private(target, path)
+        self._private(target, path, context)
         data = read_checked(root, target, path, MAX_READ_BYTES + 1)
         if b"\0" in data[:8192]:
             raise ToolError(f"{path!r} is a binary file")
@@ -132,25 +134,27 @@ class FileTools:
 
     def write_file(
         self,
+        context: ToolContext,
         path: Annotated[str, Field(description="File path relative to the workspace")],
         content: Annotated[str, Field(description="The complete new content")],
     ) -> str:
         """Create or overwrite a text file in the workspace (parent folders are created)."""
-        root = self._base()
-        target = self._writable(path, root)
+        root = self._base(context)
+        target = self._writable(path, root, context)
         with self._guarded(target):
             write_checked(root, target, content, path)
         return f"Wrote {plural(len(content), 'character')} to {self._display(target, root)}"
 
     def edit_file(
         self,
+        context: ToolContext,
         path: Annotated[str, Field(description="File path relative to the workspace")],
         old_text: Annotated[str, Field(description="Exact text to replace; must occur once")],
         new_text: Annotated[str, Field(description="Replacement text")],
     ) -> str:
         """Replace one exact occurrence of old_text with new_text in a workspace file."""
-        root = self._base()
-        target = self._writable(path, root)
+        root = self._base(context)
+        target = self._writable(path, root, context)
         if not target.is_file():
             raise ToolError(f"no file at {path!r}")
         if not old_text:
@@ -183,12 +187,14 @@ class FileTools:
 
     @read_only_tool
     def list_dir(
-        self, path: Annotated[str, Field(description="Folder relative to the workspace")] = "."
+        self,
+        context: ToolContext,
+        path: Annotated[str, Field(description="Folder relative to the workspace")] = ".",
     ) -> str:
         """List a workspace folder: sub-folders end with '/', files show their size."""
-        root = self._base()
+        root = self._base(context)
         target = self._resolve(path, root)
-        self._private(target, path)
+        self._private(target, path, context)
         rows = []
         fd = open_folder_checked(root, target, path)
         try:
@@ -211,9 +217,9 @@ class FileTools:
             os.close(fd)
         return "\n".join(rows) if rows else "(empty folder)"
 
-    def _writable(self, path: str, root: Path) -> Path:
+    def _writable(self, path: str, root: Path, context: ToolContext) -> Path:
         target = self._resolve(path, root)
-        self._private(target, path)
+        self._private(target, path, context)
         if any(target == kept or target.is_relative_to(kept) for kept in self.read_only):
             raise ToolError(f"{path!r} is maintained by nanomem itself and cannot be changed")
         if root != self.root and any(

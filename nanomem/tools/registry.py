@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 from nanomem.log import redact
 from nanomem.text import untrusted_json
 from nanomem.text.utf8 import clean_value
+from nanomem.tools.context import ToolContext
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -38,12 +39,17 @@ class Tool:
     fn: Callable[..., Any]
     arguments: type[BaseModel]
     read_only: bool = False  # True only when declared: an unknown tool may write
+    context_arg: str | None = None  # the parameter that receives the call's ToolContext
 
     @classmethod
     def from_function(cls, fn: Callable[..., Any], name: str | None = None) -> Tool:
         hints = get_type_hints(fn, include_extras=True)
         fields: dict[str, Any] = {}
+        context_arg = None
         for param in inspect.signature(fn).parameters.values():
+            if hints.get(param.name) is ToolContext:  # ours to fill in, never the model's
+                context_arg = param.name
+                continue
             default = ... if param.default is inspect.Parameter.empty else param.default
             fields[param.name] = (hints.get(param.name, str), default)
         tool_name = name or fn.__name__
@@ -53,7 +59,8 @@ class Tool:
             **fields,
         )
         doc = inspect.getdoc(fn) or tool_name
-        return cls(tool_name, doc.strip(), fn, model, getattr(fn, "read_only_tool", False))
+        read_only = getattr(fn, "read_only_tool", False)
+        return cls(tool_name, doc.strip(), fn, model, read_only, context_arg)
 
     def schema(self) -> dict[str, Any]:
         parameters = self.arguments.model_json_schema()
@@ -103,8 +110,9 @@ class ToolRegistry:
         self.schemas()
         return self._schema_text
 
-    async def call(self, name: str, raw_arguments: str) -> str:
-        """Run one tool call; every failure comes back as text the model can act on."""
+    async def call(self, name: str, raw_arguments: str, context: ToolContext) -> str:
+        """Run one tool call for `context` (whom the turn works for); every failure comes back
+        as text the model can act on."""
         tool = self._tools.get(name)
         if tool is None:
             return f"Error: unknown tool {name!r}. Available tools: {', '.join(self._tools)}."
@@ -117,6 +125,8 @@ class ToolRegistry:
         except (ValueError, ValidationError) as exc:
             return f"Error: invalid arguments for {name}: {_short(exc)}"
         kwargs = {field: getattr(arguments, field) for field in type(arguments).model_fields}
+        if tool.context_arg is not None:
+            kwargs[tool.context_arg] = context
         try:
             if inspect.iscoroutinefunction(tool.fn):
                 result = await tool.fn(**kwargs)

@@ -17,7 +17,8 @@ from typing import Annotated, Protocol
 
 from pydantic import Field
 
-from nanomem.audience import current, room_folder
+from nanomem.audience import room_folder
+from nanomem.tools.context import ToolContext
 from nanomem.tools.orphans import start_ticks, sweep
 from nanomem.tools.prctl import adopt_orphans
 from nanomem.tools.registry import Tool, ToolError
@@ -54,7 +55,7 @@ def command_env(
 class Approval(Protocol):
     """Asks before a command runs (tools.shell_approval); the agent's chat answers it."""
 
-    async def refusal(self, command: str) -> str | None:
+    async def refusal(self, command: str, context: ToolContext) -> str | None:
         """None when the command may run; otherwise the reason the model is told."""
 
 
@@ -83,19 +84,23 @@ class ShellTool:
     def tools(self) -> list[Tool]:
         return [Tool.from_function(self.exec, name="exec")]
 
-    async def exec(self, command: Annotated[str, Field(description="A shell command line")]) -> str:
+    async def exec(
+        self,
+        context: ToolContext,
+        command: Annotated[str, Field(description="A shell command line")],
+    ) -> str:
         """Run a shell command in the workspace and return its exit code and output."""
-        seen_by = current()
         decision = await asyncio.to_thread(decide, self.sandbox)
         if decision.refuses:
             raise ToolError(f"the shell cannot run: {decision.describe(self.network)}")
         sandboxed = decision.binary is not None
-        room = room_folder(self.workspace, seen_by.session) if seen_by is not None else None
+        session = context.session
+        room = room_folder(self.workspace, session) if session is not None else None
         # Like the file tools, a group stays in its room (memory.groups_see_personal or not),
         # and only the sandbox can hold a command there.
         if room is not None and not sandboxed:
             raise ToolError("the shell is not available in group chats without its sandbox")
-        if self.approval is not None and (refused := await self.approval.refusal(command)):
+        if self.approval is not None and (refused := await self.approval.refusal(command, context)):
             return refused  # the model reads it and carries on
         folder = self.workspace
         if room is not None:

@@ -5,6 +5,7 @@ from pathlib import Path
 from nanomem.agent.react_loop import CANCELLED_RESULT, ReactResult, react, seal_tool_calls
 from nanomem.providers.port import Reply, ToolCall
 from nanomem.providers.scripted import ScriptedProvider, call, text
+from nanomem.tools import OUTSIDE
 from nanomem.tools.files import FileTools
 from nanomem.tools.registry import Tool, ToolRegistry, read_only_tool
 from tests.helpers import until
@@ -35,7 +36,7 @@ async def test_read_only_calls_of_one_step_run_concurrently_and_return_in_order(
 
     tools = ToolRegistry([Tool.from_function(first), Tool.from_function(second)])
     provider = ScriptedProvider([two_calls(), text("all done")])
-    result = await react(provider, [{"role": "user", "content": "go"}], tools, 5)
+    result = await react(provider, [{"role": "user", "content": "go"}], tools, 5, context=OUTSIDE)
     assert result.text == "all done"
     tool_messages = [m for m in result.messages if m["role"] == "tool"]
     assert [(m["tool_call_id"], m["content"]) for m in tool_messages] == [
@@ -52,7 +53,7 @@ async def test_iteration_limit_ends_with_none_not_silence() -> None:
         return "pong"
 
     provider = ScriptedProvider([call("ping", {}) for _ in range(10)])
-    result = await react(provider, [], ToolRegistry([Tool.from_function(ping)]), 3)
+    result = await react(provider, [], ToolRegistry([Tool.from_function(ping)]), 3, context=OUTSIDE)
     assert result.text is None
     assert len(provider.calls) == 3
 
@@ -63,7 +64,7 @@ async def test_bad_calls_become_observations_for_the_model() -> None:
         return "pong"
 
     provider = ScriptedProvider([call("ping", '{"oops'), call("nope", {}), text("ok")])
-    result = await react(provider, [], ToolRegistry([Tool.from_function(ping)]), 5)
+    result = await react(provider, [], ToolRegistry([Tool.from_function(ping)]), 5, context=OUTSIDE)
     observations = [m["content"] for m in result.messages if m["role"] == "tool"]
     assert observations[0].startswith("Error: invalid arguments for ping")
     assert observations[1].startswith("Error: unknown tool 'nope'")
@@ -79,7 +80,9 @@ async def test_partial_turn_is_visible_after_cancellation() -> None:
     provider = ScriptedProvider([call("forever", {}, call_id="c9")])
     out = ReactResult(text=None)
     task = asyncio.create_task(
-        react(provider, [], ToolRegistry([Tool.from_function(forever)]), 5, out=out)
+        react(
+            provider, [], ToolRegistry([Tool.from_function(forever)]), 5, out=out, context=OUTSIDE
+        )
     )
     await until(lambda: out.messages)
     task.cancel()
@@ -123,7 +126,7 @@ async def test_calls_that_may_write_run_one_after_another_in_call_order() -> Non
         ("slow_write", {"tag": "a"}), ("peek", {"tag": "b"}), ("slow_write", {"tag": "c"})
     )
     provider = ScriptedProvider([step, text("done")])
-    result = await react(provider, [], tools, 5)
+    result = await react(provider, [], tools, 5, context=OUTSIDE)
     assert log == ["start a", "end a", "peek b", "start c", "end c"]
     assert [m["content"] for m in result.messages if m["role"] == "tool"] == ["a", "b", "c"]
 
@@ -161,6 +164,8 @@ async def test_eight_edits_of_one_file_in_one_step_are_all_kept(tmp_path: Path) 
         for i in range(8)
     ]
     provider = ScriptedProvider([calls_of(*edits), text("all done")])
-    result = await react(provider, [], ToolRegistry(FileTools(tmp_path).tools()), 5)
+    result = await react(
+        provider, [], ToolRegistry(FileTools(tmp_path).tools()), 5, context=OUTSIDE
+    )
     assert [m["content"] for m in result.messages if m["role"] == "tool"] == ["Edited list.md"] * 8
     assert (tmp_path / "list.md").read_text() == "".join(f"item {i}: done\n" for i in range(8))

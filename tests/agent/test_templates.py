@@ -26,7 +26,9 @@ SAMPLES = {
         "history": [
             HistoryEntry(7, "2026-11-20T10:00:00+01:00", "cli:direct", "- Ada likes tea", "summary")
         ],
+        "sections": ["A feature's own part of the prompt."],
     },
+    "recall.md.j2": {"shared_room": True},
     "dream_system.md.j2": {},
     "dream_analyse.md.j2": {
         "entries": [HistoryEntry(3, "2026-11-20T10:00:00+01:00", "cli:direct", "- Ada", "summary")],

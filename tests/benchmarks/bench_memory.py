@@ -23,6 +23,7 @@ from pathlib import Path
 
 import _common
 
+from nanomem.features.consolidation import Consolidator
 from nanomem.memory.history import HistoryEntry, HistoryStore, NewEntry
 from nanomem.memory.session import session_filename
 from tests.fakes.openai_server import FakeOpenAI
@@ -62,7 +63,8 @@ async def bench_estimate(root: Path) -> tuple[list[list[object]], bool]:
             write_session(home.sessions / session_filename(key), key, size, rng)
             load_started = time.perf_counter()
             session = await app.sessions.get(key)
-            await app.consolidator.estimate(session)  # first estimate tokenises the raw tail
+            # The first estimate tokenises the raw tail.
+            await app.feature(Consolidator).estimate(session)
             load_ms = (time.perf_counter() - load_started) * 1000
             samples = []
             for i in range(TURNS):
@@ -75,7 +77,7 @@ async def bench_estimate(root: Path) -> tuple[list[list[object]], bool]:
                 if i % 20 == 19:  # consolidation moves the boundary now and then
                     session.state["replay_from"] = session.replay_from + 20
                 started = time.perf_counter()
-                estimate = await app.consolidator.estimate(session)
+                estimate = await app.feature(Consolidator).estimate(session)
                 session.history(app.budget.prompt_limit)
                 samples.append((time.perf_counter() - started) * 1000)
             assert estimate > 0

@@ -32,9 +32,10 @@ from pathlib import Path
 
 import _common  # noqa: F401 (puts the repository on sys.path)
 
-from nanomem.audience import audience_of, enter
+from nanomem.audience import audience_of
 from nanomem.features.recall.recall import Recall
 from nanomem.memory.history import HistoryEntry, HistoryStore, NewEntry
+from nanomem.tools import ToolContext
 
 ENTRIES = 100_000
 START = datetime(2026, 1, 1, tzinfo=UTC)  # a year of entries, stamped in order
@@ -134,14 +135,17 @@ async def main() -> int:
                     words.append(term)
             text = " ".join(words)
             if label.startswith("group"):
-                enter(audience_of("telegram:-501"))
+                chat = ToolContext(audience=audience_of("telegram:-501"))
             else:
-                enter(audience_of("telegram:1000"))
+                chat = ToolContext(audience=audience_of("telegram:1000"))
 
             def search(
-                text: str = text, since: str | None = since, until: str | None = until
+                text: str = text,
+                since: str | None = since,
+                until: str | None = until,
+                chat: ToolContext = chat,
             ) -> str:
-                return recall.search_history(text, 10, since, until)
+                return recall.search_history(chat, text, 10, since, until)
 
             result = search()
             found = result.count("\n[") + result.startswith("[")

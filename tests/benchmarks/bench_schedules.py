@@ -28,6 +28,7 @@ from loguru import logger
 from nanomem.agent.channel import Capabilities
 from nanomem.app import build_app
 from nanomem.config import ScheduleSettings, load_settings
+from nanomem.features.schedules import ScheduledTurns
 from nanomem.features.schedules.store import MAX_FILE_BYTES, ScheduleStore
 from nanomem.gateway import Gateway
 from nanomem.providers.port import Reply
@@ -118,7 +119,7 @@ async def run(root: Path) -> tuple[list[tuple[str, str, str]], bool]:
     peak, armed_s = before, None
     while len(channel.sent) < total - 1:
         peak = max(peak, rss_mib())
-        report = app.schedules.report()
+        report = app.feature(ScheduledTurns).report()
         if armed_s is None and report and report["armed"] == total - 1:
             armed_s = time.perf_counter() - started
         assert time.perf_counter() - started < 180, "the firings did not all arrive"

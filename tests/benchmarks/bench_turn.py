@@ -37,6 +37,7 @@ import _common  # before any nanomem import: repository root on sys.path, litell
 from nanomem.agent.bus import InboundMessage
 from nanomem.app import App
 from nanomem.audience import Sender
+from nanomem.features.consolidation import Consolidator
 
 SIZES = (10, 1_000, 10_000)
 WARMUP = 3
@@ -82,7 +83,7 @@ async def prefill(app: App, key: str, count: int) -> None:
     messages = transcript(count)
     for start in range(0, len(messages), 2_000):
         await app.sessions.append(session, messages[start : start + 2_000])
-    while await app.consolidator.consolidate(session):
+    while await app.feature(Consolidator).consolidate(session):
         pass
 
 

@@ -9,6 +9,7 @@ import pytest
 from nanomem.agent.bus import InboundMessage
 from nanomem.app import App
 from nanomem.audience import Sender
+from nanomem.features.consolidation import Consolidator
 from nanomem.home import Home
 from nanomem.memory.history import NewEntry
 from nanomem.memory.session import Session, to_wire
@@ -182,7 +183,7 @@ async def test_session_locks_are_not_kept_once_passes_end(home: Home) -> None:
     for chat in range(5):
         await talk(app, 30 if chat == 0 else 1, chat=str(chat))
     assert app.history.last_cursor() > 0  # chat 0 consolidated
-    assert len(app.consolidator._locks) == 0
+    assert len(app.feature(Consolidator)._locks) == 0
 
 
 async def test_history_reaches_the_next_system_prompt(home: Home) -> None:
@@ -254,7 +255,7 @@ async def test_interrupted_raw_archive_gets_exactly_its_missing_parts(home: Home
     await app.history.append(parts[:1])  # only the first part reached the disk
     fresh = app_with(home, model)
     fresh_session = await fresh.sessions.get("cli:direct")
-    await fresh.consolidator.recover(fresh_session)
+    await fresh.feature(Consolidator).recover(fresh_session)
     assert fresh_session.replay_from == 10 and not fresh_session.state.get("consolidating")
     written = [e for e in fresh.history.iter_backwards() if e.ref == "rawref"]
     assert sorted(e.part for e in written) == list(range(1, len(parts) + 1))
@@ -304,7 +305,8 @@ def fact_turns(count: int) -> list[dict[str, Any]]:
 
 def waited_for(app: App, session: Session) -> bool:
     """Something (a turn, a recovery) waits for the consolidation that holds the session."""
-    return bool(app.consolidator._lock(session)._waiters)  # asyncio.Lock's queue of waiters
+    lock = app.feature(Consolidator)._lock(session)
+    return bool(lock._waiters)  # asyncio.Lock's queue of waiters
 
 
 async def test_a_turn_shows_what_a_consolidation_archived_while_it_waited(home: Home) -> None:
@@ -312,7 +314,8 @@ async def test_a_turn_shows_what_a_consolidation_archived_while_it_waited(home: 
     app = app_with(home, model)
     session = await app.sessions.get("cli:direct")
     await app.sessions.append(session, fact_turns(30))
-    archiving = asyncio.create_task(app.consolidator.consolidate(session))  # as after a turn
+    # As after a turn:
+    archiving = asyncio.create_task(app.feature(Consolidator).consolidate(session))
     await model.summarising.wait()
     question = InboundMessage("cli", "direct", "And fact number 30?", Sender("u"))
     turn = asyncio.create_task(app.loop.handle(question))
@@ -329,9 +332,9 @@ async def test_recovery_behind_a_running_consolidation_never_moves_back(home: Ho
     app = app_with(home, model)
     session = await app.sessions.get("cli:direct")
     await app.sessions.append(session, fact_turns(60))  # far over: archiving takes rounds
-    archiving = asyncio.create_task(app.consolidator.consolidate(session))
+    archiving = asyncio.create_task(app.feature(Consolidator).consolidate(session))
     await model.summarising.wait()  # round one is journalled and under way
-    recovering = asyncio.create_task(app.consolidator.recover(session))
+    recovering = asyncio.create_task(app.feature(Consolidator).recover(session))
     await until(lambda: waited_for(app, session))  # the recovery waits behind the round
     model.gate.set()
     rounds = await archiving

@@ -8,6 +8,7 @@ import pytest
 
 from nanomem.agent.bus import InboundMessage
 from nanomem.app import App
+from nanomem.features.dream import Dreaming
 from nanomem.features.dream.commands import SHELL, MemoryCommands
 from nanomem.home import Home
 from nanomem.memory.history import NewEntry
@@ -56,7 +57,7 @@ async def test_dream_log_shows_the_diff_and_restore_undoes_it(home: Home) -> Non
 async def test_a_run_tells_each_phase_as_it_begins(home: Home) -> None:
     app = await app_with_history(home, ScriptedProvider(LEARN))
     phases: list[str] = []
-    result = await app.dream.run("cli", phases.append)
+    result = await app.feature(Dreaming).dream.run("cli", phases.append)
     assert result.status == "changed"
     assert phases == [
         "reading 2 history entries",
@@ -91,10 +92,10 @@ async def test_an_older_homes_placeholder_sentence_goes_and_untouched_files_keep
     user = app.workspace / "USER.md"
     older = "# User\n\nNothing is known yet. Facts about the person (name, work)\nare added here.\n"
     user.write_text(older)
-    await app.dream.run()
+    await app.feature(Dreaming).dream.run()
     assert user.read_text() == older  # the run did not touch USER.md: it is still true
     await app.history.append([NewEntry("cli:direct", "- Ada drinks green tea", "summary")])
-    await app.dream.run()
+    await app.feature(Dreaming).dream.run()
     assert user.read_text() == (
         "# User\n- Name: Ada\n- Drinks green tea\n\nFacts about the person (name, work)\n"
         "are added here.\n"
@@ -105,7 +106,7 @@ async def test_the_shell_gets_the_same_texts_in_plain_words(home: Home) -> None:
     app = await app_with_history(home, ScriptedProvider(LEARN))
     await dream(app)
     learned = app.git.log(limit=1)[0]
-    shell = MemoryCommands(app.dream, app.git, SHELL)
+    shell = MemoryCommands(app.feature(Dreaming).dream, app.git, SHELL)
     log = shell.log_text()
     assert log.startswith(f"{learned.short} ") and "+- Name: Ada" in log and "`" not in log
     assert shell.versions_text().endswith("\nnanomem memory restore <id> undoes one.")

@@ -6,6 +6,7 @@ import os
 import pytest
 
 from nanomem.app import App
+from nanomem.features.dream import Dreaming
 from nanomem.features.dream.journal import CURSOR_TRAILER, Edit, Journal, Staging, journal_of
 from nanomem.home import Home
 from nanomem.providers.port import Reply
@@ -22,7 +23,7 @@ def pending(app: App) -> Journal:
 
 
 def write_journal(app: App, journal: Journal) -> None:
-    app.dream.journal.path.write_text(journal.to_json() + "\n")
+    app.feature(Dreaming).dream.journal.path.write_text(journal.to_json() + "\n")
 
 
 def killed_after_the_journal(app: App, journal: Journal) -> None:
@@ -47,7 +48,7 @@ def killed_before_deleting_the_journal(app: App, journal: Journal) -> None:
 
 def killed_after_the_commit_and_journal_lost(app: App, journal: Journal) -> None:
     killed_after_the_commit(app, journal)
-    app.dream.journal.path.unlink()
+    app.feature(Dreaming).dream.journal.path.unlink()
 
 
 def assert_applied_once(app: App, home: Home) -> None:

@@ -15,7 +15,8 @@ import pytest
 
 from nanomem.agent.bus import InboundMessage
 from nanomem.app import App
-from nanomem.audience import Sender, audience_of
+from nanomem.audience import Sender, audience_of, is_shared_room
+from nanomem.features.dream import Dreaming
 from nanomem.features.dream.evidence import added_lines, cited_items, parse, trailers
 from nanomem.features.dream.journal import Edit, Journal
 from nanomem.features.dream.provenance import USAGE, Provenance, find
@@ -56,14 +57,15 @@ async def dreamed(home: Home, steps: Sequence[Step], **sections: dict[str, objec
     await app.history.append(
         [NewEntry("telegram:42", ADA, "summary"), NewEntry("telegram:43", APOLLO, "summary")]
     )
-    result = await app.dream.run()
+    result = await app.feature(Dreaming).dream.run()
     assert result.status == "changed", result.reason
     return app
 
 
 async def why(app: App, words: str, session: str = "cli:direct") -> str:
     channel, _, chat = session.partition(":")
-    owner = Sender(is_owner=True)  # a group member's /why is refused when groups see personal
+    # The owner: a group member's /why is refused when groups see personal memory.
+    owner = Sender(is_owner=True, shared_room=is_shared_room(session))
     reply = await app.loop.handle(InboundMessage(channel, chat, f"/why {words}".rstrip(), owner))
     assert reply is not None
     return reply.content

@@ -8,10 +8,10 @@ from zoneinfo import ZoneInfo
 import pytest
 from loguru import logger
 
-from nanomem.agent.bus import InboundMessage, MessageBus, answering
+from nanomem.agent.bus import InboundMessage, MessageBus
 from nanomem.agent.inbox import SqliteInbox
 from nanomem.agent.templates import Templates
-from nanomem.audience import Sender, audience_of, enter
+from nanomem.audience import Sender, audience_of
 from nanomem.config import ScheduleSettings
 from nanomem.features.schedules.chat import NEEDS_GATEWAY
 from nanomem.features.schedules.rules import Schedule, ScheduleError, make_schedule
@@ -23,6 +23,7 @@ from nanomem.features.schedules.turns import (
     position_name,
 )
 from nanomem.locks import FileLock
+from nanomem.tools import ToolContext
 from nanomem.tools.registry import ToolError
 from tests.conftest import log_lines
 from tests.helpers import until
@@ -268,9 +269,9 @@ async def test_a_schedule_fires_through_the_inbox_in_its_chat(
     runner = turns(store, bus, grace_min=0)  # no grace for missed runs; on time still fires
     await runner.start({"telegram"})
     try:
-        enter(audience_of("telegram:42"))
+        chat = ToolContext(audience=audience_of("telegram:42"))
         soon = (datetime.now(UTC) + timedelta(seconds=1)).isoformat()
-        answer = await runner.schedule("remind them to drink water", at=soon)
+        answer = await runner.schedule(chat, "remind them to drink water", at=soon)
         assert answer.startswith("Scheduled ")
         msg = await next_message(bus)
         assert (msg.channel, msg.chat_id, msg.seq) == ("telegram", "42", msg.seq)
@@ -387,11 +388,10 @@ async def test_a_schedule_fires_only_while_its_maker_is_admitted(
         runner = turns(store, bus, grace_min=0)
         await runner.start({"telegram"}, admits)
         try:
-            enter(audience_of("telegram:-500"))
-            answering.set(InboundMessage("telegram", "-500", "remind us", Sender("77")))
+            chat = ToolContext(Sender("77"), audience_of("telegram:-500"))
             soon = datetime.now(UTC) + timedelta(seconds=1)
-            await runner.schedule("stand-up", every_minutes=1)
-            await runner.schedule("water", at=soon.isoformat())
+            await runner.schedule(chat, "stand-up", every_minutes=1)
+            await runner.schedule(chat, "water", at=soon.isoformat())
             (repeating, once) = store.load()
             assert repeating.made_by == once.made_by == "77"
             msg = await next_message(bus)  # while allowed, it fires
@@ -431,9 +431,8 @@ async def test_a_schedule_made_in_a_scheduled_turn_is_made_by_whoever_made_that_
         await runner.start({"telegram"}, lambda session, made_by: made_by == "77")
         fired = await next_message(bus)
         assert fired.sender.id == "77"
-        enter(audience_of("telegram:-500"))
-        answering.set(fired)
-        await runner.schedule("check again", every_minutes=30)
+        chat = ToolContext(fired.sender, audience_of("telegram:-500"))
+        await runner.schedule(chat, "check again", every_minutes=30)
         assert [s.made_by for s in store.load()] == ["77"]
     finally:
         await runner.stop()
@@ -469,17 +468,17 @@ async def test_tools_need_the_gateway_and_a_channel_that_can_receive(
     store: ScheduleStore, bus: MessageBus
 ) -> None:
     runner = turns(store, bus)
-    enter(audience_of("cli:direct"))
+    chat = ToolContext(audience=audience_of("cli:direct"))
     with pytest.raises(ToolError, match="need the gateway"):
-        await runner.schedule("x", every_minutes=5)
+        await runner.schedule(chat, "x", every_minutes=5)
     with pytest.raises(ToolError, match="need the gateway"):
-        await runner.list_schedules()
+        await runner.list_schedules(chat)
     assert NEEDS_GATEWAY.endswith("Nothing was scheduled.")
     await runner.start({"telegram"})
     try:
-        enter(audience_of("api:laptop"))
+        chat = ToolContext(audience=audience_of("api:laptop"))
         with pytest.raises(ToolError, match="cannot receive messages"):
-            await runner.schedule("x", every_minutes=5)
+            await runner.schedule(chat, "x", every_minutes=5)
         assert store.load() == []
     finally:
         await runner.stop()
@@ -489,23 +488,23 @@ async def test_a_chat_lists_and_cancels_only_its_own(store: ScheduleStore, bus: 
     runner = turns(store, bus)
     await runner.start({"telegram"})
     try:
-        enter(audience_of("telegram:1"))
-        made = await runner.schedule("water the plants", cron="0 9 * * *")
+        chat = ToolContext(audience=audience_of("telegram:1"))
+        made = await runner.schedule(chat, "water the plants", cron="0 9 * * *")
         schedule_id = made.split()[1].rstrip(":")
-        enter(audience_of("telegram:2"))
-        assert await runner.list_schedules() == "No schedules in this chat."
-        refused = await runner.cancel_schedule(schedule_id)
+        chat = ToolContext(audience=audience_of("telegram:2"))
+        assert await runner.list_schedules(chat) == "No schedules in this chat."
+        refused = await runner.cancel_schedule(chat, schedule_id)
         assert refused.startswith(f"No schedule '{schedule_id}' in this chat")
-        enter(audience_of("telegram:1"))
-        listed = await runner.list_schedules()
+        chat = ToolContext(audience=audience_of("telegram:1"))
+        listed = await runner.list_schedules(chat)
         assert listed.startswith(f"{schedule_id} · cron `0 9 * * *` (Europe/Berlin) · next ")
         assert listed.endswith("water the plants")
-        assert (await runner.cancel_schedule(schedule_id)).startswith("Cancelled")
+        assert (await runner.cancel_schedule(chat, schedule_id)).startswith("Cancelled")
         assert store.load() == [] and runner.next_run(made_schedule(schedule_id)) is None
         for n in range(3):
-            await runner.schedule(f"task {n}", every_minutes=10 + n)
+            await runner.schedule(chat, f"task {n}", every_minutes=10 + n)
         with pytest.raises(ToolError, match="max_per_chat"):
-            await runner.schedule("one too many", every_minutes=5)
+            await runner.schedule(chat, "one too many", every_minutes=5)
     finally:
         await runner.stop()
 

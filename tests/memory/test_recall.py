@@ -5,10 +5,11 @@ from time import monotonic
 
 import pytest
 
-from nanomem.audience import audience_of, enter
+from nanomem.audience import audience_of
 from nanomem.features.recall.matches import TimedOut, newest, ranked
 from nanomem.features.recall.recall import Recall
 from nanomem.memory.history import HistoryEntry, HistoryStore, NewEntry
+from nanomem.tools import OUTSIDE, ToolContext
 from nanomem.tools.registry import ToolError
 from tests.conftest import log_lines
 
@@ -77,14 +78,14 @@ async def test_since_and_until(store: HistoryStore, recall: Recall) -> None:
             HistoryEntry(3, "2026-03-05T10:00:00+00:00", "telegram:1", "- tea in March", "raw"),
         ],
     )
-    enter(audience_of("telegram:1"))
+    chat = ToolContext(audience=audience_of("telegram:1"))
     assert sorted(cursors(recall, "tea")) == [1, 2, 3]
-    feb = recall.search_history("tea", since="2026-02-01", until="2026-02-28")
+    feb = recall.search_history(chat, "tea", since="2026-02-01", until="2026-02-28")
     assert "February" in feb and "January" not in feb and "March" not in feb
-    assert "January" not in recall.search_history("tea", since="2026-02-05")
-    assert "March" not in recall.search_history("tea", until="2026-02-05")
+    assert "January" not in recall.search_history(chat, "tea", since="2026-02-05")
+    assert "March" not in recall.search_history(chat, "tea", until="2026-02-05")
     with pytest.raises(ToolError):
-        recall.search_history("tea", since="last tuesday")
+        recall.search_history(chat, "tea", since="last tuesday")
 
 
 def test_dates_without_an_offset_are_read_in_the_agents_time_zone(
@@ -93,13 +94,13 @@ def test_dates_without_an_offset_are_read_in_the_agents_time_zone(
     # 23:30 UTC on 1 March is already 2 March in Tokyo (UTC+9).
     late = HistoryEntry(1, "2026-03-01T23:30:00+00:00", "telegram:1", "- tea late at night", "r")
     write(store, [late])
-    enter(audience_of("telegram:1"))
+    chat = ToolContext(audience=audience_of("telegram:1"))
     tokyo = Recall(store, tmp_path / "tokyo.sqlite3", "Asia/Tokyo")
     utc = Recall(store, tmp_path / "utc.sqlite3", "UTC")
-    assert "late at night" in tokyo.search_history("tea", since="2026-03-02")
-    assert "late at night" not in tokyo.search_history("tea", until="2026-03-01")
-    assert "late at night" in utc.search_history("tea", until="2026-03-01")  # control
-    assert "late at night" not in utc.search_history("tea", since="2026-03-02")
+    assert "late at night" in tokyo.search_history(chat, "tea", since="2026-03-02")
+    assert "late at night" not in tokyo.search_history(chat, "tea", until="2026-03-01")
+    assert "late at night" in utc.search_history(chat, "tea", until="2026-03-01")  # control
+    assert "late at night" not in utc.search_history(chat, "tea", since="2026-03-02")
 
 
 async def test_an_entry_stamped_out_of_order_never_shows_outside_the_dates(
@@ -114,8 +115,8 @@ async def test_an_entry_stamped_out_of_order_never_shows_outside_the_dates(
             HistoryEntry(3, "2026-02-05T10:00:00+00:00", "telegram:1", "- tea in February", "raw"),
         ],
     )
-    enter(audience_of("telegram:1"))
-    march = recall.search_history("tea", since="2026-03-01")
+    chat = ToolContext(audience=audience_of("telegram:1"))
+    march = recall.search_history(chat, "tea", since="2026-03-01")
     assert "March" in march and "February" not in march and "January" not in march
 
 
@@ -127,11 +128,13 @@ async def test_a_group_searches_only_its_own_entries(store: HistoryStore, recall
             entry("- another group's code is bee", "telegram:-6"),
         ]
     )
-    enter(audience_of("telegram:-5"))
-    answer = recall.search_history("code")
+    chat = ToolContext(audience=audience_of("telegram:-5"))
+    answer = recall.search_history(chat, "code")
     assert "ant" in answer and "9876" not in answer and "bee" not in answer
-    enter(audience_of("telegram:1"))  # the owner's private chat sees everything
-    answer = recall.search_history("code")
+    chat = ToolContext(
+        audience=audience_of("telegram:1")
+    )  # the owner's private chat sees everything
+    answer = recall.search_history(chat, "code")
     assert "ant" in answer and "9876" in answer and "bee" in answer
 
 
@@ -140,8 +143,8 @@ async def test_results_say_when_and_where_and_quote_the_match(
 ) -> None:
     long = " ".join(f"filler{i}" for i in range(200))
     await store.append([entry(f"- {long} the attic key is blue {long}", "telegram:7")])
-    enter(audience_of("telegram:7"))
-    answer = recall.search_history("attic")
+    chat = ToolContext(audience=audience_of("telegram:7"))
+    answer = recall.search_history(chat, "attic")
     header, quote = answer.split("\n", 1)
     stamp = json.loads(store.path.read_text().splitlines()[0])["timestamp"]
     assert header == f"[{stamp}] (telegram:7) #1"
@@ -162,7 +165,7 @@ async def test_fts_syntax_in_a_query_never_raises(
     store: HistoryStore, recall: Recall, query: str
 ) -> None:
     await store.append([entry("- the attic: a NEAR miss (and OR not)")])
-    answer = recall.search_history(query)
+    answer = recall.search_history(OUTSIDE, query)
     assert answer.startswith(("No history entries match", "[", f"{query!r} has no words"))
 
 
@@ -245,7 +248,7 @@ async def test_a_replaced_history_file_rebuilds_the_index(
 
 
 async def test_an_empty_archive(recall: Recall) -> None:
-    assert recall.search_history("anything") == "No history entries match 'anything'."
+    assert recall.search_history(OUTSIDE, "anything") == "No history entries match 'anything'."
 
 
 async def test_past_its_time_limit_a_search_stops_with_a_note(
@@ -253,11 +256,11 @@ async def test_past_its_time_limit_a_search_stops_with_a_note(
 ) -> None:
     await store.append([entry(f"- the attic, box {i} of many notebooks") for i in range(500)])
     hurried = Recall(store, tmp_path / "index" / "history.sqlite3", time_limit_s=1e-9)
-    answer = hurried.search_history("attic notebooks box")
+    answer = hurried.search_history(OUTSIDE, "attic notebooks box")
     assert answer.startswith("The search stopped at its time limit (1e-09 s)"), answer
     hurried.close()
     patient = Recall(store, tmp_path / "index" / "history.sqlite3")  # control: the same search
-    assert patient.search_history("attic notebooks box").startswith("[")
+    assert patient.search_history(OUTSIDE, "attic notebooks box").startswith("[")
     patient.close()
 
 

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from nanomem.features.dream import Dreaming
 from nanomem.home import Home
 from tests.conftest import cli_env, log_lines, run_cli_here
 from tests.fakes.openai_server import FakeOpenAI
@@ -212,7 +213,7 @@ async def test_a_hand_edited_dream_json_neither_stops_the_gateway_nor_dream(
     home.dream_state.write_text(json.dumps({"last_run": last_run}))
     with log_lines("WARNING") as lines:
         async with gateway(home, servers, dream={"enabled": True, "interval_h": 2}) as live:
-            upcoming = live.app.scheduler.next_run
+            upcoming = live.app.feature(Dreaming).scheduler.next_run
             status, _ = await live.health()
     assert status == 200
     assert upcoming is not None and upcoming <= datetime.now(UTC) + timedelta(hours=2)

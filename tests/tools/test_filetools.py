@@ -1,4 +1,3 @@
-import contextvars
 import os
 import threading
 from pathlib import Path
@@ -7,6 +6,7 @@ import pytest
 
 from nanomem import audience
 from nanomem.locks import FileLock
+from nanomem.tools import OUTSIDE, ToolContext
 from nanomem.tools.files import FileTools
 from nanomem.tools.registry import ToolError
 from nanomem.tools.safe_open import read_checked, write_checked
@@ -28,12 +28,12 @@ def tools(workspace: Path, restrict: bool = True) -> FileTools:
 
 def test_write_read_edit_list(workspace: Path) -> None:
     ft = tools(workspace)
-    assert "Wrote 11 characters" in ft.write_file("notes/today.md", "line1\nline2")
-    assert ft.read_file("notes/today.md") == "line1\nline2"
-    assert ft.read_file("notes/today.md", start_line=2) == "line2"
-    ft.edit_file("notes/today.md", "line2", "second line")
+    assert "Wrote 11 characters" in ft.write_file(OUTSIDE, "notes/today.md", "line1\nline2")
+    assert ft.read_file(OUTSIDE, "notes/today.md") == "line1\nline2"
+    assert ft.read_file(OUTSIDE, "notes/today.md", start_line=2) == "line2"
+    ft.edit_file(OUTSIDE, "notes/today.md", "line2", "second line")
     assert (workspace / "notes/today.md").read_text() == "line1\nsecond line"
-    listing = ft.list_dir(".")
+    listing = ft.list_dir(OUTSIDE, ".")
     assert "memory/" in listing and "notes/" in listing
 
 
@@ -43,7 +43,7 @@ def test_write_read_edit_list(workspace: Path) -> None:
 )
 def test_paths_outside_the_workspace_are_refused(workspace: Path, path: str) -> None:
     with pytest.raises(ToolError):
-        tools(workspace).read_file(path)
+        tools(workspace).read_file(OUTSIDE, path)
 
 
 def test_symlink_escape_is_refused_for_files_and_folders(workspace: Path, tmp_path: Path) -> None:
@@ -51,60 +51,63 @@ def test_symlink_escape_is_refused_for_files_and_folders(workspace: Path, tmp_pa
     (workspace / "outside").symlink_to(tmp_path)
     ft = tools(workspace)
     with pytest.raises(ToolError, match="outside the workspace"):
-        ft.read_file("link.txt")
+        ft.read_file(OUTSIDE, "link.txt")
     with pytest.raises(ToolError, match="outside the workspace"):
-        ft.read_file("outside/secret.txt")
+        ft.read_file(OUTSIDE, "outside/secret.txt")
     with pytest.raises(ToolError, match="outside the workspace"):
-        ft.write_file("outside/new.txt", "x")
+        ft.write_file(OUTSIDE, "outside/new.txt", "x")
     assert not (tmp_path / "new.txt").exists()
 
 
 def test_symlink_inside_the_workspace_is_fine(workspace: Path) -> None:
     (workspace / "mem").symlink_to(workspace / "memory")
-    assert "likes tea" in tools(workspace).read_file("mem/MEMORY.md")
+    assert "likes tea" in tools(workspace).read_file(OUTSIDE, "mem/MEMORY.md")
 
 
 def test_edit_needs_exactly_one_match(workspace: Path) -> None:
     ft = tools(workspace)
-    ft.write_file("a.txt", "x y x")
+    ft.write_file(OUTSIDE, "a.txt", "x y x")
     with pytest.raises(ToolError, match="not found"):
-        ft.edit_file("a.txt", "z", "w")
+        ft.edit_file(OUTSIDE, "a.txt", "z", "w")
     with pytest.raises(ToolError, match="occurs 2 times"):
-        ft.edit_file("a.txt", "x", "w")
+        ft.edit_file(OUTSIDE, "a.txt", "x", "w")
     assert (workspace / "a.txt").read_text() == "x y x"
 
 
 def test_protected_files_are_read_only(workspace: Path) -> None:
     ft = tools(workspace)
-    assert ft.read_file("memory/history.jsonl") == "{}\n"
+    assert ft.read_file(OUTSIDE, "memory/history.jsonl") == "{}\n"
     with pytest.raises(ToolError, match="maintained by nanomem"):
-        ft.write_file("memory/history.jsonl", "")
+        ft.write_file(OUTSIDE, "memory/history.jsonl", "")
     with pytest.raises(ToolError, match="maintained by nanomem"):
-        ft.edit_file("memory/history.jsonl", "{}", "[]")
+        ft.edit_file(OUTSIDE, "memory/history.jsonl", "{}", "[]")
 
 
 def test_binary_and_missing_files(workspace: Path) -> None:
     (workspace / "blob.bin").write_bytes(b"\x00\x01\x02")
     ft = tools(workspace)
     with pytest.raises(ToolError, match="binary"):
-        ft.read_file("blob.bin")
+        ft.read_file(OUTSIDE, "blob.bin")
     with pytest.raises(ToolError, match="no file"):
-        ft.read_file("nope.txt")
+        ft.read_file(OUTSIDE, "nope.txt")
 
 
 def test_unrestricted_mode_allows_absolute_paths(workspace: Path, tmp_path: Path) -> None:
-    assert tools(workspace, restrict=False).read_file(str(tmp_path / "secret.txt")) == "TOP SECRET"
+    assert (
+        tools(workspace, restrict=False).read_file(OUTSIDE, str(tmp_path / "secret.txt"))
+        == "TOP SECRET"
+    )
 
 
 def test_writes_to_memory_files_wait_for_the_memory_lock(tmp_path: Path) -> None:
     lock = FileLock(tmp_path / "locks" / "memory.lock")
     tools = FileTools(tmp_path, memory_files=("USER.md",), memory_lock=lock)
     lock.acquire_sync()  # as Dream holds it while it applies and commits
-    writer = threading.Thread(target=tools.write_file, args=("USER.md", "- mine\n"))
+    writer = threading.Thread(target=tools.write_file, args=(OUTSIDE, "USER.md", "- mine\n"))
     writer.start()
     writer.join(0.3)
     assert writer.is_alive() and not (tmp_path / "USER.md").exists()
-    tools.write_file("notes.md", "other files never wait")  # positive control
+    tools.write_file(OUTSIDE, "notes.md", "other files never wait")  # positive control
     lock.release()
     writer.join(10)
     assert (tmp_path / "USER.md").read_text() == "- mine\n"
@@ -114,13 +117,13 @@ def test_a_hard_link_is_refused_and_marked(workspace: Path) -> None:
     os.link(workspace / "memory" / "MEMORY.md", workspace / "copy.md")
     ft = tools(workspace)
     for action in (
-        lambda: ft.read_file("copy.md"),
-        lambda: ft.write_file("copy.md", "x"),
-        lambda: ft.edit_file("copy.md", "tea", "coffee"),
+        lambda: ft.read_file(OUTSIDE, "copy.md"),
+        lambda: ft.write_file(OUTSIDE, "copy.md", "x"),
+        lambda: ft.edit_file(OUTSIDE, "copy.md", "tea", "coffee"),
     ):
         with pytest.raises(ToolError, match="hard link"):
             action()
-    assert "copy.md  (a hard link: refused)" in ft.list_dir(".")
+    assert "copy.md  (a hard link: refused)" in ft.list_dir(OUTSIDE, ".")
     assert "likes tea" in (workspace / "memory" / "MEMORY.md").read_text()
 
 
@@ -144,23 +147,20 @@ def test_a_fifo_or_a_folder_is_not_read(workspace: Path) -> None:
     os.mkfifo(workspace / "pipe")
     ft = tools(workspace)
     with pytest.raises(ToolError, match="not a regular file"):
-        ft.read_file("pipe")  # and does not hang waiting for a writer
+        ft.read_file(OUTSIDE, "pipe")  # and does not hang waiting for a writer
     with pytest.raises(ToolError, match="is a folder"):
-        ft.read_file("memory")
-    assert "pipe  (not a regular file)" in ft.list_dir(".")
+        ft.read_file(OUTSIDE, "memory")
+    assert "pipe  (not a regular file)" in ft.list_dir(OUTSIDE, ".")
 
 
 def test_in_a_group_the_root_is_its_room_whatever_restrict_says(workspace: Path) -> None:
     ft = tools(workspace, restrict=False)
 
-    def in_the_group() -> None:  # in a context of its own: the audience stays with this test
-        audience.enter(audience.audience_of("telegram:-100555"))
-        ft.write_file("notes.md", "ours")
-        for outside in ("/etc/passwd", "../../memory/MEMORY.md", "~/x"):
-            with pytest.raises(ToolError, match="this group's folder"):
-                ft.read_file(outside)
-
-    contextvars.copy_context().run(in_the_group)
+    in_the_group = ToolContext(audience=audience.audience_of("telegram:-100555"))
+    ft.write_file(in_the_group, "notes.md", "ours")
+    for outside in ("/etc/passwd", "../../memory/MEMORY.md", "~/x"):
+        with pytest.raises(ToolError, match="this group's folder"):
+            ft.read_file(in_the_group, outside)
     room = audience.room_folder(workspace, "telegram:-100555")
     assert room is not None and (room / "notes.md").read_text() == "ours"
     assert not (workspace / "notes.md").exists()
@@ -183,6 +183,6 @@ def test_a_write_keeps_the_mode_and_leaves_no_temporary_file(workspace: Path) ->
     script = workspace / "run.sh"
     script.write_text("echo old\n")
     script.chmod(0o750)
-    tools(workspace).write_file("run.sh", "echo new\n")
+    tools(workspace).write_file(OUTSIDE, "run.sh", "echo new\n")
     assert script.read_text() == "echo new\n" and (script.stat().st_mode & 0o777) == 0o750
     assert [p.name for p in workspace.iterdir() if p.name.endswith(".tmp")] == []

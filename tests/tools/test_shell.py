@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from nanomem.audience import audience_of, enter
+from nanomem.audience import audience_of
 from nanomem.home import Home
 from nanomem.providers.scripted import ScriptedProvider
-from nanomem.tools import ToolError
+from nanomem.tools import OUTSIDE, ToolContext, ToolError
 from nanomem.tools.sandbox import Decision, Mode, decide
 from nanomem.tools.shell import ShellTool
 from tests.conftest import cli_env, make_app, run_cli_here, sleeper, survivors
@@ -28,7 +28,7 @@ def test_shell_can_be_enabled(home: Home) -> None:
 
 async def test_exec_runs_in_the_workspace(tmp_path) -> None:  # type: ignore[no-untyped-def]
     shell = ShellTool(tmp_path, timeout_s=5, max_output_chars=1000)
-    result = await shell.exec("pwd; echo oops >&2; exit 3")
+    result = await shell.exec(OUTSIDE, "pwd; echo oops >&2; exit 3")
     assert result.startswith("exit code 3")
     assert str(tmp_path) in result and "oops" in result
 
@@ -36,19 +36,19 @@ async def test_exec_runs_in_the_workspace(tmp_path) -> None:  # type: ignore[no-
 async def test_exec_timeout_kills_the_process_group(tmp_path) -> None:  # type: ignore[no-untyped-def]
     marker = tmp_path / "survived"
     shell = ShellTool(tmp_path, timeout_s=0.5, max_output_chars=1000)
-    result = await shell.exec(f"(sleep 2; touch {marker}) & sleep 10")
+    result = await shell.exec(OUTSIDE, f"(sleep 2; touch {marker}) & sleep 10")
     assert "timed out after 0.5s" in result
 
     await asyncio.sleep(2.5)  # past the moment the orphan would touch its marker
     assert not marker.exists()
     control = tmp_path / "control"  # the same job, given the time, does touch its marker
-    assert "timed out" not in await shell.exec(f"(sleep 0.1; touch {control}) & wait")
+    assert "timed out" not in await shell.exec(OUTSIDE, f"(sleep 0.1; touch {control}) & wait")
     assert control.exists()
 
 
 async def test_exec_output_is_capped_keeping_both_ends(tmp_path) -> None:  # type: ignore[no-untyped-def]
     shell = ShellTool(tmp_path, timeout_s=5, max_output_chars=1000)
-    result = await shell.exec("echo START; seq 1 5000; echo END")
+    result = await shell.exec(OUTSIDE, "echo START; seq 1 5000; echo END")
     assert "START" in result and "END" in result and "bytes cut" in result
     assert len(result) < 1200
 
@@ -60,7 +60,7 @@ async def test_exec_sees_none_of_our_secrets(
     monkeypatch.setenv("NANOMEM_TELEGRAM__TOKEN", "123:telegram-secret")
     monkeypatch.setenv("PROJECT_NAME", "shown on request")
     shell = ShellTool(tmp_path, timeout_s=5, max_output_chars=5000, allowed_env=["PROJECT_NAME"])
-    result = await shell.exec("env")
+    result = await shell.exec(OUTSIDE, "env")
     assert "PATH=" in result and "PROJECT_NAME=shown on request" in result  # positive control
     assert "secret" not in result and "NANOMEM" not in result
 
@@ -72,7 +72,7 @@ async def test_a_child_that_left_the_process_group_dies_at_the_timeout(
     sleep = sleeper()
     shell = ShellTool(tmp_path, timeout_s=1, max_output_chars=1000, sandbox=sandbox)
     script = f"setsid sh -c 'echo up > up; exec {shlex.join(sleep)}' > /dev/null 2>&1 & sleep 60"
-    result = await shell.exec(script)
+    result = await shell.exec(OUTSIDE, script)
     assert "timed out after 1s" in result
     assert (tmp_path / "up").exists()
     assert survivors(sleep, within_s=5) == []
@@ -88,7 +88,7 @@ async def test_background_children_do_not_outlive_their_command(
         f"setsid sh -c 'echo up > up; exec {shlex.join(sleep)}' > /dev/null 2>&1 & "
         "while [ ! -s up ]; do sleep 0.01; done; echo started"
     )
-    result = await shell.exec(script)
+    result = await shell.exec(OUTSIDE, script)
     assert result.startswith("exit code 0") and "started" in result
     assert survivors(sleep, within_s=5) == []
 
@@ -116,9 +116,11 @@ def test_a_gigabyte_of_output_is_read_within_a_fixed_memory_bound(tmp_path: Path
     code = (
         "import asyncio, sys\n"
         "from pathlib import Path\n"
+        "from nanomem.tools import OUTSIDE\n"
         "from nanomem.tools.shell import ShellTool\n"
         "shell = ShellTool(Path(sys.argv[1]), timeout_s=120, max_output_chars=16000)\n"
-        "out = asyncio.run(shell.exec('yes nanomem | head -c 1000000000; echo; echo THE-END'))\n"
+        "command = 'yes nanomem | head -c 1000000000; echo; echo THE-END'\n"
+        "out = asyncio.run(shell.exec(OUTSIDE, command))\n"
         # VmHWM, not ru_maxrss: ru_maxrss keeps the RSS this process had as a fork of the
         # (large) test worker before its exec.
         "hwm = [l for l in open('/proc/self/status') if l.startswith('VmHWM')][0]\n"
@@ -145,10 +147,10 @@ async def test_the_home_stays_hidden_inside_a_read_only_system_folder() -> None:
         workspace.mkdir()
         look = f"cat {home}/config.toml; echo ok > made"
         shell = ShellTool(workspace, timeout_s=10, max_output_chars=2000, hidden=[home])
-        result = await shell.exec(look)
+        result = await shell.exec(OUTSIDE, look)
         assert "sk-hidden" not in result and (workspace / "made").exists()
         control = ShellTool(workspace, timeout_s=10, max_output_chars=2000)  # nothing hidden
-        assert "sk-hidden" in await control.exec(look)  # /opt itself is there, read-only
+        assert "sk-hidden" in await control.exec(OUTSIDE, look)  # /opt itself is there, read-only
     finally:
         shutil.rmtree(home)
 
@@ -161,20 +163,20 @@ async def test_a_hidden_file_inside_the_workspace_shows_empty(tmp_path: Path) ->
     shell = ShellTool(
         tmp_path, timeout_s=10, max_output_chars=2000, hidden=[tmp_path / "config.toml"]
     )
-    result = await shell.exec(look)
+    result = await shell.exec(OUTSIDE, look)
     assert "sk-hidden" not in result and (tmp_path / "made").exists()
     assert (tmp_path / "config.toml").read_text().startswith("api_key")  # left as it was
     control = ShellTool(tmp_path, timeout_s=10, max_output_chars=2000)  # nothing hidden
-    assert "sk-hidden" in await control.exec(look)
+    assert "sk-hidden" in await control.exec(OUTSIDE, look)
 
 
 async def test_a_group_seeing_personal_memory_still_gets_no_unsandboxed_shell(
     tmp_path: Path,
 ) -> None:
-    enter(audience_of("telegram:-100123", groups_see_personal=True))
+    group = ToolContext(audience=audience_of("telegram:-100123", groups_see_personal=True))
     shell = ShellTool(tmp_path, timeout_s=5, max_output_chars=1000, sandbox="off")
     with pytest.raises(ToolError, match="not available in group chats without its sandbox"):
-        await shell.exec("echo ran > ran.txt")
+        await shell.exec(group, "echo ran > ran.txt")
     assert not (tmp_path / "ran.txt").exists()
 
 
@@ -186,11 +188,11 @@ async def test_a_home_inside_the_workspace_stays_hidden(tmp_path: Path) -> None:
     (home / "config.toml").write_text('api_key = "sk-hidden-0123456789"\n')
     look = "cat .nanomem/config.toml; echo planted > .nanomem/planted; echo ok > made"
     shell = ShellTool(tmp_path, timeout_s=10, max_output_chars=2000, hidden=[home])
-    result = await shell.exec(look)
+    result = await shell.exec(OUTSIDE, look)
     assert "sk-hidden" not in result and (tmp_path / "made").exists()
     assert not (home / "planted").exists()
     control = ShellTool(tmp_path, timeout_s=10, max_output_chars=2000)  # nothing hidden
-    assert "sk-hidden" in await control.exec(look)
+    assert "sk-hidden" in await control.exec(OUTSIDE, look)
 
 
 async def test_one_chats_sweep_never_kills_a_command_another_chat_starts_meanwhile(
@@ -202,11 +204,11 @@ async def test_one_chats_sweep_never_kills_a_command_another_chat_starts_meanwhi
 
     async def quick_ones() -> None:
         for _ in range(15):
-            await shell.exec("true")
+            await shell.exec(OUTSIDE, "true")
 
     async def long_one(index: int) -> str:
         await asyncio.sleep(index * 0.02)  # staggered starts, so some land inside a sweep
-        return await shell.exec("sleep 0.5; echo alive")
+        return await shell.exec(OUTSIDE, "sleep 0.5; echo alive")
 
     results = await asyncio.gather(
         *(quick_ones() for _ in range(4)), *(long_one(i) for i in range(12))

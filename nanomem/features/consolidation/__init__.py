@@ -8,13 +8,16 @@ from nanomem.exports import lazy_exports
 
 if TYPE_CHECKING:
     from nanomem.features.consolidation.consolidator import Consolidator
+    from nanomem.features.consolidation.feature import build
 
 __all__ = [
     "Consolidator",
+    "build",
 ]
 __getattr__ = lazy_exports(
     __name__,
     {
         "consolidator": ("Consolidator",),
+        "feature": ("build",),
     },
 )

@@ -13,7 +13,7 @@ from typing import Any
 
 from loguru import logger
 
-from nanomem.agent import ContextBuilder, InboundMessage, Templates, react
+from nanomem.agent import ContextBuilder, Feature, Templates, react
 from nanomem.memory import (
     Budget,
     HistoryEntry,
@@ -25,7 +25,7 @@ from nanomem.memory import (
 )
 from nanomem.providers import Provider, ProviderError
 from nanomem.text.plural import plural
-from nanomem.tools import ToolRegistry
+from nanomem.tools import OUTSIDE, ToolContext, ToolRegistry
 
 RAW_ENTRY_CHARS = 4000
 SUMMARY_ATTEMPTS = 2
@@ -65,11 +65,16 @@ class _NoToolsNow(ToolRegistry):
     def schemas(self) -> list[dict[str, Any]]:
         return self._offered
 
-    async def call(self, name: str, raw_arguments: str) -> str:
+    async def call(self, name: str, raw_arguments: str, context: ToolContext) -> str:
         return "Error: tools are not available while summarising."
 
 
-class Consolidator:
+class Consolidator(Feature):
+    """A feature of hooks only: before a turn (when its prompt would not fit), after it (in the
+    background, early), and before /new (what was said is archived, never dropped)."""
+
+    name = "consolidation"
+
     def __init__(
         self,
         *,
@@ -85,7 +90,7 @@ class Consolidator:
     ) -> None:
         self.sessions, self.history, self.provider = sessions, history, provider
         self.context, self.templates, self.budget = context, templates, budget
-        self.tools = tools
+        self.chat_tools = tools  # offered, never run: see _NoToolsNow
         self.keep_recent_turns = keep_recent_turns
         self.max_rounds = max_rounds
         # Weak: a session's lock lives while a pass holds or awaits it, then goes.
@@ -93,14 +98,14 @@ class Consolidator:
 
     # -- hooks for the AgentLoop ----------------------------------------------------------
 
-    async def before_turn(self, session: Session, msg: InboundMessage) -> None:
+    async def before_turn(self, session: Session, context: ToolContext) -> None:
         """Block the turn only when its prompt would not fit; otherwise stay out of the way."""
         await self.recover(session)
         # The new message is already saved in the session, so the estimate includes it.
         if await self.estimate(session, fresh=False) > self.budget.prompt_limit:
             await self.consolidate(session)
 
-    async def after_turn(self, session: Session) -> None:
+    async def after_turn(self, session: Session, context: ToolContext) -> None:
         """Runs in the background: start early, so no turn has to wait later."""
         if self._lock(session).locked():
             return
@@ -111,7 +116,7 @@ class Consolidator:
             if await self.estimate(session, fresh=False) > self.budget.trigger:
                 await self.consolidate(session)
 
-    async def before_new(self, session: Session) -> str | None:
+    async def before_new(self, session: Session, context: ToolContext) -> str | None:
         await self.recover(session)
         async with self.sessions.lease(session.key), self._lock(session):
             end = len(session.messages)
@@ -133,7 +138,7 @@ class Consolidator:
                 system_tokens = self.budget.count_system(system_prompt)
             raw = (
                 system_tokens
-                + self.budget.count_tools(self.tools.schema_text)
+                + self.budget.count_tools(self.chat_tools.schema_text)
                 + session.unconsolidated_tokens()
             )
             estimate = self.budget.calibration.apply(raw)
@@ -216,8 +221,9 @@ class Consolidator:
                 result = await react(
                     self.provider,
                     prompt,
-                    _NoToolsNow(self.tools.schemas()),
+                    _NoToolsNow(self.chat_tools.schemas()),
                     1,
+                    context=OUTSIDE,
                     tool_choice="none",
                 )
             except ProviderError as exc:

@@ -9,6 +9,7 @@ from nanomem.exports import lazy_exports
 if TYPE_CHECKING:
     from nanomem.features.dream.commands import DREAM_IS_RUNNING, SHELL, MemoryCommands
     from nanomem.features.dream.dream import Dream, DreamBusy, DreamResult
+    from nanomem.features.dream.feature import Dreaming, build
     from nanomem.features.dream.provenance import Provenance
     from nanomem.features.dream.review import PendingChange
     from nanomem.features.dream.scheduler import DreamScheduler
@@ -20,9 +21,11 @@ __all__ = [
     "DreamBusy",
     "DreamResult",
     "DreamScheduler",
+    "Dreaming",
     "MemoryCommands",
     "PendingChange",
     "Provenance",
+    "build",
 ]
 __getattr__ = lazy_exports(
     __name__,
@@ -37,6 +40,7 @@ __getattr__ = lazy_exports(
             "DreamBusy",
             "DreamResult",
         ),
+        "feature": ("Dreaming", "build"),
         "provenance": ("Provenance",),
         "review": ("PendingChange",),
         "scheduler": ("DreamScheduler",),

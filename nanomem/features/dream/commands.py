@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
-from nanomem.agent import Answer, Command, CommandSet, InboundMessage, fenced
+from nanomem.agent import Answer, Command, InboundMessage, fenced
 from nanomem.audience import audience_of
 from nanomem.features.dream.dream import Dream, DreamBusy
 from nanomem.features.dream.review_commands import ReviewCommands, owner_in_private
@@ -41,18 +41,16 @@ class MemoryCommands:
         self.wording = wording
         self.reviews = ReviewCommands(dream)
 
-    def register(self, commands: CommandSet) -> None:
+    def commands(self) -> list[Command]:
         # Immediate: they never touch the chat's session, so a long Dream must not block it.
-        commands.register(
+        return [
             Command(
                 "dream",
                 "learn from recent conversations now",
                 self._dream,
                 immediate=True,
                 owner_only=True,
-            )
-        )
-        commands.register(
+            ),
             Command(
                 "dream-log",
                 "show the latest memory change, or the one with that id",
@@ -60,9 +58,7 @@ class MemoryCommands:
                 usage="[id]",
                 immediate=True,
                 owner_only=True,
-            )
-        )
-        commands.register(
+            ),
             Command(
                 "dream-restore",
                 "list memory versions, or undo the one with that id",
@@ -70,9 +66,9 @@ class MemoryCommands:
                 usage="[id]",
                 immediate=True,
                 owner_only=True,
-            )
-        )
-        self.reviews.register(commands)
+            ),
+            *self.reviews.commands(),
+        ]
 
     async def _dream(self, msg: InboundMessage, args: str) -> str | Answer:
         if args:

@@ -42,7 +42,7 @@ from nanomem.memory import (
 from nanomem.providers import Provider, ProviderError, Reply, TextSink, ToolCall, ToolChoice
 from nanomem.text import untrusted_json
 from nanomem.text.plural import plural
-from nanomem.tools import Tool, ToolError, ToolRegistry, read_only_tool
+from nanomem.tools import OUTSIDE, Tool, ToolError, ToolRegistry, read_only_tool
 
 BRIEF_HOLD_S = 5.0  # longer than any bookkeeping hold of the Dream lock
 MemoryFile = Literal["SOUL.md", "USER.md", "memory/MEMORY.md"]
@@ -322,7 +322,7 @@ class Dream:
             },
         ]
         progress("analysing")
-        analysis = await react(provider, analyse, None, 1)
+        analysis = await react(provider, analyse, None, 1, context=OUTSIDE)
         edit = [
             {"role": "system", "content": self.templates.render("dream_system.md.j2")},
             {
@@ -343,7 +343,7 @@ class Dream:
                 progress(f"editing {file}")
 
         steps = self.settings.max_iterations
-        result = await react(provider, edit, tools, steps, on_tool_call=report)
+        result = await react(provider, edit, tools, steps, context=OUTSIDE, on_tool_call=report)
         if result.text is None:
             raise DreamAborted(f"the step cap ({self.settings.max_iterations}) was reached")
         return analysis.text or ""

@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Literal
 
-from nanomem.agent import Command, CommandSet, InboundMessage
+from nanomem.agent import Command, InboundMessage
 from nanomem.audience import PERSONAL_PATHS, Audience, audience_of
 from nanomem.features.dream import evidence
 from nanomem.memory import GitStore, GitStoreError, HistoryEntry, HistoryStore, Version
@@ -87,9 +87,9 @@ class Provenance:
         # and session writes wait for.
         self._tracing = asyncio.Semaphore(1)
 
-    def register(self, commands: CommandSet) -> None:
+    def commands(self) -> list[Command]:
         # Immediate: it only reads, so it must not wait behind the chat's running turn.
-        commands.register(
+        return [
             Command(
                 "why",
                 "where a remembered line came from",
@@ -99,7 +99,7 @@ class Provenance:
                 # A group sees only SOUL.md's origins, unless groups see personal memory.
                 owner_only=self.groups_see_personal,
             )
-        )
+        ]
 
     async def _why(self, msg: InboundMessage, args: str) -> str:
         audience = audience_of(msg.session_key, self.groups_see_personal)

@@ -6,8 +6,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from nanomem.agent import Command, CommandSet, InboundMessage, fenced, is_owner
-from nanomem.audience import is_shared_room
+from nanomem.agent import Command, InboundMessage, fenced
 from nanomem.features.dream.dream import Dream, DreamBusy
 from nanomem.features.dream.review import ReviewError
 from nanomem.locks import to_thread_to_the_end
@@ -18,16 +17,16 @@ OWNER_ONLY = "Memory changes are decided by the owner, in a private chat."
 
 def owner_in_private(msg: InboundMessage) -> bool:
     """Where the owner's memory may be changed from: the owner, outside a group."""
-    return is_owner(msg) and not is_shared_room(msg.session_key)
+    return msg.sender.is_owner and not msg.sender.shared_room
 
 
 class ReviewCommands:
     def __init__(self, dream: Dream) -> None:
         self.dream = dream
 
-    def register(self, commands: CommandSet) -> None:
+    def commands(self) -> list[Command]:
         # Immediate: deciding never waits behind the chat's running turn.
-        commands.register(
+        return [
             Command(
                 "dream-approve",
                 "keep the memory change Dream prepared",
@@ -35,9 +34,7 @@ class ReviewCommands:
                 usage="[id]",
                 immediate=True,
                 owner_only=True,
-            )
-        )
-        commands.register(
+            ),
             Command(
                 "dream-reject",
                 "drop the memory change Dream prepared, and say why",
@@ -45,8 +42,8 @@ class ReviewCommands:
                 usage="[id] [reason]",
                 immediate=True,
                 owner_only=True,
-            )
-        )
+            ),
+        ]
 
     async def _approve(self, msg: InboundMessage, args: str) -> str:
         if not owner_in_private(msg):

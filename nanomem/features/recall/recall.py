@@ -23,11 +23,11 @@ from zoneinfo import ZoneInfo
 from loguru import logger
 from pydantic import Field
 
-from nanomem.audience import current
+from nanomem.agent import Feature
 from nanomem.features.recall.matches import Hit, TimedOut, newest, ranked
 from nanomem.features.recall.search_query import parse_day, parse_query
 from nanomem.memory import HistoryStore
-from nanomem.tools import Tool, read_only_tool
+from nanomem.tools import Tool, ToolContext, read_only_tool
 
 SCHEMA_VERSION = 2  # 2: a prefix index of 3 letters (adversarial prefix queries)
 BATCH = 5000  # entries read and inserted per step of a catch-up
@@ -66,8 +66,11 @@ def _epoch(stamp: str) -> float:
         return 0.0
 
 
-class Recall:
-    """The index at `path`; blocking calls (the tool runs in a worker thread)."""
+class Recall(Feature):
+    """The index at `path`; blocking calls (the tool runs in a worker thread). As a feature:
+    the `search_history` tool and a line of the system prompt saying when to use it."""
+
+    name = "recall"
 
     def __init__(
         self,
@@ -291,9 +294,13 @@ class Recall:
     def tools(self) -> list[Tool]:
         return [Tool.from_function(self.search_history)]
 
+    def prompt_section(self) -> str:
+        return "recall.md.j2"
+
     @read_only_tool
     def search_history(
         self,
+        context: ToolContext,
         query: Annotated[
             str,
             Field(
@@ -310,8 +317,8 @@ class Recall:
         ] = None,
     ) -> str:
         """Search the archive of earlier conversations, best match first."""
-        seen_by = current()
-        only = None if seen_by is None or seen_by.personal else seen_by.session
+        # A group searches only its own conversations (unless groups see personal memory).
+        only = None if context.personal else context.session
         start = parse_day(since, end=False, zone=self.zone) if since else None
         end = parse_day(until, end=True, zone=self.zone) if until else None
         found = self.search(query, limit, only=only, since=start, until=end)

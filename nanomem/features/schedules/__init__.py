@@ -5,6 +5,7 @@ from typing import TYPE_CHECKING
 from nanomem.exports import lazy_exports
 
 if TYPE_CHECKING:
+    from nanomem.features.schedules.feature import build
     from nanomem.features.schedules.store import ScheduleStore
     from nanomem.features.schedules.turns import INBOX_CHANNEL, ScheduledTurns
 
@@ -12,10 +13,12 @@ __all__ = [
     "INBOX_CHANNEL",
     "ScheduleStore",
     "ScheduledTurns",
+    "build",
 ]
 __getattr__ = lazy_exports(
     __name__,
     {
+        "feature": ("build",),
         "store": ("ScheduleStore",),
         "turns": (
             "INBOX_CHANNEL",

@@ -12,8 +12,8 @@ from typing import Annotated, Any
 
 from pydantic import Field
 
-from nanomem.agent import Command, CommandSet, InboundMessage, answering, is_owner
-from nanomem.audience import current, is_shared_room
+from nanomem.agent import Command, InboundMessage
+from nanomem.audience import Sender, is_shared_room
 from nanomem.config import ScheduleSettings
 from nanomem.features.schedules.rules import (
     Schedule,
@@ -23,7 +23,7 @@ from nanomem.features.schedules.rules import (
     zone_checked,
 )
 from nanomem.features.schedules.store import ScheduleStore
-from nanomem.tools import Tool, ToolError, read_only_tool
+from nanomem.tools import Tool, ToolContext, ToolError, read_only_tool
 
 NEEDS_GATEWAY = (
     "Scheduled messages need the gateway (`nanomem gateway`), which runs them at their time; "
@@ -55,25 +55,21 @@ class ChatSchedules:
     ) -> None:
         raise NotImplementedError
 
-    def _chat(self) -> str:
+    def _chat(self, context: ToolContext) -> str:
         """The session asking; ToolError when schedules cannot work here."""
-        if not self.running:
+        session = context.session
+        if not self.running or session is None:
             raise ToolError(NEEDS_GATEWAY)
-        audience = current()
-        if audience is None:
-            raise ToolError(NEEDS_GATEWAY)
-        channel = audience.session.partition(":")[0]
+        channel = session.partition(":")[0]
         if channel not in self.channels:
             raise ToolError(NO_PUSH.format(channel=channel))
-        return audience.session
+        return session
 
     def next_run(self, schedule: Schedule) -> datetime | None:
         job = self._scheduler.get_job(schedule.id) if self._scheduler else None
         return job.next_run_time if job is not None else None
 
-    def listing(
-        self, session: str, schedules: list[Schedule], asker: InboundMessage | None = None
-    ) -> str:
+    def listing(self, session: str, schedules: list[Schedule], asker: Sender | None = None) -> str:
         maker = made_by(session, asker)
         mine = [s for s in schedules if s.session == session and maker in (None, s.made_by)]
         if not mine:
@@ -86,7 +82,7 @@ class ChatSchedules:
             lines.append(f"{s.id} · {s.describe()} · next {when} · {text}")
         return "\n".join(lines)
 
-    async def _cancel(self, session: str, schedule_id: str, asker: InboundMessage | None) -> str:
+    async def _cancel(self, session: str, schedule_id: str, asker: Sender | None) -> str:
         schedule_id = schedule_id.strip().lower()
         maker = made_by(session, asker)
         try:
@@ -113,6 +109,7 @@ class ChatSchedules:
 
     async def schedule(
         self,
+        context: ToolContext,
         text: Annotated[
             str,
             Field(description="What to do or say when it fires, e.g. 'Remind them to call mum'"),
@@ -134,9 +131,8 @@ class ChatSchedules:
         ] = None,
     ) -> str:
         """Schedule a message or task in this chat: once (at), every N minutes, or by cron."""
-        session = self._chat()
+        session = self._chat(context)
         now = datetime.now(UTC)
-        asker = answering.get()
         try:
             made = make_schedule(
                 session,
@@ -146,7 +142,7 @@ class ChatSchedules:
                 cron=cron,
                 zone=self.zone if timezone is None else zone_checked(timezone),
                 now=now,
-                made_by=asker.sender.id if asker is not None else "",
+                made_by=context.sender.id,
             )
             upcoming = made.reachable(now)
             await asyncio.to_thread(self.store.add, made)
@@ -160,49 +156,49 @@ class ChatSchedules:
         return f"Scheduled {made.id}: {made.describe()}; next at {when}."
 
     @read_only_tool
-    async def list_schedules(self) -> str:
+    async def list_schedules(self, context: ToolContext) -> str:
         """List this chat's schedules with their ids and next run."""
-        session = self._chat()
-        return self.listing(session, await asyncio.to_thread(self.store.load), answering.get())
+        session = self._chat(context)
+        return self.listing(session, await asyncio.to_thread(self.store.load), context.sender)
 
     async def cancel_schedule(
-        self, id: Annotated[str, Field(description="The schedule's id, from list_schedules")]
+        self,
+        context: ToolContext,
+        id: Annotated[str, Field(description="The schedule's id, from list_schedules")],
     ) -> str:
         """Cancel one of this chat's schedules."""
-        return await self._cancel(self._chat(), id, answering.get())
+        return await self._cancel(self._chat(context), id, context.sender)
 
     # -- commands ---------------------------------------------------------------------------
 
-    def register(self, commands: CommandSet) -> None:
-        commands.register(
-            Command("schedules", "list this chat's schedules", self._cmd_list, immediate=True)
-        )
-        commands.register(
+    def commands(self) -> list[Command]:
+        return [
+            Command("schedules", "list this chat's schedules", self._cmd_list, immediate=True),
             Command(
                 "unschedule",
                 "cancel one of this chat's schedules",
                 self._cmd_cancel,
                 usage="<id>",
                 immediate=True,
-            )
-        )
+            ),
+        ]
 
     async def _cmd_list(self, msg: InboundMessage, args: str) -> str:
         if not self.running:
             return NEEDS_GATEWAY.removesuffix(" Nothing was scheduled.")
-        return self.listing(msg.session_key, await asyncio.to_thread(self.store.load), msg)
+        return self.listing(msg.session_key, await asyncio.to_thread(self.store.load), msg.sender)
 
     async def _cmd_cancel(self, msg: InboundMessage, args: str) -> str:
         if not self.running:
             return NEEDS_GATEWAY.removesuffix(" Nothing was scheduled.")
         if not args.split():
             return "Usage: /unschedule <id> (/schedules lists them)."
-        return await self._cancel(msg.session_key, args.split()[0], msg)
+        return await self._cancel(msg.session_key, args.split()[0], msg.sender)
 
 
-def made_by(session: str, asker: InboundMessage | None) -> str | None:
+def made_by(session: str, asker: Sender | None) -> str | None:
     """In a group, a member other than the owner sees and cancels only what they scheduled
     (None: every schedule of the chat)."""
-    if asker is None or not is_shared_room(session) or is_owner(asker):
+    if asker is None or not is_shared_room(session) or asker.is_owner:
         return None
-    return asker.sender.id
+    return asker.id

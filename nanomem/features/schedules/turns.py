@@ -14,14 +14,22 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import Callable
+from collections.abc import Mapping
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta, tzinfo
 from typing import TYPE_CHECKING, Any
 
 from loguru import logger
 
-from nanomem.agent import InboundMessage, MessageBus, Templates, record_failure
+from nanomem.agent import (
+    Admits,
+    Feature,
+    InboundMessage,
+    MessageBus,
+    Templates,
+    anyone,
+    record_failure,
+)
 from nanomem.audience import Sender, is_shared_room
 from nanomem.config import ScheduleSettings
 from nanomem.features.schedules.chat import ChatSchedules
@@ -30,7 +38,7 @@ from nanomem.features.schedules.store import ScheduleStore
 from nanomem.log import EACH
 
 if TYPE_CHECKING:
-    from nanomem.agent import Pending
+    from nanomem.agent import Pending, Readmit
 
 INBOX_CHANNEL = "schedule"  # the inbox's name for fired schedules (their chats have their own)
 
@@ -38,20 +46,17 @@ INBOX_CHANNEL = "schedule"  # the inbox's name for fired schedules (their chats 
 LATE_AT_RUN = timedelta(minutes=1)
 RETRY = timedelta(minutes=1)  # after a firing that failed
 
-# (session, made_by) → would the session's channel answer that sender there now? A person
-# removed from a channel's allow-list must stop receiving what they scheduled before.
-Admits = Callable[[str, str], bool]
-
-
-def anyone(session: str, made_by: str) -> bool:
-    return True
-
 
 def position_name(schedule_id: str) -> str:
     return f"schedule:{schedule_id}"
 
 
-class ScheduledTurns(ChatSchedules):
+class ScheduledTurns(ChatSchedules, Feature):
+    """As a feature: the chat's tools and commands (chat.py), firings kept in the inbox under
+    its own name, and the scheduler the gateway starts."""
+
+    name = "schedules"
+
     def __init__(
         self,
         store: ScheduleStore,
@@ -80,14 +85,19 @@ class ScheduledTurns(ChatSchedules):
 
     # -- lifecycle (the gateway) -------------------------------------------------------------
 
-    async def start(self, channels: set[str], admits: Admits = anyone) -> None:
-        """Replay firings an earlier run left in the inbox, then arm every stored schedule:
-        one missed while nothing ran fires now if it is less than the grace late."""
+    def inbox_channels(self) -> Mapping[str, Readmit]:
+        return {INBOX_CHANNEL: self.readmit}
+
+    async def start(self, pushing: set[str], admits: Admits = anyone) -> None:
+        """Replay firings an earlier run left in the inbox, then arm every stored schedule for
+        the `pushing` channels: one missed while nothing ran fires now if it is less than the
+        grace late. Only with the durable inbox (the gateway): in `nanomem chat` nothing would
+        be running at the time, and the tools say so."""
         if self.bus.inbox is None:
-            raise RuntimeError("scheduled turns need the durable inbox")
+            return
         from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
-        self.channels, self.admits = channels, admits
+        self.channels, self.admits = pushing, admits
         self._scheduler = AsyncIOScheduler(timezone=UTC)
         self._scheduler.start()
         for pending in await self.bus.unfinished(INBOX_CHANNEL):
@@ -108,7 +118,7 @@ class ScheduledTurns(ChatSchedules):
         armed = 0
         for schedule in stored.schedules:
             channel = schedule.session.partition(":")[0]
-            if channel not in channels:  # kept for a start with that channel enabled again
+            if channel not in pushing:  # kept for a start with that channel enabled again
                 logger.bind(**{EACH: True}).warning(
                     "schedule {}: channel {} is not running", schedule.id, channel
                 )
@@ -148,7 +158,7 @@ class ScheduledTurns(ChatSchedules):
             "file": self.file_problem,
         }
 
-    async def stop(self) -> None:
+    async def stop(self, grace_s: float = 0) -> None:
         """Arm nothing more; a firing under way finishes (it is one inbox write)."""
         scheduler, self._scheduler = self._scheduler, None
         if scheduler is None:

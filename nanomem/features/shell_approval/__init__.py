@@ -6,10 +6,13 @@ from nanomem.exports import lazy_exports
 
 if TYPE_CHECKING:
     from nanomem.features.shell_approval.approval import Allowlist, ShellApproval
+    from nanomem.features.shell_approval.feature import Shell, build
 
 __all__ = [
     "Allowlist",
+    "Shell",
     "ShellApproval",
+    "build",
 ]
 __getattr__ = lazy_exports(
     __name__,
@@ -18,5 +21,6 @@ __getattr__ = lazy_exports(
             "Allowlist",
             "ShellApproval",
         ),
+        "feature": ("Shell", "build"),
     },
 )

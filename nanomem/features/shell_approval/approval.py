@@ -27,17 +27,16 @@ from loguru import logger
 from nanomem.agent import (
     Button,
     Command,
-    CommandSet,
     InboundMessage,
     OutboundMessage,
     Question,
-    answering,
     fenced,
-    is_owner,
 )
+from nanomem.audience import Sender
 from nanomem.durable import atomic_write_text
 from nanomem.locks import FileLock
 from nanomem.text import untrusted_json
+from nanomem.tools import ToolContext
 
 Mode = Literal["ask", "allowlist", "off"]
 ALLOWLIST_VERSION = 1
@@ -146,7 +145,7 @@ class ShellApproval:
         self.publish = publish
         self._questions: dict[str, _Question] = {}
 
-    async def refusal(self, command: str) -> str | None:
+    async def refusal(self, command: str, context: ToolContext) -> str | None:
         """None when the command may run; otherwise what the model is told instead."""
         if self.mode == "off":
             return None
@@ -154,16 +153,16 @@ class ShellApproval:
             return None
         if self.mode == "allowlist":
             return "refused: the command does not match tools.shell_approval's allowlist"
-        asker = answering.get()
+        asker, session = context.sender, context.session
         # Only the owner approves: the command runs on their machine, whoever else may chat.
-        present = asker is not None and asker.sender.can_answer and is_owner(asker)
-        if asker is None or not present or self.publish is None:
+        present = asker.can_answer and asker.is_owner
+        if session is None or not present or self.publish is None:
             return f"{DENIED}: nobody can approve commands here; only allowlisted ones run"
-        return await self._ask(asker, command)
+        return await self._ask(session, asker, command)
 
-    async def _ask(self, asker: InboundMessage, command: str) -> str | None:
+    async def _ask(self, session: str, asker: Sender, command: str) -> str | None:
         key = uuid.uuid4().hex[:8]
-        question = _Question(command, asker.session_key, asker.sender.id)
+        question = _Question(command, session, asker.id)
         self._questions[key] = question
         word = first_word(command)
         buttons = [Button("Allow once", f"/shell-allow {key}")]
@@ -171,7 +170,8 @@ class ShellApproval:
             buttons.append(Button(f"Always allow {word}", f"/shell-always {key}"))
         buttons.append(Button("Deny", f"/shell-deny {key}"))
         text = f"Run this command?\n\n{fenced(command)}"
-        ask = OutboundMessage(asker.channel, asker.chat_id, Question(text, tuple(buttons)))
+        channel, _, chat = session.partition(":")
+        ask = OutboundMessage(channel, chat, Question(text, tuple(buttons)))
         try:
             assert self.publish is not None
             await self.publish(ask)
@@ -185,7 +185,8 @@ class ShellApproval:
 
     # Commands: the answers, and the allowlist.
 
-    def register(self, commands: CommandSet) -> None:
+    def commands(self) -> list[Command]:
+        commands = []
         for name, summary, handler, usage in (
             ("shell-allow", "run the shell command asked about, once", self._once, "<id>"),
             ("shell-always", "run it, and its program from now on", self._always, "<id>"),
@@ -197,7 +198,8 @@ class ShellApproval:
             command = Command(
                 name, summary, handler, usage=usage, immediate=True, listed=listed, owner_only=True
             )
-            commands.register(command)
+            commands.append(command)
+        return commands
 
     async def _answer(self, msg: InboundMessage, key: str, choice: str) -> str | _Question:
         question = self._questions.get(key.strip())

@@ -1,0 +1,31 @@
+"""Whom a tool call works for: the turn passes it into every call, explicitly.
+
+A tool that needs it declares a parameter typed `ToolContext` (the registry fills it in and
+keeps it out of the schema the model sees); every other tool never sees it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from nanomem.audience import Audience, Sender
+
+
+@dataclass(frozen=True)
+class ToolContext:
+    sender: Sender = field(default_factory=Sender)  # who sent the message the turn answers
+    audience: Audience | None = None  # the chat and what it may see; None outside any chat
+
+    @property
+    def session(self) -> str | None:
+        """The chat's session key (`channel:chat`); None outside a chat."""
+        return self.audience.session if self.audience is not None else None
+
+    @property
+    def personal(self) -> bool:
+        """May see the owner's personal memory (outside a chat: the owner's own work)."""
+        return self.audience is None or self.audience.personal
+
+
+# Work no chat asked for: Dream, the Consolidator, the owner at the shell (`nanomem memory`).
+OUTSIDE = ToolContext()

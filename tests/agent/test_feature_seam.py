@@ -1,0 +1,140 @@
+"""The feature seam (agent/feature.py): a feature added to the real app is reached by the real
+loop through every part it contributes, with the turn's context passed in explicitly."""
+
+from pathlib import Path
+
+import pytest
+
+from nanomem.agent import Admits, Command, Feature, InboundMessage
+from nanomem.app import App
+from nanomem.audience import Sender
+from nanomem.features.dream import Dreaming
+from nanomem.features.recall import Recall
+from nanomem.features.shell_approval import Shell
+from nanomem.home import Home
+from nanomem.memory import Session
+from nanomem.providers.scripted import ScriptedProvider, call, text
+from nanomem.tools import Tool, ToolContext
+from tests.conftest import log_lines, make_app
+
+GROUP = InboundMessage("telegram", "-100", "who asks?", Sender("77", "Bo", shared_room=True))
+
+
+class Probe(Feature):
+    """Records what the engine hands it."""
+
+    name = "probe"
+
+    def __init__(self) -> None:
+        self.hooks: list[tuple[str, str, str | None, bool]] = []
+        self.started: tuple[set[str], bool] | None = None
+        self.stopped: float | None = None
+
+    def tools(self) -> list[Tool]:
+        return [Tool.from_function(self.whoami)]
+
+    async def whoami(self, context: ToolContext) -> str:
+        """Say who the turn works for."""
+        return f"{context.sender.id} in {context.session} (personal: {context.personal})"
+
+    def commands(self) -> list[Command]:
+        return [Command("probe", "answer from the probe", self._probe, usage="<words>")]
+
+    async def _probe(self, msg: InboundMessage, args: str) -> str:
+        return f"probe heard {args!r} from {msg.sender.id}"
+
+    def prompt_section(self) -> str:
+        return "probe.md.j2"
+
+    async def before_turn(self, session: Session, context: ToolContext) -> None:
+        self.hooks.append(("before", session.key, context.session, context.personal))
+
+    async def after_turn(self, session: Session, context: ToolContext) -> None:
+        self.hooks.append(("after", session.key, context.session, context.personal))
+
+    async def before_new(self, session: Session, context: ToolContext) -> str | None:
+        self.hooks.append(("new", session.key, context.session, context.personal))
+        return "The probe forgot nothing."
+
+    async def start(self, pushing: set[str], admits: Admits) -> None:
+        self.started = (pushing, admits("telegram:-100", "77"))
+
+    async def stop(self, grace_s: float) -> None:
+        self.stopped = grace_s
+
+
+class Broken(Feature):
+    name = "broken"
+
+    async def start(self, pushing: set[str], admits: Admits) -> None:
+        raise RuntimeError("no scheduler today")
+
+
+def with_probe(home: Home, model: ScriptedProvider) -> tuple[App, Probe]:
+    templates = Path(home.workspace) / "templates"
+    templates.mkdir(exist_ok=True)
+    (templates / "probe.md.j2").write_text(
+        "The probe is here{% if shared_room %}, in a group{% endif %}.\n"
+    )
+    app = make_app(home, model)
+    probe = Probe()
+    app.add(probe)
+    return app, probe
+
+
+async def test_a_feature_is_reached_through_every_part_it_contributes(home: Home) -> None:
+    model = ScriptedProvider([call("whoami", {}), text("done")])
+    app, probe = with_probe(home, model)
+    reply = await app.loop.handle(GROUP)
+    assert reply is not None and reply.content == "done"
+    (tool_result,) = [m for m in model.calls[1] if m.get("role") == "tool"]
+    assert tool_result["content"] == "77 in telegram:-100 (personal: False)"
+    (schema,) = [t for t in model.tools_seen[0] or [] if t["function"]["name"] == "whoami"]
+    assert schema["function"]["parameters"].get("properties", {}) == {}  # not the model's
+    system = model.calls[0][0]["content"]
+    assert "The probe is here, in a group." in system and "whoami" in system
+    await app.loop.close()  # the after-turn hook runs in the background
+    assert probe.hooks == [
+        ("before", "telegram:-100", "telegram:-100", False),
+        ("after", "telegram:-100", "telegram:-100", False),
+    ]
+    answer = await app.loop.handle(InboundMessage("telegram", "-100", "/probe hi", GROUP.sender))
+    assert answer is not None and answer.content == "probe heard 'hi' from 77"
+    new = await app.loop.handle(InboundMessage("cli", "direct", "/new", Sender("me")))
+    assert new is not None and "The probe forgot nothing." in new.content
+    assert probe.hooks[-1] == ("new", "cli:direct", "cli:direct", True)
+    helped = await app.loop.handle(InboundMessage("cli", "direct", "/help", Sender("me")))
+    assert helped is not None and "/probe" in helped.content
+
+
+async def test_background_work_starts_and_stops_through_the_seam(home: Home) -> None:
+    app, probe = with_probe(home, ScriptedProvider())
+    app.add(Broken())
+    with log_lines("ERROR") as lines:
+        await app.start_features({"telegram"}, lambda session, sender: sender == "77")
+    assert probe.started == ({"telegram"}, True)
+    # Logged with its reason, and the others started all the same:
+    assert [line.split("\n")[0] for line in lines] == ["broken could not start"]
+    await app.stop_features(grace_s=3)
+    assert probe.stopped == 3
+
+
+def test_a_feature_is_found_by_its_type(home: Home) -> None:
+    app = make_app(home, ScriptedProvider())
+    assert app.feature(Dreaming).scheduler.dream is app.feature(Dreaming).dream
+    assert app.feature(Recall).name == "recall" and "search_history" in app.tools.names
+    with pytest.raises(LookupError, match="Shell is not configured"):
+        app.feature(Shell)  # tools.shell_enabled is off by default
+    shell = make_app(home, ScriptedProvider(), tools={"shell_enabled": True})
+    assert "exec" in shell.tools.names
+    assert "allowed" in {command.name for command in shell.loop.commands.all()}
+
+
+async def test_recall_adds_its_line_to_the_prompt(home: Home) -> None:
+    model = ScriptedProvider()
+    app = make_app(home, model)
+    await app.loop.handle(InboundMessage("cli", "direct", "hello", Sender("me")))
+    await app.loop.handle(GROUP)
+    private, group = model.calls[0][0]["content"], model.calls[1][0]["content"]
+    assert "search the older conversations with\n`search_history`." in private
+    assert "`search_history` (here: this group's own)." in group
