@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from nanomem.app import App
+from nanomem.features.dream import Dreaming
 from nanomem.gateway import Gateway
 from nanomem.home import Home
 from nanomem.providers.scripted import ScriptedProvider
@@ -107,7 +108,7 @@ async def test_the_owner_is_told_of_a_dream_change_with_choices_as_text(home: Ho
         dream={"review": "ask", "enabled": False},
         gateway={"port": 0},
     )
-    assert (await app.dream.run("cron")).pending is not None
+    assert (await app.feature(Dreaming).dream.run("cron")).pending is not None
     channel = LineChannel(owner="ada")
     async for _ in running(app, channel):
         ada = await connect(channel, "ada")
