@@ -11,19 +11,20 @@ from typing import Any, Protocol
 from loguru import logger
 
 from nanomem.agent import (
-    CHANNELS,
     Channel,
     ChannelDown,
     DeliveryLater,
     OutboundMessage,
     Readmit,
     Retries,
-    load_channel,
+    Text,
     parked_notice,
     pump_outbound,
+    shaped,
 )
 from nanomem.app import App
-from nanomem.config import ConfigError, Settings, is_loopback
+from nanomem.channel_registry import NO_CHANNEL, enabled_channels, load_channel
+from nanomem.config import ConfigError
 from nanomem.features.dream import Dreaming
 from nanomem.features.schedules import ScheduledTurns
 from nanomem.health import Health, serve_health
@@ -35,14 +36,6 @@ STOP_CHANNEL_S = 25.0  # per channel, after the grace period
 REVIEW_CHECK_S = 5.0  # how often a Dream change waiting for the owner is looked for
 FD_RESERVE = 256  # file descriptors kept for all but the HTTP server's connections
 FORCED_EXIT_S = 5.0  # after a second signal: cancel everything, then leave whatever happens
-NO_CHANNEL = (
-    "no channel is enabled: set telegram.enabled = true and telegram.token in {config} "
-    "(or NANOMEM_TELEGRAM__ENABLED=true and NANOMEM_TELEGRAM__TOKEN), or api.enabled = true"
-)
-PUBLIC_WITHOUT_KEYS = (
-    "gateway.host is {host}, not a loopback address, and api.keys is empty: anyone who can "
-    "reach it could use the agent; set api.keys (or NANOMEM_API__KEYS) or a loopback gateway.host"
-)
 
 
 class GatewayChannel(Channel, Protocol):
@@ -52,17 +45,6 @@ class GatewayChannel(Channel, Protocol):
     def from_app(cls, app: App) -> GatewayChannel:
         """Build from the app's settings; raise ConfigError when the settings cannot work."""
         ...
-
-    async def stop_receiving(self) -> None:
-        """Take no new messages; sending keeps working for the replies still on their way."""
-
-    def problem(self) -> str | None:
-        """None while the channel works; otherwise one line saying what is wrong."""
-
-
-def enabled_channels(settings: Settings) -> list[str]:
-    """Channels whose settings section says `enabled = true` (the terminal has none)."""
-    return [name for name in CHANNELS if getattr(getattr(settings, name, None), "enabled", False)]
 
 
 class Gateway:
@@ -87,9 +69,6 @@ class Gateway:
         names = enabled_channels(app.settings)
         if not names:
             raise ConfigError(NO_CHANNEL.format(config=app.home.config))
-        host = app.settings.gateway.host
-        if "api" in names and not app.settings.api.keys and not is_loopback(host):
-            raise ConfigError(PUBLIC_WITHOUT_KEYS.format(host=host or "(all addresses)"))
         return cls(app, {name: load_channel(name).from_app(app) for name in names})
 
     async def run(self) -> int:
@@ -97,7 +76,7 @@ class Gateway:
         settings, loop = self.app.settings.gateway, asyncio.get_running_loop()
         _make_room_for(settings.max_connections)
         try:
-            routes = [add for c in self.channels.values() if (add := getattr(c, "routes", None))]
+            routes = [channel.routes for channel in self.channels.values()]
             runner, self.port = await serve_health(
                 self.health,
                 settings.host,
@@ -118,9 +97,8 @@ class Gateway:
         dispatcher = asyncio.create_task(self.app.loop.run(), name="agent-loop")
         dispatcher.add_done_callback(self._dispatcher_ended)
         await self._start_features()
-        owner = self.app.settings.telegram.owner_id
-        if "telegram" in self.channels and owner is not None:
-            self._tasks.append(asyncio.create_task(self._tell_owner(owner), name="reviews"))
+        if any(channel.capabilities.reaches_owner for channel in self.channels.values()):
+            self._tasks.append(asyncio.create_task(self._tell_owner(), name="reviews"))
         for name, channel in self.channels.items():
             self.health.problems[name] = channel.problem
             self._tasks.append(asyncio.create_task(self._supervise(name, channel), name=name))
@@ -144,24 +122,31 @@ class Gateway:
         """The features' background work (Dream's schedule, scheduled turns); what they start
         unasked goes to the chats of channels that can take a message nobody asked for (not
         the API: its replies go to a waiting request)."""
-        pushing = {name for name, c in self.channels.items() if getattr(c, "pushes", True)}
+        pushing = {name for name, c in self.channels.items() if c.capabilities.pushes}
         await self.app.start_features(pushing, self._admits)
 
     def _start_retries(self) -> asyncio.Task[None] | None:
         """Messages whose handling failed go back to their channel when their next attempt is
-        due (agent/retries.py): Telegram's, and the features' (the schedules' firings)."""
+        due (agent/retries.py): the channels' that store what they receive, and the features'
+        (the schedules' firings)."""
         if self.app.bus.inbox is None:
             return None
         readmit: dict[str, Readmit] = self.app.inbox_channels()
         for name, channel in self.channels.items():
-            if (hand_in := getattr(channel, "readmit", None)) is not None:
-                readmit[name] = hand_in
+            readmit[name] = channel.readmit
         return asyncio.create_task(Retries(self.app.bus, readmit).run(), name="retries")
 
     def _admits(self, session: str, sender: str) -> bool:
         name, _, chat = session.partition(":")
-        check = getattr(self.channels.get(name), "admits", None)
-        return check is None or bool(check(chat, sender))
+        channel = self.channels.get(name)
+        return channel is None or channel.admits(chat, sender)
+
+    def _owner(self) -> tuple[GatewayChannel, str] | None:
+        """The first channel that can reach the owner privately, and the owner's chat there."""
+        for channel in self.channels.values():
+            if channel.capabilities.reaches_owner and (chat := channel.owner_chat()) is not None:
+                return channel, chat
+        return None
 
     def _dispatcher_ended(self, task: asyncio.Task[None]) -> None:
         if not task.cancelled() and (exc := task.exception()) is not None:
@@ -205,45 +190,49 @@ class Gateway:
         self.app.bus.retry_wake.set()  # a retry that fell due while it was down: now
         await pump_outbound(channel, self.app.bus)
 
-    async def _tell_owner(self, owner: int) -> None:
+    async def _tell_owner(self) -> None:
         """A Dream change waiting for a decision (made here, or by a cron `nanomem dream`) goes
-        once to the owner's private Telegram chat, with Approve and Reject buttons; so does
-        each message parked after its last failed attempt."""
+        once to the owner's private chat, in the first channel that reaches them now, with
+        Approve and Reject buttons (as text where there are none); so does each message parked
+        after its last failed attempt."""
         while True:
             await asyncio.sleep(REVIEW_CHECK_S)
+            if (owner := self._owner()) is None:
+                continue  # no channel reaches them now: told at a later check
+            channel, chat = owner
             for what, tell in (
                 ("the Dream change", self._tell_owner_once),
                 ("a parked message", self._tell_owner_parked),
             ):
                 try:
-                    await tell(owner)
+                    await tell(channel, chat)
                 except DeliveryLater as exc:  # logged by the channel: told at a later check
                     logger.info("gateway: the owner will be told of {} later ({})", what, exc)
                 except Exception:  # a full disk, say: try again at the next check
                     logger.exception("gateway: could not tell the owner of {}", what)
 
-    async def _tell_owner_parked(self, owner: int) -> None:
+    async def _tell_owner_parked(self, channel: GatewayChannel, chat: str) -> None:
         inbox = self.app.bus.inbox
         if inbox is None:
             return
         for parked in await asyncio.to_thread(inbox.untold):
-            notice = OutboundMessage("telegram", str(owner), parked_notice(parked))
-            await self.channels["telegram"].send(notice)  # delivered, or DeliveryLater
+            notice = OutboundMessage(channel.name, chat, Text(parked_notice(parked)))
+            await channel.send(notice)  # delivered, or DeliveryLater
             await asyncio.to_thread(inbox.owner_told, parked.seq)
 
-    async def _tell_owner_once(self, owner: int) -> None:
+    async def _tell_owner_once(self, channel: GatewayChannel, chat: str) -> None:
         dream = self.app.feature(Dreaming).dream
         pending = await asyncio.to_thread(dream.review.peek)
         if pending is None or pending.notified:
             return
-        notice = OutboundMessage(
-            "telegram", str(owner), pending.describe(), buttons=pending.buttons()
-        )
+        told = Text(pending.describe(), buttons=pending.buttons())
+        notice = shaped(OutboundMessage(channel.name, chat, told), channel.capabilities)
         # Sent by the channel itself, which returns once it is delivered (DeliveryLater when
         # it cannot be now): a notice merely queued may be lost, and then nobody is told.
         # A decision made meanwhile makes its buttons answer "no longer waiting"; told twice
         # rather than never.
-        await self.channels["telegram"].send(notice)
+        if notice is not None:
+            await channel.send(notice)
         try:  # under the Dream lock: a decision may be removing the change right now
             await dream.lock.acquire(wait_s=REVIEW_CHECK_S)
         except LockBusy:

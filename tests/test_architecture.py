@@ -56,6 +56,7 @@ BASE_MODULES = {
 # What a channel may use: the channel port and the settings and helpers it is built from.
 CHANNEL_MAY_IMPORT = {
     "agent",
+    "audience",  # the Sender a channel vouches for
     "config",
     "log",
     "text",
@@ -176,6 +177,91 @@ def test_every_public_name_resolves(package: str) -> None:
     assert module.__all__, package
     for name in module.__all__:
         assert getattr(module, name) is not None, f"nanomem.{package}.{name}"
+
+
+def test_no_channel_imports_another() -> None:
+    across = sorted(
+        f"{module_name(path)} imports {name}"
+        for path in CHANNELS
+        for name in imported_modules(path)
+        if name.startswith("channels.") and name.split(".")[1] != module_name(path).split(".")[1]
+    )
+    assert across == []
+
+
+# The turn engine, the features, the gateway and the composition root: none of them knows which
+# channels exist (only nanomem/channel_registry.py names them, and the settings and the CLI
+# that configure them).
+CHANNEL_BLIND = [
+    path
+    for path in CORE
+    if path.relative_to(ROOT / "nanomem").parts[0]
+    in {"agent", "memory", "tools", "providers", "features", "gateway.py", "app.py", "health.py"}
+]
+CHANNEL_NAMES = {"telegram", "api", "terminal", "cli"}
+
+
+def docstrings(tree: ast.AST) -> set[int]:
+    kinds = (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
+    return {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, kinds) and node.body and isinstance(node.body[0], ast.Expr)
+    }
+
+
+def test_the_core_and_the_gateway_name_no_channel() -> None:
+    named = []
+    for path in CHANNEL_BLIND:
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        skip = docstrings(tree)
+        for node in ast.walk(tree):
+            if (
+                isinstance(node, ast.Constant)
+                and isinstance(node.value, str)
+                and id(node) not in skip
+            ):
+                word = node.value.lower()
+                if word in CHANNEL_NAMES or (word.split(":")[0] in CHANNEL_NAMES and ":" in word):
+                    named.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.value!r}")
+            elif isinstance(node, ast.Attribute) and node.attr in CHANNEL_NAMES:
+                named.append(f"{path.relative_to(ROOT)}:{node.lineno} .{node.attr}")
+    assert named == []
+
+
+CHANNEL_MEMBERS = {
+    "admits",
+    "capabilities",
+    "owner_chat",
+    "problem",
+    "pushes",
+    "readmit",
+    "routes",
+    "send",
+    "stop_receiving",
+}
+
+
+def probes_a_channel(call: ast.Call) -> bool:
+    """getattr/hasattr on something named for a channel, or for one of a channel's members."""
+    if not (isinstance(call.func, ast.Name) and call.func.id in ("getattr", "hasattr")):
+        return False
+    target, *rest = call.args or [None]
+    named = target is not None and "channel" in ast.unparse(target).lower()
+    member = rest and isinstance(rest[0], ast.Constant) and rest[0].value in CHANNEL_MEMBERS
+    return named or bool(member)
+
+
+def test_the_core_never_probes_a_channel_for_what_it_can_do() -> None:
+    """What a channel can do is its declared Capabilities and the Channel protocol's methods,
+    never found out with getattr/hasattr."""
+    probes = sorted(
+        f"{path.relative_to(ROOT)}:{node.lineno}"
+        for path in CORE
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.Call) and probes_a_channel(node)
+    )
+    assert probes == []
 
 
 def test_channels_plug_in_through_the_port() -> None:

@@ -11,8 +11,8 @@ from typing import Any
 import aiohttp
 import pytest
 
-from nanomem.agent.bus import OutboundMessage
-from nanomem.agent.channel import DeliveryLater
+from nanomem.agent.channel import Capabilities, DeliveryLater
+from nanomem.agent.outbound import OutboundMessage
 from nanomem.config import ConfigError
 from nanomem.features.dream import Dreaming
 from nanomem.gateway import Gateway, enabled_channels
@@ -68,7 +68,7 @@ class FlakyTelegram(FakeChannel):
     """Its first message with buttons cannot be delivered now (the network is down)."""
 
     def __init__(self) -> None:
-        super().__init__("telegram")
+        super().__init__("telegram", capabilities=Capabilities(buttons=True, reaches_owner=True))
         self.refusals = 1
 
     async def send(self, msg: OutboundMessage) -> None:

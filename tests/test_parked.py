@@ -9,6 +9,7 @@ import functools
 from nanomem.agent.bus import MessageBus
 from nanomem.agent.inbox import SqliteInbox
 from nanomem.agent.retries import record_failure, retry_delay
+from nanomem.audience import Sender
 from nanomem.home import Home
 from nanomem.log import register_secrets
 from tests.conftest import cli_env, run_cli_here
@@ -21,7 +22,7 @@ def parked_message(home: Home, text: str, chat: str = "1002") -> int:
     inbox = SqliteInbox(home.inbox)
     bus = MessageBus(inbox=inbox)
     bus.retry_plan = functools.partial(retry_delay, max_attempts=3)
-    (seq,) = inbox.add("telegram", [(chat, {"text": text})], None)
+    (seq,) = inbox.add("telegram", [(chat, {"text": text}, Sender())], None)
     for _ in range(3):
         asyncio.run(record_failure(bus, seq, IsADirectoryError(), text, f"telegram:{chat}"))
     inbox.close()

@@ -1,9 +1,11 @@
 """The agent API: an OpenAI-compatible chat-completions endpoint on the gateway's HTTP server.
 
-Each request is one turn of the session `api:<session_id>`; the reply is routed back to the
-waiting request by the inbound message's id. An HTTP client waits on its connection, so the API
-does not use the durable inbox: after a crash nobody would be there to receive a replayed
-answer (the user's message is still saved in the session before the model is asked).
+Each request is one turn of the session `api:<session_id>`: the channel calls the core
+directly (`AgentLoop.answer`) and writes the reply, and the pieces before it, to the waiting
+request (channels/api/replies.py). No bus, no inbox: an HTTP client waits on its connection,
+and after a crash nobody would be there to receive a replayed answer (the user's message is
+still saved in the session before the model is asked). A client that hangs up cancels its
+handler, and so its turn.
 """
 
 from __future__ import annotations
@@ -12,8 +14,7 @@ import asyncio
 import hashlib
 import hmac
 import uuid
-from collections import OrderedDict
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -21,55 +22,24 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 from loguru import logger
 
-from channels.api.wire import (
-    DONE,
-    ERROR_STATUS,
-    MODEL_ID,
-    UPSTREAM,
-    BadRequest,
-    ChatRequest,
-    chunk,
-    completion,
-    completion_id,
-    error_body,
-    event,
-    parse_request,
-    usage,
-    usage_chunk,
-)
-from nanomem.agent import (
-    STOPPED,
-    InboundMessage,
-    MessageBus,
-    OutboundMessage,
-    parse_command,
-    save_media,
-)
-from nanomem.config import ApiSettings
+from channels.api.replies import Answer, Pieces, streamed, whole
+from channels.api.wire import MODEL_ID, BadRequest, ChatRequest, error_body, parse_request
+from nanomem.agent import BaseChannel, Capabilities, InboundMessage, OutboundMessage, save_media
+from nanomem.audience import Sender
+from nanomem.config import ApiSettings, ConfigError, is_loopback
 from nanomem.log import register_secrets
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
-
     from nanomem.app import App
 
-ABANDONED_KEPT = 1000  # turns whose client left, remembered to stop them if they start late
-STOPPING = "stopping"  # our own error category: the gateway is shutting down
 PARSE_IN_THREAD_BYTES = 256 * 1024
 # The slowest a request body may come on average (after gateway.read_timeout_s of grace): a
 # 20 MB body gets about 5 minutes, one of a few KB a few seconds more than the timeout.
 MIN_BODY_RATE = 64 * 1024
-SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
-
-
-@dataclass
-class _Waiting:
-    """A request waiting for its turn's messages."""
-
-    chat: str
-    is_stop: bool
-    queue: asyncio.Queue[OutboundMessage] = field(default_factory=asyncio.Queue)
-    gone: bool = False  # the client hung up
+PUBLIC_WITHOUT_KEYS = (
+    "gateway.host is {host}, not a loopback address, and api.keys is empty: anyone who can "
+    "reach it could use the agent; set api.keys (or NANOMEM_API__KEYS) or a loopback gateway.host"
+)
 
 
 def _error(
@@ -78,29 +48,17 @@ def _error(
     return web.json_response(error_body(message, kind, code, param), status=status)
 
 
-def _model_error(msg: OutboundMessage) -> web.Response:
-    category = str(msg.metadata.get("category", ""))
-    if category == STOPPING:
-        return _error(503, msg.content, "api_error", "gateway_stopping")
-    status, kind, code = ERROR_STATUS.get(category, UPSTREAM)
-    return _error(status, msg.content, kind, code)
-
-
-def _rest(final: str, step_text: str, sent_any: bool) -> str:
-    """What of the final reply the stream has not shown yet."""
-    if step_text and final.startswith(step_text):
-        return final[len(step_text) :]
-    return ("\n\n" if sent_any and final else "") + final
-
-
-class ApiChannel:
+class ApiChannel(BaseChannel):
     name = "api"
-    pushes = False  # a reply needs a waiting request: scheduled turns cannot come here
+    # A reply goes to the request waiting for it: nothing can be pushed (no scheduled turns);
+    # a streaming request shows it growing.
+    capabilities = Capabilities(streams=True, buttons=True, same_connection=True)
 
     def __init__(
         self,
         settings: ApiSettings,
         *,
+        answer: Answer,
         workspace: Path,
         chat_model: str,
         max_message_chars: int,
@@ -114,17 +72,18 @@ class ApiChannel:
         self._keys = [hashlib.sha256(key.encode()).digest() for key in keys]
         self._limit = settings.max_body_mb * 1024 * 1024
         self._read_timeout_s = read_timeout_s
-        self._bus: MessageBus | None = None
+        self._answer = answer
         self._taking = False
-        self._waiting: dict[str, _Waiting] = {}  # by inbound message id, in publish order
-        self._abandoned: OrderedDict[str, str] = OrderedDict()  # message id → chat
-        self._background: set[asyncio.Task[None]] = set()
         self._created = int(datetime.now().timestamp())
 
     @classmethod
     def from_app(cls, app: App) -> ApiChannel:
+        host = app.settings.gateway.host
+        if not app.settings.api.keys and not is_loopback(host):
+            raise ConfigError(PUBLIC_WITHOUT_KEYS.format(host=host or "(all addresses)"))
         return cls(
             app.settings.api,
+            answer=app.loop.answer,
             workspace=app.workspace,
             chat_model=app.settings.llm.model,
             max_message_chars=app.settings.agent.max_message_chars,
@@ -132,14 +91,15 @@ class ApiChannel:
             read_timeout_s=app.settings.gateway.read_timeout_s,
         )
 
-    def routes(self, app: web.Application) -> None:
-        app.router.add_post("/v1/chat/completions", self._chat)
-        app.router.add_get("/v1/models", self._models)
+    def routes(self, web_app: web.Application) -> None:
+        web_app.router.add_post("/v1/chat/completions", self._chat)
+        web_app.router.add_get("/v1/models", self._models)
 
     # Lifecycle.
 
-    async def start(self, bus: MessageBus) -> None:
-        self._bus, self._taking = bus, True
+    async def start(self, bus: Any) -> None:
+        """Its requests call the core directly: the bus is not used."""
+        self._taking = True
         if not self._keys:
             logger.warning("api: api.keys is empty: /v1 answers anyone who can reach it")
 
@@ -147,50 +107,11 @@ class ApiChannel:
         self._taking = False
 
     async def stop(self) -> None:
-        for waiting in list(self._waiting.values()):  # turns the shutdown cut short
-            note = "The gateway is stopping; please try again shortly."
-            waiting.queue.put_nowait(
-                OutboundMessage(
-                    self.name, waiting.chat, note, "error", None, {"category": STOPPING}
-                )
-            )
-        tasks = list(self._background)
-        await asyncio.gather(*tasks, return_exceptions=True)
-
-    def problem(self) -> str | None:
-        return None
+        return None  # turns still running are the loop's: it ends them, and each says so
 
     async def send(self, msg: OutboundMessage) -> None:
-        """Hand the message to the request waiting for it (no await: order is kept)."""
-        reply_to = msg.reply_to or ""
-        waiting = self._waiting.get(reply_to)
-        if waiting is None:
-            chat = self._abandoned.get(reply_to)
-            if chat is not None and msg.kind in ("stream", "progress"):
-                # Its client left before the turn began, so that /stop found nothing to stop.
-                del self._abandoned[reply_to]
-                self._stop_turn(chat)
-            elif chat is not None and msg.kind in ("reply", "error"):
-                del self._abandoned[reply_to]
-            return
-        waiting.queue.put_nowait(msg)
-        if waiting.is_stop and msg.kind == "reply" and msg.content == STOPPED:
-            # A stopped turn answers nothing: end the request of the chat's running turn here.
-            for other in self._waiting.values():
-                if other.chat == waiting.chat and not other.is_stop:
-                    other.queue.put_nowait(
-                        OutboundMessage(self.name, other.chat, "", metadata={"stopped": True})
-                    )
-                    break
-
-    def _stop_turn(self, chat: str) -> None:
-        """Stop the chat's turn as `/stop` does (its reply goes nowhere)."""
-        if self._bus is None:
-            return
-        stop = InboundMessage(self.name, chat, "/stop", sender_id=chat)
-        task = asyncio.get_running_loop().create_task(self._bus.publish_inbound(stop))
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
+        """Nothing comes this way: replies go to the request that asked (never a push, and a
+        question is never asked of an API client)."""
 
     # HTTP.
 
@@ -202,7 +123,7 @@ class ApiChannel:
                     "Incorrect or missing API key: send Authorization: Bearer <a key in api.keys>"
                 )
                 return _error(401, message, "invalid_request_error", "invalid_api_key")
-        if self._bus is None or not self._taking:
+        if not self._taking:
             return _error(503, "The agent is not taking messages now.", "api_error", "unavailable")
         return None
 
@@ -252,31 +173,20 @@ class ApiChannel:
             if exc.status == 408:
                 refusal.force_close()  # the rest of that body is not waited for
             return refusal
-        assert self._bus is not None
-        # The owner's: its clients hold the owner's api.keys (nobody is there to be asked).
-        owner = {"owner": True}
-        msg = InboundMessage(
-            self.name, parsed.session_id, parsed.text, parsed.session_id, media, owner
-        )
-        command = parse_command(parsed.text)
-        waiting = _Waiting(parsed.session_id, command is not None and command[0] == "stop")
-        self._waiting[msg.id] = waiting
-        answered = False
+        msg = InboundMessage(self.name, parsed.session_id, parsed.text, self._sender(parsed), media)
+        pieces = Pieces(self._answer, msg)
         try:
-            await self._bus.publish_inbound(msg)
             if parsed.stream:
-                response = await self._stream(request, waiting, parsed)
-            else:
-                response = await self._whole(waiting, parsed)
-            answered = not waiting.gone
-            return response
+                return await streamed(request, pieces, parsed, self.settings, self.count_tokens)
+            return await whole(pieces, parsed, self.count_tokens)
         finally:
-            del self._waiting[msg.id]
-            if not answered and not waiting.is_stop:  # the client hung up: stop its turn
-                self._abandoned[msg.id] = waiting.chat
-                while len(self._abandoned) > ABANDONED_KEPT:
-                    self._abandoned.popitem(last=False)
-                self._stop_turn(waiting.chat)
+            pieces.cancel()  # the client hung up (its handler is cancelled), or it is over
+
+    @staticmethod
+    def _sender(parsed: ChatRequest) -> Sender:
+        """The owner's: its clients hold the owner's api.keys; nobody waits on a request to
+        answer a question, though. Never a shared room (a session id never starts with -)."""
+        return Sender(parsed.session_id, is_owner=True)
 
     async def _read_body(self, request: web.Request) -> bytes:
         too_big = BadRequest(
@@ -323,78 +233,3 @@ class ApiChannel:
                     status=500,  # not the client's doing: the workspace's
                 ) from None
         return tuple(saved)
-
-    async def _whole(self, waiting: _Waiting, parsed: ChatRequest) -> web.Response:
-        step, step_text = None, ""
-        while True:
-            msg = await waiting.queue.get()
-            if msg.kind == "stream":
-                if msg.metadata.get("step") != step:
-                    step, step_text = msg.metadata.get("step"), ""
-                step_text += msg.content
-            elif msg.kind == "error" and msg.metadata.get("category"):
-                return _model_error(msg)
-            elif msg.kind in ("reply", "error"):
-                text = step_text if msg.metadata.get("stopped") else msg.content
-                used = usage(self.count_tokens(parsed.text), self.count_tokens(text))
-                body = completion(completion_id(), text, used, msg.buttons)
-                return web.json_response(body)
-
-    async def _stream(
-        self, request: web.Request, waiting: _Waiting, parsed: ChatRequest
-    ) -> web.StreamResponse:
-        """SSE in OpenAI's chunk format. Headers go out with the first piece, so a model error
-        before any text still gets its own HTTP status."""
-        cid = completion_id()
-        response: web.StreamResponse | None = None
-        step: Any = None
-        step_text, shown = "", ""
-
-        async def write(data: bytes) -> None:
-            nonlocal response
-            if response is None:
-                response = web.StreamResponse(headers=SSE_HEADERS)
-                await response.prepare(request)
-                await response.write(chunk(cid, {"role": "assistant", "content": ""}))
-            await response.write(data)
-
-        try:
-            while True:
-                msg = await waiting.queue.get()
-                if msg.kind == "stream":
-                    piece = msg.content
-                    if msg.metadata.get("step") != step:
-                        step, step_text = msg.metadata.get("step"), ""
-                        piece = ("\n\n" if shown else "") + piece  # a later step's text
-                    step_text += msg.content
-                    shown += piece
-                    await write(chunk(cid, {"content": piece}))
-                elif msg.kind == "progress":
-                    if self.settings.show_progress:
-                        line = ("\n\n" if shown else "") + f"`{msg.content}`"
-                        shown += line
-                        step, step_text = None, ""
-                        await write(chunk(cid, {"content": line}))
-                elif msg.kind == "error" and msg.metadata.get("category") and response is None:
-                    return _model_error(msg)
-                else:
-                    final = "" if msg.metadata.get("stopped") else msg.content
-                    if msg.kind == "error" and msg.metadata.get("category"):
-                        body = error_body(msg.content, "api_error", str(msg.metadata["category"]))
-                        await write(event(body))
-                        await write(DONE)
-                        return response or web.Response()
-                    if rest := _rest(final, step_text, bool(shown)):
-                        await write(chunk(cid, {"content": rest}))
-                    await write(chunk(cid, {}, "stop"))
-                    if parsed.include_usage:
-                        text = shown + rest
-                        used = usage(self.count_tokens(parsed.text), self.count_tokens(text))
-                        await write(usage_chunk(cid, used))
-                    await write(DONE)
-                    assert response is not None
-                    await response.write_eof()
-                    return response
-        except ConnectionError:  # the client hung up between two pieces
-            waiting.gone = True
-            return response or web.Response()

@@ -55,7 +55,9 @@ from channels.telegram.transport import call_api, channel_down, requests_for
 from nanomem.agent import (
     GIVEN_UP,
     RETRYING,
+    BaseChannel,
     Button,
+    Capabilities,
     ChatQueues,
     Command,
     DeliveryLater,
@@ -63,10 +65,12 @@ from nanomem.agent import (
     MessageBus,
     OutboundMessage,
     Pending,
+    Text,
     parse_command,
     record_failure,
     save_media,
 )
+from nanomem.audience import Sender
 from nanomem.config import ConfigError, TelegramSettings
 from nanomem.log import register_secrets
 from nanomem.text.plural import plural
@@ -93,6 +97,7 @@ class Incoming:
     user: User
     key: str
     group: bool
+    sender: Sender
     seq: int | None = None
     replayed: bool = False
     retry: bool = False  # its handling failed before: tried again, nobody is kept waiting
@@ -100,7 +105,7 @@ class Incoming:
     press_id: str = ""  # ... and the callback query to answer
 
 
-class TelegramChannel:
+class TelegramChannel(BaseChannel):
     """Long polling is ours, not python-telegram-bot's Updater: PTB confirms updates to Telegram
     before any handler runs, so a crash would lose them. Here each batch of updates is stored
     in the inbox, with the new offset, before the next getUpdates confirms it."""
@@ -149,6 +154,16 @@ class TelegramChannel:
         )
         self._refused: set[int] = set()
         self._owner_noted = False
+        self.capabilities = Capabilities(
+            streams=settings.stream,
+            edits=True,
+            drafts=settings.stream,
+            buttons=True,
+            max_chars=4096,
+            markup="html",
+            pushes=True,
+            reaches_owner=True,
+        )
         self._refusals: set[asyncio.Task[Any]] = set()
 
     @classmethod
@@ -242,6 +257,11 @@ class TelegramChannel:
     def problem(self) -> str | None:
         return self._poll.problem
 
+    def owner_chat(self) -> str | None:
+        """The owner's private chat: a private chat's id is its person's user id."""
+        owner = self.settings.owner_id
+        return None if owner is None else str(owner)
+
     def admits(self, chat: str, sender: str) -> bool:
         """Would `sender`'s message in this chat be answered now? (Before a scheduled turn: one
         made by someone since removed from telegram.allow_from must not reach them.)"""
@@ -289,7 +309,7 @@ class TelegramChannel:
         assert self._bus is not None
         admitted = [(update, found) for update in updates if (found := self._admit_or_skip(update))]
         offset = updates[-1].update_id + 1
-        items = [(found.key, update.to_dict()) for update, found in admitted]
+        items = [(found.key, update.to_dict(), found.sender) for update, found in admitted]
         while True:
             try:
                 seqs = await self._bus.receive(self.name, items, (OFFSET, str(offset)))
@@ -369,13 +389,27 @@ class TelegramChannel:
                 )
             return None
         group = message.chat.type in (ChatType.GROUP, ChatType.SUPERGROUP)
+        sender = self._sender(user, group)
+        key = chat_key(message)
         if press is not None:
             data = press.data or ""
-            return Incoming(message, user, chat_key(message), group, press=data, press_id=press.id)
+            return Incoming(message, user, key, group, sender, press=data, press_id=press.id)
         mention_only = group and self.settings.group_policy == "mention"
         if mention_only and not is_addressed(message, message.get_bot().bot, self._our_commands):
             return None
-        return Incoming(message, user, chat_key(message), group)
+        return Incoming(message, user, key, group, sender)
+
+    def _sender(self, user: User, group: bool) -> Sender:
+        """Who wrote, from Telegram's facts: a person is there to answer a question (a shell
+        command to approve, say), and only telegram.owner is the owner, in any chat."""
+        handle = f" (@{user.username})" if user.username else ""
+        return Sender(
+            str(user.id),
+            f"{user.full_name}{handle}",
+            is_owner=user.id == self.settings.owner_id,
+            can_answer=True,
+            shared_room=group,
+        )
 
     def _fair_press(self, data: str | None, presser: int, message: Message) -> bool:
         """A press is its presser typing a command: in a private chat only that chat's person
@@ -415,7 +449,7 @@ class TelegramChannel:
                 self.delivery.notify(incoming.key, GIVEN_UP if parked else RETRYING)
             return
         if note is not None:  # answered by the channel itself: kept until delivered
-            answer = OutboundMessage(self.name, incoming.key, note, kind="error", seq=incoming.seq)
+            answer = OutboundMessage(self.name, incoming.key, Text(note, "error"), seq=incoming.seq)
             await self._bus.answer_for(incoming.seq, answer)
             task = asyncio.create_task(self._say(answer))
             self._refusals.add(task)
@@ -462,16 +496,8 @@ class TelegramChannel:
                 await self._bus.forget(incoming.seq)
                 return None
             return UNSUPPORTED
-        # A person is there to answer a question (a shell command to approve, say).
-        metadata: dict[str, Any] = {"message_id": message.message_id, "can_ask": True}
-        # Only the owner approves commands and memory changes, in any chat.
-        metadata["owner"] = user.id == self.settings.owner_id
-        if incoming.press is not None:
-            metadata["button"] = True
-        if group:
-            handle = f" (@{user.username})" if user.username else ""
-            metadata["sender_name"] = f"{user.full_name}{handle}"
-        inbound = InboundMessage(self.name, key, text, str(user.id), media, metadata)
+        pressed = incoming.press is not None
+        inbound = InboundMessage(self.name, key, text, incoming.sender, media, pressed)
         if (seq := incoming.seq) is not None:
             inbound = replace(
                 inbound, id=InboundMessage.inbox_id(seq), seq=seq, replayed=incoming.replayed
@@ -493,8 +519,10 @@ class TelegramChannel:
     # Outbound: queued per chat in Delivery, which reaches the Bot API through these calls.
 
     async def send(self, msg: OutboundMessage) -> None:
-        if msg.metadata.get("command"):  # /help and the like name commands as the menu does
-            msg = replace(msg, content=in_telegram_spelling(msg.content, self._commands))
+        part = msg.part
+        if isinstance(part, Text) and part.command:  # /help and the like: as the menu names them
+            spelled = in_telegram_spelling(part.text, self._commands)
+            msg = replace(msg, part=replace(part, text=spelled))
         await self.delivery.send(msg)
 
     def _active_bot(self) -> Bot:

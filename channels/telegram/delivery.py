@@ -27,7 +27,11 @@ from nanomem.agent import (
     ChatQueues,
     Command,
     DeliveryLater,
+    Delta,
+    DeltaEnd,
     OutboundMessage,
+    Progress,
+    Text,
 )
 
 T = TypeVar("T")
@@ -94,7 +98,8 @@ def in_telegram_spelling(text: str, commands: list[Command]) -> str:
 
 def chunks_of(msg: OutboundMessage) -> list[tuple[str, bool]]:
     """(text, is_html) messages for one reply: rendered Markdown, or plain text for errors."""
-    return message_chunks(msg.content, plain=msg.kind == "error") or [(EMPTY, False)]
+    plain = isinstance(msg.part, Text) and msg.part.style == "error"
+    return message_chunks(msg.content, plain=plain) or [(EMPTY, False)]
 
 
 @dataclass
@@ -218,12 +223,12 @@ class Delivery:
     def send(self, msg: OutboundMessage) -> asyncio.Future[None]:
         """Queue a message for its chat; the future settles when it is delivered."""
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        if msg.kind == "stream":  # best effort: never waited for, never raises
+        if isinstance(msg.part, Delta | DeltaEnd):  # best effort: never waited for, never raises
             self._grow(msg)
             done.set_result(None)
             return done
         chat = self.chat(msg.chat_id)
-        if msg.kind == "progress":
+        if isinstance(msg.part, Progress):
             if chat.progress(msg.content):
                 self.queues.submit(msg.chat_id, lambda: self._show_status(msg.chat_id, chat))
             done.set_result(None)
@@ -259,13 +264,13 @@ class Delivery:
             return
         if chat is None or msg.reply_to is None or msg.reply_to not in chat.pending:
             return  # answered already (a piece can never outrun its reply, but be safe)
+        if not isinstance(piece := msg.part, Delta):
+            return  # a step's end: the next step's first piece shows it
         stream = chat.streams.get(msg.reply_to)
         if stream is None:
             quote = self._message_ids.get(msg.reply_to) if group else None
             stream = chat.streams[msg.reply_to] = Stream(msg.chat_id, not group, quote)
-        text = msg.metadata.get("text")
-        text = text if isinstance(text, str) else stream.text + msg.content
-        self.streamer.piece(stream, chat, int(msg.metadata.get("step") or 0), text)
+        self.streamer.piece(stream, chat, piece.step, piece.so_far or stream.text + piece.piece)
 
     def _keep_shown(self, stream: Stream) -> None:
         """A turn /stop cut short: what the person saw of it stays in the chat (the session
@@ -273,7 +278,7 @@ class Delivery:
         self.streamer.stop(stream)
         if not stream.text.strip():
             return
-        kept = OutboundMessage("telegram", stream.key, stream.text)
+        kept = OutboundMessage("telegram", stream.key, Text(stream.text))
 
         async def keep() -> None:
             with contextlib.suppress(DeliveryLater):  # logged; not in the inbox to send later
@@ -283,7 +288,7 @@ class Delivery:
 
     def notify(self, key: str, text: str) -> None:
         """A short plain-text note from the channel itself."""
-        note = OutboundMessage("telegram", key, text, kind="error")
+        note = OutboundMessage("telegram", key, Text(text, "error"))
         self.queues.submit(key, lambda: self._deliver(note))
 
     async def close(self, within_s: float) -> None:
@@ -320,7 +325,9 @@ class Delivery:
                         msg.chat_id, text, html=html, reply_to=reply_to, buttons=buttons
                     )
                 except SendError as exc:
-                    where = f"{msg.kind} part {number}/{len(chunks)} to chat {msg.chat_id}"
+                    part = msg.part
+                    kind = part.style if isinstance(part, Text) else type(part).__name__.lower()
+                    where = f"{kind} part {number}/{len(chunks)} to chat {msg.chat_id}"
                     logger.error("telegram: gave up sending {}: {}", where, exc)
                     if exc.transient or exc.retry_after is not None:
                         raise DeliveryLater(str(exc)) from exc

@@ -17,7 +17,19 @@ from prompt_toolkit.formatted_text import HTML
 from prompt_toolkit.history import FileHistory
 from prompt_toolkit.key_binding import KeyBindings, KeyPressEvent
 
-from nanomem.agent import STOPPED, InboundMessage, MessageBus, OutboundMessage
+from nanomem.agent import (
+    STOPPED,
+    BaseChannel,
+    Capabilities,
+    Delta,
+    InboundMessage,
+    MessageBus,
+    OutboundMessage,
+    Progress,
+    Question,
+    Text,
+)
+from nanomem.audience import Sender, is_shared_room
 from nanomem.text.escapes import strip_escapes
 from nanomem.text.masking import redact
 
@@ -79,18 +91,25 @@ def typeahead_kept() -> Iterator[None]:
         termios.tcsetattr(fd, termios.TCSANOW, saved)
 
 
-class TerminalChannel:
+class TerminalChannel(BaseChannel):
     name = "cli"
+    # Redraws the reply as it grows (rich's Live region); choices as a hint line or a y/N prompt.
+    capabilities = Capabilities(streams=True, edits=True, buttons=True, markup="markdown")
 
     def __init__(
         self, *, history_file: Path, chat_id: str = "direct", console: Console | None = None
     ) -> None:
         self.chat_id = chat_id
+        # The terminal is the owner's, and they sit at this prompt: they can answer a question
+        # (may this shell command run?). A session named like a group speaks as in one.
+        shared = is_shared_room(f"{self.name}:{chat_id}")
+        self.sender = Sender("user", is_owner=True, can_answer=True, shared_room=shared)
         self.history_file = history_file
         self._console = console
         self._bus: MessageBus | None = None
         self._waiting: dict[str, asyncio.Future[OutboundMessage]] = {}
         self._views: dict[str, LiveReply] = {}  # replies being written, by message id
+        self._asking: set[asyncio.Task[None]] = set()  # questions waiting at the prompt
 
     @property
     def console(self) -> Console:
@@ -107,21 +126,32 @@ class TerminalChannel:
         for future in self._waiting.values():
             future.cancel()
         self._waiting.clear()
+        for task in self._asking:
+            task.cancel()
 
     async def send(self, msg: OutboundMessage) -> None:
         # What a model or a file wrote never acts on the terminal (a title, the clipboard, a
-        # cleared screen): control sequences go, the plain text stays. rich passes ESC through.
-        msg = replace(msg, content=strip_escapes(msg.content))
-        if msg.kind == "stream":
+        # cleared screen): control sequences go (here, and as each part is shown), the plain
+        # text stays. rich passes ESC through.
+        part = msg.part
+        if isinstance(part, Delta):
             view = self._views.get(msg.reply_to or "")
             if view is not None:
-                view.grow(msg)
+                view.grow(part)
             return
-        if msg.kind == "progress":
-            self.console.print(f"  ↳ {msg.content}", style="dim", markup=False, highlight=False)
+        if isinstance(part, Progress):
+            line = f"  ↳ {strip_escapes(part.line)}"
+            self.console.print(line, style="dim", markup=False, highlight=False)
             return
-        if msg.metadata.get("ask") and msg.buttons:
-            await self._ask(msg)
+        if not isinstance(part, Text | Question):
+            return  # a delta's end, a file: nothing to show
+        msg = replace(msg, part=replace(part, text=strip_escapes(part.text)))
+        if isinstance(part, Question):
+            # Asked in a task of its own: its answer comes back through this same chat, which
+            # the core sends one message at a time.
+            task = asyncio.create_task(self._ask(msg))
+            self._asking.add(task)
+            task.add_done_callback(self._asking.discard)
             return
         future = self._waiting.pop(msg.reply_to or "", None)
         if future is not None and not future.done():
@@ -220,10 +250,7 @@ class TerminalChannel:
 
     async def _publish(self, text: str) -> InboundMessage:
         assert self._bus is not None, "start() must be called first"
-        # can_ask: a person sits at this prompt and can answer a question (a shell command);
-        # the terminal is the owner's.
-        metadata = {"can_ask": True, "owner": True}
-        msg = InboundMessage(self.name, self.chat_id, text, "user", metadata=metadata)
+        msg = InboundMessage(self.name, self.chat_id, text, self.sender)
         self._expect(msg)
         await self._bus.publish_inbound(msg)
         return msg
@@ -235,9 +262,10 @@ class TerminalChannel:
         return future
 
     def _render(self, msg: OutboundMessage) -> None:
-        if msg.kind == "error":
+        style = msg.part.style if isinstance(msg.part, Text) else "reply"
+        if style == "error":
             self.console.print(msg.content, style="red", markup=False, emoji=False)
-        elif msg.metadata.get("command"):  # our own text: every line and `<id>` as written
+        elif style == "command":  # our own text: every line and `<id>` as written
             self.console.print(msg.content, markup=False, emoji=False, highlight=False)
         else:
             from rich.markdown import Markdown  # ~0.1 s of imports: not before the first reply
@@ -284,9 +312,9 @@ class LiveReply:
     def resume(self) -> None:
         self._live.start()
 
-    def grow(self, piece: OutboundMessage) -> None:
-        step = int(piece.metadata.get("step", 0))
-        text = strip_escapes(str(piece.metadata.get("text", "")))
+    def grow(self, piece: Delta) -> None:
+        step = piece.step
+        text = strip_escapes(piece.so_far)
         first = not self.steps
         self.steps[step] = text
         # The first words are drawn at once; later ones with the next refresh (≤ 50 ms).

@@ -10,28 +10,34 @@ from typing import TYPE_CHECKING
 from nanomem.exports import lazy_exports
 
 if TYPE_CHECKING:
-    from nanomem.agent.bus import (
-        Button,
-        InboundMessage,
-        MessageBus,
-        OutboundMessage,
-        is_owner,
-    )
+    from nanomem.agent.bus import InboundMessage, MessageBus, is_owner
     from nanomem.agent.channel import (
-        CHANNELS,
+        BaseChannel,
+        Capabilities,
         Channel,
         ChannelDown,
         ChatQueues,
         DeliveryLater,
-        load_channel,
         pump_outbound,
         save_media,
+        shaped,
     )
     from nanomem.agent.commands import STOPPED, Answer, Command, CommandSet, fenced, parse_command
     from nanomem.agent.context import ContextBuilder
     from nanomem.agent.feature import Admits, Core, Feature, anyone
     from nanomem.agent.inbox import Pending, SqliteInbox, parked_in
     from nanomem.agent.loop import AgentLoop
+    from nanomem.agent.outbound import (
+        Button,
+        Delta,
+        DeltaEnd,
+        File,
+        OutboundMessage,
+        Part,
+        Progress,
+        Question,
+        Text,
+    )
     from nanomem.agent.react_loop import react
     from nanomem.agent.retries import (
         GIVEN_UP,
@@ -47,14 +53,15 @@ if TYPE_CHECKING:
     from nanomem.agent.templates import Templates, bundled_dir
 
 __all__ = [
-    "CHANNELS",
     "GIVEN_UP",
     "RETRYING",
     "STOPPED",
     "Admits",
     "AgentLoop",
     "Answer",
+    "BaseChannel",
     "Button",
+    "Capabilities",
     "Channel",
     "ChannelDown",
     "ChatQueues",
@@ -63,21 +70,27 @@ __all__ = [
     "ContextBuilder",
     "Core",
     "DeliveryLater",
+    "Delta",
+    "DeltaEnd",
     "Feature",
+    "File",
     "InboundMessage",
     "MessageBus",
     "OutboundMessage",
+    "Part",
     "Pending",
+    "Progress",
+    "Question",
     "Readmit",
     "Retries",
     "Skills",
     "SqliteInbox",
     "Templates",
+    "Text",
     "anyone",
     "bundled_dir",
     "fenced",
     "is_owner",
-    "load_channel",
     "parked_in",
     "parked_line",
     "parked_notice",
@@ -87,33 +100,39 @@ __all__ = [
     "record_failure",
     "retry_delay",
     "save_media",
+    "shaped",
 ]
 __getattr__ = lazy_exports(
     __name__,
     {
-        "bus": (
-            "Button",
-            "InboundMessage",
-            "MessageBus",
-            "OutboundMessage",
-            "is_owner",
-        ),
+        "bus": ("InboundMessage", "MessageBus", "is_owner"),
         "channel": (
-            "CHANNELS",
+            "BaseChannel",
+            "Capabilities",
             "Channel",
             "ChannelDown",
             "ChatQueues",
             "DeliveryLater",
-            "Feature",
-            "load_channel",
             "pump_outbound",
             "save_media",
+            "shaped",
         ),
         "commands": ("Answer", "Command", "CommandSet", "STOPPED", "fenced", "parse_command"),
         "context": ("ContextBuilder",),
         "feature": ("Admits", "Core", "Feature", "anyone"),
         "inbox": ("Pending", "SqliteInbox", "parked_in"),
         "loop": ("AgentLoop",),
+        "outbound": (
+            "Button",
+            "Delta",
+            "DeltaEnd",
+            "File",
+            "OutboundMessage",
+            "Part",
+            "Progress",
+            "Question",
+            "Text",
+        ),
         "react_loop": ("react",),
         "retries": (
             "GIVEN_UP",

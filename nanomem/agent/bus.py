@@ -1,4 +1,5 @@
-"""The message bus: channels put inbound messages on it, the agent loop puts replies back.
+"""The message bus: channels put inbound messages on it, the agent loop puts replies back
+(a channel that answers on the connection that asked, the API, calls the loop directly).
 
 With an inbox, the bus is also where durability is kept: a channel stores what it received
 (`receive`) before acknowledging it to its source, the loop records each reply once its turn is
@@ -14,21 +15,16 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
-from nanomem.audience import Sender, is_shared_room
+from nanomem.agent.outbound import OutboundMessage
+from nanomem.audience import Sender
 
 if TYPE_CHECKING:  # sqlite and loguru stay off `nanomem chat`'s way to its prompt
     from nanomem.agent.inbox import Inbox, Pending
 
 # Failed attempts so far → seconds until the next attempt, or None: park the message.
 RetryPlan = Callable[[int], float | None]
-
-# "stream": a piece of the reply while the model writes it (metadata: `text` so far, `step`);
-# channels that cannot show it wait for the "reply", which always follows with all of it.
-OutboundKind = Literal["reply", "progress", "error", "stream"]
-# A reply with metadata `command` (the command's name) is the runtime's own text, not the
-# model's: channels show it as written rather than as Markdown.
 
 
 def _now() -> datetime:
@@ -41,12 +37,15 @@ def _new_id() -> str:
 
 @dataclass(frozen=True)
 class InboundMessage:
+    """A message for the core, as its channel vouches for it: who sent it (`sender`, from the
+    channel's own facts, never from the text) and where (`channel`, `chat_id`)."""
+
     channel: str
     chat_id: str
     content: str
-    sender_id: str = ""
+    sender: Sender = field(default_factory=Sender)
     media: tuple[str, ...] = ()
-    metadata: dict[str, Any] = field(default_factory=dict)
+    pressed: bool = False  # sent by pressing one of our buttons, not typed
     timestamp: datetime = field(default_factory=_now)
     id: str = field(default_factory=_new_id)
     seq: int | None = None  # its place in the inbox, when it came through one
@@ -56,18 +55,6 @@ class InboundMessage:
     def session_key(self) -> str:
         return f"{self.channel}:{self.chat_id}"
 
-    @property
-    def sender(self) -> Sender:
-        # Read from the channel's metadata until every channel sets a Sender itself (issue 23).
-        data = self.metadata
-        return Sender(
-            self.sender_id,
-            str(data.get("sender_name", "")),
-            is_owner=data.get("owner") is True,
-            can_answer=bool(data.get("can_ask")),
-            shared_room=is_shared_room(self.session_key),
-        )
-
     @staticmethod
     def inbox_id(seq: int) -> str:
         """The same id for a message whenever it is replayed, so its turn can be found again."""
@@ -75,68 +62,9 @@ class InboundMessage:
 
 
 def is_owner(msg: InboundMessage) -> bool:
-    """Sent by the owner: the channel vouches for it with metadata `owner` (the terminal, the
-    first user of telegram.allow_from, ...). Approvals and memory decisions are theirs alone."""
-    return msg.metadata.get("owner") is True
-
-
-@dataclass(frozen=True)
-class Button:
-    """A choice shown under a message; pressing it sends `command` as the presser's message
-    (metadata `button`), so it is checked like anything they type. Telegram shows inline
-    buttons (`command` ≤ 64 bytes), the terminal a hint line, other channels ignore it."""
-
-    label: str
-    command: str
-
-
-@dataclass(frozen=True)
-class OutboundMessage:
-    channel: str
-    chat_id: str
-    content: str
-    kind: OutboundKind = "reply"
-    reply_to: str | None = None
-    metadata: dict[str, Any] = field(default_factory=dict)
-    seq: int | None = None  # the inbox message this answers: delivering it removes that
-    buttons: tuple[Button, ...] = ()
-
-    @classmethod
-    def answering(
-        cls,
-        msg: InboundMessage,
-        content: str,
-        kind: OutboundKind = "reply",
-        buttons: tuple[Button, ...] = (),
-        **metadata: Any,
-    ) -> OutboundMessage:
-        return cls(
-            msg.channel, msg.chat_id, content, kind, msg.id, dict(metadata), msg.seq, buttons
-        )
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "channel": self.channel,
-            "chat_id": self.chat_id,
-            "content": self.content,
-            "kind": self.kind,
-            "reply_to": self.reply_to,
-            "metadata": self.metadata,
-            "buttons": [[b.label, b.command] for b in self.buttons],
-        }
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any], seq: int) -> OutboundMessage:
-        return cls(
-            data["channel"],
-            data["chat_id"],
-            data["content"],
-            data.get("kind", "reply"),
-            data.get("reply_to"),
-            dict(data.get("metadata") or {}),
-            seq,
-            tuple(Button(str(label), str(command)) for label, command in data.get("buttons") or []),
-        )
+    """Sent by the owner, as the channel vouches (the terminal, telegram.owner, an API key).
+    Approvals and memory decisions are theirs alone."""
+    return msg.sender.is_owner
 
 
 class MessageBus:
@@ -156,11 +84,11 @@ class MessageBus:
     async def receive(
         self,
         channel: str,
-        items: list[tuple[str, dict[str, Any]]],
+        items: list[tuple[str, dict[str, Any], Sender]],
         position: tuple[str, str] | None = None,
     ) -> list[int | None]:
-        """Store (chat, payload) items durably, with the channel's new position in its source,
-        before the channel acknowledges them; their inbox numbers."""
+        """Store (chat, payload, sender) items durably, with the channel's new position in its
+        source, before the channel acknowledges them; their inbox numbers."""
         if self.inbox is None:
             return [None] * len(items)
         if not items and position is None:
@@ -211,7 +139,7 @@ class MessageBus:
         return kept
 
     async def delivered(self, reply: OutboundMessage) -> None:
-        if self.inbox is not None and reply.seq is not None and reply.kind in ("reply", "error"):
+        if self.inbox is not None and reply.seq is not None and reply.is_answer:
             await asyncio.to_thread(self.inbox.done, reply.seq)
 
     async def forget(self, seq: int | None) -> None:

@@ -1,25 +1,54 @@
-"""The channel port: how a chat surface (terminal, Telegram) plugs into the core."""
+"""The channel port: how a chat surface plugs into the core (docs/channels.md).
+
+A channel says what it can do as data (`Capabilities`); the core picks the form of what it
+sends from that, never from the channel's name or by probing it for methods."""
 
 from __future__ import annotations
 
 import asyncio
-import importlib
+import functools
 from collections import deque
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
-from nanomem.agent.bus import MessageBus, OutboundMessage
+from nanomem.agent.bus import MessageBus
+from nanomem.agent.outbound import (
+    Button,
+    Delta,
+    DeltaEnd,
+    File,
+    OutboundMessage,
+    Progress,
+    Question,
+    Text,
+)
 from nanomem.audience import room_folder
 from nanomem.durable import write_below
 
+if TYPE_CHECKING:
+    from nanomem.agent.inbox import Pending
+
 Job = Callable[[], Awaitable[None]]
-# Channels are found by name, so the core never imports the `channels` package.
-CHANNELS = {
-    "terminal": "channels.terminal.channel:TerminalChannel",
-    "telegram": "channels.telegram.channel:TelegramChannel",
-    "api": "channels.api.channel:ApiChannel",
-}
+Markup = Literal["markdown", "html", "plain"]
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What a channel can do. The core reads these, and nothing else, to choose what to send
+    and in which form."""
+
+    streams: bool = False  # shows a reply while it is written: pieces of it are worth sending
+    edits: bool = False  # changes a message it sent (a growing reply, a progress line)
+    drafts: bool = False  # shows a reply growing as a draft before it is sent
+    buttons: bool = False  # shows choices as buttons a person presses
+    files: bool = False  # sends a file
+    max_chars: int = 0  # the longest message it takes (0: no limit); it splits longer ones
+    markup: Markup = "markdown"  # how it shows the model's Markdown
+    pushes: bool = False  # sends a message nobody asked for (a scheduled turn's reply)
+    reaches_owner: bool = False  # reaches the owner privately (notices for the owner)
+    same_connection: bool = False  # answers on the connection that asked (the agent API)
 
 
 def _logger() -> Any:
@@ -47,26 +76,68 @@ def save_media(workspace: Path, session: str, name: str, data: bytes) -> str:
     return str(relative)
 
 
-def load_channel(name: str) -> type[Any]:
-    module_name, _, attr = CHANNELS[name].partition(":")
-    return getattr(importlib.import_module(module_name), attr)
-
-
 class Channel(Protocol):
+    """The contract every channel keeps (docs/channels.md); `BaseChannel` gives the defaults
+    of what most channels do not need."""
+
     name: str
+    capabilities: Capabilities
 
     async def start(self, bus: MessageBus) -> None:
-        """Begin receiving messages and publishing them on the bus."""
+        """Begin receiving messages and handing them to the core."""
+
+    async def stop_receiving(self) -> None:
+        """Take no new messages; sending keeps working for the replies still on their way."""
 
     async def stop(self) -> None: ...
 
     async def send(self, msg: OutboundMessage) -> None:
         """Return once the message is delivered (or refused for good); raise DeliveryLater when
-        it cannot be delivered now. Called concurrently: keep each chat's order yourself, in
-        the order the calls were made (before the first await)."""
+        it cannot be delivered now. The core calls it for one chat at a time, in order, and
+        for different chats concurrently; what it gets is already in a form the capabilities
+        allow (no pieces for a channel that does not stream, no buttons where there are none)."""
 
-    # Optional, for channels with an allow-list that push messages nobody asked for (scheduled
-    # turns): `admits(chat, sender) -> bool`, whether that sender there would be answered now.
+    def problem(self) -> str | None:
+        """None while the channel works; otherwise one line saying what is wrong."""
+
+    def routes(self, web_app: Any) -> None:
+        """Add its HTTP routes to the gateway's server (an aiohttp Application)."""
+
+    async def readmit(self, pending: Pending) -> bool:
+        """Take a stored message whose handling failed once more; False when it cannot now."""
+
+    def admits(self, chat: str, sender: str) -> bool:
+        """Would this sender's message in this chat be answered now (before a scheduled turn
+        made by someone since refused)?"""
+
+    def owner_chat(self) -> str | None:
+        """The owner's private chat here, when `capabilities.reaches_owner`."""
+
+
+class BaseChannel:
+    """The defaults: no HTTP routes, nothing stored to take back, everyone admitted, no owner
+    chat, never a problem. A channel overrides what it does."""
+
+    name = ""
+    capabilities = Capabilities()
+
+    async def stop_receiving(self) -> None:
+        return None
+
+    def problem(self) -> str | None:
+        return None
+
+    def routes(self, web_app: Any) -> None:
+        return None
+
+    async def readmit(self, pending: Pending) -> bool:
+        return False
+
+    def admits(self, chat: str, sender: str) -> bool:
+        return True
+
+    def owner_chat(self) -> str | None:
+        return None
 
 
 class ChannelDown(Exception):
@@ -120,27 +191,49 @@ class ChatQueues:
         await asyncio.gather(*workers, return_exceptions=True)
 
 
+def shaped(msg: OutboundMessage, can: Capabilities) -> OutboundMessage | None:
+    """The form of a message this channel can show; None when it shows nothing of it (the whole
+    reply always follows a piece, so a channel that does not stream loses nothing)."""
+    part = msg.part
+    if isinstance(part, Delta | DeltaEnd):
+        return msg if can.streams else None
+    if isinstance(part, Progress):
+        return msg if can.streams or can.edits else None
+    if isinstance(part, Question) and not can.buttons:
+        return replace(msg, part=Text(_with_choices(part.text, part.choices), "command"))
+    if isinstance(part, Text) and part.buttons and not can.buttons:
+        text = _with_choices(part.text, part.buttons)
+        return replace(msg, part=replace(part, text=text, buttons=()))
+    if isinstance(part, File) and not can.files:
+        return replace(msg, part=Text(f"{part.caption}\n\n(file: {part.path})".strip()))
+    return msg
+
+
+def _with_choices(text: str, choices: tuple[Button, ...]) -> str:
+    """Choices as lines to type, for a channel without buttons."""
+    return "\n".join([text, "", *(f"{b.label}: {b.command}" for b in choices)])
+
+
 async def pump_outbound(channel: Channel, bus: MessageBus) -> None:
-    """Deliver one channel's outbox forever, each send in its own task so that a chat that
-    waits (a flood limit) never holds up another; a delivered reply leaves the inbox."""
+    """Deliver one channel's outbox forever, in the form its capabilities allow. Per-chat order
+    is kept here, once: a chat's messages are sent one after another, in the order they were
+    made, while chats go concurrently (one waiting out a flood limit never holds up another).
+    A delivered reply leaves the inbox."""
     box = bus.outbox(channel.name)
-    sending: set[asyncio.Task[None]] = set()
+    chats = ChatQueues(f"{channel.name}-out")
     try:
         while True:
             msg = await box.get()
             bus.sending(channel.name, +1)
-            task = asyncio.create_task(_deliver(channel, bus, msg))
-            sending.add(task)
-            task.add_done_callback(sending.discard)
+            chats.submit(msg.chat_id, functools.partial(_deliver, channel, bus, msg))
     finally:
-        for task in sending:
-            task.cancel()
-        await asyncio.gather(*sending, return_exceptions=True)
+        await chats.cancel()
 
 
 async def _deliver(channel: Channel, bus: MessageBus, msg: OutboundMessage) -> None:
     try:
-        await channel.send(msg)
+        if (form := shaped(msg, channel.capabilities)) is not None:
+            await channel.send(form)
         await bus.delivered(msg)
     except asyncio.CancelledError:
         raise

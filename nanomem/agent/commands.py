@@ -6,7 +6,8 @@ import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from nanomem.agent.bus import Button, InboundMessage
+from nanomem.agent.bus import InboundMessage
+from nanomem.agent.outbound import Button
 
 # "/name", "/name@bot", "/name args"; a path such as "/etc/hosts" is not a command.
 _COMMAND = re.compile(r"^/([A-Za-z][A-Za-z0-9_-]{0,31})(?:@[A-Za-z0-9_]+)?(?:\s+(.*))?$", re.S)

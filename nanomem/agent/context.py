@@ -147,7 +147,7 @@ class ContextBuilder:
             weekday=when.strftime("%A"),
             channel=msg.channel,
             chat_id=msg.chat_id,
-            sender=msg.metadata.get("sender_name", ""),
+            sender=msg.sender.name if msg.sender.shared_room else "",  # tells members apart
             media=[self._as_the_tools_see_it(msg.session_key, m) for m in msg.media],
         )
         return {"role": "user", "content": f"{runtime}\n\n{msg.content}"}

@@ -22,18 +22,20 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Protocol
 
 from loguru import logger
 
+from nanomem.audience import Sender
 from nanomem.text.masking import redact_values
 from nanomem.text.untrusted_json import loads as untrusted_loads
 
-SCHEMA_VERSION = 2
-Item = tuple[str, dict[str, Any]]  # (chat, the channel's own form of the message)
+SCHEMA_VERSION = 3
+# (chat, the channel's own form of the message, who sent it as the channel vouched)
+Item = tuple[str, dict[str, Any], Sender]
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS messages (
     seq INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -48,17 +50,19 @@ CREATE TABLE IF NOT EXISTS positions (name TEXT PRIMARY KEY, value TEXT NOT NULL
 """
 # Version 2: what failed attempts left. Added to an older file's table as it opens (ALTER TABLE
 # ADD COLUMN changes no row), so every inbox ever written still loads.
-_FAILURE_COLUMNS = {
+_ADDED_COLUMNS = {
     "attempts": "INTEGER NOT NULL DEFAULT 0",  # failed attempts so far
     "next_at": "TEXT",  # when the next attempt is due (ISO, UTC); NULL when none waits
     "last_error": "TEXT",  # the class of the last error
     "preview": "TEXT",  # the message's first words, for `nanomem status`
     "parked_at": "TEXT",  # given up on after the last attempt: the owner decides
     "owner_told": "INTEGER NOT NULL DEFAULT 0",  # the owner was told of the parking
+    # Version 3: the sender as its channel vouched for it (JSON); NULL in rows written before.
+    "sender": "TEXT",
 }
 _COLUMNS = (
     "seq, channel, chat, received_at, payload, reply, attempts, next_at, last_error, preview, "
-    "parked_at"
+    "parked_at, sender"
 )
 # attempts so far → seconds until the next attempt, or None: park it.
 Plan = Callable[[int], float | None]
@@ -80,6 +84,7 @@ class Pending:
     last_error: str = ""
     preview: str = ""
     parked_at: datetime | None = None
+    sender: Sender | None = None  # None: stored before senders were (read the payload)
 
     @property
     def failed(self) -> bool:
@@ -176,13 +181,13 @@ class SqliteInbox:
                 seqs = [
                     int(
                         self._db.execute(
-                            "INSERT INTO messages (channel, chat, received_at, payload) "
-                            "VALUES (?, ?, ?, ?)",
-                            (channel, chat, now, _dumps(payload)),
+                            "INSERT INTO messages (channel, chat, received_at, payload, sender) "
+                            "VALUES (?, ?, ?, ?, ?)",
+                            (channel, chat, now, _dumps(payload), _sender_json(sender)),
                         ).lastrowid
                         or 0
                     )
-                    for chat, payload in items
+                    for chat, payload, sender in items
                 ]
                 if position is not None:
                     self._db.execute(
@@ -301,9 +306,9 @@ def parked_in(path: Path) -> list[Pending]:
         have = {row[1] for row in db.execute("PRAGMA table_info(messages)")}
         if "parked_at" not in have:  # written before parking existed: nothing parked
             return []
-        rows = db.execute(
-            f"SELECT {_COLUMNS} FROM messages WHERE {_PARKED} ORDER BY seq"
-        ).fetchall()
+        # A file the gateway has not migrated yet (version 2) has no senders.
+        columns = _COLUMNS if "sender" in have else _COLUMNS.replace("sender", "NULL")
+        rows = db.execute(f"SELECT {columns} FROM messages WHERE {_PARKED} ORDER BY seq").fetchall()
     return _readable(rows)
 
 
@@ -315,7 +320,7 @@ def _migrate(db: sqlite3.Connection) -> None:
     db.execute("BEGIN IMMEDIATE")
     try:
         have = {row[1] for row in db.execute("PRAGMA table_info(messages)")}
-        for name, kind in _FAILURE_COLUMNS.items():
+        for name, kind in _ADDED_COLUMNS.items():
             if name not in have:
                 db.execute(f"ALTER TABLE messages ADD COLUMN {name} {kind}")
         db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
@@ -327,7 +332,8 @@ def _migrate(db: sqlite3.Connection) -> None:
 
 def _readable(rows: list[Any]) -> list[Pending]:
     found = []
-    for seq, name, chat, received, payload, reply, attempts, due, error, preview, parked in rows:
+    for row in rows:
+        seq, name, chat, received, payload, reply, attempts, due, error, preview, parked, by = row
         try:
             found.append(
                 Pending(
@@ -342,11 +348,34 @@ def _readable(rows: list[Any]) -> list[Pending]:
                     error or "",
                     preview or "",
                     datetime.fromisoformat(parked) if parked else None,
+                    _sender(by),
                 )
             )
         except ValueError:
             logger.error("inbox: message {} of {} is unreadable; skipped", seq, name)
     return found
+
+
+def _sender_json(sender: Sender) -> str:
+    return _dumps(asdict(sender))  # masked like the payload
+
+
+def _sender(stored: str | None) -> Sender | None:
+    """A stored sender; None for a row from before senders were stored, or one unreadable."""
+    if not stored:
+        return None
+    data = untrusted_loads(stored)
+    if not isinstance(data, dict):
+        return None
+    text = {k: v for k, v in data.items() if isinstance(v, str)}
+    flag = {k: v for k, v in data.items() if isinstance(v, bool)}
+    return Sender(
+        text.get("id", ""),
+        text.get("name", ""),
+        is_owner=flag.get("is_owner", False),
+        can_answer=flag.get("can_answer", False),
+        shared_room=flag.get("shared_room", False),
+    )
 
 
 def _iso(moment: datetime) -> str:

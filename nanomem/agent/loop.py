@@ -10,7 +10,7 @@ from typing import Any
 
 from loguru import logger
 
-from nanomem.agent.bus import InboundMessage, MessageBus, OutboundMessage
+from nanomem.agent.bus import InboundMessage, MessageBus
 from nanomem.agent.commands import (
     NOTHING_TO_STOP,
     STOPPED,
@@ -20,6 +20,7 @@ from nanomem.agent.commands import (
     UnknownCommand,
 )
 from nanomem.agent.context import ContextBuilder
+from nanomem.agent.outbound import Delta, DeltaEnd, OutboundMessage, Progress, Text
 from nanomem.agent.react_loop import ReactResult, StepText, react, seal_tool_calls
 from nanomem.agent.retries import keep_for_retry
 from nanomem.agent.templates import Templates
@@ -34,7 +35,8 @@ from nanomem.tools import ToolContext, ToolRegistry
 
 BeforeTurn = Callable[[Session, ToolContext], Awaitable[None]]
 AfterTurn = Callable[[Session, ToolContext], Awaitable[None]]
-Progress = Callable[[OutboundMessage], Awaitable[None]]
+# Where the pieces of a turn go while it runs (deltas, progress lines, questions go on the bus).
+Show = Callable[[OutboundMessage], Awaitable[None]]
 NewHook = Callable[[Session, ToolContext], Awaitable[str | None]]
 
 
@@ -110,18 +112,33 @@ class AgentLoop:
         except Exception as exc:
             logger.opt(exception=exc).error("failed to handle a message for {}", msg.session_key)
             if msg.seq is None:  # nothing keeps it: the person hears of it, and may resend
-                reply = OutboundMessage.answering(msg, INTERNAL_ERROR, kind="error")
+                reply = OutboundMessage.answering(msg, Text(INTERNAL_ERROR, "error"))
             else:  # kept in the inbox and tried again (agent/retries.py); never dropped
                 reply = await keep_for_retry(self.bus, msg, exc)
         if reply is not None:
             await self.bus.publish_outbound(reply)
+
+    async def answer(self, msg: InboundMessage, show: Show) -> OutboundMessage | None:
+        """The direct call, for a channel that answers on the connection that asked (the API):
+        the reply, its pieces to `show` meanwhile; None when a /stop cut the turn short.
+        Cancelling the caller cancels the turn (what was said is kept, as with /stop). Counted
+        among the loop's work, so a graceful stop lets it finish within the grace period."""
+
+        async def answered() -> OutboundMessage | None:
+            try:
+                return await self.handle(msg, show)
+            except Deferred:
+                stopping = Text(STOPPING_NOTE, "error", category=STOPPING)
+                return OutboundMessage.answering(msg, stopping)
+
+        return await self._spawn(answered())
 
     def stop_taking(self) -> None:
         """Begin no new turn (running ones go on); what waits stays in the inbox."""
         self._draining = True
 
     async def handle(
-        self, msg: InboundMessage, progress: Progress | None = None
+        self, msg: InboundMessage, progress: Show | None = None
     ) -> OutboundMessage | None:
         """One inbound message → its reply (None when a /stop cut the turn short); an
         internal error becomes a short error reply (the person is there to read it)."""
@@ -131,20 +148,20 @@ class AgentLoop:
             raise
         except Exception:
             logger.exception("failed to handle a message for {}", msg.session_key)
-            return OutboundMessage.answering(msg, INTERNAL_ERROR, kind="error")
+            return OutboundMessage.answering(msg, Text(INTERNAL_ERROR, "error"))
 
     async def _handle(
-        self, msg: InboundMessage, progress: Progress | None = None
+        self, msg: InboundMessage, progress: Show | None = None
     ) -> OutboundMessage | None:
         limit = self.settings.agent.max_message_chars
         if len(msg.content) > limit:
             text = f"That message is too long ({len(msg.content)} characters; limit {limit})."
-            return OutboundMessage.answering(msg, text, kind="error")
+            return OutboundMessage.answering(msg, Text(text, "error"))
         try:
             found = self.commands.resolve(msg.content)
         except UnknownCommand as exc:
             text = f"Unknown command /{exc.name} — try /help."
-            return OutboundMessage.answering(msg, text, kind="error", command=exc.name)
+            return OutboundMessage.answering(msg, Text(text, "error", command=exc.name))
         if found and found[0].immediate:
             self._check_taking()
             return await command_reply(msg, *found)
@@ -165,7 +182,7 @@ class AgentLoop:
             raise Deferred
 
     async def _stoppable_turn(
-        self, msg: InboundMessage, progress: Progress | None, *, retry: bool = False
+        self, msg: InboundMessage, progress: Show | None, *, retry: bool = False
     ) -> OutboundMessage | None:
         # What the person said is saved before the turn exists, so neither a /stop nor a
         # shutdown can lose it: the turn may be cut short, the message never is.
@@ -185,9 +202,11 @@ class AgentLoop:
         if stopped:
             return None  # a /stop came while the message was being saved
         if at is None:
-            return OutboundMessage.answering(msg, NOTHING_TO_RETRY, command="retry")
+            nothing = Text(NOTHING_TO_RETRY, "command", command="retry")
+            return OutboundMessage.answering(msg, nothing)
         if (earlier_reply := finished_reply(session.messages, at)) is not None:
-            return OutboundMessage.answering(msg, earlier_reply)  # replayed after its turn ended
+            # Replayed after its turn ended.
+            return OutboundMessage.answering(msg, Text(earlier_reply))
         task = asyncio.create_task(self._turn(msg, session, at, progress))
         self._running[key] = task
         try:
@@ -205,7 +224,7 @@ class AgentLoop:
         msg: InboundMessage,
         session: Session,
         at: int,
-        progress: Progress | None,
+        progress: Show | None,
     ) -> OutboundMessage:
         turn = self._context_of(msg)
         shown_from = session.replay_from
@@ -237,7 +256,7 @@ class AgentLoop:
         async def report(call: ToolCall) -> None:
             if progress is not None:
                 line = describe_call(call)
-                await progress(OutboundMessage.answering(msg, line, "progress", tool=call.name))
+                await progress(OutboundMessage.answering(msg, Progress(line, call.name)))
 
         result = ReactResult(text=None)
         limits = self.settings.agent
@@ -269,8 +288,8 @@ class AgentLoop:
             text = self.templates.render(
                 "iteration_limit.md.j2", max_iterations=limits.max_iterations
             )
-            return OutboundMessage.answering(msg, text, kind="error")
-        return OutboundMessage.answering(msg, redact(result.text))
+            return OutboundMessage.answering(msg, Text(text, "error"))
+        return OutboundMessage.answering(msg, Text(redact(result.text)))
 
     def _context_of(self, msg: InboundMessage) -> ToolContext:
         """Whom a turn works for: handed to every tool call and hook, never read from ambient
@@ -286,22 +305,24 @@ class AgentLoop:
             + self.budget.count_tools(self.tools.schema_text)
         )
 
-    def _streamer(self, msg: InboundMessage, progress: Progress | None) -> StepText | None:
+    def _streamer(self, msg: InboundMessage, progress: Show | None) -> StepText | None:
         """Pieces of the reply go out as they arrive, each with the step's text so far."""
         if progress is None or not self.settings.llm.stream:
             return None
         written: dict[int, str] = {}  # per step: the text so far, as the model wrote it
         shown: dict[int, str] = {}  # ... and what of it went out (masked, never half a secret)
+        ended: set[int] = set()
 
         async def show(step: int, piece: str) -> None:
+            if step not in written and shown and (last := max(shown)) not in ended:
+                ended.add(last)  # a new model call: the text of the one before is complete
+                await progress(OutboundMessage.answering(msg, DeltaEnd(last)))
             text = written[step] = written.get(step, "") + piece
             safe = shown_so_far(text)
             if len(safe) > len(before := shown.get(step, "")):
                 shown[step] = safe
                 delta = safe[len(before) :]
-                await progress(
-                    OutboundMessage.answering(msg, delta, "stream", step=step, text=safe)
-                )
+                await progress(OutboundMessage.answering(msg, Delta(delta, safe, step)))
 
         return show
 
@@ -328,8 +349,9 @@ class AgentLoop:
         await self._save(session, seal_tool_calls(result.messages) + shown)
         if exc.shown:  # what was shown stands, with a note; never a second, different reply
             text = f"{redact(exc.shown)}\n\n({note})"
-            return OutboundMessage.answering(msg, text, category=exc.category, cut_short=True)
-        return OutboundMessage.answering(msg, note, kind="error", category=exc.category)
+            cut = Text(text, category=exc.category, cut_short=True)
+            return OutboundMessage.answering(msg, cut)
+        return OutboundMessage.answering(msg, Text(note, "error", category=exc.category))
 
     async def _save(self, session: Session, messages: list[dict[str, Any]]) -> None:
         await self.sessions.append(session, messages)  # which masks known secrets
@@ -423,6 +445,8 @@ class AgentLoop:
 
 
 NOTHING_TO_RETRY = "Nothing to retry: your last message was answered."
+STOPPING = "stopping"  # an error's category: the gateway is shutting down
+STOPPING_NOTE = "The gateway is stopping; please try again shortly."
 INTERNAL_ERROR = "Something went wrong on my side; the details are in the log."
 
 
@@ -430,11 +454,11 @@ async def command_reply(msg: InboundMessage, command: Command, args: str) -> Out
     """A command's answer is the runtime's own text, not the model's: marked so every channel
     can show it as written (plain text, its own line breaks), not as Markdown."""
     if (refused := command.refusal(msg)) is not None:  # the one owner check of every command
-        return OutboundMessage.answering(msg, refused, kind="error", command=command.name)
+        return OutboundMessage.answering(msg, Text(refused, "error", command=command.name))
     assert command.handler is not None  # a command without one is a turn (_handle runs it)
     result = await command.handler(msg, args)
     text, buttons = (result.text, result.buttons) if isinstance(result, Answer) else (result, ())
-    return OutboundMessage.answering(msg, text, buttons=buttons, command=command.name)
+    return OutboundMessage.answering(msg, Text(text, "command", buttons, command.name))
 
 
 REPLAY_SEARCH = 2000  # a replayed message is among the last messages of its session

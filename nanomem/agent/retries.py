@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING
 
 from loguru import logger
 
-from nanomem.agent.bus import InboundMessage, MessageBus, OutboundMessage
+from nanomem.agent.bus import InboundMessage, MessageBus
+from nanomem.agent.outbound import OutboundMessage, Text
 from nanomem.log import EACH, redact
 from nanomem.text.escapes import strip_escapes
 from nanomem.text.plural import plural
@@ -93,7 +94,7 @@ async def keep_for_retry(
         return None
     text = RETRYING if kept is None or kept.parked_at is None else GIVEN_UP
     # Not the message's answer (seq None): delivering it leaves the message in the inbox.
-    return replace(OutboundMessage.answering(msg, text, kind="error"), seq=None)
+    return replace(OutboundMessage.answering(msg, Text(text, "error")), seq=None)
 
 
 async def record_failure(

@@ -323,12 +323,16 @@ def _ask_for_model(args: argparse.Namespace, home: Home) -> Settings:
 
 
 async def _one_shot(app: App, session: str, text: str) -> int:
-    from nanomem.agent import InboundMessage
+    from nanomem.agent import InboundMessage, Text
+    from nanomem.audience import Sender, is_shared_room
+    from nanomem.cli.stdout_stream import StdoutStream
 
     # A whole key continues another channel's conversation (its reply is printed here).
     channel, chat = (session.split(":", 1)) if ":" in session else ("cli", session)
     stream = StdoutStream()
-    msg = InboundMessage(channel, chat, text, sender_id="user", metadata={"owner": True})
+    # The owner's one-shot: nobody stays at a prompt to answer a question.
+    sender = Sender("user", is_owner=True, shared_room=is_shared_room(f"{channel}:{chat}"))
+    msg = InboundMessage(channel, chat, text, sender)
     reply = await app.loop.handle(msg, progress=stream.show)
     await app.loop.close(grace_s=30)
     await app.aclose()
@@ -336,7 +340,7 @@ async def _one_shot(app: App, session: str, text: str) -> int:
         stream.end()
         print("nanomem: the turn was stopped", file=sys.stderr)
         return 1
-    if reply.kind == "error":
+    if isinstance(reply.part, Text) and reply.part.style == "error":
         stream.end()
         print(f"nanomem: {' '.join(strip_escapes(reply.content).split())}", file=sys.stderr)
         return 1
@@ -344,52 +348,13 @@ async def _one_shot(app: App, session: str, text: str) -> int:
     return 0
 
 
-class StdoutStream:
-    """`chat -m` writes the reply as it arrives (flushed), so a pipe sees text early. Control
-    sequences in it are dropped, on a terminal or not: the model's title changes and clipboard
-    writes would act on whatever terminal the output reaches (`| tee`, a log read later)."""
-
-    def __init__(self) -> None:
-        self.step: int | None = None
-        self.written = ""  # what the current step has put on stdout
-
-    async def show(self, out: Any) -> None:
-        if out.kind != "stream":
-            return
-        step = int(out.metadata.get("step", 0))
-        if self.step is not None and step != self.step:
-            sys.stdout.write("\n\n")  # what came before a tool call stays; a new text begins
-            self.written = ""
-        self.step = step
-        # From the step's whole text so far: a sequence split between pieces is still seen.
-        text = strip_escapes(out.metadata.get("text") or self.written + out.content)
-        if text.startswith(self.written):
-            sys.stdout.write(text[len(self.written) :])
-            sys.stdout.flush()
-            self.written = text
-
-    def finish(self, reply: str) -> None:
-        """The rest of the reply; all of it again if it is not what was streamed."""
-        reply = strip_escapes(reply)
-        if self.written and reply.startswith(self.written):
-            rest = reply[len(self.written) :]
-        else:
-            self.end()
-            rest = reply
-        print(rest, flush=True)
-
-    def end(self) -> None:
-        if self.step is not None:
-            sys.stdout.write("\n")
-            sys.stdout.flush()
-
-
 async def _interactive(
     home: Home, settings: Settings, session: str, stderr_level: str, config: Path | None
 ) -> int:
     """The prompt comes first; the app is built behind it while the person types (what they
     send meanwhile waits on the bus), then litellm and the tokenizer load the same way."""
-    from nanomem.agent import MessageBus, load_channel, pump_outbound
+    from nanomem.agent import MessageBus, pump_outbound
+    from nanomem.channel_registry import load_channel
     from nanomem.text.masking import (
         configured_secrets,
         register_environment_secrets,
@@ -431,14 +396,14 @@ async def _interactive(
 
 
 def _review_notice(path: Path, session: str) -> OutboundMessage:
-    from nanomem.agent import OutboundMessage
+    from nanomem.agent import OutboundMessage, Text
     from nanomem.features.dream import PendingChange
 
     try:
         pending = PendingChange.from_json(path.read_text(encoding="utf-8"))
     except (OSError, ValueError, KeyError, TypeError):
-        return OutboundMessage("cli", session, "A Dream change waits: /dream-log shows it.")
-    return OutboundMessage("cli", session, pending.describe(), buttons=pending.buttons())
+        return OutboundMessage("cli", session, Text("A Dream change waits: /dream-log shows it."))
+    return OutboundMessage("cli", session, Text(pending.describe(), buttons=pending.buttons()))
 
 
 def cmd_gateway(args: argparse.Namespace) -> int:

@@ -7,6 +7,7 @@ import pytest
 
 from nanomem.agent import Admits, Command, Feature, InboundMessage
 from nanomem.app import App
+from nanomem.audience import Sender
 from nanomem.features.dream import Dreaming
 from nanomem.features.recall import Recall
 from nanomem.features.shell_approval import Shell
@@ -16,9 +17,7 @@ from nanomem.providers.scripted import ScriptedProvider, call, text
 from nanomem.tools import Tool, ToolContext
 from tests.conftest import log_lines, make_app
 
-GROUP = InboundMessage(
-    "telegram", "-100", "who asks?", sender_id="77", metadata={"sender_name": "Bo"}
-)
+GROUP = InboundMessage("telegram", "-100", "who asks?", Sender("77", "Bo", shared_room=True))
 
 
 class Probe(Feature):
@@ -99,12 +98,12 @@ async def test_a_feature_is_reached_through_every_part_it_contributes(home: Home
         ("before", "telegram:-100", "telegram:-100", False),
         ("after", "telegram:-100", "telegram:-100", False),
     ]
-    answer = await app.loop.handle(InboundMessage("telegram", "-100", "/probe hi", "77"))
+    answer = await app.loop.handle(InboundMessage("telegram", "-100", "/probe hi", GROUP.sender))
     assert answer is not None and answer.content == "probe heard 'hi' from 77"
-    new = await app.loop.handle(InboundMessage("cli", "direct", "/new", "me"))
+    new = await app.loop.handle(InboundMessage("cli", "direct", "/new", Sender("me")))
     assert new is not None and "The probe forgot nothing." in new.content
     assert probe.hooks[-1] == ("new", "cli:direct", "cli:direct", True)
-    helped = await app.loop.handle(InboundMessage("cli", "direct", "/help", "me"))
+    helped = await app.loop.handle(InboundMessage("cli", "direct", "/help", Sender("me")))
     assert helped is not None and "/probe" in helped.content
 
 
@@ -134,7 +133,7 @@ def test_a_feature_is_found_by_its_type(home: Home) -> None:
 async def test_recall_adds_its_line_to_the_prompt(home: Home) -> None:
     model = ScriptedProvider()
     app = make_app(home, model)
-    await app.loop.handle(InboundMessage("cli", "direct", "hello", "me"))
+    await app.loop.handle(InboundMessage("cli", "direct", "hello", Sender("me")))
     await app.loop.handle(GROUP)
     private, group = model.calls[0][0]["content"], model.calls[1][0]["content"]
     assert "search the older conversations with\n`search_history`." in private

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import json
 import sqlite3
 import subprocess
 import sys
@@ -14,8 +15,20 @@ from pathlib import Path
 from nanomem.agent.bus import MessageBus
 from nanomem.agent.channel import pump_outbound
 from nanomem.agent.inbox import SqliteInbox, parked_in
+from nanomem.agent.outbound import (
+    Button,
+    Delta,
+    DeltaEnd,
+    File,
+    OutboundMessage,
+    Part,
+    Progress,
+    Question,
+    Text,
+)
 from nanomem.agent.retries import retry_delay
 from nanomem.app import build_app
+from nanomem.audience import Sender
 from nanomem.home import Home
 from nanomem.providers.scripted import ScriptedProvider
 from nanomem.text.masking import register_secrets
@@ -23,10 +36,14 @@ from tests.conftest import settings_for
 from tests.helpers import until
 from tests.helpers.inbox import Recorder, stored
 
+NOBODY = Sender()
+
 
 def test_items_and_the_position_are_stored_together(tmp_path: Path) -> None:
     inbox = SqliteInbox(tmp_path / "inbox.sqlite3")
-    seqs = inbox.add("telegram", [("42", {"text": "a"}), ("7", {"text": "b"})], ("offset", "12"))
+    seqs = inbox.add(
+        "telegram", [("42", {"text": "a"}, NOBODY), ("7", {"text": "b"}, NOBODY)], ("offset", "12")
+    )
     assert inbox.position("offset") == "12" and seqs[0] < seqs[1]
     pending = inbox.pending("telegram")
     assert [(p.chat, p.payload, p.reply) for p in pending] == [
@@ -39,7 +56,7 @@ def test_items_and_the_position_are_stored_together(tmp_path: Path) -> None:
 
 def test_answered_keeps_the_reply_until_done(tmp_path: Path) -> None:
     inbox = SqliteInbox(tmp_path / "inbox.sqlite3")
-    first, second = inbox.add("telegram", [("42", {}), ("42", {})], None)
+    first, second = inbox.add("telegram", [("42", {}, NOBODY), ("42", {}, NOBODY)], None)
     inbox.answered(first, {"content": "the reply"})
     inbox.answered(second, None)  # a turn /stop cut short: nothing to deliver
     (left,) = inbox.pending("telegram")
@@ -53,9 +70,10 @@ def test_a_killed_writer_leaves_everything_it_committed(tmp_path: Path) -> None:
     script = (
         "import os, sys\n"
         "from nanomem.agent.inbox import SqliteInbox\n"
+        "from nanomem.audience import Sender\n"
         f"inbox = SqliteInbox(__import__('pathlib').Path({str(path)!r}))\n"
         "for n in range(50):\n"
-        "    inbox.add('telegram', [('1', {'n': n})], ('offset', str(n + 1)))\n"
+        "    inbox.add('telegram', [('1', {'n': n}, Sender())], ('offset', str(n + 1)))\n"
         "os.kill(os.getpid(), 9)\n"
     )
     subprocess.run([sys.executable, "-c", script], check=False, timeout=60)
@@ -70,7 +88,7 @@ def test_an_unreadable_inbox_is_set_aside_not_fatal(tmp_path: Path) -> None:
     inbox = SqliteInbox(path)
     assert inbox.pending("telegram") == []
     assert any(p.name.startswith("inbox.sqlite3.unreadable-") for p in tmp_path.iterdir())
-    inbox.add("telegram", [("1", {})], None)
+    inbox.add("telegram", [("1", {}, NOBODY)], None)
     assert len(inbox.pending("telegram")) == 1
     with sqlite3.connect(path) as db:  # a real database again
         assert db.execute("SELECT count(*) FROM messages").fetchone() == (1,)
@@ -95,7 +113,8 @@ async def test_a_message_leaves_the_inbox_only_when_its_reply_is_delivered(
         left = await until(
             lambda: (rows := inbox.pending("telegram")) and rows[0].reply is not None and rows
         )
-        assert left[0].reply is not None and left[0].reply["content"].startswith("echo:")
+        assert left[0].reply is not None
+        assert OutboundMessage.from_dict(left[0].reply, 0).content.startswith("echo:")
         assert channel.sent == []  # the first delivery failed: the reply is kept
         assert await bus.unfinished("telegram") == []  # ... and queued again, as at a start
         await until(lambda: not inbox.pending("telegram"))
@@ -168,8 +187,33 @@ def test_an_inbox_written_before_retries_loads_and_keeps_everything(tmp_path: Pa
     assert kept is not None and kept.attempts == 1 and kept.next_at is not None
     inbox.close()
     with contextlib.closing(sqlite3.connect(path)) as db:
-        assert db.execute("PRAGMA user_version").fetchone() == (2,)
+        assert db.execute("PRAGMA user_version").fetchone() == (3,)
     assert [p.attempts for p in SqliteInbox(path).pending("telegram")] == [1, 0]
+    assert waiting.sender is None  # stored before senders were: the channel reads the payload
+
+
+def test_the_sender_is_stored_with_the_message_and_read_back(tmp_path: Path) -> None:
+    path = tmp_path / "inbox.sqlite3"
+    member = Sender("77", "Bea (@bea)", can_answer=True, shared_room=True)
+    inbox = SqliteInbox(path)
+    (seq,) = inbox.add("telegram", [("-100", {"text": "hi"}, member)], None)
+    inbox.close()
+    (pending,) = SqliteInbox(path).pending("telegram")
+    assert (pending.seq, pending.sender) == (seq, member)
+
+
+def test_a_parked_message_of_an_inbox_not_yet_migrated_is_listed(tmp_path: Path) -> None:
+    path = tmp_path / "inbox.sqlite3"
+    inbox = SqliteInbox(path)
+    (seq,) = inbox.add("telegram", [("42", {"text": "a"}, NOBODY)], None)
+    inbox.failed(seq, "KeyError", "a", lambda attempts: None)
+    inbox.close()
+    with contextlib.closing(sqlite3.connect(path)) as db:  # as version 2 left it
+        db.execute("ALTER TABLE messages DROP COLUMN sender")
+        db.execute("PRAGMA user_version=2")
+        db.commit()
+    (parked,) = parked_in(path)
+    assert (parked.seq, parked.sender) == (seq, None)
 
 
 def test_the_backoff_grows_to_an_hour_and_the_last_attempt_parks() -> None:
@@ -180,7 +224,7 @@ def test_the_backoff_grows_to_an_hour_and_the_last_attempt_parks() -> None:
 
 def test_a_failed_message_waits_then_is_parked_until_the_owner_decides(tmp_path: Path) -> None:
     inbox = SqliteInbox(tmp_path / "inbox.sqlite3")
-    seq, other = inbox.add("telegram", [("42", {"text": "hi"}), ("43", {})], None)
+    seq, other = inbox.add("telegram", [("42", {"text": "hi"}, NOBODY), ("43", {}, NOBODY)], None)
     plan = functools.partial(retry_delay, max_attempts=3, first_s=10.0)
     before = datetime.now(UTC)
     first = inbox.failed(seq, "IsADirectoryError", "hi there", plan)
@@ -208,7 +252,9 @@ def test_a_failed_message_waits_then_is_parked_until_the_owner_decides(tmp_path:
 async def test_a_restart_hands_back_only_what_no_retry_owns(tmp_path: Path) -> None:
     inbox = SqliteInbox(tmp_path / "inbox.sqlite3")
     bus = MessageBus(inbox=inbox)
-    fresh, failed, parked = inbox.add("telegram", [("1", {}), ("2", {}), ("3", {})], None)
+    fresh, failed, parked = inbox.add(
+        "telegram", [("1", {}, NOBODY), ("2", {}, NOBODY), ("3", {}, NOBODY)], None
+    )
     inbox.failed(failed, "KeyError", "", lambda attempts: 60.0)
     inbox.failed(parked, "KeyError", "", lambda attempts: None)
     assert [p.seq for p in await bus.unfinished("telegram")] == [fresh]
@@ -220,9 +266,45 @@ def test_a_secret_json_would_escape_is_stored_masked(tmp_path: Path) -> None:
     secret = 'pässwörd-"quoted"\\-ключ'  # JSON writes it as \u00e4, \", \\ and \u043a...
     register_secrets([secret])
     inbox = SqliteInbox(tmp_path / "inbox.sqlite3")
-    inbox.add("telegram", [("42", {"text": f"it is {secret}", "parts": [secret]})], None)
+    inbox.add("telegram", [("42", {"text": f"it is {secret}", "parts": [secret]}, NOBODY)], None)
     (pending,) = inbox.pending("telegram")
     assert pending.payload == {"text": "it is ***", "parts": ["***"]}
     inbox.close()
     stored = (tmp_path / "inbox.sqlite3").read_bytes()
     assert "pässwörd".encode() not in stored and b"p\\u00e4ssw\\u00f6rd" not in stored
+
+
+def test_every_outbound_part_is_stored_and_read_back_whole() -> None:
+    choices = (Button("Allow once", "/shell-allow 1"), Button("Deny", "/shell-deny 1"))
+    parts: list[Part] = [
+        Text("the reply", buttons=choices),
+        Text("Model quota exhausted", "error", category="quota"),
+        Text("New session started.", "command", command="new"),
+        Delta("piece", "the piece", 2),
+        DeltaEnd(2),
+        Question("Run `ls`?", choices),
+        Progress("list_dir(path='.')", "list_dir"),
+        File("media/report.pdf", "the report"),
+    ]
+    for part in parts:
+        stored = json.loads(json.dumps(OutboundMessage("telegram", "42", part, "in-1").to_dict()))
+        assert OutboundMessage.from_dict(stored, 7) == OutboundMessage(
+            "telegram", "42", part, "in-1", 7
+        )
+
+
+def test_a_reply_stored_before_parts_is_read_as_text() -> None:
+    old = {
+        "channel": "telegram",
+        "chat_id": "42",
+        "content": "Unknown command /x — try /help.",
+        "kind": "error",
+        "reply_to": "in-3",
+        "metadata": {"command": "x"},
+        "buttons": [["Help", "/help"]],
+    }
+    read = OutboundMessage.from_dict(old, 3)
+    assert read.part == Text(old["content"], "error", (Button("Help", "/help"),), "x")
+    assert (read.chat_id, read.reply_to, read.seq) == ("42", "in-3", 3)
+    answer = {**old, "kind": "reply", "metadata": {"command": "help"}, "buttons": []}
+    assert OutboundMessage.from_dict(answer, 3).part == Text(old["content"], "command", (), "help")

@@ -4,10 +4,12 @@ import random
 from dataclasses import replace
 from pathlib import Path
 
-from nanomem.agent.bus import InboundMessage, OutboundMessage
+from nanomem.agent.bus import InboundMessage
 from nanomem.agent.commands import NOTHING_TO_STOP, STOPPED
 from nanomem.agent.loop import NOTHING_TO_RETRY
+from nanomem.agent.outbound import Delta, DeltaEnd, OutboundMessage, Progress, Text
 from nanomem.app import App
+from nanomem.audience import Sender
 from nanomem.home import Home
 from nanomem.log import register_secrets, shown_so_far
 from nanomem.providers.provider import ProviderError, Reply, RetryingProvider
@@ -17,14 +19,14 @@ from tests.helpers import until
 
 
 def msg(content: str, chat: str = "direct") -> InboundMessage:
-    return InboundMessage("cli", chat, content, sender_id="user")
+    return InboundMessage("cli", chat, content, Sender("user"))
 
 
 async def test_a_turn_is_answered_and_persisted(home: Home) -> None:
     provider = ScriptedProvider([text("Hello!")])
     app = make_app(home, provider)
     reply = await app.loop.handle(msg("hi"))
-    assert reply is not None and reply.content == "Hello!" and reply.kind == "reply"
+    assert reply is not None and reply.part == Text("Hello!")
     session = await app.sessions.get("cli:direct")
     assert [m["role"] for m in session.messages] == ["user", "assistant"]
     assert session.messages[0]["content"].endswith("\n\nhi")
@@ -90,7 +92,7 @@ async def test_oversized_message_is_refused_and_changes_nothing(home: Home) -> N
     provider = ScriptedProvider()
     app = make_app(home, provider, agent={"max_message_chars": 100})
     reply = await app.loop.handle(msg("x" * 101))
-    assert reply is not None and reply.kind == "error" and "too long" in reply.content
+    assert reply is not None and reply.part.style == "error" and "too long" in reply.content
     assert provider.calls == []
     assert (await app.sessions.get("cli:direct")).messages == []
     await app.loop.handle(msg("x" * 100))  # control: one character less is taken and saved
@@ -102,7 +104,7 @@ async def test_provider_failure_gives_a_short_message_and_stores_no_error(home: 
     provider = ScriptedProvider([ProviderError("auth", "401 invalid key sk-live-123")])
     app = make_app(home, provider)
     reply = await app.loop.handle(msg("hi"))
-    assert reply is not None and reply.kind == "error"
+    assert reply is not None and reply.part.style == "error"
     assert "refused the API key" in reply.content and "sk-live" not in reply.content
     session = await app.sessions.get("cli:direct")
     assert [m["role"] for m in session.messages] == ["user", "assistant"]
@@ -127,8 +129,8 @@ async def test_tool_progress_is_reported(home: Home) -> None:
         seen.append(out)
 
     await app.loop.handle(msg("look"), progress=progress)
-    progress_lines = [(p.kind, p.content) for p in seen if p.kind != "stream"]
-    assert progress_lines == [("progress", "list_dir(path='memory')")]
+    progress_lines = [p.part for p in seen if not isinstance(p.part, Delta)]
+    assert progress_lines == [Progress("list_dir(path='memory')", "list_dir")]
 
 
 async def test_same_chat_is_serial_and_in_order(home: Home) -> None:
@@ -251,7 +253,9 @@ async def test_a_stop_right_after_sending_still_keeps_the_message(home: Home) ->
 async def test_a_replayed_message_whose_turn_had_ended_is_not_asked_again(home: Home) -> None:
     provider = ScriptedProvider([text("said before the crash")])
     app = make_app(home, provider)
-    first = InboundMessage("telegram", "42", "hello", "42", id=InboundMessage.inbox_id(7), seq=7)
+    first = InboundMessage(
+        "telegram", "42", "hello", Sender("42"), id=InboundMessage.inbox_id(7), seq=7
+    )
     await app.loop.handle(first)
     replayed = replace(first, replayed=True)
     reply = await app.loop.handle(replayed)
@@ -265,7 +269,7 @@ async def test_a_replayed_message_whose_turn_had_ended_is_not_asked_again(home: 
 async def test_a_turn_a_crash_cut_short_goes_on_from_where_it_was(home: Home) -> None:
     provider = ScriptedProvider([text("finished now")])
     app = make_app(home, provider)
-    msg = InboundMessage("telegram", "42", "list the files", "42", id="in-9", seq=9)
+    msg = InboundMessage("telegram", "42", "list the files", Sender("42"), id="in-9", seq=9)
     session = await app.sessions.get("telegram:42")
     user = {**app.context.user_message(msg), "in": "in-9"}
     started = call("list_dir", {"path": "."}, call_id="c1").as_message()
@@ -295,7 +299,7 @@ async def test_a_stop_during_a_failed_save_does_not_stop_the_next_message(
     session.path.mkdir()  # the waiting save now fails
     gate.release()
     failed = await asyncio.wait_for(turn, 10)
-    assert failed is not None and failed.kind == "error"
+    assert failed is not None and failed.part.style == "error"
     session.path.rmdir()
     session.path.write_bytes(kept)
     answered = await app.loop.handle(msg("three"))
@@ -308,10 +312,28 @@ async def streamed_turn(
     pieces: list[OutboundMessage] = []
 
     async def progress(out: OutboundMessage) -> None:
-        if out.kind == "stream":
+        if isinstance(out.part, Delta):
             pieces.append(out)
 
     return await app.loop.handle(msg(text_), progress=progress), pieces
+
+
+async def test_a_step_s_text_ends_before_the_next_step_writes(home: Home) -> None:
+    look = replace(call("list_dir", {"path": "memory"}), content="Let me look. ")
+    app = make_app(home, ScriptedProvider([look, text("Found it.")]))
+    seen: list[OutboundMessage] = []
+
+    async def show(out: OutboundMessage) -> None:
+        seen.append(out)
+
+    await app.loop.handle(msg("where?"), progress=show)
+    parts = [out.part for out in seen]
+    assert parts.count(DeltaEnd(0)) == 1 and not any(
+        isinstance(p, DeltaEnd) and p.step for p in parts
+    )
+    end = parts.index(DeltaEnd(0))
+    assert {p.step for p in parts[:end] if isinstance(p, Delta)} == {0}
+    assert {p.step for p in parts[end:] if isinstance(p, Delta)} == {1}
 
 
 async def test_a_reply_streams_in_pieces_before_it_is_whole(home: Home) -> None:
@@ -320,7 +342,7 @@ async def test_a_reply_streams_in_pieces_before_it_is_whole(home: Home) -> None:
     assert reply is not None and len(pieces) > 3
     streamed = "".join(p.content for p in pieces)
     assert reply.content.startswith(streamed) and streamed  # the rest comes with the reply
-    assert pieces[-1].metadata["text"] == streamed and pieces[0].metadata["step"] == 0
+    assert pieces[-1].part.so_far == streamed and pieces[0].part.step == 0
     quiet = make_app(home, ScriptedProvider([text("no stream")]), llm={"stream": False})
     assert (await streamed_turn(quiet, "x"))[1] == []
 
@@ -359,7 +381,7 @@ async def test_a_stream_cut_short_keeps_what_was_shown_and_is_not_retried(home: 
     reply, pieces = await streamed_turn(app, "go on")
     assert model.calls == 1  # the person saw text: no retry could take it back
     assert "".join(p.content for p in pieces) == shown_so_far("Half an answer")
-    assert reply is not None and reply.kind == "reply" and reply.metadata["cut_short"]
+    assert reply is not None and reply.part.style == "reply" and reply.part.cut_short
     assert reply.content.startswith("Half an answer\n\n(I could not reach the model")
     session = await app.sessions.get("cli:direct")
     assert session.messages[-1] == session.messages[-1] | {
@@ -399,7 +421,7 @@ async def test_a_failed_turn_is_recorded_honestly_and_retry_runs_it_again(home: 
     provider = ScriptedProvider([ProviderError("unreachable", "down"), text("Here it is.")])
     app = make_app(home, provider)
     failed = await app.loop.handle(msg("what is the capital of Peru?"))
-    assert failed is not None and failed.kind == "error"
+    assert failed is not None and failed.part.style == "error"
     session = await app.sessions.get("cli:direct")
     note = session.messages[-1]
     assert note["role"] == "assistant" and note["failed"] == "unreachable"
@@ -422,7 +444,9 @@ async def test_a_replayed_turn_overtaken_by_another_process_is_asked_afresh(home
     provider = ScriptedProvider([text("yes, 42")])
     app = make_app(home, provider)
     msg_id = InboundMessage.inbox_id(11)
-    replayed = InboundMessage("telegram", "42", "is it 42?", "42", id=msg_id, seq=11, replayed=True)
+    replayed = InboundMessage(
+        "telegram", "42", "is it 42?", Sender("42"), id=msg_id, seq=11, replayed=True
+    )
     session = await app.sessions.get("telegram:42")
     started = {**app.context.user_message(replayed), "in": msg_id}  # then the gateway died
     meanwhile = [  # a `chat -m` on the same session answered its own question meanwhile

@@ -16,8 +16,10 @@ from nanomem.agent.bus import InboundMessage, MessageBus
 from nanomem.agent.channel import pump_outbound
 from nanomem.agent.inbox import Pending, SqliteInbox
 from nanomem.agent.loop import INTERNAL_ERROR
+from nanomem.agent.outbound import Text
 from nanomem.agent.retries import GIVEN_UP, RETRYING, Retries
 from nanomem.app import App, build_app
+from nanomem.audience import Sender
 from nanomem.home import Home
 from nanomem.memory.session import session_filename
 from nanomem.providers.scripted import ScriptedProvider
@@ -44,7 +46,9 @@ class Running:
         self.readmitted.append(pending.seq)
         text, seq = pending.payload["text"], pending.seq
         ident = InboundMessage.inbox_id(seq)
-        msg = InboundMessage("telegram", pending.chat, text, "1", id=ident, seq=seq, replayed=True)
+        msg = InboundMessage(
+            "telegram", pending.chat, text, Sender("1"), id=ident, seq=seq, replayed=True
+        )
         await self.bus.publish_inbound(msg)
         return True
 
@@ -156,4 +160,4 @@ async def test_without_an_inbox_the_person_is_told_at_once(home: Home) -> None:
     app = build_app(settings_for(home), home, ScriptedProvider(), MessageBus())
     break_session(home, "cli:direct")
     reply = await app.loop.handle(InboundMessage("cli", "direct", "hi"))
-    assert reply is not None and (reply.kind, reply.content) == ("error", INTERNAL_ERROR)
+    assert reply is not None and reply.part == Text(INTERNAL_ERROR, "error")

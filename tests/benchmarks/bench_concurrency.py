@@ -41,7 +41,7 @@ def chats(app: App) -> Burst:
     async def burst(run: str) -> None:
         messages = [InboundMessage("cli", f"{run}-{i}", "hello there") for i in range(CHATS)]
         replies = await asyncio.gather(*(app.loop.handle(m) for m in messages))
-        failed = [r for r in replies if r is None or r.kind != "reply"]
+        failed = [r for r in replies if r is None or r.part.style != "reply"]
         assert not failed, failed[:3]
 
     return burst

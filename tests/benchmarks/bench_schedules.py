@@ -25,6 +25,7 @@ from typing import Any
 import _common
 from loguru import logger
 
+from nanomem.agent.channel import Capabilities
 from nanomem.app import build_app
 from nanomem.config import ScheduleSettings, load_settings
 from nanomem.features.schedules import ScheduledTurns
@@ -110,7 +111,7 @@ async def run(root: Path) -> tuple[list[tuple[str, str, str]], bool]:
         "dream": {"enabled": False},
     }
     app = build_app(load_settings(home.config, overrides), home, Quiet(), durable=True)
-    channel = FakeChannel("telegram")
+    channel = FakeChannel("telegram", capabilities=Capabilities(pushes=True))
     gateway = Gateway(app, {"telegram": channel})
     before = rss_mib()
     task = asyncio.create_task(gateway.run())

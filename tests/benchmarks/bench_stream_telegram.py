@@ -24,8 +24,9 @@ import _common  # before any nanomem import: repository root on sys.path, litell
 from loguru import logger
 
 from channels.telegram.channel import TelegramChannel
-from nanomem.agent.bus import InboundMessage, MessageBus, OutboundMessage
+from nanomem.agent.bus import InboundMessage, MessageBus
 from nanomem.agent.channel import pump_outbound
+from nanomem.agent.outbound import Delta, OutboundMessage, Text
 from nanomem.config import TelegramSettings
 from tests.fakes.telegram_server import FakeTelegram
 
@@ -55,10 +56,10 @@ class Bench:
         started, so_far = time.monotonic(), ""
         for n in range(PIECES):
             so_far += f"{WORDS}({n}) "
-            piece = OutboundMessage.answering(msg, WORDS, "stream", step=0, text=so_far)
+            piece = OutboundMessage.answering(msg, Delta(WORDS, so_far, 0))
             await self.bus.publish_outbound(piece)
             await asyncio.sleep(PAUSE)
-        await self.bus.publish_outbound(OutboundMessage.answering(msg, so_far))
+        await self.bus.publish_outbound(OutboundMessage.answering(msg, Text(so_far)))
         first_message = await shown
         at = self.fake.drafts(chat)[0]["at"] if drafts else first_message
         return (at - started) * 1000

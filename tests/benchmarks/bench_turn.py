@@ -36,6 +36,7 @@ import _common  # before any nanomem import: repository root on sys.path, litell
 
 from nanomem.agent.bus import InboundMessage
 from nanomem.app import App
+from nanomem.audience import Sender
 from nanomem.features.consolidation import Consolidator
 
 SIZES = (10, 1_000, 10_000)
@@ -89,10 +90,10 @@ async def prefill(app: App, key: str, count: int) -> None:
 async def turn(app: App, chat_id: str, n: int) -> float:
     before = asyncio.all_tasks()
     started = time.perf_counter()
-    reply = await app.loop.handle(InboundMessage("cli", chat_id, f"turn {n}", sender_id="u"))
+    reply = await app.loop.handle(InboundMessage("cli", chat_id, f"turn {n}", Sender("u")))
     await _common.settle(before)  # background work this turn started counts too
     elapsed = time.perf_counter() - started
-    assert reply is not None and reply.kind == "reply", reply
+    assert reply is not None and reply.part.style == "reply", reply
     return elapsed
 
 

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from channels.api.wire import BadRequest, completion, parse_request, usage
-from nanomem.agent.bus import Button
+from nanomem.agent.outbound import Button
 from nanomem.config import ConfigError, is_loopback
 from nanomem.gateway import Gateway, enabled_channels
 from nanomem.home import Home

@@ -3,10 +3,21 @@ the official `openai` client: test_api_e2e.py shows the same through a gateway p
 
 from __future__ import annotations
 
+import asyncio
+
 import openai
 import pytest
 
-from tests.helpers.api import Served
+from nanomem.channel_registry import load_channel
+from nanomem.gateway import Gateway
+from nanomem.home import Home
+from nanomem.providers.scripted import ScriptedProvider
+from tests.conftest import make_app
+from tests.helpers import WAIT_S, until
+from tests.helpers.api import Served, up
+from tests.helpers.gateway import API_KEY
+
+NEVER_S = 3600.0  # a model latency no test waits out: the stop is what ends that turn
 
 
 async def test_a_completion_is_the_agents_answer_and_is_saved(served: Served) -> None:
@@ -69,3 +80,35 @@ async def test_bad_requests_get_openai_errors_and_never_reach_the_model(served: 
     assert served.provider.calls == []
     got, _ = await served.post(b'{"messages": [{"role": "user", "content": "fine"}]}')
     assert got == 200 and len(served.provider.calls) == 1  # control: a good one does
+
+
+async def test_a_turn_the_stop_cuts_short_is_answered_503_and_one_within_the_grace_200(
+    home: Home,
+) -> None:
+    # The API calls the core directly: a graceful stop lets its turn finish within the grace
+    # period (the core's work), then tells a request still waiting that the gateway stops.
+    provider = ScriptedProvider(latency=0.3)
+    app = make_app(
+        home,
+        provider,
+        gateway={"port": 0, "grace_s": 1},
+        api={"enabled": True, "keys": [API_KEY]},
+        dream={"enabled": False},
+    )
+    gateway = Gateway(app, {"api": load_channel("api").from_app(app)})
+    task = asyncio.create_task(gateway.run())
+    await until(lambda: gateway.port and up(gateway))
+    served = Served(gateway, provider)
+    served.base = f"http://127.0.0.1:{gateway.port}/v1"
+    body = b'{"messages": [{"role": "user", "content": "quick"}], "session_id": "a"}'
+    quick = asyncio.ensure_future(served.post(body))
+    await until(lambda: provider.calls)
+    provider.latency = NEVER_S  # the next turn outlasts the grace period
+    slow = asyncio.ensure_future(served.post(body.replace(b'"a"', b'"b"')))
+    await until(lambda: len(provider.calls) == 2)
+    gateway.request_stop()
+    status, answer = await asyncio.wait_for(quick, WAIT_S)
+    assert status == 200 and answer["choices"][0]["message"]["content"].endswith("quick")
+    status, refused = await asyncio.wait_for(slow, WAIT_S)
+    assert status == 503 and refused["error"]["code"] == "gateway_stopping"
+    assert await asyncio.wait_for(task, WAIT_S) == 0

@@ -10,9 +10,10 @@ import pytest
 
 from channels.telegram.channel import GREETING, OFFSET, REFUSED_PRESS, TOO_BIG, TelegramChannel
 from channels.telegram.delivery import TOKEN_REJECTED
-from nanomem.agent.bus import Button, InboundMessage, MessageBus, OutboundMessage
+from nanomem.agent.bus import InboundMessage, MessageBus
 from nanomem.agent.channel import ChannelDown, pump_outbound
 from nanomem.agent.inbox import SqliteInbox
+from nanomem.agent.outbound import Button, OutboundMessage, Text
 from nanomem.config import ConfigError
 from tests.conftest import log_lines
 from tests.fakes.telegram_server import FakeTelegram
@@ -64,18 +65,19 @@ def logged() -> Iterator[list[str]]:
 async def test_a_private_message_reaches_the_bus_and_the_answer_comes_back(
     running: Running, fake: FakeTelegram
 ) -> None:
-    sent = fake.send_text(OWNER, "hello")["message"]
+    fake.send_text(OWNER, "hello")
     msg = await running.next()
-    assert (msg.channel, msg.chat_id, msg.content, msg.sender_id) == (
+    assert (msg.channel, msg.chat_id, msg.content, msg.sender.id) == (
         "telegram",
         "42",
         "hello",
         "42",
     )
-    # no sender name in private; a person is there to be asked (a shell command, say)
-    assert msg.metadata == {"message_id": sent["message_id"], "can_ask": True, "owner": True}
+    # not a shared room; a person is there to be asked (a shell command, say)
+    assert msg.sender.can_answer and msg.sender.is_owner and not msg.sender.shared_room
+    assert not msg.pressed
     await until(lambda: fake.chat_actions(OWNER) == [{"chat_id": OWNER, "action": "typing"}])
-    await running.channel.send(OutboundMessage.answering(msg, "**hi** there"))
+    await running.channel.send(OutboundMessage.answering(msg, Text("**hi** there")))
     (reply,) = await fake.wait_for_messages_async(OWNER, 1)
     assert reply["html"] == "<b>hi</b> there" and "reply_to_message" not in reply
 
@@ -98,12 +100,14 @@ async def test_command_replies_name_commands_as_the_menu_does(
     fake.send_text(OWNER, "/dream_restore")
     asked = await running.next()
     listing = "Memory versions, newest first:\n\n/dream-restore <id> undoes one."
-    await running.channel.send(OutboundMessage.answering(asked, listing, command="dream-restore"))
+    await running.channel.send(
+        OutboundMessage.answering(asked, Text(listing, "command", command="dream-restore"))
+    )
     (reply,) = await fake.wait_for_messages_async(OWNER, 1)
     assert reply["text"].endswith("/dream_restore <id> undoes one.")
     fake.send_text(OWNER, "what is /dream-restore?")
     question = await running.next()
-    await running.channel.send(OutboundMessage.answering(question, "It is /dream-restore."))
+    await running.channel.send(OutboundMessage.answering(question, Text("It is /dream-restore.")))
     _, model_reply = await fake.wait_for_messages_async(OWNER, 2)
     assert model_reply["text"] == "It is /dream-restore."  # the model's words stay as written
 
@@ -148,8 +152,8 @@ async def test_group_messages_need_a_mention_a_reply_or_a_command(
     fake.send_text(GROUP, "@nanomem_test_bot what time is it?", username="bea", **group)  # type: ignore[arg-type]
     mentioned = await running.next()
     assert mentioned.content == "what time is it?"
-    assert mentioned.chat_id == str(GROUP) and mentioned.sender_id == str(FRIEND)
-    assert mentioned.metadata["sender_name"] == "Bea (@bea)"
+    assert mentioned.chat_id == str(GROUP) and mentioned.sender.id == str(FRIEND)
+    assert mentioned.sender.name == "Bea (@bea)" and mentioned.sender.shared_room
     fake.send_text(GROUP, "and tomorrow?", reply_to_bot=True, **group)  # type: ignore[arg-type]
     assert (await running.next()).content == "and tomorrow?"
     fake.send_text(GROUP, "/new", **group)  # type: ignore[arg-type]
@@ -166,7 +170,7 @@ async def test_open_groups_hear_everything(fake: FakeTelegram, tmp_path: Path) -
     try:
         fake.send_text(GROUP, "no mention", chat_type="group", user_id=OWNER)
         msg = await asyncio.wait_for(bus.next_inbound(), 5)
-        assert msg.content == "no mention" and msg.metadata["sender_name"] == "Alice (@alice)"
+        assert msg.content == "no mention" and msg.sender.name == "Alice (@alice)"
     finally:
         await channel.stop()
 
@@ -188,7 +192,7 @@ async def test_forum_topics_are_separate_sessions_and_replies_stay_in_the_topic(
     assert msg.chat_id == f"{GROUP}:7" and msg.session_key == f"telegram:{GROUP}:7"
     typing = {"chat_id": GROUP, "action": "typing", "message_thread_id": 7}
     await until(lambda: typing in fake.chat_actions())
-    await running.channel.send(OutboundMessage.answering(msg, "in the topic"))
+    await running.channel.send(OutboundMessage.answering(msg, Text("in the topic")))
     (reply,) = await fake.wait_for_messages_async(GROUP, 1)
     assert reply["message_thread_id"] == 7
     assert reply["reply_to_message"]["message_id"] == question["message_id"]
@@ -237,7 +241,7 @@ async def test_what_was_stored_comes_back_after_a_stop_and_nobody_is_asked_to_re
     first, second = [await asyncio.wait_for(bus.next_inbound(), 5) for _ in range(2)]
     fake.send_text(STRANGER, "let me in")  # refused: stored nowhere, yet confirmed
     await until(lambda: inbox.position(OFFSET) == str(fake.last_update_id() + 1))
-    await bus.answered(first, OutboundMessage.answering(first, "the first answer"))
+    await bus.answered(first, OutboundMessage.answering(first, Text("the first answer")))
     await channel.stop()
     assert fake.sent_messages(OWNER) == []  # no "please send it again"
     assert [p.seq for p in inbox.pending("telegram")] == [first.seq, second.seq]
@@ -314,7 +318,7 @@ async def test_a_reply_of_3000_emoji_arrives_whole_in_parts_within_the_limit(
     fake.send_text(OWNER, "emoji please")
     msg = await running.next()
     text = "😀" * 3000  # 3,000 characters, 6,000 UTF-16 units: more than one message
-    await running.channel.send(OutboundMessage.answering(msg, text))
+    await running.channel.send(OutboundMessage.answering(msg, Text(text)))
     parts = await fake.wait_for_messages_async(OWNER, 2)
     assert [utf16(p["text"]) for p in parts] == [4096, 6000 - 4096]
     assert "".join(p["text"] for p in parts) == text
@@ -331,7 +335,7 @@ async def test_a_part_telegram_refuses_as_too_long_is_split_again_and_delivered(
     fake.fail_next(
         "sendMessage", error_code=400, description="Bad Request: message is too long", times=1
     )
-    await running.channel.send(OutboundMessage.answering(msg, text))
+    await running.channel.send(OutboundMessage.answering(msg, Text(text)))
     await fake.wait_for_messages_async(OWNER, 3)  # two parts, the refused one in pieces
 
     def words() -> list[str]:
@@ -350,7 +354,9 @@ async def test_buttons_are_shown_and_a_press_arrives_as_the_presser_s_command(
     fake.send_text(OWNER, "hello")
     asked = await running.next()
     choices = (Button("Approve", "/dream-approve 3f2a"), Button("Reject", "/dream-reject 3f2a"))
-    await running.channel.send(OutboundMessage.answering(asked, "Keep this?", buttons=choices))
+    await running.channel.send(
+        OutboundMessage.answering(asked, Text("Keep this?", buttons=choices))
+    )
     shown = fake.sent_messages(OWNER)[-1]
     rows = shown["reply_markup"]["inline_keyboard"]
     assert [(b["text"], b["callback_data"]) for b in rows[0]] == [
@@ -360,8 +366,8 @@ async def test_buttons_are_shown_and_a_press_arrives_as_the_presser_s_command(
 
     query = fake.press(shown, "/dream-approve 3f2a")
     press = await running.next()
-    assert (press.chat_id, press.sender_id, press.content) == ("42", "42", "/dream-approve 3f2a")
-    assert press.metadata["button"] is True
+    assert (press.chat_id, press.sender.id, press.content) == ("42", "42", "/dream-approve 3f2a")
+    assert press.pressed is True
     await until(lambda: any(a["callback_query_id"] == query for a in fake.press_answers()))
     await until(lambda: fake.markup_edits(OWNER))
     assert "reply_markup" not in fake.sent_messages(OWNER)[-1]  # pressed once, then gone
@@ -375,8 +381,8 @@ async def test_only_the_owner_s_messages_are_marked_as_the_owner_s(
     mine = await running.next()
     fake.send_text(FRIEND, "hello")
     theirs = await running.next()
-    assert mine.metadata["owner"] is True
-    assert theirs.metadata.get("owner") is not True
+    assert mine.sender.is_owner is True
+    assert theirs.sender.is_owner is not True
 
 
 async def test_in_a_group_another_member_s_press_leaves_the_buttons_to_the_asker(
@@ -387,11 +393,11 @@ async def test_in_a_group_another_member_s_press_leaves_the_buttons_to_the_asker
     fake.send_text(GROUP, "@nanomem_test_bot hello", chat_type="supergroup", user_id=OWNER)
     asked = await running.next()
     choices = (Button("Allow once", "/shell-allow 1"), Button("Deny", "/shell-deny 1"))
-    await running.channel.send(OutboundMessage.answering(asked, "Run `ls`?", buttons=choices))
+    await running.channel.send(OutboundMessage.answering(asked, Text("Run `ls`?", buttons=choices)))
     shown = fake.sent_messages(GROUP)[-1]
     fake.press(shown, "/shell-deny 1", user_id=FRIEND)
     press = await running.next()
-    assert press.sender_id == str(FRIEND) and press.metadata["button"] is True
+    assert press.sender.id == str(FRIEND) and press.pressed is True
     await running.nothing()
     assert not fake.markup_edits(GROUP)
 
@@ -403,7 +409,7 @@ async def test_a_stranger_s_press_is_refused_in_the_answer_and_does_nothing(
     fake.send_text(GROUP, "@nanomem_test_bot hello", chat_type="supergroup", user_id=OWNER)
     asked = await running.next()
     choices = (Button("Allow once", "/shell-allow 1"),)
-    await running.channel.send(OutboundMessage.answering(asked, "Run `ls`?", buttons=choices))
+    await running.channel.send(OutboundMessage.answering(asked, Text("Run `ls`?", buttons=choices)))
     shown = fake.sent_messages(GROUP)[-1]
     query = fake.press(shown, "/shell-allow 1", user_id=STRANGER)
     answer = await until(

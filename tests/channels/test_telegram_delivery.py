@@ -24,9 +24,10 @@ from channels.telegram.delivery import (
     strip_mention,
     target,
 )
-from nanomem.agent.bus import Button, InboundMessage, OutboundMessage
+from nanomem.agent.bus import InboundMessage
 from nanomem.agent.channel import ChannelDown, DeliveryLater
 from nanomem.agent.commands import NOTHING_TO_STOP, STOPPED, Command
+from nanomem.agent.outbound import Button, OutboundMessage, Part, Progress, Text
 from tests.conftest import log_lines
 from tests.helpers import until
 
@@ -78,7 +79,12 @@ class FakePort:
 
 
 def reply(key: str, text: str, reply_to: str | None = None, kind: str = "reply") -> OutboundMessage:
-    return OutboundMessage("telegram", key, text, kind, reply_to)  # type: ignore[arg-type]
+    part: Part = (
+        Progress(text, "tool")
+        if kind == "progress"
+        else Text(text, "error" if kind == "error" else "reply")
+    )
+    return OutboundMessage("telegram", key, part, reply_to)
 
 
 async def settle(delivery: Delivery, within_s: float = 5.0) -> None:
@@ -439,7 +445,7 @@ async def test_buttons_go_under_the_last_part_of_a_reply(
 ) -> None:
     choices = (Button("Approve", "/dream-approve 3f2a"), Button("Reject", "/dream-reject 3f2a"))
     long = "\n\n".join(f"Paragraph {n}: " + "words " * 150 for n in range(12))
-    msg = OutboundMessage("telegram", "42", long, buttons=choices)
+    msg = OutboundMessage("telegram", "42", Text(long, buttons=choices))
     await delivery.send(msg)
     assert len(port.sent) > 1
     assert port.buttons == [()] * (len(port.sent) - 1) + [choices]

@@ -16,9 +16,10 @@ import pytest
 from channels.telegram.channel import TelegramChannel
 from channels.telegram.drafts import preview
 from channels.telegram.format import render_chunks
-from nanomem.agent.bus import InboundMessage, MessageBus, OutboundMessage
+from nanomem.agent.bus import InboundMessage, MessageBus
 from nanomem.agent.channel import pump_outbound
 from nanomem.agent.commands import STOPPED
+from nanomem.agent.outbound import Delta, OutboundMessage, Text
 from nanomem.config import TelegramSettings
 from tests.fakes.telegram_server import FakeTelegram
 from tests.helpers import until
@@ -51,12 +52,12 @@ class Live:
         so_far = ""
         for piece in re.findall(r".{1,40}", text, re.DOTALL):
             so_far += piece
-            stream = OutboundMessage.answering(msg, piece, "stream", step=0, text=so_far)
+            stream = OutboundMessage.answering(msg, Delta(piece, so_far, 0))
             await self.bus.publish_outbound(stream)
             await asyncio.sleep(pause)
 
     async def reply(self, msg: InboundMessage, text: str) -> None:
-        await self.bus.publish_outbound(OutboundMessage.answering(msg, text))
+        await self.bus.publish_outbound(OutboundMessage.answering(msg, Text(text)))
 
 
 @asynccontextmanager
@@ -138,7 +139,7 @@ async def test_a_draft_is_renewed_before_telegram_lets_it_expire(
         so_far = LONG[:half]
         for piece in re.findall(r".{1,40}", LONG[half:], re.DOTALL):
             so_far += piece
-            stream = OutboundMessage.answering(msg, piece, "stream", step=0, text=so_far)
+            stream = OutboundMessage.answering(msg, Delta(piece, so_far, 0))
             await chat.bus.publish_outbound(stream)
             await asyncio.sleep(0.05)
         done.set()
@@ -249,7 +250,9 @@ async def test_what_was_shown_of_a_stopped_reply_stays_in_the_chat(
         stop = await chat.ask(OWNER, "/stop")
         await chat.stream(msg, "The first **words**")
         await until(lambda: fake.drafts(OWNER))
-        await chat.bus.publish_outbound(OutboundMessage.answering(stop, STOPPED))
+        await chat.bus.publish_outbound(
+            OutboundMessage.answering(stop, Text(STOPPED, "command", command="stop"))
+        )
         kept, stopped = await fake.wait_for_messages_async(OWNER, 2)
     assert kept["html"] == "The first <b>words</b>" and stopped["text"] == STOPPED
 

@@ -6,13 +6,14 @@ from rich.console import Console
 
 from channels.terminal.channel import TerminalChannel
 from nanomem.agent.bus import InboundMessage
+from nanomem.audience import Sender
 from nanomem.home import Home
 from nanomem.providers.scripted import ScriptedProvider, text
 from tests.conftest import make_app
 
 
 def msg(content: str) -> InboundMessage:
-    return InboundMessage("cli", "direct", content, sender_id="user", metadata={"owner": True})
+    return InboundMessage("cli", "direct", content, Sender("user", is_owner=True))
 
 
 def terminal(home: Home) -> tuple[TerminalChannel, io.StringIO]:
@@ -25,7 +26,7 @@ async def test_help_is_shown_as_written_one_command_a_line(home: Home) -> None:
     app = make_app(home, ScriptedProvider())
     channel, screen = terminal(home)
     reply = await app.loop.handle(msg("/help"))
-    assert reply is not None and reply.metadata["command"] == "help"
+    assert reply is not None and reply.part.command == "help"
     await channel.send(reply)
     lines = screen.getvalue().splitlines()
     assert "/help — show the commands" in lines
@@ -52,7 +53,7 @@ async def test_the_models_words_are_still_rendered_as_markdown(home: Home) -> No
     app = make_app(home, ScriptedProvider([text("It is **bold** and\n\n- a list item")]))
     channel, screen = terminal(home)
     reply = await app.loop.handle(msg("hi"))
-    assert reply is not None and "command" not in reply.metadata
+    assert reply is not None and not reply.part.command
     await channel.send(reply)
     shown = screen.getvalue()
     assert "It is bold and" in shown and "**" not in shown

@@ -8,6 +8,7 @@ import pytest
 
 from nanomem.agent.bus import InboundMessage
 from nanomem.app import App
+from nanomem.audience import Sender
 from nanomem.features.consolidation import Consolidator
 from nanomem.home import Home
 from nanomem.memory.history import NewEntry
@@ -59,7 +60,7 @@ def app_with(home: Home, model: Model, **sections: dict[str, object]) -> App:
 async def talk(app: App, turns: int, start: int = 0, chat: str = "direct") -> None:
     for i in range(start, start + turns):
         text = f"Please remember fact number {i}: " + "some detail " * 25
-        await app.loop.handle(InboundMessage("cli", chat, text, sender_id="u"))
+        await app.loop.handle(InboundMessage("cli", chat, text, Sender("u")))
         await app.loop.close(grace_s=30)  # let the background consolidation finish
 
 
@@ -316,7 +317,7 @@ async def test_a_turn_shows_what_a_consolidation_archived_while_it_waited(home: 
     # As after a turn:
     archiving = asyncio.create_task(app.feature(Consolidator).consolidate(session))
     await model.summarising.wait()
-    question = InboundMessage("cli", "direct", "And fact number 30?", sender_id="u")
+    question = InboundMessage("cli", "direct", "And fact number 30?", Sender("u"))
     turn = asyncio.create_task(app.loop.handle(question))
     await until(lambda: waited_for(app, session))  # the turn waits for the archive to finish
     model.gate.set()

@@ -5,8 +5,10 @@ import json
 from datetime import UTC, datetime, timedelta
 
 from channels.telegram.format import message_chunks
-from nanomem.agent.bus import InboundMessage, OutboundMessage
+from nanomem.agent.bus import InboundMessage
+from nanomem.agent.outbound import OutboundMessage
 from nanomem.app import App
+from nanomem.audience import Sender, is_shared_room
 from nanomem.features.dream import Dreaming
 from nanomem.features.dream.review import PendingChange
 from nanomem.home import Home
@@ -20,8 +22,8 @@ ASK = {"dream": {"review": "ask"}}
 async def say(
     app: App, words: str, chat: str = "direct", channel: str = "cli", owner: bool = True
 ) -> OutboundMessage:
-    metadata = {"owner": True} if owner else {}
-    reply = await app.loop.handle(InboundMessage(channel, chat, words, chat, metadata=metadata))
+    sender = Sender(chat, is_owner=owner, shared_room=is_shared_room(f"{channel}:{chat}"))
+    reply = await app.loop.handle(InboundMessage(channel, chat, words, sender))
     assert reply is not None
     return reply
 

@@ -12,6 +12,7 @@ import pytest
 
 from nanomem.agent.bus import InboundMessage
 from nanomem.app import build_app
+from nanomem.audience import Sender
 from nanomem.home import Home
 from nanomem.memory.session import session_filename
 from tests.conftest import NANOMEM, cli_env, run_cli, run_cli_here, settings_for
@@ -54,8 +55,8 @@ async def test_long_conversation_through_litellm_stays_under_budget(
     app = build_app(settings, home)
     for i in range(36):
         text = f"Remember fact number {i}, it matters. " + "context " * 30
-        reply = await app.loop.handle(InboundMessage("cli", "direct", text, sender_id="u"))
-        assert reply is not None and reply.kind == "reply", reply
+        reply = await app.loop.handle(InboundMessage("cli", "direct", text, Sender("u")))
+        assert reply is not None and reply.part.style == "reply", reply
         await app.loop.close(grace_s=30)
     limit = app.budget.prompt_limit
     chat_requests = [r for r in fake_llm.requests if SUMMARY_MARK not in str(r["messages"][-1])]

@@ -15,7 +15,7 @@ import pytest
 
 from nanomem.agent.bus import InboundMessage
 from nanomem.app import App
-from nanomem.audience import audience_of
+from nanomem.audience import Sender, audience_of, is_shared_room
 from nanomem.features.dream import Dreaming
 from nanomem.features.dream.evidence import added_lines, cited_items, parse, trailers
 from nanomem.features.dream.journal import Edit, Journal
@@ -64,10 +64,9 @@ async def dreamed(home: Home, steps: Sequence[Step], **sections: dict[str, objec
 
 async def why(app: App, words: str, session: str = "cli:direct") -> str:
     channel, _, chat = session.partition(":")
-    owner = {"owner": True}  # a group member's /why is refused when groups see personal memory
-    reply = await app.loop.handle(
-        InboundMessage(channel, chat, f"/why {words}".rstrip(), metadata=owner)
-    )
+    # The owner: a group member's /why is refused when groups see personal memory.
+    owner = Sender(is_owner=True, shared_room=is_shared_room(session))
+    reply = await app.loop.handle(InboundMessage(channel, chat, f"/why {words}".rstrip(), owner))
     assert reply is not None
     return reply.content
 

@@ -303,7 +303,7 @@ def fired_payload(**extra: str) -> dict[str, str]:
 async def test_a_firing_left_in_the_inbox_is_replayed_at_start(
     store: ScheduleStore, bus: MessageBus
 ) -> None:
-    (seq,) = await bus.receive(INBOX_CHANNEL, [("7", fired_payload())], None)
+    (seq,) = await bus.receive(INBOX_CHANNEL, [("7", fired_payload(), Sender())], None)
     runner = turns(store, bus)
     await runner.start({"telegram"})
     try:
@@ -430,7 +430,7 @@ async def test_a_schedule_made_in_a_scheduled_turn_is_made_by_whoever_made_that_
         await runner.stop()
         await runner.start({"telegram"}, lambda session, made_by: made_by == "77")
         fired = await next_message(bus)
-        assert fired.sender_id == "77"
+        assert fired.sender.id == "77"
         chat = ToolContext(fired.sender, audience_of("telegram:-500"))
         await runner.schedule(chat, "check again", every_minutes=30)
         assert [s.made_by for s in store.load()] == ["77"]
@@ -441,7 +441,7 @@ async def test_a_schedule_made_in_a_scheduled_turn_is_made_by_whoever_made_that_
 async def test_a_firing_left_in_the_inbox_for_a_refused_maker_is_dropped_at_start(
     store: ScheduleStore, bus: MessageBus
 ) -> None:
-    await bus.receive(INBOX_CHANNEL, [("7", fired_payload(made_by="7"))], None)
+    await bus.receive(INBOX_CHANNEL, [("7", fired_payload(made_by="7"), Sender("7"))], None)
     runner = turns(store, bus)
     await runner.start({"telegram"}, lambda session, made_by: made_by != "7")
     try:

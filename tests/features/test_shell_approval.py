@@ -7,14 +7,16 @@ from html import unescape
 import pytest
 
 from channels.telegram.format import message_chunks
-from nanomem.agent.bus import InboundMessage, OutboundMessage
+from nanomem.agent.bus import InboundMessage
+from nanomem.agent.outbound import OutboundMessage, Question
 from nanomem.app import App
+from nanomem.audience import Sender
 from nanomem.features.shell_approval.approval import allowed_by, first_word
 from nanomem.home import Home
 from nanomem.providers.scripted import ScriptedProvider, call, text
 from tests.conftest import make_app
 
-CAN_ASK = {"can_ask": True, "owner": True}
+PRESENT_OWNER = Sender("42", is_owner=True, can_answer=True)
 
 
 @pytest.mark.parametrize(
@@ -72,7 +74,7 @@ def shell_app(home: Home, provider: ScriptedProvider) -> App:
 async def question(app: App) -> OutboundMessage:
     while True:
         out = await asyncio.wait_for(app.bus.outbox("telegram").get(), 10)
-        if out.metadata.get("ask"):
+        if isinstance(out.part, Question):
             return out
 
 
@@ -80,14 +82,14 @@ async def test_only_the_asker_s_answer_counts(home: Home) -> None:
     provider = ScriptedProvider([call("exec", {"command": "echo hi"}), text("done")])
     app = shell_app(home, provider)
     turn = asyncio.ensure_future(
-        app.loop.handle(InboundMessage("telegram", "42", "go", "42", metadata=CAN_ASK))
+        app.loop.handle(InboundMessage("telegram", "42", "go", PRESENT_OWNER))
     )
     asked = await question(app)
     allow = asked.buttons[0].command
-    other = await app.loop.handle(InboundMessage("telegram", "42", allow, "43"))
+    other = await app.loop.handle(InboundMessage("telegram", "42", allow, Sender("43")))
     assert other is not None and other.content.startswith("Only the owner can use /shell-allow")
     assert not turn.done()
-    mine = await app.loop.handle(InboundMessage("telegram", "42", allow, "42", metadata=CAN_ASK))
+    mine = await app.loop.handle(InboundMessage("telegram", "42", allow, PRESENT_OWNER))
     assert mine is not None and mine.content == "Allowed once."
     assert (await turn) is not None
     assert provider.calls[-1][-1]["content"] == "exit code 0\nhi\n"
@@ -98,7 +100,7 @@ async def test_only_the_owner_is_asked_others_are_denied_unasked(home: Home) -> 
     # askable, but not the owner, whose machine the command would run on.
     provider = ScriptedProvider([call("exec", {"command": "touch ran"}), text("done")])
     app = shell_app(home, provider)
-    friend = InboundMessage("telegram", "43", "go", "43", metadata={"can_ask": True})
+    friend = InboundMessage("telegram", "43", "go", Sender("43", can_answer=True))
     reply = await asyncio.wait_for(app.loop.handle(friend), 30)
     assert reply is not None and reply.content == "done"
     assert provider.calls[-1][-1]["content"].startswith("denied by the owner")
@@ -113,12 +115,12 @@ async def test_the_question_shows_the_whole_command_however_it_is_written(home: 
     provider = ScriptedProvider([call("exec", {"command": hidden}), text("done")])
     app = shell_app(home, provider)
     turn = asyncio.ensure_future(
-        app.loop.handle(InboundMessage("telegram", "42", "go", "42", metadata=CAN_ASK))
+        app.loop.handle(InboundMessage("telegram", "42", "go", PRESENT_OWNER))
     )
     asked = await question(app)
     shown = "".join(part for part, _ in message_chunks(asked.content, plain=False))
     assert "rm -rf notes" in unescape(shown)
-    await app.loop.handle(InboundMessage("telegram", "42", asked.buttons[-1].command, "42"))
+    await app.loop.handle(InboundMessage("telegram", "42", asked.buttons[-1].command, Sender("42")))
     assert (await turn) is not None
 
 
@@ -126,14 +128,14 @@ async def test_a_stop_while_asking_closes_the_question(home: Home) -> None:
     provider = ScriptedProvider([call("exec", {"command": "echo hi"}), text("done")])
     app = shell_app(home, provider)
     turn = asyncio.ensure_future(
-        app.loop.handle(InboundMessage("telegram", "42", "go", "42", metadata=CAN_ASK))
+        app.loop.handle(InboundMessage("telegram", "42", "go", PRESENT_OWNER))
     )
     asked = await question(app)
-    stopped = await app.loop.handle(InboundMessage("telegram", "42", "/stop", "42"))
+    stopped = await app.loop.handle(InboundMessage("telegram", "42", "/stop", Sender("42")))
     assert stopped is not None and stopped.content == "Stopped."
     assert (await turn) is None
     press = asked.buttons[0].command
-    late = await app.loop.handle(InboundMessage("telegram", "42", press, "42", metadata=CAN_ASK))
+    late = await app.loop.handle(InboundMessage("telegram", "42", press, PRESENT_OWNER))
     assert late is not None and late.content.startswith("That question is no longer open")
 
 
@@ -143,6 +145,6 @@ async def test_only_the_allowlist_commands_are_in_help(home: Home) -> None:
     assert shown is not None
     assert "/allowed" in shown.content and "/disallow" in shown.content
     assert "/shell-allow" not in shown.content  # its buttons send it
-    answer = InboundMessage("cli", "direct", "/shell-allow 1234", metadata=CAN_ASK)
+    answer = InboundMessage("cli", "direct", "/shell-allow 1234", PRESENT_OWNER)
     answered = await app.loop.handle(answer)
     assert answered is not None and answered.content.startswith("That question is no longer")

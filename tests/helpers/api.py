@@ -11,7 +11,7 @@ import aiohttp
 import openai
 import pytest
 
-from nanomem.agent.channel import load_channel
+from nanomem.channel_registry import load_channel
 from nanomem.gateway import Gateway
 from nanomem.home import Home
 from nanomem.providers.scripted import ScriptedProvider

@@ -3,16 +3,21 @@ what it is sent."""
 
 from __future__ import annotations
 
-from nanomem.agent.bus import InboundMessage, MessageBus, OutboundMessage
-from nanomem.agent.channel import ChannelDown
+from nanomem.agent.bus import InboundMessage, MessageBus
+from nanomem.agent.channel import BaseChannel, Capabilities, ChannelDown
+from nanomem.agent.outbound import OutboundMessage
 from nanomem.app import App
+from nanomem.audience import Sender
 
 
-class FakeChannel:
+class FakeChannel(BaseChannel):
     """A GatewayChannel whose first `fail_starts` starts fail, recording what it is sent."""
 
-    def __init__(self, name: str, fail_starts: int = 0) -> None:
+    def __init__(
+        self, name: str, fail_starts: int = 0, capabilities: Capabilities | None = None
+    ) -> None:
         self.name, self.fail_starts = name, fail_starts
+        self.capabilities = capabilities or Capabilities()
         self.bus: MessageBus | None = None
         self.sent: list[OutboundMessage] = []
         self.trouble: str | None = None
@@ -32,16 +37,18 @@ class FakeChannel:
     async def stop_receiving(self) -> None:
         self.events.append("stop_receiving")
 
+    def owner_chat(self) -> str | None:
+        return "42" if self.capabilities.reaches_owner else None
+
     async def stop(self) -> None:
         self.events.append("stop")
 
     async def send(self, msg: OutboundMessage) -> None:
-        if msg.kind != "stream":  # a channel that does not stream: the reply follows whole
-            self.sent.append(msg)
+        self.sent.append(msg)  # it does not stream: the core sends it the whole reply only
 
     def problem(self) -> str | None:
         return self.trouble
 
     async def say(self, content: str, chat: str = "1") -> None:
         assert self.bus is not None
-        await self.bus.publish_inbound(InboundMessage(self.name, chat, content, sender_id="u"))
+        await self.bus.publish_inbound(InboundMessage(self.name, chat, content, Sender("u")))

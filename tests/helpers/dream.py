@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from nanomem.agent.bus import InboundMessage
 from nanomem.app import App
+from nanomem.audience import Sender
 from nanomem.home import Home
 from nanomem.memory.history import NewEntry
 from nanomem.providers.scripted import ScriptedProvider, call, text
@@ -40,7 +41,7 @@ async def app_with_history(home: Home, provider: ScriptedProvider, **sections) -
 
 
 async def dream(app: App, text_: str = "/dream") -> str:
-    reply = await app.loop.handle(InboundMessage("cli", "direct", text_, metadata={"owner": True}))
+    reply = await app.loop.handle(InboundMessage("cli", "direct", text_, Sender(is_owner=True)))
     assert reply is not None
     return reply.content
 

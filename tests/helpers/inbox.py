@@ -3,11 +3,15 @@ stores it."""
 
 from __future__ import annotations
 
-from nanomem.agent.bus import InboundMessage, MessageBus, OutboundMessage
-from nanomem.agent.channel import DeliveryLater
+from nanomem.agent.bus import InboundMessage, MessageBus
+from nanomem.agent.channel import BaseChannel, DeliveryLater
+from nanomem.agent.outbound import OutboundMessage
+from nanomem.audience import Sender
 
 
-class Recorder:
+class Recorder(BaseChannel):
+    """It does not stream: the core sends it whole messages only."""
+
     name = "telegram"
 
     def __init__(self, fail_first: bool = False) -> None:
@@ -19,8 +23,6 @@ class Recorder:
     async def stop(self) -> None: ...
 
     async def send(self, msg: OutboundMessage) -> None:
-        if msg.kind == "stream":
-            return  # shown as it comes by channels that can; this one waits for the reply
         if self.fail_first:
             self.fail_first = False
             raise DeliveryLater("network down")
@@ -28,6 +30,8 @@ class Recorder:
 
 
 async def stored(bus: MessageBus, chat: str, text: str) -> InboundMessage:
-    (seq,) = await bus.receive("telegram", [(chat, {"text": text})])
+    (seq,) = await bus.receive("telegram", [(chat, {"text": text}, Sender("1"))])
     assert seq is not None
-    return InboundMessage("telegram", chat, text, "1", id=InboundMessage.inbox_id(seq), seq=seq)
+    return InboundMessage(
+        "telegram", chat, text, Sender("1"), id=InboundMessage.inbox_id(seq), seq=seq
+    )

@@ -4,6 +4,7 @@ from typing import Any
 
 from nanomem.agent.bus import InboundMessage
 from nanomem.app import App
+from nanomem.audience import Sender
 from nanomem.home import Home
 from nanomem.memory.tokens import BpeTokenizer, ByteBound, message_tokens
 from nanomem.providers.provider import Reply, Usage
@@ -33,7 +34,7 @@ def test_utf8_bytes_bound_the_exact_count() -> None:
 async def test_a_small_turn_never_loads_the_tokenizer(home: Home) -> None:
     provider = ScriptedProvider([reply_with_usage(900)])
     app = make_app(home, provider)
-    await app.loop.handle(InboundMessage("cli", "direct", "hi", sender_id="u"))
+    await app.loop.handle(InboundMessage("cli", "direct", "hi", Sender("u")))
     await app.loop.close(grace_s=30)  # the background consolidation check ran too
     assert not app.budget.exact
     assert not tokenizer(app).loaded
@@ -45,7 +46,7 @@ async def test_a_prompt_near_the_trigger_is_counted_exactly(home: Home) -> None:
     turns = 0
     while not app.budget.exact and turns < 60:
         text = f"Please remember fact number {turns}: " + "some detail " * 100
-        await app.loop.handle(InboundMessage("cli", "direct", text, sender_id="u"))
+        await app.loop.handle(InboundMessage("cli", "direct", text, Sender("u")))
         await app.loop.close(grace_s=30)
         turns += 1
     assert app.budget.exact and tokenizer(app).loaded and turns > 3
@@ -59,8 +60,8 @@ async def test_a_prompt_near_the_trigger_is_counted_exactly(home: Home) -> None:
 async def test_a_provider_counting_more_than_the_bound_makes_counts_exact(home: Home) -> None:
     provider = ScriptedProvider([reply_with_usage(50_000), reply_with_usage(60_000)])
     app = make_app(home, provider)
-    await app.loop.handle(InboundMessage("cli", "direct", "hi", sender_id="u"))
+    await app.loop.handle(InboundMessage("cli", "direct", "hi", Sender("u")))
     assert app.budget.exact  # the bound is no bound for this provider: calibrate from now on
     before = app.budget.calibration.factor
-    await app.loop.handle(InboundMessage("cli", "direct", "and now?", sender_id="u"))
+    await app.loop.handle(InboundMessage("cli", "direct", "and now?", Sender("u")))
     assert app.budget.calibration.factor > before

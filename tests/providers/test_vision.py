@@ -79,7 +79,7 @@ def test_a_photo_on_the_lean_path_goes_inline_without_loading_litellm(home: Home
             reply = await app.loop.handle(msg)
             await app.loop.close(grace_s=30)
             await app.aclose()
-            assert reply is not None and reply.kind != "error", reply
+            assert reply is not None and reply.part.style != "error", reply
 
         asyncio.run(main())
         print("litellm loaded" if "litellm" in sys.modules else "litellm not loaded")

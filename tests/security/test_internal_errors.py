@@ -25,8 +25,10 @@ from channels.telegram.channel import GREETING
 from nanomem.agent.bus import MessageBus
 from nanomem.agent.channel import pump_outbound
 from nanomem.agent.inbox import SqliteInbox
+from nanomem.agent.outbound import OutboundMessage
 from nanomem.agent.retries import RETRYING
 from nanomem.app import App, build_app
+from nanomem.audience import Sender
 from nanomem.gateway import Gateway
 from nanomem.home import Home
 from nanomem.providers.scripted import ScriptedProvider
@@ -181,7 +183,8 @@ async def test_a_note_the_channel_answers_with_stays_stored_until_delivered(
         await until(lambda: any("gave up sending" in line for line in logged))
         await channel.stop()
         (kept,) = inbox.pending("telegram")
-        assert kept.reply is not None and kept.reply["content"] == GREETING.format(name="Ada")
+        assert kept.reply is not None
+        assert OutboundMessage.from_dict(kept.reply, 0).content == GREETING.format(name="Ada")
         assert fake.sent_messages(OWNER_42) == []
 
         bus = MessageBus(inbox=inbox)
@@ -227,7 +230,7 @@ async def test_an_unreadable_stored_message_does_not_keep_telegram_down(
         inbox = app.bus.inbox
         assert inbox is not None
         damaged = {"update_id": 1, "message": {"message_id": 1, "text": "the lost words"}}
-        (seq,) = inbox.add("telegram", [(str(OWNER_42), damaged)], None)
+        (seq,) = inbox.add("telegram", [(str(OWNER_42), damaged, Sender())], None)
         async with running(app, fake):
             fake.send_text(OWNER_42, "hello")
             (answer,) = await fake.wait_for_messages_async(OWNER_42, 1, timeout=WAIT_S)
@@ -254,7 +257,9 @@ async def test_an_unreadable_stored_firing_does_not_stop_the_schedules(home: Hom
             "made_by": str(OWNER_42),
         }
         chat = str(OWNER_42)
-        damaged, _ = inbox.add("schedule", [(chat, {"text": "feed the cat"}), (chat, firing)], None)
+        damaged, _ = inbox.add(
+            "schedule", [(chat, {"text": "feed the cat"}, Sender()), (chat, firing, Sender())], None
+        )
         async with running(app, fake):
             (answer,) = await fake.wait_for_messages_async(OWNER_42, 1, timeout=WAIT_S)
             assert answer["text"].endswith("water the plants")

@@ -8,7 +8,9 @@ from typing import Any
 
 import pytest
 
-from nanomem.agent.bus import InboundMessage, OutboundMessage
+from nanomem.agent.bus import InboundMessage
+from nanomem.agent.outbound import OutboundMessage, Progress
+from nanomem.audience import Sender
 from nanomem.home import Home
 from nanomem.memory.history import HistoryEntry
 from nanomem.providers.provider import Reply
@@ -46,14 +48,14 @@ async def test_a_10_kb_query_is_bounded_and_holds_up_no_other_chat(home: Home) -
     searching = asyncio.Event()
 
     async def progress(out: OutboundMessage) -> None:
-        if out.kind == "progress" and out.content.startswith("search_history"):
+        if isinstance(out.part, Progress) and out.content.startswith("search_history"):
             searching.set()
 
-    hunt = InboundMessage("cli", "a", "hunt", sender_id="user")
+    hunt = InboundMessage("cli", "a", "hunt", Sender("user"))
     hostile = asyncio.create_task(app.loop.handle(hunt, progress=progress))
     await asyncio.wait_for(searching.wait(), 60)
     # Another chat, asking while the hostile search runs, is answered.
-    ask = InboundMessage("cli", "b", "where is the notebook?", sender_id="user")
+    ask = InboundMessage("cli", "b", "where is the notebook?", Sender("user"))
     other = await asyncio.wait_for(app.loop.handle(ask), 30)
     assert other is not None and other.content.startswith("found: [")
     assert "the notebook is in the attic" in other.content

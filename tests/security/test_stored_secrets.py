@@ -8,6 +8,7 @@ from dulwich.repo import Repo
 
 from nanomem.agent.inbox import SqliteInbox
 from nanomem.app import build_app
+from nanomem.audience import Sender
 from nanomem.home import Home
 from tests.conftest import TEST_KEY, cli_env, run_cli_here, settings_for
 from tests.fakes.openai_server import FakeOpenAI, Step
@@ -78,7 +79,7 @@ def test_a_secret_in_an_inbound_message_is_masked_in_the_inbox(home: Home) -> No
     configure(home)
     build_app(settings_for(home), home)  # registers the configured secrets, as every start does
     inbox = SqliteInbox(home.root / "inbox-test.sqlite3")
-    inbox.add("telegram", [("42", {"text": f"my key is {API_KEY}"})], ("offset", "1"))
+    inbox.add("telegram", [("42", {"text": f"my key is {API_KEY}"}, Sender())], ("offset", "1"))
     (pending,) = inbox.pending("telegram")
     assert pending.payload == {"text": "my key is ***"}
     inbox.close()

@@ -30,6 +30,7 @@ from nanomem.agent import (
     anyone,
     record_failure,
 )
+from nanomem.audience import Sender, is_shared_room
 from nanomem.config import ScheduleSettings
 from nanomem.features.schedules.chat import ChatSchedules
 from nanomem.features.schedules.rules import Schedule, ScheduleError, local, zone_named
@@ -276,7 +277,8 @@ class ScheduledTurns(ChatSchedules, Feature):
             }
             chat = schedule.session.partition(":")[2]
             position = (position_name(schedule.id), occurrence.isoformat())
-            seqs = await self.bus.receive(INBOX_CHANNEL, [(chat, payload)], position)
+            item = (chat, payload, maker(payload))
+            seqs = await self.bus.receive(INBOX_CHANNEL, [item], position)
             await self.bus.publish_inbound(self._message(payload, seqs[0], False))
             logger.info("schedule {} fired in {}", schedule.id, schedule.session)
         if schedule.once:
@@ -312,12 +314,16 @@ class ScheduledTurns(ChatSchedules, Feature):
         )
         # From its maker: a schedule the turn makes in turn has the same one (and is admitted
         # as theirs), where no sender would be refused in a group admitting people one by one.
-        maker = str(payload.get("made_by", ""))
-        metadata = {"schedule": payload["id"]}
-        message = InboundMessage(channel, chat, content, maker, metadata=metadata)
+        message = InboundMessage(channel, chat, content, maker(payload))
         if seq is None:
             return message
         return replace(message, id=InboundMessage.inbox_id(seq), seq=seq, replayed=replayed)
+
+
+def maker(payload: dict[str, Any]) -> Sender:
+    """A firing's sender: whoever made the schedule (not the owner, nobody there to answer)."""
+    session = str(payload["session"])
+    return Sender(str(payload.get("made_by", "")), shared_room=is_shared_room(session))
 
 
 def _latest_until(schedule: Schedule, after: datetime, until: datetime) -> datetime | None:

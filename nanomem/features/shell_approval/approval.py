@@ -29,6 +29,7 @@ from nanomem.agent import (
     Command,
     InboundMessage,
     OutboundMessage,
+    Question,
     fenced,
 )
 from nanomem.audience import Sender
@@ -170,7 +171,7 @@ class ShellApproval:
         buttons.append(Button("Deny", f"/shell-deny {key}"))
         text = f"Run this command?\n\n{fenced(command)}"
         channel, _, chat = session.partition(":")
-        ask = OutboundMessage(channel, chat, text, buttons=tuple(buttons), metadata={"ask": key})
+        ask = OutboundMessage(channel, chat, Question(text, tuple(buttons)))
         try:
             assert self.publish is not None
             await self.publish(ask)

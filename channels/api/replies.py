@@ -1,0 +1,168 @@
+"""An agent API request's answer: its turn's pieces as they come, then the reply, written as
+one JSON completion or as server-sent events in OpenAI's chunk format."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from aiohttp import web
+
+from channels.api.wire import (
+    DONE,
+    ERROR_STATUS,
+    UPSTREAM,
+    ChatRequest,
+    chunk,
+    completion,
+    completion_id,
+    error_body,
+    event,
+    usage,
+    usage_chunk,
+)
+from nanomem.agent import Delta, InboundMessage, OutboundMessage, Progress, Text
+from nanomem.config import ApiSettings
+
+STOPPING = "stopping"  # the core's category when the gateway is shutting down
+SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+Count = Callable[[str], int]
+Answer = Callable[[InboundMessage, Callable[[OutboundMessage], Awaitable[None]]], Awaitable[Any]]
+
+
+@dataclass(frozen=True)
+class Final:
+    """The turn is over: its reply (None when a /stop cut it short)."""
+
+    reply: OutboundMessage | None
+
+
+class Pieces:
+    """A request's turn, running in the core, and what it shows, in order: pieces, then Final."""
+
+    def __init__(self, answer: Answer, msg: InboundMessage) -> None:
+        self._queue: asyncio.Queue[OutboundMessage | Final] = asyncio.Queue()
+        self._turn = asyncio.ensure_future(self._run(answer, msg))
+
+    async def _run(self, answer: Answer, msg: InboundMessage) -> None:
+        async def show(piece: OutboundMessage) -> None:
+            self._queue.put_nowait(piece)  # never waits, never raises: the turn goes on
+
+        try:
+            self._queue.put_nowait(Final(await answer(msg, show)))
+        except asyncio.CancelledError:  # the gateway stopped it, or the client left
+            note = "The gateway is stopping; please try again shortly."
+            stopping = Text(note, "error", category=STOPPING)
+            self._queue.put_nowait(Final(OutboundMessage.answering(msg, stopping)))
+            raise
+
+    async def next(self) -> OutboundMessage | Final:
+        return await self._queue.get()
+
+    def cancel(self) -> None:
+        """Stop the turn if it still runs (what was said so far is kept, as with /stop)."""
+        self._turn.cancel()
+
+
+def _error(status: int, message: str, kind: str, code: str | None = None) -> web.Response:
+    return web.json_response(error_body(message, kind, code), status=status)
+
+
+def model_error(reply: Text) -> web.Response | None:
+    """The HTTP error for a turn that failed (the model's fault, or a stop); None otherwise."""
+    if reply.style != "error" or not reply.category:
+        return None
+    if reply.category == STOPPING:
+        return _error(503, reply.text, "api_error", "gateway_stopping")
+    status, kind, code = ERROR_STATUS.get(reply.category, UPSTREAM)
+    return _error(status, reply.text, kind, code)
+
+
+def _final_text(final: Final) -> Text | None:
+    reply = final.reply
+    if reply is None:
+        return None  # stopped
+    return reply.part if isinstance(reply.part, Text) else Text(reply.content)
+
+
+async def whole(pieces: Pieces, parsed: ChatRequest, count: Count) -> web.Response:
+    """One JSON completion: the reply, or what was written before a /stop."""
+    step, step_text = None, ""
+    while not isinstance(item := await pieces.next(), Final):
+        if isinstance(piece := item.part, Delta):
+            if piece.step != step:
+                step, step_text = piece.step, ""
+            step_text += piece.piece
+    reply = _final_text(item)
+    if reply is not None and (failed := model_error(reply)) is not None:
+        return failed
+    text = step_text if reply is None else reply.text
+    used = usage(count(parsed.text), count(text))
+    buttons = () if reply is None else reply.buttons
+    return web.json_response(completion(completion_id(), text, used, buttons))
+
+
+def _rest(final: str, step_text: str, sent_any: bool) -> str:
+    """What of the final reply the stream has not shown yet."""
+    if step_text and final.startswith(step_text):
+        return final[len(step_text) :]
+    return ("\n\n" if sent_any and final else "") + final
+
+
+async def streamed(
+    request: web.Request, pieces: Pieces, parsed: ChatRequest, settings: ApiSettings, count: Count
+) -> web.StreamResponse:
+    """SSE in OpenAI's chunk format. Headers go out with the first piece, so a model error
+    before any text still gets its own HTTP status."""
+    cid = completion_id()
+    response: web.StreamResponse | None = None
+    step: int | None = None
+    step_text, shown = "", ""
+
+    async def write(data: bytes) -> None:
+        nonlocal response
+        if response is None:
+            response = web.StreamResponse(headers=SSE_HEADERS)
+            await response.prepare(request)
+            await response.write(chunk(cid, {"role": "assistant", "content": ""}))
+        await response.write(data)
+
+    try:
+        while not isinstance(item := await pieces.next(), Final):
+            part = item.part
+            if isinstance(part, Delta):
+                piece = part.piece
+                if part.step != step:
+                    step, step_text = part.step, ""
+                    piece = ("\n\n" if shown else "") + piece  # a later step's text
+                step_text += part.piece
+                shown += piece
+                await write(chunk(cid, {"content": piece}))
+            elif isinstance(part, Progress) and settings.show_progress:
+                line = ("\n\n" if shown else "") + f"`{part.line}`"
+                shown += line
+                step, step_text = None, ""
+                await write(chunk(cid, {"content": line}))
+        reply = _final_text(item)
+        if reply is not None and reply.style == "error" and reply.category:
+            if response is None:
+                return model_error(reply) or web.Response()
+            await write(event(error_body(reply.text, "api_error", reply.category)))
+            await write(DONE)
+            return response
+        final = "" if reply is None else reply.text
+        if rest := _rest(final, step_text, bool(shown)):
+            await write(chunk(cid, {"content": rest}))
+        await write(chunk(cid, {}, "stop"))
+        if parsed.include_usage:
+            used = usage(count(parsed.text), count(shown + rest))
+            await write(usage_chunk(cid, used))
+        await write(DONE)
+        assert response is not None
+        await response.write_eof()
+        return response
+    except ConnectionError:  # the client hung up between two pieces: its turn is stopped
+        pieces.cancel()
+        return response or web.Response()

@@ -1,0 +1,170 @@
+"""What the core sends a channel: one small union of typed parts in an envelope.
+
+`Text` is a whole message (the model's reply, an error, a command's own text); `Delta` a piece
+of a reply while the model writes it, `DeltaEnd` the end of a step's pieces; `Question` asks the
+person to choose; `Progress` says which tool runs; `File` hands over a file. The core picks the
+form a channel gets from its Capabilities (agent/channel.py: `shaped`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    from nanomem.agent.bus import InboundMessage
+
+# "reply": the model's words (Markdown); "error": a short plain note (something failed or was
+# refused); "command": the runtime's own text, shown as written (every line break, `<id>`).
+Style = Literal["reply", "error", "command"]
+
+
+@dataclass(frozen=True)
+class Button:
+    """A choice shown under a message; pressing it sends `command` as the presser's message
+    (InboundMessage.pressed), so it is checked like anything they type. Telegram shows inline
+    buttons (`command` ≤ 64 bytes), the terminal a hint line; without buttons the core adds
+    them to the text."""
+
+    label: str
+    command: str
+
+
+@dataclass(frozen=True)
+class Text:
+    text: str
+    style: Style = "reply"
+    buttons: tuple[Button, ...] = ()
+    command: str = ""  # the command whose answer this is
+    category: str = ""  # a model failure's category (auth, quota, timeout, ...)
+    cut_short: bool = False  # a reply a model failure ended early: what was shown, and a note
+
+
+@dataclass(frozen=True)
+class Delta:
+    piece: str  # new since the last piece
+    so_far: str  # the step's whole text so far (masked: never half a secret)
+    step: int  # which model call of the turn writes it
+
+
+@dataclass(frozen=True)
+class DeltaEnd:
+    """A step's text is complete: a tool call came after it, and a later step writes on. The
+    last step's text ends with the reply itself."""
+
+    step: int
+
+
+@dataclass(frozen=True)
+class Question:
+    text: str
+    choices: tuple[Button, ...]  # each answers as its command, like a press
+
+
+@dataclass(frozen=True)
+class Progress:
+    line: str  # a one-line summary of a tool call
+    tool: str
+
+
+@dataclass(frozen=True)
+class File:
+    path: str  # relative to the workspace
+    caption: str = ""
+
+
+Part = Text | Delta | DeltaEnd | Question | Progress | File
+_TYPES: dict[str, type[Any]] = {
+    "text": Text,
+    "delta": Delta,
+    "delta_end": DeltaEnd,
+    "question": Question,
+    "progress": Progress,
+    "file": File,
+}
+
+
+@dataclass(frozen=True)
+class OutboundMessage:
+    channel: str
+    chat_id: str
+    part: Part
+    reply_to: str | None = None  # the inbound message's id
+    seq: int | None = None  # the inbox message this answers: delivering it removes that
+
+    @classmethod
+    def answering(cls, msg: InboundMessage, part: Part) -> OutboundMessage:
+        return cls(msg.channel, msg.chat_id, part, msg.id, msg.seq)
+
+    @property
+    def content(self) -> str:
+        """The words it carries, whatever its part."""
+        part = self.part
+        if isinstance(part, Text | Question):
+            return part.text
+        if isinstance(part, Delta):
+            return part.piece
+        if isinstance(part, Progress):
+            return part.line
+        if isinstance(part, File):
+            return part.caption
+        return ""
+
+    @property
+    def buttons(self) -> tuple[Button, ...]:
+        part = self.part
+        if isinstance(part, Question):
+            return part.choices
+        return part.buttons if isinstance(part, Text) else ()
+
+    @property
+    def is_answer(self) -> bool:
+        """A whole message (not a piece, a progress line or a question): ends what it answers."""
+        return isinstance(self.part, Text | File)
+
+    def to_dict(self) -> dict[str, Any]:
+        kind = next(name for name, cls in _TYPES.items() if isinstance(self.part, cls))
+        fields = dict(vars(self.part))
+        for key in ("buttons", "choices"):
+            if key in fields:
+                fields[key] = [[b.label, b.command] for b in fields[key]]
+        return {
+            "version": 2,
+            "channel": self.channel,
+            "chat_id": self.chat_id,
+            "reply_to": self.reply_to,
+            "part": {"type": kind, **fields},
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], seq: int) -> OutboundMessage:
+        """As stored in the inbox; a reply stored before parts were (`kind`, `metadata`) too."""
+        channel, chat, reply_to = data["channel"], data["chat_id"], data.get("reply_to")
+        if "part" not in data:
+            return cls(channel, chat, _old_text(data), reply_to, seq)
+        fields = dict(data["part"])
+        kind = _TYPES[str(fields.pop("type"))]
+        for key in ("buttons", "choices"):
+            if key in fields:
+                fields[key] = _buttons(fields[key])
+        return cls(channel, chat, kind(**fields), reply_to, seq)
+
+
+def _buttons(pairs: Any) -> tuple[Button, ...]:
+    return tuple(Button(str(label), str(command)) for label, command in pairs or [])
+
+
+def _old_text(data: dict[str, Any]) -> Text:
+    """A reply as version 1 stored it: content, kind ("reply" or "error"), metadata."""
+    meta = data.get("metadata") or {}
+    command = str(meta.get("command") or "")
+    error = data.get("kind") == "error"
+    style: Style = "error" if error else "command" if command else "reply"
+    return Text(
+        str(data["content"]),
+        style,
+        _buttons(data.get("buttons")),
+        command,
+        str(meta.get("category") or ""),
+        bool(meta.get("cut_short")),
+    )

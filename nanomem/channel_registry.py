@@ -1,0 +1,29 @@
+"""Which channels exist, found by name: adding a channel adds one line here (and its folder
+under channels/). The core never imports the `channels` package; only this table names it."""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from nanomem.config import Settings
+
+CHANNELS = {
+    "terminal": "channels.terminal.channel:TerminalChannel",
+    "telegram": "channels.telegram.channel:TelegramChannel",
+    "api": "channels.api.channel:ApiChannel",
+}
+NO_CHANNEL = (
+    "no channel is enabled: set telegram.enabled = true and telegram.token in {config} "
+    "(or NANOMEM_TELEGRAM__ENABLED=true and NANOMEM_TELEGRAM__TOKEN), or api.enabled = true"
+)
+
+
+def load_channel(name: str) -> type[Any]:
+    module_name, _, attr = CHANNELS[name].partition(":")
+    return getattr(importlib.import_module(module_name), attr)
+
+
+def enabled_channels(settings: Settings) -> list[str]:
+    """Channels whose settings section says `enabled = true` (the terminal has none)."""
+    return [name for name in CHANNELS if getattr(getattr(settings, name, None), "enabled", False)]

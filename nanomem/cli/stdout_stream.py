@@ -1,0 +1,48 @@
+"""`nanomem chat -m`: the reply written to stdout as it arrives."""
+
+from __future__ import annotations
+
+import sys
+
+from nanomem.agent import Delta, OutboundMessage
+from nanomem.text.escapes import strip_escapes
+
+
+class StdoutStream:
+    """`chat -m` writes the reply as it arrives (flushed), so a pipe sees text early. Control
+    sequences in it are dropped, on a terminal or not: the model's title changes and clipboard
+    writes would act on whatever terminal the output reaches (`| tee`, a log read later)."""
+
+    def __init__(self) -> None:
+        self.step: int | None = None
+        self.written = ""  # what the current step has put on stdout
+
+    async def show(self, out: OutboundMessage) -> None:
+        if not isinstance(piece := out.part, Delta):
+            return
+        step = piece.step
+        if self.step is not None and step != self.step:
+            sys.stdout.write("\n\n")  # what came before a tool call stays; a new text begins
+            self.written = ""
+        self.step = step
+        # From the step's whole text so far: a sequence split between pieces is still seen.
+        text = strip_escapes(piece.so_far or self.written + piece.piece)
+        if text.startswith(self.written):
+            sys.stdout.write(text[len(self.written) :])
+            sys.stdout.flush()
+            self.written = text
+
+    def finish(self, reply: str) -> None:
+        """The rest of the reply; all of it again if it is not what was streamed."""
+        reply = strip_escapes(reply)
+        if self.written and reply.startswith(self.written):
+            rest = reply[len(self.written) :]
+        else:
+            self.end()
+            rest = reply
+        print(rest, flush=True)
+
+    def end(self) -> None:
+        if self.step is not None:
+            sys.stdout.write("\n")
+            sys.stdout.flush()

@@ -1,0 +1,117 @@
+"""The worked example of docs/channels.md (tests/helpers/line_channel.py) in the real gateway:
+a channel written against the contract alone, over raw loopback sockets."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from nanomem.app import App
+from nanomem.features.dream import Dreaming
+from nanomem.gateway import Gateway
+from nanomem.home import Home
+from nanomem.providers.scripted import ScriptedProvider
+from tests.conftest import make_app
+from tests.helpers import until
+from tests.helpers.dream import LEARN, app_with_history
+from tests.helpers.line_channel import LineChannel
+
+WAIT_S = 30.0
+
+
+class Person:
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader, self.writer = reader, writer
+
+    async def say(self, text: str) -> None:
+        self.writer.write(text.encode() + b"\n")
+        await self.writer.drain()
+
+    async def hear(self) -> dict[str, Any]:
+        line = await asyncio.wait_for(self.reader.readline(), WAIT_S)
+        assert line, "the channel closed the connection"
+        heard: dict[str, Any] = json.loads(line)
+        return heard
+
+
+async def connect(channel: LineChannel, name: str) -> Person:
+    person = Person(*await asyncio.open_connection("127.0.0.1", channel.port))
+    await person.say(f"HELLO {name}")
+    return person
+
+
+async def running(app: App, channel: LineChannel) -> AsyncIterator[Gateway]:
+    gateway = Gateway(app, {channel.name: channel})
+    task = asyncio.create_task(gateway.run())
+    await until(
+        lambda: (
+            channel.port
+            and (r := gateway.health.channels.get("line")) is not None
+            and r.state == "up"
+        ),
+        WAIT_S,
+    )
+    try:
+        yield gateway
+    finally:
+        gateway.request_stop()
+        await asyncio.wait_for(task, WAIT_S)
+
+
+@pytest.fixture
+async def served(home: Home) -> AsyncIterator[LineChannel]:
+    app = make_app(home, ScriptedProvider(latency=0.2), gateway={"port": 0})
+    channel = LineChannel(owner="ada")
+    async for _ in running(app, channel):
+        yield channel
+
+
+async def test_a_message_is_answered_on_its_connection(served: LineChannel) -> None:
+    ada = await connect(served, "ada")
+    await ada.say("hello there")
+    heard = await ada.hear()  # the scripted model echoes what it was sent
+    assert heard["style"] == "reply" and heard["text"].endswith("\n\nhello there")
+    await ada.say("/help")
+    helped = await ada.hear()
+    assert helped["style"] == "command" and "/new" in helped["text"]
+
+
+async def test_a_chat_s_replies_come_in_order_and_chats_do_not_wait(
+    served: LineChannel,
+) -> None:
+    ada, bea = await connect(served, "ada"), await connect(served, "bea")
+    for n in range(3):
+        await ada.say(f"ada {n}")
+    await bea.say("bea 0")
+    assert (await bea.hear())["text"].endswith("bea 0")  # not behind ada's three turns
+    heard = [(await ada.hear())["text"].rsplit("\n", 1)[-1] for _ in range(3)]
+    assert heard == [f"ada {n}" for n in range(3)]
+
+
+async def test_only_the_owner_runs_owner_commands(served: LineChannel) -> None:
+    bea = await connect(served, "bea")
+    await bea.say("/dream-restore")
+    refused = await bea.hear()
+    assert refused["style"] == "error" and "Only the owner" in refused["text"]
+
+
+@pytest.mark.slow
+async def test_the_owner_is_told_of_a_dream_change_with_choices_as_text(home: Home) -> None:
+    # The line channel has no buttons: the core lists the choices in the text instead.
+    app = await app_with_history(
+        home,
+        ScriptedProvider(LEARN),
+        dream={"review": "ask", "enabled": False},
+        gateway={"port": 0},
+    )
+    assert (await app.feature(Dreaming).dream.run("cron")).pending is not None
+    channel = LineChannel(owner="ada")
+    async for _ in running(app, channel):
+        ada = await connect(channel, "ada")
+        told = await ada.hear()
+        assert told["text"].startswith("Dream prepared")
+        assert "\nApprove: /dream-approve " in told["text"]
