@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from nanomem.connection_guard import ConnectionGuard
+from nanomem.gateway.connection_guard import ConnectionGuard
 from tests.helpers import until
 
 LIMIT = 3

@@ -15,7 +15,7 @@ from nanomem.agent.channel import Capabilities, DeliveryLater
 from nanomem.agent.outbound import OutboundMessage
 from nanomem.config import ConfigError
 from nanomem.features.dream import Dreaming
-from nanomem.gateway import Gateway, enabled_channels
+from nanomem.gateway.service import Gateway, enabled_channels
 from nanomem.home import Home
 from nanomem.providers.scripted import ScriptedProvider, text
 from tests.conftest import cli_env, log_lines, make_app, run_cli_here, settings_for

@@ -12,7 +12,7 @@ import pytest
 
 from nanomem.app import App
 from nanomem.features.dream import Dreaming
-from nanomem.gateway import Gateway
+from nanomem.gateway.service import Gateway
 from nanomem.home import Home
 from nanomem.providers.scripted import ScriptedProvider
 from tests.conftest import make_app

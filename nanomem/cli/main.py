@@ -408,7 +408,7 @@ def _review_notice(path: Path, session: str) -> OutboundMessage:
 
 def cmd_gateway(args: argparse.Namespace) -> int:
     from nanomem.config import ConfigError
-    from nanomem.gateway import Gateway
+    from nanomem.gateway.service import Gateway
 
     # A fresh container volume is onboarded silently and configured by environment variables.
     app = _app(args, needs_model=True, stderr_level=args.log_level, durable=True)

@@ -30,7 +30,7 @@ from nanomem.app import build_app
 from nanomem.config import ScheduleSettings, load_settings
 from nanomem.features.schedules import ScheduledTurns
 from nanomem.features.schedules.store import MAX_FILE_BYTES, ScheduleStore
-from nanomem.gateway import Gateway
+from nanomem.gateway.service import Gateway
 from nanomem.providers.provider import Reply
 from tests.helpers.channels import FakeChannel
 

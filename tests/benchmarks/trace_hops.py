@@ -24,7 +24,7 @@ import _common  # before any nanomem import: repository root on sys.path, litell
 
 from nanomem.app import build_app
 from nanomem.config import load_settings
-from nanomem.gateway import Gateway
+from nanomem.gateway.service import Gateway
 from nanomem.providers.scripted import ScriptedProvider
 from tests.fakes.telegram_server import FakeTelegram
 

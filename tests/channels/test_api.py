@@ -10,7 +10,7 @@ import pytest
 from channels.api.wire import BadRequest, completion, parse_request, usage
 from nanomem.agent.outbound import Button
 from nanomem.config import ConfigError, is_loopback
-from nanomem.gateway import Gateway, enabled_channels
+from nanomem.gateway.service import Gateway, enabled_channels
 from nanomem.home import Home
 from nanomem.log import redact
 from nanomem.providers.scripted import ScriptedProvider

@@ -12,7 +12,7 @@ from typing import Any
 
 from channels.telegram.channel import TelegramChannel
 from nanomem.app import App, build_app
-from nanomem.gateway import Gateway
+from nanomem.gateway.service import Gateway
 from nanomem.home import Home
 from tests.conftest import TEST_KEY, settings_for
 from tests.fakes.openai_server import FakeOpenAI, Step

@@ -12,7 +12,7 @@ import openai
 import pytest
 
 from nanomem.channel_registry import load_channel
-from nanomem.gateway import Gateway
+from nanomem.gateway.service import Gateway
 from nanomem.home import Home
 from nanomem.providers.scripted import ScriptedProvider
 from tests.conftest import make_app

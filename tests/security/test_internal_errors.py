@@ -29,7 +29,7 @@ from nanomem.agent.outbound import OutboundMessage
 from nanomem.agent.retries import RETRYING
 from nanomem.app import App, build_app
 from nanomem.audience import Sender
-from nanomem.gateway import Gateway
+from nanomem.gateway.service import Gateway
 from nanomem.home import Home
 from nanomem.providers.scripted import ScriptedProvider
 from tests.conftest import cli_env, log_lines, run_cli_here, settings_for

@@ -16,7 +16,7 @@ from aiohttp import web
 from loguru import logger
 
 from nanomem.agent import MessageBus
-from nanomem.health import Health, serve_health
+from nanomem.gateway.health import Health, serve_health
 from nanomem.log import KEEP_PER_DAY, setup_logging
 
 WAIT_S = 30.0

@@ -27,7 +27,7 @@ from nanomem.channel_registry import NO_CHANNEL, enabled_channels, load_channel
 from nanomem.config import ConfigError
 from nanomem.features.dream import Dreaming
 from nanomem.features.schedules import ScheduledTurns
-from nanomem.health import Health, serve_health
+from nanomem.gateway.health import Health, serve_health
 from nanomem.locks import LockBusy
 
 SIGNALS = (signal.SIGTERM, signal.SIGINT)

@@ -12,7 +12,7 @@ from typing import Any, Literal
 from aiohttp import web
 
 from nanomem.agent import MessageBus
-from nanomem.connection_guard import ConnectionGuard
+from nanomem.gateway.connection_guard import ConnectionGuard
 from nanomem.log import redact
 
 State = Literal["starting", "up", "down", "stopping"]
