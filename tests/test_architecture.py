@@ -121,8 +121,8 @@ MAY_IMPORT_FEATURES = ("nanomem.app", "nanomem.cli")
 
 
 def test_the_core_never_imports_a_feature() -> None:
-    """Features import the core; the core knows them only through the Feature protocol
-    (nanomem/agent/feature.py), and only the composition root and entry points name one."""
+    """Features import the core; the core knows them only through the Feature base class
+    (nanomem/agent/feature.py), and only the composition root and the CLI name one."""
     reached = [
         f"{importer} imports {imported}"
         for importer, imported in core_imports()

@@ -160,7 +160,7 @@ class Gauge(Feature):
         if self.broken:
             raise OSError("the gauge's file is gone")
         return {
-            "gauge": HealthReport({"level": self.level}, warning=self.low),
+            "tank": HealthReport({"level": self.level}, warning=self.low),
             "queues": HealthReport("not the gauge's to say"),
         }
 
@@ -178,22 +178,23 @@ async def test_health_shows_every_feature_s_block(
         "uptime_s",
         "started_at",
         "channels",
-        "gauge",  # the features' blocks, by key, between the channels and the queues
-        "last_dream",
+        "last_dream",  # the features' blocks, by key, between the channels and the queues
         "schedules",
+        "tank",
         "queues",
     ]
-    assert body["gauge"] == {"level": 3}
+    assert body["tank"] == {"level": 3}
     assert body["last_dream"] is None and body["schedules"] is None  # no run; no inbox here
     assert body["queues"]["inbound"] == 0  # the gateway's own: no feature's block takes it
     assert "health: a feature's block may not be called 'queues'" in logged
     gauge.level, gauge.low = 1, True  # only a person can mend it: a warning, still 200
     status, body = await served.health()
-    assert (status, body["status"], body["gauge"]) == (200, "warning", {"level": 1})
+    assert (status, body["status"], body["tank"]) == (200, "warning", {"level": 1})
     gauge.broken = True
     with log_lines("ERROR") as logged:
         status, body = await served.health()
     assert (status, body["status"], body["gauge"]) == (200, "warning", {"error": "see the log"})
+    assert "tank" not in body  # shown under the feature's name instead
     assert [line.split("\n")[0] for line in logged] == ["gauge could not report its health"]
     assert "the gauge's file is gone" not in str(body)  # the reason is for the log only
 

@@ -198,7 +198,7 @@ class Core:
 
     def health(self) -> dict[str, HealthReport]:
         """Every feature's blocks of GET /health, by key. One that fails to report is logged
-        and shown as an error block (a warning), never a failed /health."""
+        and shown as an error block under its name (a warning), never a failed /health."""
         blocks: dict[str, HealthReport] = {}
         for feature in self.features:
             try:

@@ -166,7 +166,7 @@ class Nameless(Feature):
 def test_only_a_named_subclass_of_feature_is_added(home: Home) -> None:
     # Its hooks could not be told apart from the defaults: refused, not half added.
     app = make_app(home, ScriptedProvider())
-    with pytest.raises(TypeError, match="Lookalike is not a Feature: subclass nanomem.agent"):
+    with pytest.raises(TypeError, match=r"Lookalike is not a Feature: subclass nanomem\.agent"):
         app.add(Lookalike())  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="Nameless has no name: set its `name`"):
         app.add(Nameless())
