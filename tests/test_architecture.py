@@ -115,13 +115,14 @@ def feature_of(module: str) -> str | None:
     return parts[2] if len(parts) > 2 and parts[1] == "features" else None
 
 
-# The composition root and the entry points that run features' background work or commands.
-MAY_IMPORT_FEATURES = ("nanomem.app", "nanomem.gateway", "nanomem.cli")
+# The composition root, and the CLI that runs a feature's work by name (`nanomem dream`). The
+# gateway reaches features only through the seam (their health, background work, outlet).
+MAY_IMPORT_FEATURES = ("nanomem.app", "nanomem.cli")
 
 
 def test_the_core_never_imports_a_feature() -> None:
-    """Features import the core; the core knows them only through the Feature protocol
-    (nanomem/agent/feature.py), and only the composition root and entry points name one."""
+    """Features import the core; the core knows them only through the Feature base class
+    (nanomem/agent/feature.py), and only the composition root and the CLI name one."""
     reached = [
         f"{importer} imports {imported}"
         for importer, imported in core_imports()

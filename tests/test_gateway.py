@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import socket
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
 
+from nanomem.agent import Feature, HealthReport
 from nanomem.agent.channel import Capabilities, DeliveryLater
 from nanomem.agent.outbound import OutboundMessage
 from nanomem.config import ConfigError
@@ -42,7 +43,10 @@ async def serve(home: Home) -> AsyncIterator[Callable[..., Awaitable[Served]]]:
     started: list[Served] = []
 
     async def start(
-        *channels: FakeChannel, provider: ScriptedProvider | None = None, grace_s: float = 5
+        *channels: FakeChannel,
+        provider: ScriptedProvider | None = None,
+        grace_s: float = 5,
+        features: Sequence[Feature] = (),
     ) -> Served:
         app = make_app(
             home,
@@ -50,6 +54,8 @@ async def serve(home: Home) -> AsyncIterator[Callable[..., Awaitable[Served]]]:
             gateway={"port": 0, "grace_s": grace_s},
             dream={"enabled": False},
         )
+        for feature in features:
+            app.add(feature)
         gateway = Gateway(app, {channel.name: channel for channel in channels})
         served = Served(gateway, asyncio.create_task(gateway.run()))
         started.append(served)
@@ -140,6 +146,57 @@ async def test_health_reports_channels_queues_and_uptime(
     )
     served.gateway.request_stop()
     assert await served.task == 0
+
+
+class Gauge(Feature):
+    """A feature with a block of /health (and one that tries to take the gateway's own key)."""
+
+    name = "gauge"
+
+    def __init__(self) -> None:
+        self.level, self.low, self.broken = 3, False, False
+
+    def health(self) -> Mapping[str, HealthReport]:
+        if self.broken:
+            raise OSError("the gauge's file is gone")
+        return {
+            "tank": HealthReport({"level": self.level}, warning=self.low),
+            "queues": HealthReport("not the gauge's to say"),
+        }
+
+
+async def test_health_shows_every_feature_s_block(
+    serve: Callable[..., Awaitable[Served]],
+) -> None:
+    gauge = Gauge()
+    with log_lines("ERROR") as logged:
+        served = await serve(FakeChannel("fake"), features=[gauge])
+        status, body = await served.health()
+    assert status == 200 and body["status"] == "ok"
+    assert list(body) == [
+        "status",
+        "uptime_s",
+        "started_at",
+        "channels",
+        "last_dream",  # the features' blocks, by key, between the channels and the queues
+        "schedules",
+        "tank",
+        "queues",
+    ]
+    assert body["tank"] == {"level": 3}
+    assert body["last_dream"] is None and body["schedules"] is None  # no run; no inbox here
+    assert body["queues"]["inbound"] == 0  # the gateway's own: no feature's block takes it
+    assert "health: a feature's block may not be called 'queues'" in logged
+    gauge.level, gauge.low = 1, True  # only a person can mend it: a warning, still 200
+    status, body = await served.health()
+    assert (status, body["status"], body["tank"]) == (200, "warning", {"level": 1})
+    gauge.broken = True
+    with log_lines("ERROR") as logged:
+        status, body = await served.health()
+    assert (status, body["status"], body["gauge"]) == (200, "warning", {"error": "see the log"})
+    assert "tank" not in body  # shown under the feature's name instead
+    assert [line.split("\n")[0] for line in logged] == ["gauge could not report its health"]
+    assert "the gauge's file is gone" not in str(body)  # the reason is for the log only
 
 
 async def test_a_channel_that_cannot_start_is_retried_while_others_work(

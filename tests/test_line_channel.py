@@ -115,3 +115,35 @@ async def test_the_owner_is_told_of_a_dream_change_with_choices_as_text(home: Ho
         told = await ada.hear()
         assert told["text"].startswith("Dream prepared")
         assert "\nApprove: /dream-approve " in told["text"]
+
+
+@pytest.mark.slow
+async def test_a_dream_change_waits_for_the_owner_to_be_reachable_and_is_told_once(
+    home: Home,
+) -> None:
+    # The Dream feature says it through the owner outlet the gateway gives it: while no
+    # channel reaches the owner (ada is not connected), nobody is told, not even bea.
+    app = await app_with_history(
+        home,
+        ScriptedProvider(LEARN, latency=0.2),
+        dream={"review": "ask", "enabled": False},
+        gateway={"port": 0},
+    )
+    dreaming = app.feature(Dreaming)
+    assert (await dreaming.dream.run("cron")).pending is not None
+    dreaming.notice.check_s = 0.05  # many checks while ada is away
+    channel = LineChannel(owner="ada")
+    async for _ in running(app, channel):
+        bea = await connect(channel, "bea")
+        await bea.say("anyone there?")
+        assert (await bea.hear())["text"].endswith("\n\nanyone there?")  # the first she hears
+        ada = await connect(channel, "ada")
+        told = await ada.hear()
+        assert told["text"].startswith("Dream prepared")
+        assert "\nApprove: /dream-approve " in told["text"]
+        pending = await until(lambda: (p := dreaming.dream.review.peek()) and p.notified and p)
+        assert told["text"].startswith(pending.describe().split("\n")[0])
+        ada.writer.close()
+        again = await connect(channel, "ada")  # a new connection: a new private chat
+        await again.say("still there?")
+        assert (await again.hear())["text"].endswith("\n\nstill there?")  # not told twice

@@ -24,7 +24,16 @@ if TYPE_CHECKING:
     )
     from nanomem.agent.commands import STOPPED, Answer, Command, CommandSet, fenced, parse_command
     from nanomem.agent.context import ContextBuilder
-    from nanomem.agent.feature import Admits, Core, Feature, anyone
+    from nanomem.agent.feature import (
+        Admits,
+        Core,
+        Feature,
+        HealthReport,
+        OwnerAway,
+        Reach,
+        TellOwner,
+        anyone,
+    )
     from nanomem.agent.inbox import Pending, SqliteInbox, parked_in
     from nanomem.agent.loop import AgentLoop
     from nanomem.agent.outbound import (
@@ -74,17 +83,21 @@ __all__ = [
     "DeltaEnd",
     "Feature",
     "File",
+    "HealthReport",
     "InboundMessage",
     "MessageBus",
     "OutboundMessage",
+    "OwnerAway",
     "Part",
     "Pending",
     "Progress",
     "Question",
+    "Reach",
     "Readmit",
     "Retries",
     "Skills",
     "SqliteInbox",
+    "TellOwner",
     "Templates",
     "Text",
     "anyone",
@@ -119,7 +132,16 @@ __getattr__ = lazy_exports(
         ),
         "commands": ("Answer", "Command", "CommandSet", "STOPPED", "fenced", "parse_command"),
         "context": ("ContextBuilder",),
-        "feature": ("Admits", "Core", "Feature", "anyone"),
+        "feature": (
+            "Admits",
+            "Core",
+            "Feature",
+            "HealthReport",
+            "OwnerAway",
+            "Reach",
+            "TellOwner",
+            "anyone",
+        ),
         "inbox": ("Pending", "SqliteInbox", "parked_in"),
         "loop": ("AgentLoop",),
         "outbound": (

@@ -2,22 +2,24 @@
 
 A feature (a folder under nanomem/features/) contributes some of: tools, slash commands, a
 system-prompt section, hooks around a turn and before /new, inbox channels it stores messages
-under, and background work. Its `feature.py` builds it from the `Core`; the composition root
+under, blocks of GET /health, and background work, which may tell the owner things through the
+outlet it is given. Its `feature.py` builds it from the `Core`; the composition root
 (nanomem/app.py) builds the core, then adds each configured feature in one line. The core
-never imports a feature: it knows them only through this protocol. docs/features.md says how
+never imports a feature: it knows them only through this base class. docs/features.md says how
 to write one.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Set
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from loguru import logger
 
+from nanomem.agent.channel import DeliveryLater
 from nanomem.tools import Tool, ToolContext
 
 if TYPE_CHECKING:
@@ -25,6 +27,7 @@ if TYPE_CHECKING:
     from nanomem.agent.commands import Command
     from nanomem.agent.context import ContextBuilder
     from nanomem.agent.loop import AgentLoop
+    from nanomem.agent.outbound import Text
     from nanomem.agent.retries import Readmit
     from nanomem.agent.templates import Templates
     from nanomem.config import LLMSettings, Settings
@@ -38,16 +41,46 @@ if TYPE_CHECKING:
 # allow-list stops receiving what they set up before.
 Admits = Callable[[str, str], bool]
 
+# The owner outlet: delivers a notice to the owner's private chat, through whichever channel
+# reaches the owner now (its buttons become text where there are none). Returns once it is
+# delivered; raises DeliveryLater when it cannot be now (OwnerAway: no channel reaches them).
+# What to say, and when, is the caller's; a notice merely queued could be lost unseen.
+TellOwner = Callable[["Text"], Awaitable[None]]
+
+
+class OwnerAway(DeliveryLater):
+    """No channel reaches the owner right now (none declares it, or the owner is not there)."""
+
 
 def anyone(session: str, sender: str) -> bool:
     return True
 
 
-class Feature(Protocol):
-    """What a feature may contribute; subclass it and override only what it uses (each
-    default contributes nothing)."""
+@dataclass(frozen=True)
+class Reach:
+    """Whom a feature's background work may reach, given by what runs it (the gateway; in
+    `nanomem chat`, nobody beyond the terminal's own replies)."""
 
-    name: str  # for the log: "schedules", "dream", ...
+    pushing: Set[str] = frozenset()  # channels that take a message nobody asked for
+    admits: Admits = anyone  # see Admits
+    owner: TellOwner | None = None  # the owner outlet; None: no channel reaches the owner
+
+
+@dataclass(frozen=True)
+class HealthReport:
+    """A feature's block of GET /health."""
+
+    body: Any  # JSON-ready; None shows as null (not running)
+    # Wrong in a way only a person can mend (a bad hand-written entry): the status says
+    # "warning" but stays 200, since a restart (what a 503 asks a supervisor for) cannot help.
+    warning: bool = False
+
+
+class Feature:
+    """What a feature may contribute. Subclass it (`Core.add` refuses anything else), set
+    `name`, and override only what it uses: each default contributes nothing."""
+
+    name: str = ""  # for the log and errors: "schedules", "dream", ...
 
     def tools(self) -> list[Tool]:
         """Tools the model may call (a parameter typed ToolContext receives the call's)."""
@@ -79,9 +112,13 @@ class Feature(Protocol):
         one in again when its retry is due (agent/retries.py)."""
         return {}
 
-    async def start(self, pushing: set[str], admits: Admits) -> None:
-        """Start background work. `pushing`: the channels that take a message nobody asked
-        for (the gateway's; none in `nanomem chat`); `admits`: see Admits."""
+    def health(self) -> Mapping[str, HealthReport]:
+        """Blocks for GET /health, by their key in its body (`schedules`); asked at every
+        request, so cheap (a small file read at most)."""
+        return {}
+
+    async def start(self, reach: Reach) -> None:
+        """Start background work, reaching at most what `reach` allows."""
         return None
 
     async def stop(self, grace_s: float) -> None:
@@ -93,8 +130,10 @@ F = TypeVar("F", bound=Feature)
 
 
 def _defines(feature: Feature, hook: str) -> bool:
-    """Whether the feature's class overrides a hook, rather than keeping the empty default."""
-    return getattr(type(feature), hook) is not getattr(Feature, hook)
+    """Whether the feature supplies this hook instead of the empty default: looked up on the
+    feature itself, so a hook set on the instance counts as much as an overriding method."""
+    found = getattr(feature, hook)
+    return getattr(found, "__func__", found) is not getattr(Feature, hook)
 
 
 @dataclass
@@ -120,9 +159,16 @@ class Core:
     features: list[Feature] = field(default_factory=list)
 
     def add(self, feature: Feature | None) -> None:
-        """Plug a feature into the engine (None: not configured, nothing to add)."""
+        """Plug a feature into the engine (None: not configured, nothing to add). TypeError
+        for one that does not subclass Feature: its parts would be missed, not refused."""
         if feature is None:
             return
+        if not isinstance(feature, Feature):
+            raise TypeError(
+                f"{type(feature).__name__} is not a Feature: subclass nanomem.agent.Feature"
+            )
+        if not feature.name:
+            raise TypeError(f"{type(feature).__name__} has no name: set its `name`")
         self.features.append(feature)
         for tool in feature.tools():
             self.tools.add(tool)
@@ -131,7 +177,7 @@ class Core:
             self.loop.commands.register(command)
         if (section := feature.prompt_section()) is not None:
             self.context.sections.append(section)
-        # Only the hooks it defines: an after-turn hook costs a task per turn.
+        # Only the hooks it supplies: an after-turn hook costs a task per turn.
         if _defines(feature, "before_turn"):
             self.loop.before_turn.append(feature.before_turn)
         if _defines(feature, "after_turn"):
@@ -150,13 +196,29 @@ class Core:
         """Every feature's inbox names, each with what hands its stored messages in again."""
         return {name: again for f in self.features for name, again in f.inbox_channels().items()}
 
-    async def start_features(
-        self, pushing: set[str] | None = None, admits: Admits = anyone
-    ) -> None:
-        """Start every feature's background work; one that fails is logged, the rest run."""
+    def health(self) -> dict[str, HealthReport]:
+        """Every feature's blocks of GET /health, by key. One that fails to report is logged
+        and shown as an error block under its name (a warning), never a failed /health."""
+        blocks: dict[str, HealthReport] = {}
         for feature in self.features:
             try:
-                await feature.start(set(pushing or ()), admits)
+                reports = dict(feature.health())
+            except Exception:
+                logger.exception("{} could not report its health", feature.name)
+                reports = {feature.name: HealthReport({"error": "see the log"}, warning=True)}
+            for key, report in reports.items():
+                if key in blocks:  # a mistake in a feature: never a failed /health
+                    logger.error("{}: the health key {!r} is taken", feature.name, key)
+                else:
+                    blocks[key] = report
+        return blocks
+
+    async def start_features(self, reach: Reach | None = None) -> None:
+        """Start every feature's background work, reaching what `reach` allows (by default
+        nobody: `nanomem chat`); one that fails is logged, the rest run."""
+        for feature in self.features:
+            try:
+                await feature.start(reach or Reach())
             except Exception:  # the chats still work; the log says why this does not
                 logger.exception("{} could not start", feature.name)
 

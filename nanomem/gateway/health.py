@@ -1,21 +1,25 @@
-"""What `GET /health` reports: uptime, each channel's state, the last Dream run, queue depths."""
+"""What `GET /health` reports: uptime, each channel's state, the features' blocks (the last
+Dream run, the schedules), queue depths."""
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal
 
 from aiohttp import web
+from loguru import logger
 
-from nanomem.agent import MessageBus
+from nanomem.agent import HealthReport, MessageBus
 from nanomem.gateway.connection_guard import ConnectionGuard
 from nanomem.log import redact
 
 State = Literal["starting", "up", "down", "stopping"]
+# The gateway's own keys of the body; a feature's block cannot take one.
+OWN_KEYS = frozenset({"status", "uptime_s", "started_at", "channels", "queues"})
 
 
 def _iso(epoch: float) -> str:
@@ -34,12 +38,10 @@ class Health:
     def __init__(
         self,
         bus: MessageBus,
-        last_dream: Callable[[], dict[str, Any] | None] = lambda: None,
-        schedules: Callable[[], dict[str, Any] | None] = lambda: None,
+        features: Callable[[], Mapping[str, HealthReport]] = dict,
     ) -> None:
         self.bus = bus
-        self.last_dream = last_dream  # Dream's persisted record of its last run
-        self.schedules = schedules  # armed, failed to arm, file problem (None: not running)
+        self.features = features  # their blocks by key (Core.health): last_dream, schedules
         self.started = time.time()
         self.channels: dict[str, ChannelReport] = {}
         self.problems: dict[str, Callable[[], str | None]] = {}  # live checks, per channel
@@ -56,8 +58,9 @@ class Health:
 
     def snapshot(self) -> tuple[bool, dict[str, Any]]:
         """(healthy, the JSON body); healthy means every channel is up and has no problem.
-        Schedules that failed to arm make the status "warning", not unhealthy: a restart
-        (what a 503 asks a supervisor for) cannot mend a bad entry, only a person can."""
+        A feature's warning (schedules that failed to arm) makes the status "warning", not
+        unhealthy: a restart (what a 503 asks a supervisor for) cannot mend a bad entry, only
+        a person can."""
         channels: dict[str, dict[str, Any]] = {}
         for name, report in self.channels.items():
             shown = asdict(report)
@@ -67,15 +70,14 @@ class Health:
                 shown.update(state="down", detail=redact(problem))
             channels[name] = shown
         healthy = all(c["state"] == "up" for c in channels.values())
-        schedules = self.schedules()
-        troubled = schedules is not None and bool(schedules["failed"] or schedules["file"])
+        blocks = self._blocks()
+        troubled = any(report.warning for report in blocks.values())
         body = {
             "status": "degraded" if not healthy else "warning" if troubled else "ok",
             "uptime_s": round(time.time() - self.started, 1),
             "started_at": _iso(self.started),
             "channels": channels,
-            "last_dream": self.last_dream(),
-            "schedules": schedules,
+            **{key: blocks[key].body for key in sorted(blocks)},
             "queues": {
                 "inbound": self.bus.inbound_depth,
                 "outbound": self.bus.outbound_depth(),
@@ -86,6 +88,13 @@ class Health:
             },
         }
         return healthy, body
+
+    def _blocks(self) -> dict[str, HealthReport]:
+        blocks = dict(self.features())
+        for key in OWN_KEYS & blocks.keys():  # a mistake in a feature: never a failed /health
+            logger.error("health: a feature's block may not be called {!r}", key)
+            del blocks[key]
+        return blocks
 
 
 # Adds a channel's own routes (the agent API) to the gateway's one HTTP server.

@@ -15,6 +15,8 @@ from nanomem.agent import (
     ChannelDown,
     DeliveryLater,
     OutboundMessage,
+    OwnerAway,
+    Reach,
     Readmit,
     Retries,
     Text,
@@ -25,15 +27,12 @@ from nanomem.agent import (
 from nanomem.app import App
 from nanomem.channel_registry import NO_CHANNEL, enabled_channels, load_channel
 from nanomem.config import ConfigError
-from nanomem.features.dream import Dreaming
-from nanomem.features.schedules import ScheduledTurns
 from nanomem.gateway.health import Health, serve_health
-from nanomem.locks import LockBusy
 
 SIGNALS = (signal.SIGTERM, signal.SIGINT)
 RETRY_FIRST_S, RETRY_MAX_S = 1.0, 300.0
 STOP_CHANNEL_S = 25.0  # per channel, after the grace period
-REVIEW_CHECK_S = 5.0  # how often a Dream change waiting for the owner is looked for
+PARKED_CHECK_S = 5.0  # how often messages parked after their last attempt are looked for
 FD_RESERVE = 256  # file descriptors kept for all but the HTTP server's connections
 FORCED_EXIT_S = 5.0  # after a second signal: cancel everything, then leave whatever happens
 
@@ -51,11 +50,7 @@ class Gateway:
     def __init__(self, app: App, channels: dict[str, GatewayChannel]) -> None:
         self.app = app
         self.channels = channels
-        self.health = Health(
-            app.bus,
-            last_dream=app.feature(Dreaming).dream.last_run,
-            schedules=app.feature(ScheduledTurns).report,
-        )
+        self.health = Health(app.bus, app.health)  # the features' blocks among the rest
         self.port = 0
         self._stop = asyncio.Event()
         self._forced = False
@@ -97,8 +92,9 @@ class Gateway:
         dispatcher = asyncio.create_task(self.app.loop.run(), name="agent-loop")
         dispatcher.add_done_callback(self._dispatcher_ended)
         await self._start_features()
-        if any(channel.capabilities.reaches_owner for channel in self.channels.values()):
-            self._tasks.append(asyncio.create_task(self._tell_owner(), name="reviews"))
+        if self._reaches_owner():
+            parked = asyncio.create_task(self._tell_owner_of_parked(), name="parked-notices")
+            self._tasks.append(parked)
         for name, channel in self.channels.items():
             self.health.problems[name] = channel.problem
             self._tasks.append(asyncio.create_task(self._supervise(name, channel), name=name))
@@ -119,11 +115,16 @@ class Gateway:
         return self._exit_code
 
     async def _start_features(self) -> None:
-        """The features' background work (Dream's schedule, scheduled turns); what they start
-        unasked goes to the chats of channels that can take a message nobody asked for (not
-        the API: its replies go to a waiting request)."""
+        """The features' background work (Dream's schedule and review notices, scheduled
+        turns); what they start unasked goes to the chats of channels that can take a message
+        nobody asked for (not the API: its replies go to a waiting request), and what is for
+        the owner through the owner outlet, when a channel can reach the owner."""
         pushing = {name for name, c in self.channels.items() if c.capabilities.pushes}
-        await self.app.start_features(pushing, self._admits)
+        owner = self._tell_owner if self._reaches_owner() else None
+        await self.app.start_features(Reach(frozenset(pushing), self._admits, owner))
+
+    def _reaches_owner(self) -> bool:
+        return any(channel.capabilities.reaches_owner for channel in self.channels.values())
 
     def _start_retries(self) -> asyncio.Task[None] | None:
         """Messages whose handling failed go back to their channel when their next attempt is
@@ -190,57 +191,35 @@ class Gateway:
         self.app.bus.retry_wake.set()  # a retry that fell due while it was down: now
         await pump_outbound(channel, self.app.bus)
 
-    async def _tell_owner(self) -> None:
-        """A Dream change waiting for a decision (made here, or by a cron `nanomem dream`) goes
-        once to the owner's private chat, in the first channel that reaches them now, with
-        Approve and Reject buttons (as text where there are none); so does each message parked
-        after its last failed attempt."""
-        while True:
-            await asyncio.sleep(REVIEW_CHECK_S)
-            if (owner := self._owner()) is None:
-                continue  # no channel reaches them now: told at a later check
-            channel, chat = owner
-            for what, tell in (
-                ("the Dream change", self._tell_owner_once),
-                ("a parked message", self._tell_owner_parked),
-            ):
-                try:
-                    await tell(channel, chat)
-                except DeliveryLater as exc:  # logged by the channel: told at a later check
-                    logger.info("gateway: the owner will be told of {} later ({})", what, exc)
-                except Exception:  # a full disk, say: try again at the next check
-                    logger.exception("gateway: could not tell the owner of {}", what)
-
-    async def _tell_owner_parked(self, channel: GatewayChannel, chat: str) -> None:
-        inbox = self.app.bus.inbox
-        if inbox is None:
-            return
-        for parked in await asyncio.to_thread(inbox.untold):
-            notice = OutboundMessage(channel.name, chat, Text(parked_notice(parked)))
-            await channel.send(notice)  # delivered, or DeliveryLater
-            await asyncio.to_thread(inbox.owner_told, parked.seq)
-
-    async def _tell_owner_once(self, channel: GatewayChannel, chat: str) -> None:
-        dream = self.app.feature(Dreaming).dream
-        pending = await asyncio.to_thread(dream.review.peek)
-        if pending is None or pending.notified:
-            return
-        told = Text(pending.describe(), buttons=pending.buttons())
-        notice = shaped(OutboundMessage(channel.name, chat, told), channel.capabilities)
+    async def _tell_owner(self, notice: Text) -> None:
+        """The owner outlet (agent/feature.py: TellOwner): the notice goes to the owner's
+        private chat in the first channel that reaches them now, in a form it can show."""
+        if (owner := self._owner()) is None:
+            raise OwnerAway("no channel reaches the owner now")
+        channel, chat = owner
+        shown = shaped(OutboundMessage(channel.name, chat, notice), channel.capabilities)
         # Sent by the channel itself, which returns once it is delivered (DeliveryLater when
         # it cannot be now): a notice merely queued may be lost, and then nobody is told.
-        # A decision made meanwhile makes its buttons answer "no longer waiting"; told twice
-        # rather than never.
-        if notice is not None:
-            await channel.send(notice)
-        try:  # under the Dream lock: a decision may be removing the change right now
-            await dream.lock.acquire(wait_s=REVIEW_CHECK_S)
-        except LockBusy:
-            return  # told again at the next check
-        try:
-            await asyncio.to_thread(dream.review.mark_notified, pending.id)
-        finally:
-            dream.lock.release()
+        if shown is not None:
+            await channel.send(shown)
+
+    async def _tell_owner_of_parked(self) -> None:
+        """Each message parked after its last failed attempt is told once to the owner."""
+        inbox = self.app.bus.inbox
+        if inbox is None:
+            return  # nothing is parked without the inbox
+        while True:
+            await asyncio.sleep(PARKED_CHECK_S)
+            try:
+                for parked in await asyncio.to_thread(inbox.untold):
+                    await self._tell_owner(Text(parked_notice(parked)))
+                    await asyncio.to_thread(inbox.owner_told, parked.seq)
+            except OwnerAway:
+                pass  # nobody to tell now: told at a later check
+            except DeliveryLater as exc:  # logged by the channel: told at a later check
+                logger.info("gateway: the owner will be told of a parked message later ({})", exc)
+            except Exception:  # a full disk, say: try again at the next check
+                logger.exception("gateway: could not tell the owner of a parked message")
 
     async def _shutdown(self, dispatcher: asyncio.Task[None], grace_s: float) -> None:
         """Take nothing new, let running turns finish within the grace period and deliver their

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from nanomem.agent import Admits, Command, Feature, InboundMessage
+from nanomem.agent import Command, Feature, InboundMessage, Reach
 from nanomem.app import App
 from nanomem.audience import Sender
 from nanomem.features.dream import Dreaming
@@ -56,8 +56,8 @@ class Probe(Feature):
         self.hooks.append(("new", session.key, context.session, context.personal))
         return "The probe forgot nothing."
 
-    async def start(self, pushing: set[str], admits: Admits) -> None:
-        self.started = (pushing, admits("telegram:-100", "77"))
+    async def start(self, reach: Reach) -> None:
+        self.started = (reach.pushing, reach.admits("telegram:-100", "77"))
 
     async def stop(self, grace_s: float) -> None:
         self.stopped = grace_s
@@ -66,7 +66,7 @@ class Probe(Feature):
 class Broken(Feature):
     name = "broken"
 
-    async def start(self, pushing: set[str], admits: Admits) -> None:
+    async def start(self, reach: Reach) -> None:
         raise RuntimeError("no scheduler today")
 
 
@@ -111,7 +111,7 @@ async def test_background_work_starts_and_stops_through_the_seam(home: Home) -> 
     app, probe = with_probe(home, ScriptedProvider())
     app.add(Broken())
     with log_lines("ERROR") as lines:
-        await app.start_features({"telegram"}, lambda session, sender: sender == "77")
+        await app.start_features(Reach({"telegram"}, lambda session, sender: sender == "77"))
     assert probe.started == ({"telegram"}, True)
     # Logged with its reason, and the others started all the same:
     assert [line.split("\n")[0] for line in lines] == ["broken could not start"]
@@ -138,3 +138,62 @@ async def test_recall_adds_its_line_to_the_prompt(home: Home) -> None:
     private, group = model.calls[0][0]["content"], model.calls[1][0]["content"]
     assert "search the older conversations with\n`search_history`." in private
     assert "`search_history` (here: this group's own)." in group
+
+
+class Lookalike:
+    """Has every part a feature has, without subclassing Feature."""
+
+    name = "lookalike"
+
+    def tools(self) -> list[Tool]:
+        return []
+
+    def commands(self) -> list[Command]:
+        return [Command("lookalike", "never registered", Probe()._probe)]
+
+    def prompt_section(self) -> None:
+        return None
+
+    async def after_turn(self, session: Session, context: ToolContext) -> None:
+        raise AssertionError("never called")
+
+
+class Nameless(Feature):
+    def commands(self) -> list[Command]:
+        return [Command("nameless", "never registered", Probe()._probe)]
+
+
+def test_only_a_named_subclass_of_feature_is_added(home: Home) -> None:
+    # Its hooks could not be told apart from the defaults: refused, not half added.
+    app = make_app(home, ScriptedProvider())
+    with pytest.raises(TypeError, match=r"Lookalike is not a Feature: subclass nanomem\.agent"):
+        app.add(Lookalike())  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="Nameless has no name: set its `name`"):
+        app.add(Nameless())
+    names = {command.name for command in app.loop.commands.all()}
+    assert not names & {"lookalike", "nameless"}
+    assert not any(isinstance(f, Nameless) for f in app.features)
+
+
+class Wired(Feature):
+    """Its hook is an attribute of the instance (a callable it was given), not a method."""
+
+    name = "wired"
+
+    def __init__(self) -> None:
+        self.seen: list[str] = []
+
+        async def note(session: Session, context: ToolContext) -> str:
+            self.seen.append(session.key)
+            return "The wired feature saw it."
+
+        self.before_new = note
+
+
+async def test_a_hook_given_to_the_instance_is_called(home: Home) -> None:
+    app = make_app(home, ScriptedProvider())
+    wired = Wired()
+    app.add(wired)
+    new = await app.loop.handle(InboundMessage("cli", "direct", "/new", Sender("me")))
+    assert new is not None and "The wired feature saw it." in new.content
+    assert wired.seen == ["cli:direct"]

@@ -8,6 +8,7 @@ from zoneinfo import ZoneInfo
 import pytest
 from loguru import logger
 
+from nanomem.agent import Reach
 from nanomem.agent.bus import InboundMessage, MessageBus
 from nanomem.agent.inbox import SqliteInbox
 from nanomem.agent.templates import Templates
@@ -267,7 +268,7 @@ async def test_a_schedule_fires_through_the_inbox_in_its_chat(
     store: ScheduleStore, bus: MessageBus
 ) -> None:
     runner = turns(store, bus, grace_min=0)  # no grace for missed runs; on time still fires
-    await runner.start({"telegram"})
+    await runner.start(Reach({"telegram"}))
     try:
         chat = ToolContext(audience=audience_of("telegram:42"))
         soon = (datetime.now(UTC) + timedelta(seconds=1)).isoformat()
@@ -305,7 +306,7 @@ async def test_a_firing_left_in_the_inbox_is_replayed_at_start(
 ) -> None:
     (seq,) = await bus.receive(INBOX_CHANNEL, [("7", fired_payload(), Sender())], None)
     runner = turns(store, bus)
-    await runner.start({"telegram"})
+    await runner.start(Reach({"telegram"}))
     try:
         msg = await next_message(bus)
         assert (msg.chat_id, msg.seq, msg.replayed) == ("7", seq, True)
@@ -321,7 +322,7 @@ async def test_missed_within_the_grace_fires_once_at_start(
     created = datetime.now(UTC).replace(microsecond=0) - timedelta(hours=3, minutes=10)
     store.add(stored(every_minutes=60, created_at=created.isoformat()))
     runner = turns(store, bus)
-    await runner.start({"telegram"})
+    await runner.start(Reach({"telegram"}))
     try:
         msg = await next_message(bus)
         assert msg.content.endswith("drink water")
@@ -344,7 +345,7 @@ async def test_missed_by_more_than_the_grace_is_skipped_with_a_log_line(
         store.add(stored(id="0ce0ce00", at=late))
         store.add(stored(every_minutes=120, created_at=created.isoformat()))
         runner = turns(store, bus, grace_min=30)
-        await runner.start({"telegram"})
+        await runner.start(Reach({"telegram"}))
         try:
             await asyncio.sleep(0.5)  # a window for a late firing, which must not come
             assert bus.inbound_depth == 0
@@ -366,7 +367,7 @@ async def test_a_one_shot_that_fired_before_a_restart_does_not_fire_again(
     store.add(stored(at=at.isoformat()))
     await bus.receive(INBOX_CHANNEL, [], (position_name("abcd1234"), at.isoformat()))
     runner = turns(store, bus)
-    await runner.start({"telegram"})
+    await runner.start(Reach({"telegram"}))
     try:
         await asyncio.sleep(0.5)  # a window for a second firing, which must not come
         assert bus.inbound_depth == 0 and store.load() == []
@@ -386,7 +387,7 @@ async def test_a_schedule_fires_only_while_its_maker_is_admitted(
             return made_by in allowed
 
         runner = turns(store, bus, grace_min=0)
-        await runner.start({"telegram"}, admits)
+        await runner.start(Reach({"telegram"}, admits))
         try:
             chat = ToolContext(Sender("77"), audience_of("telegram:-500"))
             soon = datetime.now(UTC) + timedelta(seconds=1)
@@ -401,7 +402,7 @@ async def test_a_schedule_fires_only_while_its_maker_is_admitted(
             soon = datetime.now(UTC) + timedelta(seconds=1)
             made = stored(id="feedf00d", session="telegram:-500", made_by="77", at=soon.isoformat())
             store.add(made)
-            await runner.start({"telegram"}, admits)
+            await runner.start(Reach({"telegram"}, admits))
             await until(lambda: any("feedf00d" in line for line in lines))
             assert bus.inbound_depth == 0
             assert ("telegram:-500", "77") in asked
@@ -423,12 +424,12 @@ async def test_a_schedule_made_in_a_scheduled_turn_is_made_by_whoever_made_that_
     """A scheduled task that schedules a follow-up: the follow-up has the same maker, so in a
     group admitting its members one by one it still fires (an unknown maker would not)."""
     runner = turns(store, bus)
-    await runner.start({"telegram"}, lambda session, made_by: made_by == "77")
+    await runner.start(Reach({"telegram"}, lambda session, made_by: made_by == "77"))
     try:
         soon = datetime.now(UTC) + timedelta(seconds=1)
         store.add(stored(session="telegram:-500", made_by="77", at=soon.isoformat()))
         await runner.stop()
-        await runner.start({"telegram"}, lambda session, made_by: made_by == "77")
+        await runner.start(Reach({"telegram"}, lambda session, made_by: made_by == "77"))
         fired = await next_message(bus)
         assert fired.sender.id == "77"
         chat = ToolContext(fired.sender, audience_of("telegram:-500"))
@@ -443,7 +444,7 @@ async def test_a_firing_left_in_the_inbox_for_a_refused_maker_is_dropped_at_star
 ) -> None:
     await bus.receive(INBOX_CHANNEL, [("7", fired_payload(made_by="7"), Sender("7"))], None)
     runner = turns(store, bus)
-    await runner.start({"telegram"}, lambda session, made_by: made_by != "7")
+    await runner.start(Reach({"telegram"}, lambda session, made_by: made_by != "7"))
     try:
         assert bus.inbound_depth == 0
         assert bus.inbox is not None and bus.inbox.pending(INBOX_CHANNEL) == []
@@ -456,7 +457,7 @@ async def test_a_schedule_of_a_channel_that_is_not_running_waits(
 ) -> None:
     store.add(stored(every_minutes=5))
     runner = turns(store, bus)
-    await runner.start({"api"})  # Telegram disabled this time
+    await runner.start(Reach({"api"}))  # Telegram disabled this time
     try:
         (schedule,) = store.load()  # kept for a start with Telegram again
         assert runner.next_run(schedule) is None
@@ -474,7 +475,7 @@ async def test_tools_need_the_gateway_and_a_channel_that_can_receive(
     with pytest.raises(ToolError, match="need the gateway"):
         await runner.list_schedules(chat)
     assert NEEDS_GATEWAY.endswith("Nothing was scheduled.")
-    await runner.start({"telegram"})
+    await runner.start(Reach({"telegram"}))
     try:
         chat = ToolContext(audience=audience_of("api:laptop"))
         with pytest.raises(ToolError, match="cannot receive messages"):
@@ -486,7 +487,7 @@ async def test_tools_need_the_gateway_and_a_channel_that_can_receive(
 
 async def test_a_chat_lists_and_cancels_only_its_own(store: ScheduleStore, bus: MessageBus) -> None:
     runner = turns(store, bus)
-    await runner.start({"telegram"})
+    await runner.start(Reach({"telegram"}))
     try:
         chat = ToolContext(audience=audience_of("telegram:1"))
         made = await runner.schedule(chat, "water the plants", cron="0 9 * * *")
@@ -519,7 +520,7 @@ async def test_a_repeating_schedule_whose_firing_failed_is_tried_again(
     created = datetime.now(UTC).replace(microsecond=0) - timedelta(seconds=55)
     store.add(stored(every_minutes=1, created_at=created.isoformat()))
     runner = turns(store, bus)
-    await runner.start({"telegram"})
+    await runner.start(Reach({"telegram"}))
     try:
         (schedule,) = store.load()
         first = runner.next_run(schedule)
@@ -549,7 +550,7 @@ async def test_an_occurrence_already_in_the_inbox_is_not_fired_again(
     occurrence = created + timedelta(minutes=60)
     await bus.receive(INBOX_CHANNEL, [], (position_name("abcd1234"), occurrence.isoformat()))
     runner = turns(store, bus)
-    await runner.start({"telegram"})
+    await runner.start(Reach({"telegram"}))
     try:
         await runner._fire("abcd1234", occurrence.isoformat(), False)  # a retry of a firing
         assert bus.inbound_depth == 0

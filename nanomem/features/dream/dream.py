@@ -228,7 +228,7 @@ class Dream:
         blocking: call in a worker thread). DreamBusy if a run is going. A run a crash
         interrupted is finished first, so the restore applies to what that run wrote."""
         try:
-            # The gateway holds the lock a moment to mark a review notice sent; waiting that
+            # The review notice holds the lock a moment to mark itself sent; waiting that
             # out tells it apart from a run, which holds it far longer.
             self.lock.acquire_sync(wait_s=BRIEF_HOLD_S)
         except LockBusy:

@@ -1,12 +1,16 @@
-"""Dream as a feature: its runs on a schedule (background work), and the memory commands that
-show, undo and decide its changes (/dream, /dream-log, /dream-restore, /dream-approve,
-/dream-reject) and trace a line's origin (/why)."""
+"""Dream as a feature: its runs on a schedule and the owner told of a change waiting for them
+(background work), the memory commands that show, undo and decide its changes (/dream,
+/dream-log, /dream-restore, /dream-approve, /dream-reject) and trace a line's origin (/why),
+and its last run in GET /health."""
 
 from __future__ import annotations
 
-from nanomem.agent import Admits, Command, Core, Feature
+from collections.abc import Mapping
+
+from nanomem.agent import Command, Core, Feature, HealthReport, Reach
 from nanomem.features.dream.commands import MemoryCommands
 from nanomem.features.dream.dream import Dream
+from nanomem.features.dream.notice import ReviewNotice
 from nanomem.features.dream.provenance import Provenance
 from nanomem.features.dream.scheduler import DreamScheduler
 
@@ -16,14 +20,21 @@ class Dreaming(Feature):
 
     def __init__(self, dream: Dream, scheduler: DreamScheduler, provenance: Provenance) -> None:
         self.dream, self.scheduler, self.provenance = dream, scheduler, provenance
+        self.notice = ReviewNotice(dream)
 
     def commands(self) -> list[Command]:
         return [*MemoryCommands(self.dream, self.dream.git).commands(), *self.provenance.commands()]
 
-    async def start(self, pushing: set[str], admits: Admits) -> None:
+    def health(self) -> Mapping[str, HealthReport]:
+        return {"last_dream": HealthReport(self.dream.last_run())}
+
+    async def start(self, reach: Reach) -> None:
         self.scheduler.start()  # in the gateway, and while `nanomem chat` is open
+        if reach.owner is not None:  # `nanomem chat` shows a waiting change as it opens
+            self.notice.start(reach.owner)
 
     async def stop(self, grace_s: float) -> None:
+        await self.notice.stop()
         await self.scheduler.stop(grace_s=grace_s)  # a running Dream may finish, too
 
 

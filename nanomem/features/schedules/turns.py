@@ -24,8 +24,10 @@ from loguru import logger
 from nanomem.agent import (
     Admits,
     Feature,
+    HealthReport,
     InboundMessage,
     MessageBus,
+    Reach,
     Templates,
     anyone,
     record_failure,
@@ -88,16 +90,17 @@ class ScheduledTurns(ChatSchedules, Feature):
     def inbox_channels(self) -> Mapping[str, Readmit]:
         return {INBOX_CHANNEL: self.readmit}
 
-    async def start(self, pushing: set[str], admits: Admits = anyone) -> None:
+    async def start(self, reach: Reach) -> None:
         """Replay firings an earlier run left in the inbox, then arm every stored schedule for
-        the `pushing` channels: one missed while nothing ran fires now if it is less than the
-        grace late. Only with the durable inbox (the gateway): in `nanomem chat` nothing would
-        be running at the time, and the tools say so."""
+        the channels that push (`reach.pushing`): one missed while nothing ran fires now if it
+        is less than the grace late. Only with the durable inbox (the gateway): in `nanomem
+        chat` nothing would be running at the time, and the tools say so."""
         if self.bus.inbox is None:
             return
         from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
-        self.channels, self.admits = pushing, admits
+        pushing = self.channels = set(reach.pushing)
+        self.admits = reach.admits
         self._scheduler = AsyncIOScheduler(timezone=UTC)
         self._scheduler.start()
         for pending in await self.bus.unfinished(INBOX_CHANNEL):
@@ -148,15 +151,17 @@ class ScheduledTurns(ChatSchedules, Feature):
         # Once per entry (never repeated): not for the flood guard to fold into a count.
         logger.bind(**{EACH: True}).error("schedule {} is not armed: {}", schedule_id, reason)
 
-    def report(self) -> dict[str, Any] | None:
-        """For /health: how many are armed, which failed to arm and why; None when not running."""
+    def health(self) -> Mapping[str, HealthReport]:
+        """How many are armed, which failed to arm and why, whether the file could not be read
+        (null when not running); either problem is a warning: only a person can mend it."""
         if self._scheduler is None:
-            return None
-        return {
+            return {"schedules": HealthReport(None)}
+        report = {
             "armed": len(self._scheduler.get_jobs()),
             "failed": [{"id": key, "reason": why} for key, why in self.failed.items()],
             "file": self.file_problem,
         }
+        return {"schedules": HealthReport(report, warning=bool(self.failed or self.file_problem))}
 
     async def stop(self, grace_s: float = 0) -> None:
         """Arm nothing more; a firing under way finishes (it is one inbox write)."""
