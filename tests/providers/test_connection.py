@@ -223,6 +223,27 @@ async def test_bad_urls_and_header_values_raise_before_sending() -> None:
     assert srv.requests == []
 
 
+async def test_a_url_that_cannot_be_used_fails_each_call_as_a_bad_url() -> None:
+    for url in ("http://127.0.0.1:99999/v1/chat/completions", "http:///v1/chat/completions"):
+        async with connected(url) as pool:
+            for _ in range(2):
+                with pytest.raises(ConnectionFailed, match="bad URL"):
+                    await fetch(pool)
+        assert pool.opened == 0
+
+
+async def test_requests_carry_the_same_headers_and_no_cookie_the_server_set() -> None:
+    heads: list[bytes] = []
+    answer = b"HTTP/1.1 200 OK\r\nSet-Cookie: session=abc\r\nContent-Length: 2\r\n\r\nok"
+    async with raw_server(lambda n: answer, heads=heads) as url, connected(url) as pool:
+        for _ in range(2):
+            assert await fetch(pool) == (200, b"ok")
+    names = [[line.split(b":")[0] for line in head.split(b"\r\n")[1:-2]] for head in heads]
+    sent = b"Host Accept Connection User-Agent Accept-Encoding Content-Type Content-Length"
+    assert names[0] == names[1] == sent.split()
+    assert b"identity" in heads[1] and b"nanomem" in heads[1]
+
+
 @pytest.fixture
 def certificate(tmp_path: Path) -> tuple[Path, Path]:
     if shutil.which("openssl") is None:
