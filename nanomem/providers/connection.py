@@ -18,10 +18,10 @@ import functools
 import os
 import sys
 import threading
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterable, AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import urlsplit
 
 from nanomem.providers.proxies import Proxy, proxy_for
@@ -96,7 +96,11 @@ class Body:
     def __init__(self, response: httpx.Response, where: Connection) -> None:
         self.status, self.headers = response.status_code, response.headers
         self.reason = response.reason_phrase
-        self._chunks = response.aiter_bytes()
+        # The transport's stream as it comes (two generator layers fewer a piece), unless the
+        # server compressed the body although asked not to: httpx decodes it then.
+        coded = self.headers.get("content-encoding", "identity").lower() != "identity"
+        stream = cast("AsyncIterable[bytes]", response.stream)  # the async transport's
+        self._chunks = aiter(response.aiter_bytes() if coded else stream)
         self._pending = bytearray()
         self._where = where
         self.complete = False

@@ -4,6 +4,7 @@ servers, each reaching the provider as one of its error categories."""
 from __future__ import annotations
 
 import asyncio
+import gzip
 import shutil
 import ssl
 import subprocess
@@ -242,6 +243,15 @@ async def test_requests_carry_the_same_headers_and_no_cookie_the_server_set() ->
     sent = b"Host Accept Connection User-Agent Accept-Encoding Content-Type Content-Length"
     assert names[0] == names[1] == sent.split()
     assert b"identity" in heads[1] and b"nanomem" in heads[1]
+
+
+async def test_a_body_compressed_although_not_asked_for_is_decoded() -> None:
+    packed = gzip.compress(b"all of it")
+    answer = b"HTTP/1.1 200 OK\r\nContent-Encoding: gzip\r\nContent-Length: %d\r\n\r\n%s"
+    async with raw_server(lambda n: answer % (len(packed), packed)) as url, connected(url) as pool:
+        assert await fetch(pool) == (200, b"all of it")
+        assert await fetch(pool) == (200, b"all of it")
+    assert pool.opened == 1
 
 
 @pytest.fixture
