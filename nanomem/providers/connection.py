@@ -61,7 +61,15 @@ def load(url: str) -> None:
     the first call does not: `nanomem chat` builds the lean client while its prompt waits.
     (In a thread beside a one-shot's startup it saved nothing: both hold the GIL.)"""
     import anyio._backends._asyncio  # noqa: F401  (what httpcore needs at the first request)
+
+    # httpcore's __init__ imports its HTTP/2 classes (h2, hpack, hyperframe: ~10 ms of CPU),
+    # used only when HTTP/2 is asked for, which nanomem never does; kept out of that import
+    # only, they load when first asked for (PTB's http_version="2", LITELLM_HTTP2).
+    sys.modules.setdefault("h2", None)  # type: ignore[arg-type]
     import httpcore  # noqa: F401
+
+    if sys.modules.get("h2", ...) is None:
+        del sys.modules["h2"]
 
     # httpx's __init__ imports its command-line tool (click, rich, pygments: 40-80 ms) and
     # goes without it when that import fails; nanomem never runs it.

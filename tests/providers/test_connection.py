@@ -8,6 +8,7 @@ import gzip
 import shutil
 import ssl
 import subprocess
+import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -252,6 +253,18 @@ async def test_a_body_compressed_although_not_asked_for_is_decoded() -> None:
         assert await fetch(pool) == (200, b"all of it")
         assert await fetch(pool) == (200, b"all of it")
     assert pool.opened == 1
+
+
+@pytest.mark.slow
+def test_http2_still_loads_when_asked_for_after_the_lean_client_kept_it_out() -> None:
+    # A fresh process: nothing has imported httpx's stack yet, as in `nanomem chat -m`.
+    code = (
+        "import sys; from nanomem.providers import connection; connection.load('http://x'); "
+        "assert 'h2' not in sys.modules; import httpx; httpx.AsyncClient(http2=True); "
+        "from httpcore._async.http2 import AsyncHTTP2Connection; print('h2' in sys.modules)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert (done.returncode, done.stdout) == (0, "True\n"), done.stderr
 
 
 @pytest.fixture
