@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 IDLE_S = 15.0  # an idle connection older than this is closed, not reused (aiohttp's default)
 MAX_BODY = 64 * 2**20  # a body read whole: past this a broken or hostile server is refused
 _FINISH = 64 * 1024  # what is left after a stream's last event, read to keep the connection
-SHARD = 4  # connections in one httpx pool (see Connection)
+SHARD = 1  # connections in one httpx pool: one; Connection picks the pool (see there)
 # Sent before the caller's headers (httpx puts Host first and Content-Length last), in the
 # order httpx's client sent them.
 _HEADERS = (
@@ -212,14 +212,14 @@ class Connection:
         # and, for each idle one, counts all of them again, on every request's arrival and end:
         # 100 chats at once on one pool cost ~30 ms of CPU a turn (bench_concurrency: 3.6 s, not
         # 0.65). Pools of at most SHARD connections keep that scan short (CPU per call with 100
-        # at once, measured: 16 → 2.7 ms, 8 → 1.6, 4 → 1.3, 2 → 0.9); a new pool is opened only
-        # when every pool has SHARD requests in flight, so calls one after another reuse one
-        # connection.
+        # at once, measured through AsyncClient: 16 → 2.7 ms, 8 → 1.6, 4 → 1.3, 2 → 0.9; through
+        # the transport: 4 → 0.68-0.70, 1 → 0.50-0.52); a new pool is opened only when every
+        # pool has SHARD requests in flight, so calls one after another reuse one connection.
         limits = httpx.Limits(
             max_connections=SHARD, max_keepalive_connections=SHARD, keepalive_expiry=IDLE_S
         )
         # The transport, not an AsyncClient: the client's layers (merging headers, auth and
-        # cookie flows, redirects, event hooks, its log line) cost ~0.3 ms of CPU a call and
+        # cookie flows, redirects, event hooks, its log line) cost ~0.13 ms of CPU a call and
         # do nothing here: no redirect is followed (a 3xx is an error: following it could carry
         # the key away), no cookie is kept (none was before httpx) and the headers are ours.
         self._make = functools.partial(
