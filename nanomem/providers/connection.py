@@ -1,4 +1,4 @@
-"""The lean client's connection to one base URL: pooled `httpx.AsyncClient`s (kept-alive
+"""The lean client's connection to one base URL: pooled httpx transports (kept-alive
 connections, TLS verified against the system's certificates, the proxy proxies.py decides on,
 http://, https:// or SOCKS5), and its body read within limits.
 
@@ -18,10 +18,10 @@ import functools
 import os
 import sys
 import threading
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterable, AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import urlsplit
 
 from nanomem.providers.proxies import Proxy, proxy_for
@@ -34,7 +34,15 @@ if TYPE_CHECKING:
 IDLE_S = 15.0  # an idle connection older than this is closed, not reused (aiohttp's default)
 MAX_BODY = 64 * 2**20  # a body read whole: past this a broken or hostile server is refused
 _FINISH = 64 * 1024  # what is left after a stream's last event, read to keep the connection
-SHARD = 4  # connections in one httpx pool (see Connection)
+SHARD = 1  # connections in one httpx pool: one; Connection picks the pool (see there)
+# Sent before the caller's headers (httpx puts Host first and Content-Length last), in the
+# order httpx's client sent them.
+_HEADERS = (
+    (b"Accept", b"*/*"),
+    (b"Connection", b"keep-alive"),
+    (b"User-Agent", b"nanomem"),
+    (b"Accept-Encoding", b"identity"),
+)
 
 _tls: dict[tuple[str, str], ssl.SSLContext] = {}  # by (SSL_CERT_FILE, SSL_CERT_DIR)
 _lock = threading.Lock()
@@ -53,7 +61,15 @@ def load(url: str) -> None:
     the first call does not: `nanomem chat` builds the lean client while its prompt waits.
     (In a thread beside a one-shot's startup it saved nothing: both hold the GIL.)"""
     import anyio._backends._asyncio  # noqa: F401  (what httpcore needs at the first request)
+
+    # httpcore's __init__ imports its HTTP/2 classes (h2, hpack, hyperframe: ~10 ms of CPU),
+    # used only when HTTP/2 is asked for, which nanomem never does; kept out of that import
+    # only, they load when first asked for (PTB's http_version="2", LITELLM_HTTP2).
+    sys.modules.setdefault("h2", None)  # type: ignore[arg-type]
     import httpcore  # noqa: F401
+
+    if sys.modules.get("h2", ...) is None:
+        del sys.modules["h2"]
 
     # httpx's __init__ imports its command-line tool (click, rich, pygments: 40-80 ms) and
     # goes without it when that import fails; nanomem never runs it.
@@ -88,7 +104,11 @@ class Body:
     def __init__(self, response: httpx.Response, where: Connection) -> None:
         self.status, self.headers = response.status_code, response.headers
         self.reason = response.reason_phrase
-        self._chunks = response.aiter_bytes()
+        # The transport's stream as it comes (two generator layers fewer a piece), unless the
+        # server compressed the body although asked not to: httpx decodes it then.
+        coded = self.headers.get("content-encoding", "identity").lower() != "identity"
+        stream = cast("AsyncIterable[bytes]", response.stream)  # the async transport's
+        self._chunks = aiter(response.aiter_bytes() if coded else stream)
         self._pending = bytearray()
         self._where = where
         self.complete = False
@@ -167,7 +187,16 @@ class Connection:
 
         self.url = url
         parts = urlsplit(url)
-        self.origin = f"{parts.hostname}:{parts.port or (443 if parts.scheme == 'https' else 80)}"
+        # Parsed once (~20 us a call otherwise); a URL that cannot be used fails each call.
+        self._target: httpx.URL | None = None
+        self._bad = "bad URL: it names no host"
+        try:
+            port = parts.port or (443 if parts.scheme == "https" else 80)
+            if parts.hostname:
+                self._target, self._bad = httpx.URL(url), ""
+        except (ValueError, httpx.InvalidURL) as exc:
+            port, self._bad = 0, f"bad URL: {exc}"
+        self.origin = f"{parts.hostname}:{port}"
         # The one decision routing.py explains too (llm.proxy, else the environment), made once.
         found = proxy_for(url, configured)
         self.proxy = found if found is not None and found.usable else None
@@ -185,22 +214,21 @@ class Connection:
         # and, for each idle one, counts all of them again, on every request's arrival and end:
         # 100 chats at once on one pool cost ~30 ms of CPU a turn (bench_concurrency: 3.6 s, not
         # 0.65). Pools of at most SHARD connections keep that scan short (CPU per call with 100
-        # at once, measured: 16 → 2.7 ms, 8 → 1.6, 4 → 1.3, 2 → 0.9); a new pool is opened only
-        # when every pool has SHARD requests in flight, so calls one after another reuse one
-        # connection.
+        # at once, measured through AsyncClient: 16 → 2.7 ms, 8 → 1.6, 4 → 1.3, 2 → 0.9; through
+        # the transport: 4 → 0.68-0.70, 1 → 0.50-0.52); a new pool is opened only when every
+        # pool has SHARD requests in flight, so calls one after another reuse one connection.
         limits = httpx.Limits(
             max_connections=SHARD, max_keepalive_connections=SHARD, keepalive_expiry=IDLE_S
         )
+        # The transport, not an AsyncClient: the client's layers (merging headers, auth and
+        # cookie flows, redirects, event hooks, its log line) cost ~0.13 ms of CPU a call and
+        # do nothing here: no redirect is followed (a 3xx is an error: following it could carry
+        # the key away), no cookie is kept (none was before httpx) and the headers are ours.
         self._make = functools.partial(
-            httpx.AsyncClient,
-            verify=tls,
-            proxy=proxy,
-            limits=limits,
-            timeout=httpx.Timeout(timeout_s),  # connect, each read and write, a free connection
-            trust_env=False,  # the proxy is proxies.py's decision, as `nanomem status` shows
-            follow_redirects=False,  # a 3xx is an error: following it could carry the key away
-            headers={"User-Agent": "nanomem", "Accept-Encoding": "identity"},
+            httpx.AsyncHTTPTransport, verify=tls, proxy=proxy, limits=limits, trust_env=False
         )
+        # connect (waiting for a free connection included), each read and write
+        self._extensions = {"timeout": httpx.Timeout(timeout_s).as_dict()}
         self._pools: list[_Pool] = []
         self._most = max(1, -(-connections // SHARD))  # pools, for `connections` in all
 
@@ -210,17 +238,23 @@ class Connection:
         server closed just as the request went fails before any answer: it goes once more."""
         import httpx
 
+        if self._target is None:
+            raise ConnectionFailed(self._bad, answered=False)
         pool = self._pool()
         pool.busy += 1
         try:
             for attempt in (1, 2):
                 trace = _Trace(self)
                 with self.translated(answered=False, trace=trace):
-                    request = pool.client.build_request(
-                        "POST", self.url, content=data, headers=headers, extensions={"trace": trace}
+                    request = httpx.Request(
+                        "POST",
+                        self._target,
+                        content=data,
+                        headers=[*_HEADERS, *headers.items()],
+                        extensions={**self._extensions, "trace": trace},
                     )
                     try:
-                        response = await pool.client.send(request, stream=True)
+                        response = await pool.transport.handle_async_request(request)
                     except httpx.RemoteProtocolError:
                         if attempt == 1 and not trace.opened:  # a reused connection: again
                             continue
@@ -248,7 +282,7 @@ class Connection:
         self.closed = True
         pools, self._pools = self._pools, []
         for pool in pools:
-            await pool.client.aclose()
+            await pool.transport.aclose()
 
     def _pool(self) -> _Pool:
         """The pool with the fewest requests in flight (the first of equals); a new one when
@@ -299,7 +333,7 @@ class Connection:
 
 @dataclass
 class _Pool:
-    client: httpx.AsyncClient
+    transport: httpx.AsyncHTTPTransport
     busy: int = 0  # requests in flight
 
 

@@ -28,15 +28,22 @@ TOOLS = [
 
 @asynccontextmanager
 async def raw_server(
-    answer: Answer, *, close_after: bool = False, tls: ssl.SSLContext | None = None
+    answer: Answer,
+    *,
+    close_after: bool = False,
+    tls: ssl.SSLContext | None = None,
+    heads: list[bytes] | None = None,
 ) -> AsyncIterator[str]:
     """A server that answers each request with raw bytes; `close_after` drops the connection
-    after each answer without saying so (as servers do with idle kept-alive connections)."""
+    after each answer without saying so (as servers do with idle kept-alive connections);
+    `heads` collects each request's line and headers."""
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         served = 0
         try:
             while head := await reader.readuntil(b"\r\n\r\n"):
+                if heads is not None:
+                    heads.append(head)
                 length = next(
                     int(line.split(b":", 1)[1])
                     for line in head.split(b"\r\n")

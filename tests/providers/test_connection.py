@@ -4,9 +4,11 @@ servers, each reaching the provider as one of its error categories."""
 from __future__ import annotations
 
 import asyncio
+import gzip
 import shutil
 import ssl
 import subprocess
+import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -221,6 +223,48 @@ async def test_bad_urls_and_header_values_raise_before_sending() -> None:
             await provider.complete(USER)
         await provider.close()
     assert srv.requests == []
+
+
+async def test_a_url_that_cannot_be_used_fails_each_call_as_a_bad_url() -> None:
+    for url in ("http://127.0.0.1:99999/v1/chat/completions", "http:///v1/chat/completions"):
+        async with connected(url) as pool:
+            for _ in range(2):
+                with pytest.raises(ConnectionFailed, match="bad URL"):
+                    await fetch(pool)
+        assert pool.opened == 0
+
+
+async def test_requests_carry_the_same_headers_and_no_cookie_the_server_set() -> None:
+    heads: list[bytes] = []
+    answer = b"HTTP/1.1 200 OK\r\nSet-Cookie: session=abc\r\nContent-Length: 2\r\n\r\nok"
+    async with raw_server(lambda n: answer, heads=heads) as url, connected(url) as pool:
+        for _ in range(2):
+            assert await fetch(pool) == (200, b"ok")
+    names = [[line.split(b":")[0] for line in head.split(b"\r\n")[1:-2]] for head in heads]
+    sent = b"Host Accept Connection User-Agent Accept-Encoding Content-Type Content-Length"
+    assert names[0] == names[1] == sent.split()
+    assert b"identity" in heads[1] and b"nanomem" in heads[1]
+
+
+async def test_a_body_compressed_although_not_asked_for_is_decoded() -> None:
+    packed = gzip.compress(b"all of it")
+    answer = b"HTTP/1.1 200 OK\r\nContent-Encoding: gzip\r\nContent-Length: %d\r\n\r\n%s"
+    async with raw_server(lambda n: answer % (len(packed), packed)) as url, connected(url) as pool:
+        assert await fetch(pool) == (200, b"all of it")
+        assert await fetch(pool) == (200, b"all of it")
+    assert pool.opened == 1
+
+
+@pytest.mark.slow
+def test_http2_still_loads_when_asked_for_after_the_lean_client_kept_it_out() -> None:
+    # A fresh process: nothing has imported httpx's stack yet, as in `nanomem chat -m`.
+    code = (
+        "import sys; from nanomem.providers import connection; connection.load('http://x'); "
+        "assert 'h2' not in sys.modules; import httpx; httpx.AsyncClient(http2=True); "
+        "from httpcore._async.http2 import AsyncHTTP2Connection; print('h2' in sys.modules)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert (done.returncode, done.stdout) == (0, "True\n"), done.stderr
 
 
 @pytest.fixture
