@@ -50,6 +50,25 @@ class LLMSettings(_Section):
     # unset: HTTPS_PROXY and the other usual variables (nanomem/providers/proxies.py).
     proxy: str | None = None
 
+    @field_validator("api_base")
+    @classmethod
+    def _usable_base(cls, value: str | None) -> str | None:
+        if not (value or "").strip():
+            return None
+        assert value is not None
+        from urllib.parse import urlsplit
+
+        try:  # every client parses it again; a URL none can use stops the start, not a turn
+            parts = urlsplit(value.strip())
+            parts.port  # noqa: B018  (raises for a port that is not a number in range)
+        except ValueError as exc:
+            raise ValueError(f"not a URL ({exc}); e.g. http://localhost:8000/v1") from None
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(
+                "not an http:// or https:// URL with a host, e.g. http://localhost:8000/v1"
+            )
+        return value.strip()
+
     @field_validator("proxy")
     @classmethod
     def _spoken_proxy(cls, value: str | None) -> str | None:

@@ -156,3 +156,15 @@ def test_telegram_owner_is_a_positive_user_id_and_else_the_first_allowed_id(
         with pytest.raises(ConfigError) as err:
             load_settings(tmp_path / "none.toml")
         assert "NANOMEM_TELEGRAM__OWNER" in str(err.value) or "telegram.owner" in str(err.value)
+
+
+@pytest.mark.parametrize(
+    "base", ["http://[::1/v1", "http://localhost:99999/v1", "localhost:8000/v1", "ftp://h/v1"]
+)
+def test_an_api_base_no_client_can_use_is_a_config_error(tmp_path: Path, base: str) -> None:
+    config = write(tmp_path / "c.toml", f'[llm]\napi_base = "{base}"\n')
+    with pytest.raises(ConfigError) as err:
+        load_settings(config)
+    assert "llm.api_base" in str(err.value) and "e.g. http://localhost:8000/v1" in str(err.value)
+    good = write(tmp_path / "g.toml", '[llm]\napi_base = " http://[::1]:8000/v1 "\n')
+    assert load_settings(good).llm.api_base == "http://[::1]:8000/v1"
