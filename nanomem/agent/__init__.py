@@ -28,6 +28,8 @@ if TYPE_CHECKING:
     from nanomem.agent.inbox import Pending, SqliteInbox, parked_in
     from nanomem.agent.loop import AgentLoop
     from nanomem.agent.outbound import (
+        STOPPING,
+        STOPPING_NOTE,
         Button,
         Delta,
         DeltaEnd,
@@ -56,6 +58,8 @@ __all__ = [
     "GIVEN_UP",
     "RETRYING",
     "STOPPED",
+    "STOPPING",
+    "STOPPING_NOTE",
     "Admits",
     "AgentLoop",
     "Answer",
@@ -123,6 +127,8 @@ __getattr__ = lazy_exports(
         "inbox": ("Pending", "SqliteInbox", "parked_in"),
         "loop": ("AgentLoop",),
         "outbound": (
+            "STOPPING",
+            "STOPPING_NOTE",
             "Button",
             "Delta",
             "DeltaEnd",
