@@ -350,7 +350,8 @@ class TelegramChannel(BaseChannel):
         if found is None:  # no longer allowed, say
             await self._bus.forget(pending.seq)
             return
-        incoming = replace(found, seq=pending.seq, replayed=True, retry=retry)
+        sender = pending.vouched(found.sender)  # admitted now, as it was then
+        incoming = replace(found, sender=sender, seq=pending.seq, replayed=True, retry=retry)
         await self._bus.publish_inbound(self._message(incoming))
 
     def _admit_or_skip(self, update: Update) -> Incoming | None:
@@ -429,8 +430,7 @@ class TelegramChannel(BaseChannel):
         task.add_done_callback(self._refusals.discard)
 
     def _message(self, incoming: Incoming) -> InboundMessage:
-        """What the core gets at once: the words as the turn sees them (before any download),
-        and the channel's own work on it (`_prepare`), which the core runs in the chat's order."""
+        """The message for the core now; its own work on it (`_prepare`) runs in chat order."""
         message = incoming.message
         if incoming.press is not None:  # what the button sends, as if the presser typed it
             text = clean_text(incoming.press)
