@@ -157,8 +157,7 @@ class TelegramChannel(BaseChannel):
             edits=True,
             drafts=settings.stream,
             buttons=True,
-            max_chars=4096,
-            markup="html",
+            markup="html",  # renders and splits itself: 4096 counts the rendered text
             pushes=True,
             reaches_owner=True,
         )
