@@ -247,7 +247,7 @@ class TelegramChannel(BaseChannel):
 
     async def stop(self) -> None:
         await self.stop_receiving()
-        await self.delivery.close(STEP_S)
+        await self.delivery.close()
         await self._halt()
 
     def problem(self) -> str | None:
@@ -517,7 +517,7 @@ class TelegramChannel(BaseChannel):
         await (await item.get_file()).download_to_memory(data)
         return await asyncio.to_thread(save_media, self.workspace, session, name, data.getvalue())
 
-    # Outbound: queued per chat in Delivery, which reaches the Bot API through these calls.
+    # Outbound: one chat at a time, in order, from the core; Delivery reaches the Bot API here.
 
     async def send(self, msg: OutboundMessage) -> None:
         part = msg.part
