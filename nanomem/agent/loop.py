@@ -138,10 +138,11 @@ class AgentLoop:
         self._chats.submit(msg.session_key, job)
 
     def _immediate(self, msg: InboundMessage) -> bool:
+        """Answered without the chat's session: an immediate command, or an unknown one."""
         try:
             found = self.commands.resolve(msg.content)
         except UnknownCommand:
-            return False
+            return True
         return bool(found and found[0].immediate)
 
     async def _serve(self, msg: InboundMessage) -> None:

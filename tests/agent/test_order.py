@@ -104,7 +104,7 @@ async def test_a_chat_s_turns_run_in_order_while_other_chats_go_on(core: Core) -
 
 
 @pytest.mark.parametrize("core", [Gate("slow")], indirect=True)
-async def test_stop_and_help_are_answered_at_once_not_behind_the_running_turn(
+async def test_stop_help_and_unknown_commands_are_answered_at_once_not_behind_the_turn(
     core: Core,
 ) -> None:
     gate = core.gate
@@ -114,8 +114,10 @@ async def test_stop_and_help_are_answered_at_once_not_behind_the_running_turn(
     await core.say("/help")
     await until(lambda: len(core.replies()) == 1)
     assert "/stop" in core.replies()[0]  # the command list, while the turn still runs
+    await core.say("/nosuch")  # an unknown command needs no session either
+    await until(lambda: core.replies()[1:] == ["Unknown command /nosuch — try /help."])
     await core.say("/stop")
-    await until(lambda: core.replies()[1:] == [STOPPED, "re: queued"])
+    await until(lambda: core.replies()[2:] == [STOPPED, "re: queued"])
 
 
 @pytest.mark.parametrize("core", [Gate("hold")], indirect=True)
