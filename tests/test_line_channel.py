@@ -14,7 +14,7 @@ from nanomem.app import App
 from nanomem.features.dream import Dreaming
 from nanomem.gateway.service import Gateway
 from nanomem.home import Home
-from nanomem.providers.scripted import ScriptedProvider
+from nanomem.providers.scripted import ScriptedProvider, text
 from tests.conftest import make_app
 from tests.helpers import until
 from tests.helpers.dream import LEARN, app_with_history
@@ -147,3 +147,23 @@ async def test_a_dream_change_waits_for_the_owner_to_be_reachable_and_is_told_on
         again = await connect(channel, "ada")  # a new connection: a new private chat
         await again.say("still there?")
         assert (await again.hear())["text"].endswith("\n\nstill there?")  # not told twice
+
+
+async def test_the_model_s_markdown_arrives_as_plain_text_split_within_the_limit(
+    home: Home,
+) -> None:
+    paragraphs = [f"Paragraph {n}: " + "word " * 30 for n in range(4)]
+    reply = "**Bold** and a [link](https://example.org).\n\n" + "\n\n".join(paragraphs)
+    app = make_app(home, ScriptedProvider([text(reply)]), gateway={"port": 0})
+    channel = LineChannel(owner="ada", max_chars=200)
+    async for _ in running(app, channel):
+        ada = await connect(channel, "ada")
+        await ada.say("tell me")
+        heard = [await ada.hear() for _ in range(5)]
+        assert all(h["style"] == "reply" for h in heard)
+        # Cut between paragraphs, each part within the limit; nothing lost, no markers left.
+        assert [h["text"] for h in heard] == [
+            "Bold and a link (https://example.org).",
+            *[p.rstrip() for p in paragraphs],
+        ]
+        assert all(len(h["text"]) <= 200 for h in heard)

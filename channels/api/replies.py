@@ -23,10 +23,17 @@ from channels.api.wire import (
     usage,
     usage_chunk,
 )
-from nanomem.agent import Delta, InboundMessage, OutboundMessage, Progress, Text
+from nanomem.agent import (
+    STOPPING,
+    STOPPING_NOTE,
+    Delta,
+    InboundMessage,
+    OutboundMessage,
+    Progress,
+    Text,
+)
 from nanomem.config import ApiSettings
 
-STOPPING = "stopping"  # the core's category when the gateway is shutting down
 SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
 Count = Callable[[str], int]
 Answer = Callable[[InboundMessage, Callable[[OutboundMessage], Awaitable[None]]], Awaitable[Any]]
@@ -53,8 +60,7 @@ class Pieces:
         try:
             self._queue.put_nowait(Final(await answer(msg, show)))
         except asyncio.CancelledError:  # the gateway stopped it, or the client left
-            note = "The gateway is stopping; please try again shortly."
-            stopping = Text(note, "error", category=STOPPING)
+            stopping = Text(STOPPING_NOTE, "error", category=STOPPING)
             self._queue.put_nowait(Final(OutboundMessage.answering(msg, stopping)))
             raise
 

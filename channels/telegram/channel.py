@@ -4,6 +4,7 @@ channels/telegram/transport.py, the only importer of python-telegram-bot)."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import io
 from collections.abc import Awaitable
 from dataclasses import dataclass, replace
@@ -58,9 +59,7 @@ from nanomem.agent import (
     BaseChannel,
     Button,
     Capabilities,
-    ChatQueues,
     Command,
-    DeliveryLater,
     InboundMessage,
     MessageBus,
     OutboundMessage,
@@ -142,7 +141,6 @@ class TelegramChannel(BaseChannel):
         self._bus: MessageBus | None = None
         self._watchdog: asyncio.Task[None] | None = None
         self._replayed = False
-        self._intake = ChatQueues("telegram-in")
         self.delivery = Delivery(
             self,
             typing_every_s=typing_every_s,
@@ -159,8 +157,7 @@ class TelegramChannel(BaseChannel):
             edits=True,
             drafts=settings.stream,
             buttons=True,
-            max_chars=4096,
-            markup="html",
+            markup="html",  # renders and splits itself: 4096 counts the rendered text
             pushes=True,
             reaches_owner=True,
         )
@@ -247,11 +244,10 @@ class TelegramChannel(BaseChannel):
         if (polling := self._polling) is not None:
             polling.cancel()
             await asyncio.gather(polling, return_exceptions=True)
-        await self._intake.cancel()
 
     async def stop(self) -> None:
         await self.stop_receiving()
-        await self.delivery.close(STEP_S)
+        await self.delivery.close()
         await self._halt()
 
     def problem(self) -> str | None:
@@ -277,7 +273,7 @@ class TelegramChannel(BaseChannel):
             logger.warning("telegram: polling failed: {}", text)
         self._poll.error = text
 
-    # Inbound: stored first, then one intake worker per chat (media downloads keep order).
+    # Inbound: stored first, then handed to the core, which runs `_prepare` in the chat's order.
 
     async def _poll_updates(self, bot: Bot) -> None:
         assert self._bus is not None
@@ -321,7 +317,7 @@ class TelegramChannel(BaseChannel):
                 await asyncio.sleep(1.0)
         self._offset = offset
         for (_, found), seq in zip(admitted, seqs, strict=True):
-            self._submit(replace(found, seq=seq))
+            await self._bus.publish_inbound(self._message(replace(found, seq=seq)))
 
     async def _replay(self, bot: Bot) -> None:
         """Messages an earlier run stored but did not answer, handed in again in order."""
@@ -353,7 +349,9 @@ class TelegramChannel(BaseChannel):
         if found is None:  # no longer allowed, say
             await self._bus.forget(pending.seq)
             return
-        self._submit(replace(found, seq=pending.seq, replayed=True, retry=retry))
+        sender = pending.vouched(found.sender)  # admitted now, as it was then
+        incoming = replace(found, sender=sender, seq=pending.seq, replayed=True, retry=retry)
+        await self._bus.publish_inbound(self._message(incoming))
 
     def _admit_or_skip(self, update: Update) -> Incoming | None:
         try:
@@ -430,48 +428,58 @@ class TelegramChannel(BaseChannel):
         self._refusals.add(task)
         task.add_done_callback(self._refusals.discard)
 
-    def _submit(self, incoming: Incoming) -> None:
-        self._intake.submit(incoming.key, lambda: self._accept(incoming))
+    def _message(self, incoming: Incoming) -> InboundMessage:
+        """The message for the core now; its own work on it (`_prepare`) runs in chat order."""
+        message = incoming.message
+        if incoming.press is not None:  # what the button sends, as if the presser typed it
+            text = clean_text(incoming.press)
+        else:
+            text = clean_text(message.text or message.caption or "")  # lone surrogates stop here
+            if incoming.group:
+                text = strip_mention(text, message.get_bot().username)
+        prepare = functools.partial(self._prepare, incoming)
+        pressed = incoming.press is not None
+        inbound = InboundMessage(self.name, incoming.key, text, incoming.sender, (), pressed)
+        inbound = replace(inbound, prepare=prepare)
+        if (seq := incoming.seq) is not None:
+            inbound = replace(
+                inbound, id=InboundMessage.inbox_id(seq), seq=seq, replayed=incoming.replayed
+            )
+        return inbound
 
-    async def _accept(self, incoming: Incoming) -> None:
+    async def _prepare(self, incoming: Incoming, msg: InboundMessage) -> InboundMessage | None:
+        """Run by the core in the chat's order, just before the turn: the message as the turn
+        gets it, or None when the channel answered it itself or it failed (kept for a retry)."""
         assert self._bus is not None
         try:
-            note = await self._inbound(incoming)
+            ready = await self._inbound(incoming, msg)
         except Exception as exc:  # our own fault: kept and tried again, never dropped
             logger.exception("telegram: could not take a message in {}", incoming.key)
             if incoming.seq is None:
-                return
-            message = incoming.message
-            text = incoming.press or message.text or message.caption or ""
-            kept = await record_failure(self._bus, incoming.seq, exc, text, incoming.key)
+                return None
+            kept = await record_failure(self._bus, incoming.seq, exc, msg.content, incoming.key)
             if kept is None or kept.attempts == 1:  # told once
                 parked = kept is not None and kept.parked_at is not None
-                self.delivery.notify(incoming.key, GIVEN_UP if parked else RETRYING)
-            return
-        if note is not None:  # answered by the channel itself: kept until delivered
-            answer = OutboundMessage(self.name, incoming.key, Text(note, "error"), seq=incoming.seq)
+                note = Text(GIVEN_UP if parked else RETRYING, "error")
+                await self._bus.publish_outbound(OutboundMessage(self.name, incoming.key, note))
+            return None
+        if isinstance(ready, str):  # answered by the channel itself: kept until delivered
+            note = Text(ready, "error")
+            answer = OutboundMessage(self.name, incoming.key, note, seq=incoming.seq)
             await self._bus.answer_for(incoming.seq, answer)
-            task = asyncio.create_task(self._say(answer))
-            self._refusals.add(task)
-            task.add_done_callback(self._refusals.discard)
+            await self._bus.publish_outbound(answer)  # in order with the chat's replies
+            return None
+        return ready
 
-    async def _say(self, answer: OutboundMessage) -> None:
-        assert self._bus is not None
-        try:
-            await self.delivery.send(answer)
-        except DeliveryLater:  # logged; kept in the inbox and sent at the next start
-            return
-        await self._bus.delivered(answer)
-
-    async def _inbound(self, incoming: Incoming) -> str | None:
-        """Hand the message to the core; or the note to answer it with, when it is not for the
-        model (a /start, a file too big, ...)."""
+    async def _inbound(
+        self, incoming: Incoming, msg: InboundMessage
+    ) -> InboundMessage | str | None:
+        """The message for the core; or the note to answer it with, when it is not for the
+        model (a /start, a file too big, ...); None when it is for nobody."""
         message, user, key, group = incoming.message, incoming.user, incoming.key, incoming.group
         assert self._bus is not None
-        text = clean_text(message.text or message.caption or "")  # lone surrogates stop here
-        text = strip_mention(text, message.get_bot().username) if group else text
-        if incoming.press is not None:  # what the button sends, as if the presser typed it
-            text = clean_text(incoming.press)
+        text = msg.content
+        if incoming.press is not None:
             await self.answer_press(incoming.press_id)
             if not group:  # in a group the press may be refused: the asker still needs them
                 await self._clear_buttons(key, message.message_id)
@@ -496,15 +504,8 @@ class TelegramChannel(BaseChannel):
                 await self._bus.forget(incoming.seq)
                 return None
             return UNSUPPORTED
-        pressed = incoming.press is not None
-        inbound = InboundMessage(self.name, key, text, incoming.sender, media, pressed)
-        if (seq := incoming.seq) is not None:
-            inbound = replace(
-                inbound, id=InboundMessage.inbox_id(seq), seq=seq, replayed=incoming.replayed
-            )
-        self.delivery.accepted(key, inbound.id, message.message_id, command, late=incoming.retry)
-        await self._bus.publish_inbound(inbound)
-        return None
+        self.delivery.accepted(key, msg.id, message.message_id, command, late=incoming.retry)
+        return replace(msg, content=text, media=media)
 
     async def _download(self, item: Any, suffix: str, session: str) -> str:
         """Saved under a fresh temporary name, then renamed into place, in the media folder as
@@ -516,7 +517,7 @@ class TelegramChannel(BaseChannel):
         await (await item.get_file()).download_to_memory(data)
         return await asyncio.to_thread(save_media, self.workspace, session, name, data.getvalue())
 
-    # Outbound: queued per chat in Delivery, which reaches the Bot API through these calls.
+    # Outbound: one chat at a time, in order, from the core; Delivery reaches the Bot API here.
 
     async def send(self, msg: OutboundMessage) -> None:
         part = msg.part

@@ -1,7 +1,8 @@
 """Per-chat state and delivery of the Telegram channel, free of python-telegram-bot.
 
-The channel hands every reply to a per-chat worker here and returns at once, so one chat waiting
-out a flood limit never delays another; the Bot API itself is reached through a small port.
+The core's per-chat outbound worker hands each message here, one chat at a time, in order, and
+chats concurrently (one chat waiting out a flood limit never delays another); nothing here
+queues or re-orders. The Bot API itself is reached through a small port.
 """
 
 from __future__ import annotations
@@ -24,7 +25,6 @@ from nanomem.agent import (
     STOPPED,
     Button,
     ChannelDown,
-    ChatQueues,
     Command,
     DeliveryLater,
     Delta,
@@ -117,6 +117,7 @@ class ChatState(FloodGate):
     status_steps: int = 0
     status_at: float = 0.0
     status_queued: bool = False
+    status_task: asyncio.Task[None] | None = None  # the progress refresh on its way, if any
 
     def accept(self, inbound_id: str, command: str | None) -> None:
         """Note a message handed to the core: the person now waits for its answer."""
@@ -193,10 +194,8 @@ class Delivery:
         self.stream, self.stream_groups = stream, stream_groups
         self.streamer = Streamer(port, stream_every_s)
         self.chats: dict[str, ChatState] = {}
-        self.queues = ChatQueues("telegram-out")
         self._message_ids: OrderedDict[str, int] = OrderedDict()  # inbound id → Telegram id
         self._late: OrderedDict[str, None] = OrderedDict()  # answered out of order: quoted
-        self._waiting: set[asyncio.Future[None]] = set()  # replies not delivered yet
 
     def chat(self, key: str) -> ChatState:
         return self.chats.setdefault(key, ChatState())
@@ -220,41 +219,28 @@ class Delivery:
         if chat.typing is None:
             chat.typing = asyncio.create_task(self._type(key, chat), name=f"typing:{key}")
 
-    def send(self, msg: OutboundMessage) -> asyncio.Future[None]:
-        """Queue a message for its chat; the future settles when it is delivered."""
-        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    async def send(self, msg: OutboundMessage) -> None:
+        """Deliver one message; the core calls this for one chat at a time, in order (its
+        per-chat outbound worker), so nothing here queues or re-orders. Raises DeliveryLater
+        when a reply cannot be delivered now."""
         if isinstance(msg.part, Delta | DeltaEnd):  # best effort: never waited for, never raises
             self._grow(msg)
-            done.set_result(None)
-            return done
+            return
         chat = self.chat(msg.chat_id)
         if isinstance(msg.part, Progress):
-            if chat.progress(msg.content):
-                self.queues.submit(msg.chat_id, lambda: self._show_status(msg.chat_id, chat))
-            done.set_result(None)
-            return done
+            if chat.progress(msg.content):  # shown soon, with the latest line by then
+                chat.status_task = asyncio.create_task(self._show_status(msg.chat_id, chat))
+            return
+        if (refresh := chat.status_task) is not None:  # the progress line goes out first
+            chat.status_task = None
+            await asyncio.gather(refresh, return_exceptions=True)
         stream = chat.streams.pop(msg.reply_to or "", None)
         for ended in chat.answer(msg):
             if (cut := chat.streams.pop(ended, None)) is not None and ended != msg.reply_to:
-                self._keep_shown(cut)
+                await self._keep_shown(cut)
         if stream is not None:
             self.streamer.stop(stream)  # nothing more is shown before the reply replaces it
-        self._waiting.add(done)
-        done.add_done_callback(_settled)
-        done.add_done_callback(self._waiting.discard)
-
-        async def deliver() -> None:
-            try:
-                await self._deliver(msg, stream)
-            except DeliveryLater as exc:  # the caller decides; it is logged already
-                if not done.done():
-                    done.set_exception(exc)
-                return
-            if not done.done():
-                done.set_result(None)
-
-        self.queues.submit(msg.chat_id, deliver)
-        return done
+        await self._deliver(msg, stream)
 
     def _grow(self, msg: OutboundMessage) -> None:
         """A piece of a reply being written, shown (throttled) if this chat streams."""
@@ -272,37 +258,25 @@ class Delivery:
             stream = chat.streams[msg.reply_to] = Stream(msg.chat_id, not group, quote)
         self.streamer.piece(stream, chat, piece.step, piece.so_far or stream.text + piece.piece)
 
-    def _keep_shown(self, stream: Stream) -> None:
+    async def _keep_shown(self, stream: Stream) -> None:
         """A turn /stop cut short: what the person saw of it stays in the chat (the session
         keeps it as the assistant's words too); a draft would vanish."""
         self.streamer.stop(stream)
         if not stream.text.strip():
             return
         kept = OutboundMessage("telegram", stream.key, Text(stream.text))
+        with contextlib.suppress(DeliveryLater):  # logged; not in the inbox to send later
+            await self._deliver(kept, stream)
 
-        async def keep() -> None:
-            with contextlib.suppress(DeliveryLater):  # logged; not in the inbox to send later
-                await self._deliver(kept, stream)
-
-        self.queues.submit(stream.key, keep)
-
-    def notify(self, key: str, text: str) -> None:
-        """A short plain-text note from the channel itself."""
-        note = OutboundMessage("telegram", key, Text(text, "error"))
-        self.queues.submit(key, lambda: self._deliver(note))
-
-    async def close(self, within_s: float) -> None:
-        """Deliver what is queued, then stop; what is left stays in the inbox for the next
-        start, so nobody is asked to send a message again."""
+    async def close(self) -> None:
+        """Stop typing and growing replies; what was not delivered stays in the inbox for the
+        next start (the core's outbound worker delivers, and drains on a graceful stop)."""
         for chat in self.chats.values():
             chat.stop_typing()
-        await self.queues.drain(within_s)
-        for chat in self.chats.values():
+            if chat.status_task is not None:
+                chat.status_task.cancel()
             for stream in chat.streams.values():
                 self.streamer.cancel(stream)
-        await self.queues.cancel()
-        for waiting in list(self._waiting):
-            waiting.cancel()
 
     async def _deliver(self, msg: OutboundMessage, stream: Stream | None = None) -> None:
         chunks = chunks_of(msg)
@@ -472,11 +446,6 @@ class Delivery:
             if exc.retry_after is not None:
                 chat.block(exc.retry_after)
             logger.debug("telegram: progress in {} not shown: {}", key, exc)
-
-
-def _settled(future: asyncio.Future[None]) -> None:
-    if not future.cancelled():
-        future.exception()  # retrieved: a caller that does not wait for it is fine
 
 
 class PollWatch:

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
         ChannelDown,
         ChatQueues,
         DeliveryLater,
+        forms,
         pump_outbound,
         save_media,
         shaped,
@@ -37,6 +38,8 @@ if TYPE_CHECKING:
     from nanomem.agent.inbox import Pending, SqliteInbox, parked_in
     from nanomem.agent.loop import AgentLoop
     from nanomem.agent.outbound import (
+        STOPPING,
+        STOPPING_NOTE,
         Button,
         Delta,
         DeltaEnd,
@@ -65,6 +68,8 @@ __all__ = [
     "GIVEN_UP",
     "RETRYING",
     "STOPPED",
+    "STOPPING",
+    "STOPPING_NOTE",
     "Admits",
     "AgentLoop",
     "Answer",
@@ -103,6 +108,7 @@ __all__ = [
     "anyone",
     "bundled_dir",
     "fenced",
+    "forms",
     "is_owner",
     "parked_in",
     "parked_line",
@@ -128,6 +134,7 @@ __getattr__ = lazy_exports(
             "DeliveryLater",
             "pump_outbound",
             "save_media",
+            "forms",
             "shaped",
         ),
         "commands": ("Answer", "Command", "CommandSet", "STOPPED", "fenced", "parse_command"),
@@ -145,6 +152,8 @@ __getattr__ = lazy_exports(
         "inbox": ("Pending", "SqliteInbox", "parked_in"),
         "loop": ("AgentLoop",),
         "outbound": (
+            "STOPPING",
+            "STOPPING_NOTE",
             "Button",
             "Delta",
             "DeltaEnd",

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -25,6 +25,11 @@ if TYPE_CHECKING:  # sqlite and loguru stay off `nanomem chat`'s way to its prom
 
 # Failed attempts so far → seconds until the next attempt, or None: park the message.
 RetryPlan = Callable[[int], float | None]
+# The core taking a message (AgentLoop.take): it returns once the message has a place.
+Take = Callable[["InboundMessage"], Awaitable[None]]
+# The channel's own work on a message before its turn (a download, say), run by the core in
+# the chat's order: the message as the turn gets it, or None when the channel answered it.
+Prepare = Callable[["InboundMessage"], Awaitable["InboundMessage | None"]]
 
 
 def _now() -> datetime:
@@ -50,6 +55,7 @@ class InboundMessage:
     id: str = field(default_factory=_new_id)
     seq: int | None = None  # its place in the inbox, when it came through one
     replayed: bool = False  # handed back after a restart: its turn may have begun already
+    prepare: Prepare | None = field(default=None, compare=False, repr=False)
 
     @property
     def session_key(self) -> str:
@@ -71,8 +77,10 @@ class MessageBus:
     """Bounded queues: a flood of messages waits at the door instead of growing memory."""
 
     def __init__(self, maxsize: int = 1000, inbox: Inbox | None = None) -> None:
-        self._maxsize = maxsize
+        self._maxsize = self.maxsize = maxsize
         self._inbound: asyncio.Queue[InboundMessage] = asyncio.Queue(maxsize)
+        self._take: Take | None = None  # the core, while it serves
+        self.waiting = 0  # taken by the core, its turn not begun (kept by the core)
         self._outboxes: dict[str, asyncio.Queue[OutboundMessage]] = {}
         self._in_flight: dict[str, int] = {}  # taken from an outbox, not delivered yet
         self.inbox = inbox
@@ -150,10 +158,26 @@ class MessageBus:
     # Queues.
 
     async def publish_inbound(self, msg: InboundMessage) -> None:
-        await self._inbound.put(msg)
+        """Hand a message to the core: straight to it while it serves (it keeps each chat's
+        order and bounds what waits), else queued until it does (or a test reads it)."""
+        if self._take is not None:
+            await self._take(msg)
+        else:
+            await self._inbound.put(msg)
 
-    async def next_inbound(self) -> InboundMessage:
-        return await self._inbound.get()
+    def serve(self, take: Take | None) -> None:
+        """The core takes inbound messages directly from now on (None: it stopped)."""
+        self._take = take
+
+    async def next_inbound(self, *, prepared: bool = True) -> InboundMessage:
+        """The next queued message; `prepared`: with its channel's work on it done (as the core
+        does it before a turn), skipping those the channel answered itself."""
+        while True:
+            msg = await self._inbound.get()
+            if not prepared or msg.prepare is None:
+                return msg
+            if (ready := await msg.prepare(msg)) is not None:
+                return replace(ready, prepare=None)
 
     def outbox(self, channel: str) -> asyncio.Queue[OutboundMessage]:
         """Each channel drains its own queue, so a stalled channel never delays another."""
@@ -169,8 +193,14 @@ class MessageBus:
         self._in_flight[channel] = self._in_flight.get(channel, 0) + change
 
     @property
-    def inbound_depth(self) -> int:
+    def queued(self) -> int:
+        """Messages handed in before the core served (see `serve`)."""
         return self._inbound.qsize()
+
+    @property
+    def inbound_depth(self) -> int:
+        """Messages handed in whose turn has not begun."""
+        return self._inbound.qsize() + self.waiting
 
     def outbound_depth(self) -> dict[str, int]:
         """Replies waiting or being delivered, per channel."""

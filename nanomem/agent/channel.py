@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from nanomem.agent.bus import MessageBus
+from nanomem.agent.markup import plain_text, split_text
 from nanomem.agent.outbound import (
     Button,
     Delta,
@@ -44,8 +45,14 @@ class Capabilities:
     drafts: bool = False  # shows a reply growing as a draft before it is sent
     buttons: bool = False  # shows choices as buttons a person presses
     files: bool = False  # sends a file
-    max_chars: int = 0  # the longest message it takes (0: no limit); it splits longer ones
-    markup: Markup = "markdown"  # how it shows the model's Markdown
+    # The longest text it takes in one message (0: no limit); the core splits a longer one at
+    # paragraph, line or word boundaries. Not for a channel that renders markup itself
+    # ("html"): only it knows how long its rendering is, so it splits that.
+    max_chars: int = 0
+    # How it shows the model's Markdown: "markdown" (as written, or rendered by the channel
+    # from Markdown), "html" (rendered by the channel into its own HTML), "plain" (the core
+    # sends readable plain text: no markers, links as `text (url)`).
+    markup: Markup = "markdown"
     pushes: bool = False  # sends a message nobody asked for (a scheduled turn's reply)
     reaches_owner: bool = False  # reaches the owner privately (notices for the owner)
     same_connection: bool = False  # answers on the connection that asked (the agent API)
@@ -209,6 +216,29 @@ def shaped(msg: OutboundMessage, can: Capabilities) -> OutboundMessage | None:
     return msg
 
 
+def forms(msg: OutboundMessage, can: Capabilities) -> list[OutboundMessage]:
+    """What the channel is sent for one message, in order: its `shaped` form, the model's
+    words in the channel's markup, split within its longest message (buttons under the last
+    part). Empty when it shows nothing of it."""
+    form = shaped(msg, can)
+    if form is None:
+        return []
+    part = form.part
+    if not isinstance(part, Text) or can.markup == "html":
+        return [form]
+    text = part.text
+    if can.markup == "plain" and part.style == "reply":  # commands and errors are plain already
+        text = plain_text(text)
+    if not can.max_chars or len(text) <= can.max_chars:
+        return [form if text == part.text else replace(form, part=replace(part, text=text))]
+    pieces = split_text(text, can.max_chars)
+    last = len(pieces) - 1
+    return [
+        replace(form, part=replace(part, text=piece, buttons=part.buttons if n == last else ()))
+        for n, piece in enumerate(pieces)
+    ]
+
+
 def _with_choices(text: str, choices: tuple[Button, ...]) -> str:
     """Choices as lines to type, for a channel without buttons."""
     return "\n".join([text, "", *(f"{b.label}: {b.command}" for b in choices)])
@@ -232,7 +262,7 @@ async def pump_outbound(channel: Channel, bus: MessageBus) -> None:
 
 async def _deliver(channel: Channel, bus: MessageBus, msg: OutboundMessage) -> None:
     try:
-        if (form := shaped(msg, channel.capabilities)) is not None:
+        for form in forms(msg, channel.capabilities):  # a split reply leaves whole or not at all
             await channel.send(form)
         await bus.delivered(msg)
     except asyncio.CancelledError:

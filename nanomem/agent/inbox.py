@@ -86,6 +86,13 @@ class Pending:
     parked_at: datetime | None = None
     sender: Sender | None = None  # None: stored before senders were (read the payload)
 
+    def vouched(self, derived: Sender) -> Sender:
+        """Who sent it, as its channel vouched at receipt: a replay is the same message from
+        the same person, owner or not as they were then (admission is the channel's to check
+        again under today's config). `derived`, read from the payload again, for a row stored
+        before senders were."""
+        return derived if self.sender is None else self.sender
+
     @property
     def failed(self) -> bool:
         """Its handling failed and it waits for another attempt (or for the owner, parked)."""

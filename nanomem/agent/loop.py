@@ -6,11 +6,13 @@ import asyncio
 from collections import defaultdict
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from dataclasses import replace
 from typing import Any
 
 from loguru import logger
 
 from nanomem.agent.bus import InboundMessage, MessageBus
+from nanomem.agent.channel import ChatQueues
 from nanomem.agent.commands import (
     NOTHING_TO_STOP,
     STOPPED,
@@ -20,7 +22,15 @@ from nanomem.agent.commands import (
     UnknownCommand,
 )
 from nanomem.agent.context import ContextBuilder
-from nanomem.agent.outbound import Delta, DeltaEnd, OutboundMessage, Progress, Text
+from nanomem.agent.outbound import (
+    STOPPING,
+    STOPPING_NOTE,
+    Delta,
+    DeltaEnd,
+    OutboundMessage,
+    Progress,
+    Text,
+)
 from nanomem.agent.react_loop import ReactResult, StepText, react, seal_tool_calls
 from nanomem.agent.retries import keep_for_retry
 from nanomem.agent.templates import Templates
@@ -84,7 +94,9 @@ class AgentLoop:
         self.before_turn: list[BeforeTurn] = []  # awaited once the prompt's size is known
         self.after_turn: list[AfterTurn] = []  # run in the background after the reply
         self.before_new: list[NewHook] = []  # awaited by /new before the session is reset
-        self._locks = KeyedLocks()
+        self._locks = KeyedLocks()  # for direct calls (answer); the bus's chats are queued
+        self._chats = ChatQueues("turns")
+        self._room = asyncio.Semaphore(bus.maxsize)
         self._turn_slots = asyncio.Semaphore(settings.agent.max_concurrent_turns)
         self._running: dict[str, asyncio.Task[OutboundMessage]] = {}
         self._starting: set[str] = set()  # turns whose message is still being saved
@@ -94,15 +106,53 @@ class AgentLoop:
         self._register_builtin_commands()
 
     async def run(self) -> None:
-        """Serve the bus forever: per-session serial, across sessions concurrent."""
-        pending = asyncio.Semaphore(4 * self.settings.agent.max_concurrent_turns + 64)
-        while True:
-            msg = await self.bus.next_inbound()
-            await pending.acquire()
+        """Serve the bus until cancelled: what was queued before the loop ran first, then every
+        message straight from its channel (MessageBus.serve)."""
+        try:
+            while self.bus.queued:
+                await self.take(await self.bus.next_inbound(prepared=False))
+            self.bus.serve(self.take)
+            await asyncio.Event().wait()
+        finally:
+            self.bus.serve(None)
+
+    async def take(self, msg: InboundMessage) -> None:
+        """Per-chat order, kept here once: a chat's messages run one after another, in the
+        order they came (one worker task per busy chat, nothing for an idle one), chats
+        concurrently. An immediate command (/stop, /help) runs at once, never behind the
+        turn it may be about. A flood waits here, at the door, for room."""
+        await self._room.acquire()
+        if self._immediate(msg):
             task = self._spawn(self._serve(msg))
-            task.add_done_callback(lambda _: pending.release())
+            task.add_done_callback(lambda _: self._room.release())
+            return
+        self.bus.waiting += 1
+
+        async def job() -> None:
+            self.bus.waiting -= 1
+            try:
+                await self._serve(msg)
+            finally:
+                self._room.release()
+
+        self._chats.submit(msg.session_key, job)
+
+    def _immediate(self, msg: InboundMessage) -> bool:
+        """Answered without the chat's session: an immediate command, or an unknown one."""
+        try:
+            found = self.commands.resolve(msg.content)
+        except UnknownCommand:
+            return True
+        return bool(found and found[0].immediate)
 
     async def _serve(self, msg: InboundMessage) -> None:
+        if self._draining:
+            return  # stopping: the message stays in the inbox for the next start
+        if msg.prepare is not None:  # the channel's own work on it (a download), in order
+            ready = await msg.prepare(msg)
+            if ready is None:
+                return  # the channel answered it itself
+            msg = replace(ready, prepare=None)
         try:
             reply = await self._handle(msg, progress=self.bus.publish_outbound)
             # Recorded before it is sent: a crash from here on re-sends it, never loses it.
@@ -406,12 +456,17 @@ class AgentLoop:
 
     async def close(self, grace_s: float = 10.0) -> None:
         """Let in-flight work finish for up to `grace_s`, then cancel what is left."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + grace_s
+        await self._chats.drain(grace_s)
         if self._tasks:
-            _, still = await asyncio.wait(set(self._tasks), timeout=grace_s)
+            left = max(0.0, deadline - loop.time())
+            _, still = await asyncio.wait(set(self._tasks), timeout=left)
             for task in still:
                 task.cancel()
             if still:
                 await asyncio.wait(still, timeout=2.0)
+        await self._chats.cancel()
 
     def _register_builtin_commands(self) -> None:
         register = self.commands.register
@@ -445,8 +500,6 @@ class AgentLoop:
 
 
 NOTHING_TO_RETRY = "Nothing to retry: your last message was answered."
-STOPPING = "stopping"  # an error's category: the gateway is shutting down
-STOPPING_NOTE = "The gateway is stopping; please try again shortly."
 INTERNAL_ERROR = "Something went wrong on my side; the details are in the log."
 
 

@@ -19,6 +19,10 @@ if TYPE_CHECKING:
 Style = Literal["reply", "error", "command"]
 
 
+STOPPING = "stopping"  # an error's category: the gateway is shutting down
+STOPPING_NOTE = "The gateway is stopping; please try again shortly."
+
+
 @dataclass(frozen=True)
 class Button:
     """A choice shown under a message; pressing it sends `command` as the presser's message

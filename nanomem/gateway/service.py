@@ -20,9 +20,9 @@ from nanomem.agent import (
     Readmit,
     Retries,
     Text,
+    forms,
     parked_notice,
     pump_outbound,
-    shaped,
 )
 from nanomem.app import App
 from nanomem.channel_registry import NO_CHANNEL, enabled_channels, load_channel
@@ -197,10 +197,9 @@ class Gateway:
         if (owner := self._owner()) is None:
             raise OwnerAway("no channel reaches the owner now")
         channel, chat = owner
-        shown = shaped(OutboundMessage(channel.name, chat, notice), channel.capabilities)
         # Sent by the channel itself, which returns once it is delivered (DeliveryLater when
         # it cannot be now): a notice merely queued may be lost, and then nobody is told.
-        if shown is not None:
+        for shown in forms(OutboundMessage(channel.name, chat, notice), channel.capabilities):
             await channel.send(shown)
 
     async def _tell_owner_of_parked(self) -> None:

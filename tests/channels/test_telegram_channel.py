@@ -34,15 +34,33 @@ def fake() -> Iterator[FakeTelegram]:
 
 
 class Running:
+    """The channel with a stand-in for the core: it runs each message's preparation (as the
+    core does before a turn) and delivers what the channel answers itself."""
+
     def __init__(self, channel: TelegramChannel, bus: MessageBus) -> None:
         self.channel, self.bus = channel, bus
+        self.ready: asyncio.Queue[InboundMessage] = asyncio.Queue()
+        self._tasks = [
+            asyncio.create_task(self._take()),
+            asyncio.create_task(pump_outbound(channel, bus)),
+        ]
+
+    async def _take(self) -> None:
+        while True:
+            await self.ready.put(await self.bus.next_inbound())
 
     async def next(self, timeout: float = 5) -> InboundMessage:
-        return await asyncio.wait_for(self.bus.next_inbound(), timeout)
+        return await asyncio.wait_for(self.ready.get(), timeout)
 
     async def nothing(self, wait: float = 0.5) -> None:
         await asyncio.sleep(wait)
-        assert self.bus.inbound_depth == 0
+        assert self.bus.inbound_depth == 0 and self.ready.empty()
+
+    async def close(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.channel.stop()
 
 
 @pytest.fixture
@@ -50,10 +68,11 @@ async def running(fake: FakeTelegram, tmp_path: Path) -> AsyncIterator[Running]:
     bus = MessageBus()
     channel = make_channel(fake, tmp_path)
     await channel.start(bus)
+    serving = Running(channel, bus)
     try:
-        yield Running(channel, bus)
+        yield serving
     finally:
-        await channel.stop()
+        await serving.close()
 
 
 @pytest.fixture
@@ -220,13 +239,14 @@ async def test_files_over_the_limit_get_a_clear_reply(fake: FakeTelegram, tmp_pa
     bus = MessageBus()
     channel = make_channel(fake, tmp_path, max_file_mb=1)
     await channel.start(bus)
+    serving = Running(channel, bus)
     try:
         fake.send_document(OWNER, b"x" * (3 * 2**19), file_name="big.bin")
         (notice,) = await fake.wait_for_messages_async(OWNER, 1)
         assert notice["text"] == TOO_BIG.format(size=1.5, limit=1)
         assert bus.inbound_depth == 0 and not (tmp_path / "media").exists()
     finally:
-        await channel.stop()
+        await serving.close()
 
 
 async def test_what_was_stored_comes_back_after_a_stop_and_nobody_is_asked_to_resend(

@@ -6,6 +6,7 @@ import asyncio
 import time
 from collections import deque
 from dataclasses import dataclass, field
+from typing import Any
 
 import pytest
 
@@ -25,7 +26,7 @@ from channels.telegram.delivery import (
     target,
 )
 from nanomem.agent.bus import InboundMessage
-from nanomem.agent.channel import ChannelDown, DeliveryLater
+from nanomem.agent.channel import ChannelDown, ChatQueues, DeliveryLater
 from nanomem.agent.commands import NOTHING_TO_STOP, STOPPED, Command
 from nanomem.agent.outbound import Button, OutboundMessage, Part, Progress, Text
 from tests.conftest import log_lines
@@ -87,7 +88,40 @@ def reply(key: str, text: str, reply_to: str | None = None, kind: str = "reply")
     return OutboundMessage("telegram", key, part, reply_to)
 
 
-async def settle(delivery: Delivery, within_s: float = 5.0) -> None:
+class InOrder:
+    """Delivery behind the core's per-chat order (ChatQueues, as pump_outbound keeps it): a
+    send is queued for its chat and returns a future that settles once it is delivered."""
+
+    def __init__(self, delivery: InOrder) -> None:
+        self.delivery = delivery
+        self.queues = ChatQueues("test-out")
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return getattr(self.__dict__["delivery"], name)
+
+    def send(self, msg: OutboundMessage) -> asyncio.Future[None]:
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+        async def deliver() -> None:
+            try:
+                await self.delivery.send(msg)
+            except DeliveryLater as exc:
+                done.set_exception(exc)
+                return
+            done.set_result(None)
+
+        self.queues.submit(msg.chat_id, deliver)
+        return done
+
+    async def close(self, within_s: float) -> None:
+        """As the gateway stops: the core delivers what is queued, then the channel stops."""
+        await self.queues.drain(within_s)
+        await self.delivery.close()
+
+
+async def settle(delivery: InOrder, within_s: float = 5.0) -> None:
     assert await delivery.queues.drain(within_s), "deliveries still pending"
 
 
@@ -97,8 +131,10 @@ def port() -> FakePort:
 
 
 @pytest.fixture
-def delivery(port: FakePort) -> Delivery:
-    return Delivery(port, typing_every_s=0.05, status_every_s=0.2, backoff_s=0.01, typing_delay_s=0)
+def delivery(port: FakePort) -> InOrder:
+    return InOrder(
+        Delivery(port, typing_every_s=0.05, status_every_s=0.2, backoff_s=0.01, typing_delay_s=0)
+    )
 
 
 @pytest.mark.parametrize(
@@ -203,7 +239,7 @@ def test_nothing_to_stop_leaves_waiting_messages_alone() -> None:
 
 
 async def test_replies_are_rendered_and_quoted_only_in_groups(
-    delivery: Delivery, port: FakePort
+    delivery: InOrder, port: FakePort
 ) -> None:
     delivery.accepted("42", "in-1", 11, None)
     delivery.accepted("-100:5", "in-2", 12, None)
@@ -217,7 +253,7 @@ async def test_replies_are_rendered_and_quoted_only_in_groups(
 
 
 async def test_long_replies_go_out_in_order_and_only_the_first_part_quotes(
-    delivery: Delivery, port: FakePort
+    delivery: InOrder, port: FakePort
 ) -> None:
     delivery.accepted("-100", "in", 9, None)
     text = "\n\n".join(f"part {n:02d} " + "word " * 150 for n in range(20))
@@ -228,7 +264,7 @@ async def test_long_replies_go_out_in_order_and_only_the_first_part_quotes(
     assert "".join(port.texts("-100")).count("part ") == 20
 
 
-async def test_rejected_html_is_resent_as_plain_text(delivery: Delivery, port: FakePort) -> None:
+async def test_rejected_html_is_resent_as_plain_text(delivery: InOrder, port: FakePort) -> None:
     port.fail("42", SendError("Can't parse entities", bad_html=True))
     delivery.send(reply("42", "**bold** & `code`"))
     await settle(delivery)
@@ -236,7 +272,7 @@ async def test_rejected_html_is_resent_as_plain_text(delivery: Delivery, port: F
 
 
 async def test_network_errors_are_retried_then_given_up_and_logged(
-    delivery: Delivery, port: FakePort
+    delivery: InOrder, port: FakePort
 ) -> None:
     port.fail("42", SendError("Bad Gateway", transient=True), SendError("reset", transient=True))
     delivery.send(reply("42", "after two failures"))
@@ -256,7 +292,7 @@ async def test_network_errors_are_retried_then_given_up_and_logged(
 
 
 async def test_a_flood_wait_in_one_chat_never_delays_another(
-    delivery: Delivery, port: FakePort
+    delivery: InOrder, port: FakePort
 ) -> None:
     port.fail("1", SendError("Too Many Requests", retry_after=0.5))
     delivery.send(reply("1", "first"))
@@ -270,7 +306,7 @@ async def test_a_flood_wait_in_one_chat_never_delays_another(
 
 
 async def test_typing_runs_while_a_turn_waits_and_stops_with_the_answer(
-    delivery: Delivery, port: FakePort
+    delivery: InOrder, port: FakePort
 ) -> None:
     delivery.accepted("42", "turn", 1, None)
     delivery.accepted("42", "help", 2, "help")
@@ -286,7 +322,7 @@ async def test_typing_runs_while_a_turn_waits_and_stops_with_the_answer(
     assert len(port.typed) == typed
 
 
-async def test_typing_stops_on_failure_and_on_stop(delivery: Delivery, port: FakePort) -> None:
+async def test_typing_stops_on_failure_and_on_stop(delivery: InOrder, port: FakePort) -> None:
     async def broken(key: str) -> None:
         raise SendError("network down", transient=True)
 
@@ -297,7 +333,7 @@ async def test_typing_stops_on_failure_and_on_stop(delivery: Delivery, port: Fak
     assert delivery.chat("1").pending == ["turn"]
 
     port2 = FakePort()
-    other = Delivery(port2, typing_every_s=0.05, status_every_s=0.2, typing_delay_s=0)
+    other = InOrder(Delivery(port2, typing_every_s=0.05, status_every_s=0.2, typing_delay_s=0))
     other.accepted("2", "turn", 1, None)
     other.accepted("2", "stop", 2, "stop")
     other.send(reply("2", STOPPED, "stop"))
@@ -305,7 +341,7 @@ async def test_typing_stops_on_failure_and_on_stop(delivery: Delivery, port: Fak
     assert other.chat("2").typing is None and other.chat("2").pending == []
 
 
-async def test_progress_is_one_throttled_quiet_message(delivery: Delivery, port: FakePort) -> None:
+async def test_progress_is_one_throttled_quiet_message(delivery: InOrder, port: FakePort) -> None:
     delivery.accepted("42", "turn", 1, None)
     for n in range(5):
         delivery.send(reply("42", f"read_file(path='{n}.md')", "turn", kind="progress"))
@@ -322,7 +358,7 @@ async def test_progress_is_one_throttled_quiet_message(delivery: Delivery, port:
 
 
 async def test_close_delivers_what_is_queued_and_asks_nobody_to_resend(
-    delivery: Delivery, port: FakePort
+    delivery: InOrder, port: FakePort
 ) -> None:
     delivery.accepted("1", "turn", 1, None)
     delivery.accepted("2", "turn2", 2, None)
@@ -334,7 +370,7 @@ async def test_close_delivers_what_is_queued_and_asks_nobody_to_resend(
 
 
 async def test_a_reply_that_cannot_be_sent_now_is_kept_for_later(
-    delivery: Delivery, port: FakePort
+    delivery: InOrder, port: FakePort
 ) -> None:
     port.fail("1", *[SendError("network down", transient=True)] * SEND_ATTEMPTS)
     sent = delivery.send(reply("1", "the answer", "turn"))
@@ -384,7 +420,7 @@ async def test_poll_watch_restarts_with_backoff_until_it_works() -> None:
     assert calls[1] - calls[0] >= 0.1 and calls[2] - calls[1] >= 0.2  # failures back off
 
 
-async def test_idle_chats_are_forgotten_once_answered(delivery: Delivery, port: FakePort) -> None:
+async def test_idle_chats_are_forgotten_once_answered(delivery: InOrder, port: FakePort) -> None:
     for n in range(50):
         delivery.accepted(str(n), f"in{n}", n, None)
         delivery.send(reply(str(n), "done", reply_to=f"in{n}"))
@@ -396,7 +432,7 @@ async def test_idle_chats_are_forgotten_once_answered(delivery: Delivery, port: 
     assert len(port.sent) == 51
 
 
-async def test_a_flood_blocked_chat_is_remembered(delivery: Delivery, port: FakePort) -> None:
+async def test_a_flood_blocked_chat_is_remembered(delivery: InOrder, port: FakePort) -> None:
     delivery.chat("1").block(60)
     delivery._forget_if_idle("1")
     assert "1" in delivery.chats  # its flood wait must bind the next send too
@@ -406,7 +442,7 @@ async def test_a_flood_blocked_chat_is_remembered(delivery: Delivery, port: Fake
 
 
 async def test_a_part_refused_as_too_long_is_sent_in_smaller_pieces(
-    delivery: Delivery, port: FakePort
+    delivery: InOrder, port: FakePort
 ) -> None:
     port.fail("1", SendError("Bad Request: message is too long"))
     port.fail("1", SendError("Bad Request: message is too long"))
@@ -420,7 +456,7 @@ async def test_a_part_refused_as_too_long_is_sent_in_smaller_pieces(
 
 
 async def test_a_short_part_refused_as_too_long_is_given_up_not_split_forever(
-    delivery: Delivery, port: FakePort
+    delivery: InOrder, port: FakePort
 ) -> None:
     port.fail("1", SendError("Bad Request: message is too long"))
     delivery.send(reply("1", "short"))
@@ -430,7 +466,7 @@ async def test_a_short_part_refused_as_too_long_is_given_up_not_split_forever(
 
 
 async def test_a_quick_answer_needs_no_typing_action(port: FakePort) -> None:
-    delivery = Delivery(port, typing_every_s=0.05, status_every_s=0.2, typing_delay_s=0.3)
+    delivery = InOrder(Delivery(port, typing_every_s=0.05, status_every_s=0.2, typing_delay_s=0.3))
     delivery.accepted("1", "quick", 1, None)
     delivery.accepted("2", "slow", 2, None)
     delivery.send(reply("1", "at once", "quick"))  # long before the typing delay is over
@@ -440,9 +476,7 @@ async def test_a_quick_answer_needs_no_typing_action(port: FakePort) -> None:
     await settle(delivery)
 
 
-async def test_buttons_go_under_the_last_part_of_a_reply(
-    delivery: Delivery, port: FakePort
-) -> None:
+async def test_buttons_go_under_the_last_part_of_a_reply(delivery: InOrder, port: FakePort) -> None:
     choices = (Button("Approve", "/dream-approve 3f2a"), Button("Reject", "/dream-reject 3f2a"))
     long = "\n\n".join(f"Paragraph {n}: " + "words " * 150 for n in range(12))
     msg = OutboundMessage("telegram", "42", Text(long, buttons=choices))

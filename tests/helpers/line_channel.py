@@ -27,12 +27,16 @@ HELLO = "HELLO "
 
 class LineChannel(BaseChannel):
     name = "line"
+
     # Plain lines: no streaming, no edits, no buttons (the core lists choices in the text),
     # no markup. A connected person can be told things nobody asked for (scheduled turns), and
     # the owner, while connected, can be reached privately.
-    capabilities = Capabilities(markup="plain", pushes=True, reaches_owner=True)
-
-    def __init__(self, owner: str = "") -> None:
+    # The core sends plain text, split to `max_chars` (a person's client with a short line
+    # buffer, say).
+    def __init__(self, owner: str = "", max_chars: int = 0) -> None:
+        self.capabilities = Capabilities(
+            markup="plain", max_chars=max_chars, pushes=True, reaches_owner=True
+        )
         self.owner = owner
         self.port = 0
         self._bus: MessageBus | None = None

@@ -143,7 +143,8 @@ class ScheduledTurns(ChatSchedules, Feature):
         if self._refused(payload["id"], payload["session"], payload.get("made_by", "")):
             await self.bus.forget(pending.seq)
         else:
-            await self.bus.publish_inbound(self._message(payload, pending.seq, True))
+            sender = pending.vouched(maker(payload))  # admitted now, as it was then
+            await self.bus.publish_inbound(self._message(payload, pending.seq, True, sender))
         return True
 
     def _not_armed(self, schedule_id: str, reason: str) -> None:
@@ -307,7 +308,13 @@ class ScheduledTurns(ChatSchedules, Feature):
         )
         return True
 
-    def _message(self, payload: dict[str, Any], seq: int | None, replayed: bool) -> InboundMessage:
+    def _message(
+        self,
+        payload: dict[str, Any],
+        seq: int | None,
+        replayed: bool,
+        sender: Sender | None = None,
+    ) -> InboundMessage:
         channel, _, chat = str(payload["session"]).partition(":")
         created = datetime.fromisoformat(payload["created_at"])
         content = self.templates.render(
@@ -319,7 +326,7 @@ class ScheduledTurns(ChatSchedules, Feature):
         )
         # From its maker: a schedule the turn makes in turn has the same one (and is admitted
         # as theirs), where no sender would be refused in a group admitting people one by one.
-        message = InboundMessage(channel, chat, content, maker(payload))
+        message = InboundMessage(channel, chat, content, sender or maker(payload))
         if seq is None:
             return message
         return replace(message, id=InboundMessage.inbox_id(seq), seq=seq, replayed=replayed)
