@@ -34,6 +34,7 @@ if TYPE_CHECKING:
         Reach,
         TellOwner,
         anyone,
+        keep_telling,
     )
     from nanomem.agent.inbox import Pending, SqliteInbox, parked_in
     from nanomem.agent.loop import AgentLoop
@@ -110,6 +111,7 @@ __all__ = [
     "fenced",
     "forms",
     "is_owner",
+    "keep_telling",
     "parked_in",
     "parked_line",
     "parked_notice",
@@ -148,6 +150,7 @@ __getattr__ = lazy_exports(
             "Reach",
             "TellOwner",
             "anyone",
+            "keep_telling",
         ),
         "inbox": ("Pending", "SqliteInbox", "parked_in"),
         "loop": ("AgentLoop",),

@@ -52,6 +52,21 @@ class OwnerAway(DeliveryLater):
     """No channel reaches the owner right now (none declares it, or the owner is not there)."""
 
 
+async def keep_telling(check_s: float, what: str, tell: Callable[[], Awaitable[None]]) -> None:
+    """Forever, every `check_s`: `tell` the owner of `what` (it says nothing when there is
+    nothing new). What cannot be told now, or fails (a full disk), is told at a later check."""
+    while True:
+        await asyncio.sleep(check_s)
+        try:
+            await tell()
+        except OwnerAway:
+            pass  # nobody to tell now
+        except DeliveryLater as exc:  # logged by the channel
+            logger.info("the owner will be told of {} later ({})", what, exc)
+        except Exception:
+            logger.exception("could not tell the owner of {}", what)
+
+
 def anyone(session: str, sender: str) -> bool:
     return True
 

@@ -13,7 +13,6 @@ from loguru import logger
 from nanomem.agent import (
     Channel,
     ChannelDown,
-    DeliveryLater,
     OutboundMessage,
     OwnerAway,
     Reach,
@@ -21,6 +20,7 @@ from nanomem.agent import (
     Retries,
     Text,
     forms,
+    keep_telling,
     parked_notice,
     pump_outbound,
 )
@@ -207,18 +207,13 @@ class Gateway:
         inbox = self.app.bus.inbox
         if inbox is None:
             return  # nothing is parked without the inbox
-        while True:
-            await asyncio.sleep(PARKED_CHECK_S)
-            try:
-                for parked in await asyncio.to_thread(inbox.untold):
-                    await self._tell_owner(Text(parked_notice(parked)))
-                    await asyncio.to_thread(inbox.owner_told, parked.seq)
-            except OwnerAway:
-                pass  # nobody to tell now: told at a later check
-            except DeliveryLater as exc:  # logged by the channel: told at a later check
-                logger.info("gateway: the owner will be told of a parked message later ({})", exc)
-            except Exception:  # a full disk, say: try again at the next check
-                logger.exception("gateway: could not tell the owner of a parked message")
+
+        async def tell() -> None:
+            for parked in await asyncio.to_thread(inbox.untold):
+                await self._tell_owner(Text(parked_notice(parked)))
+                await asyncio.to_thread(inbox.owner_told, parked.seq)
+
+        await keep_telling(PARKED_CHECK_S, "a parked message", tell)
 
     async def _shutdown(self, dispatcher: asyncio.Task[None], grace_s: float) -> None:
         """Take nothing new, let running turns finish within the grace period and deliver their

@@ -11,9 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
-from loguru import logger
-
-from nanomem.agent import DeliveryLater, OwnerAway, TellOwner, Text
+from nanomem.agent import TellOwner, Text, keep_telling
 from nanomem.features.dream.dream import Dream
 from nanomem.locks import LockBusy
 
@@ -38,16 +36,7 @@ class ReviewNotice:
                 await task
 
     async def _run(self, tell: TellOwner) -> None:
-        while True:
-            await asyncio.sleep(self.check_s)
-            try:
-                await self.tell_once(tell)
-            except OwnerAway:
-                pass  # nobody to tell now: told at a later check
-            except DeliveryLater as exc:  # logged by the channel: told at a later check
-                logger.info("dream: the owner will be told of the change later ({})", exc)
-            except Exception:  # a full disk, say: try again at the next check
-                logger.exception("dream: could not tell the owner of the change")
+        await keep_telling(self.check_s, "the Dream change", lambda: self.tell_once(tell))
 
     async def tell_once(self, tell: TellOwner) -> None:
         """Tell the owner of the waiting change unless they were told already."""
