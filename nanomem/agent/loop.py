@@ -148,12 +148,12 @@ class AgentLoop:
     async def _serve(self, msg: InboundMessage) -> None:
         if self._draining:
             return  # stopping: the message stays in the inbox for the next start
-        if msg.prepare is not None:  # the channel's own work on it (a download), in order
-            ready = await msg.prepare(msg)
-            if ready is None:
-                return  # the channel answered it itself
-            msg = replace(ready, prepare=None)
         try:
+            if msg.prepare is not None:  # the channel's own work on it (a download), in order
+                ready = await msg.prepare(msg)
+                if ready is None:
+                    return  # the channel answered it itself
+                msg = replace(ready, prepare=None)
             reply = await self._handle(msg, progress=self.bus.publish_outbound)
             # Recorded before it is sent: a crash from here on re-sends it, never loses it.
             await self.bus.answered(msg, reply)
