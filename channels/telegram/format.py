@@ -273,7 +273,9 @@ def visible_length(html: str) -> int:
 
 
 def utf16_length(text: str) -> int:
-    return len(text) + sum(1 for ch in text if ord(ch) > 0xFFFF)
+    if text.isascii():  # most of what is measured, many times over while a reply is split
+        return len(text)
+    return len(text.encode("utf-16-le", "surrogatepass")) // 2
 
 
 def _weight(atom: str) -> int:

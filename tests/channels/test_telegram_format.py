@@ -496,3 +496,12 @@ def test_random_markdown_invariants() -> None:
         positions = [plain.find(m) for m in markers]
         assert -1 not in positions, (markdown, markers)
         assert positions == sorted(positions)
+
+
+@pytest.mark.parametrize(
+    ("text", "units"),
+    [("", 0), ("plain", 5), ("héllo", 5), ("😀 ok", 5), ("𝄞𝄞é", 5), ("a\ud800b", 3)],
+)
+def test_utf16_length_counts_what_telegram_counts(text: str, units: int) -> None:
+    # A character beyond the BMP is two UTF-16 units; a lone surrogate (never sent) one.
+    assert utf16_length(text) == units
