@@ -20,47 +20,33 @@ import subprocess
 import threading
 from pathlib import Path
 from types import TracebackType
+from typing import Self
 from urllib.parse import urlsplit
 
 _HOST = "127.0.0.1"
 
 
-class FakeProxy:
-    """A scriptless HTTP proxy on 127.0.0.1; its records are safe to read from any thread."""
+class ThreadedTcpServer:
+    """A TCP server on 127.0.0.1, on its own event loop in a daemon thread (so async and
+    blocking tests use it alike); a subclass handles each connection in `_handle`."""
 
-    def __init__(
-        self,
-        target_port: int,
-        *,
-        credentials: tuple[str, str] | None = None,
-        terminate: ssl.SSLContext | None = None,
-        tls: ssl.SSLContext | None = None,
-    ) -> None:
-        self.target_port = target_port
-        self.credentials = credentials
-        self.terminate, self.tls = terminate, tls
+    thread_name = "fake-tcp"
+
+    def __init__(self, server_tls: ssl.SSLContext | None = None) -> None:
         self.port = 0
-        self.connects: list[str] = []  # CONNECT targets, e.g. "model.example.test:443"
-        self.request_lines: list[str] = []  # every request line, CONNECT and forwarded alike
-        self.authorizations: list[str | None] = []  # Proxy-Authorization of each request
-        self.connections = 0  # client connections accepted
+        self._server_tls = server_tls
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
         self._thread: threading.Thread | None = None
 
-    @property
-    def url(self) -> str:
-        scheme = "https" if self.tls else "http"
-        return f"{scheme}://{_HOST}:{self.port}"
-
-    def start(self) -> FakeProxy:
+    def start(self) -> Self:
         ready = threading.Event()
         self._thread = threading.Thread(
-            target=lambda: asyncio.run(self._serve(ready)), name="fake-proxy", daemon=True
+            target=lambda: asyncio.run(self._serve(ready)), name=self.thread_name, daemon=True
         )
         self._thread.start()
         if not ready.wait(10):
-            raise RuntimeError("FakeProxy did not start within 10 s")
+            raise RuntimeError(f"{type(self).__name__} did not start within 10 s")
         return self
 
     def stop(self) -> None:
@@ -70,7 +56,7 @@ class FakeProxy:
         if self._thread is not None:
             self._thread.join(timeout=10)
 
-    def __enter__(self) -> FakeProxy:
+    def __enter__(self) -> Self:
         return self.start()
 
     def __exit__(
@@ -83,11 +69,42 @@ class FakeProxy:
 
     async def _serve(self, ready: threading.Event) -> None:
         self._loop, self._stop = asyncio.get_running_loop(), asyncio.Event()
-        server = await asyncio.start_server(self._handle, _HOST, 0, ssl=self.tls)
+        server = await asyncio.start_server(self._handle, _HOST, 0, ssl=self._server_tls)
         self.port = server.sockets[0].getsockname()[1]
         ready.set()
         await self._stop.wait()
         server.close()
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        raise NotImplementedError
+
+
+class FakeProxy(ThreadedTcpServer):
+    """A scriptless HTTP proxy on 127.0.0.1; its records are safe to read from any thread."""
+
+    thread_name = "fake-proxy"
+
+    def __init__(
+        self,
+        target_port: int,
+        *,
+        credentials: tuple[str, str] | None = None,
+        terminate: ssl.SSLContext | None = None,
+        tls: ssl.SSLContext | None = None,
+    ) -> None:
+        super().__init__(tls)
+        self.target_port = target_port
+        self.credentials = credentials
+        self.terminate, self.tls = terminate, tls
+        self.connects: list[str] = []  # CONNECT targets, e.g. "model.example.test:443"
+        self.request_lines: list[str] = []  # every request line, CONNECT and forwarded alike
+        self.authorizations: list[str | None] = []  # Proxy-Authorization of each request
+        self.connections = 0  # client connections accepted
+
+    @property
+    def url(self) -> str:
+        scheme = "https" if self.tls else "http"
+        return f"{scheme}://{_HOST}:{self.port}"
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.connections += 1

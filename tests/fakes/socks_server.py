@@ -10,64 +10,30 @@ it alike.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import ipaddress
-import threading
-from types import TracebackType
 
-from tests.fakes.proxy_server import carry
+from tests.fakes.proxy_server import ThreadedTcpServer, carry
 
 _HOST = "127.0.0.1"
 _NO_AUTH, _PASSWORD, _NONE_ACCEPTABLE = 0x00, 0x02, 0xFF
 
 
-class FakeSocks:
+class FakeSocks(ThreadedTcpServer):
     """A SOCKS5 proxy on 127.0.0.1; its records are safe to read from any thread."""
 
+    thread_name = "fake-socks"
+
     def __init__(self, target_port: int, *, credentials: tuple[str, str] | None = None) -> None:
+        super().__init__()
         self.target_port = target_port
         self.credentials = credentials
-        self.port = 0
         self.connects: list[str] = []  # CONNECT targets as asked, e.g. "model.example.test:443"
         self.logins: list[tuple[str, str]] = []  # user and password of each login
         self.connections = 0
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._stop: asyncio.Event | None = None
-        self._thread: threading.Thread | None = None
 
     @property
     def url(self) -> str:
         return f"socks5://{_HOST}:{self.port}"
-
-    def __enter__(self) -> FakeSocks:
-        ready = threading.Event()
-        self._thread = threading.Thread(
-            target=lambda: asyncio.run(self._serve(ready)), name="fake-socks", daemon=True
-        )
-        self._thread.start()
-        if not ready.wait(10):
-            raise RuntimeError("FakeSocks did not start within 10 s")
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        if self._loop is not None and self._stop is not None:
-            with contextlib.suppress(RuntimeError):  # loop already closed
-                self._loop.call_soon_threadsafe(self._stop.set)
-        if self._thread is not None:
-            self._thread.join(timeout=10)
-
-    async def _serve(self, ready: threading.Event) -> None:
-        self._loop, self._stop = asyncio.get_running_loop(), asyncio.Event()
-        server = await asyncio.start_server(self._handle, _HOST, 0)
-        self.port = server.sockets[0].getsockname()[1]
-        ready.set()
-        await self._stop.wait()
-        server.close()
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.connections += 1
