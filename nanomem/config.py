@@ -50,16 +50,20 @@ class LLMSettings(_Section):
     # unset: HTTPS_PROXY and the other usual variables (nanomem/providers/proxies.py).
     proxy: str | None = None
 
+    @field_validator("api_base", "proxy", mode="before")
+    @classmethod
+    def _blank_is_unset(cls, value: object) -> object:
+        return (value.strip() or None) if isinstance(value, str) else value
+
     @field_validator("api_base")
     @classmethod
     def _usable_base(cls, value: str | None) -> str | None:
-        if not (value or "").strip():
+        if value is None:
             return None
-        assert value is not None
         from urllib.parse import urlsplit
 
         try:  # every client parses it again; a URL none can use stops the start, not a turn
-            parts = urlsplit(value.strip())
+            parts = urlsplit(value)
             parts.port  # noqa: B018  (raises for a port that is not a number in range)
         except ValueError as exc:
             raise ValueError(f"not a URL ({exc}); e.g. http://localhost:8000/v1") from None
@@ -67,21 +71,20 @@ class LLMSettings(_Section):
             raise ValueError(
                 "not an http:// or https:// URL with a host, e.g. http://localhost:8000/v1"
             )
-        return value.strip()
+        return value
 
     @field_validator("proxy")
     @classmethod
     def _spoken_proxy(cls, value: str | None) -> str | None:
-        if not (value or "").strip():
+        if value is None:
             return None
-        assert value is not None
         scheme = value.split("://", 1)[0].lower() if "://" in value else "http"
         if scheme not in ("http", "https", "socks5", "socks5h"):  # never echo it: a password
             raise ValueError(
                 f"a {scheme}:// proxy is not spoken by the lean client; "
                 "use http://, https://, socks5:// or socks5h://"
             )
-        return value.strip()
+        return value
 
 
 class AgentSettings(_Section):
