@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from nanomem.exports import lazy_exports
 
 if TYPE_CHECKING:
-    from nanomem.agent.bus import InboundMessage, MessageBus, is_owner
+    from nanomem.agent.bus import InboundMessage, MessageBus
     from nanomem.agent.channel import (
         BaseChannel,
         Capabilities,
@@ -110,7 +110,6 @@ __all__ = [
     "bundled_dir",
     "fenced",
     "forms",
-    "is_owner",
     "keep_telling",
     "parked_in",
     "parked_line",
@@ -126,7 +125,7 @@ __all__ = [
 __getattr__ = lazy_exports(
     __name__,
     {
-        "bus": ("InboundMessage", "MessageBus", "is_owner"),
+        "bus": ("InboundMessage", "MessageBus"),
         "channel": (
             "BaseChannel",
             "Capabilities",

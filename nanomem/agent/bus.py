@@ -67,12 +67,6 @@ class InboundMessage:
         return f"in-{seq}"
 
 
-def is_owner(msg: InboundMessage) -> bool:
-    """Sent by the owner, as the channel vouches (the terminal, telegram.owner, an API key).
-    Approvals and memory decisions are theirs alone."""
-    return msg.sender.is_owner
-
-
 class MessageBus:
     """Bounded queues: a flood of messages waits at the door instead of growing memory."""
 
