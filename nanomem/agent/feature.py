@@ -190,7 +190,9 @@ class Core:
         self.context.tool_names = self.tools.names
         for command in feature.commands():
             self.loop.commands.register(command)
-        if (section := feature.prompt_section()) is not None:
+        section = feature.prompt_section()
+        # Features may share a section (the web and MCP both bring outside text): once is enough.
+        if section is not None and section not in self.context.sections:
             self.context.sections.append(section)
         # Only the hooks it supplies: an after-turn hook costs a task per turn.
         if _defines(feature, "before_turn"):

@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     from nanomem.tools.safe_open import read_checked, read_text_below
     from nanomem.tools.sandbox import Decision, decide
     from nanomem.tools.shell import ShellTool
+    from nanomem.tools.untrusted import untrusted
 
 __all__ = [
     "OUTSIDE",
@@ -28,6 +29,7 @@ __all__ = [
     "read_checked",
     "read_only_tool",
     "read_text_below",
+    "untrusted",
 ]
 __getattr__ = lazy_exports(
     __name__,
@@ -39,5 +41,6 @@ __getattr__ = lazy_exports(
         "safe_open": ("read_checked", "read_text_below"),
         "sandbox": ("Decision", "decide"),
         "shell": ("ShellTool",),
+        "untrusted": ("untrusted",),
     },
 )
