@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import tomllib
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -14,6 +15,7 @@ from pydantic import (
     Field,
     SecretStr,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -270,6 +272,77 @@ class LogSettings(_Section):
     level: Literal["TRACE", "DEBUG", "INFO", "SUCCESS", "WARNING", "ERROR", "CRITICAL"] = "INFO"
 
 
+_MCP_SERVER_NAME = re.compile(r"^[A-Za-z0-9-]{1,24}$")
+
+
+class McpServerSettings(_Section):
+    """One MCP server (features/mcp): a local command spoken to over stdio, or a URL."""
+
+    command: str | None = None  # stdio: the program to start
+    url: str | None = None  # streamable HTTP; the older SSE transport when the path ends in /sse
+    args: list[str] = []
+    env: dict[str, SecretStr] = {}  # the only variables it gets beyond PATH, HOME and LANG
+    headers: dict[str, SecretStr] = {}  # sent with every request to a url (Authorization, ...)
+    tools: list[str] | None = None  # an allowlist of the server's tool names; None: every tool
+    timeout_s: float = Field(60.0, gt=0)  # to start, and for each call
+    groups: bool = False  # group chats get its tools too
+    enabled: bool = True
+
+    @field_validator("command")
+    @classmethod
+    def _named_program(cls, value: str | None) -> str | None:
+        if value is not None and not value.strip():
+            raise ValueError("is empty: name the program that runs the server")
+        return value
+
+    @field_validator("url")
+    @classmethod
+    def _one_transport(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if (info.data.get("command") is None) == (value is None):
+            raise ValueError("give exactly one of command (a local server) or url (a remote one)")
+        if value is None:
+            return None
+        from urllib.parse import urlsplit
+
+        try:
+            parts = urlsplit(value)
+            parts.port  # noqa: B018  (raises for a port that is not a number in range)
+        except ValueError:
+            parts = None
+        if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError("not an http:// or https:// URL with a host")
+        return value
+
+    @field_validator("args", "env")
+    @classmethod
+    def _stdio_only(cls, value: Any, info: ValidationInfo) -> Any:
+        if value and info.data.get("command") is None:
+            raise ValueError("is for a server started by command, not one reached by url")
+        return value
+
+    @field_validator("headers")
+    @classmethod
+    def _url_only(cls, value: Any, info: ValidationInfo) -> Any:
+        if value and info.data.get("url") is None:
+            raise ValueError("is for a server reached by url, not one started by command")
+        return value
+
+
+class McpSettings(_Section):
+    servers: dict[str, McpServerSettings] = {}
+
+    @field_validator("servers")
+    @classmethod
+    def _usable_names(cls, value: dict[str, McpServerSettings]) -> dict[str, McpServerSettings]:
+        for name in value:
+            if not _MCP_SERVER_NAME.match(name):
+                raise ValueError(
+                    f"server name {name!r}: use 1-24 letters, digits or '-' "
+                    "(its tools are named mcp_<server>_<tool>)"
+                )
+        return value
+
+
 class Settings(BaseSettings):
     """Every setting nanomem reads. Sources, highest first: CLI, env, config.toml, defaults."""
 
@@ -290,6 +363,7 @@ class Settings(BaseSettings):
     api: ApiSettings = ApiSettings()
     schedule: ScheduleSettings = ScheduleSettings()
     log: LogSettings = LogSettings()
+    mcp: McpSettings = McpSettings()
 
 
 class ConfigError(Exception):
@@ -403,8 +477,8 @@ def _describe(
     lines = []
     for err in exc.errors():
         loc = tuple(str(part) for part in err["loc"])
-        key = ".".join(loc[:2]) if loc else "(settings)"
-        if len(loc) > 2 and loc[2].isdigit():  # an item of a list: api.keys[0]
+        key = ".".join(loc[: _depth(loc)]) if loc else "(settings)"
+        if len(loc) > _depth(loc) and loc[_depth(loc)].isdigit():  # an item of a list: api.keys[0]
             key += f"[{loc[2]}]"
         # Never the value: a mistyped key (`llm.apikey`) may well hold a secret.
         msg = err["msg"].removeprefix("Value error, ")
@@ -419,7 +493,7 @@ def _source_of(
 ) -> str:
     if _lookup(overrides, loc) is not None:
         return "command line"
-    env_name = ENV_PREFIX + ENV_DELIMITER.join(loc[:2]).upper()
+    env_name = ENV_PREFIX + ENV_DELIMITER.join(loc[: _depth(loc)]).upper()
     for name in os.environ:
         if name.upper() == env_name:
             return f"environment variable {name}"
@@ -429,9 +503,15 @@ def _source_of(
     return "default"
 
 
+def _depth(loc: tuple[str, ...]) -> int:
+    """How many parts of an error's location name the setting: `llm.model`, but
+    `mcp.servers.files.url` (a table per server)."""
+    return 4 if loc[:2] == ("mcp", "servers") else 2
+
+
 def _lookup(data: dict[str, Any], loc: tuple[str, ...]) -> Any:
     node: Any = data
-    for part in loc[:2]:
+    for part in loc[: _depth(loc)]:
         if not isinstance(node, dict) or part not in node:
             return None
         node = node[part]
@@ -440,9 +520,10 @@ def _lookup(data: dict[str, Any], loc: tuple[str, ...]) -> Any:
 
 def _line_of(path: Path, loc: tuple[str, ...]) -> int | None:
     """Line of `key` under `[section]`; TOML gives no positions, so scan the text."""
-    if len(loc) < 2:
+    depth = min(_depth(loc), len(loc))
+    if depth < 2:
         return None
-    section, key = loc[0], loc[1]
+    section, key = ".".join(loc[: depth - 1]), loc[depth - 1]
     current = ""
     for number, raw in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
         line = raw.strip()

@@ -128,7 +128,11 @@ def configured_secrets(settings: Settings) -> list[str]:
     """Every secret in the settings, whichever channels run: `chat -m` must mask the bot
     token someone pastes as well as the gateway does."""
     values = [settings.llm.api_key, settings.telegram.token, *settings.api.keys]
+    for server in settings.mcp.servers.values():  # MCP servers' env and headers (tokens)
+        values += [*server.env.values(), *server.headers.values()]
     secrets = [value.get_secret_value() for value in values if value is not None]
+    # "Bearer <token>": the token alone is as secret as the whole header.
+    secrets += [word for value in secrets if " " in value for word in value.split()[1:]]
     for proxy in (settings.llm.proxy, settings.telegram.proxy):  # http://me:pw@host: its password
         if proxy and "@" in proxy and (password := _password(proxy)):
             secrets += [password, unquote(password)]

@@ -1,0 +1,257 @@
+"""One MCP server kept connected: started in the background, restarted with backoff when it
+fails to start, exits or stops answering; its tools called with a time limit."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from contextlib import AsyncExitStack, suppress
+from datetime import timedelta
+from typing import Any
+from urllib.parse import urlsplit
+
+from loguru import logger
+
+from nanomem.config import McpServerSettings
+from nanomem.features.mcp.naming import tool_name
+from nanomem.features.mcp.state import Kind, ServerState
+from nanomem.log import redact
+from nanomem.tools import ToolError
+
+FIRST_DELAY_S = 1.0
+MAX_DELAY_S = 60.0
+STEADY_S = 60.0  # ready this long: the next failure starts the backoff afresh
+PING_S = 30.0  # a server reached by URL is pinged this often when idle (a stdio one: its exit)
+EXITED_WAIT_S = 2.0  # a call cut short by the connection: how long to wait to learn why
+REQUEST_TIMEOUT = 408  # the SDK's code for a request its read timeout ended (HTTP's)
+
+OnChange = Callable[["McpServer"], None]
+
+
+class McpServer:
+    def __init__(self, name: str, settings: McpServerSettings, on_change: OnChange) -> None:
+        self.name, self.settings = name, settings
+        self._on_change = on_change
+        self.state = ServerState("starting" if settings.enabled else "disabled")
+        self.tools: list[Any] = []  # the server's `Tool`s, as last listed (allowlist applied)
+        self._session: Any = None
+        self._lost: asyncio.Event = asyncio.Event()
+        self._lost_reason = ""
+        self._came_up = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def transport(self) -> str:
+        if self.settings.command is not None:
+            return f"stdio: {self.settings.command}"
+        url = self.settings.url or ""
+        kind = "sse" if _is_sse(url) else "http"
+        return f"{kind}: {redact(url.split('?', 1)[0])}"
+
+    def start(self) -> None:
+        if self.settings.enabled and self._task is None:
+            self._task = asyncio.create_task(self._run(), name=f"mcp-{self.name}")
+
+    async def stop(self, grace_s: float) -> None:
+        task, self._task = self._task, None
+        if task is None:
+            return
+        task.cancel()
+        # The child is ended in the transport's own cleanup (SIGTERM, then SIGKILL).
+        await asyncio.wait([task], timeout=max(grace_s, 0.1) + 5)
+        self._set(ServerState("stopped"))
+
+    async def settled(self) -> None:
+        """Once it has come up, or failed its first start (for a one-shot turn that waits)."""
+        await self._came_up.wait()
+
+    async def call(self, tool: str, arguments: dict[str, Any]) -> Any:
+        """The server's `CallToolResult`; ToolError when it cannot answer now or in time."""
+        session = self._session
+        if self.state.kind != "ready" or session is None:
+            raise ToolError(self.unavailable())
+        limit = self.settings.timeout_s
+        try:
+            return await asyncio.wait_for(
+                session.call_tool(tool, arguments, read_timeout_seconds=timedelta(seconds=limit)),
+                limit + 1,
+            )
+        except TimeoutError:
+            raise ToolError(
+                f"MCP server {self.name} did not answer {tool} within {limit:g} s "
+                "(tool call abandoned)"
+            ) from None
+        except Exception as exc:
+            from mcp.shared.exceptions import McpError
+            from mcp.types import CONNECTION_CLOSED
+
+            if isinstance(exc, McpError) and exc.error.code == REQUEST_TIMEOUT:
+                raise ToolError(
+                    f"MCP server {self.name} did not answer {tool} within {limit:g} s "
+                    "(tool call abandoned)"
+                ) from None
+            if isinstance(exc, McpError) and exc.error.code != CONNECTION_CLOSED:
+                raise ToolError(f"MCP server {self.name}: {redact(exc.error.message)}") from None
+            # The connection went: the server exited or stopped answering. It restarts; the
+            # reason (its exit code) is worth a moment's wait.
+            lost = self._lost
+            with suppress(TimeoutError):
+                await asyncio.wait_for(lost.wait(), EXITED_WAIT_S)
+            self.lose(_describe(exc))
+            raise ToolError(
+                f"MCP server {self.name} stopped during the call ({self._lost_reason}); it is "
+                "restarting, try again shortly"
+            ) from None
+
+    def unavailable(self) -> str:
+        state = self.state
+        if state.kind == "restarting":
+            return f"MCP server {self.name} is restarting ({state.reason}); try again shortly"
+        if state.kind == "failed":
+            return f"MCP server {self.name} is not working ({state.reason}); the owner can fix it"
+        return f"MCP server {self.name} is {state.kind}; try again shortly"
+
+    def lose(self, reason: str) -> None:
+        """The connection is gone (the child exited, a request failed): reconnect."""
+        if not self._lost.is_set():
+            self._lost_reason = reason
+            self._lost.set()
+
+    async def _run(self) -> None:
+        delay = FIRST_DELAY_S
+        while True:
+            self._lost = asyncio.Event()
+            self._lost_reason = ""
+            since = time.monotonic()
+            failed_to_start = False
+            try:
+                await self._serve()
+                reason = self._lost_reason or "the connection closed"
+            except asyncio.CancelledError:
+                raise
+            except FileNotFoundError:
+                reason, failed_to_start = f"command not found: {self.settings.command}", True
+            except PermissionError:
+                reason, failed_to_start = f"cannot run {self.settings.command}", True
+            except BaseException as exc:  # an ExceptionGroup from the SDK's task groups too
+                reason = self._lost_reason or _describe(exc)
+            finally:
+                self._session = None
+            if time.monotonic() - since > STEADY_S:
+                delay = FIRST_DELAY_S
+            kind: Kind = "failed" if failed_to_start else "restarting"
+            logger.warning("mcp {}: {}; next start in {:g} s", self.name, reason, delay)
+            self._set(ServerState(kind, reason, time.time() + delay, self.state.tools))
+            self._came_up.set()  # a one-shot turn waits no longer: it goes on without it
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, MAX_DELAY_S)
+            self._set(ServerState("starting", tools=self.state.tools))
+
+    async def _serve(self) -> None:
+        """Connect, list the tools, and hold the session until the connection is lost."""
+        import anyio
+        from mcp import ClientSession
+
+        async with AsyncExitStack() as stack:
+            read, write = await stack.enter_async_context(self._transport())
+            limit = timedelta(seconds=self.settings.timeout_s)
+            session = await stack.enter_async_context(
+                ClientSession(read, write, read_timeout_seconds=limit)
+            )
+            try:
+                with anyio.fail_after(self.settings.timeout_s):
+                    await session.initialize()
+                    tools = await _all_tools(session)
+            except TimeoutError:
+                self.lose(f"did not answer within {self.settings.timeout_s:g} s")
+                raise
+            self.tools = self._allowed(tools)
+            self._session = session
+            names = tuple(tool_name(self.name, tool.name) for tool in self.tools)
+            self._set(ServerState("ready", tools=names))
+            logger.info("mcp {}: ready, {} tools", self.name, len(self.tools))
+            self._came_up.set()
+            while not self._lost.is_set():
+                try:
+                    await asyncio.wait_for(self._lost.wait(), PING_S)
+                except TimeoutError:
+                    if self.settings.url is not None:
+                        await self._ping(session)
+
+    async def _ping(self, session: Any) -> None:
+        try:
+            await asyncio.wait_for(session.send_ping(), self.settings.timeout_s)
+        except Exception as exc:
+            self.lose(f"no answer to a ping ({_describe(exc)})")
+
+    def _transport(self) -> Any:
+        settings = self.settings
+        if settings.command is not None:
+            from nanomem.features.mcp.stdio import stdio_transport
+
+            env = {name: value.get_secret_value() for name, value in settings.env.items()}
+            return stdio_transport(self.name, settings.command, settings.args, env, self._exited)
+        url = settings.url or ""
+        headers = {name: value.get_secret_value() for name, value in settings.headers.items()}
+        if _is_sse(url):
+            from mcp.client.sse import sse_client
+
+            return sse_client(url, headers=headers, timeout=settings.timeout_s)
+        return _pair(url, headers, settings.timeout_s)
+
+    def _exited(self, code: int | None) -> None:
+        self.lose(f"exit {code}" if code is not None else "it exited")
+
+    def _allowed(self, tools: list[Any]) -> list[Any]:
+        wanted = self.settings.tools
+        if wanted is None:
+            return tools
+        names = {tool.name for tool in tools}
+        if missing := [name for name in wanted if name not in names]:
+            logger.warning("mcp {}: no such tools to allow: {}", self.name, ", ".join(missing))
+        return [tool for tool in tools if tool.name in wanted]
+
+    def _set(self, state: ServerState) -> None:
+        self.state = state
+        self._on_change(self)
+
+
+def _is_sse(url: str) -> bool:
+    return urlsplit(url).path.rstrip("/").endswith("/sse")
+
+
+class _pair:
+    """The streamable HTTP client's streams without its session-id callback."""
+
+    def __init__(self, url: str, headers: dict[str, str], timeout_s: float) -> None:
+        from mcp.client.streamable_http import streamablehttp_client
+
+        self._manager = streamablehttp_client(url, headers=headers, timeout=timeout_s)
+
+    async def __aenter__(self) -> tuple[Any, Any]:
+        read, write, _ = await self._manager.__aenter__()
+        return read, write
+
+    async def __aexit__(self, *exc: Any) -> bool | None:
+        return await self._manager.__aexit__(*exc)
+
+
+async def _all_tools(session: Any) -> list[Any]:
+    tools: list[Any] = []
+    cursor = None
+    for _ in range(100):  # pages; a server that never stops paging is cut off
+        page = await session.list_tools(cursor=cursor)
+        tools += page.tools
+        cursor = page.nextCursor
+        if not cursor:
+            break
+    return tools
+
+
+def _describe(exc: BaseException) -> str:
+    """A short reason from what may be an exception group of the SDK's task groups."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    text = str(exc) or type(exc).__name__
+    return redact(text.splitlines()[0][:200])
