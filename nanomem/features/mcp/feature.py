@@ -24,7 +24,7 @@ from nanomem.tools import Tool, ToolContext, ToolError, ToolRegistry, untrusted
 from nanomem.tools.untrusted import PROMPT_SECTION
 
 MAX_DESCRIPTION = 1024  # a tool's description as the server gives it, at most
-WRAPPER_CHARS = 200  # room the untrusted markers take within tools.max_output_chars
+CUT_NOTE_CHARS = 64  # "[output truncated: N more characters not shown]"
 
 
 class Mcp(Feature):
@@ -110,7 +110,9 @@ class Mcp(Feature):
 
     def _tool(self, server: McpServer, tool: Any) -> Tool:
         source = f"mcp {server.name}/{tool.name}"
-        limit = max(self._registry.max_output_chars - WRAPPER_CHARS, 100)
+        # The markers and the truncation note fit within tools.max_output_chars too.
+        room = len(untrusted(source, "")) + CUT_NOTE_CHARS
+        limit = max(self._registry.max_output_chars - room, 100)
 
         async def run(arguments: dict[str, Any], context: ToolContext) -> str:
             result = await server.call(tool.name, arguments)

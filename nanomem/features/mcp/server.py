@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
-from contextlib import AsyncExitStack, suppress
+from collections.abc import AsyncIterator, Callable
+from contextlib import AsyncExitStack, asynccontextmanager, suppress
 from datetime import timedelta
 from typing import Any
 from urllib.parse import urlsplit
@@ -198,7 +198,7 @@ class McpServer:
             from mcp.client.sse import sse_client
 
             return sse_client(url, headers=headers, timeout=settings.timeout_s)
-        return _pair(url, headers, settings.timeout_s)
+        return _streamable(url, headers, settings.timeout_s)
 
     def _exited(self, code: int | None) -> None:
         self.lose(f"exit {code}" if code is not None else "it exited")
@@ -221,20 +221,20 @@ def _is_sse(url: str) -> bool:
     return urlsplit(url).path.rstrip("/").endswith("/sse")
 
 
-class _pair:
-    """The streamable HTTP client's streams without its session-id callback."""
+@asynccontextmanager
+async def _streamable(url: str, headers: dict[str, str], timeout_s: float) -> AsyncIterator[Any]:
+    """The streamable HTTP transport's two streams, over a client carrying our headers."""
+    import httpx
+    from mcp.client.streamable_http import streamable_http_client
+    from mcp.shared._httpx_utils import create_mcp_http_client
 
-    def __init__(self, url: str, headers: dict[str, str], timeout_s: float) -> None:
-        from mcp.client.streamable_http import streamablehttp_client
-
-        self._manager = streamablehttp_client(url, headers=headers, timeout=timeout_s)
-
-    async def __aenter__(self) -> tuple[Any, Any]:
-        read, write, _ = await self._manager.__aenter__()
-        return read, write
-
-    async def __aexit__(self, *exc: Any) -> bool | None:
-        return await self._manager.__aexit__(*exc)
+    # Reads may wait long (a server streams its answer); each call has its own limit.
+    timeout = httpx.Timeout(timeout_s, read=max(timeout_s, 300.0))
+    async with (
+        create_mcp_http_client(headers=headers, timeout=timeout) as client,
+        streamable_http_client(url, http_client=client) as (read, write, _),
+    ):
+        yield read, write
 
 
 async def _all_tools(session: Any) -> list[Any]:
