@@ -20,8 +20,12 @@ def lazy_exports(package: str, where: dict[str, tuple[str, ...]]) -> Callable[[s
         module = module_of.get(name)
         if module is None:
             raise AttributeError(f"module {package!r} has no attribute {name!r}")
-        value = getattr(importlib.import_module(f"{package}.{module}"), name)
-        setattr(sys.modules[package], name, value)  # the next lookup is a plain attribute
-        return value
+        loaded = importlib.import_module(f"{package}.{module}")
+        # Every name of that module at once: importing it set the package's attribute of its
+        # own name to the module (`nanomem.tools.untrusted`), which the function of that
+        # name must replace. The next lookups are plain attributes.
+        for each in where[module]:
+            setattr(sys.modules[package], each, getattr(loaded, each))
+        return getattr(loaded, name)
 
     return __getattr__

@@ -49,7 +49,7 @@ def _mcp_rows(home: Home, settings: Settings) -> list[tuple[str, str]]:
     servers = settings.mcp.servers
     if not servers:
         return []
-    from nanomem.features.mcp.state import status_lines  # not the SDK: a small file read
+    from nanomem.features.mcp import status_lines  # not the SDK: a small file read
 
     return status_lines(home.mcp_state, {name: s.enabled for name, s in servers.items()})
 

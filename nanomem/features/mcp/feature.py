@@ -11,17 +11,14 @@ from typing import Any
 
 from loguru import logger
 
-from nanomem.agent import Core, Feature, HealthReport, Reach
-from nanomem.agent.bus import InboundMessage
-from nanomem.agent.commands import Command
+from nanomem.agent import Command, Core, Feature, HealthReport, InboundMessage, Reach
 from nanomem.config import McpServerSettings
 from nanomem.features.mcp.naming import clean_schema, tool_name
 from nanomem.features.mcp.results import result_text
 from nanomem.features.mcp.server import McpServer
 from nanomem.features.mcp.state import write_states
 from nanomem.memory import Session
-from nanomem.tools import Tool, ToolContext, ToolError, ToolRegistry, untrusted
-from nanomem.tools.untrusted import PROMPT_SECTION
+from nanomem.tools import UNTRUSTED_SECTION, Tool, ToolContext, ToolError, ToolRegistry, untrusted
 
 MAX_DESCRIPTION = 1024  # a tool's description as the server gives it, at most
 CUT_NOTE_CHARS = 64  # "[output truncated: N more characters not shown]"
@@ -48,7 +45,7 @@ class Mcp(Feature):
         return [Command("mcp", "list the MCP servers, their state and tools", self._cmd_mcp)]
 
     def prompt_section(self) -> str:
-        return PROMPT_SECTION
+        return UNTRUSTED_SECTION
 
     def health(self) -> Mapping[str, HealthReport]:
         body = {

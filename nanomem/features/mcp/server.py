@@ -198,7 +198,7 @@ class McpServer:
             from mcp.client.sse import sse_client
 
             return sse_client(url, headers=headers, timeout=settings.timeout_s)
-        return _streamable(url, headers, settings.timeout_s)
+        return _streamable(url, headers)
 
     def _exited(self, code: int | None) -> None:
         self.lose(f"exit {code}" if code is not None else "it exited")
@@ -214,7 +214,10 @@ class McpServer:
 
     def _set(self, state: ServerState) -> None:
         self.state = state
-        self._on_change(self)
+        try:
+            self._on_change(self)
+        except Exception:  # a mistake in publishing its tools must not cycle the server
+            logger.exception("mcp {}: could not follow its state", self.name)
 
 
 def _is_sse(url: str) -> bool:
@@ -222,16 +225,15 @@ def _is_sse(url: str) -> bool:
 
 
 @asynccontextmanager
-async def _streamable(url: str, headers: dict[str, str], timeout_s: float) -> AsyncIterator[Any]:
+async def _streamable(url: str, headers: dict[str, str]) -> AsyncIterator[Any]:
     """The streamable HTTP transport's two streams, over a client carrying our headers."""
-    import httpx
     from mcp.client.streamable_http import streamable_http_client
     from mcp.shared._httpx_utils import create_mcp_http_client
 
-    # Reads may wait long (a server streams its answer); each call has its own limit.
-    timeout = httpx.Timeout(timeout_s, read=max(timeout_s, 300.0))
+    # The SDK's own timeouts (30 s to connect, reads may stream for 300 s): starting and each
+    # call have their limit (timeout_s) on top.
     async with (
-        create_mcp_http_client(headers=headers, timeout=timeout) as client,
+        create_mcp_http_client(headers=headers) as client,
         streamable_http_client(url, http_client=client) as (read, write, _),
     ):
         yield read, write
