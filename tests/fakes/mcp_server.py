@@ -4,7 +4,8 @@ Over stdio: `python -m tests.fakes.mcp_server` (as a child, with `sys.executable
 streamable HTTP (or SSE): `HttpMcpServer` serves it with uvicorn on a loopback port, in a
 thread of the test's process. What it should do comes from its environment (stdio):
 FAKE_MCP_STARTS: a file it appends a line to at each start (the tests count restarts);
-FAKE_MCP_EXIT: exit with this code before answering anything (a server that fails to start).
+FAKE_MCP_EXIT: exit with this code before answering anything (a server that fails to start);
+FAKE_MCP_HANG: set, it never answers at all (a server that hangs as it starts).
 """
 
 from __future__ import annotations
@@ -150,6 +151,8 @@ def main() -> None:
     if code := os.environ.get("FAKE_MCP_EXIT"):
         sys.stderr.write("cannot start: no configuration\n")
         raise SystemExit(int(code))
+    if os.environ.get("FAKE_MCP_HANG"):
+        time.sleep(3600)
     build().run(transport="stdio")
 
 

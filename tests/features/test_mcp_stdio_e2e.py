@@ -26,6 +26,7 @@ from tests.fakes.openai_server import FakeOpenAI, Step
 from tests.fakes.telegram_server import FakeTelegram
 from tests.helpers import until, wait_until
 from tests.helpers.gateway import API_KEY, GatewayProcess, post, texts
+from tests.helpers.terminal import PROMPT
 
 pytestmark = pytest.mark.slow
 
@@ -158,6 +159,30 @@ async def test_a_server_that_cannot_start_leaves_the_agent_working(app_of: Any) 
     assert body["missing"]["detail"].startswith("failed (command not found: /nonexistent")
 
 
+async def test_a_server_that_hangs_as_it_starts_is_given_up_and_tried_again(
+    app_of: Any, tmp_path: Path
+) -> None:
+    started = tmp_path / "starts"
+    provider = ScriptedProvider([text("no tools yet"), text("still none")])
+    app = app_of(provider, slow=stdio(timeout_s=2, env={"FAKE_MCP_HANG": "1", **_starts(started)}))
+    mcp = app.feature(Mcp)
+    await app.start_features()  # returns at once: nothing waits for a server
+    assert mcp.servers["slow"].state.kind == "starting"
+    report = app.health()["mcp"]
+    assert report.body["slow"]["state"] == "starting" and not report.warning
+    assert (await turn(app, "hello")).content == "no tools yet"
+    await until(lambda: mcp.servers["slow"].state.kind == "restarting", what="the time limit")
+    assert "after did not answer within 2 s" in mcp.servers["slow"].state.describe()
+    await until(lambda: len(starts(started)) == 2, what="a second start")
+    first = starts(started)[0]
+    await until(lambda: not _alive(first), what="the hung child to be ended")
+    assert (await turn(app, "hello again")).content == "still none"
+
+
+def _starts(path: Path) -> dict[str, str]:
+    return {"FAKE_MCP_STARTS": str(path)}
+
+
 async def test_stopping_ends_the_child(app_of: Any, tmp_path: Path) -> None:
     started = tmp_path / "starts"
     app = app_of(ScriptedProvider(), fake=stdio(env={"FAKE_MCP_STARTS": str(started)}))
@@ -242,3 +267,39 @@ def test_a_one_shot_chat_waits_for_its_servers(home: Home) -> None:
         assert "echo: through the gateway" in done.stdout
         offered = [tool["function"]["name"] for tool in llm.requests[0]["tools"]]
         assert "mcp_fake_echo" in offered
+
+
+def test_the_terminal_prompt_does_not_wait_for_a_server(home: Home, tmp_path: Path) -> None:
+    import pexpect
+
+    started = tmp_path / "starts"
+    with home.config.open("a", encoding="utf-8") as fh:
+        fh.write(
+            f"\n[mcp.servers.slow]\ncommand = {json.dumps(sys.executable)}\n"
+            f"args = [{json.dumps(SERVER)}]\ntimeout_s = 600\n"
+            f'env = {{ FAKE_MCP_HANG = "1", FAKE_MCP_STARTS = {json.dumps(str(started))} }}\n'
+        )
+    with FakeOpenAI() as llm:
+        llm.set_fallback(model)
+        child = pexpect.spawn(
+            sys.executable,
+            ["-m", "nanomem", "chat"],
+            env=cli_env(home, llm, TERM="xterm", PROMPT_TOOLKIT_NO_CPR="1"),
+            encoding="utf-8",
+            timeout=60,
+            dimensions=(40, 100),
+        )
+        try:
+            child.expect_exact(PROMPT)
+            child.sendline("hello")
+            child.expect_exact("plain answer")  # answered while the server hangs
+            child.expect_exact(PROMPT)
+            child.sendline("/mcp")
+            child.expect_exact("- slow (stdio: ")
+            child.expect_exact("starting")
+            (pid,) = wait_until(lambda: starts(started), what="the server's start")
+            child.sendeof()
+            child.expect(pexpect.EOF)
+        finally:
+            child.terminate(force=True)
+    wait_until(lambda: not _alive(pid), what="the hung server to be ended with the chat")
