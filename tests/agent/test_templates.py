@@ -63,6 +63,7 @@ SAMPLES = {
         "text": "remind me to call mum",
     },
     "config.toml.j2": {"model": "openai/gpt-4o-mini", "api_key": "", "api_base": ""},
+    "untrusted.md.j2": {"shared_room": False, "tools": [], "workspace": "/w"},
 }
 
 
