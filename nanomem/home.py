@@ -77,8 +77,9 @@ class Home:
 
     @property
     def mcp_state(self) -> Path:
-        """Where each MCP server stands, for `nanomem status` (features/mcp/state.py)."""
-        return self.root / "mcp-state.json"
+        """Where each MCP server stands, a file per running process, for `nanomem status`
+        (features/mcp/state.py)."""
+        return self.root / "mcp-state"
 
     @property
     def locks(self) -> Path:

@@ -18,6 +18,7 @@ from nanomem.audience import Audience, Sender
 from nanomem.config import ConfigError, load_settings
 from nanomem.features.mcp import Mcp
 from nanomem.features.mcp.naming import MAX_NAME, clean_schema, tool_name
+from nanomem.features.mcp.state import state_file
 from nanomem.home import Home
 from nanomem.providers.scripted import ScriptedProvider, call, text
 from nanomem.text.masking import configured_secrets
@@ -313,7 +314,10 @@ async def test_mcp_and_health_say_how_each_server_stands(
     assert not report.warning
     assert report.body["tracker"] == {"state": "ready", "detail": "ready, 11 tools", "tools": 11}
     assert report.body["off"]["state"] == "disabled"
-    await until(lambda: '"ready"' in _read(home.mcp_state), what="the state file")
+    written = state_file(home.mcp_state)  # this process's, for `nanomem status`
+    await until(lambda: '"ready"' in _read(written), what="the state file")
+    await app.stop_features(grace_s=1)
+    assert not written.exists()  # a process that stopped leaves nothing to misread
 
 
 async def test_a_server_that_cannot_be_reached_leaves_the_agent_working(

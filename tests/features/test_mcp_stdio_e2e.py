@@ -267,6 +267,7 @@ def test_a_one_shot_chat_waits_for_its_servers(home: Home) -> None:
         assert "echo: through the gateway" in done.stdout
         offered = [tool["function"]["name"] for tool in llm.requests[0]["tools"]]
         assert "mcp_fake_echo" in offered
+    assert not list(home.mcp_state.glob("*.json"))  # a one-shot leaves no state behind
 
 
 def test_the_terminal_prompt_does_not_wait_for_a_server(home: Home, tmp_path: Path) -> None:

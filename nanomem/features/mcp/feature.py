@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import importlib
 from collections.abc import Mapping
+from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,7 @@ from nanomem.config import McpServerSettings
 from nanomem.features.mcp.naming import clean_schema, tool_name
 from nanomem.features.mcp.results import result_text
 from nanomem.features.mcp.server import McpServer
-from nanomem.features.mcp.state import write_states
+from nanomem.features.mcp.state import forget_states, write_states
 from nanomem.memory import Session
 from nanomem.tools import UNTRUSTED_SECTION, Tool, ToolContext, ToolError, ToolRegistry, untrusted
 
@@ -31,11 +32,12 @@ class Mcp(Feature):
         self,
         servers: Mapping[str, McpServerSettings],
         registry: ToolRegistry,
-        state_file: Path,
+        state_folder: Path,
     ) -> None:
         self.servers = {name: McpServer(name, s, self._changed) for name, s in servers.items()}
         self._registry = registry
-        self._state_file = state_file
+        self._state_folder = state_folder
+        self._keeps_state = False  # a one-shot turn's servers leave no file for status
         self._published: dict[str, list[str]] = {}
         self._started = False
         self._writer: asyncio.Task[None] | None = None
@@ -60,6 +62,7 @@ class Mcp(Feature):
         return {"mcp": HealthReport(body, warning=down)}
 
     async def start(self, reach: Reach) -> None:
+        self._keeps_state = True
         await self._start()
 
     async def before_turn(self, session: Session, context: ToolContext) -> None:
@@ -77,6 +80,9 @@ class Mcp(Feature):
         await asyncio.gather(*(server.stop(grace_s) for server in self.servers.values()))
         if self._writer is not None:
             await asyncio.gather(self._writer, return_exceptions=True)
+        if self._keeps_state:
+            with suppress(OSError):
+                await asyncio.to_thread(forget_states, self._state_folder)
 
     async def _start(self) -> None:
         if self._started:
@@ -141,6 +147,8 @@ class Mcp(Feature):
 
     def _save_soon(self) -> None:
         """The state file follows the servers: one writer, the latest state last."""
+        if not self._keeps_state:
+            return
         self._dirty = True
         if self._writer is None or self._writer.done():
             self._writer = asyncio.get_running_loop().create_task(self._write())
@@ -150,9 +158,9 @@ class Mcp(Feature):
             self._dirty = False
             states = {name: server.state for name, server in self.servers.items()}
             try:
-                await asyncio.to_thread(write_states, self._state_file, states)
+                await asyncio.to_thread(write_states, self._state_folder, states)
             except OSError as exc:
-                logger.warning("mcp: cannot write {} ({})", self._state_file, exc.strerror)
+                logger.warning("mcp: cannot write {} ({})", self._state_folder, exc.strerror)
 
 
 def _not_in_groups(context: ToolContext) -> bool:

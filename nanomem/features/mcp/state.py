@@ -42,14 +42,24 @@ class ServerState:
         return self.kind
 
 
-def write_states(path: Path, states: dict[str, ServerState]) -> None:
+def state_file(folder: Path, pid: int | None = None) -> Path:
+    """This process's file: the gateway and a `nanomem chat` may run at once, each with its own
+    servers (a one-shot `chat -m` writes none)."""
+    return folder / f"{os.getpid() if pid is None else pid}.json"
+
+
+def write_states(folder: Path, states: dict[str, ServerState]) -> None:
     record = {
         "version": VERSION,
         "pid": os.getpid(),
         "updated_at": time.time(),
         "servers": {name: asdict(state) for name, state in states.items()},
     }
-    atomic_write_text(path, json.dumps(record, ensure_ascii=False) + "\n")
+    atomic_write_text(state_file(folder), json.dumps(record, ensure_ascii=False) + "\n")
+
+
+def forget_states(folder: Path) -> None:
+    state_file(folder).unlink(missing_ok=True)
 
 
 def read_states(path: Path) -> tuple[int, dict[str, ServerState]] | None:
@@ -80,17 +90,25 @@ def alive(pid: int) -> bool:
     return True
 
 
-def status_lines(path: Path, configured: dict[str, bool]) -> list[tuple[str, str]]:
-    """`nanomem status` rows, one per configured server (`configured`: name → enabled)."""
-    found = read_states(path)
-    running = found is not None and alive(found[0])
+def status_lines(folder: Path, configured: dict[str, bool]) -> list[tuple[str, str]]:
+    """`nanomem status` rows, one per configured server (`configured`: name → enabled), from
+    the files of the processes still running (a killed one leaves its file behind)."""
+    running: list[tuple[int, dict[str, ServerState]]] = []
+    paths = sorted(folder.glob("*.json")) if folder.is_dir() else []
+    for path in paths:
+        found = read_states(path)
+        if found is not None and alive(found[0]):
+            running.append(found)
     rows = []
     for name, enabled in configured.items():
+        seen = [
+            f"{states[name].describe()} (pid {pid})" for pid, states in running if name in states
+        ]
         if not enabled:
             line = "disabled"
-        elif found is None or not running or name not in found[1]:
+        elif not seen:
             line = "not running (nanomem gateway or nanomem chat starts it)"
         else:
-            line = f"{found[1][name].describe()} (pid {found[0]})"
+            line = "; ".join(seen)
         rows.append((f"mcp {name}", line))
     return rows
