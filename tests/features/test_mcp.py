@@ -6,7 +6,9 @@ restarts are in test_mcp_stdio_e2e.py (real child processes: the slow tier)."""
 from __future__ import annotations
 
 import json
+import os
 import re
+import time
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -15,15 +17,16 @@ import pytest
 from nanomem.agent import InboundMessage
 from nanomem.app import App
 from nanomem.audience import Audience, Sender
-from nanomem.config import ConfigError, load_settings
+from nanomem.config import ConfigError, McpServerSettings, load_settings
 from nanomem.features.mcp import Mcp
 from nanomem.features.mcp.naming import MAX_NAME, clean_schema, tool_name
-from nanomem.features.mcp.state import state_file
+from nanomem.features.mcp.server import McpServer
+from nanomem.features.mcp.state import ServerState, state_file, write_states
 from nanomem.home import Home
 from nanomem.providers.scripted import ScriptedProvider, call, text
 from nanomem.text.masking import configured_secrets
 from nanomem.tools import Tool, ToolContext, ToolRegistry
-from tests.conftest import make_app
+from tests.conftest import cli_env, make_app, run_cli_here
 from tests.fakes.mcp_server import TINY_PNG, HttpMcpServer
 from tests.helpers import until
 
@@ -310,6 +313,8 @@ async def test_mcp_and_health_say_how_each_server_stands(
     assert f"- tracker (http: {http_server.url}): ready, 11 tools" in listing
     assert "mcp_tracker_echo" in listing and "- off (" in listing and "disabled" in listing
     assert "tok-abcdef" not in listing
+    hidden = McpServer("x", McpServerSettings(url="http://me:pw-123456@h:81/mcp?k=k-1"), print)
+    assert hidden.transport == "http: http://h:81/mcp"
     report = app.health()["mcp"]
     assert not report.warning
     assert report.body["tracker"] == {"state": "ready", "detail": "ready, 11 tools", "tools": 11}
@@ -318,6 +323,26 @@ async def test_mcp_and_health_say_how_each_server_stands(
     await until(lambda: '"ready"' in _read(written), what="the state file")
     await app.stop_features(grace_s=1)
     assert not written.exists()  # a process that stopped leaves nothing to misread
+
+
+def test_status_names_each_servers_state(home: Home) -> None:
+    with home.config.open("a", encoding="utf-8") as fh:
+        fh.write(
+            '\n[mcp.servers.files]\ncommand = "files-server"\n'
+            '[mcp.servers.off]\ncommand = "x"\nenabled = false\n'
+            '[mcp.servers.remote]\nurl = "https://me:pw-123456@h.example/mcp?token=t-123456"\n'
+        )
+    env = cli_env(home)
+    shown = run_cli_here("status", env=env).stdout
+    assert "not running (nanomem gateway or nanomem chat starts it)" in shown
+    down = ServerState("restarting", "exit 1", time.time() + 30)
+    write_states(home.mcp_state, {"files": down, "remote": ServerState("ready", tools=("a",))})
+    shown = run_cli_here("status", env=env).stdout
+    pid = os.getpid()
+    assert re.search(rf"mcp files +restarting in \d+ s after exit 1 \(pid {pid}\)", shown)
+    assert re.search(rf"mcp remote +ready, 1 tool \(pid {pid}\)", shown)
+    assert re.search(r"mcp off +disabled", shown)
+    assert "pw-123456" not in shown and "t-123456" not in shown
 
 
 async def test_a_server_that_cannot_be_reached_leaves_the_agent_working(

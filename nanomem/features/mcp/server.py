@@ -47,7 +47,10 @@ class McpServer:
             return f"stdio: {self.settings.command}"
         url = self.settings.url or ""
         kind = "sse" if _is_sse(url) else "http"
-        return f"{kind}: {redact(url.split('?', 1)[0])}"
+        parts = urlsplit(url)  # shown without a password or a query that may hold a token
+        host = parts.hostname or ""
+        shown = f"{parts.scheme}://{host}{f':{parts.port}' if parts.port else ''}{parts.path}"
+        return f"{kind}: {redact(shown)}"
 
     def start(self) -> None:
         if self.settings.enabled and self._task is None:
