@@ -21,7 +21,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from mcp.server.fastmcp import FastMCP, Image
+from mcp.server.fastmcp import Context, FastMCP, Image
 from pydantic import BaseModel
 
 TINY_PNG = bytes.fromhex(
@@ -90,6 +90,18 @@ def build(name: str = "fake") -> FastMCP:
     def get_issue(number: int) -> str:
         """A tool whose name has a dot."""
         return f"issue {number}: the login page is slow"
+
+    @server.tool()
+    async def grow(ctx: Context) -> str:
+        """Add a tool, and tell the client its tool list changed."""
+
+        def extra() -> str:
+            """A tool that came later."""
+            return "extra!"
+
+        server.add_tool(extra)
+        await ctx.session.send_tool_list_changed()
+        return "grown"
 
     @server.tool()
     def page() -> str:

@@ -270,6 +270,22 @@ async def test_outside_text_is_wrapped_and_a_flood_is_cut(
     assert f"[image: image/png, {len(TINY_PNG)} bytes]" in tool_result(provider, 7)
 
 
+async def test_a_changed_tool_list_is_followed(app_of: Any) -> None:
+    provider = ScriptedProvider(
+        [call("mcp_tracker_grow", {}), text("grown"), call("mcp_tracker_extra", {}), text("ok")]
+    )
+    with HttpMcpServer("http") as server:  # its own: the new tool stays on it
+        app = app_of(provider, tracker={"url": server.url})
+        mcp = await ready(app)
+        assert "mcp_tracker_extra" not in mcp.servers["tracker"].state.tools
+        await turn(app, "grow")
+        await until(lambda: "mcp_tracker_extra" in mcp.servers["tracker"].state.tools)
+        await turn(app, "use the new one")
+        assert "mcp_tracker_extra" in offered(provider, 2)
+        assert "extra!" in tool_result(provider, 3)
+        await app.stop_features(grace_s=1)
+
+
 async def test_a_group_gets_a_servers_tools_only_when_it_allows_groups(
     app_of: Any, http_server: HttpMcpServer
 ) -> None:
@@ -310,14 +326,14 @@ async def test_mcp_and_health_say_how_each_server_stands(
     )
     await ready(app)
     listing = (await turn(app, "/mcp")).content
-    assert f"- tracker (http: {http_server.url}): ready, 11 tools" in listing
+    assert f"- tracker (http: {http_server.url}): ready, 12 tools" in listing
     assert "mcp_tracker_echo" in listing and "- off (" in listing and "disabled" in listing
     assert "tok-abcdef" not in listing
     hidden = McpServer("x", McpServerSettings(url="http://me:pw-123456@h:81/mcp?k=k-1"), print)
     assert hidden.transport == "http: http://h:81/mcp"
     report = app.health()["mcp"]
     assert not report.warning
-    assert report.body["tracker"] == {"state": "ready", "detail": "ready, 11 tools", "tools": 11}
+    assert report.body["tracker"] == {"state": "ready", "detail": "ready, 12 tools", "tools": 12}
     assert report.body["off"]["state"] == "disabled"
     written = state_file(home.mcp_state)  # this process's, for `nanomem status`
     await until(lambda: '"ready"' in _read(written), what="the state file")

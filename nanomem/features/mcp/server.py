@@ -37,6 +37,8 @@ class McpServer:
         self.tools: list[Any] = []  # the server's `Tool`s, as last listed (allowlist applied)
         self._session: Any = None
         self._lost: asyncio.Event = asyncio.Event()
+        self._wake = asyncio.Event()  # the connection is lost, or its tool list changed
+        self._relist = False
         self._lost_reason = ""
         self._came_up = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -120,11 +122,14 @@ class McpServer:
         if not self._lost.is_set():
             self._lost_reason = reason
             self._lost.set()
+            self._wake.set()
 
     async def _run(self) -> None:
         delay = FIRST_DELAY_S
         while True:
             self._lost = asyncio.Event()
+            self._wake = asyncio.Event()
+            self._relist = False
             self._lost_reason = ""
             since = time.monotonic()
             failed_to_start = False
@@ -160,7 +165,9 @@ class McpServer:
             read, write = await stack.enter_async_context(self._transport())
             limit = timedelta(seconds=self.settings.timeout_s)
             session = await stack.enter_async_context(
-                ClientSession(read, write, read_timeout_seconds=limit)
+                ClientSession(
+                    read, write, read_timeout_seconds=limit, message_handler=self._notified
+                )
             )
             try:
                 with anyio.fail_after(self.settings.timeout_s):
@@ -169,18 +176,46 @@ class McpServer:
             except TimeoutError:
                 self.lose(f"did not answer within {self.settings.timeout_s:g} s")
                 raise
-            self.tools = self._allowed(tools)
             self._session = session
-            names = tuple(tool_name(self.name, tool.name) for tool in self.tools)
-            self._set(ServerState("ready", tools=names))
+            self._ready(tools)
             logger.info("mcp {}: ready, {} tools", self.name, len(self.tools))
             self._came_up.set()
             while not self._lost.is_set():
                 try:
-                    await asyncio.wait_for(self._lost.wait(), PING_S)
+                    await asyncio.wait_for(self._wake.wait(), PING_S)
                 except TimeoutError:
                     if self.settings.url is not None:
                         await self._ping(session)
+                    continue
+                self._wake.clear()
+                if self._relist and not self._lost.is_set():
+                    self._relist = False
+                    await self._list_again(session)
+
+    def _ready(self, tools: list[Any]) -> None:
+        self.tools = self._allowed(tools)
+        names = tuple(tool_name(self.name, tool.name) for tool in self.tools)
+        self._set(ServerState("ready", tools=names))
+
+    async def _notified(self, message: Any) -> None:
+        """The SDK's message handler: a changed tool list is listed again (not here: this
+        runs in the session's own receive loop, which the request would wait on)."""
+        from mcp import types
+
+        if isinstance(message, types.ServerNotification) and isinstance(
+            message.root, types.ToolListChangedNotification
+        ):
+            self._relist = True
+            self._wake.set()
+
+    async def _list_again(self, session: Any) -> None:
+        try:
+            tools = await asyncio.wait_for(_all_tools(session), self.settings.timeout_s)
+        except Exception as exc:
+            logger.warning("mcp {}: could not list its changed tools ({})", self.name, exc)
+            return
+        self._ready(tools)
+        logger.info("mcp {}: its tools changed; now {}", self.name, len(self.tools))
 
     async def _ping(self, session: Any) -> None:
         try:
