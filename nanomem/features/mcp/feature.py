@@ -74,7 +74,10 @@ class Mcp(Feature):
         waiting = [s for s in self.servers.values() if s.settings.enabled]
         if waiting:
             limit = max(s.settings.timeout_s for s in waiting)
-            await asyncio.wait([asyncio.ensure_future(s.settled()) for s in waiting], timeout=limit)
+            settling = [asyncio.ensure_future(s.settled()) for s in waiting]
+            _, late = await asyncio.wait(settling, timeout=limit)
+            for still in late:  # the turn goes on without it
+                still.cancel()
 
     async def stop(self, grace_s: float) -> None:
         await asyncio.gather(*(server.stop(grace_s) for server in self.servers.values()))

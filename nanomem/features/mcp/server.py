@@ -17,7 +17,7 @@ from nanomem.config import McpServerSettings
 from nanomem.features.mcp.naming import tool_name
 from nanomem.features.mcp.state import Kind, ServerState
 from nanomem.log import redact
-from nanomem.tools import ToolError
+from nanomem.tools import ToolError, untrusted
 
 FIRST_DELAY_S = 1.0
 MAX_DELAY_S = 60.0
@@ -97,7 +97,8 @@ class McpServer:
                     "(tool call abandoned)"
                 ) from None
             if isinstance(exc, McpError) and exc.error.code != CONNECTION_CLOSED:
-                raise ToolError(f"MCP server {self.name}: {redact(exc.error.message)}") from None
+                said = untrusted(f"mcp {self.name}/{tool}", redact(exc.error.message))
+                raise ToolError(f"MCP server {self.name} refused the call: {said}") from None
             # The connection went: the server exited or stopped answering. It restarts; the
             # reason (its exit code) is worth a moment's wait.
             lost = self._lost
