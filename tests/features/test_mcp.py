@@ -5,6 +5,7 @@ restarts are in test_mcp_stdio_e2e.py (real child processes: the slow tier)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
@@ -374,6 +375,30 @@ async def test_a_server_that_cannot_be_reached_leaves_the_agent_working(
     report = app.health()["mcp"]
     assert report.warning and report.body["gone"]["state"] == "restarting"
     assert "restarting in" in report.body["gone"]["detail"]
+
+
+@pytest.mark.slow  # waits out a backoff of a few seconds
+async def test_a_remote_server_that_goes_away_is_said_at_once_and_reconnected(
+    app_of: Any,
+) -> None:
+    echo = "mcp_tracker_echo"
+    provider = ScriptedProvider([call(echo, {"text": "a"}), text("1"), call(echo, {"text": "b"})])
+    provider.add(text("2"))
+    server = HttpMcpServer("http").__enter__()
+    app = app_of(provider, tracker={"url": server.url, "timeout_s": 30})
+    mcp = await ready(app)
+    await asyncio.to_thread(server.__exit__, None, None, None)
+    await turn(app, "echo")
+    gone = tool_result(provider, 1)  # not "did not answer within 30 s"
+    assert gone.startswith("Error: MCP server tracker ") and "restarting" in gone, gone
+    await asyncio.to_thread(server.__enter__)  # back, on the same port
+    try:
+        await until(lambda: mcp.servers["tracker"].state.kind == "ready", what="a reconnection")
+        await turn(app, "echo again")
+        assert "echo: b" in tool_result(provider, 3)
+    finally:
+        await app.stop_features(grace_s=1)
+        await asyncio.to_thread(server.__exit__, None, None, None)
 
 
 async def test_the_older_sse_transport_when_the_url_says_so(app_of: Any) -> None:

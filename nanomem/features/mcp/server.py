@@ -42,6 +42,7 @@ class McpServer:
         self._lost_reason = ""
         self._came_up = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self._calls: set[asyncio.Future[Any]] = set()  # requests under way
 
     @property
     def transport(self) -> str:
@@ -77,11 +78,23 @@ class McpServer:
         if self.state.kind != "ready" or session is None:
             raise ToolError(self.unavailable())
         limit = self.settings.timeout_s
-        try:
-            return await asyncio.wait_for(
+        request = asyncio.ensure_future(
+            asyncio.wait_for(
                 session.call_tool(tool, arguments, read_timeout_seconds=timedelta(seconds=limit)),
                 limit + 1,
             )
+        )
+        self._calls.add(request)
+        try:
+            return await request
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if current is not None and current.cancelling():
+                request.cancel()
+                raise  # the turn was stopped
+            # Cut short because the connection was lost (see _run): said at once, not after
+            # the time limit.
+            raise ToolError(self._stopped_during(tool)) from None
         except TimeoutError:
             raise ToolError(
                 f"MCP server {self.name} did not answer {tool} within {limit:g} s "
@@ -105,10 +118,15 @@ class McpServer:
             with suppress(TimeoutError):
                 await asyncio.wait_for(lost.wait(), EXITED_WAIT_S)
             self.lose(_describe(exc))
-            raise ToolError(
-                f"MCP server {self.name} stopped during the call ({self._lost_reason}); it is "
-                "restarting, try again shortly"
-            ) from None
+            raise ToolError(self._stopped_during(tool)) from None
+        finally:
+            self._calls.discard(request)
+
+    def _stopped_during(self, tool: str) -> str:
+        return (
+            f"MCP server {self.name} stopped during the call ({self._lost_reason}); it is "
+            "restarting, try again shortly"
+        )
 
     def unavailable(self) -> str:
         state = self.state
@@ -147,6 +165,9 @@ class McpServer:
                 reason = self._lost_reason or _describe(exc)
             finally:
                 self._session = None
+            self._lost_reason = reason
+            for request in list(self._calls):  # nobody will answer them now
+                request.cancel()
             if time.monotonic() - since > STEADY_S:
                 delay = FIRST_DELAY_S
             kind: Kind = "failed" if failed_to_start else "restarting"
