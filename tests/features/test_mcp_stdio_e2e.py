@@ -119,6 +119,28 @@ async def test_a_crash_mid_call_is_a_tool_error_and_the_server_restarts(
     assert not app.health()["mcp"].warning
 
 
+async def test_a_server_flooding_one_message_is_cut_off_and_restarted(app_of: Any) -> None:
+    provider = ScriptedProvider(
+        [
+            call("mcp_fake_flood", {"chars": 17 * 2**20}),
+            text("cut off"),
+            call("mcp_fake_flood", {"chars": 100_000}),
+        ]
+    )
+    provider.add(text("fine"))
+    app = app_of(provider, fake=stdio())
+    mcp = await up(app)
+    assert (await turn(app, "flood")).content == "cut off"
+    assert result(provider, 1) == (
+        "Error: MCP server fake stopped during the call (a message over 16 MiB); it is "
+        "restarting, try again shortly"
+    )
+    assert mcp.servers["fake"].state.kind == "restarting"
+    await until(lambda: mcp.servers["fake"].state.kind == "ready", what="the restart")
+    assert (await turn(app, "a smaller one")).content == "fine"
+    assert "[output truncated:" in result(provider, 3)
+
+
 async def test_a_tool_that_hangs_times_out_and_the_session_goes_on(app_of: Any) -> None:
     provider = ScriptedProvider(
         [call("mcp_fake_hang", {}), text("gave up"), call("mcp_fake_echo", {"text": "still"})]

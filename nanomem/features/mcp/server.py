@@ -43,6 +43,7 @@ class McpServer:
         self._came_up = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._calls: set[asyncio.Future[Any]] = set()  # requests under way
+        self._delay = FIRST_DELAY_S  # before the next start
 
     @property
     def transport(self) -> str:
@@ -142,9 +143,12 @@ class McpServer:
             self._lost_reason = reason
             self._lost.set()
             self._wake.set()
+            if self.state.kind == "ready":  # from now on its tools say so, not at the restart
+                when = time.time() + self._delay
+                self._set(ServerState("restarting", reason, when, self.state.tools))
 
     async def _run(self) -> None:
-        delay = FIRST_DELAY_S
+        self._delay = FIRST_DELAY_S
         while True:
             self._lost = asyncio.Event()
             self._wake = asyncio.Event()
@@ -169,13 +173,14 @@ class McpServer:
             for request in list(self._calls):  # nobody will answer them now
                 request.cancel()
             if time.monotonic() - since > STEADY_S:
-                delay = FIRST_DELAY_S
+                self._delay = FIRST_DELAY_S
             kind: Kind = "failed" if failed_to_start else "restarting"
+            delay = self._delay
             logger.warning("mcp {}: {}; next start in {:g} s", self.name, reason, delay)
             self._set(ServerState(kind, reason, time.time() + delay, self.state.tools))
             self._came_up.set()  # a one-shot turn waits no longer: it goes on without it
             await asyncio.sleep(delay)
-            delay = min(delay * 2, MAX_DELAY_S)
+            self._delay = min(delay * 2, MAX_DELAY_S)
             self._set(ServerState("starting", tools=self.state.tools))
 
     async def _serve(self) -> None:
@@ -251,7 +256,7 @@ class McpServer:
             from nanomem.features.mcp.stdio import stdio_transport
 
             env = {name: value.get_secret_value() for name, value in settings.env.items()}
-            return stdio_transport(self.name, settings.command, settings.args, env, self._exited)
+            return stdio_transport(self.name, settings.command, settings.args, env, self.lose)
         url = settings.url or ""
         headers = {name: value.get_secret_value() for name, value in settings.headers.items()}
         if _is_sse(url):
@@ -259,9 +264,6 @@ class McpServer:
 
             return sse_client(url, headers=headers, timeout=settings.timeout_s)
         return _streamable(url, headers)
-
-    def _exited(self, code: int | None) -> None:
-        self.lose(f"exit {code}" if code is not None else "it exited")
 
     def _allowed(self, tools: list[Any]) -> list[Any]:
         wanted = self.settings.tools

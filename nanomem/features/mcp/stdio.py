@@ -19,6 +19,7 @@ from nanomem.log import redact
 INHERITED = ("PATH", "HOME", "LANG")
 STDERR_LINES = 200  # logged per start; a chatty server cannot fill the log
 STDERR_LINE_CHARS = 500
+MAX_MESSAGE_CHARS = 16 * 1024 * 1024  # one message from the server, at most (then it restarts)
 CLOSE_S = 2.0  # after stdin closes, before SIGTERM (and as long again before SIGKILL)
 
 
@@ -33,9 +34,10 @@ async def stdio_transport(
     command: str,
     args: list[str],
     env: Mapping[str, str],
-    on_exit: Callable[[int | None], None],
+    on_lost: Callable[[str], None],
 ) -> AsyncIterator[tuple[Any, Any]]:
-    """The SDK's pair of streams to and from the child; `on_exit(code)` when it exits."""
+    """The SDK's pair of streams to and from the child; `on_lost(reason)` when it exits or
+    floods us (one message over MAX_MESSAGE_CHARS: the connection is dropped)."""
     import anyio
     import mcp.types as types
     from anyio.streams.text import TextReceiveStream
@@ -55,10 +57,22 @@ async def stdio_transport(
     async def read_stdout() -> None:
         assert process.stdout is not None
         async with incoming_writer:
-            buffer = ""
+            pending: list[str] = []  # a message's pieces so far: joined once, when it ends
+            size = 0
             async for chunk in TextReceiveStream(process.stdout, errors="replace"):
-                lines = (buffer + chunk).split("\n")
-                buffer = lines.pop()
+                if "\n" not in chunk:
+                    pending.append(chunk)
+                    size += len(chunk)
+                    if size > MAX_MESSAGE_CHARS:
+                        on_lost(f"a message over {MAX_MESSAGE_CHARS // 2**20} MiB")
+                        return
+                    continue
+                lines = ("".join(pending) + chunk).split("\n")
+                tail = lines.pop()
+                pending, size = [tail], len(tail)
+                if any(len(line) > MAX_MESSAGE_CHARS for line in lines):
+                    on_lost(f"a message over {MAX_MESSAGE_CHARS // 2**20} MiB")
+                    return
                 for line in lines:
                     if not line.strip():
                         continue
@@ -92,8 +106,7 @@ async def stdio_transport(
                     logger.info("mcp {}: more stderr is not logged until it restarts", server)
 
     async def watch() -> None:
-        code = await process.wait()
-        on_exit(code)
+        on_lost(f"exit {await process.wait()}")
 
     async with anyio.create_task_group() as tasks:
         for job in (read_stdout, write_stdin, read_stderr, watch):
@@ -123,3 +136,5 @@ async def _end(process: Any) -> None:
     # Whatever it started and left behind, in its group.
     with suppress(ProcessLookupError, PermissionError):
         os.killpg(process.pid, signal.SIGKILL)
+    with suppress(Exception), anyio.move_on_after(CLOSE_S):
+        await process.aclose()  # its pipes: none is left for the garbage collector
