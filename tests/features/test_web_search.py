@@ -41,7 +41,11 @@ def provider_settings(site: FakeWeb, provider: str, **more: object) -> dict[str,
 
 
 async def search(home: Home, site: FakeWeb, provider: str, count: int = 5, **more: object) -> str:
-    app = make_app(home, ScriptedProvider([text("ok")]), tools={"web": provider_settings(site, provider, **more)})
+    app = make_app(
+        home,
+        ScriptedProvider([text("ok")]),
+        tools={"web": provider_settings(site, provider, **more)},
+    )
     arguments = json.dumps({"query": "nanomem release", "count": count})
     return await app.tools.call("web_search", arguments, OUTSIDE)
 
@@ -53,8 +57,18 @@ async def test_each_provider_gives_numbered_framed_results(
     result = await search(home, site, provider)
     assert result.startswith("<<untrusted ") and " from web search (" in result.splitlines()[0]
     found = NUMBERED.findall(result)
-    assert found[0] == ("1", "Nanomem release notes", "https://nanomem.example/releases", "What's new")
-    assert found[1] == ("2", "Second result", "https://other.example/page?a=1&b=2", "More text here")
+    assert found[0] == (
+        "1",
+        "Nanomem release notes",
+        "https://nanomem.example/releases",
+        "What's new",
+    )
+    assert found[1] == (
+        "2",
+        "Second result",
+        "https://other.example/page?a=1&b=2",
+        "More text here",
+    )
     assert [number for number, *_ in found] == ["1", "2", "3"]
     assert "Ad" not in [title for _, title, *_ in found]  # DuckDuckGo's ad block is skipped
 
@@ -72,7 +86,11 @@ async def test_what_each_provider_was_sent(home: Home, site: FakeWeb) -> None:
     assert brave[2]["X-Subscription-Token"] == BRAVE_KEY
     assert tavily[:2] == ("POST", "/search")
     assert tavily[2]["Authorization"] == f"Bearer {TAVILY_KEY}"
-    assert json.loads(tavily[3]) == {"query": "nanomem release", "max_results": 3, "search_depth": "basic"}
+    assert json.loads(tavily[3]) == {
+        "query": "nanomem release",
+        "max_results": 3,
+        "search_depth": "basic",
+    }
     assert searxng[:2] == ("GET", "/search?q=nanomem+release&format=json")
     assert duckduckgo[:2] == ("POST", "/html/") and b"q=nanomem+release" in duckduckgo[3]
     assert all("Cookie" not in headers for _, _, headers, _ in site.requests)
@@ -137,7 +155,9 @@ async def test_provider_endpoints_go_through_the_guard_but_searxng_is_the_owners
     ("provider", "key"),
     [("brave", "brave_api_key"), ("tavily", "tavily_api_key"), ("searxng", "searxng_url")],
 )
-def test_a_provider_without_its_key_is_a_config_error(tmp_path: Path, provider: str, key: str) -> None:
+def test_a_provider_without_its_key_is_a_config_error(
+    tmp_path: Path, provider: str, key: str
+) -> None:
     config = tmp_path / "config.toml"
     config.write_text(f'[tools.web]\nsearch_provider = "{provider}"\n')
     with pytest.raises(ConfigError) as raised:
@@ -153,7 +173,10 @@ def test_a_bad_value_names_its_line(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as raised:
         load_settings(config)
     message = str(raised.value)
-    assert f"tools.web.max_redirects: Input should be less than or equal to 20 ({config}, line 2)" in message
+    assert (
+        f"tools.web.max_redirects: Input should be less than or equal to 20 ({config}, line 2)"
+        in message
+    )
     assert f"tools.web.searxng_url: not an http:// or https:// URL with a host" in message
     assert f"({config}, line 3)" in message
 
