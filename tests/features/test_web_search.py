@@ -169,7 +169,9 @@ def test_a_provider_without_its_key_is_a_config_error(
 
 def test_a_bad_value_names_its_line(tmp_path: Path) -> None:
     config = tmp_path / "config.toml"
-    config.write_text('[tools.web]\nmax_redirects = 99\nsearxng_url = "ftp://x"\n')
+    config.write_text(
+        '[tools.web]\nmax_redirects = 99\nsearxng_url = "ftp://x"\nallow_networks = ["lan"]\n'
+    )
     with pytest.raises(ConfigError) as raised:
         load_settings(config)
     message = str(raised.value)
@@ -177,8 +179,12 @@ def test_a_bad_value_names_its_line(tmp_path: Path) -> None:
         f"tools.web.max_redirects: Input should be less than or equal to 20 ({config}, line 2)"
         in message
     )
-    assert f"tools.web.searxng_url: not an http:// or https:// URL with a host" in message
+    assert "tools.web.searxng_url: not an http:// or https:// URL with a host" in message
     assert f"({config}, line 3)" in message
+    assert (
+        f"tools.web.allow_networks: 'lan' is not a network (e.g. 192.168.1.0/24) ({config}, line 4)"
+        in message
+    )
 
 
 def test_search_keys_are_masked(home: Home, site: FakeWeb) -> None:

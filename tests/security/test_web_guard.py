@@ -41,6 +41,8 @@ BLOCKED = {
     "2002:7f00:1::": "a loopback address inside an IPv6 address",  # 6to4 of 127.0.0.1
     "64:ff9b::a00:1": "a private address inside an IPv6 address",  # NAT64 of 10.0.0.1
     "::127.0.0.1": "a loopback address inside an IPv6 address",
+    # Teredo, its client address 127.0.0.1 stored inverted
+    "2001:0:4136:e378:8000:63bf:80ff:fffe": "a loopback address inside an IPv6 address",
 }
 
 
