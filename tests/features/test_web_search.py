@@ -14,7 +14,7 @@ from nanomem.config import ConfigError, load_settings
 from nanomem.home import Home
 from nanomem.providers.scripted import ScriptedProvider, text
 from nanomem.tools import OUTSIDE
-from tests.conftest import make_app
+from tests.conftest import cli_env, make_app, run_cli_here
 from tests.fakes.web_server import BRAVE_KEY, TAVILY_KEY, FakeWeb
 
 NUMBERED = re.compile(r"^(\d+)\. (.+)\n   (\S+)\n   (.+)$", re.M)
@@ -192,3 +192,22 @@ def test_search_keys_are_masked(home: Home, site: FakeWeb) -> None:
 
     make_app(home, ScriptedProvider([]), tools={"web": provider_settings(site, "tavily")})
     assert TAVILY_KEY not in redact(f"the key is {TAVILY_KEY}")
+
+
+def test_status_says_what_the_web_tools_may_do(home: Home) -> None:
+    env = cli_env(home)
+    assert "web tools       enabled, search by duckduckgo; public addresses only" in (
+        run_cli_here("status", env=env).stdout
+    )
+    env |= {
+        "NANOMEM_TOOLS__WEB__SEARCH_PROVIDER": "tavily",
+        "NANOMEM_TOOLS__WEB__TAVILY_API_KEY": TAVILY_KEY,
+        "NANOMEM_TOOLS__WEB__ALLOW_NETWORKS": '["192.168.1.0/24"]',
+    }
+    shown = run_cli_here("status", env=env).stdout
+    assert TAVILY_KEY not in shown
+    assert (
+        f"search by tavily, key ***{TAVILY_KEY[-4:]}; public addresses and 192.168.1.0/24" in shown
+    )
+    env["NANOMEM_TOOLS__WEB__ENABLED"] = "false"
+    assert "web tools       disabled (tools.web.enabled)" in run_cli_here("status", env=env).stdout
