@@ -137,6 +137,7 @@ class FakeWeb:
         ]
     )
     duckduckgo_blocked: bool = False
+    duckduckgo_redesigned: bool = False  # a page whose results nanomem cannot find
     requests: list[tuple[str, str, dict[str, str], bytes]] = field(default_factory=list)
     routes: dict[str, tuple[int, str, bytes, dict[str, str]]] = field(default_factory=dict)
     _loop: asyncio.AbstractEventLoop | None = None
@@ -258,6 +259,10 @@ class FakeWeb:
             return web.Response(status=202, text=DDG_BLOCKED, content_type="text/html")
         if (refused := await self._search_gate()) is not None:
             return refused
+        if self.duckduckgo_redesigned:
+            return web.Response(
+                text="<html><body><main>新</main></body></html>", content_type="text/html"
+            )
         return web.Response(text=duckduckgo_page(self.search_results), content_type="text/html")
 
     async def _brave(self, request: web.Request) -> web.StreamResponse:

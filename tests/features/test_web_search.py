@@ -101,6 +101,8 @@ async def test_no_results_and_a_blocked_search_say_so(home: Home, site: FakeWeb)
     names = {"duckduckgo": "DuckDuckGo", "brave": "Brave", "tavily": "Tavily", "searxng": "SearXNG"}
     for provider, name in names.items():
         assert await search(home, site, provider) == f"No results for 'nanomem release' ({name})."
+    site.duckduckgo_redesigned = True
+    assert "held no results nanomem could read" in await search(home, site, "duckduckgo")
     site.duckduckgo_blocked = True
     assert await search(home, site, "duckduckgo") == (
         "Error: web_search: DuckDuckGo blocked the search (a bot check): try again later"

@@ -145,7 +145,13 @@ class DuckDuckGo:
             # DuckDuckGo's answer to a client it takes for a bot: a challenge, not results
             raise WebError("DuckDuckGo blocked the search (a bot check): try again later")
         _checked(page, self.name)
-        return parse_duckduckgo(page.text(), count)
+        found = parse_duckduckgo(page.text(), count)
+        if not found and b"no-results" not in page.body:
+            raise WebError(
+                "DuckDuckGo's answer held no results nanomem could read (its page may have "
+                "changed): try another tools.web.search_provider"
+            )
+        return found
 
 
 def parse_duckduckgo(html: str, count: int) -> list[Result]:
