@@ -20,8 +20,13 @@ def lazy_exports(package: str, where: dict[str, tuple[str, ...]]) -> Callable[[s
         module = module_of.get(name)
         if module is None:
             raise AttributeError(f"module {package!r} has no attribute {name!r}")
-        value = getattr(importlib.import_module(f"{package}.{module}"), name)
+        loaded = importlib.import_module(f"{package}.{module}")
+        value = getattr(loaded, name)
         setattr(sys.modules[package], name, value)  # the next lookup is a plain attribute
+        if module_of.get(module) == module:
+            # Loading `tools.untrusted` for another name bound the package's `untrusted` to the
+            # submodule: the public name is the function of that name, not the module.
+            setattr(sys.modules[package], module, getattr(loaded, module))
         return value
 
     return __getattr__

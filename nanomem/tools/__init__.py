@@ -13,10 +13,11 @@ if TYPE_CHECKING:
     from nanomem.tools.safe_open import read_checked, read_text_below
     from nanomem.tools.sandbox import Decision, decide
     from nanomem.tools.shell import ShellTool
-    from nanomem.tools.untrusted import untrusted
+    from nanomem.tools.untrusted import PROMPT_SECTION, untrusted
 
 __all__ = [
     "OUTSIDE",
+    "PROMPT_SECTION",
     "Decision",
     "FileTools",
     "ShellTool",
@@ -41,6 +42,6 @@ __getattr__ = lazy_exports(
         "safe_open": ("read_checked", "read_text_below"),
         "sandbox": ("Decision", "decide"),
         "shell": ("ShellTool",),
-        "untrusted": ("untrusted",),
+        "untrusted": ("PROMPT_SECTION", "untrusted"),
     },
 )
