@@ -32,6 +32,20 @@ class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_default=True)
 
 
+def http_url(value: str, example: str) -> str:
+    """`value` if it is an http(s) URL with a host; a URL no client can use stops the start."""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(value)
+        parts.port  # noqa: B018  (raises for a port that is not a number in range)
+    except ValueError as exc:
+        raise ValueError(f"not a URL ({exc}); e.g. {example}") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"not an http:// or https:// URL with a host, e.g. {example}")
+    return value
+
+
 class LLMSettings(_Section):
     model: str = ""
     api_base: str | None = None
@@ -60,20 +74,7 @@ class LLMSettings(_Section):
     @field_validator("api_base")
     @classmethod
     def _usable_base(cls, value: str | None) -> str | None:
-        if value is None:
-            return None
-        from urllib.parse import urlsplit
-
-        try:  # every client parses it again; a URL none can use stops the start, not a turn
-            parts = urlsplit(value)
-            parts.port  # noqa: B018  (raises for a port that is not a number in range)
-        except ValueError as exc:
-            raise ValueError(f"not a URL ({exc}); e.g. http://localhost:8000/v1") from None
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ValueError(
-                "not an http:// or https:// URL with a host, e.g. http://localhost:8000/v1"
-            )
-        return value
+        return None if value is None else http_url(value, "http://localhost:8000/v1")
 
     @field_validator("proxy")
     @classmethod
@@ -116,6 +117,64 @@ class AgentSettings(_Section):
         return value
 
 
+SEARCH_ENDPOINTS = {  # each provider's real endpoint; tools.web.search_base_url replaces it
+    "duckduckgo": "https://html.duckduckgo.com/html/",
+    "brave": "https://api.search.brave.com",
+    "tavily": "https://api.tavily.com",
+}
+
+
+class WebSettings(_Section):
+    """web_fetch and web_search (nanomem/features/web/): where they may go and how far."""
+
+    enabled: bool = True
+    # Loopback, private, link-local and metadata addresses are refused unless this is true.
+    allow_private: bool = False
+    # Networks reachable even so (a wiki on the LAN: "192.168.1.0/24"); checked like the rest.
+    allow_networks: list[str] = []
+    search_provider: Literal["duckduckgo", "brave", "tavily", "searxng"] = "duckduckgo"
+    # The chosen provider's endpoint (duckduckgo, brave, tavily); unset: SEARCH_ENDPOINTS.
+    search_base_url: str | None = None
+    brave_api_key: SecretStr | None = None
+    tavily_api_key: SecretStr | None = None
+    searxng_url: str | None = None  # e.g. http://192.168.1.5:8888 (not held to the guard)
+    max_bytes: int = Field(5_000_000, ge=10_000, le=500_000_000)
+    max_redirects: int = Field(5, ge=0, le=20)
+    timeout_s: float = Field(20.0, gt=0, le=600)
+
+    @field_validator("search_base_url", "searxng_url", mode="before")
+    @classmethod
+    def _blank_url_is_unset(cls, value: object) -> object:
+        return (value.strip() or None) if isinstance(value, str) else value
+
+    @field_validator("search_base_url", "searxng_url")
+    @classmethod
+    def _usable_url(cls, value: str | None) -> str | None:
+        return None if value is None else http_url(value, "https://search.example.org")
+
+    @field_validator("allow_networks")
+    @classmethod
+    def _networks(cls, values: list[str]) -> list[str]:
+        import ipaddress
+
+        for value in values:
+            try:
+                ipaddress.ip_network(value, strict=False)
+            except ValueError:
+                raise ValueError(f"{value!r} is not a network (e.g. 192.168.1.0/24)") from None
+        return values
+
+    # Validated after search_provider (field order), so they can name what is missing.
+    @field_validator("brave_api_key", "tavily_api_key", "searxng_url")
+    @classmethod
+    def _needed_by_provider(cls, value: Any, info: ValidationInfo) -> Any:
+        provider = info.data.get("search_provider")
+        needed = {"brave": "brave_api_key", "tavily": "tavily_api_key", "searxng": "searxng_url"}
+        if value is None and needed.get(str(provider)) == info.field_name:
+            raise ValueError(f'is required when search_provider = "{provider}"')
+        return value
+
+
 class ToolSettings(_Section):
     restrict_to_workspace: bool = True
     shell_enabled: bool = False
@@ -131,6 +190,7 @@ class ToolSettings(_Section):
     shell_sandbox: Literal["auto", "bwrap", "off"] = "auto"
     shell_network: bool = True  # commands in the sandbox may use the network
     max_output_chars: int = Field(16000, ge=500)
+    web: WebSettings = WebSettings()
 
 
 class MemorySettings(_Section):
@@ -313,18 +373,12 @@ class McpServerSettings(_Section):
             raise ValueError("not an http:// or https:// URL with a host")
         return value
 
-    @field_validator("args", "env")
+    @field_validator("args", "env", "headers")
     @classmethod
-    def _stdio_only(cls, value: Any, info: ValidationInfo) -> Any:
-        if value and info.data.get("command") is None:
-            raise ValueError("is for a server started by command, not one reached by url")
-        return value
-
-    @field_validator("headers")
-    @classmethod
-    def _url_only(cls, value: Any, info: ValidationInfo) -> Any:
-        if value and info.data.get("url") is None:
-            raise ValueError("is for a server reached by url, not one started by command")
+    def _for_its_transport(cls, value: Any, info: ValidationInfo) -> Any:
+        by_url = info.field_name == "headers"
+        if value and info.data.get("url" if by_url else "command") is None:
+            raise ValueError(f"is only for a server {'reached by url' if by_url else 'started'}")
         return value
 
 
@@ -476,10 +530,10 @@ def _describe(
 ) -> str:
     lines = []
     for err in exc.errors():
-        loc = tuple(str(part) for part in err["loc"])
-        key = ".".join(loc[: _depth(loc)]) if loc else "(settings)"
-        if len(loc) > _depth(loc) and loc[_depth(loc)].isdigit():  # an item of a list: api.keys[0]
-            key += f"[{loc[2]}]"
+        loc = _names(tuple(str(part) for part in err["loc"]))
+        key = ".".join(loc) if loc else "(settings)"
+        if len(err["loc"]) > len(loc) and str(err["loc"][len(loc)]).isdigit():  # api.keys[0]
+            key += f"[{err['loc'][len(loc)]}]"
         # Never the value: a mistyped key (`llm.apikey`) may well hold a secret.
         msg = err["msg"].removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
@@ -488,12 +542,23 @@ def _describe(
     return "config error: " + "; ".join(lines)
 
 
+def _names(loc: tuple[str, ...]) -> tuple[str, ...]:
+    """The setting a location names: `tools.web.max_bytes`, not the list index after it."""
+    names: list[str] = []
+    for part in loc:
+        if part.isdigit() or "[" in part:  # a list index, or pydantic's name of a validator
+            break
+        names.append(part)
+    return tuple(names)
+
+
 def _source_of(
     loc: tuple[str, ...], path: Path, file_data: dict[str, Any], overrides: dict[str, Any]
 ) -> str:
+    loc = _names(loc)
     if _lookup(overrides, loc) is not None:
         return "command line"
-    env_name = ENV_PREFIX + ENV_DELIMITER.join(loc[: _depth(loc)]).upper()
+    env_name = ENV_PREFIX + ENV_DELIMITER.join(loc).upper()
     for name in os.environ:
         if name.upper() == env_name:
             return f"environment variable {name}"
@@ -503,15 +568,9 @@ def _source_of(
     return "default"
 
 
-def _depth(loc: tuple[str, ...]) -> int:
-    """How many parts of an error's location name the setting: `llm.model`, but
-    `mcp.servers.files.url` (a table per server)."""
-    return 4 if loc[:2] == ("mcp", "servers") else 2
-
-
 def _lookup(data: dict[str, Any], loc: tuple[str, ...]) -> Any:
     node: Any = data
-    for part in loc[: _depth(loc)]:
+    for part in loc:
         if not isinstance(node, dict) or part not in node:
             return None
         node = node[part]
@@ -520,10 +579,9 @@ def _lookup(data: dict[str, Any], loc: tuple[str, ...]) -> Any:
 
 def _line_of(path: Path, loc: tuple[str, ...]) -> int | None:
     """Line of `key` under `[section]`; TOML gives no positions, so scan the text."""
-    depth = min(_depth(loc), len(loc))
-    if depth < 2:
+    if len(loc) < 2:
         return None
-    section, key = ".".join(loc[: depth - 1]), loc[depth - 1]
+    section, key = ".".join(loc[:-1]), loc[-1]
     current = ""
     for number, raw in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
         line = raw.strip()
@@ -532,6 +590,8 @@ def _line_of(path: Path, loc: tuple[str, ...]) -> int | None:
             continue
         name = line.split("=", 1)[0].strip().strip('"') if "=" in line else ""
         if current == section and name == key:
+            return number
+        if current == loc[0] and name == ".".join(loc[1:]):  # [tools] web.max_bytes = …
             return number
         if current == "" and name == f"{section}.{key}":
             return number

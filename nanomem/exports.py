@@ -21,11 +21,12 @@ def lazy_exports(package: str, where: dict[str, tuple[str, ...]]) -> Callable[[s
         if module is None:
             raise AttributeError(f"module {package!r} has no attribute {name!r}")
         loaded = importlib.import_module(f"{package}.{module}")
-        # Every name of that module at once: importing it set the package's attribute of its
-        # own name to the module (`nanomem.tools.untrusted`), which the function of that
-        # name must replace. The next lookups are plain attributes.
-        for each in where[module]:
-            setattr(sys.modules[package], each, getattr(loaded, each))
-        return getattr(loaded, name)
+        value = getattr(loaded, name)
+        setattr(sys.modules[package], name, value)  # the next lookup is a plain attribute
+        if module_of.get(module) == module:
+            # Loading `tools.untrusted` for another name bound the package's `untrusted` to the
+            # submodule: the public name is the function of that name, not the module.
+            setattr(sys.modules[package], module, getattr(loaded, module))
+        return value
 
     return __getattr__

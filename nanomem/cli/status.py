@@ -35,6 +35,7 @@ def status_rows(
         ("context window", f"{llm.context_window_tokens} tokens"),
         ("shell tool", "enabled" if settings.tools.shell_enabled else "disabled"),
         ("shell sandbox", _sandbox_state(settings)),
+        ("web tools", _web_line(settings)),
         ("gateway", f"{gw.host}:{gw.port}, at most {gw.max_connections} connections"),
         ("agent api", _api_line(settings)),
         ("sessions", str(SessionStore(home.sessions).count())),
@@ -59,6 +60,32 @@ def _sandbox_state(settings: Settings) -> str:
 
     tools = settings.tools
     return decide(tools.shell_sandbox).describe(tools.shell_network)
+
+
+def _web_line(settings: Settings) -> str:
+    """web_fetch and web_search: on or off, the search provider, what the guard lets through."""
+    from nanomem.text.masking import masked, secret_of
+
+    web = settings.tools.web
+    if not web.enabled:
+        return "disabled (tools.web.enabled)"
+    key = secret_of(
+        {"brave": web.brave_api_key, "tavily": web.tavily_api_key}.get(web.search_provider)
+    )
+    where = (
+        f", key {masked(key)}"
+        if key
+        else (
+            f" at {web.searxng_url}" if web.searxng_url and web.search_provider == "searxng" else ""
+        )
+    )
+    if web.allow_private:
+        reach = "this machine and private networks allowed (tools.web.allow_private)"
+    elif web.allow_networks:
+        reach = f"public addresses and {', '.join(web.allow_networks)}"
+    else:
+        reach = "public addresses only"
+    return f"enabled, search by {web.search_provider}{where}; {reach}"
 
 
 def _api_line(settings: Settings) -> str:

@@ -13,11 +13,11 @@ if TYPE_CHECKING:
     from nanomem.tools.safe_open import read_checked, read_text_below
     from nanomem.tools.sandbox import Decision, decide
     from nanomem.tools.shell import ShellTool
-    from nanomem.tools.untrusted import UNTRUSTED_SECTION, untrusted
+    from nanomem.tools.untrusted import PROMPT_SECTION, untrusted
 
 __all__ = [
     "OUTSIDE",
-    "UNTRUSTED_SECTION",
+    "PROMPT_SECTION",
     "Decision",
     "FileTools",
     "ShellTool",
@@ -42,6 +42,6 @@ __getattr__ = lazy_exports(
         "safe_open": ("read_checked", "read_text_below"),
         "sandbox": ("Decision", "decide"),
         "shell": ("ShellTool",),
-        "untrusted": ("untrusted", "UNTRUSTED_SECTION"),
+        "untrusted": ("PROMPT_SECTION", "untrusted"),
     },
 )

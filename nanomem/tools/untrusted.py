@@ -10,9 +10,6 @@ from __future__ import annotations
 import secrets
 
 PROMPT_SECTION = "untrusted.md.j2"
-# Its public name (nanomem.tools): importing this module by its path would make the package's
-# `untrusted` the module, not the function, for whoever imports it after.
-UNTRUSTED_SECTION = PROMPT_SECTION
 
 
 def untrusted(source: str, text: str) -> str:

@@ -7,6 +7,7 @@ from typing import get_args
 import jinja2
 import pytest
 from jinja2 import UndefinedError
+from pydantic import BaseModel
 
 from nanomem.agent.bus import InboundMessage
 from nanomem.agent.context import ContextBuilder
@@ -29,6 +30,7 @@ SAMPLES = {
         "sections": ["A feature's own part of the prompt."],
     },
     "recall.md.j2": {"shared_room": True},
+    "untrusted.md.j2": {},
     "dream_system.md.j2": {},
     "dream_analyse.md.j2": {
         "entries": [HistoryEntry(3, "2026-11-20T10:00:00+01:00", "cli:direct", "- Ada", "summary")],
@@ -63,7 +65,6 @@ SAMPLES = {
         "text": "remind me to call mum",
     },
     "config.toml.j2": {"model": "openai/gpt-4o-mini", "api_key": "", "api_base": ""},
-    "untrusted.md.j2": {"shared_room": False, "tools": [], "workspace": "/w"},
 }
 
 
@@ -116,7 +117,13 @@ def test_config_template_is_valid_toml_with_every_setting() -> None:
     assert data["llm"]["model"] == "openai/x" and data["llm"]["api_key"] == "sk-1"
     for section, model in Settings.model_fields.items():
         assert model.annotation is not None
-        for key in model.annotation.model_fields:  # type: ignore[union-attr]
+        for key, field in model.annotation.model_fields.items():  # type: ignore[union-attr]
+            nested = field.annotation
+            if isinstance(nested, type) and issubclass(nested, BaseModel):  # [tools.web]
+                assert f"[{section}.{key}]" in text, f"{section}.{key} has no table"
+                for inner in nested.model_fields:
+                    assert f"{inner} =" in text, f"{section}.{key}.{inner} is not documented"
+                continue
             assert f"{key} =" in text, f"{section}.{key} is not documented in config.toml"
 
 

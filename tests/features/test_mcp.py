@@ -130,8 +130,8 @@ def test_schemas_are_made_acceptable_to_strict_providers() -> None:
         ({"command": "npx", "url": "http://127.0.0.1/mcp"}, "mcp.servers.files.url: give exactly"),
         ({"timeout_s": 5}, "mcp.servers.files.url: give exactly one of command"),
         ({"url": "ftp://host/mcp"}, "mcp.servers.files.url: not an http"),
-        ({"command": "x", "headers": {"A": "secret-header"}}, "mcp.servers.files.headers: is for"),
-        ({"url": "http://h/mcp", "env": {"A": "secret-env"}}, "mcp.servers.files.env: is for"),
+        ({"command": "x", "headers": {"A": "secret-header"}}, "files.headers: is only for a"),
+        ({"url": "http://h/mcp", "env": {"A": "secret-env"}}, "files.env: is only for a server"),
         ({"command": "x", "timeout_s": 0}, "mcp.servers.files.timeout_s"),
     ],
 )

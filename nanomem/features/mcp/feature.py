@@ -19,7 +19,7 @@ from nanomem.features.mcp.results import result_text
 from nanomem.features.mcp.server import McpServer
 from nanomem.features.mcp.state import forget_states, write_states
 from nanomem.memory import Session
-from nanomem.tools import UNTRUSTED_SECTION, Tool, ToolContext, ToolError, ToolRegistry, untrusted
+from nanomem.tools import PROMPT_SECTION, Tool, ToolContext, ToolError, ToolRegistry, untrusted
 
 MAX_DESCRIPTION = 1024  # a tool's description as the server gives it, at most
 CUT_NOTE_CHARS = 64  # "[output truncated: N more characters not shown]"
@@ -47,7 +47,7 @@ class Mcp(Feature):
         return [Command("mcp", "list the MCP servers, their state and tools", self._cmd_mcp)]
 
     def prompt_section(self) -> str:
-        return UNTRUSTED_SECTION
+        return PROMPT_SECTION
 
     def health(self) -> Mapping[str, HealthReport]:
         body = {
