@@ -72,6 +72,12 @@ def build(name: str = "fake") -> FastMCP:
         return "woke"
 
     @server.tool()
+    def freeze() -> str:
+        """Block the whole server (a sync tool runs on its event loop): it answers nothing."""
+        time.sleep(3600)
+        return "thawed"
+
+    @server.tool()
     def flood(chars: int) -> str:
         """A very long answer."""
         return "x" * chars

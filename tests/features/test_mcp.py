@@ -327,14 +327,14 @@ async def test_mcp_and_health_say_how_each_server_stands(
     )
     await ready(app)
     listing = (await turn(app, "/mcp")).content
-    assert f"- tracker (http: {http_server.url}): ready, 12 tools" in listing
+    assert f"- tracker (http: {http_server.url}): ready, 13 tools" in listing
     assert "mcp_tracker_echo" in listing and "- off (" in listing and "disabled" in listing
     assert "tok-abcdef" not in listing
     hidden = McpServer("x", McpServerSettings(url="http://me:pw-123456@h:81/mcp?k=k-1"), print)
     assert hidden.transport == "http: http://h:81/mcp"
     report = app.health()["mcp"]
     assert not report.warning
-    assert report.body["tracker"] == {"state": "ready", "detail": "ready, 12 tools", "tools": 12}
+    assert report.body["tracker"] == {"state": "ready", "detail": "ready, 13 tools", "tools": 13}
     assert report.body["off"]["state"] == "disabled"
     written = state_file(home.mcp_state)  # this process's, for `nanomem status`
     await until(lambda: '"ready"' in _read(written), what="the state file")

@@ -157,6 +157,23 @@ async def test_a_tool_that_hangs_times_out_and_the_session_goes_on(app_of: Any) 
     assert "echo: still" in result(provider, 3)
 
 
+async def test_a_server_hung_as_a_whole_is_restarted(app_of: Any, tmp_path: Path) -> None:
+    started = tmp_path / "starts"
+    provider = ScriptedProvider(
+        [call("mcp_fake_freeze", {}), text("frozen"), call("mcp_fake_echo", {"text": "thawed"})]
+    )
+    provider.add(text("back"))
+    app = app_of(provider, fake=stdio(timeout_s=2, env=_starts(started)))
+    mcp = await up(app)
+    assert (await turn(app, "freeze")).content == "frozen"
+    assert "did not answer freeze within 2 s" in result(provider, 1)
+    # No answer to the ping that follows either: the server is hung, not just the tool.
+    await until(lambda: len(starts(started)) == 2, what="a restart")
+    await until(lambda: mcp.servers["fake"].state.kind == "ready", what="the restart")
+    assert (await turn(app, "echo")).content == "back"
+    assert "echo: thawed" in result(provider, 3)
+
+
 async def test_a_server_that_cannot_start_leaves_the_agent_working(app_of: Any) -> None:
     provider = ScriptedProvider([call("mcp_broken_echo", {"text": "x"}), text("answered anyway")])
     app = app_of(
@@ -275,7 +292,7 @@ def test_the_gateway_offers_mcp_tools_on_telegram_and_the_api(home: Home) -> Non
         assert "echo: through the gateway" in answer["choices"][0]["message"]["content"]
         shown = run_cli_here("status", env=cli_env(home))
         assert shown.returncode == 0, shown.stderr
-        assert f"ready, 12 tools (pid {gateway.proc.pid})" in shown.stdout
+        assert f"ready, 13 tools (pid {gateway.proc.pid})" in shown.stdout
     shown = run_cli_here("status", env=cli_env(home))
     assert "not running (nanomem gateway or nanomem chat starts it)" in shown.stdout
 

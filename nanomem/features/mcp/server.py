@@ -44,6 +44,7 @@ class McpServer:
         self._task: asyncio.Task[None] | None = None
         self._calls: set[asyncio.Future[Any]] = set()  # requests under way
         self._delay = FIRST_DELAY_S  # before the next start
+        self._checks: set[asyncio.Future[None]] = set()  # pings after a call timed out
 
     @property
     def transport(self) -> str:
@@ -97,6 +98,7 @@ class McpServer:
             # the time limit.
             raise ToolError(self._stopped_during(tool)) from None
         except TimeoutError:
+            self._check_alive(session)
             raise ToolError(
                 f"MCP server {self.name} did not answer {tool} within {limit:g} s "
                 "(tool call abandoned)"
@@ -106,6 +108,7 @@ class McpServer:
             from mcp.types import CONNECTION_CLOSED
 
             if isinstance(exc, McpError) and exc.error.code == REQUEST_TIMEOUT:
+                self._check_alive(session)
                 raise ToolError(
                     f"MCP server {self.name} did not answer {tool} within {limit:g} s "
                     "(tool call abandoned)"
@@ -247,8 +250,18 @@ class McpServer:
     async def _ping(self, session: Any) -> None:
         try:
             await asyncio.wait_for(session.send_ping(), self.settings.timeout_s)
+        except TimeoutError:
+            self.lose("it stopped answering")
         except Exception as exc:
             self.lose(f"no answer to a ping ({_describe(exc)})")
+
+    def _check_alive(self, session: Any) -> None:
+        """After a call ran out of time: a server that answers no ping either is hung as a
+        whole (not just that tool) and is restarted."""
+        if self._session is session and not self._lost.is_set():
+            check = asyncio.ensure_future(self._ping(session))
+            self._checks.add(check)
+            check.add_done_callback(self._checks.discard)
 
     def _transport(self) -> Any:
         settings = self.settings
