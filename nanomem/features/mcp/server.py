@@ -168,7 +168,7 @@ class McpServer:
                 reason, failed_to_start = f"command not found: {self.settings.command}", True
             except PermissionError:
                 reason, failed_to_start = f"cannot run {self.settings.command}", True
-            except BaseException as exc:  # an ExceptionGroup from the SDK's task groups too
+            except Exception as exc:  # an ExceptionGroup from the SDK's task groups too
                 reason = self._lost_reason or _describe(exc)
             finally:
                 self._session = None
