@@ -26,6 +26,7 @@ from nanomem.features.dream import build as dream
 from nanomem.features.recall import build as recall
 from nanomem.features.schedules import build as schedules
 from nanomem.features.shell_approval import build as shell
+from nanomem.features.tasks import build as tasks
 from nanomem.home import Home
 from nanomem.memory import (
     TRACKED,
@@ -57,6 +58,7 @@ FEATURES = (
     schedules,
     consolidation,
     dream,
+    tasks,
 )
 
 
