@@ -5,7 +5,6 @@ with `spawn`, goes on talking, and is told the result (and its transcript keeps 
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -13,53 +12,17 @@ import aiohttp
 import pytest
 
 from nanomem.home import Home
-from nanomem.memory.session import SessionStore, session_filename
-from tests.fakes.openai_server import FakeOpenAI, Step
+from nanomem.memory.session import session_filename
+from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.telegram_gateway import BOT, LiveGateway, telegram_gateway
 from tests.fakes.telegram_server import FakeTelegram
 from tests.helpers import until
 from tests.helpers.gateway import API_KEY
 from tests.helpers.loopback import Model
+from tests.helpers.tasks import task_id, tasks_model
 
 OWNER, FRIEND, MEMBER, GROUP = 1000, 1002, 1001, -100777
 ALLOWED = {"allow_from": [OWNER, FRIEND, MEMBER, GROUP], "owner": OWNER}
-USAGE = {"prompt_tokens": 12000, "completion_tokens": 400, "total_tokens": 12400}
-
-
-def job_of(body: dict[str, Any]) -> str | None:
-    """The job, when the request is a background task's (its first message says so)."""
-    messages = body["messages"]
-    first = str(messages[1]["content"]) if len(messages) > 1 else ""
-    return first.rsplit("\n\n", 1)[-1] if first.startswith("[background task") else None
-
-
-def said(message: dict[str, Any]) -> str:
-    """What the person typed (after the runtime header)."""
-    return str(message["content"]).rsplit("\n\n", 1)[-1]
-
-
-def tasks_model(body: dict[str, Any]) -> Step:
-    """A chat: "SPAWN <label>: <job>" spawns; anything else is answered. A task: "HOLD" waits
-    for FakeOpenAI.release(), "FAIL" is a model error, "LOOP" never stops calling tools;
-    otherwise the job comes back as what it found."""
-    messages = body["messages"]
-    last = messages[-1]
-    job = job_of(body)
-    if job is not None:
-        if "FAIL" in job:
-            return Step.error(400, "the model refused the task")
-        if "LOOP" in job:
-            return Step.tool_call("list_dir", {"path": "."})
-        if last["role"] == "tool":
-            return Step.reply(f"found after a look: {job}", usage=USAGE)
-        hold = 0 if "HOLD" in job else None
-        return Step("reply", text=f"found: {job}", usage=USAGE, hold_after=hold)
-    if last["role"] == "tool":
-        return Step.reply(f"chat: {last['content']}")
-    spawned = re.fullmatch(r"SPAWN (.+?): (.+)", said(last), re.S)
-    if spawned:
-        return Step.tool_call("spawn", {"label": spawned[1], "task": spawned[2]})
-    return Step.reply(f"chat answer to {said(last)}")
 
 
 @pytest.fixture
@@ -73,12 +36,6 @@ async def live(home: Home, servers: tuple[FakeTelegram, FakeOpenAI]) -> AsyncIte
         yield gateway
 
 
-def task_id(reply: str) -> str:
-    found = re.search(r"started task ([0-9a-f]{4})", reply)
-    assert found is not None, reply
-    return found.group(1)
-
-
 def sent(live: LiveGateway, chat: int) -> list[str]:
     return [str(m.get("text") or "") for m in live.telegram.sent_messages(chat)]
 
@@ -88,10 +45,6 @@ async def told(live: LiveGateway, chat: int, start: str) -> str:
     return str(
         await until(lambda: next((t for t in sent(live, chat) if t.startswith(start)), None))
     )
-
-
-async def transcript(home: Home, key: str) -> list[dict[str, Any]]:
-    return (await SessionStore(home.sessions).get(key)).messages
 
 
 async def test_a_task_reports_in_its_own_chat_while_both_chats_go_on(

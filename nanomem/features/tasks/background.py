@@ -278,7 +278,7 @@ class BackgroundTasks(Feature):
         """The chat hears how the task ended: a message where its channel takes one unasked
         (kept in the inbox until delivered, where there is one), and an aside in its
         transcript between its turns. Then the record says told: twice rather than never."""
-        text = report(record, self.max_iterations)
+        text = self.report(record)
         channel, _, chat = record.session.partition(":")
         if channel in self.pushing and self.admits(record.session, record.started_by):
             message = OutboundMessage(channel, chat, Text(text))
@@ -305,6 +305,15 @@ class BackgroundTasks(Feature):
                 await self._tell(record)
             except Exception:
                 logger.exception("task {}: could not tell {}", record.id, record.session)
+
+    @property
+    def running(self) -> int:
+        """Tasks running in this process."""
+        return len(self._running)
+
+    def report(self, record: TaskRecord) -> str:
+        """What its chat is told of how the task ended."""
+        return report(record, self.max_iterations)
 
     async def wait(self) -> list[TaskRecord]:
         """Every task of this process ended and told (`nanomem chat -m` before it exits);
