@@ -178,3 +178,23 @@ async def test_the_api_learns_a_result_from_its_session(
         await ask_api(live, "what did it find?")
         prompt = json.dumps(live.llm.requests[requests]["messages"])
         assert f"task {job} (notes) done" in prompt and "found: HOLD sum up my notes" in prompt
+
+
+async def test_a_task_asks_its_chat_before_a_shell_command(
+    home: Home, servers: tuple[FakeTelegram, FakeOpenAI]
+) -> None:
+    """The task carries its starter's context: the owner is asked in the chat, with buttons,
+    like in any turn, and the command runs once allowed."""
+    shell = {"shell_enabled": True, "shell_approval": "ask", "shell_approval_timeout_s": 20}
+    async with telegram_gateway(home, *servers, telegram=ALLOWED, tools=shell) as live:
+        job = task_id(await live.say(OWNER, "SPAWN touch: RUN touch made-by-task"))
+        asked = await until(
+            lambda: next(
+                (m for m in live.telegram.sent_messages(OWNER) if m.get("reply_markup")), None
+            )
+        )
+        assert "touch made-by-task" in asked["text"]
+        live.telegram.press(asked, live.telegram.button_data(asked, "Allow once"), user_id=OWNER)
+        result = await told(live, OWNER, f"task {job} (touch) done · 2 steps")
+        assert "the tool said:" in result and "denied" not in result
+    assert (home.workspace / "made-by-task").exists()

@@ -25,8 +25,8 @@ def said(message: dict[str, Any]) -> str:
 
 def tasks_model(body: dict[str, Any]) -> Step:
     """A chat: "SPAWN <label>: <job>" spawns; anything else is answered. A task: "HOLD" waits
-    for FakeOpenAI.release(), "FAIL" is a model error, "LOOP" never stops calling tools;
-    otherwise the job comes back as what it found."""
+    for FakeOpenAI.release(), "FAIL" is a model error, "LOOP" never stops calling tools,
+    "RUN <command>" runs it in the shell; otherwise the job comes back as what it found."""
     messages = body["messages"]
     last = messages[-1]
     job = job_of(body)
@@ -36,7 +36,9 @@ def tasks_model(body: dict[str, Any]) -> Step:
         if "LOOP" in job:
             return Step.tool_call("list_dir", {"path": "."})
         if last["role"] == "tool":
-            return Step.reply(f"found after a look: {job}", usage=USAGE)
+            return Step.reply(f"the tool said: {last['content']}", usage=USAGE)
+        if command := re.fullmatch(r"RUN (.+)", job):
+            return Step.tool_call("exec", {"command": command[1]})
         hold = 0 if "HOLD" in job else None
         return Step("reply", text=f"found: {job}", usage=USAGE, hold_after=hold)
     if last["role"] == "tool":
