@@ -198,3 +198,17 @@ async def test_a_task_asks_its_chat_before_a_shell_command(
         result = await told(live, OWNER, f"task {job} (touch) done · 2 steps")
         assert "the tool said:" in result and "denied" not in result
     assert (home.workspace / "made-by-task").exists()
+
+
+async def test_a_graceful_stop_tells_the_chat_of_a_task_it_cut_short(
+    home: Home, servers: tuple[FakeTelegram, FakeOpenAI]
+) -> None:
+    quick = {"grace_s": 0.2}  # the task does not finish within it
+    async with telegram_gateway(home, *servers, telegram=ALLOWED, gateway=quick) as live:
+        job = task_id(await live.say(OWNER, "SPAWN long: HOLD read the whole library"))
+        await until(lambda: live.llm.held == 1)
+    notice = f"task {job} (long) was interrupted by a restart; ask again to rerun it"
+    assert notice in sent(live, OWNER)
+    (record,) = json.loads(home.tasks.read_text())["tasks"]
+    assert (record["state"], record["told"]) == ("interrupted", True)
+    live.llm.release()
