@@ -31,10 +31,15 @@ def test_the_terminal_shows_a_result_above_the_prompt(
     chat.sendline("and meanwhile?")  # the chat goes on while the task runs
     chat.expect_exact("chat answer to and meanwhile?")
     chat.expect_exact(PROMPT)
+    chat.send("half a li")  # being typed when the result comes
+    chat.expect_exact("half a li")
     fake_llm.release()
     chat.expect_exact(f"task {job} (sums) done · 1 step · 12.4k tokens")
     chat.expect_exact("found: HOLD add the numbers")
-    chat.expect_exact(PROMPT)  # drawn again below it, and it still takes a line
+    chat.expect_exact(PROMPT)  # drawn again below it, with what was typed so far
+    chat.sendline("ne")
+    chat.expect_exact("chat answer to half a line")
+    chat.expect_exact(PROMPT)
     chat.sendline("/tasks")
     chat.expect(rf"{job}  done \d+ s ago · 1 step · 12.4k tokens  sums")
 
