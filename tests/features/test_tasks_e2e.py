@@ -212,3 +212,30 @@ async def test_a_graceful_stop_tells_the_chat_of_a_task_it_cut_short(
     (record,) = json.loads(home.tasks.read_text())["tasks"]
     assert (record["state"], record["told"]) == ("interrupted", True)
     live.llm.release()
+
+
+async def test_a_result_that_comes_during_a_turn_is_recorded_after_it(
+    home: Home, servers: tuple[FakeTelegram, FakeOpenAI]
+) -> None:
+    """The chat is told at once, but its transcript gets the result only once the turn that
+    runs meanwhile has ended: never inside a turn."""
+    shell = {"shell_enabled": True, "shell_approval": "ask", "shell_approval_timeout_s": 20}
+    async with telegram_gateway(home, *servers, telegram=ALLOWED, tools=shell) as live:
+        job = task_id(await live.say(OWNER, "SPAWN quick: HOLD look it up"))
+        await until(lambda: live.llm.held == 1)
+        live.telegram.send_text(OWNER, "RUN echo busy")  # a turn that waits for the owner
+        asked = await until(
+            lambda: next(
+                (m for m in live.telegram.sent_messages(OWNER) if m.get("reply_markup")), None
+            )
+        )
+        live.llm.release()
+        await told(live, OWNER, f"task {job} (quick) done")  # told while the turn waits
+        key = f"telegram:{OWNER}"
+        assert not told_in_transcript(live, key, job)
+        live.telegram.press(asked, live.telegram.button_data(asked, "Deny"), user_id=OWNER)
+        await until(lambda: told_in_transcript(live, key, job))
+        messages = (await live.app.sessions.get(key)).messages
+        assert messages[-1]["task"] == job
+        assert [m["role"] for m in messages[-5:-1]] == ["user", "assistant", "tool", "assistant"]
+        assert "denied by the owner" in messages[-3]["content"]

@@ -24,7 +24,8 @@ def said(message: dict[str, Any]) -> str:
 
 
 def tasks_model(body: dict[str, Any]) -> Step:
-    """A chat: "SPAWN <label>: <job>" spawns; anything else is answered. A task: "HOLD" waits
+    """A chat: "SPAWN <label>: <job>" spawns, "RUN <command>" runs it in the shell; anything
+    else is answered. A task: "HOLD" waits
     for FakeOpenAI.release(), "FAIL" is a model error, "LOOP" never stops calling tools,
     "RUN <command>" runs it in the shell; otherwise the job comes back as what it found."""
     messages = body["messages"]
@@ -43,6 +44,8 @@ def tasks_model(body: dict[str, Any]) -> Step:
         return Step("reply", text=f"found: {job}", usage=USAGE, hold_after=hold)
     if last["role"] == "tool":
         return Step.reply(f"chat: {last['content']}")
+    if command := re.fullmatch(r"RUN (.+)", said(last)):
+        return Step.tool_call("exec", {"command": command[1]})
     spawned = re.fullmatch(r"SPAWN (.+?): (.+)", said(last), re.S)
     if spawned:
         return Step.tool_call("spawn", {"label": spawned[1], "task": spawned[2]})
