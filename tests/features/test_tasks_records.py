@@ -3,8 +3,12 @@ runs it holds its run lock; once that process is gone, the next start finds it, 
 
 from __future__ import annotations
 
-from nanomem.features.tasks import TaskRecord, TaskStore
+from nanomem.agent import Reach
+from nanomem.app import build_app
+from nanomem.features.tasks import BackgroundTasks, TaskRecord, TaskStore
 from nanomem.home import Home
+from nanomem.providers.scripted import ScriptedProvider
+from tests.conftest import make_app, settings_for
 
 
 def store(home: Home) -> TaskStore:
@@ -30,3 +34,32 @@ async def test_a_task_is_an_orphan_only_once_its_process_is_gone(home: Home) -> 
 async def test_an_unreadable_record_counts_as_empty(home: Home) -> None:
     home.tasks.write_text("{not json")
     assert store(home).read() == []
+
+
+async def test_the_terminal_leaves_other_chats_orphans_to_the_gateway(home: Home) -> None:
+    """`nanomem chat` (no inbox) tells only its own chat of a task a dead process left; the
+    gateway tells every chat: a message on a channel that pushes, and the transcript."""
+    gone = store(home)
+    await gone.claim_run()
+    await gone.add(TaskRecord("3f2a", "notes", "telegram:1", "1", "Ann", gone.run, "2026-11-25"))
+    gone.release_run()
+    terminal = make_app(home, ScriptedProvider())
+    tasks = terminal.feature(BackgroundTasks)
+    await terminal.start_features(Reach(frozenset({"cli"}), lambda chat, _: chat == "cli:direct"))
+    assert tasks.orphans_told is not None
+    await tasks.orphans_told
+    assert [r.told for r in store(home).read()] == [False]
+    await terminal.stop_features(grace_s=0)
+    gateway = build_app(settings_for(home), home, provider=ScriptedProvider(), durable=True)
+    await gateway.start_features(Reach(frozenset({"telegram"})))
+    told = gateway.feature(BackgroundTasks).orphans_told
+    assert told is not None
+    await told
+    notice = "task 3f2a (notes) was interrupted by a restart; ask again to rerun it"
+    sent = gateway.bus.outbox("telegram").get_nowait()
+    assert (sent.chat_id, sent.content) == ("1", notice)
+    session = await gateway.sessions.get("telegram:1")
+    assert session.messages[-1]["content"] == notice and session.messages[-1]["aside"]
+    assert [r.told for r in store(home).read()] == [True]
+    await gateway.stop_features(grace_s=0)
+    await gateway.aclose()

@@ -120,7 +120,8 @@ class BackgroundTasks(Feature):
         self.ended: list[TaskRecord] = []  # this process's tasks that ended, in that order
         self._running: dict[str, Running] = {}
         self._reserved = 0  # spawns between the cap's check and their task
-        self._telling: asyncio.Task[None] | None = None
+        # Telling what processes that are gone left (started by `start`); done once told.
+        self.orphans_told: asyncio.Task[None] | None = None
 
     # -- what the chat sees ------------------------------------------------------------------
 
@@ -280,7 +281,7 @@ class BackgroundTasks(Feature):
         transcript between its turns. Then the record says told: twice rather than never."""
         text = self.report(record)
         channel, _, chat = record.session.partition(":")
-        if channel in self.pushing and self.admits(record.session, record.started_by):
+        if self._reaches(record):
             message = OutboundMessage(channel, chat, Text(text))
             if self.bus.inbox is not None:
                 item = (chat, {"task": record.id}, Sender(record.started_by))
@@ -295,12 +296,20 @@ class BackgroundTasks(Feature):
                 await self.sessions.append(session, [aside])
         await self.store.update(record.id, told=True)
 
+    def _reaches(self, record: TaskRecord) -> bool:
+        """Its chat takes a message unasked here, from whoever started it."""
+        channel = record.session.partition(":")[0]
+        return channel in self.pushing and self.admits(record.session, record.started_by)
+
     async def _tell_orphans(self) -> None:
         """Results a crash kept from being delivered go out again; tasks a process that is
-        gone left running are told as interrupted."""
+        gone left running are told as interrupted. The gateway (the one with the inbox)
+        tells every chat; `nanomem chat` only its own, leaving the rest to the gateway."""
         for pending in await self.bus.unfinished(INBOX_CHANNEL):
             await self.bus.forget(pending.seq)  # stored, not answered: its record tells it
         for record in await self.store.orphans():
+            if self.bus.inbox is None and not self._reaches(record):
+                continue
             try:
                 await self._tell(record)
             except Exception:
@@ -330,7 +339,7 @@ class BackgroundTasks(Feature):
     async def start(self, reach: Reach) -> None:
         self.pushing, self.admits = frozenset(reach.pushing), reach.admits
         # In the background: a chat busy in another process must not hold up the start.
-        self._telling = asyncio.create_task(self._tell_orphans(), name="tasks-orphans")
+        self.orphans_told = asyncio.create_task(self._tell_orphans(), name="tasks-orphans")
 
     async def stop(self, grace_s: float) -> None:
         """Tasks may finish within `grace_s`; the rest are cut short and tell their chat (or,
@@ -345,8 +354,8 @@ class BackgroundTasks(Feature):
                 for task in still:
                     task.cancel()
                 await asyncio.gather(*still, return_exceptions=True)
-        if self._telling is not None:
-            self._telling.cancel()
+        if self.orphans_told is not None:
+            self.orphans_told.cancel()
             with contextlib.suppress(asyncio.CancelledError):
-                await self._telling
+                await self.orphans_told
         self.store.release_run()
