@@ -152,7 +152,7 @@ class BackgroundTasks(Feature):
                 f"(agent.max_background_tasks = {self.limit}); wait for one to end, or do "
                 "this job here"
             )
-        label = " ".join(label.split())[:LABEL_CHARS] or " ".join(job.split())[:40]
+        label = redact(" ".join(label.split())[:LABEL_CHARS] or " ".join(job.split())[:40])
         self._reserved += 1
         try:  # shielded: a /stop of the turn must not leave a recorded task that never runs
             record = await asyncio.shield(self._begin(session, context, job, label))
