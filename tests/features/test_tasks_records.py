@@ -3,8 +3,11 @@ runs it holds its run lock; once that process is gone, the next start finds it, 
 
 from __future__ import annotations
 
+import pytest
+
 from nanomem.agent import Reach
 from nanomem.app import build_app
+from nanomem.config import ConfigError
 from nanomem.features.tasks import BackgroundTasks, TaskRecord, TaskStore
 from nanomem.home import Home
 from nanomem.providers.scripted import ScriptedProvider
@@ -63,3 +66,12 @@ async def test_the_terminal_leaves_other_chats_orphans_to_the_gateway(home: Home
     assert [r.told for r in store(home).read()] == [True]
     await gateway.stop_features(grace_s=0)
     await gateway.aclose()
+
+
+def test_the_setting_bounds_tasks_and_zero_switches_them_off(home: Home) -> None:
+    with pytest.raises(ConfigError, match=r"agent\.max_background_tasks.*less than or equal"):
+        settings_for(home, agent={"max_background_tasks": 65})
+    assert "spawn" in make_app(home, ScriptedProvider()).tools.names
+    off = make_app(home, ScriptedProvider(), agent={"max_background_tasks": 0})
+    assert "spawn" not in off.tools.names
+    assert "tasks" not in {command.name for command in off.loop.commands.all()}
