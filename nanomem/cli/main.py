@@ -340,17 +340,18 @@ async def _one_shot(app: App, session: str, text: str) -> int:
     reply = await app.loop.handle(msg, progress=stream.show)
     await app.loop.close(grace_s=30)
     try:
+        code = 1
         if reply is None:
             stream.end()
             print("nanomem: the turn was stopped", file=sys.stderr)
-            return 1
-        if isinstance(reply.part, Text) and reply.part.style == "error":
+        elif isinstance(reply.part, Text) and reply.part.style == "error":
             stream.end()
             print(f"nanomem: {' '.join(strip_escapes(reply.content).split())}", file=sys.stderr)
-            return 1
-        stream.finish(reply.content)
+        else:
+            stream.finish(reply.content)
+            code = 0
         await _background_tasks(app)
-        return 0
+        return code
     finally:
         await app.aclose()
 
