@@ -19,7 +19,7 @@ from tests.fakes.telegram_server import FakeTelegram
 from tests.helpers import until
 from tests.helpers.gateway import API_KEY
 from tests.helpers.loopback import Model
-from tests.helpers.tasks import task_id, tasks_model
+from tests.helpers.tasks import job_of, task_id, tasks_model
 
 OWNER, FRIEND, MEMBER, GROUP = 1000, 1002, 1001, -100777
 ALLOWED = {"allow_from": [OWNER, FRIEND, MEMBER, GROUP], "owner": OWNER}
@@ -239,3 +239,16 @@ async def test_a_result_that_comes_during_a_turn_is_recorded_after_it(
         assert messages[-1].get("task") == job
         assert [m["role"] for m in messages[-5:-1]] == ["user", "assistant", "tool", "assistant"]
         assert "denied by the owner" in messages[-3]["content"]
+
+
+async def test_a_groups_task_is_a_group_turn(live: LiveGateway, home: Home) -> None:
+    """No personal memory in a group's task (its prompt is the group's), as in its chat."""
+    (home.workspace / "USER.md").write_text("The owner's door code is 4711.\n")
+    mine = task_id(await live.say(OWNER, "SPAWN private: look up my code"))
+    ours = task_id(
+        await live.say(GROUP, f"{BOT}SPAWN shared: plan", chat_type="supergroup", user_id=MEMBER)
+    )
+    await told(live, OWNER, f"task {mine} (private) done")
+    await told(live, GROUP, f"task {ours} (shared) done")
+    prompts = {job_of(r): r["messages"][0]["content"] for r in live.llm.requests if job_of(r)}
+    assert "4711" in prompts["look up my code"] and "4711" not in prompts["plan"]
