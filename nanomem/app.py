@@ -27,6 +27,7 @@ from nanomem.features.mcp import build as mcp
 from nanomem.features.recall import build as recall
 from nanomem.features.schedules import build as schedules
 from nanomem.features.shell_approval import build as shell
+from nanomem.features.tasks import build as tasks
 from nanomem.features.web import build as web
 from nanomem.home import Home
 from nanomem.memory import (
@@ -60,6 +61,7 @@ FEATURES = (
     consolidation,
     dream,
     web,
+    tasks,
     mcp,
 )
 

@@ -94,6 +94,8 @@ class AgentSettings(_Section):
     max_iterations: int = Field(20, ge=1, le=200)
     # Turns mostly wait for the model: a hundred chats at once cost little CPU.
     max_concurrent_turns: int = Field(128, ge=1, le=1024)
+    # Background tasks (`spawn`) running at once in a process; 0 switches `spawn` off.
+    max_background_tasks: int = Field(4, ge=0, le=64)
     workspace: Path | None = None
     max_message_chars: int = Field(32000, ge=100)
     # A message whose handling fails inside nanomem is tried again after retry_first_s, then

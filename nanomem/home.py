@@ -71,6 +71,11 @@ class Home:
         return self.root / "schedules.json"
 
     @property
+    def tasks(self) -> Path:
+        """Background tasks the chats started: running, and recently ended (features/tasks)."""
+        return self.root / "tasks.json"
+
+    @property
     def history_index(self) -> Path:
         """The full-text index of memory/history.jsonl (derived; rebuilt when missing)."""
         return self.root / "index" / "history.sqlite3"

@@ -110,6 +110,7 @@ class TerminalChannel(BaseChannel):
         self._waiting: dict[str, asyncio.Future[OutboundMessage]] = {}
         self._views: dict[str, LiveReply] = {}  # replies being written, by message id
         self._asking: set[asyncio.Task[None]] = set()  # questions waiting at the prompt
+        self._prompting = False  # the prompt waits for a line: what comes unasked goes above it
 
     @property
     def console(self) -> Console:
@@ -156,6 +157,10 @@ class TerminalChannel(BaseChannel):
         future = self._waiting.pop(msg.reply_to or "", None)
         if future is not None and not future.done():
             future.set_result(msg)
+        elif self._prompting:  # unasked (a background task's result): above the prompt
+            from prompt_toolkit.application import run_in_terminal
+
+            await run_in_terminal(lambda: self._render(msg))
         else:
             self._render(msg)
 
@@ -185,10 +190,13 @@ class TerminalChannel(BaseChannel):
 
         with typeahead_kept():
             while True:
+                self._prompting = True
                 try:
                     text = await prompt.prompt_async("you › ", pre_run=after_first_draw)
                 except (EOFError, KeyboardInterrupt):
                     break
+                finally:
+                    self._prompting = False
                 if not text.strip():
                     continue
                 if text.strip().lower() in EXIT_WORDS:

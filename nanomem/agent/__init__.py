@@ -51,7 +51,7 @@ if TYPE_CHECKING:
         Question,
         Text,
     )
-    from nanomem.agent.react_loop import react
+    from nanomem.agent.react_loop import ReactResult, react, seal_tool_calls
     from nanomem.agent.retries import (
         GIVEN_UP,
         RETRYING,
@@ -99,6 +99,7 @@ __all__ = [
     "Progress",
     "Question",
     "Reach",
+    "ReactResult",
     "Readmit",
     "Retries",
     "Skills",
@@ -120,6 +121,7 @@ __all__ = [
     "record_failure",
     "retry_delay",
     "save_media",
+    "seal_tool_calls",
     "shaped",
 ]
 __getattr__ = lazy_exports(
@@ -166,7 +168,7 @@ __getattr__ = lazy_exports(
             "Question",
             "Text",
         ),
-        "react_loop": ("react",),
+        "react_loop": ("ReactResult", "react", "seal_tool_calls"),
         "retries": (
             "GIVEN_UP",
             "RETRYING",

@@ -48,6 +48,9 @@ AfterTurn = Callable[[Session, ToolContext], Awaitable[None]]
 # Where the pieces of a turn go while it runs (deltas, progress lines, questions go on the bus).
 Show = Callable[[OutboundMessage], Awaitable[None]]
 NewHook = Callable[[Session, ToolContext], Awaitable[str | None]]
+# `/stop <name>`: stops what a feature runs under that name (a background task) for this
+# message's sender; its answer, or None when the name is not the feature's.
+StopNamed = Callable[[InboundMessage, str], Awaitable[str | None]]
 
 
 class Deferred(Exception):
@@ -94,6 +97,7 @@ class AgentLoop:
         self.before_turn: list[BeforeTurn] = []  # awaited once the prompt's size is known
         self.after_turn: list[AfterTurn] = []  # run in the background after the reply
         self.before_new: list[NewHook] = []  # awaited by /new before the session is reset
+        self.stop_named: list[StopNamed] = []  # asked by `/stop <name>`, in turn
         self._locks = KeyedLocks()  # for direct calls (answer); the bus's chats are queued
         self._chats = ChatQueues("turns")
         self._room = asyncio.Semaphore(bus.maxsize)
@@ -226,6 +230,13 @@ class AgentLoop:
             if found:
                 return await command_reply(msg, *found)
             return await self._stoppable_turn(msg, progress)
+
+    @asynccontextmanager
+    async def between_turns(self, key: str) -> AsyncIterator[None]:
+        """Hold a chat's session between its turns: no turn of it runs meanwhile, here or in
+        another process. For what background work adds to a chat's transcript."""
+        async with self._locks.hold(key), self.sessions.lease(key):
+            yield
 
     def _check_taking(self) -> None:
         if self._draining:
@@ -474,7 +485,10 @@ class AgentLoop:
         register(
             Command("new", "start a new conversation (earlier ones stay in memory)", self._cmd_new)
         )
-        register(Command("stop", "stop the reply in progress", self._cmd_stop, immediate=True))
+        stop = Command(
+            "stop", "stop the reply in progress", self._cmd_stop, usage="[<id>]", immediate=True
+        )
+        register(stop)
         register(Command("retry", "run your last unanswered message again", None))
 
     async def _cmd_help(self, msg: InboundMessage, args: str) -> str:
@@ -489,6 +503,11 @@ class AgentLoop:
         return "\n".join(["New session started.", *notes])
 
     async def _cmd_stop(self, msg: InboundMessage, args: str) -> str:
+        if args:  # `/stop <id>`: something a feature runs in the background
+            for stop in self.stop_named:
+                if (answer := await stop(msg, args)) is not None:
+                    return answer
+            return NOTHING_NAMED.format(name=args)
         task = self._running.get(msg.session_key)
         if msg.session_key in self._starting:
             self._stop_before_start.add(msg.session_key)
@@ -499,6 +518,7 @@ class AgentLoop:
         return STOPPED
 
 
+NOTHING_NAMED = "Nothing called {name} runs in this chat; /stop alone stops the reply."
 NOTHING_TO_RETRY = "Nothing to retry: your last message was answered."
 INTERNAL_ERROR = "Something went wrong on my side; the details are in the log."
 
@@ -537,8 +557,9 @@ def turn_after(messages: list[dict[str, Any]], at: int) -> list[dict[str, Any]]:
 
 
 def finished_reply(messages: list[dict[str, Any]], at: int) -> str | None:
-    """The final answer of the turn that began at `at`, when it had ended before a crash."""
-    turn = turn_after(messages, at)
+    """The final answer of the turn that began at `at`, when it had ended before a crash.
+    What was said in the chat between turns (`aside`: a background task's result) is not."""
+    turn = [m for m in turn_after(messages, at) if not m.get("aside")]
     last = turn[-1] if turn else None
     if last is None or last.get("role") != "assistant" or last.get("tool_calls"):
         return None

@@ -339,17 +339,36 @@ async def _one_shot(app: App, session: str, text: str) -> int:
     msg = InboundMessage(channel, chat, text, sender)
     reply = await app.loop.handle(msg, progress=stream.show)
     await app.loop.close(grace_s=30)
-    await app.aclose()
-    if reply is None:
-        stream.end()
-        print("nanomem: the turn was stopped", file=sys.stderr)
-        return 1
-    if isinstance(reply.part, Text) and reply.part.style == "error":
-        stream.end()
-        print(f"nanomem: {' '.join(strip_escapes(reply.content).split())}", file=sys.stderr)
-        return 1
-    stream.finish(reply.content)
-    return 0
+    try:
+        code = 1
+        if reply is None:
+            stream.end()
+            print("nanomem: the turn was stopped", file=sys.stderr)
+        elif isinstance(reply.part, Text) and reply.part.style == "error":
+            stream.end()
+            print(f"nanomem: {' '.join(strip_escapes(reply.content).split())}", file=sys.stderr)
+        else:
+            stream.finish(reply.content)
+            code = 0
+        await _background_tasks(app)
+        return code
+    finally:
+        await app.aclose()
+
+
+async def _background_tasks(app: App) -> None:
+    """Tasks the message started run to their end before the one-shot exits; their results
+    are printed after the reply (they are in the session's transcript too)."""
+    from nanomem.features.tasks import BackgroundTasks
+
+    try:
+        tasks = app.feature(BackgroundTasks)
+    except LookupError:
+        return
+    if tasks.running:
+        print(f"nanomem: waiting for {tasks.running} background task(s)", file=sys.stderr)
+    for record in await tasks.wait():
+        print(f"\n{strip_escapes(tasks.report(record))}", flush=True)
 
 
 async def _interactive(
@@ -357,7 +376,7 @@ async def _interactive(
 ) -> int:
     """The prompt comes first; the app is built behind it while the person types (what they
     send meanwhile waits on the bus), then litellm and the tokenizer load the same way."""
-    from nanomem.agent import MessageBus, pump_outbound
+    from nanomem.agent import MessageBus, Reach, pump_outbound
     from nanomem.channel_registry import load_channel
     from nanomem.text.masking import (
         configured_secrets,
@@ -384,7 +403,10 @@ async def _interactive(
         if not chat.done():
             app = await asyncio.to_thread(_build, home, settings, stderr_level, bus, config=config)
             workers.append(asyncio.create_task(app.loop.run(), name="agent-loop"))
-            await app.start_features()  # Dream runs on its interval while the chat is open
+            # Dream runs on its interval while the chat is open; what background work tells
+            # this chat unasked (a task's result) is shown above the prompt.
+            mine = f"{channel.name}:{session}"
+            await app.start_features(Reach({channel.name}, lambda chat, _: chat == mine))
             app.warm_up()
         await chat
     finally:

@@ -64,6 +64,13 @@ SAMPLES = {
         "created": "2026-11-22",
         "text": "remind me to call mum",
     },
+    "task.md.j2": {
+        "id": "3f2a",
+        "label": "Oslo flights",
+        "time": "2026-11-25T16:40:00+00:00",
+        "task": "Find the three cheapest flights to Oslo next week.",
+    },
+    "tasks.md.j2": {"tools": ["read_file", "spawn"]},
     "config.toml.j2": {"model": "openai/gpt-4o-mini", "api_key": "", "api_base": ""},
 }
 

@@ -42,7 +42,9 @@ class Step:
     pieces: int = 3  # content chunks the text is split into (tool arguments likewise)
     pause: float = 0.0  # seconds between chunks
     cut_after: int | None = None  # drop the connection after this many chunks (no [DONE])
-    hold_after: int | None = None  # after this many chunks, wait for FakeOpenAI.release()
+    # After this many chunks, wait for FakeOpenAI.release(); a request that does not stream
+    # waits for it before any answer.
+    hold_after: int | None = None
 
     @classmethod
     def reply(
@@ -395,6 +397,8 @@ class FakeOpenAI:
             asleep = time.perf_counter()
             await asyncio.sleep(delay)
             request[_SLEPT] = time.perf_counter() - asleep
+        if step.hold_after is not None and not body.get("stream"):
+            await self._hold()  # a request that does not stream: its whole answer waits
         if step.kind == "error":
             return _error_response(step.status, step.text or "", step.retry_after)
         if step.kind == "raw":
@@ -422,6 +426,19 @@ class FakeOpenAI:
         return web.json_response(
             {**head, "object": "chat.completion", "choices": [choice], "usage": usage}
         )
+
+    async def _hold(self) -> None:
+        """Wait for release() (a held stream's next chunk, or a whole held answer)."""
+        if self._release is None:
+            return
+        with self._lock:
+            self._held += 1
+        try:
+            await self._release.wait()
+        finally:
+            with self._lock:
+                self._held -= 1
+        self._release.clear()
 
     def _call_json(self, name: str, arguments: ToolArgs, call_id: str | None) -> dict[str, Any]:
         with self._lock:
@@ -485,15 +502,8 @@ class FakeOpenAI:
                 if request.transport is not None:
                     request.transport.abort()
                 return resp
-            if number == step.hold_after and self._release is not None:
-                with self._lock:
-                    self._held += 1
-                try:
-                    await self._release.wait()
-                finally:
-                    with self._lock:
-                        self._held -= 1
-                self._release.clear()
+            if number == step.hold_after:
+                await self._hold()
             if number and step.pause:
                 await asyncio.sleep(step.pause)
             await resp.write(f"data: {json.dumps(event)}\n\n".encode())

@@ -12,6 +12,7 @@ from typing import Any
 
 from channels.telegram.channel import TelegramChannel
 from nanomem.app import App, build_app
+from nanomem.channel_registry import load_channel
 from nanomem.gateway.service import Gateway
 from nanomem.home import Home
 from tests.conftest import TEST_KEY, settings_for
@@ -86,7 +87,10 @@ async def telegram_gateway(
         poll_timeout_s=1,
         watch_every_s=0.1,
     )
-    gateway = Gateway(app, {"telegram": channel})
+    channels: dict[str, Any] = {"telegram": channel}
+    if settings.api.enabled:  # the agent API beside it, on the gateway's port
+        channels["api"] = load_channel("api").from_app(app)
+    gateway = Gateway(app, channels)
     task = asyncio.create_task(gateway.run())
     try:
         await until(lambda: _up(gateway) or task.done(), WAIT_S)
