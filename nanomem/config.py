@@ -362,17 +362,12 @@ class McpServerSettings(_Section):
     def _one_transport(cls, value: str | None, info: ValidationInfo) -> str | None:
         if (info.data.get("command") is None) == (value is None):
             raise ValueError("give exactly one of command (a local server) or url (a remote one)")
-        if value is None:
-            return None
-        from urllib.parse import urlsplit
+        if value is not None:
+            from urllib.parse import urlsplit
 
-        try:
-            parts = urlsplit(value)
-            parts.port  # noqa: B018  (raises for a port that is not a number in range)
-        except ValueError:
-            parts = None
-        if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ValueError("not an http:// or https:// URL with a host")
+            parts = urlsplit(value)  # a ValueError of its own is a config error as well
+            if parts.scheme not in ("http", "https") or not parts.hostname:
+                raise ValueError("not an http:// or https:// URL with a host")
         return value
 
     @field_validator("args", "env", "headers")
