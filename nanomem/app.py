@@ -23,6 +23,7 @@ from nanomem.agent import (
 from nanomem.config import LLMSettings, Settings
 from nanomem.features.consolidation import build as consolidation
 from nanomem.features.dream import build as dream
+from nanomem.features.mcp import build as mcp
 from nanomem.features.recall import build as recall
 from nanomem.features.schedules import build as schedules
 from nanomem.features.shell_approval import build as shell
@@ -61,6 +62,7 @@ FEATURES = (
     dream,
     web,
     tasks,
+    mcp,
 )
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import tomllib
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -333,6 +334,66 @@ class LogSettings(_Section):
     level: Literal["TRACE", "DEBUG", "INFO", "SUCCESS", "WARNING", "ERROR", "CRITICAL"] = "INFO"
 
 
+_MCP_SERVER_NAME = re.compile(r"^[A-Za-z0-9-]{1,24}$")
+
+
+class McpServerSettings(_Section):
+    """One MCP server (features/mcp): a local command spoken to over stdio, or a URL."""
+
+    command: str | None = None  # stdio: the program to start
+    url: str | None = None  # streamable HTTP; the older SSE transport when the path ends in /sse
+    args: list[str] = []
+    env: dict[str, SecretStr] = {}  # the only variables it gets beyond PATH, HOME and LANG
+    headers: dict[str, SecretStr] = {}  # sent with every request to a url (Authorization, ...)
+    tools: list[str] | None = None  # an allowlist of the server's tool names; None: every tool
+    timeout_s: float = Field(60.0, gt=0)  # to start, and for each call
+    groups: bool = False  # group chats get its tools too
+    enabled: bool = True
+
+    @field_validator("command")
+    @classmethod
+    def _named_program(cls, value: str | None) -> str | None:
+        if value is not None and not value.strip():
+            raise ValueError("is empty: name the program that runs the server")
+        return value
+
+    @field_validator("url")
+    @classmethod
+    def _one_transport(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if (info.data.get("command") is None) == (value is None):
+            raise ValueError("give exactly one of command (a local server) or url (a remote one)")
+        if value is not None:
+            from urllib.parse import urlsplit
+
+            parts = urlsplit(value)  # a ValueError of its own is a config error as well
+            if parts.scheme not in ("http", "https") or not parts.hostname:
+                raise ValueError("not an http:// or https:// URL with a host")
+        return value
+
+    @field_validator("args", "env", "headers")
+    @classmethod
+    def _for_its_transport(cls, value: Any, info: ValidationInfo) -> Any:
+        by_url = info.field_name == "headers"
+        if value and info.data.get("url" if by_url else "command") is None:
+            raise ValueError(f"is only for a server {'reached by url' if by_url else 'started'}")
+        return value
+
+
+class McpSettings(_Section):
+    servers: dict[str, McpServerSettings] = {}
+
+    @field_validator("servers")
+    @classmethod
+    def _usable_names(cls, value: dict[str, McpServerSettings]) -> dict[str, McpServerSettings]:
+        for name in value:
+            if not _MCP_SERVER_NAME.match(name):
+                raise ValueError(
+                    f"server name {name!r}: use 1-24 letters, digits or '-' "
+                    "(its tools are named mcp_<server>_<tool>)"
+                )
+        return value
+
+
 class Settings(BaseSettings):
     """Every setting nanomem reads. Sources, highest first: CLI, env, config.toml, defaults."""
 
@@ -353,6 +414,7 @@ class Settings(BaseSettings):
     api: ApiSettings = ApiSettings()
     schedule: ScheduleSettings = ScheduleSettings()
     log: LogSettings = LogSettings()
+    mcp: McpSettings = McpSettings()
 
 
 class ConfigError(Exception):

@@ -81,6 +81,12 @@ class Home:
         return self.root / "index" / "history.sqlite3"
 
     @property
+    def mcp_state(self) -> Path:
+        """Where each MCP server stands, a file per running process, for `nanomem status`
+        (features/mcp/state.py)."""
+        return self.root / "mcp-state"
+
+    @property
     def locks(self) -> Path:
         """Lock files shared by every process on this home; outside the workspace, so the
         agent's file tools can never replace one."""

@@ -42,7 +42,7 @@ async def react(
     as they happen, so a caller that is cancelled still holds the partial turn. Every tool
     call works for `context`. With `on_text`, each model call streams its text into it."""
     result = out if out is not None else ReactResult(text=None)
-    schemas = tools.schemas() if tools else None
+    schemas = tools.schemas(context) if tools else None  # those offered to this chat
     for step in range(max_iterations):
         result.streamed = ""
         sink = None

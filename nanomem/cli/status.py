@@ -40,8 +40,19 @@ def status_rows(
         ("agent api", _api_line(settings)),
         ("sessions", str(SessionStore(home.sessions).count())),
         ("schedules", ScheduleStore.of(home, settings.schedule).summary()),
+        *_mcp_rows(home, settings),
         ("log file", str(home.logs / "nanomem.log")),
     ]
+
+
+def _mcp_rows(home: Home, settings: Settings) -> list[tuple[str, str]]:
+    """Each MCP server's state, as the running gateway or chat last wrote it."""
+    servers = settings.mcp.servers
+    if not servers:
+        return []
+    from nanomem.features.mcp import status_lines  # not the SDK: a small file read
+
+    return status_lines(home.mcp_state, {name: s.enabled for name, s in servers.items()})
 
 
 def _sandbox_state(settings: Settings) -> str:

@@ -130,7 +130,11 @@ def configured_secrets(settings: Settings) -> list[str]:
     web = settings.tools.web
     values = [settings.llm.api_key, settings.telegram.token, *settings.api.keys]
     values += [web.brave_api_key, web.tavily_api_key]
+    for server in settings.mcp.servers.values():  # MCP servers' env and headers (tokens)
+        values += [*server.env.values(), *server.headers.values()]
     secrets = [value.get_secret_value() for value in values if value is not None]
+    # "Bearer <token>": the token alone is as secret as the whole header.
+    secrets += [word for value in secrets if " " in value for word in value.split()[1:]]
     for proxy in (settings.llm.proxy, settings.telegram.proxy):  # http://me:pw@host: its password
         if proxy and "@" in proxy and (password := _password(proxy)):
             secrets += [password, unquote(password)]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from nanomem.audience import Audience, Sender
+from nanomem.audience import Audience, Sender, is_shared_room
 
 
 @dataclass(frozen=True)
@@ -25,6 +25,12 @@ class ToolContext:
     def personal(self) -> bool:
         """May see the owner's personal memory (outside a chat: the owner's own work)."""
         return self.audience is None or self.audience.personal
+
+    @property
+    def shared_room(self) -> bool:
+        """Works for a group chat (whatever that group may see of personal memory)."""
+        session = self.session
+        return self.sender.shared_room or (session is not None and is_shared_room(session))
 
 
 # Work no chat asked for: Dream, the Consolidator, the owner at the shell (`nanomem memory`).

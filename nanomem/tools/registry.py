@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import json
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, TypeVar, get_type_hints
 
@@ -40,6 +40,11 @@ class Tool:
     arguments: type[BaseModel]
     read_only: bool = False  # True only when declared: an unknown tool may write
     context_arg: str | None = None  # the parameter that receives the call's ToolContext
+    # A JSON schema given as is (an MCP server's): `fn(arguments: dict, context)` receives
+    # the arguments as one dict, checked only to be an object; whoever runs it checks the rest.
+    parameters: dict[str, Any] | None = None
+    # Whom it is offered to (and may run for); None: every chat.
+    audience: Callable[[ToolContext], bool] | None = None
 
     @classmethod
     def from_function(cls, fn: Callable[..., Any], name: str | None = None) -> Tool:
@@ -62,11 +67,32 @@ class Tool:
         read_only = getattr(fn, "read_only_tool", False)
         return cls(tool_name, doc.strip(), fn, model, read_only, context_arg)
 
+    @classmethod
+    def from_schema(
+        cls,
+        name: str,
+        description: str,
+        parameters: dict[str, Any],
+        fn: Callable[[dict[str, Any], ToolContext], Awaitable[Any]],
+        *,
+        read_only: bool = False,
+        audience: Callable[[ToolContext], bool] | None = None,
+    ) -> Tool:
+        """A tool whose schema is given, not derived from a signature."""
+        model = create_model(f"{name}_arguments", __config__=ConfigDict(extra="allow"))
+        return cls(name, description, fn, model, read_only, None, parameters, audience)
+
+    def offered_to(self, context: ToolContext) -> bool:
+        return self.audience is None or self.audience(context)
+
     def schema(self) -> dict[str, Any]:
-        parameters = self.arguments.model_json_schema()
-        parameters.pop("title", None)
-        for prop in parameters.get("properties", {}).values():
-            prop.pop("title", None)
+        if self.parameters is not None:
+            parameters = self.parameters
+        else:
+            parameters = self.arguments.model_json_schema()
+            parameters.pop("title", None)
+            for prop in parameters.get("properties", {}).values():
+                prop.pop("title", None)
         return {
             "type": "function",
             "function": {
@@ -90,6 +116,11 @@ class ToolRegistry:
         self._tools[tool.name] = tool
         self._schemas = None
 
+    def remove(self, name: str) -> None:
+        """Take a tool away (an MCP server's, when its list changes)."""
+        if self._tools.pop(name, None) is not None:
+            self._schemas = None
+
     @property
     def names(self) -> list[str]:
         return list(self._tools)
@@ -98,11 +129,18 @@ class ToolRegistry:
         tool = self._tools.get(name)
         return tool is not None and tool.read_only
 
-    def schemas(self) -> list[dict[str, Any]]:
+    def schemas(self, context: ToolContext | None = None) -> list[dict[str, Any]]:
+        """Every tool's schema; with `context`, only those of the tools offered to it."""
         if self._schemas is None:
             self._schemas = [tool.schema() for tool in self._tools.values()]
             self._schema_text = json.dumps(self._schemas)
-        return self._schemas
+        if context is None or all(tool.audience is None for tool in self._tools.values()):
+            return self._schemas
+        return [
+            schema
+            for tool, schema in zip(self._tools.values(), self._schemas, strict=True)
+            if tool.offered_to(context)
+        ]
 
     @property
     def schema_text(self) -> str:
@@ -114,8 +152,9 @@ class ToolRegistry:
         """Run one tool call for `context` (whom the turn works for); every failure comes back
         as text the model can act on."""
         tool = self._tools.get(name)
-        if tool is None:
-            return f"Error: unknown tool {name!r}. Available tools: {', '.join(self._tools)}."
+        if tool is None or not tool.offered_to(context):
+            offered = ", ".join(t.name for t in self._tools.values() if t.offered_to(context))
+            return f"Error: unknown tool {name!r}. Available tools: {offered}."
         try:
             # Clean: "\ud83d" escapes in the JSON text would reach the tools as lone surrogates.
             parsed = clean_value(untrusted_json.loads(raw_arguments or "{}"))
@@ -124,7 +163,10 @@ class ToolRegistry:
             arguments = tool.arguments.model_validate(parsed)
         except (ValueError, ValidationError) as exc:
             return f"Error: invalid arguments for {name}: {_short(exc)}"
-        kwargs = {field: getattr(arguments, field) for field in type(arguments).model_fields}
+        if tool.parameters is not None:
+            kwargs: dict[str, Any] = {"arguments": parsed, "context": context}
+        else:
+            kwargs = {field: getattr(arguments, field) for field in type(arguments).model_fields}
         if tool.context_arg is not None:
             kwargs[tool.context_arg] = context
         try:

@@ -62,7 +62,7 @@ class _NoToolsNow(ToolRegistry):
         super().__init__()
         self._offered = schemas
 
-    def schemas(self) -> list[dict[str, Any]]:
+    def schemas(self, context: ToolContext | None = None) -> list[dict[str, Any]]:
         return self._offered
 
     async def call(self, name: str, raw_arguments: str, context: ToolContext) -> str:

@@ -82,8 +82,9 @@ class ToolsBut(ToolRegistry):
     def names(self) -> list[str]:
         return [name for name in self.inner.names if name != self.hidden]
 
-    def schemas(self) -> list[dict[str, Any]]:
-        return [s for s in self.inner.schemas() if s["function"]["name"] != self.hidden]
+    def schemas(self, context: ToolContext | None = None) -> list[dict[str, Any]]:
+        offered = self.inner.schemas(context)  # those offered to the task's chat
+        return [s for s in offered if s["function"]["name"] != self.hidden]
 
     def is_read_only(self, name: str) -> bool:
         return name != self.hidden and self.inner.is_read_only(name)

@@ -1,0 +1,114 @@
+"""Where each MCP server stands, said the same way by /mcp, GET /health and `nanomem status`.
+
+`nanomem status` runs in another process: the running one keeps a small state file in the
+home (written whole, crash-safe) that status reads.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from nanomem.durable import atomic_write_text
+
+VERSION = 1
+Kind = Literal["disabled", "starting", "ready", "restarting", "failed", "stopped"]
+
+
+@dataclass(frozen=True)
+class ServerState:
+    kind: Kind
+    reason: str = ""  # why it is not ready ("exit 1", "did not answer within 60 s")
+    retry_at: float = 0.0  # wall clock of the next start (restarting, failed)
+    tools: tuple[str, ...] = field(default=())  # the model's names for its tools
+
+    @property
+    def down(self) -> bool:
+        """Wrong in a way the person may want to know of (a warning in /health)."""
+        return self.kind in ("restarting", "failed")
+
+    def describe(self, now: float | None = None) -> str:
+        if self.kind in ("restarting", "failed"):
+            wait = max(0, round(self.retry_at - (time.time() if now is None else now)))
+            if self.kind == "failed":
+                return f"failed ({self.reason}); trying again in {wait} s"
+            return f"restarting in {wait} s after {self.reason}"
+        if self.kind == "ready":
+            return f"ready, {len(self.tools)} tool{'s' if len(self.tools) != 1 else ''}"
+        return self.kind
+
+
+def state_file(folder: Path, pid: int | None = None) -> Path:
+    """This process's file: the gateway and a `nanomem chat` may run at once, each with its own
+    servers (a one-shot `chat -m` writes none)."""
+    return folder / f"{os.getpid() if pid is None else pid}.json"
+
+
+def write_states(folder: Path, states: dict[str, ServerState]) -> None:
+    record = {
+        "version": VERSION,
+        "pid": os.getpid(),
+        "updated_at": time.time(),
+        "servers": {name: asdict(state) for name, state in states.items()},
+    }
+    atomic_write_text(state_file(folder), json.dumps(record, ensure_ascii=False) + "\n")
+
+
+def forget_states(folder: Path) -> None:
+    state_file(folder).unlink(missing_ok=True)
+
+
+def read_states(path: Path) -> tuple[int, dict[str, ServerState]] | None:
+    """(pid of the process that wrote it, the states); None when there is no usable file."""
+    try:
+        record: Any = json.loads(path.read_text(encoding="utf-8"))
+        servers = {
+            name: ServerState(
+                kind=entry["kind"],
+                reason=entry.get("reason", ""),
+                retry_at=float(entry.get("retry_at", 0.0)),
+                tools=tuple(entry.get("tools", ())),
+            )
+            for name, entry in record["servers"].items()
+        }
+        return int(record["pid"]), servers
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def status_lines(folder: Path, configured: dict[str, bool]) -> list[tuple[str, str]]:
+    """`nanomem status` rows, one per configured server (`configured`: name → enabled), from
+    the files of the processes still running (a killed one leaves its file behind)."""
+    running: list[tuple[int, dict[str, ServerState]]] = []
+    paths = sorted(folder.glob("*.json")) if folder.is_dir() else []
+    for path in paths:
+        found = read_states(path)
+        if found is not None and alive(found[0]):
+            running.append(found)
+    rows = []
+    for name, enabled in configured.items():
+        seen = [
+            f"{states[name].describe()} (pid {pid})" for pid, states in running if name in states
+        ]
+        if not enabled:
+            line = "disabled"
+        elif not seen:
+            line = "not running (nanomem gateway or nanomem chat starts it)"
+        else:
+            line = "; ".join(seen)
+        rows.append((f"mcp {name}", line))
+    return rows
