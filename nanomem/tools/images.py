@@ -51,7 +51,7 @@ def problem(image: Image) -> str | None:
     if len(image.data) > MAX_IMAGE_BYTES:
         return f"larger than {MAX_IMAGE_BYTES} bytes"
     if not _looks_like(mime, image.data):
-        return f"its bytes are not a {mime} image"
+        return f"its bytes are not {mime}"
     return None
 
 
