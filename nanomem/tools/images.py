@@ -67,11 +67,8 @@ def save_images(
     seen_from = room_folder(root, session or "") or root
     notes: list[str] = []
     saved: list[Image] = []
-    for index, image in enumerate(images):
+    for image in images[:MAX_TOOL_IMAGES]:
         size = f"{image.mime}, {len(image.data)} bytes"
-        if index >= MAX_TOOL_IMAGES:
-            notes.append(f"[image not saved ({size}): more than {MAX_TOOL_IMAGES} in one result]")
-            continue
         if (why := problem(image)) is not None:
             notes.append(f"[image not saved ({size}): {why}]")
             continue
@@ -85,6 +82,11 @@ def save_images(
         named = str(path.relative_to(seen_from))
         notes.append(f"[image saved: {named} ({size})]")
         saved.append(Image(mime, image.data, named))
+    if len(images) > MAX_TOOL_IMAGES:  # one line, however many: the text stays bounded
+        notes.append(
+            f"[{len(images) - MAX_TOOL_IMAGES} more images not saved: at most {MAX_TOOL_IMAGES}"
+            " in one result]"
+        )
     return notes, tuple(saved)
 
 

@@ -200,9 +200,9 @@ class ToolRegistry:
         text = self.cap(redact(result.text))
         if not result.images:
             return ToolOutput(text)
-        if self.workspace is None:  # nowhere to keep them (Dream's own tools): named only
-            notes = [f"[image: {i.mime}, {len(i.data)} bytes, not kept]" for i in result.images]
-            return ToolOutput("\n".join(filter(None, [text, *notes])))
+        if self.workspace is None:  # nowhere to keep them (Dream's own tools): counted only
+            note = f"[{len(result.images)} image(s) not kept: no workspace to save them in]"
+            return ToolOutput("\n".join(filter(None, [text, note])))
         notes, saved = await asyncio.to_thread(
             save_images, self.workspace, context.session, result.images
         )
