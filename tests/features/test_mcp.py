@@ -6,6 +6,7 @@ restarts are in test_mcp_stdio_e2e.py (real child processes: the slow tier)."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import os
 import re
@@ -21,12 +22,13 @@ from nanomem.audience import Audience, Sender
 from nanomem.config import ConfigError, McpServerSettings, load_settings
 from nanomem.features.mcp import Mcp
 from nanomem.features.mcp.naming import MAX_NAME, clean_schema, tool_name
+from nanomem.features.mcp.results import result_images, result_text
 from nanomem.features.mcp.server import McpServer
 from nanomem.features.mcp.state import ServerState, state_file, write_states
 from nanomem.home import Home
 from nanomem.providers.scripted import ScriptedProvider, call, text
 from nanomem.text.masking import configured_secrets
-from nanomem.tools import Tool, ToolContext, ToolRegistry
+from nanomem.tools import Image, Tool, ToolContext, ToolRegistry
 from tests.conftest import cli_env, make_app, run_cli_here
 from tests.fakes.mcp_server import TINY_PNG, HttpMcpServer
 from tests.helpers import until
@@ -175,6 +177,24 @@ async def test_a_tool_with_a_raw_schema_and_an_audience() -> None:
     assert (await registry.call("raw", "[1]", private)).startswith("Error: invalid arguments")
     refused = await registry.call("raw", '{"q": "x"}', group)
     assert refused.startswith("Error: unknown tool 'raw'")
+
+
+def test_image_parts_go_to_the_registry_and_audio_stays_a_note() -> None:
+    from mcp.types import AudioContent, CallToolResult, ImageContent, TextContent
+
+    png = base64.b64encode(TINY_PNG).decode()
+    result = CallToolResult(
+        content=[
+            TextContent(type="text", text="a chart"),
+            ImageContent(type="image", data=png, mimeType="image/png"),
+            ImageContent(type="image", data="not base64!", mimeType="image/png"),
+            AudioContent(type="audio", data=base64.b64encode(b"RIFF").decode(), mimeType="a/w"),
+        ]
+    )
+    assert result_images(result) == (Image("image/png", TINY_PNG),)
+    assert result_text(result) == "a chart\n[image: image/png, 11 bytes]\n[audio: a/w, 4 bytes]"
+    only = CallToolResult(content=[ImageContent(type="image", data=png, mimeType="image/png")])
+    assert result_text(only) == ""  # the registry's note names the saved file
 
 
 # -- a real server over streamable HTTP --------------------------------------------------------
