@@ -116,7 +116,7 @@ def build_app(
     templates = Templates(workspace / "templates")
     skills = Skills(workspace / "skills")
     tool_settings = settings.tools
-    tools = ToolRegistry(max_output_chars=tool_settings.max_output_chars)
+    tools = ToolRegistry(max_output_chars=tool_settings.max_output_chars, workspace=workspace)
     file_tools = FileTools(
         workspace,
         restrict=tool_settings.restrict_to_workspace,

@@ -54,5 +54,12 @@ def room_folder(workspace: Path, session: str) -> Path | None:
     return workspace / ROOMS_DIR / _UNSAFE_IN_NAME.sub("_", session)
 
 
+def media_folder(workspace: Path, session: str) -> Path:
+    """Where a chat's files are saved (what it sends, images a tool returned): a group's own
+    folder (the only one its turns may open, and no other chat's files are there), else the
+    workspace's `media/`."""
+    return (room_folder(workspace, session) or workspace) / "media"
+
+
 def audience_of(session: str, groups_see_personal: bool = False) -> Audience:
     return Audience(session, groups_see_personal or not is_shared_room(session))

@@ -25,7 +25,7 @@ from nanomem.agent.outbound import (
     Question,
     Text,
 )
-from nanomem.audience import room_folder
+from nanomem.audience import media_folder
 from nanomem.durable import write_below
 
 if TYPE_CHECKING:
@@ -64,12 +64,6 @@ def _logger() -> Any:
     from loguru import logger
 
     return logger
-
-
-def media_folder(workspace: Path, session: str) -> Path:
-    """Where a channel saves the files a chat sends: a group's own folder (the only one its
-    turns may open, and no other chat's files are there), else the workspace's `media/`."""
-    return (room_folder(workspace, session) or workspace) / "media"
 
 
 def save_media(workspace: Path, session: str, name: str, data: bytes) -> str:

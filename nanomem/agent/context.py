@@ -19,17 +19,16 @@ from nanomem.agent.skills import Skills
 from nanomem.agent.templates import Templates
 from nanomem.audience import audience_of, room_folder
 from nanomem.memory import HistoryStore
-from nanomem.tools import ToolError, read_checked, read_text_below
+from nanomem.tools import (
+    IMAGE_TYPES,
+    MAX_IMAGE_BYTES,
+    Image,
+    ToolError,
+    read_checked,
+    read_text_below,
+)
 
-IMAGE_TYPES = {
-    ".jpg": "image/jpeg",
-    ".jpeg": "image/jpeg",
-    ".png": "image/png",
-    ".webp": "image/webp",
-    ".gif": "image/gif",
-}
 PROMPT_CACHE_SIZE = 256
-MAX_IMAGE_BYTES = 2000 * 2**20  # telegram.max_file_mb's ceiling: the channel checked the size
 PERSONAL_FILES = ("user", "memory")  # never in a shared room's prompt
 MEMORY_FILES = {
     "soul": "SOUL.md",
@@ -124,6 +123,20 @@ class ContextBuilder:
             if data:
                 parts.append({"type": "image_url", "image_url": {"url": data}})
         return {**user, "content": parts} if len(parts) > 1 else user
+
+    async def tool_images(self, images: tuple[Image, ...]) -> dict[str, Any] | None:
+        """The images tools returned, as one user message for the next model call (OpenAI's
+        format takes no image in a `tool` message); None for a model that takes no images.
+        Sent with that call only: the session keeps the tools' text, which names the files."""
+        if not images or self.vision is None or not await asyncio.to_thread(self.vision):
+            return None
+        text = self.templates.render("tool_images.md.j2", paths=[i.path for i in images])
+        parts: list[dict[str, Any]] = [{"type": "text", "text": text.strip()}]
+        for image in images:
+            encoded = base64.b64encode(image.data).decode("ascii")
+            url = f"data:{image.mime};base64,{encoded}"
+            parts.append({"type": "image_url", "image_url": {"url": url}})
+        return {"role": "user", "content": parts}
 
     def _image_data_url(self, relative: str) -> str | None:
         root = self.workspace.resolve()

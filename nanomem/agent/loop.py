@@ -331,6 +331,7 @@ class AgentLoop:
                 out=result,
                 on_tool_call=report,
                 on_text=self._streamer(msg, progress),
+                show_images=self.context.tool_images,
             )
         except ProviderError as exc:
             return await self._failed(msg, session, result, exc)

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from nanomem.providers import Provider, ToolCall, ToolChoice, Usage
-from nanomem.tools import ToolContext, ToolRegistry
+from nanomem.tools import Image, ToolContext, ToolOutput, ToolRegistry
 
 CANCELLED_RESULT = "Cancelled: the turn was stopped before this tool finished."
 
@@ -23,6 +23,8 @@ class ReactResult:
 
 # Receives each piece of streamed text with the number of the model call it belongs to.
 StepText = Callable[[int, str], Awaitable[None]]
+# The images a step's tools returned, as a message for the next model call (None: not shown).
+ShowImages = Callable[[tuple[Image, ...]], Awaitable[dict[str, Any] | None]]
 
 
 async def react(
@@ -37,12 +39,15 @@ async def react(
     max_tokens: int | None = None,
     tool_choice: ToolChoice | None = None,
     on_text: StepText | None = None,
+    show_images: ShowImages | None = None,
 ) -> ReactResult:
     """Run until the model answers without tool calls; new messages accumulate in `out`
     as they happen, so a caller that is cancelled still holds the partial turn. Every tool
-    call works for `context`. With `on_text`, each model call streams its text into it."""
+    call works for `context`. With `on_text`, each model call streams its text into it. With
+    `show_images`, images tools return go to the next model call (and only to it)."""
     result = out if out is not None else ReactResult(text=None)
     schemas = tools.schemas(context) if tools else None  # those offered to this chat
+    shown: list[dict[str, Any]] = []  # sent with one model call, never kept in `out`
     for step in range(max_iterations):
         result.streamed = ""
         sink = None
@@ -54,13 +59,14 @@ async def react(
                 await on_text(step, piece)
 
         reply = await provider.complete(
-            [*messages, *result.messages],
+            [*messages, *result.messages, *shown],
             schemas,
             max_tokens=max_tokens,
             tool_choice=tool_choice,
             on_text=sink,
         )
         result.streamed = ""  # now part of the messages
+        shown = []
         if reply.usage:
             result.usage.append(reply.usage)
         result.messages.append(reply.as_message())
@@ -72,22 +78,26 @@ async def react(
                 await on_tool_call(call)
         registry = tools or ToolRegistry()  # a hallucinated call gets an "unknown tool" answer
         calls = reply.tool_calls
+        outputs: list[ToolOutput] = []
         if all(registry.is_read_only(c.name) for c in calls):
-            outputs = await asyncio.gather(
-                *(registry.call(c.name, c.arguments, context) for c in calls)
+            outputs += await asyncio.gather(
+                *(registry.run(c.name, c.arguments, context) for c in calls)
             )
             result.messages.extend(map(_tool_message, calls, outputs))
         else:
             # Anything that may write runs in the order the model asked, each call seeing the
             # last one's effect: eight edits of one file at once kept only five.
             for call in calls:
-                output = await registry.call(call.name, call.arguments, context)
-                result.messages.append(_tool_message(call, output))
+                outputs.append(await registry.run(call.name, call.arguments, context))
+                result.messages.append(_tool_message(call, outputs[-1]))
+        images = tuple(image for output in outputs for image in output.images)
+        if images and show_images is not None and (message := await show_images(images)):
+            shown = [message]
     return result
 
 
-def _tool_message(call: ToolCall, output: str) -> dict[str, Any]:
-    return {"role": "tool", "tool_call_id": call.id, "name": call.name, "content": output}
+def _tool_message(call: ToolCall, output: ToolOutput) -> dict[str, Any]:
+    return {"role": "tool", "tool_call_id": call.id, "name": call.name, "content": output.text}
 
 
 def seal_tool_calls(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -8,6 +8,7 @@ from nanomem.exports import lazy_exports
 if TYPE_CHECKING:
     from nanomem.tools.context import OUTSIDE, ToolContext
     from nanomem.tools.files import FileTools
+    from nanomem.tools.images import IMAGE_TYPES, MAX_IMAGE_BYTES, Image, ToolOutput, save_images
     from nanomem.tools.prctl import hide_environment
     from nanomem.tools.registry import Tool, ToolError, ToolRegistry, read_only_tool
     from nanomem.tools.safe_open import read_checked, read_text_below
@@ -16,20 +17,25 @@ if TYPE_CHECKING:
     from nanomem.tools.untrusted import PROMPT_SECTION, untrusted
 
 __all__ = [
+    "IMAGE_TYPES",
+    "MAX_IMAGE_BYTES",
     "OUTSIDE",
     "PROMPT_SECTION",
     "Decision",
     "FileTools",
+    "Image",
     "ShellTool",
     "Tool",
     "ToolContext",
     "ToolError",
+    "ToolOutput",
     "ToolRegistry",
     "decide",
     "hide_environment",
     "read_checked",
     "read_only_tool",
     "read_text_below",
+    "save_images",
     "untrusted",
 ]
 __getattr__ = lazy_exports(
@@ -37,6 +43,7 @@ __getattr__ = lazy_exports(
     {
         "context": ("OUTSIDE", "ToolContext"),
         "files": ("FileTools",),
+        "images": ("IMAGE_TYPES", "MAX_IMAGE_BYTES", "Image", "ToolOutput", "save_images"),
         "registry": ("Tool", "ToolError", "ToolRegistry", "read_only_tool"),
         "prctl": ("hide_environment",),
         "safe_open": ("read_checked", "read_text_below"),

@@ -9,6 +9,7 @@ import inspect
 import json
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, TypeVar, get_type_hints
 
 from loguru import logger
@@ -18,6 +19,7 @@ from nanomem.log import redact
 from nanomem.text import untrusted_json
 from nanomem.text.utf8 import clean_value
 from nanomem.tools.context import ToolContext
+from nanomem.tools.images import ToolOutput, save_images
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -104,9 +106,16 @@ class Tool:
 
 
 class ToolRegistry:
-    def __init__(self, tools: Iterable[Tool] = (), *, max_output_chars: int = 16000) -> None:
+    def __init__(
+        self,
+        tools: Iterable[Tool] = (),
+        *,
+        max_output_chars: int = 16000,
+        workspace: Path | None = None,
+    ) -> None:
         self._tools: dict[str, Tool] = {}
         self.max_output_chars = max_output_chars
+        self.workspace = workspace  # where images tools return are saved; None: only noted
         for tool in tools:
             self.add(tool)
         self._schemas: list[dict[str, Any]] | None = None
@@ -150,11 +159,15 @@ class ToolRegistry:
 
     async def call(self, name: str, raw_arguments: str, context: ToolContext) -> str:
         """Run one tool call for `context` (whom the turn works for); every failure comes back
-        as text the model can act on."""
+        as text the model can act on. Its images, if any, are saved and named in the text."""
+        return (await self.run(name, raw_arguments, context)).text
+
+    async def run(self, name: str, raw_arguments: str, context: ToolContext) -> ToolOutput:
+        """`call`, with the images the tool returned (saved in the chat's media folder)."""
         tool = self._tools.get(name)
         if tool is None or not tool.offered_to(context):
             offered = ", ".join(t.name for t in self._tools.values() if t.offered_to(context))
-            return f"Error: unknown tool {name!r}. Available tools: {offered}."
+            return ToolOutput(f"Error: unknown tool {name!r}. Available tools: {offered}.")
         try:
             # Clean: "\ud83d" escapes in the JSON text would reach the tools as lone surrogates.
             parsed = clean_value(untrusted_json.loads(raw_arguments or "{}"))
@@ -162,7 +175,7 @@ class ToolRegistry:
                 raise ValueError("arguments must be a JSON object")
             arguments = tool.arguments.model_validate(parsed)
         except (ValueError, ValidationError) as exc:
-            return f"Error: invalid arguments for {name}: {_short(exc)}"
+            return ToolOutput(f"Error: invalid arguments for {name}: {_short(exc)}")
         if tool.parameters is not None:
             kwargs: dict[str, Any] = {"arguments": parsed, "context": context}
         else:
@@ -175,14 +188,25 @@ class ToolRegistry:
             else:
                 result = await asyncio.to_thread(tool.fn, **kwargs)
         except ToolError as exc:
-            return f"Error: {exc}"
+            return ToolOutput(f"Error: {exc}")
         except asyncio.CancelledError:
             raise
         except Exception as exc:
             logger.opt(exception=exc).warning("tool {} failed", name)
-            return f"Error: {name} failed: {type(exc).__name__}: {exc}"
+            return ToolOutput(f"Error: {name} failed: {type(exc).__name__}: {exc}")
+        if not isinstance(result, ToolOutput):
+            result = ToolOutput(str(result))
         # A secret a tool came across (a file, a command's output) never reaches the model.
-        return self.cap(redact(str(result)))
+        text = self.cap(redact(result.text))
+        if not result.images:
+            return ToolOutput(text)
+        if self.workspace is None:  # nowhere to keep them (Dream's own tools): counted only
+            note = f"[{len(result.images)} image(s) not kept: no workspace to save them in]"
+            return ToolOutput("\n".join(filter(None, [text, note])))
+        notes, saved = await asyncio.to_thread(
+            save_images, self.workspace, context.session, result.images
+        )
+        return ToolOutput("\n".join(filter(None, [text, *notes])), saved)
 
     def cap(self, text: str) -> str:
         if len(text) <= self.max_output_chars:

@@ -6,7 +6,8 @@ import pytest
 from nanomem.agent.bus import InboundMessage
 from nanomem.home import Home
 from nanomem.providers.provider import Reply, Usage
-from nanomem.providers.scripted import ScriptedProvider
+from nanomem.providers.scripted import ScriptedProvider, call, text
+from nanomem.tools import Image, Tool, ToolOutput
 from tests.conftest import make_app
 
 PNG = base64.b64decode(
@@ -73,3 +74,39 @@ async def test_a_photo_counts_in_the_prompt_it_is_sent_in(home: Home) -> None:
     await app.loop.handle(photo_message())
     assert isinstance(provider.calls[-1][-1]["content"], list)  # the image went
     assert budget.calibration.factor < before  # observed ratio 1.0, pulled down from 1.1
+
+
+def chart_tool(app: Any) -> None:
+    def chart() -> ToolOutput:
+        """Draw a chart."""
+        return ToolOutput("a chart", (Image("image/png", PNG),))
+
+    app.tools.add(Tool.from_function(chart))
+
+
+async def test_a_tools_image_goes_to_the_next_model_call_only(home: Home) -> None:
+    provider = ScriptedProvider([call("chart", {}), call("chart", {}), text("two charts")])
+    app = make_app(home, provider, llm={"supports_images": True})
+    chart_tool(app)
+    await app.loop.handle(InboundMessage("telegram", "42", "draw"))
+    after_first = provider.calls[1][-1]  # after the tool results, not inside them
+    assert provider.calls[1][-2]["role"] == "tool"
+    assert after_first["role"] == "user" and after_first["content"][0]["type"] == "text"
+    url = after_first["content"][1]["image_url"]["url"]
+    assert url == "data:image/png;base64," + base64.b64encode(PNG).decode()
+    third = provider.calls[2]  # the second chart's image only: the first was shown once
+    assert sum(isinstance(m["content"], list) for m in third) == 1
+    assert third[-1]["role"] == "user" and third[-2]["role"] == "tool"
+    stored = (await app.sessions.get("telegram:42")).messages
+    assert [m["role"] for m in stored] == ["user", *["assistant", "tool"] * 2, "assistant"]
+    assert all(isinstance(m["content"], str | None) for m in stored)
+    assert sum("[image saved: media/tool-" in str(m["content"]) for m in stored) == 2
+
+
+async def test_a_text_only_model_gets_no_image_from_a_tool(home: Home) -> None:
+    provider = ScriptedProvider([call("chart", {}), text("a chart")])
+    app = make_app(home, provider, llm={"supports_images": False})
+    chart_tool(app)
+    await app.loop.handle(InboundMessage("telegram", "42", "draw"))
+    assert provider.calls[1][-1]["role"] == "tool"
+    assert "[image saved: media/tool-" in provider.calls[1][-1]["content"]

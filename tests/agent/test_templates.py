@@ -71,6 +71,7 @@ SAMPLES = {
         "task": "Find the three cheapest flights to Oslo next week.",
     },
     "tasks.md.j2": {"tools": ["read_file", "spawn"]},
+    "tool_images.md.j2": {"paths": ["media/tool-3f2a9c1e.png"]},
     "config.toml.j2": {"model": "openai/gpt-4o-mini", "api_key": "", "api_base": ""},
 }
 

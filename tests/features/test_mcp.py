@@ -6,6 +6,7 @@ restarts are in test_mcp_stdio_e2e.py (real child processes: the slow tier)."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import os
 import re
@@ -21,15 +22,17 @@ from nanomem.audience import Audience, Sender
 from nanomem.config import ConfigError, McpServerSettings, load_settings
 from nanomem.features.mcp import Mcp
 from nanomem.features.mcp.naming import MAX_NAME, clean_schema, tool_name
+from nanomem.features.mcp.results import result_images, result_text
 from nanomem.features.mcp.server import McpServer
 from nanomem.features.mcp.state import ServerState, state_file, write_states
 from nanomem.home import Home
 from nanomem.providers.scripted import ScriptedProvider, call, text
 from nanomem.text.masking import configured_secrets
-from nanomem.tools import Tool, ToolContext, ToolRegistry
+from nanomem.tools import Image, Tool, ToolContext, ToolRegistry
 from tests.conftest import cli_env, make_app, run_cli_here
 from tests.fakes.mcp_server import TINY_PNG, HttpMcpServer
 from tests.helpers import until
+from tests.helpers.mcp import mcp_ready as ready
 
 OWNER = Sender("owner", is_owner=True)
 MEMBER = Sender("77", "Bo", shared_room=True)
@@ -40,16 +43,6 @@ _NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 def http_server() -> Iterator[HttpMcpServer]:
     with HttpMcpServer("http") as server:
         yield server
-
-
-async def ready(app: App) -> Mcp:
-    mcp = app.feature(Mcp)
-    await app.start_features()
-    await until(
-        lambda: all(s.state.kind == "ready" for s in mcp.servers.values() if s.settings.enabled),
-        what="the MCP servers to come up",
-    )
-    return mcp
 
 
 @pytest.fixture
@@ -186,6 +179,24 @@ async def test_a_tool_with_a_raw_schema_and_an_audience() -> None:
     assert refused.startswith("Error: unknown tool 'raw'")
 
 
+def test_image_parts_go_to_the_registry_and_audio_stays_a_note() -> None:
+    from mcp.types import AudioContent, CallToolResult, ImageContent, TextContent
+
+    png = base64.b64encode(TINY_PNG).decode()
+    result = CallToolResult(
+        content=[
+            TextContent(type="text", text="a chart"),
+            ImageContent(type="image", data=png, mimeType="image/png"),
+            ImageContent(type="image", data="not base64!", mimeType="image/png"),
+            AudioContent(type="audio", data=base64.b64encode(b"RIFF").decode(), mimeType="a/w"),
+        ]
+    )
+    assert result_images(result) == (Image("image/png", TINY_PNG),)
+    assert result_text(result) == "a chart\n[image: image/png, 11 bytes]\n[audio: a/w, 4 bytes]"
+    only = CallToolResult(content=[ImageContent(type="image", data=png, mimeType="image/png")])
+    assert result_text(only) == ""  # the registry's note names the saved file
+
+
 # -- a real server over streamable HTTP --------------------------------------------------------
 
 
@@ -267,8 +278,11 @@ async def test_outside_text_is_wrapped_and_a_flood_is_cut(
     await turn(app, "fail")
     failed = tool_result(provider, 5)
     assert failed.startswith("Error: <<untrusted") and "the tracker is down" in failed
-    await turn(app, "picture")
-    assert f"[image: image/png, {len(TINY_PNG)} bytes]" in tool_result(provider, 7)
+    await turn(app, "picture")  # a model without vision: the image is saved and named
+    assert re.search(
+        rf"^\[image saved: media/tool-[0-9a-f]{{12}}\.png \(image/png, {len(TINY_PNG)} bytes\)\]$",
+        tool_result(provider, 7),
+    )
 
 
 async def test_a_changed_tool_list_is_followed(app_of: Any) -> None:
@@ -315,6 +329,27 @@ async def test_a_group_gets_a_servers_tools_only_when_it_allows_groups(
     await turn(app, "echo")  # the owner's private chat gets both
     assert "mcp_private_echo" in offered(provider, 4)
     assert "echo: hi" in tool_result(provider, 5)
+
+
+async def test_mcp_in_a_group_names_only_the_servers_it_may_use(
+    app_of: Any, http_server: HttpMcpServer
+) -> None:
+    app = app_of(
+        ScriptedProvider(),
+        private={"url": http_server.url},
+        shared={"url": http_server.url, "groups": True},
+    )
+    await ready(app)
+    in_group = (await turn(app, "/mcp", MEMBER, chat="-100")).content
+    assert "- shared (" in in_group and "mcp_shared_echo" in in_group
+    assert "private" not in in_group  # neither its name nor its tools
+    owners = (await turn(app, "/mcp")).content
+    assert "- shared (" in owners and "- private (" in owners and "mcp_private_echo" in owners
+    assert "(not in group chats)" in owners
+    only_private = app_of(ScriptedProvider(), private={"url": http_server.url})
+    await ready(only_private)
+    nothing = (await turn(only_private, "/mcp", MEMBER, chat="-100")).content
+    assert nothing == "No MCP servers are available in this chat."
 
 
 async def test_mcp_and_health_say_how_each_server_stands(

@@ -25,7 +25,7 @@ from nanomem.memory import (
 )
 from nanomem.providers import Provider, ProviderError
 from nanomem.text.plural import plural
-from nanomem.tools import OUTSIDE, ToolContext, ToolRegistry
+from nanomem.tools import OUTSIDE, ToolContext, ToolOutput, ToolRegistry
 
 RAW_ENTRY_CHARS = 4000
 SUMMARY_ATTEMPTS = 2
@@ -65,8 +65,8 @@ class _NoToolsNow(ToolRegistry):
     def schemas(self, context: ToolContext | None = None) -> list[dict[str, Any]]:
         return self._offered
 
-    async def call(self, name: str, raw_arguments: str, context: ToolContext) -> str:
-        return "Error: tools are not available while summarising."
+    async def run(self, name: str, raw_arguments: str, context: ToolContext) -> ToolOutput:
+        return ToolOutput("Error: tools are not available while summarising.")
 
 
 class Consolidator(Feature):

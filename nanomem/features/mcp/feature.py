@@ -13,13 +13,22 @@ from typing import Any
 from loguru import logger
 
 from nanomem.agent import Command, Core, Feature, HealthReport, InboundMessage, Reach
+from nanomem.audience import is_shared_room
 from nanomem.config import McpServerSettings
 from nanomem.features.mcp.naming import clean_schema, tool_name
-from nanomem.features.mcp.results import result_text
+from nanomem.features.mcp.results import result_images, result_text
 from nanomem.features.mcp.server import McpServer
 from nanomem.features.mcp.state import forget_states, write_states
 from nanomem.memory import Session
-from nanomem.tools import PROMPT_SECTION, Tool, ToolContext, ToolError, ToolRegistry, untrusted
+from nanomem.tools import (
+    PROMPT_SECTION,
+    Tool,
+    ToolContext,
+    ToolError,
+    ToolOutput,
+    ToolRegistry,
+    untrusted,
+)
 
 MAX_DESCRIPTION = 1024  # a tool's description as the server gives it, at most
 CUT_NOTE_CHARS = 64  # "[output truncated: N more characters not shown]"
@@ -120,12 +129,13 @@ class Mcp(Feature):
         room = len(untrusted(source, "")) + CUT_NOTE_CHARS
         limit = max(self._registry.max_output_chars - room, 100)
 
-        async def run(arguments: dict[str, Any], context: ToolContext) -> str:
+        async def run(arguments: dict[str, Any], context: ToolContext) -> ToolOutput:
             result = await server.call(tool.name, arguments)
-            text = untrusted(source, _cut(result_text(result), limit))
+            said = result_text(result)
+            text = untrusted(source, _cut(said, limit)) if said else ""
             if result.isError:
-                raise ToolError(text)
-            return text
+                raise ToolError(text or "the server reported an error")
+            return ToolOutput(text, result_images(result))
 
         description = " ".join((tool.description or tool.title or tool.name).split())
         hints = tool.annotations
@@ -139,8 +149,13 @@ class Mcp(Feature):
         )
 
     async def _cmd_mcp(self, msg: InboundMessage, args: str) -> str:
+        # A group hears only of the servers it may use: the others are the owner's business.
+        in_group = msg.sender.shared_room or is_shared_room(msg.session_key)
+        shown = {n: s for n, s in self.servers.items() if s.settings.groups or not in_group}
+        if not shown:
+            return "No MCP servers are available in this chat."
         lines = ["MCP servers:"]
-        for name, server in self.servers.items():
+        for name, server in shown.items():
             lines.append(f"- {name} ({server.transport}): {server.state.describe()}")
             if server.state.tools:
                 lines.append(f"  tools: {', '.join(server.state.tools)}")

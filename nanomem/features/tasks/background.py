@@ -44,7 +44,7 @@ from nanomem.features.tasks.report import listing, named, report
 from nanomem.log import redact
 from nanomem.memory import SessionStore
 from nanomem.providers import Provider, ProviderError
-from nanomem.tools import Tool, ToolContext, ToolError, ToolRegistry
+from nanomem.tools import Tool, ToolContext, ToolError, ToolOutput, ToolRegistry
 
 INBOX_CHANNEL = "tasks"  # the inbox's name for results on their way to a chat
 SPAWN = "spawn"
@@ -89,10 +89,11 @@ class ToolsBut(ToolRegistry):
     def is_read_only(self, name: str) -> bool:
         return name != self.hidden and self.inner.is_read_only(name)
 
-    async def call(self, name: str, raw_arguments: str, context: ToolContext) -> str:
+    async def run(self, name: str, raw_arguments: str, context: ToolContext) -> ToolOutput:
         if name == self.hidden:
-            return f"Error: {name} is not available inside a background task; do the job here."
-        return await self.inner.call(name, raw_arguments, context)
+            text = f"Error: {name} is not available inside a background task; do the job here."
+            return ToolOutput(text)
+        return await self.inner.run(name, raw_arguments, context)
 
 
 class BackgroundTasks(Feature):
@@ -270,6 +271,7 @@ class BackgroundTasks(Feature):
                     self.max_iterations,
                     context=context,
                     out=out,
+                    show_images=self.context.tool_images,
                 )
             finally:  # what it did is kept, even when it was cut short
                 await asyncio.shield(self.sessions.append(session, seal_tool_calls(out.messages)))
