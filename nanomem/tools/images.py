@@ -25,6 +25,9 @@ IMAGE_TYPES = {
 SUFFIXES = {"image/jpeg": ".jpg", "image/png": ".png", "image/webp": ".webp", "image/gif": ".gif"}
 MAX_IMAGE_BYTES = 2000 * 2**20  # telegram.max_file_mb's ceiling: the channel checked the size
 MAX_TOOL_IMAGES = 4  # per tool result: more are named in its text, not saved or sent
+# A tool's image goes to the model inline: providers refuse the whole request above about 5 MB
+# (Anthropic's limit; OpenAI takes 20), so a larger one is named and not sent.
+MAX_TOOL_IMAGE_BYTES = 5 * 2**20
 
 
 # NamedTuples, not frozen dataclasses: ~6x cheaper to define, and this module loads on every
@@ -48,8 +51,8 @@ def problem(image: Image) -> str | None:
     if mime not in SUFFIXES:
         kind = image.mime or "no type"
         return f"{kind} is not an image type sent to models (png, jpeg, webp, gif)"
-    if len(image.data) > MAX_IMAGE_BYTES:
-        return f"larger than {MAX_IMAGE_BYTES} bytes"
+    if len(image.data) > MAX_TOOL_IMAGE_BYTES:
+        return f"{len(image.data)} bytes, more than the {MAX_TOOL_IMAGE_BYTES} a model takes inline"
     if not _looks_like(mime, image.data):
         return f"its bytes are not {mime}"
     return None

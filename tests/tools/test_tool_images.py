@@ -8,7 +8,7 @@ from pathlib import Path
 
 from nanomem.audience import Audience, Sender
 from nanomem.tools import OUTSIDE, Image, Tool, ToolContext, ToolOutput, ToolRegistry
-from nanomem.tools.images import MAX_TOOL_IMAGES
+from nanomem.tools.images import MAX_TOOL_IMAGE_BYTES, MAX_TOOL_IMAGES
 from tests.fakes.mcp_server import TINY_PNG
 
 JPEG = b"\xff\xd8\xff\xe0" + b"\x00" * 16
@@ -69,6 +69,16 @@ async def test_what_is_not_an_image_we_send_is_said_and_not_saved(tmp_path: Path
         "[image not saved (audio/wav, 4 bytes): audio/wav is not an image type sent to models"
         " (png, jpeg, webp, gif)]",
     ]
+    assert out.images == () and not (tmp_path / "media").exists()
+
+
+async def test_an_image_too_large_to_send_inline_is_said_and_not_saved(tmp_path: Path) -> None:
+    huge = TINY_PNG + b"\x00" * MAX_TOOL_IMAGE_BYTES  # a PNG's bytes, past what models take
+    out = await registry(tmp_path, Image("image/png", huge)).run("chart", "{}", OWNER)
+    assert out.text.splitlines()[1] == (
+        f"[image not saved (image/png, {len(huge)} bytes): {len(huge)} bytes, more than the"
+        f" {MAX_TOOL_IMAGE_BYTES} a model takes inline]"
+    )
     assert out.images == () and not (tmp_path / "media").exists()
 
 
