@@ -27,7 +27,12 @@ from tests.fakes.openai_server import FakeOpenAI
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 # Fixtures shared by test files that live with their helpers (test files never import each other).
-pytest_plugins = ["tests.helpers.api", "tests.helpers.terminal", "tests.helpers.loopback"]
+pytest_plugins = [
+    "tests.helpers.api",
+    "tests.helpers.terminal",
+    "tests.helpers.loopback",
+    "tests.helpers.mcp",
+]
 
 NANOMEM = [sys.executable, "-m", "nanomem"]
 TEST_KEY = "sk-test-very-secret-key-0123456789"

@@ -11,7 +11,7 @@ import json
 import os
 import re
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -29,7 +29,7 @@ from nanomem.home import Home
 from nanomem.providers.scripted import ScriptedProvider, call, text
 from nanomem.text.masking import configured_secrets
 from nanomem.tools import Image, Tool, ToolContext, ToolRegistry
-from tests.conftest import cli_env, make_app, run_cli_here
+from tests.conftest import cli_env, run_cli_here
 from tests.fakes.mcp_server import TINY_PNG, HttpMcpServer
 from tests.helpers import until
 from tests.helpers.mcp import mcp_ready as ready
@@ -43,22 +43,6 @@ _NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 def http_server() -> Iterator[HttpMcpServer]:
     with HttpMcpServer("http") as server:
         yield server
-
-
-@pytest.fixture
-async def app_of(home: Home) -> AsyncIterator[Any]:
-    """Builds the app with these MCP servers (stopped after the test)."""
-    apps: list[App] = []
-
-    def build(provider: ScriptedProvider, **servers: dict[str, Any]) -> App:
-        app = make_app(home, provider, mcp={"servers": servers}, dream={"enabled": False})
-        apps.append(app)
-        return app
-
-    yield build
-    for app in apps:
-        await app.stop_features(grace_s=1)
-        await app.aclose()
 
 
 def turn(app: App, content: str, sender: Sender = OWNER, chat: str = "1") -> Any:

@@ -9,7 +9,6 @@ import contextlib
 import json
 import os
 import sys
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -21,11 +20,12 @@ from nanomem.audience import Sender
 from nanomem.features.mcp import Mcp
 from nanomem.home import Home
 from nanomem.providers.scripted import ScriptedProvider, call, text
-from tests.conftest import cli_env, log_lines, make_app, run_cli_here
+from tests.conftest import cli_env, log_lines, run_cli_here
 from tests.fakes.openai_server import FakeOpenAI, Step
 from tests.fakes.telegram_server import FakeTelegram
 from tests.helpers import until, wait_until
 from tests.helpers.gateway import API_KEY, GatewayProcess, post, texts
+from tests.helpers.mcp import mcp_ready
 from tests.helpers.terminal import PROMPT
 
 pytestmark = pytest.mark.slow
@@ -36,28 +36,6 @@ OWNER = Sender("owner", is_owner=True)
 
 def stdio(**values: Any) -> dict[str, Any]:
     return {"command": sys.executable, "args": [SERVER], "timeout_s": 30, **values}
-
-
-@pytest.fixture
-async def app_of(home: Home) -> AsyncIterator[Any]:
-    apps: list[App] = []
-
-    def build(provider: ScriptedProvider, **servers: dict[str, Any]) -> App:
-        app = make_app(home, provider, mcp={"servers": servers}, dream={"enabled": False})
-        apps.append(app)
-        return app
-
-    yield build
-    for app in apps:
-        await app.stop_features(grace_s=1)
-        await app.aclose()
-
-
-async def up(app: App, name: str = "fake") -> Mcp:
-    mcp = app.feature(Mcp)
-    await app.start_features()
-    await until(lambda: mcp.servers[name].state.kind == "ready", what=f"{name} to come up")
-    return mcp
 
 
 def turn(app: App, content: str) -> Any:
@@ -81,7 +59,7 @@ async def test_a_stdio_server_sees_only_path_home_lang_and_its_env(
     monkeypatch.setenv("LANG", "C.UTF-8")
     provider = ScriptedProvider([call("mcp_fake_environment", {}), text("seen")])
     app = app_of(provider, fake=stdio(env={"NOTES_TOKEN": "notes-token-123456", "MODE": "x"}))
-    await up(app)
+    await mcp_ready(app, "fake")
     assert (await turn(app, "what do you see?")).content == "seen"
     seen = result(provider, 1)
     environment = json.loads(seen.split("\n", 1)[1].rsplit("\n<<end untrusted", 1)[0])
@@ -100,7 +78,7 @@ async def test_a_crash_mid_call_is_a_tool_error_and_the_server_restarts(
     )
     provider.add(text("back"))
     app = app_of(provider, fake=stdio(env={"FAKE_MCP_STARTS": str(started)}))
-    mcp = await up(app)
+    mcp = await mcp_ready(app, "fake")
     with log_lines() as logged:
         assert (await turn(app, "crash please")).content == "it crashed"
         assert result(provider, 1) == (
@@ -129,7 +107,7 @@ async def test_a_server_flooding_one_message_is_cut_off_and_restarted(app_of: An
     )
     provider.add(text("fine"))
     app = app_of(provider, fake=stdio())
-    mcp = await up(app)
+    mcp = await mcp_ready(app, "fake")
     assert (await turn(app, "flood")).content == "cut off"
     assert result(provider, 1) == (
         "Error: MCP server fake stopped during the call (a message over 16 MiB); it is "
@@ -147,7 +125,7 @@ async def test_a_tool_that_hangs_times_out_and_the_session_goes_on(app_of: Any) 
     )
     provider.add(text("fine"))
     app = app_of(provider, fake=stdio(timeout_s=3))
-    mcp = await up(app)
+    mcp = await mcp_ready(app, "fake")
     assert (await turn(app, "hang")).content == "gave up"
     assert result(provider, 1) == (
         "Error: MCP server fake did not answer hang within 3 s (tool call abandoned)"
@@ -164,7 +142,7 @@ async def test_a_server_hung_as_a_whole_is_restarted(app_of: Any, tmp_path: Path
     )
     provider.add(text("back"))
     app = app_of(provider, fake=stdio(timeout_s=2, env=_starts(started)))
-    mcp = await up(app)
+    mcp = await mcp_ready(app, "fake")
     assert (await turn(app, "freeze")).content == "frozen"
     assert "did not answer freeze within 2 s" in result(provider, 1)
     # No answer to the ping that follows either: the server is hung, not just the tool.
@@ -225,7 +203,7 @@ def _starts(path: Path) -> dict[str, str]:
 async def test_stopping_ends_the_child(app_of: Any, tmp_path: Path) -> None:
     started = tmp_path / "starts"
     app = app_of(ScriptedProvider(), fake=stdio(env={"FAKE_MCP_STARTS": str(started)}))
-    await up(app)
+    await mcp_ready(app, "fake")
     (pid,) = starts(started)
     await app.stop_features(grace_s=1)
     await until(lambda: not _alive(pid), what="the child to end")
