@@ -292,6 +292,8 @@ def test_the_core_has_no_http_client_outside_providers() -> None:
     # the gateway's /health endpoint.
     assert importers_of("aiohttp", CORE) <= {"nanomem/gateway/health.py"}
     assert importers_of("httpx", CORE) <= {"nanomem/providers/connection.py"}
+    lean = {"nanomem/providers/connection.py", "nanomem/providers/network.py"}
+    assert importers_of("httpcore", CORE) <= lean
 
 
 def test_modules_stay_small() -> None:
