@@ -52,7 +52,7 @@ from channels.telegram.incoming import (
     is_addressed,
     stored_text,
 )
-from channels.telegram.transport import call_api, channel_down, requests_for
+from channels.telegram.transport import as_sent, call_api, channel_down, requests_for
 from nanomem.agent import (
     GIVEN_UP,
     RETRYING,
@@ -305,7 +305,11 @@ class TelegramChannel(BaseChannel):
         assert self._bus is not None
         admitted = [(update, found) for update in updates if (found := self._admit_or_skip(update))]
         offset = updates[-1].update_id + 1
-        items = [(found.key, update.to_dict(), found.sender) for update, found in admitted]
+        raw = as_sent(self._poll_request)
+        items = [
+            (found.key, raw.get(update.update_id) or update.to_dict(), found.sender)
+            for update, found in admitted
+        ]
         while True:
             try:
                 seqs = await self._bus.receive(self.name, items, (OFFSET, str(offset)))

@@ -106,9 +106,22 @@ def _body(data: RequestData | None) -> aiohttp.FormData | dict[str, str] | None:
 
 class _Watched:
     """For the getUpdates connection (mixed into a request class): tells the watch when each
-    poll ends, and with which status."""
+    poll ends, and with which status, and keeps the updates as Telegram sent them (`raw`, by
+    update id): the inbox stores those, not PTB's objects turned back into dicts (~0.14 ms an
+    update)."""
 
     watch: PollWatch
+    raw: dict[int, JSONDict] = {}  # noqa: RUF012 (replaced whole, never changed in place)
+
+    def parse_json_payload(self, payload: bytes) -> JSONDict:
+        parsed = parse_bounded(payload)
+        result = parsed.get("result")
+        self.raw = {
+            item["update_id"]: item
+            for item in (result if isinstance(result, list) else ())
+            if isinstance(item, dict) and isinstance(item.get("update_id"), int)
+        }
+        return parsed
 
     async def do_request(self, *args: Any, **kwargs: Any) -> tuple[int, bytes]:
         status = None
@@ -117,6 +130,11 @@ class _Watched:
         finally:
             self.watch.finished(status)
         return status, body
+
+
+def as_sent(request: BaseRequest) -> dict[int, JSONDict]:
+    """The updates the getUpdates connection fetched last, as Telegram sent them, by id."""
+    return request.raw if isinstance(request, _Watched) else {}
 
 
 class PollRequest(_Watched, AiohttpRequest):

@@ -304,6 +304,24 @@ async def test_updates_are_confirmed_only_after_they_are_stored(
         inbox.close()
 
 
+async def test_the_inbox_keeps_an_update_as_telegram_sent_it(
+    fake: FakeTelegram, tmp_path: Path
+) -> None:
+    # Not python-telegram-bot's objects turned back into a dict (which adds its own defaults).
+    inbox = SqliteInbox(tmp_path / "inbox.sqlite3")
+    bus = MessageBus(inbox=inbox)
+    channel = make_channel(fake, tmp_path)
+    await channel.start(bus)
+    try:
+        sent = fake.send_text(OWNER, "keep me as I came")
+        await asyncio.wait_for(bus.next_inbound(), 5)
+        (stored,) = inbox.pending("telegram")
+        assert stored.payload == sent
+    finally:
+        await channel.stop()
+        inbox.close()
+
+
 async def test_a_revoked_token_is_reported_and_polling_recovers(
     running: Running, fake: FakeTelegram
 ) -> None:
