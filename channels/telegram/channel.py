@@ -52,7 +52,7 @@ from channels.telegram.incoming import (
     is_addressed,
     stored_text,
 )
-from channels.telegram.transport import as_sent, call_api, channel_down, requests_for
+from channels.telegram.transport import Form, as_sent, call_api, channel_down, requests_for
 from nanomem.agent import (
     GIVEN_UP,
     RETRYING,
@@ -135,6 +135,7 @@ class TelegramChannel(BaseChannel):
         # A poll lasts its own timeout plus the read timeout; allow some slack on top.
         self._poll = PollWatch(stall_after_s=poll_timeout_s + 35.0)
         self._poll_request = self._requests(self._poll)
+        self._request: BaseRequest | None = None  # the other calls', made with each bot
         self._bot: Bot | None = None
         self._polling: asyncio.Task[None] | None = None
         self._offset: int | None = None
@@ -220,12 +221,12 @@ class TelegramChannel(BaseChannel):
         return requests_for(self.settings.proxy, watch)
 
     def _build(self) -> Bot:
-        request = self._requests()
+        self._request = self._requests()
         return Bot(
             self._token,
             base_url=self.settings.base_url,
             base_file_url=self.settings.base_file_url,
-            request=request,
+            request=self._request,
             get_updates_request=self._poll_request,
         )
 
@@ -549,15 +550,22 @@ class TelegramChannel(BaseChannel):
         options: dict[str, Any] = {"message_thread_id": thread, "disable_notification": quiet}
         if buttons:  # one row; callback_data is what a press sends back (≤ 64 bytes)
             row = [InlineKeyboardButton(b.label, callback_data=b.command[:64]) for b in buttons]
-            options["reply_markup"] = InlineKeyboardMarkup([row])
+            options["reply_markup"] = InlineKeyboardMarkup([row]).to_dict()
         if html:
-            options["parse_mode"] = ParseMode.HTML
+            options["parse_mode"] = ParseMode.HTML.value
         if reply_to:
-            options["reply_parameters"] = ReplyParameters(
-                reply_to, allow_sending_without_reply=True
-            )
-        sent = await call_api(self._active_bot().send_message(chat_id, text, **options))
-        return int(sent.message_id)
+            reply = ReplyParameters(reply_to, allow_sending_without_reply=True)
+            options["reply_parameters"] = reply.to_dict()
+        # Through PTB's request layer (its errors, its parsing): only the id of the message is
+        # wanted, not a Message object built from it.
+        url, request = f"{self._active_bot().base_url}/sendMessage", self._request
+        assert request is not None  # made with the bot
+        form = Form(chat_id=chat_id, text=text, **options).as_request_data()
+        sent = await call_api(request.post(url, form))
+        message_id = sent.get("message_id") if isinstance(sent, dict) else None
+        if not isinstance(message_id, int):
+            raise SendError("the Bot API answered sendMessage without a message id")
+        return message_id
 
     async def edit_text(self, key: str, message_id: int, text: str, *, html: bool = False) -> None:
         mode = ParseMode.HTML if html else None

@@ -3,10 +3,11 @@ what their errors mean to the channel."""
 
 from __future__ import annotations
 
+import json
 import warnings
 from collections.abc import Awaitable
 from datetime import timedelta
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import aiohttp
 from telegram._utils.defaultvalue import DefaultValue
@@ -102,6 +103,27 @@ def _body(data: RequestData | None) -> aiohttp.FormData | dict[str, str] | None:
     for name, (file_name, content, mime) in data.multipart_data.items():
         form.add_field(name, content, filename=file_name, content_type=mime)
     return form
+
+
+class Form:
+    """A call's parameters as the Bot API takes them (strings; numbers, flags and objects as
+    JSON), for a call made through PTB's request layer rather than a Bot method: no PTB object
+    is built from an answer only its id is wanted of (a sent Message: ~0.13 ms). It offers what
+    PTB's request classes read of a RequestData (which is final), no files."""
+
+    contains_files = False
+    multipart_data = None
+
+    def __init__(self, **params: object) -> None:
+        self.json_parameters = {
+            name: value if isinstance(value, str) else json.dumps(value)
+            for name, value in params.items()
+            if value is not None
+        }
+        self.parameters = self.json_parameters
+
+    def as_request_data(self) -> RequestData:
+        return cast("RequestData", self)
 
 
 class _Watched:
