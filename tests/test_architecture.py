@@ -52,6 +52,7 @@ BASE_MODULES = {
     "locks",
     "log",
     "text",
+    "thread_batch",
 }
 # What a channel may use: the channel port and the settings and helpers it is built from.
 CHANNEL_MAY_IMPORT = {
@@ -60,6 +61,7 @@ CHANNEL_MAY_IMPORT = {
     "config",
     "log",
     "text",
+    "thread_batch",
     "app",
 }
 

@@ -16,10 +16,7 @@ from loguru import logger
 from telegram import (
     Bot,
     BotCommand,
-    InlineKeyboardButton,
-    InlineKeyboardMarkup,
     Message,
-    ReplyParameters,
     Update,
     User,
 )
@@ -52,7 +49,7 @@ from channels.telegram.incoming import (
     is_addressed,
     stored_text,
 )
-from channels.telegram.transport import Form, as_sent, call_api, channel_down, requests_for
+from channels.telegram.transport import as_sent, call_api, channel_down, requests_for, send_message
 from nanomem.agent import (
     GIVEN_UP,
     RETRYING,
@@ -546,26 +543,10 @@ class TelegramChannel(BaseChannel):
         quiet: bool = False,
         buttons: tuple[Button, ...] = (),
     ) -> int:
-        chat_id, thread = target(key)
-        options: dict[str, Any] = {"message_thread_id": thread, "disable_notification": quiet}
-        if buttons:  # one row; callback_data is what a press sends back (≤ 64 bytes)
-            row = [InlineKeyboardButton(b.label, callback_data=b.command[:64]) for b in buttons]
-            options["reply_markup"] = InlineKeyboardMarkup([row]).to_dict()
-        if html:
-            options["parse_mode"] = ParseMode.HTML.value
-        if reply_to:
-            reply = ReplyParameters(reply_to, allow_sending_without_reply=True)
-            options["reply_parameters"] = reply.to_dict()
-        # Through PTB's request layer (its errors, its parsing): only the id of the message is
-        # wanted, not a Message object built from it.
-        url, request = f"{self._active_bot().base_url}/sendMessage", self._request
-        assert request is not None  # made with the bot
-        form = Form(chat_id=chat_id, text=text, **options).as_request_data()
-        sent = await call_api(request.post(url, form))
-        message_id = sent.get("message_id") if isinstance(sent, dict) else None
-        if not isinstance(message_id, int):
-            raise SendError("the Bot API answered sendMessage without a message id")
-        return message_id
+        url = f"{self._active_bot().base_url}/sendMessage"
+        assert self._request is not None  # made with the bot
+        sending = send_message(self._request, url, key, text, reply_to, quiet, html, buttons)
+        return await sending
 
     async def edit_text(self, key: str, message_id: int, text: str, *, html: bool = False) -> None:
         mode = ParseMode.HTML if html else None

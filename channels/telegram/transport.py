@@ -10,8 +10,10 @@ from datetime import timedelta
 from typing import Any, TypeVar, cast
 
 import aiohttp
+from telegram import InlineKeyboardButton, InlineKeyboardMarkup, ReplyParameters
 from telegram._utils.defaultvalue import DefaultValue
 from telegram._utils.types import JSONDict, ODVInput
+from telegram.constants import ParseMode
 from telegram.error import (
     BadRequest,
     InvalidToken,
@@ -22,8 +24,8 @@ from telegram.error import (
 )
 from telegram.request import BaseRequest, HTTPXRequest, RequestData
 
-from channels.telegram.delivery import TOKEN_REJECTED, PollWatch, SendError
-from nanomem.agent import ChannelDown
+from channels.telegram.delivery import TOKEN_REJECTED, PollWatch, SendError, target
+from nanomem.agent import Button, ChannelDown
 from nanomem.text import untrusted_json
 
 
@@ -220,3 +222,34 @@ async def call_api(call: Awaitable[T]) -> T:
         raise SendError(str(exc), transient=True) from exc
     except TelegramError as exc:
         raise SendError(str(exc)) from exc
+
+
+async def send_message(
+    request: BaseRequest,
+    url: str,
+    key: str,
+    text: str,
+    reply_to: int | None,
+    quiet: bool,
+    html: bool,
+    buttons: tuple[Button, ...],
+) -> int:
+    """sendMessage through PTB's request layer (its errors, its parsing), the id of the sent
+    message: not a Message object built from the answer, nor Bot.send_message's handling of
+    some twenty parameters."""
+    chat_id, thread = target(key)
+    options: dict[str, Any] = {"message_thread_id": thread, "disable_notification": quiet}
+    if buttons:  # one row; callback_data is what a press sends back (≤ 64 bytes)
+        row = [InlineKeyboardButton(b.label, callback_data=b.command[:64]) for b in buttons]
+        options["reply_markup"] = InlineKeyboardMarkup([row]).to_dict()
+    if html:
+        options["parse_mode"] = ParseMode.HTML.value
+    if reply_to:
+        reply = ReplyParameters(reply_to, allow_sending_without_reply=True)
+        options["reply_parameters"] = reply.to_dict()
+    form = Form(chat_id=chat_id, text=text, **options).as_request_data()
+    sent = await call_api(request.post(url, form))
+    message_id = sent.get("message_id") if isinstance(sent, dict) else None
+    if not isinstance(message_id, int):
+        raise SendError("the Bot API answered sendMessage without a message id")
+    return message_id
