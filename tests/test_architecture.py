@@ -52,6 +52,7 @@ BASE_MODULES = {
     "locks",
     "log",
     "text",
+    "thread_batch",
 }
 # What a channel may use: the channel port and the settings and helpers it is built from.
 CHANNEL_MAY_IMPORT = {
@@ -60,6 +61,7 @@ CHANNEL_MAY_IMPORT = {
     "config",
     "log",
     "text",
+    "thread_batch",
     "app",
 }
 
@@ -294,6 +296,8 @@ def test_the_core_has_no_http_client_outside_providers() -> None:
     web = {"nanomem/features/web/client.py", "nanomem/features/web/resolver.py"}
     assert importers_of("aiohttp", CORE) <= {"nanomem/gateway/health.py", *web}
     assert importers_of("httpx", CORE) <= {"nanomem/providers/connection.py"}
+    lean = {"nanomem/providers/connection.py", "nanomem/providers/network.py"}
+    assert importers_of("httpcore", CORE) <= lean
 
 
 def test_modules_stay_small() -> None:

@@ -16,10 +16,7 @@ from loguru import logger
 from telegram import (
     Bot,
     BotCommand,
-    InlineKeyboardButton,
-    InlineKeyboardMarkup,
     Message,
-    ReplyParameters,
     Update,
     User,
 )
@@ -52,7 +49,7 @@ from channels.telegram.incoming import (
     is_addressed,
     stored_text,
 )
-from channels.telegram.transport import call_api, channel_down, requests_for
+from channels.telegram.transport import as_sent, call_api, channel_down, requests_for, send_message
 from nanomem.agent import (
     GIVEN_UP,
     RETRYING,
@@ -135,6 +132,7 @@ class TelegramChannel(BaseChannel):
         # A poll lasts its own timeout plus the read timeout; allow some slack on top.
         self._poll = PollWatch(stall_after_s=poll_timeout_s + 35.0)
         self._poll_request = self._requests(self._poll)
+        self._request: BaseRequest | None = None  # the other calls', made with each bot
         self._bot: Bot | None = None
         self._polling: asyncio.Task[None] | None = None
         self._offset: int | None = None
@@ -220,12 +218,12 @@ class TelegramChannel(BaseChannel):
         return requests_for(self.settings.proxy, watch)
 
     def _build(self) -> Bot:
-        request = self._requests()
+        self._request = self._requests()
         return Bot(
             self._token,
             base_url=self.settings.base_url,
             base_file_url=self.settings.base_file_url,
-            request=request,
+            request=self._request,
             get_updates_request=self._poll_request,
         )
 
@@ -305,7 +303,11 @@ class TelegramChannel(BaseChannel):
         assert self._bus is not None
         admitted = [(update, found) for update in updates if (found := self._admit_or_skip(update))]
         offset = updates[-1].update_id + 1
-        items = [(found.key, update.to_dict(), found.sender) for update, found in admitted]
+        raw = as_sent(self._poll_request)
+        items = [
+            (found.key, raw.get(update.update_id) or update.to_dict(), found.sender)
+            for update, found in admitted
+        ]
         while True:
             try:
                 seqs = await self._bus.receive(self.name, items, (OFFSET, str(offset)))
@@ -541,19 +543,10 @@ class TelegramChannel(BaseChannel):
         quiet: bool = False,
         buttons: tuple[Button, ...] = (),
     ) -> int:
-        chat_id, thread = target(key)
-        options: dict[str, Any] = {"message_thread_id": thread, "disable_notification": quiet}
-        if buttons:  # one row; callback_data is what a press sends back (≤ 64 bytes)
-            row = [InlineKeyboardButton(b.label, callback_data=b.command[:64]) for b in buttons]
-            options["reply_markup"] = InlineKeyboardMarkup([row])
-        if html:
-            options["parse_mode"] = ParseMode.HTML
-        if reply_to:
-            options["reply_parameters"] = ReplyParameters(
-                reply_to, allow_sending_without_reply=True
-            )
-        sent = await call_api(self._active_bot().send_message(chat_id, text, **options))
-        return int(sent.message_id)
+        url = f"{self._active_bot().base_url}/sendMessage"
+        assert self._request is not None  # made with the bot
+        sending = send_message(self._request, url, key, text, reply_to, quiet, html, buttons)
+        return await sending
 
     async def edit_text(self, key: str, message_id: int, text: str, *, html: bool = False) -> None:
         mode = ParseMode.HTML if html else None

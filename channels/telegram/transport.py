@@ -3,14 +3,17 @@ what their errors mean to the channel."""
 
 from __future__ import annotations
 
+import json
 import warnings
 from collections.abc import Awaitable
 from datetime import timedelta
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import aiohttp
+from telegram import InlineKeyboardButton, InlineKeyboardMarkup, ReplyParameters
 from telegram._utils.defaultvalue import DefaultValue
 from telegram._utils.types import JSONDict, ODVInput
+from telegram.constants import ParseMode
 from telegram.error import (
     BadRequest,
     InvalidToken,
@@ -21,8 +24,8 @@ from telegram.error import (
 )
 from telegram.request import BaseRequest, HTTPXRequest, RequestData
 
-from channels.telegram.delivery import TOKEN_REJECTED, PollWatch, SendError
-from nanomem.agent import ChannelDown
+from channels.telegram.delivery import TOKEN_REJECTED, PollWatch, SendError, target
+from nanomem.agent import Button, ChannelDown
 from nanomem.text import untrusted_json
 
 
@@ -104,11 +107,45 @@ def _body(data: RequestData | None) -> aiohttp.FormData | dict[str, str] | None:
     return form
 
 
+class Form:
+    """A call's parameters as the Bot API takes them (strings; numbers, flags and objects as
+    JSON), for a call made through PTB's request layer rather than a Bot method: no PTB object
+    is built from an answer only its id is wanted of (a sent Message: ~0.13 ms). It offers what
+    PTB's request classes read of a RequestData (which is final), no files."""
+
+    contains_files = False
+    multipart_data = None
+
+    def __init__(self, **params: object) -> None:
+        self.json_parameters = {
+            name: value if isinstance(value, str) else json.dumps(value)
+            for name, value in params.items()
+            if value is not None
+        }
+        self.parameters = self.json_parameters
+
+    def as_request_data(self) -> RequestData:
+        return cast("RequestData", self)
+
+
 class _Watched:
     """For the getUpdates connection (mixed into a request class): tells the watch when each
-    poll ends, and with which status."""
+    poll ends, and with which status, and keeps the updates as Telegram sent them (`raw`, by
+    update id): the inbox stores those, not PTB's objects turned back into dicts (~0.14 ms an
+    update)."""
 
     watch: PollWatch
+    raw: dict[int, JSONDict] = {}  # noqa: RUF012 (replaced whole, never changed in place)
+
+    def parse_json_payload(self, payload: bytes) -> JSONDict:
+        parsed = parse_bounded(payload)
+        result = parsed.get("result")
+        self.raw = {
+            item["update_id"]: item
+            for item in (result if isinstance(result, list) else ())
+            if isinstance(item, dict) and isinstance(item.get("update_id"), int)
+        }
+        return parsed
 
     async def do_request(self, *args: Any, **kwargs: Any) -> tuple[int, bytes]:
         status = None
@@ -117,6 +154,11 @@ class _Watched:
         finally:
             self.watch.finished(status)
         return status, body
+
+
+def as_sent(request: BaseRequest) -> dict[int, JSONDict]:
+    """The updates the getUpdates connection fetched last, as Telegram sent them, by id."""
+    return request.raw if isinstance(request, _Watched) else {}
 
 
 class PollRequest(_Watched, AiohttpRequest):
@@ -180,3 +222,34 @@ async def call_api(call: Awaitable[T]) -> T:
         raise SendError(str(exc), transient=True) from exc
     except TelegramError as exc:
         raise SendError(str(exc)) from exc
+
+
+async def send_message(
+    request: BaseRequest,
+    url: str,
+    key: str,
+    text: str,
+    reply_to: int | None,
+    quiet: bool,
+    html: bool,
+    buttons: tuple[Button, ...],
+) -> int:
+    """sendMessage through PTB's request layer (its errors, its parsing), the id of the sent
+    message: not a Message object built from the answer, nor Bot.send_message's handling of
+    some twenty parameters."""
+    chat_id, thread = target(key)
+    options: dict[str, Any] = {"message_thread_id": thread, "disable_notification": quiet}
+    if buttons:  # one row; callback_data is what a press sends back (≤ 64 bytes)
+        row = [InlineKeyboardButton(b.label, callback_data=b.command[:64]) for b in buttons]
+        options["reply_markup"] = InlineKeyboardMarkup([row]).to_dict()
+    if html:
+        options["parse_mode"] = ParseMode.HTML.value
+    if reply_to:
+        reply = ReplyParameters(reply_to, allow_sending_without_reply=True)
+        options["reply_parameters"] = reply.to_dict()
+    form = Form(chat_id=chat_id, text=text, **options).as_request_data()
+    sent = await call_api(request.post(url, form))
+    message_id = sent.get("message_id") if isinstance(sent, dict) else None
+    if not isinstance(message_id, int):
+        raise SendError("the Bot API answered sendMessage without a message id")
+    return message_id

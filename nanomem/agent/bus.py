@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from nanomem.agent.outbound import OutboundMessage
 from nanomem.audience import Sender
+from nanomem.thread_batch import ThreadBatch
 
 if TYPE_CHECKING:  # sqlite and loguru stay off `nanomem chat`'s way to its prompt
     from nanomem.agent.inbox import Inbox, Pending
@@ -78,6 +79,8 @@ class MessageBus:
         self._outboxes: dict[str, asyncio.Queue[OutboundMessage]] = {}
         self._in_flight: dict[str, int] = {}  # taken from an outbox, not delivered yet
         self.inbox = inbox
+        # Marking messages answered or done: a burst of replies shares a few thread hops.
+        self._marks = ThreadBatch()
         self.retry_plan: RetryPlan | None = None  # set from agent.max_attempts (app.py)
         self.retry_wake = asyncio.Event()  # a failure was recorded: its retry may come sooner
 
@@ -118,13 +121,13 @@ class MessageBus:
         """The turn is saved; the message stays until its reply is delivered."""
         if self.inbox is not None and msg.seq is not None:
             content = None if reply is None else reply.to_dict()
-            await asyncio.to_thread(self.inbox.answered, msg.seq, content)
+            await self._marks.run(self.inbox.answered, msg.seq, content)
 
     async def answer_for(self, seq: int | None, reply: OutboundMessage) -> None:
         """A channel answers a stored message itself (a greeting, a file too big): the answer
         is kept like a turn's reply, and the message leaves once it is delivered."""
         if self.inbox is not None and seq is not None:
-            await asyncio.to_thread(self.inbox.answered, seq, reply.to_dict())
+            await self._marks.run(self.inbox.answered, seq, reply.to_dict())
 
     async def failed(self, seq: int, error: str, preview: str) -> Pending | None:
         """Count a failed attempt at a stored message (its next one is planned, or it is
@@ -142,12 +145,12 @@ class MessageBus:
 
     async def delivered(self, reply: OutboundMessage) -> None:
         if self.inbox is not None and reply.seq is not None and reply.is_answer:
-            await asyncio.to_thread(self.inbox.done, reply.seq)
+            await self._marks.run(self.inbox.done, reply.seq)
 
     async def forget(self, seq: int | None) -> None:
         """A message the channel answered itself or turned away after storing it."""
         if self.inbox is not None and seq is not None:
-            await asyncio.to_thread(self.inbox.done, seq)
+            await self._marks.run(self.inbox.done, seq)
 
     # Queues.
 

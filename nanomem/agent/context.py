@@ -19,6 +19,7 @@ from nanomem.agent.skills import Skills
 from nanomem.agent.templates import Templates
 from nanomem.audience import audience_of, room_folder
 from nanomem.memory import HistoryStore
+from nanomem.thread_batch import ThreadBatch
 from nanomem.tools import (
     IMAGE_TYPES,
     MAX_IMAGE_BYTES,
@@ -63,12 +64,14 @@ class ContextBuilder:
         # entries of its own shares one rendering.
         self._cache: OrderedDict[tuple[Any, ...], str] = OrderedDict()
         self._cache_lock = threading.Lock()  # renders run in worker threads
+        self._renders = ThreadBatch()
         self._memory_paths = [str(workspace / rel) for rel in MEMORY_FILES.values()]
         self._skills_dir = str(skills.directory)
         self._overrides_dir = str(workspace / "templates")
 
     async def system_prompt(self, session_key: str) -> str:
-        return await asyncio.to_thread(self.render_system_prompt, session_key)
+        # Usually a few stats and a cache hit: turns starting together share a thread hop.
+        return await self._renders.run(self.render_system_prompt, session_key)
 
     def render_system_prompt(self, session_key: str) -> str:
         """Rendered again only when memory files, skills or this chat's history entries

@@ -225,7 +225,7 @@ class Connection:
         # do nothing here: no redirect is followed (a 3xx is an error: following it could carry
         # the key away), no cookie is kept (none was before httpx) and the headers are ours.
         self._make = functools.partial(
-            httpx.AsyncHTTPTransport, verify=tls, proxy=proxy, limits=limits, trust_env=False
+            _transport, verify=tls, proxy=proxy, limits=limits, trust_env=False
         )
         # connect (waiting for a free connection included), each read and write
         self._extensions = {"timeout": httpx.Timeout(timeout_s).as_dict()}
@@ -329,6 +329,20 @@ class Connection:
         if failed.startswith("connection.") or failed == "socks.connect_tcp.failed":
             return f"cannot connect to the proxy at {self.proxy.address}: {exc}"
         return f"cannot connect to {self.origin} {through}: {exc}"
+
+
+def _transport(**options: Any) -> httpx.AsyncHTTPTransport:
+    """httpx's transport, its connections made by network.py's backend on asyncio (a third
+    less CPU a call than httpcore's default, anyio). httpx has no option for the backend; the
+    httpcore pool it wraps (direct, HTTP proxy or SOCKS) takes one, used for every connection
+    it opens from then on (tests/providers/test_network.py checks that it is)."""
+    import httpx
+
+    from nanomem.providers.network import Backend
+
+    transport = httpx.AsyncHTTPTransport(**options)
+    transport._pool._network_backend = Backend()
+    return transport
 
 
 @dataclass

@@ -64,6 +64,7 @@ class OpenAIHTTPProvider:
             self._headers[b"Authorization"] = f"Bearer {self._key}".encode("latin-1")
         self._session: Connection | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._tools: tuple[list[dict[str, Any]], str] | None = None  # the last ones, encoded
         connection.load(self.url)
 
     async def complete(
@@ -89,14 +90,14 @@ class OpenAIHTTPProvider:
         if on_text is not None:
             body["stream"] = True
             body["stream_options"] = {"include_usage": True}  # usage in the last chunk
-        if tools:
-            body["tools"] = tools
-            if tool_choice is not None:
-                body["tool_choice"] = tool_choice
+        if tools and tool_choice is not None:
+            body["tool_choice"] = tool_choice
         if self.settings.temperature is not None:
             body["temperature"] = self.settings.temperature
-        # The replayed history is most of the request, and its messages arrive encoded.
-        data = f'{json.dumps(body)[:-1]}, "messages": {encode_messages(messages)}}}'.encode()
+        # The replayed history is most of the request, and its messages arrive encoded; the
+        # tools' schemas (a few KB) are encoded once for as long as they stay the same.
+        head = json.dumps(body)[:-1] + (f', "tools": {self._encoded(tools)}' if tools else "")
+        data = f'{head}, "messages": {encode_messages(messages)}}}'.encode()
         answered = False  # a cut after the answer began is the server's fault, not the network's
         try:
             # No redirects (a 3xx is an error): following one could carry the key elsewhere.
@@ -122,6 +123,13 @@ class OpenAIHTTPProvider:
         if on_text is not None and reply.content:  # a server that does not stream: one piece
             await on_text(reply.content)
         return reply
+
+    def _encoded(self, tools: list[dict[str, Any]]) -> str:
+        """The tools as JSON. The registry hands out the same list until a tool changes (then a
+        new one), so a list seen last time is not encoded again (~0.1 ms a call)."""
+        if self._tools is None or self._tools[0] is not tools:
+            self._tools = (tools, json.dumps(tools))
+        return self._tools[1]
 
     async def close(self) -> None:
         """Close the shared session; one made in another (finished) loop can only be dropped."""

@@ -87,14 +87,17 @@ async def prefill(app: App, key: str, count: int) -> None:
         pass
 
 
-async def turn(app: App, chat_id: str, n: int) -> float:
+async def turn(app: App, chat_id: str, n: int) -> tuple[float, float]:
+    """Wall and CPU seconds (this process, its threads included) of one turn."""
     before = asyncio.all_tasks()
+    cpu = time.process_time()
     started = time.perf_counter()
     reply = await app.loop.handle(InboundMessage("cli", chat_id, f"turn {n}", Sender("u")))
     await _common.settle(before)  # background work this turn started counts too
     elapsed = time.perf_counter() - started
+    cpu = time.process_time() - cpu
     assert reply is not None and reply.part.style == "reply", reply
-    return elapsed
+    return elapsed, cpu
 
 
 @dataclass
@@ -104,6 +107,7 @@ class Turns:
     wall: list[float] = field(default_factory=list)
     server: list[float] = field(default_factory=list)  # the fake model's own handling
     sent: list[int] = field(default_factory=list)  # messages in the turn's model request
+    cpu: list[float] = field(default_factory=list)  # this process's CPU (the server's is not)
 
     @property
     def overhead(self) -> list[float]:
@@ -121,15 +125,16 @@ async def measure(
             server.drain()  # this turn's model request comes next
             if profile is not None and size == SIZES[-1] and n >= WARMUP:
                 profile.enable()
-                elapsed = await turn(app, f"s{size}", n)
+                elapsed, cpu = await turn(app, f"s{size}", n)
                 profile.disable()
             else:
-                elapsed = await turn(app, f"s{size}", n)
+                elapsed, cpu = await turn(app, f"s{size}", n)
             sent, busy = server.drain()
             if n >= WARMUP:
                 results[size].wall.append(elapsed)
                 results[size].server.append(busy)
                 results[size].sent.append(sent[0])
+                results[size].cpu.append(cpu)
     await app.loop.close()
     await app.aclose()
     return results
@@ -151,6 +156,7 @@ def report(transport: str, turns: int, results: dict[int, Turns]) -> bool:
                 f"{overhead * 1000:.1f}",
                 f"{_common.percentile(measured.overhead, 0.9) * 1000:.1f}",
                 ratio,
+                f"{ms(measured.cpu) * 1000:.1f}",
             ]
         )
     ok = ms(results[SIZES[-1]].overhead) / base <= TARGET
@@ -162,6 +168,7 @@ def report(transport: str, turns: int, results: dict[int, Turns]) -> bool:
         "overhead ms",
         "overhead p90",
         "overhead ratio to 10",
+        "CPU ms",
     ]
     print(f"### llm.transport = {transport} ({turns} turns a size, medians)\n")
     print(_common.table(headers, rows))

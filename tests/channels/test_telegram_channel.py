@@ -16,6 +16,7 @@ from nanomem.agent.inbox import SqliteInbox
 from nanomem.agent.outbound import Button, OutboundMessage, Text
 from nanomem.config import ConfigError
 from tests.conftest import log_lines
+from tests.fakes.proxy_server import FakeProxy
 from tests.fakes.telegram_server import FakeTelegram
 from tests.helpers import until
 from tests.helpers.telegram import (
@@ -302,6 +303,46 @@ async def test_updates_are_confirmed_only_after_they_are_stored(
     finally:
         await channel.stop()
         inbox.close()
+
+
+async def test_the_inbox_keeps_an_update_as_telegram_sent_it(
+    fake: FakeTelegram, tmp_path: Path
+) -> None:
+    # Not python-telegram-bot's objects turned back into a dict (which adds its own defaults).
+    inbox = SqliteInbox(tmp_path / "inbox.sqlite3")
+    bus = MessageBus(inbox=inbox)
+    channel = make_channel(fake, tmp_path)
+    await channel.start(bus)
+    try:
+        sent = fake.send_text(OWNER, "keep me as I came")
+        await asyncio.wait_for(bus.next_inbound(), 5)
+        (stored,) = inbox.pending("telegram")
+        assert stored.payload == sent
+    finally:
+        await channel.stop()
+        inbox.close()
+
+
+async def test_polling_and_replies_go_through_the_configured_proxy(
+    fake: FakeTelegram, tmp_path: Path
+) -> None:
+    with FakeProxy(fake.port) as proxy:
+        bus = MessageBus()
+        channel = make_channel(fake, tmp_path, proxy=proxy.url)
+        await channel.start(bus)
+        serving = Running(channel, bus)
+        try:
+            fake.send_text(OWNER, "hello")
+            msg = await serving.next()
+            buttons = (Button("Yes", "/yes"),)
+            await channel.send(OutboundMessage.answering(msg, Text("**hi**", buttons=buttons)))
+            (reply,) = await fake.wait_for_messages_async(OWNER, 1)
+        finally:
+            await serving.close()
+    assert reply["html"] == "<b>hi</b>"
+    assert FakeTelegram.button_data(reply, "Yes") == "/yes"
+    lines = " ".join(proxy.request_lines)
+    assert "/getUpdates" in lines and "/sendMessage" in lines
 
 
 async def test_a_revoked_token_is_reported_and_polling_recovers(

@@ -124,6 +124,17 @@ async def test_tool_call_round_trip(srv: FakeOpenAI, make: Make) -> None:
     assert srv.requests[1]["messages"] == history
 
 
+async def test_each_call_sends_the_tools_it_is_given(srv: FakeOpenAI, make: Make) -> None:
+    # The encoding of a tool list is kept for the next call with that same list, never reused
+    # for another one (a tool added, say, comes as a new list).
+    provider = make()
+    more = [*TOOLS, {**TOOLS[0], "function": {**TOOLS[0]["function"], "name": "get_time"}}]
+    for tools in (TOOLS, TOOLS, more, TOOLS, None):
+        await provider.complete(USER, tools)
+    sent = [request.get("tools") for request in srv.requests]
+    assert sent == [TOOLS, TOOLS, more, TOOLS, None]
+
+
 async def test_malformed_arguments_pass_through_verbatim(srv: FakeOpenAI, make: Make) -> None:
     srv.tool_call("get_weather", '{"city": "Osl', text="let me check")
     reply = await make().complete(USER, TOOLS)
