@@ -119,6 +119,9 @@ class ToolRegistry:
         for tool in tools:
             self.add(tool)
         self._schemas: list[dict[str, Any]] | None = None
+        # The lists offered to each audience, by which tools it is offered: the same list
+        # object every turn lets the model client reuse its encoding of them.
+        self._offered: dict[tuple[bool, ...], list[dict[str, Any]]] = {}
         self._schema_text = "[]"
 
     def add(self, tool: Tool) -> None:
@@ -143,13 +146,15 @@ class ToolRegistry:
         if self._schemas is None:
             self._schemas = [tool.schema() for tool in self._tools.values()]
             self._schema_text = json.dumps(self._schemas)
+            self._offered = {}
         if context is None or all(tool.audience is None for tool in self._tools.values()):
             return self._schemas
-        return [
-            schema
-            for tool, schema in zip(self._tools.values(), self._schemas, strict=True)
-            if tool.offered_to(context)
-        ]
+        mask = tuple(tool.offered_to(context) for tool in self._tools.values())
+        offered = self._offered.get(mask)
+        if offered is None:
+            offered = [s for s, shown in zip(self._schemas, mask, strict=True) if shown]
+            self._offered[mask] = offered
+        return offered
 
     @property
     def schema_text(self) -> str:

@@ -155,6 +155,10 @@ async def test_a_tool_with_a_raw_schema_and_an_audience() -> None:
     group = ToolContext(MEMBER, Audience("telegram:-100", False))
     assert registry.schemas(private)[0]["function"]["parameters"] == schema
     assert registry.schemas(group) == []
+    # One list per audience, the same each turn: the model client reuses its encoding.
+    assert registry.schemas(private) is registry.schemas(private)
+    registry.add(Tool.from_schema("other", "Another.", schema, run))
+    assert [s["function"]["name"] for s in registry.schemas(group)] == ["other"]
     assert await registry.call("raw", '{"q": "x", "n": 1}', private) == (
         "got {'q': 'x', 'n': 1} for telegram:1"
     )
