@@ -121,7 +121,7 @@ class ToolRegistry:
         self._schemas: list[dict[str, Any]] | None = None
         # The lists offered to each audience, by which tools it is offered: the same list
         # object every turn lets the model client reuse its encoding of them.
-        self._offered: dict[tuple[bool, ...], list[dict[str, Any]]] = {}
+        self._by_audience: dict[tuple[bool, ...], list[dict[str, Any]]] = {}
         self._schema_text = "[]"
 
     def add(self, tool: Tool) -> None:
@@ -146,14 +146,14 @@ class ToolRegistry:
         if self._schemas is None:
             self._schemas = [tool.schema() for tool in self._tools.values()]
             self._schema_text = json.dumps(self._schemas)
-            self._offered = {}
+            self._by_audience = {}
         if context is None or all(tool.audience is None for tool in self._tools.values()):
             return self._schemas
         mask = tuple(tool.offered_to(context) for tool in self._tools.values())
-        offered = self._offered.get(mask)
+        offered = self._by_audience.get(mask)
         if offered is None:
             offered = [s for s, shown in zip(self._schemas, mask, strict=True) if shown]
-            self._offered[mask] = offered
+            self._by_audience[mask] = offered
         return offered
 
     @property
