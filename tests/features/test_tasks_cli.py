@@ -51,6 +51,7 @@ def test_the_one_shot_waits_for_its_tasks_and_prints_their_results(
     done = run_cli("chat", "-m", "SPAWN sums: add the numbers", env=cli_env(home, fake_llm))
     assert done.returncode == 0, done.stderr
     job = task_id(done.stdout)
+    assert f"\ntask {job} (sums) done" in done.stdout, done.stdout + done.stderr
     reply, result = done.stdout.split(f"\ntask {job} (sums) done", 1)
     assert reply.startswith(f"chat: started task {job} (sums).")
     assert result.startswith(" · 1 step · 12.4k tokens\n\nfound: add the numbers")

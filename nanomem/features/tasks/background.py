@@ -121,6 +121,9 @@ class BackgroundTasks(Feature):
         self.admits: Admits = anyone
         self.ended: list[TaskRecord] = []  # this process's tasks that ended, in that order
         self._running: dict[str, Running] = {}
+        # The asyncio tasks until they return: a task leaves `_running` before it has told
+        # its chat, and `wait` must not return in between.
+        self._alive: set[asyncio.Task[None]] = set()
         self._reserved = 0  # spawns between the cap's check and their task
         # Telling what processes that are gone left (started by `start`); done once told.
         self.orphans_told: asyncio.Task[None] | None = None
@@ -174,6 +177,8 @@ class BackgroundTasks(Feature):
         record = await self.store.add(record)
         running = self._running[record.id] = Running(record)
         running.task = asyncio.create_task(self._run(running, job, context), name=record.id)
+        self._alive.add(running.task)
+        running.task.add_done_callback(self._alive.discard)
         logger.info("task {} started in {}: {}", record.id, session, label)
         return record
 
@@ -330,11 +335,8 @@ class BackgroundTasks(Feature):
     async def wait(self) -> list[TaskRecord]:
         """Every task of this process ended and told (`nanomem chat -m` before it exits);
         those that ended, in that order."""
-        while self._running:
-            await asyncio.gather(
-                *(r.task for r in list(self._running.values()) if r.task is not None),
-                return_exceptions=True,
-            )
+        while self._alive:
+            await asyncio.gather(*self._alive, return_exceptions=True)
         return list(self.ended)
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -347,7 +349,7 @@ class BackgroundTasks(Feature):
     async def stop(self, grace_s: float) -> None:
         """Tasks may finish within `grace_s`; the rest are cut short and tell their chat (or,
         if even that cannot be done now, the next start tells it)."""
-        tasks = [r.task for r in self._running.values() if r.task is not None]
+        tasks = set(self._alive)
         if tasks:
             _, left = await asyncio.wait(tasks, timeout=grace_s)
             for task in left:
