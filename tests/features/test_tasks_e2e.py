@@ -19,7 +19,7 @@ from tests.fakes.telegram_server import FakeTelegram
 from tests.helpers import until
 from tests.helpers.gateway import API_KEY
 from tests.helpers.loopback import Model
-from tests.helpers.tasks import job_of, task_id, tasks_model
+from tests.helpers.tasks import job_of, spawn, task_id, tasks_model
 
 OWNER, FRIEND, MEMBER, GROUP = 1000, 1002, 1001, -100777
 ALLOWED = {"allow_from": [OWNER, FRIEND, MEMBER, GROUP], "owner": OWNER}
@@ -50,8 +50,8 @@ async def told(live: LiveGateway, chat: int, start: str) -> str:
 async def test_a_task_reports_in_its_own_chat_while_both_chats_go_on(
     live: LiveGateway, home: Home
 ) -> None:
-    flights = task_id(await live.say(OWNER, "SPAWN flights: HOLD find flights to Oslo"))
-    hotels = task_id(await live.say(FRIEND, "SPAWN hotels: HOLD find hotels in Bergen"))
+    flights = await spawn(live, OWNER, "SPAWN flights: HOLD find flights to Oslo")
+    hotels = await spawn(live, FRIEND, "SPAWN hotels: HOLD find hotels in Bergen")
     await until(lambda: live.llm.held == 2, what="both tasks at the model")
     # The chats go on while their tasks run.
     assert await live.say(OWNER, "hello again") == "chat answer to hello again"
@@ -82,7 +82,7 @@ def told_in_transcript(live: LiveGateway, key: str, task: str) -> bool:
 
 
 async def test_stop_with_an_id_stops_a_task_of_this_chat_only(live: LiveGateway) -> None:
-    job = task_id(await live.say(OWNER, "SPAWN slow: HOLD count the stars"))
+    job = await spawn(live, OWNER, "SPAWN slow: HOLD count the stars")
     await until(lambda: live.llm.held == 1)
     # Another chat cannot stop it (nor learn that it exists).
     assert await live.say(FRIEND, f"/stop {job}") == (
@@ -120,13 +120,13 @@ async def test_a_failing_task_and_one_at_the_step_limit_are_reported(
 ) -> None:
     limits = {"max_iterations": 3}
     async with telegram_gateway(home, *servers, telegram=ALLOWED, agent=limits) as live:
-        broken = task_id(await live.say(OWNER, "SPAWN broken: FAIL at once"))
+        broken = await spawn(live, OWNER, "SPAWN broken: FAIL at once")
         failed = await told(live, OWNER, f"task {broken} (broken) failed")
         assert failed == (
             f"task {broken} (broken) failed: the model call failed (bad_request) · 0 steps · "
             "0 tokens"
         )
-        endless = task_id(await live.say(OWNER, "SPAWN endless: LOOP for ever"))
+        endless = await spawn(live, OWNER, "SPAWN endless: LOOP for ever")
         limit = await told(live, OWNER, f"task {endless} (endless) stopped at the step limit")
         assert "(agent.max_iterations = 3)" in limit and "· 3 steps ·" in limit
         assert "Traceback" not in "".join(sent(live, OWNER))
@@ -137,7 +137,7 @@ async def test_the_number_of_tasks_is_capped(
 ) -> None:
     agent = {"max_background_tasks": 1}
     async with telegram_gateway(home, *servers, telegram=ALLOWED, agent=agent) as live:
-        task_id(await live.say(OWNER, "SPAWN first: HOLD one"))
+        await spawn(live, OWNER, "SPAWN first: HOLD one")
         refused = await live.say(FRIEND, "SPAWN second: HOLD two")
         assert refused == (
             "chat: Error: 1 background tasks run already (agent.max_background_tasks = 1); "
@@ -145,7 +145,7 @@ async def test_the_number_of_tasks_is_capped(
         )
         live.llm.release()
         await told(live, OWNER, "task ")
-        assert task_id(await live.say(FRIEND, "SPAWN third: three"))  # room again
+        assert await spawn(live, FRIEND, "SPAWN third: three")  # room again
 
 
 async def ask_api(live: LiveGateway, text: str, session: str = "laptop") -> str:
@@ -187,7 +187,7 @@ async def test_a_task_asks_its_chat_before_a_shell_command(
     like in any turn, and the command runs once allowed."""
     shell = {"shell_enabled": True, "shell_approval": "ask", "shell_approval_timeout_s": 20}
     async with telegram_gateway(home, *servers, telegram=ALLOWED, tools=shell) as live:
-        job = task_id(await live.say(OWNER, "SPAWN touch: RUN touch made-by-task"))
+        job = await spawn(live, OWNER, "SPAWN touch: RUN touch made-by-task")
         asked = await until(
             lambda: next(
                 (m for m in live.telegram.sent_messages(OWNER) if m.get("reply_markup")), None
@@ -205,7 +205,7 @@ async def test_a_graceful_stop_tells_the_chat_of_a_task_it_cut_short(
 ) -> None:
     quick = {"grace_s": 0.2}  # the task does not finish within it
     async with telegram_gateway(home, *servers, telegram=ALLOWED, gateway=quick) as live:
-        job = task_id(await live.say(OWNER, "SPAWN long: HOLD read the whole library"))
+        job = await spawn(live, OWNER, "SPAWN long: HOLD read the whole library")
         await until(lambda: live.llm.held == 1)
     notice = f"task {job} (long) was interrupted by a restart; ask again to rerun it"
     assert notice in sent(live, OWNER)
@@ -221,7 +221,7 @@ async def test_a_result_that_comes_during_a_turn_is_recorded_after_it(
     runs meanwhile has ended: never inside a turn."""
     shell = {"shell_enabled": True, "shell_approval": "ask", "shell_approval_timeout_s": 20}
     async with telegram_gateway(home, *servers, telegram=ALLOWED, tools=shell) as live:
-        job = task_id(await live.say(OWNER, "SPAWN quick: HOLD look it up"))
+        job = await spawn(live, OWNER, "SPAWN quick: HOLD look it up")
         await until(lambda: live.llm.held == 1)
         live.telegram.send_text(OWNER, "RUN echo busy")  # a turn that waits for the owner
         asked = await until(
@@ -244,9 +244,9 @@ async def test_a_result_that_comes_during_a_turn_is_recorded_after_it(
 async def test_a_groups_task_is_a_group_turn(live: LiveGateway, home: Home) -> None:
     """No personal memory in a group's task (its prompt is the group's), as in its chat."""
     (home.workspace / "USER.md").write_text("The owner's door code is 4711.\n")
-    mine = task_id(await live.say(OWNER, "SPAWN private: look up my code"))
-    ours = task_id(
-        await live.say(GROUP, f"{BOT}SPAWN shared: plan", chat_type="supergroup", user_id=MEMBER)
+    mine = await spawn(live, OWNER, "SPAWN private: look up my code")
+    ours = await spawn(
+        live, GROUP, f"{BOT}SPAWN shared: plan", chat_type="supergroup", user_id=MEMBER
     )
     await told(live, OWNER, f"task {mine} (private) done")
     await told(live, GROUP, f"task {ours} (shared) done")

@@ -7,6 +7,8 @@ import re
 from typing import Any
 
 from tests.fakes.openai_server import Step
+from tests.fakes.telegram_gateway import LiveGateway
+from tests.helpers import WAIT_S, until
 
 USAGE = {"prompt_tokens": 12000, "completion_tokens": 400, "total_tokens": 12400}
 
@@ -56,3 +58,20 @@ def task_id(reply: str) -> str:
     found = re.search(r"started task ([0-9a-f]{4})", reply)
     assert found is not None, reply
     return found.group(1)
+
+
+async def spawn(live: LiveGateway, chat: int, text: str, **sender: Any) -> str:
+    """Send a SPAWN line to `chat`; the task's id, from the chat's reply. The task's own first
+    message (its question, or its result when it ends at once) may be sent before that reply,
+    so the reply is looked for among every message after the one sent, not taken as the next."""
+    seen = max((m["message_id"] for m in live.telegram.sent_messages(chat)), default=0)
+    live.telegram.send_text(chat, text, **sender)
+
+    def started() -> str | None:
+        for message in live.telegram.sent_messages(chat):
+            said = str(message.get("text") or "")
+            if message["message_id"] > seen and "started task" in said:
+                return said
+        return None
+
+    return task_id(str(await until(started, WAIT_S)))
