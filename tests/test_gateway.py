@@ -181,6 +181,7 @@ async def test_health_shows_every_feature_s_block(
         "last_dream",  # the features' blocks, by key, between the channels and the queues
         "schedules",
         "tank",
+        "tasks",
         "queues",
     ]
     assert body["tank"] == {"level": 3}

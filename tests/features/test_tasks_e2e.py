@@ -84,6 +84,7 @@ def told_in_transcript(live: LiveGateway, key: str, task: str) -> bool:
 async def test_stop_with_an_id_stops_a_task_of_this_chat_only(live: LiveGateway) -> None:
     job = await spawn(live, OWNER, "SPAWN slow: HOLD count the stars")
     await until(lambda: live.llm.held == 1)
+    assert (await live.health())[1]["tasks"] == {"running": 1, "limit": 4}
     # Another chat cannot stop it (nor learn that it exists).
     assert await live.say(FRIEND, f"/stop {job}") == (
         f"Nothing called {job} runs in this chat; /stop alone stops the reply."
@@ -99,6 +100,7 @@ async def test_stop_with_an_id_stops_a_task_of_this_chat_only(live: LiveGateway)
     )
     ended = f"task {job} (slow) has ended already (stopped)."
     assert await live.say(OWNER, f"/stop {job}") == ended
+    assert (await live.health())[1]["tasks"] == {"running": 0, "limit": 4}
     live.llm.release()
 
 

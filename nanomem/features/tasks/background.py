@@ -27,6 +27,7 @@ from nanomem.agent import (
     Command,
     ContextBuilder,
     Feature,
+    HealthReport,
     InboundMessage,
     MessageBus,
     OutboundMessage,
@@ -322,6 +323,10 @@ class BackgroundTasks(Feature):
                 await self._tell(record)
             except Exception:
                 logger.exception("task {}: could not tell {}", record.id, record.session)
+
+    def health(self) -> dict[str, HealthReport]:
+        """How many tasks run in this process, against the limit."""
+        return {"tasks": HealthReport({"running": len(self._running), "limit": self.limit})}
 
     @property
     def running(self) -> int:
