@@ -100,3 +100,17 @@ async def test_a_binary_document_stays_a_path(live: LiveGateway, home: Home) -> 
     assert framed(message) == [] and "[document: photos.zip]" in message
     (saved,) = (home.workspace / "media").iterdir()
     assert f"[attachments: media/{saved.name}]" in message
+
+
+async def test_a_retry_sends_the_text_the_model_saw_even_when_the_file_is_gone(
+    live: LiveGateway, home: Home
+) -> None:
+    live.llm.error(400, "the model refused the request")
+    await send(live, b"Remember: the key is under the mat\n", "note.txt")
+    (saved,) = (home.workspace / "media").iterdir()
+    saved.unlink()  # the session keeps the text: nothing is read again
+    await live.say(OWNER, "/retry")
+    first, again = live.llm.requests  # the failed attempt, the retry
+    retried = str(again["messages"][-1]["content"])
+    assert retried == str(first["messages"][-1]["content"])
+    assert [text for _, text in framed(retried)] == ["Remember: the key is under the mat\n"]
