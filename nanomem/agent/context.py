@@ -15,6 +15,7 @@ from typing import Any
 from loguru import logger
 
 from nanomem.agent.bus import InboundMessage
+from nanomem.agent.documents import documents_text
 from nanomem.agent.skills import Skills
 from nanomem.agent.templates import Templates
 from nanomem.audience import audience_of, room_folder
@@ -153,9 +154,19 @@ class ContextBuilder:
         encoded = base64.b64encode(data).decode("ascii")
         return f"data:{IMAGE_TYPES[path.suffix.lower()]};base64,{encoded}"
 
-    def user_message(self, msg: InboundMessage, now: datetime | None = None) -> dict[str, Any]:
+    async def documents(self, media: tuple[str, ...], limit: int) -> str:
+        """The text of the documents a message carries (agent/documents.py), for
+        `user_message`; read and parsed off the event loop."""
+        if not media:
+            return ""
+        return await asyncio.to_thread(documents_text, self.workspace, media, limit)
+
+    def user_message(
+        self, msg: InboundMessage, now: datetime | None = None, documents: str = ""
+    ) -> dict[str, Any]:
         """Runtime facts go here, not in the system prompt, and are stored with the message,
-        so replayed history keeps its absolute timestamps and stays byte-identical."""
+        so replayed history keeps its absolute timestamps and stays byte-identical. So is the
+        text of its documents: what the model saw of them is what a retry sees."""
         when = (now or msg.timestamp).astimezone()
         runtime = self.templates.render(
             "runtime_context.md.j2",
@@ -166,7 +177,8 @@ class ContextBuilder:
             sender=msg.sender.name if msg.sender.shared_room else "",  # tells members apart
             media=[self._as_the_tools_see_it(msg.session_key, m) for m in msg.media],
         )
-        return {"role": "user", "content": f"{runtime}\n\n{msg.content}"}
+        content = f"{runtime}\n\n{msg.content}"
+        return {"role": "user", "content": f"{content}\n\n{documents}" if documents else content}
 
     def _as_the_tools_see_it(self, session: str, relative: str) -> str:
         """A group's file tools start in its own folder: its media is named from there."""

@@ -449,7 +449,10 @@ class AgentLoop:
             if len(turn_after(messages, found)) == len(messages) - found - 1:
                 return session, found  # still the session's last turn: it goes on
             # Other turns came after it (another process on this session): asked afresh.
-        user = self.context.user_message(msg)
+        # Documents become text once, here, and the session keeps it (agent/documents.py).
+        room = self.settings.agent.max_message_chars - len(msg.content)
+        documents = await self.context.documents(msg.media, room)
+        user = self.context.user_message(msg, documents=documents)
         if msg.seq is not None:
             user["in"] = msg.id  # how a replay finds it again
         await self.sessions.append(session, [user])
