@@ -362,13 +362,7 @@ class McpServerSettings(_Section):
     def _one_transport(cls, value: str | None, info: ValidationInfo) -> str | None:
         if (info.data.get("command") is None) == (value is None):
             raise ValueError("give exactly one of command (a local server) or url (a remote one)")
-        if value is not None:
-            from urllib.parse import urlsplit
-
-            parts = urlsplit(value)  # a ValueError of its own is a config error as well
-            if parts.scheme not in ("http", "https") or not parts.hostname:
-                raise ValueError("not an http:// or https:// URL with a host")
-        return value
+        return None if value is None else http_url(value, "https://tracker.example/mcp")
 
     @field_validator("args", "env", "headers")
     @classmethod
