@@ -72,13 +72,11 @@ def _web_line(settings: Settings) -> str:
     key = secret_of(
         {"brave": web.brave_api_key, "tavily": web.tavily_api_key}.get(web.search_provider)
     )
-    where = (
-        f", key {masked(key)}"
-        if key
-        else (
-            f" at {web.searxng_url}" if web.searxng_url and web.search_provider == "searxng" else ""
-        )
-    )
+    where = ""
+    if key:
+        where = f", key {masked(key)}"
+    elif web.search_provider == "searxng" and web.searxng_url:
+        where = f" at {web.searxng_url}"
     if web.allow_private:
         reach = "this machine and private networks allowed (tools.web.allow_private)"
     elif web.allow_networks:
