@@ -10,7 +10,7 @@ if TYPE_CHECKING:
     from nanomem.tools.files import FileTools
     from nanomem.tools.images import IMAGE_TYPES, MAX_IMAGE_BYTES, Image, ToolOutput, save_images
     from nanomem.tools.prctl import hide_environment
-    from nanomem.tools.registry import Tool, ToolError, ToolRegistry, read_only_tool
+    from nanomem.tools.registry import Tool, ToolError, ToolRegistry, read_only_tool, truncated
     from nanomem.tools.safe_open import read_checked, read_text_below
     from nanomem.tools.sandbox import Decision, decide
     from nanomem.tools.shell import ShellTool
@@ -36,6 +36,7 @@ __all__ = [
     "read_only_tool",
     "read_text_below",
     "save_images",
+    "truncated",
     "untrusted",
 ]
 __getattr__ = lazy_exports(
@@ -44,7 +45,7 @@ __getattr__ = lazy_exports(
         "context": ("OUTSIDE", "ToolContext"),
         "files": ("FileTools",),
         "images": ("IMAGE_TYPES", "MAX_IMAGE_BYTES", "Image", "ToolOutput", "save_images"),
-        "registry": ("Tool", "ToolError", "ToolRegistry", "read_only_tool"),
+        "registry": ("Tool", "ToolError", "ToolRegistry", "read_only_tool", "truncated"),
         "prctl": ("hide_environment",),
         "safe_open": ("read_checked", "read_text_below"),
         "sandbox": ("Decision", "decide"),

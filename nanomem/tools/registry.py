@@ -202,7 +202,7 @@ class ToolRegistry:
         if not isinstance(result, ToolOutput):
             result = ToolOutput(str(result))
         # A secret a tool came across (a file, a command's output) never reaches the model.
-        text = self.cap(redact(result.text))
+        text = truncated(redact(result.text), self.max_output_chars)
         if not result.images:
             return ToolOutput(text)
         if self.workspace is None:  # nowhere to keep them (Dream's own tools): counted only
@@ -213,13 +213,12 @@ class ToolRegistry:
         )
         return ToolOutput("\n".join(filter(None, [text, *notes])), saved)
 
-    def cap(self, text: str) -> str:
-        if len(text) <= self.max_output_chars:
-            return text
-        cut = len(text) - self.max_output_chars
-        return (
-            f"{text[: self.max_output_chars]}\n[output truncated: {cut} more characters not shown]"
-        )
+
+def truncated(text: str, limit: int) -> str:
+    """`text` cut to `limit` characters, saying how many more there were."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}\n[output truncated: {len(text) - limit} more characters not shown]"
 
 
 def _short(exc: Exception) -> str:

@@ -27,6 +27,7 @@ from nanomem.tools import (
     ToolError,
     ToolOutput,
     ToolRegistry,
+    truncated,
     untrusted,
 )
 
@@ -132,7 +133,7 @@ class Mcp(Feature):
         async def run(arguments: dict[str, Any], context: ToolContext) -> ToolOutput:
             result = await server.call(tool.name, arguments)
             said = result_text(result)
-            text = untrusted(source, _cut(said, limit)) if said else ""
+            text = untrusted(source, truncated(said, limit)) if said else ""
             if result.isError:
                 raise ToolError(text or "the server reported an error")
             return ToolOutput(text, result_images(result))
@@ -183,12 +184,6 @@ class Mcp(Feature):
 
 def _not_in_groups(context: ToolContext) -> bool:
     return not context.shared_room
-
-
-def _cut(text: str, limit: int) -> str:
-    if len(text) <= limit:
-        return text
-    return f"{text[:limit]}\n[output truncated: {len(text) - limit} more characters not shown]"
 
 
 def build(core: Core) -> Mcp | None:
