@@ -99,3 +99,21 @@ async def test_when_every_connection_is_being_answered_a_new_one_is_refused_at_o
     assert guard.open == LIMIT
     for _, writer in answering:
         writer.close()
+
+
+async def test_a_burst_accepted_at_once_makes_room_instead_of_refusing_its_tail(
+    served: tuple[ConnectionGuard, int],
+) -> None:
+    """asyncio accepts a burst in one go and makes every protocol before any hears that it is
+    connected: the tail of the burst, a health check among it, must still get in."""
+    guard, port = served
+    burst = await asyncio.gather(*(connect(port) for _ in range(LIMIT + 2)))
+    await until(lambda: guard.open == LIMIT and len(guard.by_transport) == LIMIT)
+    assert [await closed(client) for client in burst[:2]] == [True, True]
+    for _, writer in burst[2:]:
+        writer.write(b"still here")
+        await writer.drain()
+    await asyncio.sleep(0.1)
+    assert not any(reader.at_eof() for reader, _ in burst[2:])
+    for _, writer in burst:
+        writer.close()

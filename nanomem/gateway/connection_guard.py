@@ -40,7 +40,10 @@ class _Watched(asyncio.Protocol):
         self.transport = transport
         self.guard.by_transport[transport] = self
         self.inner.connection_made(transport)
-        self.arm()
+        if self.evicted:  # made room for a later one of the same burst before it was told
+            transport.abort()
+        else:
+            self.arm()
 
     def arm(self) -> None:
         """From now, the next request's headers (or the client's leaving) must come in time."""
@@ -76,6 +79,7 @@ class _Watched(asyncio.Protocol):
         self.disarm()
         if not self.evicted:
             self.guard.open -= 1
+        self.guard.watched.pop(self, None)
         if self.transport is not None:
             self.guard.by_transport.pop(self.transport, None)
         self.transport = None
@@ -93,6 +97,10 @@ class ConnectionGuard:
         self.open = 0
         self.refused = self.timed_out = self.made_room = 0  # since the last report
         self.by_transport: dict[asyncio.BaseTransport, _Watched] = {}
+        # Every open connection, oldest first. asyncio makes the protocols of a whole accepted
+        # burst before telling any of them its transport, so by_transport alone would miss the
+        # burst's head when its tail needs room, and refuse a health check in that tail.
+        self.watched: dict[_Watched, None] = {}
         self._factory: Callable[[], Any] | None = None
         self._reported = 0.0
 
@@ -107,19 +115,22 @@ class ConnectionGuard:
             return _REFUSE
         assert self._factory is not None
         self.open += 1
-        return _Watched(self, self._factory())
+        watched = _Watched(self, self._factory())
+        self.watched[watched] = None
+        return watched
 
     def _make_room(self) -> bool:
         """Close the oldest connection with no request in progress. Clients trickling their
         headers hold every slot otherwise, and `/health` (a monitor, the Docker health check)
         would be refused for as long as they keep reconnecting; a quick request gets in and is
         answered before the newest tricklers come round to it."""
-        for watched in self.by_transport.values():  # oldest first: insertion order
-            if watched.busy == 0 and not watched.evicted and watched.transport is not None:
+        for watched in self.watched:
+            if watched.busy == 0 and not watched.evicted:
                 watched.evicted = True
                 self.open -= 1
                 self.made_room += 1
-                watched.transport.abort()
+                if watched.transport is not None:  # else aborted once it hears of its transport
+                    watched.transport.abort()
                 self.report()
                 return True
         return False
