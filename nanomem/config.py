@@ -388,6 +388,35 @@ class McpSettings(_Section):
         return value
 
 
+class VoiceSettings(_Section):
+    """Voice notes in (transcribed) and spoken replies out (nanomem/features/voice/).
+
+    Unset api_base and api_key: the model connection's, when llm.model is served by an
+    OpenAI-compatible API (the lean client's route); otherwise voice is off until they are set."""
+
+    enabled: bool = True
+    model: str = "whisper-1"  # /audio/transcriptions; e.g. whisper-large-v3 on Groq
+    api_base: str | None = None  # e.g. https://api.groq.com/openai/v1, http://localhost:8000/v1
+    api_key: SecretStr | None = None
+    echo: bool = False  # the reply starts with a "heard: ..." line
+    max_minutes: float = Field(10.0, gt=0, le=240)  # longer notes are refused before sending
+    timeout_s: float = Field(120.0, gt=0, le=3600)
+    # "to_voice": a voice note is answered with a voice note too (/audio/speech), and the text
+    reply: Literal["never", "to_voice"] = "never"
+    speech_model: str = "tts-1"
+    speech_voice: str = "alloy"
+
+    @field_validator("api_base", mode="before")
+    @classmethod
+    def _blank_is_unset(cls, value: object) -> object:
+        return (value.strip() or None) if isinstance(value, str) else value
+
+    @field_validator("api_base")
+    @classmethod
+    def _usable_base(cls, value: str | None) -> str | None:
+        return None if value is None else http_url(value, "https://api.groq.com/openai/v1")
+
+
 class Settings(BaseSettings):
     """Every setting nanomem reads. Sources, highest first: CLI, env, config.toml, defaults."""
 
@@ -409,6 +438,7 @@ class Settings(BaseSettings):
     schedule: ScheduleSettings = ScheduleSettings()
     log: LogSettings = LogSettings()
     mcp: McpSettings = McpSettings()
+    voice: VoiceSettings = VoiceSettings()
 
 
 class ConfigError(Exception):

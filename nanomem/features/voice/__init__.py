@@ -1,0 +1,1 @@
+"""Voice notes in and spoken replies out, through OpenAI-compatible audio endpoints."""
