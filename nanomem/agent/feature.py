@@ -23,7 +23,7 @@ from nanomem.agent.channel import DeliveryLater
 from nanomem.tools import Tool, ToolContext
 
 if TYPE_CHECKING:
-    from nanomem.agent.bus import MessageBus
+    from nanomem.agent.bus import InboundMessage, MessageBus
     from nanomem.agent.commands import Command
     from nanomem.agent.context import ContextBuilder
     from nanomem.agent.loop import AgentLoop
@@ -82,6 +82,24 @@ class Reach:
 
 
 @dataclass(frozen=True)
+class MediaText:
+    """What a feature made of a message's files (a voice note's transcript): added to the
+    person's words and stored with them, like a document's text."""
+
+    text: str
+    preface: str = ""  # a line the reply starts with ("heard: ..."), or none
+
+
+class Unreadable(Exception):
+    """A message's files cannot reach the model now (voice off, an endpoint down): `line`
+    answers the person, the message is kept, and /retry reads its files again."""
+
+    def __init__(self, line: str) -> None:
+        super().__init__(line)
+        self.line = line
+
+
+@dataclass(frozen=True)
 class HealthReport:
     """A feature's block of GET /health."""
 
@@ -112,6 +130,12 @@ class Feature:
 
     async def before_turn(self, session: Session, context: ToolContext) -> None:
         """Awaited once the turn's message is saved and its prompt's size is known."""
+        return None
+
+    async def read_media(self, msg: InboundMessage) -> MediaText | None:
+        """Awaited while the message is saved, when it carries files (`msg.media`, relative
+        to the workspace): their text for the model, None when none is this feature's; raise
+        Unreadable when the turn must not run without them."""
         return None
 
     async def after_turn(self, session: Session, context: ToolContext) -> None:
@@ -197,6 +221,8 @@ class Core:
         # Only the hooks it supplies: an after-turn hook costs a task per turn.
         if _defines(feature, "before_turn"):
             self.loop.before_turn.append(feature.before_turn)
+        if _defines(feature, "read_media"):
+            self.loop.read_media.append(feature.read_media)
         if _defines(feature, "after_turn"):
             self.loop.after_turn.append(feature.after_turn)
         if _defines(feature, "before_new"):

@@ -22,6 +22,7 @@ from nanomem.agent.commands import (
     UnknownCommand,
 )
 from nanomem.agent.context import ContextBuilder
+from nanomem.agent.feature import MediaText, Unreadable
 from nanomem.agent.outbound import (
     STOPPING,
     STOPPING_NOTE,
@@ -44,6 +45,8 @@ from nanomem.text.plural import plural
 from nanomem.tools import ToolContext, ToolRegistry
 
 BeforeTurn = Callable[[Session, ToolContext], Awaitable[None]]
+# A feature's reading of a message's files (a voice note's transcript); see Feature.read_media.
+ReadMedia = Callable[[InboundMessage], Awaitable[MediaText | None]]
 AfterTurn = Callable[[Session, ToolContext], Awaitable[None]]
 # Where the pieces of a turn go while it runs (deltas, progress lines, questions go on the bus).
 Show = Callable[[OutboundMessage], Awaitable[None]]
@@ -95,6 +98,7 @@ class AgentLoop:
         self.budget, self.settings = budget, settings
         self.commands = CommandSet()
         self.before_turn: list[BeforeTurn] = []  # awaited once the prompt's size is known
+        self.read_media: list[ReadMedia] = []  # awaited while a message with files is saved
         self.after_turn: list[AfterTurn] = []  # run in the background after the reply
         self.before_new: list[NewHook] = []  # awaited by /new before the session is reset
         self.stop_named: list[StopNamed] = []  # asked by `/stop <name>`, in turn
@@ -255,6 +259,8 @@ class AgentLoop:
         except asyncio.CancelledError:
             await saving
             raise
+        except Unreadable as exc:  # kept in the session: /retry reads its files again
+            return OutboundMessage.answering(msg, Text(exc.line, "error"))
         finally:
             self._starting.discard(key)
             # Cleared on every path: a save that failed must not stop the chat's next message.
@@ -351,7 +357,10 @@ class AgentLoop:
                 "iteration_limit.md.j2", max_iterations=limits.max_iterations
             )
             return OutboundMessage.answering(msg, Text(text, "error"))
-        return OutboundMessage.answering(msg, Text(redact(result.text)))
+        reply = redact(result.text)
+        if preface := session.messages[at].get("preface"):
+            reply = f"{preface}\n\n{reply}"
+        return OutboundMessage.answering(msg, Text(reply))
 
     def _context_of(self, msg: InboundMessage) -> ToolContext:
         """Whom a turn works for: handed to every tool call and hook, never read from ambient
@@ -436,7 +445,17 @@ class AgentLoop:
         )
         if last is None or last < session.replay_from:
             return session, None
-        return session, None if finished_reply(session.messages, last) is not None else last
+        if finished_reply(session.messages, last) is not None:
+            return session, None
+        if unread := session.messages[last].get("unread"):  # its files could not be read
+            read = await self._read_media(replace(msg, media=tuple(unread)))
+            kept = {k: v for k, v in session.messages[last].items() if k not in ("unread", "in")}
+            again = {**kept, "content": f"{kept['content']}\n\n{read.text}".rstrip()}
+            if read.preface:
+                again["preface"] = read.preface
+            await self.sessions.append(session, [again])
+            return session, len(session.messages) - 1
+        return session, last
 
     async def _acknowledge(self, msg: InboundMessage) -> tuple[Session, int | None]:
         """The session and the index of the message in it: saved now, or found there when a
@@ -452,11 +471,35 @@ class AgentLoop:
         # Documents become text once, here, and the session keeps it (agent/documents.py).
         room = self.settings.agent.max_message_chars - len(msg.content)
         documents = await self.context.documents(msg.media, room)
-        user = self.context.user_message(msg, documents=documents)
+        try:  # a voice note's transcript too, made once (Feature.read_media)
+            read = await self._read_media(msg)
+        except Unreadable as exc:
+            user = self.context.user_message(msg, documents=documents)
+            user["unread"] = list(msg.media)  # /retry reads them again
+            if msg.seq is not None:
+                user["in"] = msg.id
+            note = self.templates.render("media_unread.md.j2", line=exc.line)
+            failed = {"role": "assistant", "content": note, "failed": "media"}
+            await self.sessions.append(session, [user, failed])
+            raise
+        text = "\n\n".join(filter(None, [documents, read.text]))
+        user = self.context.user_message(msg, documents=text)
+        if read.preface:
+            user["preface"] = read.preface  # the reply starts with it, on a retry too
         if msg.seq is not None:
             user["in"] = msg.id  # how a replay finds it again
         await self.sessions.append(session, [user])
         return session, len(session.messages) - 1
+
+    async def _read_media(self, msg: InboundMessage) -> MediaText:
+        """What the features make of the message's files, together; Unreadable from any."""
+        if not msg.media or not self.read_media:
+            return MediaText("")
+        found = [read for hook in self.read_media if (read := await hook(msg)) is not None]
+        return MediaText(
+            "\n\n".join(r.text for r in found if r.text),
+            "\n".join(r.preface for r in found if r.preface),
+        )
 
     def _spawn(self, coro: Awaitable[Any]) -> asyncio.Task[Any]:
         task = asyncio.ensure_future(coro)
