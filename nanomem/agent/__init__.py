@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     )
     from nanomem.agent.inbox import Pending, SqliteInbox, parked_in
     from nanomem.agent.loop import AgentLoop
+    from nanomem.agent.markup import plain_text
     from nanomem.agent.outbound import (
         STOPPING,
         STOPPING_NOTE,
@@ -120,6 +121,7 @@ __all__ = [
     "parked_line",
     "parked_notice",
     "parse_command",
+    "plain_text",
     "pump_outbound",
     "react",
     "record_failure",
@@ -161,6 +163,7 @@ __getattr__ = lazy_exports(
         ),
         "inbox": ("Pending", "SqliteInbox", "parked_in"),
         "loop": ("AgentLoop",),
+        "markup": ("plain_text",),
         "outbound": (
             "STOPPING",
             "STOPPING_NOTE",

@@ -89,6 +89,30 @@ class MediaText:
     text: str
     preface: str = ""  # a line the reply starts with ("heard: ..."), or none
 
+    def into(self, user: dict[str, Any]) -> dict[str, Any]:
+        """The stored user message with this text added (and its preface kept for the reply:
+        on a retry too); what a failed reading had left there for /retry is dropped."""
+        kept = {k: v for k, v in user.items() if k not in ("unread", "in", "preface")}
+        if user.get("in") and not user.get("unread"):
+            kept["in"] = user["in"]  # a replay finds it by that (a re-read one: the first)
+        made = {**kept, "content": "\n\n".join(filter(None, [user["content"], self.text]))}
+        return {**made, "preface": self.preface} if self.preface else made
+
+
+# A feature's reading of a message's files (a voice note's transcript); Feature.read_media.
+ReadMedia = Callable[["InboundMessage"], Awaitable["MediaText | None"]]
+
+
+async def read_media(hooks: list[ReadMedia], msg: InboundMessage) -> MediaText:
+    """What the features make of the message's files, together; Unreadable from any."""
+    if not msg.media or not hooks:
+        return MediaText("")
+    found = [read for hook in hooks if (read := await hook(msg)) is not None]
+    return MediaText(
+        "\n\n".join(r.text for r in found if r.text),
+        "\n".join(r.preface for r in found if r.preface),
+    )
+
 
 class Unreadable(Exception):
     """A message's files cannot reach the model now (voice off, an endpoint down): `line`

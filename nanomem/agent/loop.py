@@ -22,7 +22,7 @@ from nanomem.agent.commands import (
     UnknownCommand,
 )
 from nanomem.agent.context import ContextBuilder
-from nanomem.agent.feature import MediaText, Unreadable
+from nanomem.agent.feature import ReadMedia, Unreadable, read_media
 from nanomem.agent.outbound import (
     STOPPING,
     STOPPING_NOTE,
@@ -31,6 +31,7 @@ from nanomem.agent.outbound import (
     OutboundMessage,
     Progress,
     Text,
+    describe_call,
 )
 from nanomem.agent.react_loop import ReactResult, StepText, react, seal_tool_calls
 from nanomem.agent.retries import keep_for_retry
@@ -40,13 +41,10 @@ from nanomem.config import Settings
 from nanomem.log import redact, shown_so_far
 from nanomem.memory import Budget, Session, SessionStore, to_wire
 from nanomem.providers import Provider, ProviderError, ToolCall, key_source, route
-from nanomem.text import untrusted_json
 from nanomem.text.plural import plural
 from nanomem.tools import ToolContext, ToolRegistry
 
 BeforeTurn = Callable[[Session, ToolContext], Awaitable[None]]
-# A feature's reading of a message's files (a voice note's transcript); see Feature.read_media.
-ReadMedia = Callable[[InboundMessage], Awaitable[MediaText | None]]
 AfterTurn = Callable[[Session, ToolContext], Awaitable[None]]
 # Where the pieces of a turn go while it runs (deltas, progress lines, questions go on the bus).
 Show = Callable[[OutboundMessage], Awaitable[None]]
@@ -448,12 +446,8 @@ class AgentLoop:
         if finished_reply(session.messages, last) is not None:
             return session, None
         if unread := session.messages[last].get("unread"):  # its files could not be read
-            read = await self._read_media(replace(msg, media=tuple(unread)))
-            kept = {k: v for k, v in session.messages[last].items() if k not in ("unread", "in")}
-            again = {**kept, "content": f"{kept['content']}\n\n{read.text}".rstrip()}
-            if read.preface:
-                again["preface"] = read.preface
-            await self.sessions.append(session, [again])
+            read = await read_media(self.read_media, replace(msg, media=tuple(unread)))
+            await self.sessions.append(session, [read.into(session.messages[last])])
             return session, len(session.messages) - 1
         return session, last
 
@@ -471,35 +465,18 @@ class AgentLoop:
         # Documents become text once, here, and the session keeps it (agent/documents.py).
         room = self.settings.agent.max_message_chars - len(msg.content)
         documents = await self.context.documents(msg.media, room)
-        try:  # a voice note's transcript too, made once (Feature.read_media)
-            read = await self._read_media(msg)
-        except Unreadable as exc:
-            user = self.context.user_message(msg, documents=documents)
-            user["unread"] = list(msg.media)  # /retry reads them again
-            if msg.seq is not None:
-                user["in"] = msg.id
-            note = self.templates.render("media_unread.md.j2", line=exc.line)
-            failed = {"role": "assistant", "content": note, "failed": "media"}
-            await self.sessions.append(session, [user, failed])
-            raise
-        text = "\n\n".join(filter(None, [documents, read.text]))
-        user = self.context.user_message(msg, documents=text)
-        if read.preface:
-            user["preface"] = read.preface  # the reply starts with it, on a retry too
+        user = self.context.user_message(msg, documents=documents)
         if msg.seq is not None:
             user["in"] = msg.id  # how a replay finds it again
-        await self.sessions.append(session, [user])
+        try:  # a voice note's transcript too, made once (Feature.read_media)
+            read = await read_media(self.read_media, msg)
+        except Unreadable as exc:  # kept with its files named, for /retry to read again
+            note = self.templates.render("media_unread.md.j2", line=exc.line)
+            failed = {"role": "assistant", "content": note, "failed": "media"}
+            await self.sessions.append(session, [{**user, "unread": list(msg.media)}, failed])
+            raise
+        await self.sessions.append(session, [read.into(user)])
         return session, len(session.messages) - 1
-
-    async def _read_media(self, msg: InboundMessage) -> MediaText:
-        """What the features make of the message's files, together; Unreadable from any."""
-        if not msg.media or not self.read_media:
-            return MediaText("")
-        found = [read for hook in self.read_media if (read := await hook(msg)) is not None]
-        return MediaText(
-            "\n\n".join(r.text for r in found if r.text),
-            "\n".join(r.preface for r in found if r.preface),
-        )
 
     def _spawn(self, coro: Awaitable[Any]) -> asyncio.Task[Any]:
         task = asyncio.ensure_future(coro)
@@ -618,14 +595,3 @@ def finished_reply(messages: list[dict[str, Any]], at: int) -> str | None:
 def interrupted(text: str) -> dict[str, Any]:
     """The part of a reply the person saw before it was cut short, as the assistant's."""
     return {"role": "assistant", "content": text, "interrupted": True}
-
-
-def describe_call(call: ToolCall, width: int = 100) -> str:
-    """A one-line summary of a tool call for progress displays."""
-    try:
-        args = untrusted_json.loads(call.arguments or "{}")
-        shown = ", ".join(f"{k}={v!r}" for k, v in args.items()) if isinstance(args, dict) else ""
-    except ValueError:
-        shown = call.arguments
-    line = f"{call.name}({shown})".replace("\n", " ")
-    return line if len(line) <= width else line[: width - 1] + "…"

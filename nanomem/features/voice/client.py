@@ -1,23 +1,23 @@
 """The two OpenAI-compatible audio calls: POST /audio/transcriptions (multipart, the file as
-received) and POST /audio/speech (JSON in, audio bytes out). httpx is imported when a call is
-made, never with this module. A failure is a VoiceError whose message may be shown to the
-person: it names no URL and no key."""
+received) and POST /audio/speech (JSON in, audio bytes out), over the lean client's connection
+(its proxy and TLS decisions; httpx is imported at a call, never with this module). A failure
+is a VoiceError whose message may be shown to the person: it names no URL and no key."""
 
 from __future__ import annotations
 
 import asyncio
+import json
+import secrets
 from dataclasses import dataclass
 from pathlib import PurePath
-from typing import TYPE_CHECKING, Any
 
 from loguru import logger
 
 from nanomem.features.voice.audio import VIDEO_NOTE_ENDING
 from nanomem.features.voice.endpoint import AudioEndpoint
-from nanomem.log import redact
-
-if TYPE_CHECKING:
-    import httpx
+from nanomem.providers import Connection, ConnectionFailed
+from nanomem.text import untrusted_json
+from nanomem.text.masking import redact
 
 MAX_UPLOAD_BYTES = 25 * 2**20  # OpenAI's limit for /audio/transcriptions
 MAX_SPEECH_CHARS = 4096  # /audio/speech takes at most this much input
@@ -66,11 +66,11 @@ class AudioClient:
                 f"{MAX_UPLOAD_BYTES // 2**20} MB"
             )
         name, kind = upload_name(path)
-        files = {"file": (name, data, kind)}
-        form = {"model": model, "response_format": "json"}
-        response = await self._post("transcriptions", "transcription", data=form, files=files)
+        fields = {"model": model, "response_format": "json"}
+        body, content_type = multipart(fields, ("file", name, kind, data))
+        answer = await self._post("transcriptions", "transcription", body, content_type)
         try:
-            text = response.json().get("text")
+            text = untrusted_json.loads(answer).get("text")
         except (ValueError, AttributeError):
             text = None
         if not isinstance(text, str):
@@ -79,62 +79,81 @@ class AudioClient:
 
     async def speak(self, text: str, model: str, voice: str) -> bytes:
         """The text spoken, as Ogg/Opus."""
-        body = {
+        request = {
             "model": model,
             "voice": voice,
             "input": text[:MAX_SPEECH_CHARS],
             "response_format": "opus",
         }
-        response = await self._post("speech", "speech", json=body)
-        if not response.content or len(response.content) > MAX_AUDIO_BYTES:
-            raise VoiceError("the speech service gave no usable audio")
-        return response.content
+        body = json.dumps(request).encode("utf-8")
+        audio = await self._post("speech", "speech", body, "application/json")
+        if not audio:
+            raise VoiceError("the speech service gave no audio")
+        return audio
 
-    async def _post(self, path: str, what: str, **request: Any) -> httpx.Response:
-        import httpx  # ~0.1 s: only when a voice note comes
-
-        headers = {}
+    async def _post(self, path: str, what: str, body: bytes, content_type: str) -> bytes:
+        """The answer's body; transient failures tried again after a pause (ATTEMPTS)."""
+        headers = {b"Content-Type": content_type.encode("ascii")}
         if self.endpoint.api_key:
-            headers["Authorization"] = f"Bearer {self.endpoint.api_key}"
+            headers[b"Authorization"] = f"Bearer {self.endpoint.api_key}".encode()
         url = f"{self.endpoint.base_url}/audio/{path}"
-        async with httpx.AsyncClient(timeout=self.timeout_s) as client:
+        connection = Connection(url, timeout_s=self.timeout_s, connections=1)
+        try:
             for attempt in range(1, ATTEMPTS + 1):
                 try:
-                    response = await client.post(url, headers=headers, **request)
-                except httpx.TimeoutException:
+                    async with connection.post(body, headers) as answer:
+                        if 200 <= answer.status < 300:
+                            return await answer.read(MAX_AUDIO_BYTES)
+                        status, excerpt = answer.status, await answer.excerpt(2048)
+                except TimeoutError:
                     raise VoiceError(
                         f"the {what} service did not answer within {self.timeout_s:g} s "
                         "(voice.timeout_s)"
                     ) from None
-                except httpx.TransportError as exc:
-                    problem = f"the {what} service could not be reached"
-                    logger.warning("voice: {} ({})", problem, type(exc).__name__)
-                    if attempt == ATTEMPTS:
-                        raise VoiceError(problem) from None
+                except ConnectionFailed as exc:
+                    logger.warning("voice: the {} service: {}", what, exc)
+                    if exc.answered or attempt == ATTEMPTS:
+                        raise VoiceError(f"the {what} service could not be reached") from None
                 else:
-                    if response.is_success:
-                        return response
-                    logger.warning(
-                        "voice: the {} service answered HTTP {}", what, response.status_code
-                    )
-                    if response.status_code not in TRANSIENT or attempt == ATTEMPTS:
-                        raise VoiceError(_refusal(what, response)) from None
+                    logger.warning("voice: the {} service answered HTTP {}", what, status)
+                    if status not in TRANSIENT or attempt == ATTEMPTS:
+                        raise VoiceError(self._refusal(what, status, excerpt))
                 await asyncio.sleep(self.backoff_s * 2 ** (attempt - 1))
+        finally:
+            await connection.close()
         raise AssertionError("unreachable")  # the last attempt returns or raises
 
+    def _refusal(self, what: str, status: int, excerpt: bytes) -> str:
+        if status in (401, 403):
+            return f"the {what} service refused the key (HTTP {status}; voice.api_key)"
+        if status == 413:
+            return f"the {what} service found the recording too large (HTTP 413)"
+        detail = ""
+        try:
+            error = untrusted_json.loads(excerpt.decode("utf-8", "replace")).get("error")
+            message = error.get("message") if isinstance(error, dict) else error
+            if isinstance(message, str):
+                if self.endpoint.api_key:
+                    message = message.replace(self.endpoint.api_key, "***")
+                detail = ": " + redact(" ".join(message.split()))[:160]
+        except (ValueError, AttributeError):
+            pass
+        return f"the {what} service answered HTTP {status}{detail}"
 
-def _refusal(what: str, response: httpx.Response) -> str:
-    status = response.status_code
-    if status in (401, 403):
-        return f"the {what} service refused the key (HTTP {status}; voice.api_key)"
-    if status == 413:
-        return f"the {what} service found the recording too large (HTTP 413)"
-    detail = ""
-    try:
-        error = response.json().get("error")
-        message = error.get("message") if isinstance(error, dict) else error
-        if isinstance(message, str):
-            detail = ": " + redact(" ".join(message.split()))[:160]
-    except (ValueError, AttributeError):
-        pass
-    return f"the {what} service answered HTTP {status}{detail}"
+
+def multipart(fields: dict[str, str], file: tuple[str, str, str, bytes]) -> tuple[bytes, str]:
+    """A multipart/form-data body (RFC 7578) of text fields and one file; its content type."""
+    boundary = f"nanomem-{secrets.token_hex(12)}"
+    parts = [
+        f'--{boundary}\r\nContent-Disposition: form-data; name="{name}"\r\n\r\n{value}\r\n'.encode()
+        for name, value in fields.items()
+    ]
+    field, filename, kind, data = file
+    parts.append(
+        f'--{boundary}\r\nContent-Disposition: form-data; name="{field}"; '
+        f'filename="{filename}"\r\nContent-Type: {kind}\r\n\r\n'.encode()
+        + data
+        + b"\r\n"
+    )
+    parts.append(f"--{boundary}--\r\n".encode())
+    return b"".join(parts), f"multipart/form-data; boundary={boundary}"

@@ -7,7 +7,7 @@ import os
 from dataclasses import dataclass
 
 from nanomem.config import Settings
-from nanomem.providers.routing import route
+from nanomem.providers import route
 
 DISABLED = "Voice notes are turned off here (voice.enabled = false)."
 TURN_ON = (

@@ -14,9 +14,17 @@ from typing import TYPE_CHECKING, Any
 
 from loguru import logger
 
-from nanomem.agent import Core, Feature, MediaText, Reach, Unreadable
-from nanomem.agent.channel import save_media
-from nanomem.agent.outbound import File, OutboundMessage
+from nanomem.agent import (
+    Core,
+    Feature,
+    File,
+    MediaText,
+    OutboundMessage,
+    Reach,
+    Unreadable,
+    plain_text,
+    save_media,
+)
 from nanomem.config import VoiceSettings
 from nanomem.features.voice.audio import (
     VIDEO_NOTE_ENDING,
@@ -111,8 +119,6 @@ class Voice(Feature):
         text = spoken_reply(session.messages)
         if text is None:
             return
-        from nanomem.agent.markup import plain_text
-
         try:
             audio = await self.client.speak(
                 plain_text(text), self.settings.speech_model, self.settings.speech_voice
