@@ -23,7 +23,7 @@ from nanomem.features.voice.client import upload_name
 from nanomem.features.voice.endpoint import TURN_ON
 from nanomem.home import Home
 from nanomem.providers.scripted import ScriptedProvider, text
-from tests.conftest import TEST_KEY, make_app
+from tests.conftest import TEST_KEY, cli_env, make_app, run_cli_here
 from tests.fakes.openai_server import FakeOpenAI
 
 NOTE = (Path(__file__).resolve().parent.parent / "fixtures" / "voice-note.oga").read_bytes()
@@ -178,3 +178,26 @@ async def test_voice_off_answers_how_to_turn_it_on_without_a_model_call(home: Ho
     reply = await app.loop.handle(InboundMessage("telegram", "42", "", media=(note,)))
     assert reply is not None and reply.part == Text(TURN_ON, "error")
     assert provider.calls == []
+
+
+def test_status_says_where_voice_goes_and_never_the_key(home: Home) -> None:
+    env = cli_env(home) | {
+        "NANOMEM_LLM__MODEL": "openai/fake",
+        "NANOMEM_LLM__API_BASE": "http://127.0.0.1:9/v1",
+        "NANOMEM_LLM__API_KEY": TEST_KEY,
+    }
+    shown = run_cli_here("status", env=env).stdout
+    assert "whisper-1 at http://127.0.0.1:9/v1 (the model connection (llm.model))" in shown
+    env |= {
+        "NANOMEM_VOICE__API_BASE": "https://api.groq.com/openai/v1",
+        "NANOMEM_VOICE__API_KEY": "gsk-secret-key-123456",
+    }
+    env |= {"NANOMEM_VOICE__REPLY": "to_voice"}
+    shown = run_cli_here("status", env=env).stdout
+    assert "at https://api.groq.com/openai/v1 (voice.api_base), spoken replies by tts-1" in shown
+    assert "gsk-secret" not in shown and TEST_KEY not in shown
+    env["NANOMEM_LLM__MODEL"] = "anthropic/claude-sonnet-4"
+    del env["NANOMEM_VOICE__API_BASE"]
+    assert "voice           off: set voice.api_base" in run_cli_here("status", env=env).stdout
+    env["NANOMEM_VOICE__ENABLED"] = "false"
+    assert "voice           off (voice.enabled)" in run_cli_here("status", env=env).stdout
