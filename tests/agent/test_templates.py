@@ -31,7 +31,7 @@ SAMPLES = {
     },
     "recall.md.j2": {"shared_room": True},
     "untrusted.md.j2": {},
-    "voice.md.j2": {},
+    "voice_heard.md.j2": {},
     "dream_system.md.j2": {},
     "dream_analyse.md.j2": {
         "entries": [HistoryEntry(3, "2026-11-20T10:00:00+01:00", "cli:direct", "- Ada", "summary")],

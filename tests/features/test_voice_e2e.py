@@ -71,6 +71,7 @@ async def test_a_voice_note_becomes_the_persons_words_and_sets_the_reminder(
     words = last_user_text(live.llm.requests[0])
     assert f"[voice note, 0:02] {SAID}" in words
     assert "<<untrusted" not in words  # the person's own voice, not outside text
+    assert "(Transcribed from speech, so a word may be misheard" in words  # no echo: a hint
     (schedule,) = ScheduleStore.of(home, live.app.settings.schedule).load()
     assert schedule.text == "Water the plants"
     (kept,) = media(home)
@@ -125,6 +126,7 @@ async def test_with_echo_the_reply_starts_with_what_was_heard(live: LiveGateway)
     live.llm.reply("Will do.")
     answer = await live.reply(OWNER, lambda: live.telegram.send_voice(OWNER, NOTE))
     assert answer == f"heard: {SAID}\n\nWill do."
+    assert "Transcribed from speech" not in last_user_text(live.llm.requests[0])
 
 
 async def test_a_forwarded_audio_file_is_someone_elses_words(live: LiveGateway) -> None:

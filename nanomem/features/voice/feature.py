@@ -38,10 +38,10 @@ from nanomem.features.voice.endpoint import DISABLED, TURN_ON, audio_endpoint
 from nanomem.tools import ToolContext, ToolError, read_checked, untrusted
 
 if TYPE_CHECKING:
-    from nanomem.agent import InboundMessage, MessageBus
+    from nanomem.agent import InboundMessage, MessageBus, Templates
     from nanomem.memory import Session
 
-PROMPT_SECTION = "voice.md.j2"
+HINT = "voice_heard.md.j2"  # after a transcript of the person's voice, when there is no echo
 HEARD_CHARS = 200  # the "heard: ..." line shows this much of a transcript
 # The mark a transcript of the person's own voice starts with (see `_transcribed`).
 SPOKEN = re.compile(r"^\[(?:voice|video) note(?:, [\d:]+)?\] ", re.MULTILINE)
@@ -56,12 +56,11 @@ class Voice(Feature):
         client: AudioClient | None,
         workspace: Path,
         bus: MessageBus,
+        templates: Templates,
     ) -> None:
         self.settings, self.client, self.workspace, self.bus = settings, client, workspace, bus
+        self.templates = templates
         self.pushing: Set[str] = frozenset()  # where a spoken reply may go (start)
-
-    def prompt_section(self) -> str | None:
-        return PROMPT_SECTION if self.client is not None and not self.settings.echo else None
 
     async def start(self, reach: Reach) -> None:
         self.pushing = reach.pushing
@@ -77,8 +76,12 @@ class Voice(Feature):
             text, seconds = await self._transcribe(self.client, relative)
             texts.append(transcribed(relative, text, seconds))
             heard.append(text if len(text) <= HEARD_CHARS else text[: HEARD_CHARS - 1] + "…")
-        preface = "\n".join(f"heard: {line}" for line in heard) if self.settings.echo else ""
-        return MediaText("\n\n".join(texts), preface)
+        if self.settings.echo:  # the person sees what was heard: nothing to ask of the model
+            preface = "\n".join(f"heard: {line}" for line in heard)
+            return MediaText("\n\n".join(texts), preface)
+        if any(is_own_voice(relative) for relative in spoken):
+            texts.append(self.templates.render(HINT).strip())
+        return MediaText("\n\n".join(texts))
 
     async def _transcribe(self, client: AudioClient, relative: str) -> tuple[str, float | None]:
         """The recording's text, and how long it plays when that can be told."""
@@ -163,4 +166,4 @@ def build(core: Core) -> Voice:
     settings = core.settings.voice
     endpoint = audio_endpoint(core.settings)
     client = None if endpoint is None else AudioClient(endpoint, settings.timeout_s)
-    return Voice(settings, client, core.workspace, core.bus)
+    return Voice(settings, client, core.workspace, core.bus, core.templates)
