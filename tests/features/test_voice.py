@@ -23,6 +23,7 @@ from nanomem.features.voice.client import upload_name
 from nanomem.features.voice.endpoint import TURN_ON
 from nanomem.home import Home
 from nanomem.providers.scripted import ScriptedProvider, text
+from nanomem.text.masking import redact
 from tests.conftest import TEST_KEY, cli_env, make_app, run_cli_here
 from tests.fakes.openai_server import FakeOpenAI
 
@@ -201,3 +202,9 @@ def test_status_says_where_voice_goes_and_never_the_key(home: Home) -> None:
     assert "voice           off: set voice.api_base" in run_cli_here("status", env=env).stdout
     env["NANOMEM_VOICE__ENABLED"] = "false"
     assert "voice           off (voice.enabled)" in run_cli_here("status", env=env).stdout
+
+
+def test_the_voice_key_is_masked_wherever_text_is_logged_or_stored(home: Home) -> None:
+    key = "gsk-voice-secret-0123456789"
+    make_app(home, ScriptedProvider(), voice={"api_key": key})
+    assert key not in redact(f"the key is {key}")

@@ -98,11 +98,16 @@ async def test_a_failed_transcription_is_said_the_note_kept_and_retry_reads_it_a
     (kept,) = media(home)
     assert TEST_KEY not in answer and live.llm.base_url not in answer
 
+    live.llm.transcription_error(401, "Incorrect API key provided")  # failing again: said again
+    still = await live.say(OWNER, "/retry")
+    assert still.startswith("I could not transcribe that recording: the transcription service")
+    assert "refused the key (HTTP 401; voice.api_key)" in still and live.llm.requests == []
+
     live.llm.transcript(SAID)
     live.llm.reply("Noted.")
     assert await live.say(OWNER, "/retry") == "Noted."
-    first, again = live.llm.audio_requests
-    assert first.data == again.data == NOTE
+    first, refused, again = live.llm.audio_requests
+    assert first.data == refused.data == again.data == NOTE
     (request,) = live.llm.requests
     assert f"[voice note, 0:02] {SAID}" in last_user_text(request)
     assert media(home) == [kept]
