@@ -92,7 +92,7 @@ async def test_a_failed_transcription_is_said_the_note_kept_and_retry_reads_it_a
     answer = await live.reply(OWNER, lambda: live.telegram.send_voice(OWNER, NOTE))
     assert answer == (
         "I could not transcribe that recording: the transcription service answered HTTP 400: "
-        "Invalid file format.. It is kept; send /retry to try again."
+        "Invalid file format. It is kept; send /retry to try again."
     )
     assert live.llm.requests == []  # no turn without the words
     (kept,) = media(home)

@@ -43,7 +43,7 @@ if TYPE_CHECKING:
 
 HINT = "voice_heard.md.j2"  # after a transcript of the person's voice, when there is no echo
 HEARD_CHARS = 200  # the "heard: ..." line shows this much of a transcript
-# The mark a transcript of the person's own voice starts with (see `_transcribed`).
+# The mark a transcript of the person's own voice starts with (see `transcribed`).
 SPOKEN = re.compile(r"^\[(?:voice|video) note(?:, [\d:]+)?\] ", re.MULTILINE)
 
 
@@ -104,8 +104,8 @@ class Voice(Feature):
         except VoiceError as exc:
             logger.warning("voice: {} was not transcribed: {}", relative, exc)
             raise Unreadable(
-                f"I could not transcribe that recording: {exc}. It is kept; send /retry to "
-                "try again."
+                f"I could not transcribe that recording: {str(exc).rstrip('.')}. It is kept; "
+                "send /retry to try again."
             ) from None
         if not text:
             raise Unreadable("I could not make out any words in that recording.")
