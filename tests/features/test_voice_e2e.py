@@ -20,6 +20,7 @@ from tests.conftest import TEST_KEY
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.telegram_gateway import LiveGateway, telegram_gateway
 from tests.fakes.telegram_server import FakeTelegram
+from tests.helpers import until
 
 OWNER = 1000
 NOTE = (Path(__file__).resolve().parent.parent / "fixtures" / "voice-note.oga").read_bytes()
@@ -174,3 +175,18 @@ async def test_an_oversized_voice_note_is_refused_politely(small: LiveGateway, h
     answer = await small.reply(OWNER, lambda: small.telegram.send_voice(OWNER, big))
     assert answer == "That file is 1.0 MB; I accept up to 1 MB (telegram.max_file_mb)."
     assert small.llm.audio_requests == [] and media(home) == []
+
+
+@pytest.mark.parametrize("voice", [{"reply": "to_voice"}])
+async def test_a_voice_note_gets_a_spoken_reply_after_the_text(
+    live: LiveGateway, home: Home
+) -> None:
+    live.llm.transcript(SAID)
+    live.llm.reply("**Watering** at six.")
+    answer = await live.reply(OWNER, lambda: live.telegram.send_voice(OWNER, NOTE))
+    assert answer == "Watering at six."  # the text always goes
+    (speech,) = await until(lambda: [r for r in live.llm.audio_requests if r.path == "speech"])
+    assert speech.fields["input"] == "Watering at six." and speech.auth == f"Bearer {TEST_KEY}"
+    spoken = await until(lambda: [p for p in media(home) if p.name.endswith(".ogg")])
+    assert spoken[0].read_bytes() == NOTE  # what the speech server answered, kept
+    # How Telegram delivers it (sendVoice) is the channel's: tested with its file delivery.
