@@ -28,6 +28,7 @@ from nanomem.features.recall import build as recall
 from nanomem.features.schedules import build as schedules
 from nanomem.features.shell_approval import build as shell
 from nanomem.features.tasks import build as tasks
+from nanomem.features.voice import build as voice
 from nanomem.features.web import build as web
 from nanomem.home import Home
 from nanomem.memory import (
@@ -63,6 +64,7 @@ FEATURES = (
     web,
     tasks,
     mcp,
+    voice,
 )
 
 

@@ -48,7 +48,8 @@ def attachment(message: Any) -> tuple[str, Any, str, str] | None:
         ("voice note", message.voice, ".oga"),
         ("audio", message.audio, ".mp3"),
         ("video", message.video, ".mp4"),
-        ("video note", message.video_note, ".mp4"),
+        # Saved so (features/voice VIDEO_NOTE_ENDING): its sound is transcribed, a video's not.
+        ("video note", message.video_note, ".note.mp4"),
     ):
         if media is not None:
             name = getattr(media, "file_name", None) or ""

@@ -23,7 +23,7 @@ from nanomem.agent.channel import DeliveryLater
 from nanomem.tools import Tool, ToolContext
 
 if TYPE_CHECKING:
-    from nanomem.agent.bus import MessageBus
+    from nanomem.agent.bus import InboundMessage, MessageBus
     from nanomem.agent.commands import Command
     from nanomem.agent.context import ContextBuilder
     from nanomem.agent.loop import AgentLoop
@@ -82,6 +82,48 @@ class Reach:
 
 
 @dataclass(frozen=True)
+class MediaText:
+    """What a feature made of a message's files (a voice note's transcript): added to the
+    person's words and stored with them, like a document's text."""
+
+    text: str
+    preface: str = ""  # a line the reply starts with ("heard: ..."), or none
+
+    def into(self, user: dict[str, Any]) -> dict[str, Any]:
+        """The stored user message with this text added (and its preface kept for the reply:
+        on a retry too); what a failed reading had left there for /retry is dropped."""
+        kept = {k: v for k, v in user.items() if k not in ("unread", "in", "preface")}
+        if user.get("in") and not user.get("unread"):
+            kept["in"] = user["in"]  # a replay finds it by that (a re-read one: the first)
+        made = {**kept, "content": "\n\n".join(filter(None, [user["content"], self.text]))}
+        return {**made, "preface": self.preface} if self.preface else made
+
+
+# A feature's reading of a message's files (a voice note's transcript); Feature.read_media.
+ReadMedia = Callable[["InboundMessage"], Awaitable["MediaText | None"]]
+
+
+async def read_media(hooks: list[ReadMedia], msg: InboundMessage) -> MediaText:
+    """What the features make of the message's files, together; Unreadable from any."""
+    if not msg.media or not hooks:
+        return MediaText("")
+    found = [read for hook in hooks if (read := await hook(msg)) is not None]
+    return MediaText(
+        "\n\n".join(r.text for r in found if r.text),
+        "\n".join(r.preface for r in found if r.preface),
+    )
+
+
+class Unreadable(Exception):
+    """A message's files cannot reach the model now (voice off, an endpoint down): `line`
+    answers the person, the message is kept, and /retry reads its files again."""
+
+    def __init__(self, line: str) -> None:
+        super().__init__(line)
+        self.line = line
+
+
+@dataclass(frozen=True)
 class HealthReport:
     """A feature's block of GET /health."""
 
@@ -112,6 +154,12 @@ class Feature:
 
     async def before_turn(self, session: Session, context: ToolContext) -> None:
         """Awaited once the turn's message is saved and its prompt's size is known."""
+        return None
+
+    async def read_media(self, msg: InboundMessage) -> MediaText | None:
+        """Awaited while the message is saved, when it carries files (`msg.media`, relative
+        to the workspace): their text for the model, None when none is this feature's; raise
+        Unreadable when the turn must not run without them."""
         return None
 
     async def after_turn(self, session: Session, context: ToolContext) -> None:
@@ -197,6 +245,8 @@ class Core:
         # Only the hooks it supplies: an after-turn hook costs a task per turn.
         if _defines(feature, "before_turn"):
             self.loop.before_turn.append(feature.before_turn)
+        if _defines(feature, "read_media"):
+            self.loop.read_media.append(feature.read_media)
         if _defines(feature, "after_turn"):
             self.loop.after_turn.append(feature.after_turn)
         if _defines(feature, "before_new"):

@@ -22,6 +22,7 @@ from nanomem.agent.commands import (
     UnknownCommand,
 )
 from nanomem.agent.context import ContextBuilder
+from nanomem.agent.feature import ReadMedia, Unreadable, read_media
 from nanomem.agent.outbound import (
     STOPPING,
     STOPPING_NOTE,
@@ -30,6 +31,7 @@ from nanomem.agent.outbound import (
     OutboundMessage,
     Progress,
     Text,
+    describe_call,
 )
 from nanomem.agent.react_loop import ReactResult, StepText, react, seal_tool_calls
 from nanomem.agent.retries import keep_for_retry
@@ -39,7 +41,6 @@ from nanomem.config import Settings
 from nanomem.log import redact, shown_so_far
 from nanomem.memory import Budget, Session, SessionStore, to_wire
 from nanomem.providers import Provider, ProviderError, ToolCall, key_source, route
-from nanomem.text import untrusted_json
 from nanomem.text.plural import plural
 from nanomem.tools import ToolContext, ToolRegistry
 
@@ -95,6 +96,7 @@ class AgentLoop:
         self.budget, self.settings = budget, settings
         self.commands = CommandSet()
         self.before_turn: list[BeforeTurn] = []  # awaited once the prompt's size is known
+        self.read_media: list[ReadMedia] = []  # awaited while a message with files is saved
         self.after_turn: list[AfterTurn] = []  # run in the background after the reply
         self.before_new: list[NewHook] = []  # awaited by /new before the session is reset
         self.stop_named: list[StopNamed] = []  # asked by `/stop <name>`, in turn
@@ -255,6 +257,8 @@ class AgentLoop:
         except asyncio.CancelledError:
             await saving
             raise
+        except Unreadable as exc:  # kept in the session: /retry reads its files again
+            return OutboundMessage.answering(msg, Text(exc.line, "error"))
         finally:
             self._starting.discard(key)
             # Cleared on every path: a save that failed must not stop the chat's next message.
@@ -351,7 +355,10 @@ class AgentLoop:
                 "iteration_limit.md.j2", max_iterations=limits.max_iterations
             )
             return OutboundMessage.answering(msg, Text(text, "error"))
-        return OutboundMessage.answering(msg, Text(redact(result.text)))
+        reply = redact(result.text)
+        if preface := session.messages[at].get("preface"):
+            reply = f"{preface}\n\n{reply}"
+        return OutboundMessage.answering(msg, Text(reply))
 
     def _context_of(self, msg: InboundMessage) -> ToolContext:
         """Whom a turn works for: handed to every tool call and hook, never read from ambient
@@ -436,7 +443,13 @@ class AgentLoop:
         )
         if last is None or last < session.replay_from:
             return session, None
-        return session, None if finished_reply(session.messages, last) is not None else last
+        if finished_reply(session.messages, last) is not None:
+            return session, None
+        if unread := session.messages[last].get("unread"):  # its files could not be read
+            read = await read_media(self.read_media, replace(msg, media=tuple(unread)))
+            await self.sessions.append(session, [read.into(session.messages[last])])
+            return session, len(session.messages) - 1
+        return session, last
 
     async def _acknowledge(self, msg: InboundMessage) -> tuple[Session, int | None]:
         """The session and the index of the message in it: saved now, or found there when a
@@ -455,7 +468,14 @@ class AgentLoop:
         user = self.context.user_message(msg, documents=documents)
         if msg.seq is not None:
             user["in"] = msg.id  # how a replay finds it again
-        await self.sessions.append(session, [user])
+        try:  # a voice note's transcript too, made once (Feature.read_media)
+            read = await read_media(self.read_media, msg)
+        except Unreadable as exc:  # kept with its files named, for /retry to read again
+            note = self.templates.render("media_unread.md.j2", line=exc.line)
+            failed = {"role": "assistant", "content": note, "failed": "media"}
+            await self.sessions.append(session, [{**user, "unread": list(msg.media)}, failed])
+            raise
+        await self.sessions.append(session, [read.into(user)])
         return session, len(session.messages) - 1
 
     def _spawn(self, coro: Awaitable[Any]) -> asyncio.Task[Any]:
@@ -575,14 +595,3 @@ def finished_reply(messages: list[dict[str, Any]], at: int) -> str | None:
 def interrupted(text: str) -> dict[str, Any]:
     """The part of a reply the person saw before it was cut short, as the assistant's."""
     return {"role": "assistant", "content": text, "interrupted": True}
-
-
-def describe_call(call: ToolCall, width: int = 100) -> str:
-    """A one-line summary of a tool call for progress displays."""
-    try:
-        args = untrusted_json.loads(call.arguments or "{}")
-        shown = ", ".join(f"{k}={v!r}" for k, v in args.items()) if isinstance(args, dict) else ""
-    except ValueError:
-        shown = call.arguments
-    line = f"{call.name}({shown})".replace("\n", " ")
-    return line if len(line) <= width else line[: width - 1] + "…"

@@ -11,8 +11,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
+from nanomem.text import untrusted_json
+
 if TYPE_CHECKING:
     from nanomem.agent.bus import InboundMessage
+    from nanomem.providers import ToolCall
 
 # "reply": the model's words (Markdown); "error": a short plain note (something failed or was
 # refused); "command": the runtime's own text, shown as written (every line break, `<id>`).
@@ -69,6 +72,17 @@ class Question:
 class Progress:
     line: str  # a one-line summary of a tool call
     tool: str
+
+
+def describe_call(call: ToolCall, width: int = 100) -> str:
+    """A one-line summary of a tool call for progress displays."""
+    try:
+        args = untrusted_json.loads(call.arguments or "{}")
+        shown = ", ".join(f"{k}={v!r}" for k, v in args.items()) if isinstance(args, dict) else ""
+    except ValueError:
+        shown = call.arguments
+    line = f"{call.name}({shown})".replace("\n", " ")
+    return line if len(line) <= width else line[: width - 1] + "…"
 
 
 @dataclass(frozen=True)

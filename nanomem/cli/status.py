@@ -36,6 +36,7 @@ def status_rows(
         ("shell tool", "enabled" if settings.tools.shell_enabled else "disabled"),
         ("shell sandbox", _sandbox_state(settings)),
         ("web tools", _web_line(settings)),
+        ("voice", _voice_line(settings)),
         ("gateway", f"{gw.host}:{gw.port}, at most {gw.max_connections} connections"),
         ("agent api", _api_line(settings)),
         ("sessions", str(SessionStore(home.sessions).count())),
@@ -84,6 +85,20 @@ def _web_line(settings: Settings) -> str:
     else:
         reach = "public addresses only"
     return f"enabled, search by {web.search_provider}{where}; {reach}"
+
+
+def _voice_line(settings: Settings) -> str:
+    """Off (and why), or where recordings go and from which settings: never the key."""
+    from nanomem.features.voice import audio_endpoint
+
+    voice = settings.voice
+    if not voice.enabled:
+        return "off (voice.enabled)"
+    endpoint = audio_endpoint(settings)
+    if endpoint is None:
+        return "off: set voice.api_base (the model's connection is not OpenAI-compatible)"
+    spoken = f", spoken replies by {voice.speech_model}" if voice.reply == "to_voice" else ""
+    return f"{voice.model} at {endpoint.describe()}{spoken}"
 
 
 def _api_line(settings: Settings) -> str:

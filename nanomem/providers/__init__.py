@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 from nanomem.exports import lazy_exports
 
 if TYPE_CHECKING:
+    from nanomem.providers.connection import Connection, ConnectionFailed
     from nanomem.providers.litellm_provider import LiteLLMProvider, import_litellm
     from nanomem.providers.model_names import model_name_problem
     from nanomem.providers.openai_http import OpenAIHTTPProvider
@@ -27,6 +28,8 @@ if TYPE_CHECKING:
     from nanomem.providers.vision import supports_images
 
 __all__ = [
+    "Connection",
+    "ConnectionFailed",
     "LiteLLMProvider",
     "OpenAIHTTPProvider",
     "Provider",
@@ -48,6 +51,7 @@ __all__ = [
 __getattr__ = lazy_exports(
     __name__,
     {
+        "connection": ("Connection", "ConnectionFailed"),
         "litellm_provider": ("LiteLLMProvider", "import_litellm"),
         "model_names": ("model_name_problem",),
         "openai_http": ("OpenAIHTTPProvider",),

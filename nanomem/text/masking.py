@@ -129,7 +129,7 @@ def configured_secrets(settings: Settings) -> list[str]:
     token someone pastes as well as the gateway does."""
     web = settings.tools.web
     values = [settings.llm.api_key, settings.telegram.token, *settings.api.keys]
-    values += [web.brave_api_key, web.tavily_api_key]
+    values += [web.brave_api_key, web.tavily_api_key, settings.voice.api_key]
     for server in settings.mcp.servers.values():  # MCP servers' env and headers (tokens)
         values += [*server.env.values(), *server.headers.values()]
     secrets = [value.get_secret_value() for value in values if value is not None]

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from nanomem.agent import Command, Feature, InboundMessage, Reach
+from nanomem.agent import Command, Feature, InboundMessage, MediaText, Reach, Unreadable
 from nanomem.app import App
 from nanomem.audience import Sender
 from nanomem.features.dream import Dreaming
@@ -197,3 +197,68 @@ async def test_a_hook_given_to_the_instance_is_called(home: Home) -> None:
     new = await app.loop.handle(InboundMessage("cli", "direct", "/new", Sender("me")))
     assert new is not None and "The wired feature saw it." in new.content
     assert wired.seen == ["cli:direct"]
+
+
+class Reader(Feature):
+    """Reads `.xyz` files as text, or cannot (`broken`): a stand-in for voice's transcription."""
+
+    name = "reader"
+
+    def __init__(self) -> None:
+        self.broken = False
+        self.read: list[tuple[str, ...]] = []
+
+    async def read_media(self, msg: InboundMessage) -> MediaText | None:
+        mine = tuple(m for m in msg.media if m.endswith(".xyz"))
+        if not mine:
+            return None
+        self.read.append(mine)
+        if self.broken:
+            raise Unreadable("The reader is out of ink.")
+        return MediaText(f"[xyz] words of {mine[0]}", preface="read: words")
+
+
+def reader_app(home: Home, *replies: str) -> tuple[App, Reader, ScriptedProvider]:
+    provider = ScriptedProvider([text(reply) for reply in replies])
+    app = make_app(home, provider)
+    reader = Reader()
+    app.add(reader)
+    return app, reader, provider
+
+
+async def test_a_features_reading_of_a_file_is_stored_once_with_the_message(home: Home) -> None:
+    app, reader, provider = reader_app(home, "Got it.")
+    msg = InboundMessage("cli", "direct", "look", media=("media/a.xyz", "media/b.zip"))
+    reply = await app.loop.handle(msg)
+    assert reply is not None and reply.content == "read: words\n\nGot it."
+    assert reader.read == [("media/a.xyz",)]
+    assert provider.calls[0][-1]["content"].endswith("look\n\n[xyz] words of media/a.xyz")
+    session = await app.sessions.get("cli:direct")
+    user = session.messages[-2]
+    assert user["preface"] == "read: words" and "unread" not in user
+    # A message without files asks no feature.
+    await app.loop.handle(InboundMessage("cli", "direct", "plain"))
+    assert reader.read == [("media/a.xyz",)]
+
+
+async def test_files_that_cannot_be_read_are_said_kept_and_read_again_by_retry(
+    home: Home,
+) -> None:
+    app, reader, provider = reader_app(home, "Now I see.")
+    reader.broken = True
+    msg = InboundMessage("cli", "direct", "look", media=("media/a.xyz",))
+    reply = await app.loop.handle(msg)
+    assert reply is not None and reply.content == "The reader is out of ink."
+    assert provider.calls == []
+    session = await app.sessions.get("cli:direct")
+    user, note = session.messages[-2:]
+    assert user["unread"] == ["media/a.xyz"] and note["failed"] == "media"
+
+    reader.broken = False
+    again = await app.loop.handle(InboundMessage("cli", "direct", "/retry"))
+    assert again is not None and again.content == "read: words\n\nNow I see."
+    assert provider.calls[0][-1]["content"].endswith("look\n\n[xyz] words of media/a.xyz")
+    retried = session.messages[-2]
+    assert "unread" not in retried and retried["preface"] == "read: words"
+    done = await app.loop.handle(InboundMessage("cli", "direct", "/retry"))
+    assert done is not None and "Nothing to retry" in done.content

@@ -31,6 +31,7 @@ SAMPLES = {
     },
     "recall.md.j2": {"shared_room": True},
     "untrusted.md.j2": {},
+    "voice_heard.md.j2": {},
     "dream_system.md.j2": {},
     "dream_analyse.md.j2": {
         "entries": [HistoryEntry(3, "2026-11-20T10:00:00+01:00", "cli:direct", "- Ada", "summary")],
@@ -58,6 +59,7 @@ SAMPLES = {
     "provider_error.md.j2": {"category": "auth", "model": "openai/x", "key_source": "X"},
     "iteration_limit.md.j2": {"max_iterations": 20},
     "turn_failed.md.j2": {"category": "unreachable"},
+    "media_unread.md.j2": {"line": "Voice notes are off."},
     "scheduled_turn.md.j2": {
         "id": "3f2a9c1e",
         "rule": "every day at 09:00 (cron `0 9 * * *`, Europe/Berlin)",

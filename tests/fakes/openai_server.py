@@ -16,6 +16,7 @@ import uuid
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal
 
@@ -144,8 +145,35 @@ def _error_response(status: int, message: str, retry_after: float | None = None)
     return web.json_response(body, status=status, headers=headers)
 
 
+# A real OGG/Opus recording (tests/fixtures/voice-note.oga): what /v1/audio/speech answers.
+SPEECH_FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "voice-note.oga"
+
+
+@dataclass(frozen=True)
+class AudioStep:
+    """One scripted answer of /v1/audio/transcriptions or /v1/audio/speech."""
+
+    text: str = ""  # the transcript (transcriptions)
+    status: int = 200  # not 2xx: an OpenAI-style error with `text` as its message
+    latency: float = 0.0
+
+
+@dataclass(frozen=True)
+class AudioRequest:
+    """What an /audio/... request carried: the multipart fields and file, or the JSON body."""
+
+    path: str  # "transcriptions" or "speech"
+    fields: dict[str, str]  # form fields, or the JSON body's (as strings)
+    filename: str | None
+    content_type: str | None
+    data: bytes  # the uploaded file's bytes
+    auth: str | None
+
+
 class FakeOpenAI:
-    """Scriptable OpenAI chat-completions server on 127.0.0.1, thread-safe from any thread."""
+    """Scriptable OpenAI chat-completions server on 127.0.0.1, thread-safe from any thread.
+    It also serves /v1/audio/transcriptions (scripted transcripts, `transcript`) and
+    /v1/audio/speech (a real OGG/Opus file), recording every audio request."""
 
     def __init__(self, *, model_latency: float = 0.0) -> None:
         self.model_latency = model_latency
@@ -165,6 +193,10 @@ class FakeOpenAI:
         self._release: asyncio.Event | None = None  # lets a held stream go on
         self._held = 0  # streams waiting for release() right now
         self._streams_finished = 0
+        self._transcripts: deque[AudioStep] = deque()
+        self._speech: deque[AudioStep] = deque()
+        self._audio: list[AudioRequest] = []
+        self.default_transcript = "hello"  # when nothing is scripted
 
     def start(self) -> FakeOpenAI:
         """Start the server thread and block until it is listening."""
@@ -315,6 +347,25 @@ class FakeOpenAI:
         with self._lock:
             return list(self._requests)
 
+    def transcript(self, text: str, *, latency: float = 0.0) -> None:
+        """Script the next transcription's text."""
+        with self._lock:
+            self._transcripts.append(AudioStep(text, latency=latency))
+
+    def transcription_error(self, status: int, message: str = "scripted failure") -> None:
+        with self._lock:
+            self._transcripts.append(AudioStep(message, status))
+
+    def speech_error(self, status: int, message: str = "scripted failure") -> None:
+        with self._lock:
+            self._speech.append(AudioStep(message, status))
+
+    @property
+    def audio_requests(self) -> list[AudioRequest]:
+        """Snapshot of the /audio/... requests received, in arrival order."""
+        with self._lock:
+            return list(self._audio)
+
     @property
     def auth_headers(self) -> list[str | None]:
         """Snapshot of the Authorization header of each request, parallel to `requests`."""
@@ -329,6 +380,8 @@ class FakeOpenAI:
         app.router.add_post("/v1/chat/completions", self._chat)
         app.router.add_get("/v1/models", self._models)
         app.router.add_post("/v1/_drain", self._drain)
+        app.router.add_post("/v1/audio/transcriptions", self._transcription)
+        app.router.add_post("/v1/audio/speech", self._speak)
         runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.5)
         try:
             await runner.setup()
@@ -360,6 +413,52 @@ class FakeOpenAI:
             self._auth.clear()
         sizes = [{"messages": len(body.get("messages") or [])} for body in taken]
         return web.json_response({"requests": sizes, "busy_seconds": busy})
+
+    async def _transcription(self, request: web.Request) -> web.Response:
+        """OpenAI's POST /audio/transcriptions: multipart `file` and `model`; JSON `{"text"}`."""
+        form = await request.post()
+        upload = form.get("file")
+        fields = {k: v for k, v in form.items() if isinstance(v, str)}
+        if not isinstance(upload, web.FileField) or "model" not in fields:
+            return _error_response(400, "file and model are required")
+        data = upload.file.read()
+        with self._lock:
+            self._audio.append(
+                AudioRequest(
+                    "transcriptions",
+                    fields,
+                    upload.filename,
+                    upload.content_type,
+                    data,
+                    request.headers.get("Authorization"),
+                )
+            )
+            step = self._transcripts.popleft() if self._transcripts else None
+        step = step or AudioStep(self.default_transcript)
+        await asyncio.sleep(step.latency)
+        if step.status >= 300:
+            return _error_response(step.status, step.text)
+        if fields.get("response_format") == "text":
+            return web.Response(text=step.text)
+        return web.json_response({"text": step.text})
+
+    async def _speak(self, request: web.Request) -> web.Response:
+        """OpenAI's POST /audio/speech: JSON `model`, `input`, `voice`; the audio's bytes."""
+        body = await request.json()
+        fields = {k: str(v) for k, v in body.items()}
+        with self._lock:
+            self._audio.append(
+                AudioRequest(
+                    "speech", fields, None, None, b"", request.headers.get("Authorization")
+                )
+            )
+            step = self._speech.popleft() if self._speech else AudioStep()
+        if step.status >= 300:
+            return _error_response(step.status, step.text)
+        if not {"model", "input", "voice"} <= fields.keys():
+            return _error_response(400, "model, input and voice are required")
+        kind = "audio/ogg" if fields.get("response_format") == "opus" else "audio/mpeg"
+        return web.Response(body=SPEECH_FIXTURE.read_bytes(), content_type=kind)
 
     async def _chat(self, request: web.Request) -> web.StreamResponse:
         task = asyncio.current_task()

@@ -40,7 +40,7 @@ _ENTITY_RE = re.compile(r"&(?:[a-zA-Z]+|#[0-9]+|#x[0-9a-fA-F]+);")
 _COMMAND_RE = re.compile(r"[a-z0-9_]{1,32}")
 _TEXT_LIMIT, _CAPTION_LIMIT = 4096, 1024
 _DEFAULT_GROUP_USER_ID = 4242
-_FOLDERS = {"photo": "photos", "voice": "voice"}
+_FOLDERS = {"photo": "photos", "voice": "voice", "audio": "music", "video_note": "video_notes"}
 _NOT_MODIFIED = (
     "Bad Request: message is not modified: specified new message content and reply markup "
     "are exactly the same as a current content and reply markup of the message"
@@ -501,7 +501,8 @@ class FakeTelegram:
     def _media(self, kind: str, data: bytes, name: str | None, mime: str | None) -> Any:
         """Store uploaded bytes; return the photo/document/voice object referencing them."""
         n = next(self._file_ids)
-        suffix = {"photo": ".jpg", "voice": ".oga"}.get(kind) or PurePosixPath(name or "").suffix
+        default = {"photo": ".jpg", "voice": ".oga", "video_note": ".mp4"}.get(kind)
+        suffix = default or PurePosixPath(name or "").suffix
         path = f"{_FOLDERS.get(kind, 'documents')}/file_{n}{suffix}"
         file_id = f"{kind}-{n}"
         info = {"file_id": file_id, "file_unique_id": f"uniq{n}", "file_size": len(data)}
@@ -509,7 +510,10 @@ class FakeTelegram:
         self._file_data[path] = data
         if kind == "photo":
             return [info | {"width": 90, "height": 90}]
-        return info | {"mime_type": mime} | ({"file_name": name} if kind == "document" else {})
+        if kind == "video_note":  # Bot API VideoNote: a square video, no mime_type
+            return info | {"length": 240}
+        named = {"file_name": name} if kind in ("document", "audio") and name else {}
+        return info | {"mime_type": mime} | named
 
     def _send_media(self, kind: str, params: JSONDict) -> JSONDict:
         chat_id = self._chat_id(params)
@@ -681,6 +685,30 @@ class FakeTelegram:
         with self._lock:
             media = self._media("voice", data, None, "audio/ogg") | {"duration": duration}
         return self._send_file(chat_id, "voice", media, "", sender)
+
+    def send_audio(
+        self,
+        chat_id: int,
+        data: bytes,
+        *,
+        file_name: str = "",
+        mime_type: str = "audio/mpeg",
+        duration: int = 1,
+        caption: str = "",
+        **sender: Unpack[Sender],
+    ) -> JSONDict:
+        """Queue a user's audio file (Bot API Audio: duration, file_name, mime_type)."""
+        with self._lock:
+            media = self._media("audio", data, file_name, mime_type) | {"duration": duration}
+        return self._send_file(chat_id, "audio", media, caption, sender)
+
+    def send_video_note(
+        self, chat_id: int, data: bytes, *, duration: int = 1, **sender: Unpack[Sender]
+    ) -> JSONDict:
+        """Queue a user's round video note (Bot API VideoNote: length, duration)."""
+        with self._lock:
+            media = self._media("video_note", data, None, None) | {"duration": duration}
+        return self._send_file(chat_id, "video_note", media, "", sender)
 
     # Outbound: what the bot did.
 

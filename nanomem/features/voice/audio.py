@@ -12,9 +12,41 @@ AUDIO_SUFFIXES = frozenset(
 # A Telegram video note is a short round video of someone speaking: its sound is transcribed,
 # a plain video's is not. The channel saves it under this ending.
 VIDEO_NOTE_ENDING = ".note.mp4"
+# The person's own voice, recorded for this chat: Telegram saves a voice note as .oga, and a
+# channel may mark any recording so (`x.voice.wav`). Any other sound is someone else's words.
+VOICE_MARK = ".voice."
+OPUS_RATE = 48000  # an Ogg/Opus granule position counts 48 kHz samples, whatever the input
 
 
 def is_spoken(path: str) -> bool:
     """A voice note, an audio file or a video note, by the name it was saved under."""
     name = PurePath(path).name.lower()
     return PurePath(name).suffix in AUDIO_SUFFIXES or name.endswith(VIDEO_NOTE_ENDING)
+
+
+def is_own_voice(path: str) -> bool:
+    """A voice note or video note the person recorded, not a forwarded audio file."""
+    name = PurePath(path).name.lower()
+    return name.endswith((".oga", VIDEO_NOTE_ENDING)) or VOICE_MARK in name
+
+
+def ogg_opus_seconds(data: bytes) -> float | None:
+    """How long an Ogg/Opus recording plays: the last page's granule position less the
+    pre-skip of its OpusHead; None for anything else (or a broken file)."""
+    head = data.find(b"OpusHead")
+    last = data.rfind(b"OggS")
+    if not data.startswith(b"OggS") or head < 0 or last < 0 or len(data) < last + 14:
+        return None
+    pre_skip = int.from_bytes(data[head + 10 : head + 12], "little")
+    granule = int.from_bytes(data[last + 6 : last + 14], "little", signed=True)
+    if granule <= 0:
+        return None
+    return max(granule - pre_skip, 0) / OPUS_RATE
+
+
+def clock(seconds: float) -> str:
+    """0:12, 3:05, 1:02:03."""
+    whole = round(seconds)
+    hours, rest = divmod(whole, 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"

@@ -7,8 +7,9 @@ import os
 from dataclasses import dataclass
 
 from nanomem.config import Settings
-from nanomem.providers.routing import route
+from nanomem.providers import route
 
+DISABLED = "Voice notes are turned off here (voice.enabled = false)."
 TURN_ON = (
     "Voice notes are off: set voice.api_base (and voice.api_key) to an OpenAI-compatible "
     "/audio/transcriptions endpoint, e.g. OpenAI, Groq or a whisper server of your own."
