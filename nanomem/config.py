@@ -21,8 +21,10 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
-ENV_PREFIX = "NANOMEM_"
-ENV_DELIMITER = "__"
+from nanomem.setting_source import ENV_DELIMITER as ENV_DELIMITER
+from nanomem.setting_source import ENV_PREFIX as ENV_PREFIX
+from nanomem.setting_source import describe_errors, source_in
+
 # The smallest prompt worth sending: a fresh workspace's system prompt and tool schemas
 # (about 1,400 tokens) and a short message.
 MIN_PROMPT_TOKENS = 2048
@@ -503,7 +505,7 @@ def load_settings(config_path: Path, overrides: dict[str, Any] | None = None) ->
     try:
         settings = _Loaded(**overrides)
     except ValidationError as exc:
-        raise ConfigError(_describe(exc, config_path, file_data, overrides)) from None
+        raise ConfigError(describe_errors(exc, config_path, file_data, overrides)) from None
     _check_prompt_room(settings.llm, config_path, file_data, overrides)
     return settings
 
@@ -534,8 +536,8 @@ def _check_prompt_room(
         needed += 1
     raise ConfigError(
         f"config error: llm.context_window_tokens ({llm.context_window_tokens}, "
-        f"{_source_of(window, path, file_data, overrides)}) leaves no room for a prompt after "
-        f"llm.max_tokens ({llm.max_tokens}, {_source_of(reply, path, file_data, overrides)}) "
+        f"{source_in(window, path, file_data, overrides)}) leaves no room for a prompt after "
+        f"llm.max_tokens ({llm.max_tokens}, {source_in(reply, path, file_data, overrides)}) "
         f"and a 5 % margin: make the window at least {needed} tokens or max_tokens smaller"
     )
 
@@ -543,77 +545,4 @@ def _check_prompt_room(
 def source_of(config_path: Path, overrides: dict[str, Any], section: str, key: str) -> str:
     """Where a setting's value came from, named as config errors name it."""
     file_data = read_toml(config_path) if config_path.exists() else {}
-    return _source_of((section, key), config_path, file_data, overrides)
-
-
-def _describe(
-    exc: ValidationError, path: Path, file_data: dict[str, Any], overrides: dict[str, Any]
-) -> str:
-    lines = []
-    for err in exc.errors():
-        loc = _names(tuple(str(part) for part in err["loc"]))
-        key = ".".join(loc) if loc else "(settings)"
-        if len(err["loc"]) > len(loc) and str(err["loc"][len(loc)]).isdigit():  # api.keys[0]
-            key += f"[{err['loc'][len(loc)]}]"
-        # Never the value: a mistyped key (`llm.apikey`) may well hold a secret.
-        msg = err["msg"].removeprefix("Value error, ")
-        if err["type"] == "extra_forbidden":
-            msg = "unknown setting"
-        lines.append(f"{key}: {msg} ({_source_of(loc, path, file_data, overrides)})")
-    return "config error: " + "; ".join(lines)
-
-
-def _names(loc: tuple[str, ...]) -> tuple[str, ...]:
-    """The setting a location names: `tools.web.max_bytes`, not the list index after it."""
-    names: list[str] = []
-    for part in loc:
-        if part.isdigit() or "[" in part:  # a list index, or pydantic's name of a validator
-            break
-        names.append(part)
-    return tuple(names)
-
-
-def _source_of(
-    loc: tuple[str, ...], path: Path, file_data: dict[str, Any], overrides: dict[str, Any]
-) -> str:
-    loc = _names(loc)
-    if _lookup(overrides, loc) is not None:
-        return "command line"
-    env_name = ENV_PREFIX + ENV_DELIMITER.join(loc).upper()
-    for name in os.environ:
-        if name.upper() == env_name:
-            return f"environment variable {name}"
-    if _lookup(file_data, loc) is not None:
-        line = _line_of(path, loc)
-        return f"{path}, line {line}" if line else str(path)
-    return "default"
-
-
-def _lookup(data: dict[str, Any], loc: tuple[str, ...]) -> Any:
-    node: Any = data
-    for part in loc:
-        if not isinstance(node, dict) or part not in node:
-            return None
-        node = node[part]
-    return node
-
-
-def _line_of(path: Path, loc: tuple[str, ...]) -> int | None:
-    """Line of `key` under `[section]`; TOML gives no positions, so scan the text."""
-    if len(loc) < 2:
-        return None
-    section, key = ".".join(loc[:-1]), loc[-1]
-    current = ""
-    for number, raw in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-        line = raw.strip()
-        if line.startswith("[") and line.endswith("]"):
-            current = line.strip("[] ")
-            continue
-        name = line.split("=", 1)[0].strip().strip('"') if "=" in line else ""
-        if current == section and name == key:
-            return number
-        if current == loc[0] and name == ".".join(loc[1:]):  # [tools] web.max_bytes = …
-            return number
-        if current == "" and name == f"{section}.{key}":
-            return number
-    return None
+    return source_in((section, key), config_path, file_data, overrides)
