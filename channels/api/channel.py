@@ -231,19 +231,27 @@ class ApiChannel(BaseChannel):
     async def _media(self, parsed: ChatRequest) -> tuple[str, ...]:
         """The message's files saved in the chat's media folder, as Telegram's are (paths for
         the turn): image URLs fetched first, so a refused one leaves nothing saved."""
-        uploads = [await self._fetched(u) if u.url else u for u in parsed.uploads]
+        uploads, room = [], self._limit  # what all fetched images may come to together
+        for upload in parsed.uploads:
+            if upload.url:
+                upload = await self._fetched(upload, room)
+                room -= len(upload.data)
+            uploads.append(upload)
         session = f"{self.name}:{parsed.session_id}"
         return await asyncio.to_thread(self._save, session, uploads)
 
-    async def _fetched(self, upload: Upload) -> Upload:
+    async def _fetched(self, upload: Upload, room: int) -> Upload:
         if self._fetch is None:
             raise BadRequest(f"{upload.where}: image URLs are not fetched here", param=upload.where)
         try:
-            _, data = await self._fetch(upload.url, self._limit)
+            _, data = await self._fetch(upload.url, max(room, 0))
         except FetchFailed as exc:
             # The reason, never the URL: its query may carry someone's key.
+            shared = room < self._limit  # earlier images of the request took some of it
+            note = " (what api.max_body_mb left for the images fetched together)" if shared else ""
             raise BadRequest(
-                f"{upload.where}: the image URL could not be fetched: {exc}", param=upload.where
+                f"{upload.where}: the image URL could not be fetched: {exc}{note}",
+                param=upload.where,
             ) from None
         return Upload(upload.where, image_suffix(data, upload.where), data)
 

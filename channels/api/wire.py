@@ -28,6 +28,7 @@ IMAGE_SUFFIX = {
 _DATA_URL = re.compile(r"data:([\w.+-]+/[\w.+-]+)((?:;[^;,]*)*);base64,(.*)", re.S | re.I)
 AUDIO_FORMATS = ("wav", "mp3")  # what OpenAI's input_audio part takes
 PARTS_READ = "text, image_url and input_audio"
+KINDS = "JPEG, PNG, WebP or GIF"
 # Provider error categories → (HTTP status, OpenAI error type, code).
 ERROR_STATUS: dict[str, tuple[int, str, str]] = {
     "rate_limited": (429, "rate_limit_error", "rate_limit_exceeded"),
@@ -193,9 +194,6 @@ def _base64(text: str, at: str) -> bytes:
         return base64.b64decode("".join(text.split()), validate=True)
     except (binascii.Error, ValueError):
         raise BadRequest(f"{at}: the data is not valid base64", param=at) from None
-
-
-KINDS = "JPEG, PNG, WebP or GIF"
 
 
 def image_suffix(data: bytes, at: str) -> str:

@@ -329,7 +329,7 @@ class TelegramChannel(BaseChannel):
         carry it."""
         assert self._bus is not None
         lead = parts[0].item
-        bot = lead.message.get_bot()
+        bot = lead.message.get_bot().bot
         if lead.group and self.settings.group_policy == "mention":
             wanted = any(is_addressed(p.item.message, bot, self._our_commands) for p in parts)
             if not wanted:

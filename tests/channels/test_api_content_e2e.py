@@ -41,6 +41,8 @@ def webs() -> Iterator[tuple[FakeWeb, FakeWeb]]:
             site.serve("/cat.png", PNG, "image/png")
             site.serve("/page.png", "<html>not an image</html>", "image/png")
             site.serve("/gone.png", "gone", "text/plain", status=404)
+            site.serve("/big.png", PNG + b"\0" * 1_100_000, "image/png")  # api.max_body_mb: 1
+            site.serve("/half.png", PNG + b"\0" * 600_000, "image/png")
         yield private, allowed
 
 
@@ -134,7 +136,23 @@ def test_an_image_url_on_an_allowed_network_is_fetched(
     assert image_urls(last_user(llm)) == [DATA_URL]  # fetched, saved, sent inline
 
 
-@pytest.mark.parametrize(("path", "words"), [("/page.png", "not JPEG"), ("/gone.png", "HTTP 404")])
+def test_images_fetched_are_bounded_by_the_body_limit_together(
+    gateway: GatewayProcess, llm: FakeOpenAI, webs: tuple[FakeWeb, FakeWeb]
+) -> None:
+    _, allowed = webs
+    half = image(allowed.url("/half.png"))
+    status, reply = ask(gateway, "bounded", text("one"), half)
+    assert status == 200, reply
+    before = len(llm.requests)
+    status, error = ask(gateway, "bounded", text("two"), half, half)
+    assert status == 400 and error["error"]["param"] == "messages[0].content[2]", error
+    assert "together" in error["error"]["message"] and len(llm.requests) == before
+
+
+@pytest.mark.parametrize(
+    ("path", "words"),
+    [("/page.png", "not JPEG"), ("/gone.png", "HTTP 404"), ("/big.png", "larger than")],
+)
 def test_a_fetched_url_that_is_no_image_is_refused(
     gateway: GatewayProcess,
     llm: FakeOpenAI,
@@ -145,7 +163,7 @@ def test_a_fetched_url_that_is_no_image_is_refused(
 ) -> None:
     _, allowed = webs
     before, saved = len(llm.requests), media_files(home, "no-image")
-    # The data URL first: saved, then removed again when the URL after it fails.
+    # Every URL is fetched before any file is saved: the data URL before it is not kept.
     status, error = ask(gateway, "no-image", image(DATA_URL), image(allowed.url(path)))
     assert status == 400, error
     assert error["error"]["param"] == "messages[0].content[1]"
