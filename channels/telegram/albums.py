@@ -82,7 +82,13 @@ async def store_whole(
 ) -> int | None:
     """The album as one inbox row, then its parts' rows gone (in that order: see above)."""
     album = {ALBUM: [part.payload for part in parts]}
-    (seq,) = await bus.receive(channel, [(chat, album, sender)])
+    while True:
+        try:
+            (seq,) = await bus.receive(channel, [(chat, album, sender)])
+            break
+        except Exception:  # a full disk: the parts are kept, so retry, never drop
+            logger.exception("telegram: could not store an album; retrying")
+            await asyncio.sleep(1.0)
     for part in parts:
         await bus.forget(part.seq)
     return seq

@@ -5,10 +5,20 @@ from __future__ import annotations
 
 import asyncio
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
-from channels.telegram.albums import ALBUM, Albums, Part, group_of, parts_of, replay_order
-from nanomem.agent import Pending
+from channels.telegram.albums import (
+    ALBUM,
+    Albums,
+    Part,
+    group_of,
+    parts_of,
+    replay_order,
+    store_whole,
+)
+from nanomem.agent import MessageBus, Pending, SqliteInbox
+from nanomem.audience import Sender
 
 
 def update(update_id: int, message_id: int, group: str | None = None) -> dict[str, Any]:
@@ -75,3 +85,32 @@ async def test_stopping_drops_what_is_gathered_for_the_next_start() -> None:
     albums.add("chat", "g", Part(1, update(1, 10, "g"), "first"))
     await albums.stop()
     assert handed == [] and not albums.waiting("chat")
+
+
+class FullDiskOnce(SqliteInbox):
+    """An inbox whose first write fails, as on a full disk."""
+
+    failures = 1
+
+    def add(self, channel: str, items: list[Any], position: tuple[str, str] | None) -> list[int]:
+        if self.failures:
+            self.failures -= 1
+            raise OSError(28, "No space left on device")
+        return super().add(channel, items, position)
+
+
+async def test_an_album_that_cannot_be_stored_yet_is_stored_later_never_dropped(
+    tmp_path: Path,
+) -> None:
+    inbox = FullDiskOnce(tmp_path / "inbox.db")
+    bus = MessageBus(inbox=inbox)
+    sender = Sender("1", "Ada", is_owner=True)
+    parts = [update(1, 10, "g"), update(2, 11, "g")]
+    inbox.failures = 0
+    seqs = await bus.receive("telegram", [("1", p, sender) for p in parts], ("offset", "3"))
+    inbox.failures = 1
+    stored = [Part(seq, payload, "") for seq, payload in zip(seqs, parts, strict=True)]
+    seq = await store_whole(bus, "telegram", "1", sender, stored)
+    (left,) = await bus.unfinished("telegram")
+    assert left.seq == seq and parts_of(left.payload) == parts and inbox.failures == 0
+    inbox.close()
