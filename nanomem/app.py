@@ -20,7 +20,7 @@ from nanomem.agent import (
     Templates,
     retry_delay,
 )
-from nanomem.config import LLMSettings, Settings
+from nanomem.config import LLMSettings, Settings, WebSettings
 from nanomem.features.consolidation import build as consolidation
 from nanomem.features.dream import build as dream
 from nanomem.features.mcp import build as mcp
@@ -203,3 +203,29 @@ def _model(llm: LLMSettings, *, transports: list[Provider]) -> Provider:
 
 def _vision_check(settings: Settings) -> Callable[[], bool]:
     return functools.partial(supports_images, settings.llm)
+
+
+class FetchFailed(Exception):
+    """A URL a person handed a channel that could not, or may not, be fetched; says why."""
+
+
+async def fetch_guarded(web: WebSettings, url: str, max_bytes: int) -> tuple[str, bytes]:
+    """GET a URL a client gave a channel (an image URL in an agent API request): (the media
+    type, the bytes), through the web tools' address guard (tools.web.allow_private and
+    allow_networks; every redirect checked again) whether or not the web tools are on. The
+    seam by which a channel, which may not import a feature, fetches as they do."""
+    from nanomem.features.web import AddressGuard, WebClient, WebError
+
+    guard = AddressGuard(allow_private=web.allow_private, allow_networks=web.allow_networks)
+    client = WebClient(
+        guard, max_bytes=max_bytes, max_redirects=web.max_redirects, timeout_s=web.timeout_s
+    )
+    try:
+        page = await client.request("GET", url)
+    except WebError as exc:
+        raise FetchFailed(str(exc)) from None
+    if page.status >= 400:
+        raise FetchFailed(f"the server answered HTTP {page.status}")
+    if page.cut:
+        raise FetchFailed(f"larger than {max_bytes} bytes")
+    return page.content_type, page.body

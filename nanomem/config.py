@@ -233,6 +233,7 @@ class TelegramSettings(_Section):
     max_file_mb: int = Field(20, ge=1, le=2000)
     stream: bool = True  # private chats see a reply grow while the model writes it
     stream_groups: bool = False  # groups too (edits of one message; drafts are private-only)
+    album_wait_s: float = Field(1.0, gt=0, le=10)  # an album is one message: its parts' wait
 
     @property
     def owner_id(self) -> int | None:

@@ -334,6 +334,21 @@ async def test_photo_voice_and_uploads(fake: FakeTelegram, bot: Bot) -> None:
     assert [bool(m.get("document")) for m in fake.sent_messages(CHAT)] == [True, False]
 
 
+async def test_an_album_is_an_update_per_part_sharing_a_media_group_id(
+    fake: FakeTelegram, bot: Bot
+) -> None:
+    queued = fake.send_album(CHAT, [b"one", ("notes.txt", b"two")], caption="both")
+    more = fake.send_album(CHAT, [b"three"], media_group_id=queued[0]["message"]["media_group_id"])
+    updates = await bot.get_updates(timeout=0)
+    assert [u.update_id for u in updates] == [u["update_id"] for u in queued + more]
+    messages = [u.message for u in updates if u.message is not None]
+    assert len({m.media_group_id for m in messages}) == 1 and messages[0].media_group_id
+    assert [m.caption for m in messages] == ["both", None, None]  # on the first part only
+    assert messages[1].document is not None and messages[1].document.file_name == "notes.txt"
+    photo = await bot.get_file(messages[2].photo[-1].file_id)
+    assert await photo.download_as_bytearray() == b"three"
+
+
 async def test_commands_actions_and_reactions(fake: FakeTelegram, bot: Bot) -> None:
     assert fake.commands is None
     await bot.set_my_commands([BotCommand("start", "Start"), BotCommand("help", "Help")])

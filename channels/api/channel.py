@@ -11,10 +11,11 @@ handler, and so its turn.
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import hmac
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -23,8 +24,17 @@ from aiohttp import web
 from loguru import logger
 
 from channels.api.replies import Answer, Pieces, streamed, whole
-from channels.api.wire import MODEL_ID, BadRequest, ChatRequest, error_body, parse_request
+from channels.api.wire import (
+    MODEL_ID,
+    BadRequest,
+    ChatRequest,
+    Upload,
+    error_body,
+    image_suffix,
+    parse_request,
+)
 from nanomem.agent import BaseChannel, Capabilities, InboundMessage, OutboundMessage, save_media
+from nanomem.app import FetchFailed, fetch_guarded
 from nanomem.audience import Sender
 from nanomem.config import ApiSettings, ConfigError, is_loopback
 from nanomem.log import register_secrets
@@ -32,6 +42,9 @@ from nanomem.log import register_secrets
 if TYPE_CHECKING:
     from nanomem.app import App
 
+# GET an image URL a client sent: (media type, bytes), at most that many bytes; FetchFailed
+# (nanomem.app) when it cannot or may not be fetched. The gateway's: nanomem.app.fetch_guarded.
+Fetch = Callable[[str, int], Awaitable[tuple[str, bytes]]]
 PARSE_IN_THREAD_BYTES = 256 * 1024
 # The slowest a request body may come on average (after gateway.read_timeout_s of grace): a
 # 20 MB body gets about 5 minutes, one of a few KB a few seconds more than the timeout.
@@ -64,6 +77,7 @@ class ApiChannel(BaseChannel):
         max_message_chars: int,
         count_tokens: Callable[[str], int] = lambda text: len(text) // 4,
         read_timeout_s: float = 15.0,
+        fetch: Fetch | None = None,
     ) -> None:
         self.settings, self.workspace, self.chat_model = settings, workspace, chat_model
         self.max_message_chars, self.count_tokens = max_message_chars, count_tokens
@@ -73,6 +87,7 @@ class ApiChannel(BaseChannel):
         self._limit = settings.max_body_mb * 1024 * 1024
         self._read_timeout_s = read_timeout_s
         self._answer = answer
+        self._fetch = fetch
         self._taking = False
         self._created = int(datetime.now().timestamp())
 
@@ -89,6 +104,7 @@ class ApiChannel(BaseChannel):
             max_message_chars=app.settings.agent.max_message_chars,
             count_tokens=app.budget.tokenizer.count,
             read_timeout_s=app.settings.gateway.read_timeout_s,
+            fetch=functools.partial(fetch_guarded, app.settings.tools.web),
         )
 
     def routes(self, web_app: web.Application) -> None:
@@ -161,13 +177,7 @@ class ApiChannel(BaseChannel):
                     f"the message is too long ({len(parsed.text)} characters; "
                     f"limit {self.max_message_chars}, agent.max_message_chars)"
                 )
-            media = (
-                await asyncio.to_thread(
-                    self._save_images, f"{self.name}:{parsed.session_id}", parsed.images
-                )
-                if parsed.images
-                else ()
-            )
+            media = await self._media(parsed) if parsed.uploads else ()
         except BadRequest as exc:
             refusal = _error(exc.status, str(exc), "invalid_request_error", None, exc.param)
             if exc.status == 408:
@@ -218,17 +228,46 @@ class ApiChannel(BaseChannel):
             if len(body) > self._limit:
                 raise too_big
 
-    def _save_images(self, session: str, images: list[tuple[str, bytes]]) -> tuple[str, ...]:
-        """In the chat's media folder, as Telegram's files are; the paths go to the turn."""
-        saved = []
-        for suffix, data in images:
-            name = f"{datetime.now():%Y-%m-%d}-api-{uuid.uuid4().hex[:12]}{suffix}"
+    async def _media(self, parsed: ChatRequest) -> tuple[str, ...]:
+        """The message's files saved in the chat's media folder, as Telegram's are (paths for
+        the turn): image URLs fetched first, so a refused one leaves nothing saved."""
+        uploads, room = [], self._limit  # what all fetched images may come to together
+        for upload in parsed.uploads:
+            if upload.url:
+                upload = await self._fetched(upload, room)
+                room -= len(upload.data)
+            uploads.append(upload)
+        session = f"{self.name}:{parsed.session_id}"
+        return await asyncio.to_thread(self._save, session, uploads)
+
+    async def _fetched(self, upload: Upload, room: int) -> Upload:
+        if self._fetch is None:
+            raise BadRequest(f"{upload.where}: image URLs are not fetched here", param=upload.where)
+        try:
+            _, data = await self._fetch(upload.url, max(room, 0))
+        except FetchFailed as exc:
+            # The reason, never the URL: its query may carry someone's key.
+            shared = room < self._limit  # earlier images of the request took some of it
+            note = " (what api.max_body_mb left for the images fetched together)" if shared else ""
+            raise BadRequest(
+                f"{upload.where}: the image URL could not be fetched: {exc}{note}",
+                param=upload.where,
+            ) from None
+        return Upload(upload.where, image_suffix(data, upload.where), data)
+
+    def _save(self, session: str, uploads: list[Upload]) -> tuple[str, ...]:
+        """All of them or none: a file saved before one that fails is removed again."""
+        saved: list[str] = []
+        for upload in uploads:
+            name = f"{datetime.now():%Y-%m-%d}-api-{uuid.uuid4().hex[:12]}{upload.suffix}"
             try:
-                saved.append(save_media(self.workspace, session, name, data))
+                saved.append(save_media(self.workspace, session, name, upload.data))
             except OSError as exc:
-                logger.warning("api: could not save an image under media/: {}", exc)
+                logger.warning("api: could not save a file under media/: {}", exc)
+                for path in saved:
+                    (self.workspace / path).unlink(missing_ok=True)
                 raise BadRequest(
-                    "the image could not be saved under the workspace's media/ folder "
+                    f"{upload.where} could not be saved under the workspace's media/ folder "
                     "(is it a link?); nothing was sent to the agent",
                     status=500,  # not the client's doing: the workspace's
                 ) from None

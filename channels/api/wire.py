@@ -24,7 +24,11 @@ IMAGE_SUFFIX = {
     "image/webp": ".webp",
     "image/gif": ".gif",
 }
-_DATA_URL = re.compile(r"data:(image/[a-z]+);base64,(.*)", re.S)
+# data:<type>[;<parameter>...];base64,<data>
+_DATA_URL = re.compile(r"data:([\w.+-]+/[\w.+-]+)((?:;[^;,]*)*);base64,(.*)", re.S | re.I)
+AUDIO_FORMATS = ("wav", "mp3")  # what OpenAI's input_audio part takes
+PARTS_READ = "text, image_url and input_audio"
+KINDS = "JPEG, PNG, WebP or GIF"
 # Provider error categories → (HTTP status, OpenAI error type, code).
 ERROR_STATUS: dict[str, tuple[int, str, str]] = {
     "rate_limited": (429, "rate_limit_error", "rate_limit_exceeded"),
@@ -44,11 +48,22 @@ class BadRequest(Exception):
         self.status, self.param = status, param
 
 
+@dataclass(frozen=True)
+class Upload:
+    """A file part of the new user message: its bytes, given inline, or an image URL the
+    channel fetches (`url`; `suffix` and `data` are known once it is fetched)."""
+
+    where: str  # the part, as an error names it: messages[2].content[1]
+    suffix: str = ""  # ".png", ".wav"
+    data: bytes = b""
+    url: str = ""
+
+
 @dataclass
 class ChatRequest:
     session_id: str
     text: str
-    images: list[tuple[str, bytes]] = field(default_factory=list)  # (suffix, bytes)
+    uploads: list[Upload] = field(default_factory=list)  # the files, in the parts' order
     stream: bool = False
     include_usage: bool = False
 
@@ -82,14 +97,14 @@ def parse_request(raw: bytes) -> ChatRequest:
             "so only the new user message is read",
             param="messages",
         )
-    text, images = _content(last.get("content"))
-    if not text.strip() and not images:
+    text, uploads = _content(last.get("content"), f"messages[{len(messages) - 1}].content")
+    if not text.strip() and not uploads:
         raise BadRequest("the last user message is empty", param="messages")
     options = body.get("stream_options")
     return ChatRequest(
         session_id=_session_id(body),
         text=text,
-        images=images,
+        uploads=uploads,
         stream=body.get("stream") is True,
         include_usage=isinstance(options, dict) and options.get("include_usage") is True,
     )
@@ -110,37 +125,90 @@ def _session_id(body: dict[str, Any]) -> str:
     return "default"
 
 
-def _content(content: Any) -> tuple[str, list[tuple[str, bytes]]]:
+def _content(content: Any, where: str) -> tuple[str, list[Upload]]:
+    """The text (text parts joined by a blank line) and the files of a message's content."""
     if isinstance(content, str):
         return content, []
     if not isinstance(content, list):
-        raise BadRequest("the message content must be a string or a list of parts")
+        raise BadRequest(f"{where} must be a string or a list of parts", param=where)
     texts: list[str] = []
-    images: list[tuple[str, bytes]] = []
-    for part in content:
+    uploads: list[Upload] = []
+    for number, part in enumerate(content):
+        at = f"{where}[{number}]"
         kind = part.get("type") if isinstance(part, dict) else None
-        if kind == "text" and isinstance(part.get("text"), str):
+        if not isinstance(part, dict) or not isinstance(kind, str):
+            raise BadRequest(f"{at} is not a content part (an object with a type)", param=at)
+        if kind == "text":
+            if not isinstance(part.get("text"), str):
+                raise BadRequest(f"{at}: a text part needs 'text', a string", param=at)
             texts.append(part["text"])
         elif kind == "image_url":
-            image = part.get("image_url")
-            url = image.get("url") if isinstance(image, dict) else image
-            images.append(_image(url if isinstance(url, str) else ""))
+            uploads.append(_image(part.get("image_url"), at))
+        elif kind == "input_audio":
+            uploads.append(_audio(part.get("input_audio"), at))
         else:
-            raise BadRequest(f"unsupported content part {kind!r} (text and image_url are read)")
-    return "\n".join(texts), images
+            raise BadRequest(
+                f"{at} is a {kind[:40]!r} part; the agent API reads {PARTS_READ} parts", param=at
+            )
+    return "\n\n".join(texts), uploads
 
 
-def _image(url: str) -> tuple[str, bytes]:
-    match = _DATA_URL.fullmatch(url.strip())
-    if match is None or match.group(1) not in IMAGE_SUFFIX:
+def _image(image: Any, at: str) -> Upload:
+    url = image.get("url") if isinstance(image, dict) else None
+    if not isinstance(url, str) or not url.strip():
+        raise BadRequest(f"{at}: an image_url part needs image_url.url, a string", param=at)
+    url = url.strip()
+    if url[:7].lower() == "http://" or url[:8].lower() == "https://":
+        return Upload(at, url=url)
+    match = _DATA_URL.fullmatch(url)
+    if match is None:
         raise BadRequest(
-            "images must be base64 data URLs (data:image/png;base64,...) of JPEG, PNG, WebP or GIF"
+            f"{at}: an image URL is a base64 data URL (data:image/png;base64,...) or an "
+            "http(s) URL",
+            param=at,
         )
+    declared = match.group(1).lower()
+    if declared not in IMAGE_SUFFIX:
+        raise BadRequest(f"{at}: {declared} is not an image type read here ({KINDS})", param=at)
+    data = _base64(match.group(3), at)
+    return Upload(at, suffix=image_suffix(data, at), data=data)
+
+
+def _audio(audio: Any, at: str) -> Upload:
+    given = audio if isinstance(audio, dict) else {}
+    encoded, form = given.get("data"), given.get("format")
+    if not isinstance(encoded, str) or not isinstance(form, str):
+        raise BadRequest(
+            f"{at}: an input_audio part needs input_audio.data (base64) and .format", param=at
+        )
+    if form.lower() not in AUDIO_FORMATS:
+        raise BadRequest(f"{at}: audio format {form[:20]!r} is not wav or mp3", param=at)
+    data = _base64(encoded, at)
+    if not data:
+        raise BadRequest(f"{at}: the audio is empty", param=at)
+    # Recorded for this chat: the person's own voice (features/voice/audio.py VOICE_MARK).
+    return Upload(at, suffix=f".voice.{form.lower()}", data=data)
+
+
+def _base64(text: str, at: str) -> bytes:
     try:
-        data = base64.b64decode(match.group(2), validate=True)
+        return base64.b64decode("".join(text.split()), validate=True)
     except (binascii.Error, ValueError):
-        raise BadRequest("an image data URL is not valid base64") from None
-    return IMAGE_SUFFIX[match.group(1)], data
+        raise BadRequest(f"{at}: the data is not valid base64", param=at) from None
+
+
+def image_suffix(data: bytes, at: str) -> str:
+    """The suffix of an image we take, by its bytes (what a server or a data URL says it is
+    may be wrong: an HTML page served as image/png)."""
+    if data.startswith(b"\x89PNG\r\n\x1a\n"):
+        return ".png"
+    if data.startswith(b"\xff\xd8\xff"):
+        return ".jpg"
+    if data[:6] in (b"GIF87a", b"GIF89a"):
+        return ".gif"
+    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
+        return ".webp"
+    raise BadRequest(f"{at}: the image is not {KINDS}", param=at)
 
 
 def completion_id() -> str:

@@ -5,29 +5,26 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import io
 from collections.abc import Awaitable
-from dataclasses import dataclass, replace
-from datetime import datetime
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from loguru import logger
-from telegram import (
-    Bot,
-    BotCommand,
-    Message,
-    Update,
-    User,
-)
+from telegram import Bot, BotCommand, Message, Update, User
 from telegram.constants import ChatAction, ChatType, ParseMode
-from telegram.error import (
-    Conflict,
-    InvalidToken,
-    TelegramError,
-)
+from telegram.error import Conflict, InvalidToken, TelegramError
 from telegram.request import BaseRequest
 
+from channels.telegram.albums import (
+    ALBUM,
+    Albums,
+    Part,
+    group_of,
+    parts_of,
+    replay_order,
+    store_whole,
+)
 from channels.telegram.delivery import (
     Delivery,
     PollWatch,
@@ -42,11 +39,14 @@ from channels.telegram.incoming import (
     GREETING,
     NO_DOWNLOAD,
     REFUSED_PRESS,
-    TOO_BIG,
     UNSUPPORTED,
+    Incoming,
     attachment,
     chat_key,
+    download,
+    fair_press,
     is_addressed,
+    oversized,
     stored_text,
 )
 from channels.telegram.transport import as_sent, call_api, channel_down, requests_for, send_message
@@ -64,7 +64,6 @@ from nanomem.agent import (
     Text,
     parse_command,
     record_failure,
-    save_media,
 )
 from nanomem.audience import Sender
 from nanomem.config import ConfigError, TelegramSettings
@@ -83,22 +82,6 @@ OWNER_ASSUMED = (
     "telegram.allow_from (only the owner runs owner commands and approvals); set "
     "telegram.owner = {owner} in config.toml (or NANOMEM_TELEGRAM__OWNER) to say so"
 )
-
-
-@dataclass(frozen=True)
-class Incoming:
-    """An update we answer: its message, sender, chat key, and place in the inbox."""
-
-    message: Message
-    user: User
-    key: str
-    group: bool
-    sender: Sender
-    seq: int | None = None
-    replayed: bool = False
-    retry: bool = False  # its handling failed before: tried again, nobody is kept waiting
-    press: str | None = None  # a button press: the command it sends
-    press_id: str = ""  # ... and the callback query to answer
 
 
 class TelegramChannel(BaseChannel):
@@ -160,6 +143,10 @@ class TelegramChannel(BaseChannel):
             reaches_owner=True,
         )
         self._refusals: set[asyncio.Task[Any]] = set()
+        wait = settings.album_wait_s  # after an album's last part; 10 s at most after its first
+        self._albums: Albums[Incoming] = Albums(
+            self._album_done, self._publish, quiet_s=wait, longest_s=max(10.0, wait)
+        )
 
     @classmethod
     def from_app(cls, app: App) -> TelegramChannel:
@@ -242,6 +229,7 @@ class TelegramChannel(BaseChannel):
         if (polling := self._polling) is not None:
             polling.cancel()
             await asyncio.gather(polling, return_exceptions=True)
+        await self._albums.stop()
 
     async def stop(self) -> None:
         await self.stop_receiving()
@@ -304,9 +292,10 @@ class TelegramChannel(BaseChannel):
         admitted = [(update, found) for update in updates if (found := self._admit_or_skip(update))]
         offset = updates[-1].update_id + 1
         raw = as_sent(self._poll_request)
+        payloads = [raw.get(update.update_id) or update.to_dict() for update, _ in admitted]
         items = [
-            (found.key, raw.get(update.update_id) or update.to_dict(), found.sender)
-            for update, found in admitted
+            (found.key, payload, found.sender)
+            for (_, found), payload in zip(admitted, payloads, strict=True)
         ]
         while True:
             try:
@@ -318,8 +307,38 @@ class TelegramChannel(BaseChannel):
                 )
                 await asyncio.sleep(1.0)
         self._offset = offset
-        for (_, found), seq in zip(admitted, seqs, strict=True):
-            await self._bus.publish_inbound(self._message(replace(found, seq=seq)))
+        for (_, found), seq, payload in zip(admitted, seqs, payloads, strict=True):
+            await self._take(replace(found, seq=seq), payload)
+
+    async def _take(self, found: Incoming, payload: dict[str, Any]) -> None:
+        """Hand a stored update in; an album's part waits for the rest of it (albums.py)."""
+        if found.press is None and (group := group_of(payload)) is not None:
+            self._albums.add(found.key, group, Part(found.seq, payload, found))
+        elif self._albums.waiting(found.key):  # after the album, as it was sent
+            self._albums.behind(found.key, self._message(found))
+        else:
+            await self._publish(self._message(found))
+
+    async def _publish(self, msg: InboundMessage) -> None:
+        assert self._bus is not None
+        await self._bus.publish_inbound(msg)
+
+    async def _album_done(self, parts: list[Part[Incoming]]) -> None:
+        """A whole album: stored as one row before its parts' rows go, then handed in as one
+        message. Admitted as a whole: in a group that wants a mention, any part's caption may
+        carry it."""
+        assert self._bus is not None
+        lead = parts[0].item
+        bot = lead.message.get_bot().bot
+        if lead.group and self.settings.group_policy == "mention":
+            wanted = any(is_addressed(p.item.message, bot, self._our_commands) for p in parts)
+            if not wanted:
+                for part in parts:
+                    await self._bus.forget(part.seq)
+                return
+        seq = await store_whole(self._bus, self.name, lead.key, lead.sender, parts)
+        rest = tuple(part.item.message for part in parts[1:])
+        await self._publish(self._message(replace(lead, seq=seq, rest=rest)))
 
     async def _replay(self, bot: Bot) -> None:
         """Messages an earlier run stored but did not answer, handed in again in order."""
@@ -329,7 +348,10 @@ class TelegramChannel(BaseChannel):
             logger.info(
                 "telegram: {} from before the restart answered now", plural(len(left), "message")
             )
-        for pending in left:
+        whole, gather, held = replay_order(left)
+        for pending in held:  # already in an album row stored before the restart
+            await self._bus.forget(pending.seq)
+        for pending in [*whole, *gather]:
             try:
                 await self._hand_in(bot, pending, retry=False)
             except Exception as exc:  # one unreadable stored update must not keep us down
@@ -347,13 +369,16 @@ class TelegramChannel(BaseChannel):
 
     async def _hand_in(self, bot: Bot, pending: Pending, *, retry: bool) -> None:
         assert self._bus is not None
-        found = self._admit(Update.de_json(pending.payload, bot))
+        lead, *rest = [Update.de_json(part, bot) for part in parts_of(pending.payload)]
+        found = self._admit(lead)
         if found is None:  # no longer allowed, say
             await self._bus.forget(pending.seq)
             return
         sender = pending.vouched(found.sender)  # admitted now, as it was then
         incoming = replace(found, sender=sender, seq=pending.seq, replayed=True, retry=retry)
-        await self._bus.publish_inbound(self._message(incoming))
+        if ALBUM in pending.payload:
+            incoming = replace(incoming, rest=tuple(u.message for u in rest if u.message))
+        await self._take(incoming, pending.payload)
 
     def _admit_or_skip(self, update: Update) -> Incoming | None:
         try:
@@ -373,7 +398,7 @@ class TelegramChannel(BaseChannel):
         user = press.from_user if press is not None else update.effective_user if update else None
         if update is None or message is None or user is None or user.is_bot:
             return None
-        if press is not None and not self._fair_press(press.data, user.id, message):
+        if press is not None and not fair_press(press.data, user.id, message):
             self._refuse_press(press.id)
             return None
         if not is_allowed(self.settings.allow_from, user.id, message.chat_id):
@@ -394,7 +419,9 @@ class TelegramChannel(BaseChannel):
         if press is not None:
             data = press.data or ""
             return Incoming(message, user, key, group, sender, press=data, press_id=press.id)
+        # An album's part: the album is admitted as a whole once it is complete.
         mention_only = group and self.settings.group_policy == "mention"
+        mention_only = mention_only and not message.media_group_id
         if mention_only and not is_addressed(message, message.get_bot().bot, self._our_commands):
             return None
         return Incoming(message, user, key, group, sender)
@@ -411,20 +438,6 @@ class TelegramChannel(BaseChannel):
             shared_room=group,
         )
 
-    def _fair_press(self, data: str | None, presser: int, message: Message) -> bool:
-        """A press is its presser typing a command: in a private chat only that chat's person
-        can press (a press naming someone else's chat is forged), and data that is not a
-        command was made by no button of ours (it would reach the model as their words)."""
-        private = message.chat.type == ChatType.PRIVATE
-        if (private and presser != message.chat_id) or parse_command(data or "") is None:
-            logger.warning(
-                "telegram: refused a forged button press by user {} (chat {})",
-                presser,
-                message.chat_id,
-            )
-            return False
-        return True
-
     def _refuse_press(self, press_id: str) -> None:
         task = asyncio.create_task(self.answer_press(press_id, REFUSED_PRESS))
         self._refusals.add(task)
@@ -435,8 +448,9 @@ class TelegramChannel(BaseChannel):
         message = incoming.message
         if incoming.press is not None:  # what the button sends, as if the presser typed it
             text = clean_text(incoming.press)
-        else:
-            text = clean_text(message.text or message.caption or "")  # lone surrogates stop here
+        else:  # an album's captions joined (lone surrogates stop here)
+            said = [clean_text(m.text or m.caption or "") for m in incoming.parts]
+            text = "\n\n".join(filter(None, said))
             if incoming.group:
                 text = strip_mention(text, message.get_bot().username)
         prepare = functools.partial(self._prepare, incoming)
@@ -489,35 +503,28 @@ class TelegramChannel(BaseChannel):
         command = parsed[0] if parsed else None
         if command == "start":
             return GREETING.format(name=user.first_name)
-        media: tuple[str, ...] = ()
-        if incoming.press is None and (found := attachment(message)) is not None:
-            kind, item, suffix, file_name = found
-            if (size := item.file_size or 0) > self.settings.max_file_mb * 2**20:
-                return TOO_BIG.format(size=size / 2**20, limit=self.settings.max_file_mb)
+        found = [] if incoming.press is not None else map(attachment, incoming.parts)
+        files = [file for file in found if file is not None]
+        if (refusal := oversized(files, self.settings.max_file_mb)) is not None:
+            return refusal  # before any is saved: an album is taken whole or not at all
+        media: list[str] = []
+        labels = []
+        for kind, item, suffix, file_name in files:
             try:
-                media = (await self._download(item, suffix, f"{self.name}:{key}"),)
+                media.append(await download(self.workspace, item, suffix, f"{self.name}:{key}"))
             except (TelegramError, OSError) as exc:
                 logger.warning("telegram: downloading a {} from {} failed: {}", kind, key, exc)
                 return NO_DOWNLOAD
-            label = f"[{kind}: {file_name}]" if file_name else f"[{kind}]"
-            text = "\n".join(filter(None, [label, text]))
+            labels.append(f"[{kind}: {file_name}]" if file_name else f"[{kind}]")
+        if files:
+            text = "\n".join(filter(None, [*labels, text]))
         elif not text:
             if group:  # stickers and the like; in a group nobody asked us
                 await self._bus.forget(incoming.seq)
                 return None
             return UNSUPPORTED
         self.delivery.accepted(key, msg.id, message.message_id, command, late=incoming.retry)
-        return replace(msg, content=text, media=media)
-
-    async def _download(self, item: Any, suffix: str, session: str) -> str:
-        """Saved under a fresh temporary name, then renamed into place, in the media folder as
-        reached without following links: opening the final name for writing would write
-        through whatever a group planted there (a hard link to USER.md, say), and a `media`
-        link its sandboxed shell made would carry the file out of the room."""
-        name = f"{datetime.now():%Y-%m-%d}-{item.file_unique_id}{suffix}"
-        data = io.BytesIO()  # python-telegram-bot holds the whole file in memory either way
-        await (await item.get_file()).download_to_memory(data)
-        return await asyncio.to_thread(save_media, self.workspace, session, name, data.getvalue())
+        return replace(msg, content=text, media=tuple(media))
 
     # Outbound: one chat at a time, in order, from the core; Delivery reaches the Bot API here.
 

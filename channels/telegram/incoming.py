@@ -3,11 +3,19 @@ objects): which chat it belongs to, whether a group message is addressed to us, 
 
 from __future__ import annotations
 
+import asyncio
+import io
 import re
+from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from loguru import logger
+
 from channels.telegram.delivery import mentions
+from nanomem.agent import parse_command, save_media
+from nanomem.audience import Sender
 
 GREETING = "Hi {name}! Write to me and I will answer. /help lists the commands."
 TOO_BIG = "That file is {size:.1f} MB; I accept up to {limit} MB (telegram.max_file_mb)."
@@ -16,6 +24,28 @@ UNSUPPORTED = "I can read text, photos, documents, voice notes and audio, not th
 REFUSED_PRESS = "Only the people this bot serves can use its buttons."
 _SUFFIX = re.compile(r"\.[a-z0-9]{1,8}")
 _COMMAND = re.compile(r"/([A-Za-z0-9_-]+)(?:@(\w+))?")
+
+
+@dataclass(frozen=True)
+class Incoming:
+    """An update we answer: its message, sender, chat key, and place in the inbox (the
+    messages and user are python-telegram-bot's)."""
+
+    message: Any
+    user: Any
+    key: str
+    group: bool
+    sender: Sender
+    seq: int | None = None
+    replayed: bool = False
+    retry: bool = False  # its handling failed before: tried again, nobody is kept waiting
+    press: str | None = None  # a button press: the command it sends
+    press_id: str = ""  # ... and the callback query to answer
+    rest: tuple[Any, ...] = ()  # an album's other parts' messages, in order
+
+    @property
+    def parts(self) -> tuple[Any, ...]:
+        return (self.message, *self.rest)
 
 
 def chat_key(message: Any) -> str:
@@ -39,6 +69,21 @@ def is_addressed(message: Any, bot: Any, our_commands: set[str]) -> bool:
     return addressee == username or (not addressee and name.replace("_", "-") in our_commands)
 
 
+def fair_press(data: str | None, presser: int, message: Any) -> bool:
+    """A press is its presser typing a command: in a private chat only that chat's person can
+    press (a press naming someone else's chat is forged), and data that is not a command was
+    made by no button of ours (it would reach the model as their words)."""
+    private = message.chat.type == "private"
+    if (private and presser != message.chat_id) or parse_command(data or "") is None:
+        logger.warning(
+            "telegram: refused a forged button press by user {} (chat {})",
+            presser,
+            message.chat_id,
+        )
+        return False
+    return True
+
+
 def attachment(message: Any) -> tuple[str, Any, str, str] | None:
     """(what it is, the Telegram file object, file suffix, original name) of a message's file."""
     if message.photo:
@@ -58,8 +103,31 @@ def attachment(message: Any) -> tuple[str, Any, str, str] | None:
     return None
 
 
+def oversized(files: list[tuple[str, Any, str, str]], max_mb: int) -> str | None:
+    """The note refusing a message whose file (any of an album's) is above telegram.max_file_mb."""
+    for _, item, _, _ in files:
+        if (size := item.file_size or 0) > max_mb * 2**20:
+            return TOO_BIG.format(size=size / 2**20, limit=max_mb)
+    return None
+
+
+async def download(workspace: Path, item: Any, suffix: str, session: str) -> str:
+    """Saved under a fresh temporary name, then renamed into place, in the media folder as
+    reached without following links: opening the final name for writing would write through
+    whatever a group planted there (a hard link to USER.md, say), and a `media` link its
+    sandboxed shell made would carry the file out of the room."""
+    name = f"{datetime.now():%Y-%m-%d}-{item.file_unique_id}{suffix}"
+    data = io.BytesIO()  # python-telegram-bot holds the whole file in memory either way
+    await (await item.get_file()).download_to_memory(data)
+    return await asyncio.to_thread(save_media, workspace, session, name, data.getvalue())
+
+
 def stored_text(payload: dict[str, Any]) -> str:
-    """A stored update's text, as far as it can be found without reading the update."""
+    """A stored update's text, as far as it can be found without reading the update (an
+    album's: its first part's)."""
+    album = payload.get("album")
+    if isinstance(album, list) and album and isinstance(album[0], dict):
+        payload = album[0]
     message = payload.get("message")
     text = message.get("text") or message.get("caption") if isinstance(message, dict) else ""
     return text if isinstance(text, str) else ""

@@ -62,7 +62,7 @@ def test_unsafe_session_ids_are_refused(bad: object) -> None:
         (b'{"messages": []}', "non-empty list"),
         (b'{"messages": [{"role": "assistant", "content": "x"}]}', "must be the user's"),
         (b'{"messages": [{"role": "user", "content": ""}]}', "empty"),
-        (b'{"messages": [{"role": "user", "content": [{"type": "audio"}]}]}', "unsupported"),
+        (b'{"messages": [{"role": "user", "content": [{"type": "audio"}]}]}', "'audio' part"),
     ],
 )
 def test_malformed_requests_are_400(raw: bytes, words: str) -> None:
@@ -70,18 +70,70 @@ def test_malformed_requests_are_400(raw: bytes, words: str) -> None:
         parse_request(raw)
 
 
-def test_images_come_as_base64_data_urls() -> None:
-    parts = [
-        {"type": "text", "text": "what is this"},
-        {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{PNG}"}},
+def last_parts(*parts: object) -> bytes:
+    messages = [
+        {"role": "system", "content": "be brief"},
+        {"role": "user", "content": [{"type": "image_url", "image_url": {"url": "http://x/"}}]},
+        {"role": "user", "content": list(parts)},
     ]
-    raw = json.dumps({"messages": [{"role": "user", "content": parts}]}).encode()
-    parsed = parse_request(raw)
-    assert parsed.text == "what is this"
-    assert parsed.images == [(".png", b"\x89PNG\r\n\x1a\nfake")]
-    remote = [{"type": "image_url", "image_url": {"url": "https://example.org/cat.png"}}]
-    with pytest.raises(BadRequest, match="data URLs"):
-        parse_request(json.dumps({"messages": [{"role": "user", "content": remote}]}).encode())
+    return json.dumps({"messages": messages}).encode()
+
+
+def test_a_content_array_gives_text_images_and_audio_in_order() -> None:
+    wav = base64.b64encode(b"RIFF\x00\x00\x00\x00WAVEfmt ").decode()
+    parsed = parse_request(
+        last_parts(
+            {"type": "text", "text": "what is this"},
+            {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{PNG}"}},
+            {"type": "text", "text": "and this"},
+            {"type": "image_url", "image_url": {"url": "https://example.org/cat.png"}},
+            {"type": "input_audio", "input_audio": {"data": wav, "format": "wav"}},
+        )
+    )
+    assert parsed.text == "what is this\n\nand this"
+    png, remote, audio = parsed.uploads
+    assert (png.suffix, png.data, png.url) == (".png", b"\x89PNG\r\n\x1a\nfake", "")
+    assert remote.url == "https://example.org/cat.png" and not remote.data
+    assert remote.where == "messages[2].content[3]"  # the earlier message's URL is not read
+    assert audio.suffix == ".wav" and audio.data.startswith(b"RIFF")
+
+
+def test_the_image_type_is_read_from_its_bytes() -> None:
+    jpeg = base64.b64encode(b"\xff\xd8\xff\xe0rest").decode()
+    url = f"data:image/png;base64,{jpeg}"  # declared png, is a jpeg
+    (upload,) = parse_request(last_parts({"type": "image_url", "image_url": {"url": url}})).uploads
+    assert upload.suffix == ".jpg"
+
+
+HTML = base64.b64encode(b"<html>not an image</html>").decode()
+
+
+@pytest.mark.parametrize(
+    ("part", "words"),
+    [
+        ({"type": "file", "file": {"file_id": "f"}}, "'file' part"),
+        ({"type": "video"}, "'video' part"),
+        ("just a string", "not a content part"),
+        ({"text": "no type"}, "not a content part"),
+        ({"type": "text", "text": 7}, "needs 'text'"),
+        ({"type": "image_url"}, "needs image_url.url"),
+        ({"type": "image_url", "image_url": {"url": "ftp://x/y.png"}}, "data URL"),
+        ({"type": "image_url", "image_url": {"url": "data:image/png;base64,@@@"}}, "base64"),
+        ({"type": "image_url", "image_url": {"url": f"data:text/html;base64,{HTML}"}}, "text/html"),
+        ({"type": "image_url", "image_url": {"url": f"data:image/png;base64,{HTML}"}}, "not JPEG"),
+        ({"type": "image_url", "image_url": {"url": f"data:image/bmp;base64,{PNG}"}}, "image/bmp"),
+        ({"type": "input_audio", "input_audio": {"data": PNG}}, "format"),
+        ({"type": "input_audio", "input_audio": {"data": PNG, "format": "flac"}}, "wav or mp3"),
+        ({"type": "input_audio", "input_audio": {"data": "%%", "format": "mp3"}}, "base64"),
+        ({"type": "input_audio", "input_audio": {"data": "", "format": "mp3"}}, "empty"),
+    ],
+)
+def test_a_bad_part_is_a_400_naming_it(part: object, words: str) -> None:
+    with pytest.raises(BadRequest, match=words) as refused:
+        parse_request(last_parts({"type": "text", "text": "look"}, part))
+    assert refused.value.status == 400
+    assert refused.value.param == "messages[2].content[1]"
+    assert str(refused.value).startswith("messages[2].content[1]")
 
 
 def test_the_api_counts_as_a_channel(home: Home) -> None:

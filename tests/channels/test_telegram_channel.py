@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from channels.telegram.channel import GREETING, OFFSET, REFUSED_PRESS, TOO_BIG, TelegramChannel
+from channels.telegram.channel import GREETING, OFFSET, REFUSED_PRESS, TelegramChannel
 from channels.telegram.delivery import TOKEN_REJECTED
+from channels.telegram.incoming import TOO_BIG
 from nanomem.agent.bus import InboundMessage, MessageBus
 from nanomem.agent.channel import ChannelDown, pump_outbound
 from nanomem.agent.inbox import SqliteInbox

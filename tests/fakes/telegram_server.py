@@ -678,6 +678,36 @@ class FakeTelegram:
             media = self._media("document", data, file_name, mime_type)
         return self._send_file(chat_id, "document", media, caption, sender)
 
+    def send_album(
+        self,
+        chat_id: int,
+        parts: list[bytes | tuple[str, bytes]],
+        *,
+        caption: str = "",
+        media_group_id: str | None = None,
+        **sender: Unpack[Sender],
+    ) -> list[JSONDict]:
+        """Queue an album as Telegram sends one: an update per part, each message with the same
+        `media_group_id` and the caption on the first only. A part is a photo's bytes or a
+        document's (file name, bytes). Pass the id of an album begun earlier to send more of
+        it (its parts may come in different getUpdates answers)."""
+        group = media_group_id or f"1357{next(self._file_ids)}"
+        updates = []
+        for number, part in enumerate(parts):
+            with self._lock:
+                if isinstance(part, bytes):
+                    kind, media = "photo", self._media("photo", part, None, "image/jpeg")
+                else:
+                    kind, media = (
+                        "document",
+                        self._media("document", part[1], part[0], "text/plain"),
+                    )
+            fields: JSONDict = {kind: media, "media_group_id": group}
+            if caption and number == 0:
+                fields["caption"] = caption
+            updates.append(self._inbound(chat_id, fields, sender))
+        return updates
+
     def send_voice(
         self, chat_id: int, data: bytes, *, duration: int = 1, **sender: Unpack[Sender]
     ) -> JSONDict:
