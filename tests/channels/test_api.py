@@ -95,7 +95,7 @@ def test_a_content_array_gives_text_images_and_audio_in_order() -> None:
     assert (png.suffix, png.data, png.url) == (".png", b"\x89PNG\r\n\x1a\nfake", "")
     assert remote.url == "https://example.org/cat.png" and not remote.data
     assert remote.where == "messages[2].content[3]"  # the earlier message's URL is not read
-    assert audio.suffix == ".wav" and audio.data.startswith(b"RIFF")
+    assert audio.suffix == ".voice.wav" and audio.data.startswith(b"RIFF")
 
 
 def test_the_image_type_is_read_from_its_bytes() -> None:

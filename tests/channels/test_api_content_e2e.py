@@ -171,18 +171,24 @@ def test_a_fetched_url_that_is_no_image_is_refused(
     assert len(llm.requests) == before and media_files(home, "no-image") == saved
 
 
-def test_input_audio_is_saved_in_the_media_folder(
+def test_input_audio_is_saved_and_reaches_the_model_as_the_persons_words(
     gateway: GatewayProcess, llm: FakeOpenAI, home: Home
 ) -> None:
     audio = {
         "type": "input_audio",
         "input_audio": {"data": base64.b64encode(WAV).decode(), "format": "wav"},
     }
+    heard = len(llm.audio_requests)
+    llm.transcript("remind me to water the plants at six")
     status, reply = ask(gateway, "audio", text("listen"), audio)
     assert status == 200, reply
     (wav,) = [p for p in media_files(home, "audio") if p.suffix == ".wav"]
-    assert wav.read_bytes() == WAV
-    assert wav.name in str(last_user(llm))  # the model is told where it is
+    assert wav.read_bytes() == WAV and wav.name.endswith(".voice.wav")
+    (sent,) = llm.audio_requests[heard:]  # transcribed as sent, through the model's server
+    assert sent.path == "transcriptions" and sent.data == WAV
+    words = str(last_user(llm))
+    assert "[voice note] remind me to water the plants at six" in words
+    assert "<<untrusted" not in words  # recorded by the person asking, not outside text
 
 
 def test_a_malformed_part_is_a_400_naming_it(gateway: GatewayProcess, llm: FakeOpenAI) -> None:
