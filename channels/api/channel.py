@@ -11,20 +11,32 @@ handler, and so its turn.
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import hmac
+import re
+import urllib.parse
 import uuid
 from collections.abc import Callable
 from datetime import datetime
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 from loguru import logger
 
+from channels.api.files import SentFiles
 from channels.api.replies import Answer, Pieces, streamed, whole
 from channels.api.wire import MODEL_ID, BadRequest, ChatRequest, error_body, parse_request
-from nanomem.agent import BaseChannel, Capabilities, InboundMessage, OutboundMessage, save_media
+from nanomem.agent import (
+    BaseChannel,
+    Capabilities,
+    File,
+    FileGone,
+    InboundMessage,
+    OutboundMessage,
+    save_media,
+)
 from nanomem.audience import Sender
 from nanomem.config import ApiSettings, ConfigError, is_loopback
 from nanomem.log import register_secrets
@@ -51,8 +63,8 @@ def _error(
 class ApiChannel(BaseChannel):
     name = "api"
     # A reply goes to the request waiting for it: nothing can be pushed (no scheduled turns);
-    # a streaming request shows it growing.
-    capabilities = Capabilities(streams=True, buttons=True, same_connection=True)
+    # a streaming request shows it growing. A file becomes a link in it (/v1/files/<id>).
+    capabilities = Capabilities(streams=True, buttons=True, files=True, same_connection=True)
 
     def __init__(
         self,
@@ -64,6 +76,7 @@ class ApiChannel(BaseChannel):
         max_message_chars: int,
         count_tokens: Callable[[str], int] = lambda text: len(text) // 4,
         read_timeout_s: float = 15.0,
+        sent_files: Path | None = None,
     ) -> None:
         self.settings, self.workspace, self.chat_model = settings, workspace, chat_model
         self.max_message_chars, self.count_tokens = max_message_chars, count_tokens
@@ -75,6 +88,7 @@ class ApiChannel(BaseChannel):
         self._answer = answer
         self._taking = False
         self._created = int(datetime.now().timestamp())
+        self.files = SentFiles(sent_files or workspace.parent / "sent-files", workspace)
 
     @classmethod
     def from_app(cls, app: App) -> ApiChannel:
@@ -89,11 +103,13 @@ class ApiChannel(BaseChannel):
             max_message_chars=app.settings.agent.max_message_chars,
             count_tokens=app.budget.tokenizer.count,
             read_timeout_s=app.settings.gateway.read_timeout_s,
+            sent_files=app.home.sent_files,
         )
 
     def routes(self, web_app: web.Application) -> None:
         web_app.router.add_post("/v1/chat/completions", self._chat)
         web_app.router.add_get("/v1/models", self._models)
+        web_app.router.add_get("/v1/files/{file_id}", self._file)
 
     # Lifecycle.
 
@@ -174,13 +190,46 @@ class ApiChannel(BaseChannel):
                 refusal.force_close()  # the rest of that body is not waited for
             return refusal
         msg = InboundMessage(self.name, parsed.session_id, parsed.text, self._sender(parsed), media)
-        pieces = Pieces(self._answer, msg)
+        pieces = Pieces(self._answer, msg, functools.partial(self._link, request))
         try:
             if parsed.stream:
                 return await streamed(request, pieces, parsed, self.settings, self.count_tokens)
             return await whole(pieces, parsed, self.count_tokens)
         finally:
             pieces.cancel()  # the client hung up (its handler is cancelled), or it is over
+
+    async def _link(self, request: web.Request, part: File) -> str:
+        """A file the turn sends, kept for GET /v1/files/<id>: its Markdown link, absolute
+        when the request said which host it reached."""
+        name = PurePosixPath(part.path).name
+        try:
+            file_id, name = await asyncio.to_thread(self.files.keep, part)
+        except (FileGone, OSError) as exc:
+            logger.warning("api: a sent file could not be kept: {}", exc)
+            return f"(the file {name} could not be attached: {exc})"
+        url = f"/v1/files/{file_id}"
+        if request.host:
+            url = f"{request.scheme}://{request.host}{url}"
+        label = name.replace("\\", "\\\\").replace("[", "\\[").replace("]", "\\]")
+        link = f"[{label}]({url})"
+        return f"{part.caption}\n\n{link}" if part.caption else link
+
+    async def _file(self, request: web.Request) -> web.StreamResponse:
+        if (refused := self._refused(request)) is not None:
+            return refused
+        stored = await asyncio.to_thread(self.files.find, request.match_info["file_id"])
+        if stored is None:
+            message = "No such file (the link is wrong, or it expired)."
+            return _error(404, message, "invalid_request_error", "file_not_found")
+        quoted = urllib.parse.quote(stored.name)
+        ascii_name = re.sub(r'[^\x20-\x7e]|["\\]', "_", stored.name)  # no header breaks
+        headers = {
+            "Content-Type": stored.mime,
+            "Content-Disposition": f'attachment; filename="{ascii_name}"; '
+            f"filename*=UTF-8''{quoted}",
+            "X-Content-Type-Options": "nosniff",  # a browser never runs it as a page
+        }
+        return web.FileResponse(stored.path, headers=headers)
 
     @staticmethod
     def _sender(parsed: ChatRequest) -> Sender:

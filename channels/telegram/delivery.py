@@ -14,13 +14,21 @@ import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from pathlib import PurePosixPath
 from typing import TypeVar
 
 from loguru import logger
 
-from channels.telegram.bot_api import BotPort, FloodGate, SendError
+from channels.telegram.bot_api import BotPort, FileKind, FloodGate, SendError
 from channels.telegram.drafts import Stream, Streamer
-from channels.telegram.format import halves, html_to_plain, message_chunks, too_long
+from channels.telegram.format import (
+    halves,
+    html_to_plain,
+    markdown_to_html,
+    message_chunks,
+    too_long,
+    utf16_length,
+)
 from nanomem.agent import (
     STOPPED,
     Button,
@@ -40,6 +48,14 @@ _COMMAND_NAME = re.compile(r"[a-z0-9_]{1,32}")
 TOKEN_REJECTED = "telegram: the bot token was rejected (check telegram.token)"
 EMPTY = "(the model sent an empty reply)"
 SEND_ATTEMPTS = 6
+# How a file goes, by its suffix (Telegram shows each kind its own way); anything else, and
+# an image too big for sendPhoto (10 MB), as a document.
+PHOTO_SUFFIXES = frozenset({".jpg", ".jpeg", ".png", ".webp"})
+VOICE_SUFFIXES = frozenset({".ogg", ".oga", ".opus"})
+AUDIO_SUFFIXES = frozenset({".mp3", ".m4a", ".wav", ".flac"})
+MAX_PHOTO_BYTES = 10 * 1000 * 1000
+MAX_FILE_BYTES = 50 * 1000 * 1000  # what the Bot API takes from a bot
+CAPTION_LIMIT = 1024  # UTF-16 code units, as Telegram counts
 TYPING_MAX_S = 600.0  # a turn silent this long gets no more typing actions
 
 
@@ -94,6 +110,27 @@ def in_telegram_spelling(text: str, commands: list[Command]) -> str:
     for name in sorted((c.name for c in commands if "-" in c.name), key=len, reverse=True):
         text = re.sub(rf"(?<![\w/])/{re.escape(name)}\b", f"/{telegram_name(name)}", text)
     return text
+
+
+def file_kind(name: str, size: int) -> FileKind:
+    suffix = PurePosixPath(name).suffix.lower()
+    if suffix in PHOTO_SUFFIXES and size <= MAX_PHOTO_BYTES:
+        return "photo"
+    if suffix in VOICE_SUFFIXES:
+        return "voice"
+    return "audio" if suffix in AUDIO_SUFFIXES else "document"
+
+
+def caption_of(markdown: str) -> tuple[str, bool]:
+    """(caption, is_html): the Markdown rendered when that fits Telegram's 1024, else the
+    words as plain text, cut to fit."""
+    rendered = markdown_to_html(markdown).strip()
+    if utf16_length(rendered) <= CAPTION_LIMIT:
+        return rendered, True
+    plain = html_to_plain(rendered)[: CAPTION_LIMIT - 1]
+    while utf16_length(plain) > CAPTION_LIMIT - 1:  # an emoji beyond the BMP counts twice
+        plain = plain[:-1]
+    return plain + "…", False
 
 
 def chunks_of(msg: OutboundMessage) -> list[tuple[str, bool]]:
@@ -241,6 +278,50 @@ class Delivery:
         if stream is not None:
             self.streamer.stop(stream)  # nothing more is shown before the reply replaces it
         await self._deliver(msg, stream)
+
+    async def send_file(self, key: str, name: str, data: bytes, caption: str) -> None:
+        """A file for the chat, while its turn goes on (typing, progress and the waiting
+        reply are left as they are). Sent by its kind; a photo Telegram refuses (its size or
+        shape) goes again as a document. Raises DeliveryLater when it cannot be sent now."""
+        kind = file_kind(name, len(data))
+        text, html = caption_of(caption) if caption else ("", False)
+        try:
+            try:
+                await self._upload(key, kind, name, data, text, html)
+            except SendError as exc:
+                if kind != "photo" or exc.transient or exc.retry_after is not None:
+                    raise
+                logger.warning(
+                    "telegram: {} refused as a photo in {} ({}); sent as a document", name, key, exc
+                )
+                await self._upload(key, "document", name, data, text, html)
+        except SendError as exc:
+            logger.error("telegram: gave up sending the file {} to chat {}: {}", name, key, exc)
+            if exc.transient or exc.retry_after is not None:
+                raise DeliveryLater(str(exc)) from exc
+            await self.tell(key, f"The file {name} could not be sent: {exc}")
+        finally:
+            self._forget_if_idle(key)
+
+    async def tell(self, key: str, text: str) -> None:
+        """A short plain note outside any reply (a file that could not go); best effort."""
+        try:
+            await self._retrying(key, lambda: self.port.send_text(key, text, html=False))
+        except SendError as exc:
+            logger.warning("telegram: a note to chat {} was not sent: {}", key, exc)
+
+    async def _upload(
+        self, key: str, kind: FileKind, name: str, data: bytes, caption: str, html: bool
+    ) -> None:
+        def attempt(body: str, as_html: bool) -> Callable[[], Awaitable[int]]:
+            return lambda: self.port.send_file(key, kind, name, data, caption=body, html=as_html)
+
+        try:
+            await self._retrying(key, attempt(caption, html))
+        except SendError as exc:
+            if not (html and exc.bad_html):
+                raise
+            await self._retrying(key, attempt(html_to_plain(caption), False))
 
     def _grow(self, msg: OutboundMessage) -> None:
         """A piece of a reply being written, shown (throttled) if this chat streams."""

@@ -77,6 +77,27 @@ def save_media(workspace: Path, session: str, name: str, data: bytes) -> str:
     return str(relative)
 
 
+class FileGone(Exception):
+    """A file handed to a channel cannot be read as `send_file` checked it (gone, replaced by
+    a link, grown too big); the message is one line."""
+
+
+def file_bytes(workspace: Path, path: str, limit: int) -> bytes:
+    """The bytes of a `File` part's file, read as the file tools read (no link followed on
+    the way, no hard link): it may have changed since `send_file` checked it. Blocking."""
+    from nanomem.tools.registry import ToolError
+    from nanomem.tools.safe_open import read_checked
+
+    root = workspace.resolve()
+    try:
+        data = read_checked(root, root / path, path, limit + 1)
+    except (ToolError, OSError) as exc:
+        raise FileGone(str(exc)) from None
+    if len(data) > limit:
+        raise FileGone(f"{path!r} is larger than {limit} bytes now")
+    return data
+
+
 class Channel(Protocol):
     """The contract every channel keeps (docs/channels.md); `BaseChannel` gives the defaults
     of what most channels do not need."""

@@ -388,7 +388,11 @@ async def _interactive(
     register_environment_secrets()
     register_secrets(configured_secrets(settings))
     bus = MessageBus()
-    channel = load_channel("terminal")(history_file=home.chat_history, chat_id=session)
+    configured = settings.agent.workspace  # as the app will resolve it (app.workspace_of)
+    workspace = configured.expanduser().resolve() if configured else home.workspace
+    channel = load_channel("terminal")(
+        history_file=home.chat_history, chat_id=session, workspace=workspace
+    )
     await channel.start(bus)
     if home.dream_review.exists():  # a Dream change waits: the owner hears of it first thing
         await channel.send(_review_notice(home.dream_review, session))
