@@ -9,14 +9,13 @@ import io
 from collections.abc import Awaitable
 from dataclasses import dataclass, replace
 from datetime import datetime
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from loguru import logger
 from telegram import (
     Bot,
     BotCommand,
-    InputFile,
     Message,
     Update,
     User,
@@ -29,9 +28,8 @@ from telegram.error import (
 )
 from telegram.request import BaseRequest
 
-from channels.telegram.bot_api import FileKind
+from channels.telegram import transport
 from channels.telegram.delivery import (
-    MAX_FILE_BYTES,
     Delivery,
     PollWatch,
     SendError,
@@ -60,14 +58,11 @@ from nanomem.agent import (
     Button,
     Capabilities,
     Command,
-    File,
-    FileGone,
     InboundMessage,
     MessageBus,
     OutboundMessage,
     Pending,
     Text,
-    file_bytes,
     parse_command,
     record_failure,
     save_media,
@@ -84,7 +79,6 @@ if TYPE_CHECKING:
 OFFSET = "telegram.offset"  # the inbox's record of what Telegram may forget
 NO_TOKEN = "telegram.token is not set: create a bot with @BotFather, then set telegram.token"
 STEP_S = 10.0  # the longest any one start or stop step may take
-FILE_TIMEOUT_S = 120.0  # an upload of up to 50 MB, and its answer
 OWNER_ASSUMED = (
     "telegram.owner is not set: assuming the owner is user {owner}, the first user id in "
     "telegram.allow_from (only the owner runs owner commands and approvals); set "
@@ -148,6 +142,7 @@ class TelegramChannel(BaseChannel):
         self._replayed = False
         self.delivery = Delivery(
             self,
+            workspace=workspace,
             typing_every_s=typing_every_s,
             typing_delay_s=typing_delay_s,
             status_every_s=status_every_s,
@@ -531,46 +526,15 @@ class TelegramChannel(BaseChannel):
 
     async def send(self, msg: OutboundMessage) -> None:
         part = msg.part
-        if isinstance(part, File):
-            await self._send_file(msg.chat_id, part)
-            return
         if isinstance(part, Text) and part.command:  # /help and the like: as the menu names them
             spelled = in_telegram_spelling(part.text, self._commands)
             msg = replace(msg, part=replace(part, text=spelled))
         await self.delivery.send(msg)
 
-    async def _send_file(self, key: str, part: File) -> None:
-        name = PurePosixPath(part.path).name
-        try:  # off the loop: up to 50 MB
-            data = await asyncio.to_thread(file_bytes, self.workspace, part.path, MAX_FILE_BYTES)
-        except FileGone as exc:
-            logger.warning("telegram: the file for chat {} could not be read: {}", key, exc)
-            await self.delivery.tell(key, f"The file {name} could not be sent: {exc}")
-            return
-        await self.delivery.send_file(key, name, data, part.caption)
-
     async def send_file(
-        self, key: str, kind: FileKind, name: str, data: bytes, *, caption: str, html: bool
+        self, key: str, kind: str, name: str, data: bytes, *, caption: str, html: bool
     ) -> int:
-        chat_id, thread = target(key)
-        bot, upload = self._active_bot(), InputFile(data, filename=name)
-        options: dict[str, Any] = {
-            "caption": caption or None,
-            "parse_mode": ParseMode.HTML if html and caption else None,
-            "message_thread_id": thread,
-            # An upload takes a while; its answer comes after it all arrived.
-            "write_timeout": FILE_TIMEOUT_S,
-            "read_timeout": FILE_TIMEOUT_S,
-        }
-        if kind == "photo":
-            sent = await call_api(bot.send_photo(chat_id, upload, **options))
-        elif kind == "voice":
-            sent = await call_api(bot.send_voice(chat_id, upload, **options))
-        elif kind == "audio":
-            sent = await call_api(bot.send_audio(chat_id, upload, **options))
-        else:
-            sent = await call_api(bot.send_document(chat_id, upload, **options))
-        return sent.message_id
+        return await transport.upload(self._active_bot(), key, kind, name, data, caption, html)
 
     def _active_bot(self) -> Bot:
         if self._bot is None:

@@ -14,20 +14,19 @@ import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from pathlib import PurePosixPath
+from pathlib import Path
 from typing import TypeVar
 
 from loguru import logger
 
-from channels.telegram.bot_api import BotPort, FileKind, FloodGate, SendError
+from channels.telegram.bot_api import BotPort, FloodGate, SendError
 from channels.telegram.drafts import Stream, Streamer
+from channels.telegram.files import send_file
 from channels.telegram.format import (
     halves,
     html_to_plain,
-    markdown_to_html,
     message_chunks,
     too_long,
-    utf16_length,
 )
 from nanomem.agent import (
     STOPPED,
@@ -37,6 +36,7 @@ from nanomem.agent import (
     DeliveryLater,
     Delta,
     DeltaEnd,
+    File,
     OutboundMessage,
     Progress,
     Text,
@@ -48,14 +48,6 @@ _COMMAND_NAME = re.compile(r"[a-z0-9_]{1,32}")
 TOKEN_REJECTED = "telegram: the bot token was rejected (check telegram.token)"
 EMPTY = "(the model sent an empty reply)"
 SEND_ATTEMPTS = 6
-# How a file goes, by its suffix (Telegram shows each kind its own way); anything else, and
-# an image too big for sendPhoto (10 MB), as a document.
-PHOTO_SUFFIXES = frozenset({".jpg", ".jpeg", ".png", ".webp"})
-VOICE_SUFFIXES = frozenset({".ogg", ".oga", ".opus"})
-AUDIO_SUFFIXES = frozenset({".mp3", ".m4a", ".wav", ".flac"})
-MAX_PHOTO_BYTES = 10 * 1000 * 1000
-MAX_FILE_BYTES = 50 * 1000 * 1000  # what the Bot API takes from a bot
-CAPTION_LIMIT = 1024  # UTF-16 code units, as Telegram counts
 TYPING_MAX_S = 600.0  # a turn silent this long gets no more typing actions
 
 
@@ -110,27 +102,6 @@ def in_telegram_spelling(text: str, commands: list[Command]) -> str:
     for name in sorted((c.name for c in commands if "-" in c.name), key=len, reverse=True):
         text = re.sub(rf"(?<![\w/])/{re.escape(name)}\b", f"/{telegram_name(name)}", text)
     return text
-
-
-def file_kind(name: str, size: int) -> FileKind:
-    suffix = PurePosixPath(name).suffix.lower()
-    if suffix in PHOTO_SUFFIXES and size <= MAX_PHOTO_BYTES:
-        return "photo"
-    if suffix in VOICE_SUFFIXES:
-        return "voice"
-    return "audio" if suffix in AUDIO_SUFFIXES else "document"
-
-
-def caption_of(markdown: str) -> tuple[str, bool]:
-    """(caption, is_html): the Markdown rendered when that fits Telegram's 1024, else the
-    words as plain text, cut to fit."""
-    rendered = markdown_to_html(markdown).strip()
-    if utf16_length(rendered) <= CAPTION_LIMIT:
-        return rendered, True
-    plain = html_to_plain(rendered)[: CAPTION_LIMIT - 1]
-    while utf16_length(plain) > CAPTION_LIMIT - 1:  # an emoji beyond the BMP counts twice
-        plain = plain[:-1]
-    return plain + "…", False
 
 
 def chunks_of(msg: OutboundMessage) -> list[tuple[str, bool]]:
@@ -223,8 +194,9 @@ class Delivery:
         stream_groups: bool = False,
         stream_every_s: float = 1.0,
         typing_delay_s: float = 1.0,
+        workspace: Path = Path(),
     ) -> None:
-        self.port = port
+        self.port, self.workspace = port, workspace
         self.typing_every_s, self.status_every_s = typing_every_s, status_every_s
         self.typing_delay_s = typing_delay_s
         self.backoff_s = backoff_s  # the first wait after a network error; doubles up to 30 s
@@ -263,6 +235,12 @@ class Delivery:
         if isinstance(msg.part, Delta | DeltaEnd):  # best effort: never waited for, never raises
             self._grow(msg)
             return
+        if isinstance(msg.part, File):  # mid-turn: the turn, its typing and progress go on
+            try:
+                await send_file(self, msg.chat_id, msg.part)
+            finally:
+                self._forget_if_idle(msg.chat_id)
+            return
         chat = self.chat(msg.chat_id)
         if isinstance(msg.part, Progress):
             if chat.progress(msg.content):  # shown soon, with the latest line by then
@@ -279,49 +257,12 @@ class Delivery:
             self.streamer.stop(stream)  # nothing more is shown before the reply replaces it
         await self._deliver(msg, stream)
 
-    async def send_file(self, key: str, name: str, data: bytes, caption: str) -> None:
-        """A file for the chat, while its turn goes on (typing, progress and the waiting
-        reply are left as they are). Sent by its kind; a photo Telegram refuses (its size or
-        shape) goes again as a document. Raises DeliveryLater when it cannot be sent now."""
-        kind = file_kind(name, len(data))
-        text, html = caption_of(caption) if caption else ("", False)
-        try:
-            try:
-                await self._upload(key, kind, name, data, text, html)
-            except SendError as exc:
-                if kind != "photo" or exc.transient or exc.retry_after is not None:
-                    raise
-                logger.warning(
-                    "telegram: {} refused as a photo in {} ({}); sent as a document", name, key, exc
-                )
-                await self._upload(key, "document", name, data, text, html)
-        except SendError as exc:
-            logger.error("telegram: gave up sending the file {} to chat {}: {}", name, key, exc)
-            if exc.transient or exc.retry_after is not None:
-                raise DeliveryLater(str(exc)) from exc
-            await self.tell(key, f"The file {name} could not be sent: {exc}")
-        finally:
-            self._forget_if_idle(key)
-
     async def tell(self, key: str, text: str) -> None:
         """A short plain note outside any reply (a file that could not go); best effort."""
         try:
-            await self._retrying(key, lambda: self.port.send_text(key, text, html=False))
+            await self.retrying(key, lambda: self.port.send_text(key, text, html=False))
         except SendError as exc:
             logger.warning("telegram: a note to chat {} was not sent: {}", key, exc)
-
-    async def _upload(
-        self, key: str, kind: FileKind, name: str, data: bytes, caption: str, html: bool
-    ) -> None:
-        def attempt(body: str, as_html: bool) -> Callable[[], Awaitable[int]]:
-            return lambda: self.port.send_file(key, kind, name, data, caption=body, html=as_html)
-
-        try:
-            await self._retrying(key, attempt(caption, html))
-        except SendError as exc:
-            if not (html and exc.bad_html):
-                raise
-            await self._retrying(key, attempt(html_to_plain(caption), False))
 
     def _grow(self, msg: OutboundMessage) -> None:
         """A piece of a reply being written, shown (throttled) if this chat streams."""
@@ -419,7 +360,7 @@ class Delivery:
                 exc,
             )
         try:
-            await self._retrying(key, lambda: self.port.delete(key, message_id))
+            await self.retrying(key, lambda: self.port.delete(key, message_id))
         except SendError as exc:
             logger.warning("telegram: could not delete a growing reply in {}: {}", key, exc)
         return False
@@ -436,11 +377,11 @@ class Delivery:
             return edit
 
         try:
-            await self._retrying(key, attempt(text, html))
+            await self.retrying(key, attempt(text, html))
         except SendError as exc:
             if not (html and exc.bad_html):
                 raise
-            await self._retrying(key, attempt(html_to_plain(text), False))
+            await self.retrying(key, attempt(html_to_plain(text), False))
 
     def _forget_if_idle(self, key: str) -> None:
         """Drop an idle chat's state, so the map does not grow with every chat ever seen."""
@@ -459,7 +400,7 @@ class Delivery:
             )
 
         try:
-            await self._retrying(key, attempt(text, html))
+            await self.retrying(key, attempt(text, html))
         except SendError as exc:
             if not (html and exc.bad_html):
                 raise
@@ -468,9 +409,9 @@ class Delivery:
                 key,
                 exc,
             )
-            await self._retrying(key, attempt(html_to_plain(text), False))
+            await self.retrying(key, attempt(html_to_plain(text), False))
 
-    async def _retrying(self, key: str, call: Callable[[], Awaitable[T]]) -> T:
+    async def retrying(self, key: str, call: Callable[[], Awaitable[T]]) -> T:
         """Honour flood limits for this chat only; retry network errors and 5xx with backoff."""
         chat, delay, attempt = self.chat(key), self.backoff_s, 0
         while True:

@@ -85,8 +85,7 @@ class FileGone(Exception):
 def file_bytes(workspace: Path, path: str, limit: int) -> bytes:
     """The bytes of a `File` part's file, read as the file tools read (no link followed on
     the way, no hard link): it may have changed since `send_file` checked it. Blocking."""
-    from nanomem.tools.registry import ToolError
-    from nanomem.tools.safe_open import read_checked
+    from nanomem.tools import ToolError, read_checked
 
     root = workspace.resolve()
     try:

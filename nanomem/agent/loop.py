@@ -27,10 +27,10 @@ from nanomem.agent.outbound import (
     STOPPING_NOTE,
     Delta,
     DeltaEnd,
-    File,
     OutboundMessage,
     Progress,
     Text,
+    file_outlet,
 )
 from nanomem.agent.react_loop import ReactResult, StepText, react, seal_tool_calls
 from nanomem.agent.retries import keep_for_retry
@@ -43,7 +43,6 @@ from nanomem.providers import Provider, ProviderError, ToolCall, key_source, rou
 from nanomem.text import untrusted_json
 from nanomem.text.plural import plural
 from nanomem.tools import ToolContext, ToolRegistry
-from nanomem.tools.context import Outlet
 
 BeforeTurn = Callable[[Session, ToolContext], Awaitable[None]]
 AfterTurn = Callable[[Session, ToolContext], Awaitable[None]]
@@ -289,7 +288,7 @@ class AgentLoop:
         at: int,
         progress: Show | None,
     ) -> OutboundMessage:
-        turn = replace(self._context_of(msg), outlet=_outlet(msg, progress))
+        turn = replace(self._context_of(msg), outlet=file_outlet(msg, progress))
         shown_from = session.replay_from
         system = await self._system_message(session)
         for hook in self.before_turn:
@@ -572,19 +571,6 @@ def finished_reply(messages: list[dict[str, Any]], at: int) -> str | None:
     if last.get("failed"):
         return None  # a failed attempt: worth another
     return str(last.get("content") or "")
-
-
-def _outlet(msg: InboundMessage, progress: Show | None) -> Outlet | None:
-    """A file for the chat goes out with the turn's pieces, in order with them. Not as the
-    turn's answer (no `seq`): the message stays in the inbox until the reply is delivered."""
-    if progress is None:
-        return None
-    show = progress
-
-    async def send(path: str, caption: str) -> None:
-        await show(OutboundMessage(msg.channel, msg.chat_id, File(path, caption), msg.id))
-
-    return send
 
 
 def interrupted(text: str) -> dict[str, Any]:
