@@ -11,7 +11,12 @@ from typing import TYPE_CHECKING
 from loguru import logger
 
 from channels.telegram.bot_api import FileKind, SendError
-from channels.telegram.format import html_to_plain, markdown_to_html, utf16_length
+from channels.telegram.format import (
+    html_to_plain,
+    markdown_to_html,
+    utf16_length,
+    visible_length,
+)
 from nanomem.agent import DeliveryLater, File, FileGone, file_bytes
 
 if TYPE_CHECKING:
@@ -40,7 +45,7 @@ def caption_of(markdown: str) -> tuple[str, bool]:
     """(caption, is_html): the Markdown rendered when that fits Telegram's 1024, else the
     words as plain text, cut to fit."""
     rendered = markdown_to_html(markdown).strip()
-    if utf16_length(rendered) <= CAPTION_LIMIT:
+    if visible_length(rendered) <= CAPTION_LIMIT:
         return rendered, True
     plain = html_to_plain(rendered)[: CAPTION_LIMIT - 1]
     while utf16_length(plain) > CAPTION_LIMIT - 1:  # an emoji beyond the BMP counts twice
