@@ -187,8 +187,8 @@ class TerminalChannel(BaseChannel):
         where = Path(part.path)
         if self.workspace is not None and not where.is_absolute():
             where = self.workspace / where
-        line = f"📎 {strip_escapes(str(where))}"
-        self.console.print(line, style="bold", markup=False, emoji=False, highlight=False)
+        line = f"📎 {strip_escapes(str(where))}"  # one line, never wrapped: to copy whole
+        self.console.print(line, markup=False, emoji=False, highlight=False, soft_wrap=True)
         if part.caption:
             caption = strip_escapes(part.caption)
             self.console.print(caption, markup=False, emoji=False, highlight=False)
