@@ -226,7 +226,9 @@ def shaped(msg: OutboundMessage, can: Capabilities) -> OutboundMessage | None:
         text = _with_choices(part.text, part.buttons)
         return replace(msg, part=replace(part, text=text, buttons=()))
     if isinstance(part, File) and not can.files:
-        return replace(msg, part=Text(f"{part.caption}\n\n(file: {part.path})".strip()))
+        # Where it lies, for a person who can reach the workspace (this chat cannot carry it).
+        line = f"📎 {part.path} (a file in nanomem's workspace; this chat cannot carry files)"
+        return replace(msg, part=Text("\n\n".join(filter(None, [part.caption, line])), "command"))
     return msg
 
 

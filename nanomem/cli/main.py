@@ -333,7 +333,7 @@ async def _one_shot(app: App, session: str, text: str) -> int:
 
     # A whole key continues another channel's conversation (its reply is printed here).
     channel, chat = (session.split(":", 1)) if ":" in session else ("cli", session)
-    stream = StdoutStream()
+    stream = StdoutStream(app.workspace)
     # The owner's one-shot: nobody stays at a prompt to answer a question.
     sender = Sender("user", is_owner=True, shared_room=is_shared_room(f"{channel}:{chat}"))
     msg = InboundMessage(channel, chat, text, sender)
