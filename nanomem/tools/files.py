@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import os
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import replace
 from pathlib import Path, PurePosixPath
 from typing import Annotated
 
@@ -66,8 +65,9 @@ class FileTools:
             Tool.from_function(self.write_file),
             Tool.from_function(self.edit_file),
             Tool.from_function(self.list_dir),
-            # Offered only where a chat receives it: not to Dream, nor a one-shot's stdout.
-            replace(Tool.from_function(self.send_file), audience=_has_outlet),
+            # Offered to every turn, so the tools (a prompt-cache prefix the Consolidator
+            # shares) are the same everywhere; without a chat to receive it, it says so.
+            Tool.from_function(self.send_file),
         ]
 
     def _base(self, context: ToolContext) -> Path:
@@ -269,10 +269,6 @@ class FileTools:
         if target.is_dir():
             raise ToolError(f"{path!r} is a folder")
         return target
-
-
-def _has_outlet(context: ToolContext) -> bool:
-    return context.outlet is not None
 
 
 def _size(size: int) -> str:

@@ -1,5 +1,4 @@
-"""The send_file tool on its own: what it checks, what it hands the chat's outlet, and where it
-is offered (only where a chat receives a file)."""
+"""The send_file tool on its own: what it checks, and what it hands the chat's outlet."""
 
 from __future__ import annotations
 
@@ -10,7 +9,7 @@ import pytest
 
 from nanomem import audience
 from nanomem.audience import Sender
-from nanomem.tools import OUTSIDE, ToolContext, ToolRegistry
+from nanomem.tools import OUTSIDE, ToolContext
 from nanomem.tools.files import MAX_SEND_BYTES, FileTools, _size
 from nanomem.tools.registry import ToolError
 
@@ -69,19 +68,6 @@ async def test_a_hard_link_is_refused(tmp_path: Path) -> None:
     os.link(tmp_path / "USER.md", tmp_path / "copy.md")
     with pytest.raises(ToolError, match="hard link"):
         await FileTools(tmp_path).send_file(context(Chat()), "copy.md")
-
-
-def test_it_is_offered_only_where_a_chat_receives_files(tmp_path: Path) -> None:
-    registry = ToolRegistry()
-    for tool in FileTools(tmp_path).tools():
-        registry.add(tool)
-
-    def offered(ctx: ToolContext) -> set[str]:
-        return {schema["function"]["name"] for schema in registry.schemas(ctx)}
-
-    assert "send_file" in offered(context(Chat()))
-    assert "send_file" not in offered(OUTSIDE)  # Dream, the Consolidator
-    assert "read_file" in offered(OUTSIDE)
 
 
 @pytest.mark.parametrize(
