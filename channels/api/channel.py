@@ -14,12 +14,10 @@ import asyncio
 import functools
 import hashlib
 import hmac
-import re
-import urllib.parse
 import uuid
 from collections.abc import Callable
 from datetime import datetime
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
@@ -28,15 +26,7 @@ from loguru import logger
 from channels.api.files import SentFiles
 from channels.api.replies import Answer, Pieces, streamed, whole
 from channels.api.wire import MODEL_ID, BadRequest, ChatRequest, error_body, parse_request
-from nanomem.agent import (
-    BaseChannel,
-    Capabilities,
-    File,
-    FileGone,
-    InboundMessage,
-    OutboundMessage,
-    save_media,
-)
+from nanomem.agent import BaseChannel, Capabilities, InboundMessage, OutboundMessage, save_media
 from nanomem.audience import Sender
 from nanomem.config import ApiSettings, ConfigError, is_loopback
 from nanomem.log import register_secrets
@@ -190,7 +180,7 @@ class ApiChannel(BaseChannel):
                 refusal.force_close()  # the rest of that body is not waited for
             return refusal
         msg = InboundMessage(self.name, parsed.session_id, parsed.text, self._sender(parsed), media)
-        pieces = Pieces(self._answer, msg, functools.partial(self._link, request))
+        pieces = Pieces(self._answer, msg, functools.partial(self.files.link, request))
         try:
             if parsed.stream:
                 return await streamed(request, pieces, parsed, self.settings, self.count_tokens)
@@ -198,38 +188,10 @@ class ApiChannel(BaseChannel):
         finally:
             pieces.cancel()  # the client hung up (its handler is cancelled), or it is over
 
-    async def _link(self, request: web.Request, part: File) -> str:
-        """A file the turn sends, kept for GET /v1/files/<id>: its Markdown link, absolute
-        when the request said which host it reached."""
-        name = PurePosixPath(part.path).name
-        try:
-            file_id, name = await asyncio.to_thread(self.files.keep, part)
-        except (FileGone, OSError) as exc:
-            logger.warning("api: a sent file could not be kept: {}", exc)
-            return f"(the file {name} could not be attached: {exc})"
-        url = f"/v1/files/{file_id}"
-        if request.host:
-            url = f"{request.scheme}://{request.host}{url}"
-        label = name.replace("\\", "\\\\").replace("[", "\\[").replace("]", "\\]")
-        link = f"[{label}]({url})"
-        return f"{part.caption}\n\n{link}" if part.caption else link
-
     async def _file(self, request: web.Request) -> web.StreamResponse:
         if (refused := self._refused(request)) is not None:
             return refused
-        stored = await asyncio.to_thread(self.files.find, request.match_info["file_id"])
-        if stored is None:
-            message = "No such file (the link is wrong, or it expired)."
-            return _error(404, message, "invalid_request_error", "file_not_found")
-        quoted = urllib.parse.quote(stored.name)
-        ascii_name = re.sub(r'[^\x20-\x7e]|["\\]', "_", stored.name)  # no header breaks
-        headers = {
-            "Content-Type": stored.mime,
-            "Content-Disposition": f'attachment; filename="{ascii_name}"; '
-            f"filename*=UTF-8''{quoted}",
-            "X-Content-Type-Options": "nosniff",  # a browser never runs it as a page
-        }
-        return web.FileResponse(stored.path, headers=headers)
+        return await self.files.response(request.match_info["file_id"])
 
     @staticmethod
     def _sender(parsed: ChatRequest) -> Sender:

@@ -10,18 +10,22 @@ rename): a file without its record is not served, and either is swept once expir
 
 from __future__ import annotations
 
+import asyncio
 import json
 import mimetypes
 import re
 import secrets
 import time
+import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from aiohttp import web
 from loguru import logger
 
-from nanomem.agent import File, file_bytes
+from channels.api.wire import error_body
+from nanomem.agent import File, FileGone, file_bytes
 from nanomem.durable import unlink_below, write_below
 
 MAX_FILE_BYTES = 50 * 1000 * 1000  # as send_file allows
@@ -37,10 +41,45 @@ class Stored:
 
 
 class SentFiles:
-    """The copies, by id. Blocking methods: call them off the event loop."""
+    """The copies, by id: `link` and `response` for the channel; the rest blocking."""
 
     def __init__(self, folder: Path, workspace: Path, keep_s: float = KEEP_S) -> None:
         self.folder, self.workspace, self.keep_s = folder, workspace, keep_s
+
+    async def link(self, request: web.Request, part: File) -> str:
+        """A file the turn sends, kept now: its Markdown link (after its caption), absolute
+        when the request said which host it reached."""
+        name = PurePosixPath(part.path).name
+        try:
+            file_id, name = await asyncio.to_thread(self.keep, part)
+        except (FileGone, OSError) as exc:
+            logger.warning("api: a sent file could not be kept: {}", exc)
+            return f"(the file {name} could not be attached: {exc})"
+        url = f"/v1/files/{file_id}"
+        if request.host:
+            url = f"{request.scheme}://{request.host}{url}"
+        label = name.replace("\\", "\\\\").replace("[", "\\[").replace("]", "\\]")
+        link = f"[{label}]({url})"
+        return f"{part.caption}\n\n{link}" if part.caption else link
+
+    async def response(self, file_id: str) -> web.StreamResponse:
+        """The copy's bytes, to be saved (never shown as a page); 404 when there is none."""
+        stored = await asyncio.to_thread(self.find, file_id)
+        if stored is None:
+            body = error_body(
+                "No such file (the link is wrong, or it expired).",
+                "invalid_request_error",
+                "file_not_found",
+            )
+            return web.json_response(body, status=404)
+        quoted = urllib.parse.quote(stored.name)
+        plain = re.sub(r'[^\x20-\x7e]|["\\]', "_", stored.name)  # nothing breaks the header
+        headers = {
+            "Content-Type": stored.mime,
+            "Content-Disposition": f"attachment; filename=\"{plain}\"; filename*=UTF-8''{quoted}",
+            "X-Content-Type-Options": "nosniff",
+        }
+        return web.FileResponse(stored.path, headers=headers)
 
     def keep(self, part: File) -> tuple[str, str]:
         """Copy the file; (its id, its name). FileGone when it cannot be read now."""
