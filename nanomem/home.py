@@ -87,6 +87,12 @@ class Home:
         return self.root / "mcp-state"
 
     @property
+    def sent_files(self) -> Path:
+        """Copies of the files agent API answers link to (`/v1/files/<id>`), as they were when
+        sent; outside the workspace, so the agent's tools cannot change what a link serves."""
+        return self.root / "sent-files"
+
+    @property
     def locks(self) -> Path:
         """Lock files shared by every process on this home; outside the workspace, so the
         agent's file tools can never replace one."""

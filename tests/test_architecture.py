@@ -60,6 +60,7 @@ CHANNEL_MAY_IMPORT = {
     "agent",
     "audience",  # the Sender a channel vouches for
     "config",
+    "durable",  # crash-safe writes of what a channel keeps (the agent API's sent files)
     "log",
     "text",
     "thread_batch",

@@ -46,6 +46,16 @@ def test_tool_call_round_trip(home: Home, fake_llm: FakeOpenAI) -> None:
     assert followup[-2]["tool_calls"][0]["function"]["name"] == "write_file"
 
 
+def test_a_sent_file_is_named_on_stdout(home: Home, fake_llm: FakeOpenAI) -> None:
+    (home.workspace / "plan.csv").write_text("basil,18:00\n")
+    fake_llm.tool_call("send_file", {"path": "plan.csv", "caption": "the plan"})
+    fake_llm.reply("It is above.")
+    result = run_cli("chat", "-m", "send me the plan", env=cli_env(home, fake_llm))
+    assert result.returncode == 0, result.stderr
+    assert f"📎 {home.workspace / 'plan.csv'}\nthe plan\n" in result.stdout
+    assert result.stdout.rstrip().endswith("It is above.")
+
+
 def test_path_traversal_is_refused(home: Home, fake_llm: FakeOpenAI) -> None:
     fake_llm.tool_call("read_file", {"path": "../config.toml"})
     fake_llm.reply("I can't read that.")

@@ -24,6 +24,22 @@ def test_a_reply_is_shown_with_tool_progress(chat: pexpect.spawn, fake_llm: Fake
     chat.expect_exact(PROMPT)
 
 
+def test_a_sent_file_is_shown_where_it_lies_with_its_caption(
+    chat: pexpect.spawn, fake_llm: FakeOpenAI, home: Home
+) -> None:
+    (home.workspace / "reports").mkdir()
+    (home.workspace / "reports" / "plants.csv").write_text("basil,18:00\n")
+    fake_llm.tool_call("send_file", {"path": "reports/plants.csv", "caption": "your watering plan"})
+    fake_llm.reply("It is in the file above.")
+    chat.sendline("send me the plan")
+    chat.expect_exact(f"📎 {home.workspace / 'reports' / 'plants.csv'}")
+    chat.expect_exact("your watering plan")
+    chat.expect_exact("It is in the file above.")
+    chat.expect_exact(PROMPT)
+    tool = [m for m in fake_llm.requests[-1]["messages"] if m["role"] == "tool"]
+    assert tool[-1]["content"].startswith("sent plants.csv (12 bytes) to the chat")
+
+
 def test_ctrl_c_cancels_a_slow_turn_and_the_prompt_returns(
     chat: pexpect.spawn, fake_llm: FakeOpenAI, home: Home
 ) -> None:

@@ -329,9 +329,25 @@ async def test_photo_voice_and_uploads(fake: FakeTelegram, bot: Bot) -> None:
     doc = await bot.send_document(CHAT, b"report", filename="r.txt", caption="report")
     assert doc.document is not None and doc.document.file_name == "r.txt"
     assert await (await doc.document.get_file()).download_as_bytearray() == b"report"
-    sent = await bot.send_photo(CHAT, b"png")
-    assert sent.photo and sent.photo[-1].file_size == 3
+    png = b"\x89PNG\r\n\x1a\n" + b"rest"
+    sent = await bot.send_photo(CHAT, png)
+    assert sent.photo and sent.photo[-1].file_size == len(png)
     assert [bool(m.get("document")) for m in fake.sent_messages(CHAT)] == [True, False]
+    # Telegram makes photos of images only.
+    with pytest.raises(BadRequest, match=r"(?i)IMAGE_PROCESS_FAILED"):
+        await bot.send_photo(CHAT, b"not an image")
+
+
+async def test_voice_and_audio_uploads_with_html_captions(fake: FakeTelegram, bot: Bot) -> None:
+    voice = await bot.send_voice(CHAT, b"OggS-voice", caption="<b>hi</b>", parse_mode="HTML")
+    assert voice.voice is not None and voice.caption == "hi"
+    assert await (await voice.voice.get_file()).download_as_bytearray() == b"OggS-voice"
+    song = await bot.send_audio(CHAT, b"ID3-song", filename="song.mp3")
+    assert song.audio is not None and song.audio.file_name == "song.mp3"
+    assert fake.file_data(fake.sent_messages(CHAT)[-1]["audio"]) == b"ID3-song"
+    assert fake.sent_messages(CHAT)[0]["caption_html"] == "<b>hi</b>"
+    with pytest.raises(BadRequest, match=r"(?i)caption is too long"):
+        await bot.send_document(CHAT, b"x", filename="x.txt", caption="y" * 1025)
 
 
 async def test_an_album_is_an_update_per_part_sharing_a_media_group_id(

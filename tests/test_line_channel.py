@@ -15,7 +15,7 @@ from nanomem.app import App
 from nanomem.features.dream import Dreaming
 from nanomem.gateway.service import Gateway
 from nanomem.home import Home
-from nanomem.providers.scripted import ScriptedProvider, text
+from nanomem.providers.scripted import ScriptedProvider, call, text
 from tests.conftest import make_app
 from tests.helpers import until
 from tests.helpers.dream import LEARN, app_with_history
@@ -169,3 +169,19 @@ async def test_the_model_s_markdown_arrives_as_plain_text_split_within_the_limit
             *[p.rstrip() for p in paragraphs],
         ]
         assert all(len(h["text"]) <= 200 for h in heard)
+
+
+async def test_a_file_reaches_a_channel_without_files_as_a_line_naming_it(home: Home) -> None:
+    (home.workspace / "plan.csv").write_text("basil,18:00\n")
+    provider = ScriptedProvider(
+        [call("send_file", {"path": "plan.csv", "caption": "the plan"}), text("It is sent.")]
+    )
+    channel = LineChannel(owner="ada")
+    async for _ in running(make_app(home, provider, gateway={"port": 0}), channel):
+        ada = await connect(channel, "ada")
+        await ada.say("send me the plan")
+        told = await ada.hear()
+        assert told["text"] == (
+            "the plan\n\n📎 plan.csv (a file in nanomem's workspace; this chat cannot carry files)"
+        )
+        assert (await ada.hear())["text"] == "It is sent."

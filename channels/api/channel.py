@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 from loguru import logger
 
+from channels.api.files import SentFiles
 from channels.api.replies import Answer, Pieces, streamed, whole
 from channels.api.wire import (
     MODEL_ID,
@@ -64,8 +65,8 @@ def _error(
 class ApiChannel(BaseChannel):
     name = "api"
     # A reply goes to the request waiting for it: nothing can be pushed (no scheduled turns);
-    # a streaming request shows it growing.
-    capabilities = Capabilities(streams=True, buttons=True, same_connection=True)
+    # a streaming request shows it growing. A file becomes a link in it (/v1/files/<id>).
+    capabilities = Capabilities(streams=True, buttons=True, files=True, same_connection=True)
 
     def __init__(
         self,
@@ -78,6 +79,7 @@ class ApiChannel(BaseChannel):
         count_tokens: Callable[[str], int] = lambda text: len(text) // 4,
         read_timeout_s: float = 15.0,
         fetch: Fetch | None = None,
+        sent_files: Path | None = None,
     ) -> None:
         self.settings, self.workspace, self.chat_model = settings, workspace, chat_model
         self.max_message_chars, self.count_tokens = max_message_chars, count_tokens
@@ -90,6 +92,7 @@ class ApiChannel(BaseChannel):
         self._fetch = fetch
         self._taking = False
         self._created = int(datetime.now().timestamp())
+        self.files = SentFiles(sent_files or workspace.parent / "sent-files", workspace)
 
     @classmethod
     def from_app(cls, app: App) -> ApiChannel:
@@ -105,11 +108,13 @@ class ApiChannel(BaseChannel):
             count_tokens=app.budget.tokenizer.count,
             read_timeout_s=app.settings.gateway.read_timeout_s,
             fetch=functools.partial(fetch_guarded, app.settings.tools.web),
+            sent_files=app.home.sent_files,
         )
 
     def routes(self, web_app: web.Application) -> None:
         web_app.router.add_post("/v1/chat/completions", self._chat)
         web_app.router.add_get("/v1/models", self._models)
+        web_app.router.add_get("/v1/files/{file_id}", self._file)
 
     # Lifecycle.
 
@@ -184,13 +189,18 @@ class ApiChannel(BaseChannel):
                 refusal.force_close()  # the rest of that body is not waited for
             return refusal
         msg = InboundMessage(self.name, parsed.session_id, parsed.text, self._sender(parsed), media)
-        pieces = Pieces(self._answer, msg)
+        pieces = Pieces(self._answer, msg, functools.partial(self.files.link, request))
         try:
             if parsed.stream:
                 return await streamed(request, pieces, parsed, self.settings, self.count_tokens)
             return await whole(pieces, parsed, self.count_tokens)
         finally:
             pieces.cancel()  # the client hung up (its handler is cancelled), or it is over
+
+    async def _file(self, request: web.Request) -> web.StreamResponse:
+        if (refused := self._refused(request)) is not None:
+            return refused
+        return await self.files.response(request.match_info["file_id"])
 
     @staticmethod
     def _sender(parsed: ChatRequest) -> Sender:

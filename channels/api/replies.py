@@ -27,6 +27,7 @@ from nanomem.agent import (
     STOPPING,
     STOPPING_NOTE,
     Delta,
+    File,
     InboundMessage,
     OutboundMessage,
     Progress,
@@ -40,6 +41,17 @@ Answer = Callable[[InboundMessage, Callable[[OutboundMessage], Awaitable[None]]]
 
 
 @dataclass(frozen=True)
+class Link:
+    """A file the turn sent, as Markdown: `[report.csv](https://host/v1/files/<id>)`."""
+
+    markdown: str
+
+
+# A file the turn sends → its link (the file kept for `GET /v1/files/<id>` meanwhile).
+Linker = Callable[[File], Awaitable[str]]
+
+
+@dataclass(frozen=True)
 class Final:
     """The turn is over: its reply (None when a /stop cut it short)."""
 
@@ -49,12 +61,18 @@ class Final:
 class Pieces:
     """A request's turn, running in the core, and what it shows, in order: pieces, then Final."""
 
-    def __init__(self, answer: Answer, msg: InboundMessage) -> None:
-        self._queue: asyncio.Queue[OutboundMessage | Final] = asyncio.Queue()
+    def __init__(self, answer: Answer, msg: InboundMessage, link: Linker | None = None) -> None:
+        self._queue: asyncio.Queue[OutboundMessage | Link | Final] = asyncio.Queue()
+        self._link = link
         self._turn = asyncio.ensure_future(self._run(answer, msg))
 
     async def _run(self, answer: Answer, msg: InboundMessage) -> None:
         async def show(piece: OutboundMessage) -> None:
+            if isinstance(piece.part, File):
+                # Kept before the tool returns: the link serves the file as it was sent.
+                if self._link is not None:
+                    self._queue.put_nowait(Link(await self._link(piece.part)))
+                return
             self._queue.put_nowait(piece)  # never waits, never raises: the turn goes on
 
         try:
@@ -64,7 +82,7 @@ class Pieces:
             self._queue.put_nowait(Final(OutboundMessage.answering(msg, stopping)))
             raise
 
-    async def next(self) -> OutboundMessage | Final:
+    async def next(self) -> OutboundMessage | Link | Final:
         return await self._queue.get()
 
     def cancel(self) -> None:
@@ -96,15 +114,18 @@ def _final_text(final: Final) -> Text | None:
 async def whole(pieces: Pieces, parsed: ChatRequest, count: Count) -> web.Response:
     """One JSON completion: the reply, or what was written before a /stop."""
     step, step_text = None, ""
+    links: list[str] = []
     while not isinstance(item := await pieces.next(), Final):
-        if isinstance(piece := item.part, Delta):
+        if isinstance(item, Link):
+            links.append(item.markdown)
+        elif isinstance(piece := item.part, Delta):
             if piece.step != step:
                 step, step_text = piece.step, ""
             step_text += piece.piece
     reply = _final_text(item)
     if reply is not None and (failed := model_error(reply)) is not None:
         return failed
-    text = step_text if reply is None else reply.text
+    text = "\n\n".join([step_text if reply is None else reply.text, *links]).strip()
     used = usage(count(parsed.text), count(text))
     buttons = () if reply is None else reply.buttons
     return web.json_response(completion(completion_id(), text, used, buttons))
@@ -137,6 +158,12 @@ async def streamed(
 
     try:
         while not isinstance(item := await pieces.next(), Final):
+            if isinstance(item, Link):  # as a piece of its own, where the turn sent it
+                line = ("\n\n" if shown else "") + item.markdown
+                shown += line
+                step, step_text = None, ""
+                await write(chunk(cid, {"content": line}))
+                continue
             part = item.part
             if isinstance(part, Delta):
                 piece = part.piece

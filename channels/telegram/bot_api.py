@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Literal, Protocol
 
 from nanomem.agent import Button
+
+FileKind = Literal["photo", "voice", "audio", "document"]
 
 
 class SendError(Exception):
@@ -61,6 +63,11 @@ class BotPort(Protocol):
         """Show (or update) a draft of a message being written, in a private chat."""
 
     async def typing(self, key: str) -> None: ...
+
+    async def send_file(
+        self, key: str, kind: FileKind, name: str, data: bytes, *, caption: str, html: bool
+    ) -> int:
+        """sendPhoto, sendVoice, sendAudio or sendDocument by `kind`; the message's id."""
 
 
 @dataclass

@@ -16,15 +16,7 @@ from telegram.constants import ChatAction, ChatType, ParseMode
 from telegram.error import Conflict, InvalidToken, TelegramError
 from telegram.request import BaseRequest
 
-from channels.telegram.albums import (
-    ALBUM,
-    Albums,
-    Part,
-    group_of,
-    parts_of,
-    replay_order,
-    store_whole,
-)
+from channels.telegram import albums, transport
 from channels.telegram.delivery import (
     Delivery,
     PollWatch,
@@ -124,6 +116,7 @@ class TelegramChannel(BaseChannel):
         self._replayed = False
         self.delivery = Delivery(
             self,
+            workspace=workspace,
             typing_every_s=typing_every_s,
             typing_delay_s=typing_delay_s,
             status_every_s=status_every_s,
@@ -138,13 +131,14 @@ class TelegramChannel(BaseChannel):
             edits=True,
             drafts=settings.stream,
             buttons=True,
+            files=True,
             markup="html",  # renders and splits itself: 4096 counts the rendered text
             pushes=True,
             reaches_owner=True,
         )
         self._refusals: set[asyncio.Task[Any]] = set()
         wait = settings.album_wait_s  # after an album's last part; 10 s at most after its first
-        self._albums: Albums[Incoming] = Albums(
+        self._albums: albums.Albums[Incoming] = albums.Albums(
             self._album_done, self._publish, quiet_s=wait, longest_s=max(10.0, wait)
         )
 
@@ -312,8 +306,8 @@ class TelegramChannel(BaseChannel):
 
     async def _take(self, found: Incoming, payload: dict[str, Any]) -> None:
         """Hand a stored update in; an album's part waits for the rest of it (albums.py)."""
-        if found.press is None and (group := group_of(payload)) is not None:
-            self._albums.add(found.key, group, Part(found.seq, payload, found))
+        if found.press is None and (group := albums.group_of(payload)) is not None:
+            self._albums.add(found.key, group, albums.Part(found.seq, payload, found))
         elif self._albums.waiting(found.key):  # after the album, as it was sent
             self._albums.behind(found.key, self._message(found))
         else:
@@ -323,7 +317,7 @@ class TelegramChannel(BaseChannel):
         assert self._bus is not None
         await self._bus.publish_inbound(msg)
 
-    async def _album_done(self, parts: list[Part[Incoming]]) -> None:
+    async def _album_done(self, parts: list[albums.Part[Incoming]]) -> None:
         """A whole album: stored as one row before its parts' rows go, then handed in as one
         message. Admitted as a whole: in a group that wants a mention, any part's caption may
         carry it."""
@@ -336,7 +330,7 @@ class TelegramChannel(BaseChannel):
                 for part in parts:
                     await self._bus.forget(part.seq)
                 return
-        seq = await store_whole(self._bus, self.name, lead.key, lead.sender, parts)
+        seq = await albums.store_whole(self._bus, self.name, lead.key, lead.sender, parts)
         rest = tuple(part.item.message for part in parts[1:])
         await self._publish(self._message(replace(lead, seq=seq, rest=rest)))
 
@@ -348,7 +342,7 @@ class TelegramChannel(BaseChannel):
             logger.info(
                 "telegram: {} from before the restart answered now", plural(len(left), "message")
             )
-        whole, gather, held = replay_order(left)
+        whole, gather, held = albums.replay_order(left)
         for pending in held:  # already in an album row stored before the restart
             await self._bus.forget(pending.seq)
         for pending in [*whole, *gather]:
@@ -369,14 +363,14 @@ class TelegramChannel(BaseChannel):
 
     async def _hand_in(self, bot: Bot, pending: Pending, *, retry: bool) -> None:
         assert self._bus is not None
-        lead, *rest = [Update.de_json(part, bot) for part in parts_of(pending.payload)]
+        lead, *rest = [Update.de_json(part, bot) for part in albums.parts_of(pending.payload)]
         found = self._admit(lead)
         if found is None:  # no longer allowed, say
             await self._bus.forget(pending.seq)
             return
         sender = pending.vouched(found.sender)  # admitted now, as it was then
         incoming = replace(found, sender=sender, seq=pending.seq, replayed=True, retry=retry)
-        if ALBUM in pending.payload:
+        if albums.ALBUM in pending.payload:
             incoming = replace(incoming, rest=tuple(u.message for u in rest if u.message))
         await self._take(incoming, pending.payload)
 
@@ -534,6 +528,11 @@ class TelegramChannel(BaseChannel):
             spelled = in_telegram_spelling(part.text, self._commands)
             msg = replace(msg, part=replace(part, text=spelled))
         await self.delivery.send(msg)
+
+    async def send_file(
+        self, key: str, kind: str, name: str, data: bytes, *, caption: str, html: bool
+    ) -> int:
+        return await transport.upload(self._active_bot(), key, kind, name, data, caption, html)
 
     def _active_bot(self) -> Bot:
         if self._bot is None:

@@ -14,13 +14,20 @@ import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TypeVar
 
 from loguru import logger
 
 from channels.telegram.bot_api import BotPort, FloodGate, SendError
 from channels.telegram.drafts import Stream, Streamer
-from channels.telegram.format import halves, html_to_plain, message_chunks, too_long
+from channels.telegram.files import send_file
+from channels.telegram.format import (
+    halves,
+    html_to_plain,
+    message_chunks,
+    too_long,
+)
 from nanomem.agent import (
     STOPPED,
     Button,
@@ -29,6 +36,7 @@ from nanomem.agent import (
     DeliveryLater,
     Delta,
     DeltaEnd,
+    File,
     OutboundMessage,
     Progress,
     Text,
@@ -186,8 +194,9 @@ class Delivery:
         stream_groups: bool = False,
         stream_every_s: float = 1.0,
         typing_delay_s: float = 1.0,
+        workspace: Path = Path(),
     ) -> None:
-        self.port = port
+        self.port, self.workspace = port, workspace
         self.typing_every_s, self.status_every_s = typing_every_s, status_every_s
         self.typing_delay_s = typing_delay_s
         self.backoff_s = backoff_s  # the first wait after a network error; doubles up to 30 s
@@ -226,6 +235,12 @@ class Delivery:
         if isinstance(msg.part, Delta | DeltaEnd):  # best effort: never waited for, never raises
             self._grow(msg)
             return
+        if isinstance(msg.part, File):  # mid-turn: the turn, its typing and progress go on
+            try:
+                await send_file(self, msg.chat_id, msg.part)
+            finally:
+                self._forget_if_idle(msg.chat_id)
+            return
         chat = self.chat(msg.chat_id)
         if isinstance(msg.part, Progress):
             if chat.progress(msg.content):  # shown soon, with the latest line by then
@@ -241,6 +256,13 @@ class Delivery:
         if stream is not None:
             self.streamer.stop(stream)  # nothing more is shown before the reply replaces it
         await self._deliver(msg, stream)
+
+    async def tell(self, key: str, text: str) -> None:
+        """A short plain note outside any reply (a file that could not go); best effort."""
+        try:
+            await self.retrying(key, lambda: self.port.send_text(key, text, html=False))
+        except SendError as exc:
+            logger.warning("telegram: a note to chat {} was not sent: {}", key, exc)
 
     def _grow(self, msg: OutboundMessage) -> None:
         """A piece of a reply being written, shown (throttled) if this chat streams."""
@@ -338,7 +360,7 @@ class Delivery:
                 exc,
             )
         try:
-            await self._retrying(key, lambda: self.port.delete(key, message_id))
+            await self.retrying(key, lambda: self.port.delete(key, message_id))
         except SendError as exc:
             logger.warning("telegram: could not delete a growing reply in {}: {}", key, exc)
         return False
@@ -355,11 +377,11 @@ class Delivery:
             return edit
 
         try:
-            await self._retrying(key, attempt(text, html))
+            await self.retrying(key, attempt(text, html))
         except SendError as exc:
             if not (html and exc.bad_html):
                 raise
-            await self._retrying(key, attempt(html_to_plain(text), False))
+            await self.retrying(key, attempt(html_to_plain(text), False))
 
     def _forget_if_idle(self, key: str) -> None:
         """Drop an idle chat's state, so the map does not grow with every chat ever seen."""
@@ -378,7 +400,7 @@ class Delivery:
             )
 
         try:
-            await self._retrying(key, attempt(text, html))
+            await self.retrying(key, attempt(text, html))
         except SendError as exc:
             if not (html and exc.bad_html):
                 raise
@@ -387,9 +409,9 @@ class Delivery:
                 key,
                 exc,
             )
-            await self._retrying(key, attempt(html_to_plain(text), False))
+            await self.retrying(key, attempt(html_to_plain(text), False))
 
-    async def _retrying(self, key: str, call: Callable[[], Awaitable[T]]) -> T:
+    async def retrying(self, key: str, call: Callable[[], Awaitable[T]]) -> T:
         """Honour flood limits for this chat only; retry network errors and 5xx with backoff."""
         chat, delay, attempt = self.chat(key), self.backoff_s, 0
         while True:

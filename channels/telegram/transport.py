@@ -10,7 +10,7 @@ from datetime import timedelta
 from typing import Any, TypeVar, cast
 
 import aiohttp
-from telegram import InlineKeyboardButton, InlineKeyboardMarkup, ReplyParameters
+from telegram import Bot, InlineKeyboardButton, InlineKeyboardMarkup, InputFile, ReplyParameters
 from telegram._utils.defaultvalue import DefaultValue
 from telegram._utils.types import JSONDict, ODVInput
 from telegram.constants import ParseMode
@@ -253,3 +253,30 @@ async def send_message(
     if not isinstance(message_id, int):
         raise SendError("the Bot API answered sendMessage without a message id")
     return message_id
+
+
+FILE_TIMEOUT_S = 120.0  # an upload of up to 50 MB, and its answer
+
+
+async def upload(
+    bot: Bot, key: str, kind: str, name: str, data: bytes, caption: str, html: bool
+) -> int:
+    """sendPhoto, sendVoice, sendAudio or sendDocument (multipart), the sent message's id."""
+    chat_id, thread = target(key)
+    file = InputFile(data, filename=name)
+    options: dict[str, Any] = {
+        "caption": caption or None,
+        "parse_mode": ParseMode.HTML if html and caption else None,
+        "message_thread_id": thread,
+        "write_timeout": FILE_TIMEOUT_S,
+        "read_timeout": FILE_TIMEOUT_S,
+    }
+    if kind == "photo":
+        sent = await call_api(bot.send_photo(chat_id, file, **options))
+    elif kind == "voice":
+        sent = await call_api(bot.send_voice(chat_id, file, **options))
+    elif kind == "audio":
+        sent = await call_api(bot.send_audio(chat_id, file, **options))
+    else:
+        sent = await call_api(bot.send_document(chat_id, file, **options))
+    return sent.message_id

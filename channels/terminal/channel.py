@@ -22,6 +22,7 @@ from nanomem.agent import (
     BaseChannel,
     Capabilities,
     Delta,
+    File,
     InboundMessage,
     MessageBus,
     OutboundMessage,
@@ -94,12 +95,21 @@ def typeahead_kept() -> Iterator[None]:
 class TerminalChannel(BaseChannel):
     name = "cli"
     # Redraws the reply as it grows (rich's Live region); choices as a hint line or a y/N prompt.
-    capabilities = Capabilities(streams=True, edits=True, buttons=True, markup="markdown")
+    # A file is named where it lies: the person is at this machine.
+    capabilities = Capabilities(
+        streams=True, edits=True, buttons=True, files=True, markup="markdown"
+    )
 
     def __init__(
-        self, *, history_file: Path, chat_id: str = "direct", console: Console | None = None
+        self,
+        *,
+        history_file: Path,
+        chat_id: str = "direct",
+        console: Console | None = None,
+        workspace: Path | None = None,
     ) -> None:
         self.chat_id = chat_id
+        self.workspace = workspace
         # The terminal is the owner's, and they sit at this prompt: they can answer a question
         # (may this shell command run?). A session named like a group speaks as in one.
         shared = is_shared_room(f"{self.name}:{chat_id}")
@@ -144,8 +154,11 @@ class TerminalChannel(BaseChannel):
             line = f"  ↳ {strip_escapes(part.line)}"
             self.console.print(line, style="dim", markup=False, highlight=False)
             return
+        if isinstance(part, File):
+            await self._above_prompt(lambda: self._show_file(part))
+            return
         if not isinstance(part, Text | Question):
-            return  # a delta's end, a file: nothing to show
+            return  # a delta's end: nothing to show
         msg = replace(msg, part=replace(part, text=strip_escapes(part.text)))
         if isinstance(part, Question):
             # Asked in a task of its own: its answer comes back through this same chat, which
@@ -157,12 +170,29 @@ class TerminalChannel(BaseChannel):
         future = self._waiting.pop(msg.reply_to or "", None)
         if future is not None and not future.done():
             future.set_result(msg)
-        elif self._prompting:  # unasked (a background task's result): above the prompt
+        else:  # unasked (a background task's result)
+            await self._above_prompt(lambda: self._render(msg))
+
+    async def _above_prompt(self, show: Callable[[], None]) -> None:
+        """Shown now; above the prompt while it waits for a line."""
+        if self._prompting:
             from prompt_toolkit.application import run_in_terminal
 
-            await run_in_terminal(lambda: self._render(msg))
+            await run_in_terminal(show)
         else:
-            self._render(msg)
+            show()
+
+    def _show_file(self, part: File) -> None:
+        """Where the file is, whole (a path to open or copy), and its caption."""
+        where = Path(part.path)
+        if self.workspace is not None and not where.is_absolute():
+            where = self.workspace / where
+        line = f"📎 {strip_escapes(str(where))}"  # one line, never wrapped: to copy whole
+        self.console.print(line, markup=False, emoji=False, highlight=False, soft_wrap=True)
+        if part.caption:
+            caption = strip_escapes(part.caption)
+            self.console.print(caption, markup=False, emoji=False, highlight=False)
+        self.console.print()
 
     async def run_until_exit(
         self, model: str = "", on_ready: Callable[[], None] | None = None

@@ -77,6 +77,26 @@ def save_media(workspace: Path, session: str, name: str, data: bytes) -> str:
     return str(relative)
 
 
+class FileGone(Exception):
+    """A file handed to a channel cannot be read as `send_file` checked it (gone, replaced by
+    a link, grown too big); the message is one line."""
+
+
+def file_bytes(workspace: Path, path: str, limit: int) -> bytes:
+    """The bytes of a `File` part's file, read as the file tools read (no link followed on
+    the way, no hard link): it may have changed since `send_file` checked it. Blocking."""
+    from nanomem.tools import ToolError, read_checked
+
+    root = workspace.resolve()
+    try:
+        data = read_checked(root, root / path, path, limit + 1)
+    except (ToolError, OSError) as exc:
+        raise FileGone(str(exc)) from None
+    if len(data) > limit:
+        raise FileGone(f"{path!r} is larger than {limit} bytes now")
+    return data
+
+
 class Channel(Protocol):
     """The contract every channel keeps (docs/channels.md); `BaseChannel` gives the defaults
     of what most channels do not need."""
@@ -206,7 +226,9 @@ def shaped(msg: OutboundMessage, can: Capabilities) -> OutboundMessage | None:
         text = _with_choices(part.text, part.buttons)
         return replace(msg, part=replace(part, text=text, buttons=()))
     if isinstance(part, File) and not can.files:
-        return replace(msg, part=Text(f"{part.caption}\n\n(file: {part.path})".strip()))
+        # Where it lies, for a person who can reach the workspace (this chat cannot carry it).
+        line = f"📎 {part.path} (a file in nanomem's workspace; this chat cannot carry files)"
+        return replace(msg, part=Text("\n\n".join(filter(None, [part.caption, line])), "command"))
     return msg
 
 

@@ -32,6 +32,7 @@ from nanomem.agent.outbound import (
     Progress,
     Text,
     describe_call,
+    file_outlet,
 )
 from nanomem.agent.react_loop import ReactResult, StepText, react, seal_tool_calls
 from nanomem.agent.retries import keep_for_retry
@@ -291,7 +292,7 @@ class AgentLoop:
         at: int,
         progress: Show | None,
     ) -> OutboundMessage:
-        turn = self._context_of(msg)
+        turn = replace(self._context_of(msg), outlet=file_outlet(msg, progress))
         shown_from = session.replay_from
         system = await self._system_message(session)
         for hook in self.before_turn:

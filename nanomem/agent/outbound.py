@@ -8,6 +8,7 @@ form a channel gets from its Capabilities (agent/channel.py: `shaped`).
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -16,6 +17,7 @@ from nanomem.text import untrusted_json
 if TYPE_CHECKING:
     from nanomem.agent.bus import InboundMessage
     from nanomem.providers import ToolCall
+    from nanomem.tools import Outlet
 
 # "reply": the model's words (Markdown); "error": a short plain note (something failed or was
 # refused); "command": the runtime's own text, shown as written (every line break, `<id>`).
@@ -166,6 +168,22 @@ class OutboundMessage:
             if key in fields:
                 fields[key] = _buttons(fields[key])
         return cls(channel, chat, kind(**fields), reply_to, seq)
+
+
+def file_outlet(
+    msg: InboundMessage, show: Callable[[OutboundMessage], Awaitable[None]] | None
+) -> Outlet | None:
+    """Where `send_file` hands a file during a turn: out with the turn's pieces, in order with
+    them. Not as its answer (no `seq`): the message stays in the inbox until the reply is
+    delivered. None when the pieces go nowhere."""
+    if show is None:
+        return None
+    pieces = show
+
+    async def send(path: str, caption: str) -> None:
+        await pieces(OutboundMessage(msg.channel, msg.chat_id, File(path, caption), msg.id))
+
+    return send
 
 
 def _buttons(pairs: Any) -> tuple[Button, ...]:

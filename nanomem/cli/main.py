@@ -333,7 +333,7 @@ async def _one_shot(app: App, session: str, text: str) -> int:
 
     # A whole key continues another channel's conversation (its reply is printed here).
     channel, chat = (session.split(":", 1)) if ":" in session else ("cli", session)
-    stream = StdoutStream()
+    stream = StdoutStream(app.workspace)
     # The owner's one-shot: nobody stays at a prompt to answer a question.
     sender = Sender("user", is_owner=True, shared_room=is_shared_room(f"{channel}:{chat}"))
     msg = InboundMessage(channel, chat, text, sender)
@@ -388,7 +388,11 @@ async def _interactive(
     register_environment_secrets()
     register_secrets(configured_secrets(settings))
     bus = MessageBus()
-    channel = load_channel("terminal")(history_file=home.chat_history, chat_id=session)
+    configured = settings.agent.workspace  # as the app will resolve it (app.workspace_of)
+    workspace = configured.expanduser().resolve() if configured else home.workspace
+    channel = load_channel("terminal")(
+        history_file=home.chat_history, chat_id=session, workspace=workspace
+    )
     await channel.start(bus)
     if home.dream_review.exists():  # a Dream change waits: the owner hears of it first thing
         await channel.send(_review_notice(home.dream_review, session))

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
-from nanomem.agent import Delta, OutboundMessage
+from nanomem.agent import Delta, File, OutboundMessage
 from nanomem.text.escapes import strip_escapes
 
 
@@ -13,12 +14,16 @@ class StdoutStream:
     sequences in it are dropped, on a terminal or not: the model's title changes and clipboard
     writes would act on whatever terminal the output reaches (`| tee`, a log read later)."""
 
-    def __init__(self) -> None:
+    def __init__(self, workspace: Path | None = None) -> None:
+        self.workspace = workspace  # where a sent file's path starts
         self.step: int | None = None
         self.written = ""  # what the current step has put on stdout
 
     async def show(self, out: OutboundMessage) -> None:
-        if not isinstance(piece := out.part, Delta):
+        if isinstance(piece := out.part, File):
+            self._file(piece)
+            return
+        if not isinstance(piece, Delta):
             return
         step = piece.step
         if self.step is not None and step != self.step:
@@ -41,6 +46,17 @@ class StdoutStream:
             self.end()
             rest = reply
         print(rest, flush=True)
+
+    def _file(self, part: File) -> None:
+        """A file the turn sent: where it lies (and its caption), on lines of their own."""
+        where = Path(part.path)
+        if self.workspace is not None and not where.is_absolute():
+            where = self.workspace / where
+        if self.written:
+            sys.stdout.write("\n\n")
+            self.step, self.written = None, ""  # what follows starts afresh
+        lines = [f"📎 {where}", *([part.caption] if part.caption else [])]
+        print(strip_escapes("\n".join(lines)), end="\n\n", flush=True)
 
     def end(self) -> None:
         if self.step is not None:

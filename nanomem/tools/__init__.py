@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 from nanomem.exports import lazy_exports
 
 if TYPE_CHECKING:
-    from nanomem.tools.context import OUTSIDE, ToolContext
+    from nanomem.tools.context import OUTSIDE, Outlet, ToolContext
     from nanomem.tools.files import FileTools
     from nanomem.tools.images import IMAGE_TYPES, MAX_IMAGE_BYTES, Image, ToolOutput, save_images
     from nanomem.tools.prctl import hide_environment
@@ -24,6 +24,7 @@ __all__ = [
     "Decision",
     "FileTools",
     "Image",
+    "Outlet",
     "ShellTool",
     "Tool",
     "ToolContext",
@@ -42,7 +43,7 @@ __all__ = [
 __getattr__ = lazy_exports(
     __name__,
     {
-        "context": ("OUTSIDE", "ToolContext"),
+        "context": ("OUTSIDE", "Outlet", "ToolContext"),
         "files": ("FileTools",),
         "images": ("IMAGE_TYPES", "MAX_IMAGE_BYTES", "Image", "ToolOutput", "save_images"),
         "registry": ("Tool", "ToolError", "ToolRegistry", "read_only_tool", "truncated"),

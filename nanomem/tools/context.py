@@ -6,15 +6,22 @@ keeps it out of the schema the model sees); every other tool never sees it.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from nanomem.audience import Audience, Sender, is_shared_room
+
+# Hands a file (its path relative to the workspace, a caption) to the chat the turn answers,
+# while the turn goes on (`send_file`).
+Outlet = Callable[[str, str], Awaitable[None]]
 
 
 @dataclass(frozen=True)
 class ToolContext:
     sender: Sender = field(default_factory=Sender)  # who sent the message the turn answers
     audience: Audience | None = None  # the chat and what it may see; None outside any chat
+    # Where a file for this chat goes; None where nobody receives one (Dream, a one-shot).
+    outlet: Outlet | None = field(default=None, compare=False, repr=False)
 
     @property
     def session(self) -> str | None:

@@ -8,6 +8,7 @@ chat a file with a second name (a hard link) is refused: no path check can see w
 
 from __future__ import annotations
 
+import asyncio
 import os
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path, PurePosixPath
@@ -22,17 +23,20 @@ from nanomem.tools.context import OUTSIDE, ToolContext
 from nanomem.tools.registry import Tool, ToolError, read_only_tool
 from nanomem.tools.safe_open import (
     is_hard_link,
+    open_checked,
     open_folder_checked,
     read_checked,
     write_checked,
 )
 
 MAX_READ_BYTES = 2_000_000
+# The largest file `send_file` hands to a chat: what Telegram takes from a bot (50 MB).
+MAX_SEND_BYTES = 50 * 1000 * 1000
 LOCK_WAIT_S = 60.0  # Dream holds the memory lock only to apply and commit
 
 
 class FileTools:
-    """read_file, write_file, edit_file and list_dir over one workspace."""
+    """read_file, write_file, edit_file, list_dir and send_file over one workspace."""
 
     def __init__(
         self,
@@ -61,6 +65,9 @@ class FileTools:
             Tool.from_function(self.write_file),
             Tool.from_function(self.edit_file),
             Tool.from_function(self.list_dir),
+            # Offered to every turn, so the tools (a prompt-cache prefix the Consolidator
+            # shares) are the same everywhere; without a chat to receive it, it says so.
+            Tool.from_function(self.send_file),
         ]
 
     def _base(self, context: ToolContext) -> Path:
@@ -217,6 +224,39 @@ class FileTools:
             os.close(fd)
         return "\n".join(rows) if rows else "(empty folder)"
 
+    async def send_file(
+        self,
+        context: ToolContext,
+        path: Annotated[str, Field(description="File path relative to the workspace")],
+        caption: Annotated[str, Field(description="A short line shown with the file")] = "",
+    ) -> str:
+        """Send a workspace file (a report, a CSV, an image) to the person in this chat."""
+        if context.outlet is None:
+            raise ToolError("no chat is there to receive a file now; name its path instead")
+        target, size = await asyncio.to_thread(self._sendable, path, context)
+        # Channels read it from the workspace (a group's file from its own folder).
+        where = str(target.relative_to(self.root)) if target.is_relative_to(self.root) else target
+        await context.outlet(str(where), caption.strip())
+        return f"sent {target.name} ({_size(size)}) to the chat"
+
+    def _sendable(self, path: str, context: ToolContext) -> tuple[Path, int]:
+        """The checked file and its size; ToolError for what must not or cannot go."""
+        root = self._base(context)
+        target = self._resolve(path, root)
+        self._private(target, path, context)
+        fd = open_checked(root, target, path)  # no link, no hard link, a regular file
+        try:
+            size = os.fstat(fd).st_size
+        finally:
+            os.close(fd)
+        if size == 0:
+            raise ToolError(f"{path!r} is empty; there is nothing to send")
+        if size > MAX_SEND_BYTES:
+            raise ToolError(
+                f"{path!r} is {_size(size)}; a chat takes files up to {_size(MAX_SEND_BYTES)}"
+            )
+        return target, size
+
     def _writable(self, path: str, root: Path, context: ToolContext) -> Path:
         target = self._resolve(path, root)
         self._private(target, path, context)
@@ -229,3 +269,15 @@ class FileTools:
         if target.is_dir():
             raise ToolError(f"{path!r} is a folder")
         return target
+
+
+def _size(size: int) -> str:
+    """812 bytes, 2.1 kB, 4.0 MB: as a person reads a size (SI units, as Telegram counts)."""
+    if size < 1000:
+        return plural(size, "byte")
+    value = size / 1000
+    for unit in ("kB", "MB"):
+        if value < 1000:
+            return f"{value:.1f} {unit}"
+        value /= 1000
+    return f"{value:.1f} GB"

@@ -41,6 +41,8 @@ _COMMAND_RE = re.compile(r"[a-z0-9_]{1,32}")
 _TEXT_LIMIT, _CAPTION_LIMIT = 4096, 1024
 _DEFAULT_GROUP_USER_ID = 4242
 _FOLDERS = {"photo": "photos", "voice": "voice", "audio": "music", "video_note": "video_notes"}
+# What a sendPhoto upload must start with for Telegram to make a photo of it.
+_IMAGE_MAGIC = (b"\xff\xd8\xff", b"\x89PNG\r\n\x1a\n", b"RIFF")
 _NOT_MODIFIED = (
     "Bad Request: message is not modified: specified new message content and reply markup "
     "are exactly the same as a current content and reply markup of the message"
@@ -512,13 +514,17 @@ class FakeTelegram:
             return [info | {"width": 90, "height": 90}]
         if kind == "video_note":  # Bot API VideoNote: a square video, no mime_type
             return info | {"length": 240}
+        # Telegram reads a voice note's and a song's length from the file; these are made up.
+        timed = {"duration": 1} if kind in ("voice", "audio") else {}
         named = {"file_name": name} if kind in ("document", "audio") and name else {}
-        return info | {"mime_type": mime} | named
+        return info | {"mime_type": mime} | timed | named
 
     def _send_media(self, kind: str, params: JSONDict) -> JSONDict:
         chat_id = self._chat_id(params)
         upload = params.get(kind)
         if isinstance(upload, dict):  # multipart upload
+            if kind == "photo" and not upload["data"].startswith(_IMAGE_MAGIC):
+                raise _bad("IMAGE_PROCESS_FAILED")
             media = self._media(kind, upload["data"], upload["file_name"], upload["mime_type"])
         elif isinstance(upload, str) and upload in self._files:  # re-send by file_id
             info = {k: v for k, v in self._files[upload].items() if k != "file_path"}
@@ -526,8 +532,14 @@ class FakeTelegram:
         else:
             raise _bad(f"there is no {kind} in the request")
         fields: JSONDict = {kind: media}
-        if caption := params.get("caption"):
-            if _utf16_len(str(caption)) > _CAPTION_LIMIT:
+        if caption := str(params.get("caption") or ""):
+            if str(params.get("parse_mode", "")).lower() == "html":
+                if (error := html_error(caption)) is not None:
+                    raise _bad(f"can't parse entities: {error}")
+                # Telegram stores the visible caption; the raw markup is kept for assertions.
+                fields["caption_html"] = caption
+                caption = html.unescape(_TAG_RE.sub("", caption))
+            if _utf16_len(caption) > _CAPTION_LIMIT:  # counted after entity parsing
                 raise _bad("message caption is too long")
             fields["caption"] = caption
         return self._record_sent(chat_id, fields | self._reply_fields(chat_id, params))
@@ -537,6 +549,19 @@ class FakeTelegram:
 
     def _api_senddocument(self, params: JSONDict) -> JSONDict:
         return self._send_media("document", params)
+
+    def _api_sendvoice(self, params: JSONDict) -> JSONDict:
+        return self._send_media("voice", params)
+
+    def _api_sendaudio(self, params: JSONDict) -> JSONDict:
+        return self._send_media("audio", params)
+
+    def file_data(self, media: Any) -> bytes:
+        """The bytes behind a sent message's photo (its largest size), document, voice or
+        audio object."""
+        info = media[-1] if isinstance(media, list) else media
+        with self._lock:
+            return self._file_data[self._files[info["file_id"]]["file_path"]]
 
     # Inbound: what a user sends to the bot.
 

@@ -124,7 +124,8 @@ async def test_tool_calls_are_never_split_from_their_results(home: Home) -> None
 async def test_failed_summaries_fall_back_to_complete_raw_entries(home: Home) -> None:
     model = Model()
     model.summary_failure = ProviderError("server", "down")
-    app = app_with(home, model)
+    # A window whose archived batches outgrow one raw entry (whatever the tools' schemas take).
+    app = app_with(home, model, llm={"context_window_tokens": 10000, "max_tokens": 256})
     await talk(app, 30)
     session = await app.sessions.get("cli:direct")
     assert session.replay_from > 0
