@@ -8,12 +8,18 @@ turn extracts again (per-turn work does not grow with the session)."""
 from __future__ import annotations
 
 import codecs
-import io
-import logging
 from dataclasses import dataclass
 from pathlib import Path
 
-from nanomem.tools import IMAGE_TYPES, ToolError, read_checked, untrusted
+from nanomem.text.plural import plural
+from nanomem.tools import (
+    IMAGE_TYPES,
+    PdfUnreadable,
+    ToolError,
+    pdf_text,
+    read_checked,
+    untrusted,
+)
 
 
 def _suffixes(words: str) -> frozenset[str]:
@@ -106,35 +112,15 @@ def _sniffs_as_text(root: Path, relative: str) -> bool:
 
 
 def _pdf(name: str, data: bytes, budget: int) -> Document:
-    logging.getLogger("pypdf").setLevel(logging.ERROR)  # nanomem says what matters
-    from pypdf import PdfReader  # lazily: only when a PDF comes
-
     try:
-        reader = PdfReader(io.BytesIO(data))
-        if reader.is_encrypted:
-            return _unreadable(name, "it is encrypted")
-        count = len(reader.pages)
-        pages: list[str] = []
-        size = 0
-        for number, page in enumerate(reader.pages, start=1):
-            if size > budget:  # the rest would be cut anyway: not parsed
-                pages.append(f"(pages {number}-{count} not extracted)")
-                break
-            if text := (page.extract_text() or "").strip():
-                pages.append(f"## Page {number}\n{text}")
-                size += len(pages[-1])
-    except Exception as exc:  # pypdf raises many kinds on a broken file; none reaches the chat
-        return _unreadable(name, _reason(exc))
-    header = f"[document: {name}, {count} page{'s' if count != 1 else ''}]"
-    if not pages:
+        pdf = pdf_text(data, budget)
+    except PdfUnreadable as exc:
+        return _unreadable(name, str(exc))
+    header = f"[document: {name}, {plural(pdf.pages, 'page')}]"
+    if not pdf.text:
         return Document(name, f"{header[:-1]}; no text layer: it may be scanned images]", None)
-    return Document(name, header, "\n\n".join(pages))
+    return Document(name, header, pdf.text)
 
 
 def _unreadable(name: str, reason: str) -> Document:
     return Document(name, f"[document: {name} could not be read as text: {reason}]", None)
-
-
-def _reason(exc: Exception) -> str:
-    text = " ".join(str(exc).split())[:120]
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

@@ -9,6 +9,7 @@ if TYPE_CHECKING:
     from nanomem.tools.context import OUTSIDE, Outlet, ToolContext
     from nanomem.tools.files import FileTools
     from nanomem.tools.images import IMAGE_TYPES, MAX_IMAGE_BYTES, Image, ToolOutput, save_images
+    from nanomem.tools.pdf import PdfText, PdfUnreadable, pdf_text
     from nanomem.tools.prctl import hide_environment
     from nanomem.tools.registry import Tool, ToolError, ToolRegistry, read_only_tool, truncated
     from nanomem.tools.safe_open import read_checked, read_text_below
@@ -25,6 +26,8 @@ __all__ = [
     "FileTools",
     "Image",
     "Outlet",
+    "PdfText",
+    "PdfUnreadable",
     "ShellTool",
     "Tool",
     "ToolContext",
@@ -33,6 +36,7 @@ __all__ = [
     "ToolRegistry",
     "decide",
     "hide_environment",
+    "pdf_text",
     "read_checked",
     "read_only_tool",
     "read_text_below",
@@ -47,6 +51,7 @@ __getattr__ = lazy_exports(
         "files": ("FileTools",),
         "images": ("IMAGE_TYPES", "MAX_IMAGE_BYTES", "Image", "ToolOutput", "save_images"),
         "registry": ("Tool", "ToolError", "ToolRegistry", "read_only_tool", "truncated"),
+        "pdf": ("PdfText", "PdfUnreadable", "pdf_text"),
         "prctl": ("hide_environment",),
         "safe_open": ("read_checked", "read_text_below"),
         "sandbox": ("Decision", "decide"),

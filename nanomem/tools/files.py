@@ -20,6 +20,7 @@ from nanomem.audience import PERSONAL_PATHS, PROMPT_PATHS, room_folder
 from nanomem.locks import FileLock
 from nanomem.text.plural import plural
 from nanomem.tools.context import OUTSIDE, ToolContext
+from nanomem.tools.pdf import PdfUnreadable, pdf_text
 from nanomem.tools.registry import Tool, ToolError, read_only_tool
 from nanomem.tools.safe_open import (
     is_hard_link,
@@ -30,6 +31,7 @@ from nanomem.tools.safe_open import (
 )
 
 MAX_READ_BYTES = 2_000_000
+MAX_PDF_BYTES = 20 * 2**20  # what a chat can send; its text is cut at MAX_READ_BYTES
 # The largest file `send_file` hands to a chat: what Telegram takes from a bot (50 MB).
 MAX_SEND_BYTES = 50 * 1000 * 1000
 LOCK_WAIT_S = 60.0  # Dream holds the memory lock only to apply and commit
@@ -124,20 +126,28 @@ class FileTools:
         start_line: Annotated[int, Field(ge=1, description="First line to return")] = 1,
         max_lines: Annotated[int | None, Field(ge=1, description="How many lines")] = None,
     ) -> str:
-        """Read a text file from the workspace, optionally a range of lines."""
+        """Read a text file or a PDF's text from the workspace, optionally a range of lines."""
         root = self._base(context)
         target = self._resolve(path, root)
         self._private(target, path, context)
+        if target.suffix.lower() == ".pdf":
+            return _lines(self._pdf(root, target, path), start_line, max_lines, cut=False)
         data = read_checked(root, target, path, MAX_READ_BYTES + 1)
         if b"\0" in data[:8192]:
             raise ToolError(f"{path!r} is a binary file")
         text = data[:MAX_READ_BYTES].decode("utf-8", errors="replace")
-        lines = text.splitlines(keepends=True)
-        end = len(lines) if max_lines is None else start_line - 1 + max_lines
-        selected = "".join(lines[start_line - 1 : end])
-        if len(data) > MAX_READ_BYTES:
-            selected += "\n[file is larger than 2 MB; only the start was read]"
-        return selected if selected else "(empty file)"
+        return _lines(text, start_line, max_lines, cut=len(data) > MAX_READ_BYTES)
+
+    @staticmethod
+    def _pdf(root: Path, target: Path, path: str) -> str:
+        data = read_checked(root, target, path, MAX_PDF_BYTES + 1)
+        if len(data) > MAX_PDF_BYTES:
+            raise ToolError(f"{path!r} is a PDF over {MAX_PDF_BYTES // 2**20} MB; not read")
+        try:
+            pdf = pdf_text(data, MAX_READ_BYTES)
+        except PdfUnreadable as exc:
+            raise ToolError(f"{path!r} could not be read as a PDF: {exc}") from None
+        return pdf.text or f"({plural(pdf.pages, 'page')}, no text layer: scanned images?)"
 
     def write_file(
         self,
@@ -281,3 +291,12 @@ def _size(size: int) -> str:
             return f"{value:.1f} {unit}"
         value /= 1000
     return f"{value:.1f} GB"
+
+
+def _lines(text: str, start_line: int, max_lines: int | None, *, cut: bool) -> str:
+    lines = text.splitlines(keepends=True)
+    end = len(lines) if max_lines is None else start_line - 1 + max_lines
+    selected = "".join(lines[start_line - 1 : end])
+    if cut:
+        selected += "\n[file is larger than 2 MB; only the start was read]"
+    return selected if selected else "(empty file)"

@@ -10,6 +10,7 @@ from nanomem.tools import OUTSIDE, ToolContext
 from nanomem.tools.files import FileTools
 from nanomem.tools.registry import ToolError
 from nanomem.tools.safe_open import read_checked, write_checked
+from tests.fakes.web_server import tiny_pdf
 
 
 @pytest.fixture
@@ -90,6 +91,17 @@ def test_binary_and_missing_files(workspace: Path) -> None:
         ft.read_file(OUTSIDE, "blob.bin")
     with pytest.raises(ToolError, match="no file"):
         ft.read_file(OUTSIDE, "nope.txt")
+
+
+def test_a_pdf_is_read_as_its_text_by_page_and_lines(workspace: Path) -> None:
+    (workspace / "media").mkdir()
+    (workspace / "media" / "report.pdf").write_bytes(tiny_pdf(["Revenue rose", "Costs fell"]))
+    ft = tools(workspace)
+    assert ft.read_file(OUTSIDE, "media/report.pdf") == "## Page 1\nRevenue rose\nCosts fell"
+    assert ft.read_file(OUTSIDE, "media/report.pdf", start_line=2, max_lines=1) == "Revenue rose\n"
+    (workspace / "broken.pdf").write_bytes(b"%PDF-1.4\nnot really")
+    with pytest.raises(ToolError, match="could not be read as a PDF"):
+        ft.read_file(OUTSIDE, "broken.pdf")
 
 
 def test_unrestricted_mode_allows_absolute_paths(workspace: Path, tmp_path: Path) -> None:

@@ -3,12 +3,12 @@ chosen by measurement: README "The web"), text as is, JSON pretty, PDFs as their
 
 from __future__ import annotations
 
-import io
 import json
 import logging
 from dataclasses import dataclass
 
 from nanomem.features.web.client import Page, WebError
+from nanomem.tools import PdfUnreadable, pdf_text
 
 HTML = ("text/html", "application/xhtml+xml")
 TEXT = (
@@ -21,7 +21,7 @@ TEXT = (
     "application/x-sh",
 )
 # Their warnings about odd pages would land on the terminal: nanomem reports what matters.
-QUIET = ("trafilatura", "htmldate", "courlan", "justext", "pypdf")
+QUIET = ("trafilatura", "htmldate", "courlan", "justext")
 
 
 @dataclass(frozen=True)
@@ -96,25 +96,13 @@ def _pdf(page: Page) -> Readable:
             f"{page.url} is a PDF larger than tools.web.max_bytes ({_size(len(page.body))}); "
             "a PDF cannot be read in part"
         )
-    _quiet()
-    from pypdf import PdfReader  # lazily: only for PDFs
-    from pypdf.errors import PdfReadError
-
     try:
-        reader = PdfReader(io.BytesIO(page.body))
-        if reader.is_encrypted:
-            raise WebError(f"{page.url} is an encrypted PDF")
-        title = reader.metadata.title if reader.metadata is not None else None
-        pages = [
-            f"## Page {n}\n{text.strip()}"
-            for n, pdf_page in enumerate(reader.pages, start=1)
-            if (text := pdf_page.extract_text() or "").strip()
-        ]
-    except (PdfReadError, ValueError, KeyError, TypeError) as exc:
-        raise WebError(f"{page.url} is a PDF that cannot be read ({type(exc).__name__})") from None
-    if not pages:
-        return Readable(title, "(the PDF has no text layer: it may be scanned images)", "PDF")
-    return Readable(title, "\n\n".join(pages), "PDF")
+        pdf = pdf_text(page.body)
+    except PdfUnreadable as exc:
+        raise WebError(f"{page.url} is a PDF that cannot be read ({exc})") from None
+    if not pdf.text:
+        return Readable(pdf.title, "(the PDF has no text layer: it may be scanned images)", "PDF")
+    return Readable(pdf.title, pdf.text, "PDF")
 
 
 def _size(size: int) -> str:
