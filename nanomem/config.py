@@ -11,6 +11,7 @@ from typing import Annotated, Any, Literal
 from pydantic import (
     AfterValidator,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     SecretStr,
@@ -48,6 +49,11 @@ def http_url(value: str, example: str) -> str:
     return value
 
 
+def blank_is_unset(value: object) -> object:
+    """A blank string setting means unset (an empty variable in a compose file)."""
+    return (value.strip() or None) if isinstance(value, str) else value
+
+
 class LLMSettings(_Section):
     model: str = ""
     api_base: str | None = None
@@ -68,10 +74,7 @@ class LLMSettings(_Section):
     # unset: HTTPS_PROXY and the other usual variables (nanomem/providers/proxies.py).
     proxy: str | None = None
 
-    @field_validator("api_base", "proxy", mode="before")
-    @classmethod
-    def _blank_is_unset(cls, value: object) -> object:
-        return (value.strip() or None) if isinstance(value, str) else value
+    _blank_is_unset = field_validator("api_base", "proxy", mode="before")(blank_is_unset)
 
     @field_validator("api_base")
     @classmethod
@@ -391,6 +394,13 @@ class McpSettings(_Section):
         return value
 
 
+def _audio_url(value: str | None) -> str | None:
+    return None if value is None else http_url(value, "https://api.groq.com/openai/v1")
+
+
+AudioUrl = Annotated[str | None, BeforeValidator(blank_is_unset), AfterValidator(_audio_url)]
+
+
 class VoiceSettings(_Section):
     """Voice notes in (transcribed) and spoken replies out (nanomem/features/voice/).
 
@@ -399,7 +409,8 @@ class VoiceSettings(_Section):
 
     enabled: bool = True
     model: str = "whisper-1"  # /audio/transcriptions; e.g. whisper-large-v3 on Groq
-    api_base: str | None = None  # e.g. https://api.groq.com/openai/v1, http://localhost:8000/v1
+    # e.g. https://api.groq.com/openai/v1, http://localhost:8000/v1; blank is unset
+    api_base: AudioUrl = None
     api_key: SecretStr | None = None
     echo: bool = False  # the reply starts with a "heard: ..." line
     max_minutes: float = Field(10.0, gt=0, le=240)  # longer notes are refused before sending
@@ -408,16 +419,6 @@ class VoiceSettings(_Section):
     reply: Literal["never", "to_voice"] = "never"
     speech_model: str = "tts-1"
     speech_voice: str = "alloy"
-
-    @field_validator("api_base", mode="before")
-    @classmethod
-    def _blank_is_unset(cls, value: object) -> object:
-        return (value.strip() or None) if isinstance(value, str) else value
-
-    @field_validator("api_base")
-    @classmethod
-    def _usable_base(cls, value: str | None) -> str | None:
-        return None if value is None else http_url(value, "https://api.groq.com/openai/v1")
 
 
 class Settings(BaseSettings):
