@@ -5,8 +5,18 @@ from pathlib import Path
 
 import pytest
 
-from nanomem.agent import Command, Feature, InboundMessage, MediaText, Reach, Unreadable
-from nanomem.app import App
+from nanomem.agent import (
+    Command,
+    Feature,
+    InboundMessage,
+    MediaText,
+    MessageBus,
+    OutboundMessage,
+    Reach,
+    Text,
+    Unreadable,
+)
+from nanomem.app import App, build_app
 from nanomem.audience import Sender
 from nanomem.features.dream import Dreaming
 from nanomem.features.recall import Recall
@@ -15,7 +25,8 @@ from nanomem.home import Home
 from nanomem.memory import Session
 from nanomem.providers.scripted import ScriptedProvider, call, text
 from nanomem.tools import Tool, ToolContext
-from tests.conftest import log_lines, make_app
+from tests.conftest import log_lines, make_app, settings_for
+from tests.helpers.inbox import stored
 
 GROUP = InboundMessage("telegram", "-100", "who asks?", Sender("77", "Bo", shared_room=True))
 
@@ -262,3 +273,33 @@ async def test_files_that_cannot_be_read_are_said_kept_and_read_again_by_retry(
     assert "unread" not in retried and retried["preface"] == "read: words"
     done = await app.loop.handle(InboundMessage("cli", "direct", "/retry"))
     assert done is not None and "Nothing to retry" in done.content
+
+
+class Teller(Feature):
+    """Says a line after every turn, at once: a stand-in for voice's spoken reply."""
+
+    name = "teller"
+
+    def __init__(self, bus: MessageBus) -> None:
+        self.bus = bus
+
+    async def after_turn(self, session: Session, context: ToolContext) -> None:
+        channel, _, chat = session.key.partition(":")
+        await self.bus.publish_outbound(OutboundMessage(channel, chat, Text("after the turn")))
+
+
+async def test_what_an_after_turn_hook_sends_goes_out_after_the_reply(home: Home) -> None:
+    # Through the inbox, as in the gateway: recording the reply there takes a thread hop, in
+    # which a hook begun with the turn would have queued its line first.
+    app = build_app(settings_for(home), home, ScriptedProvider([text("The reply.")]), durable=True)
+    app.add(Teller(app.bus))
+    try:
+        await app.loop.take(await stored(app.bus, "42", "hello"))
+        box, said = app.bus.outbox("telegram"), []
+        while "after the turn" not in said:
+            if isinstance((out := await box.get()).part, Text):  # not the streamed pieces
+                said.append(out.content)
+        assert said == ["The reply.", "after the turn"]
+    finally:
+        await app.loop.close()
+        await app.aclose()
