@@ -459,11 +459,17 @@ class AgentLoop:
             return session, None
         if finished_reply(session.messages, last) is not None:
             return session, None
-        if unread := session.messages[last].get("unread"):  # its files could not be read
-            read = await read_media(self.read_media, replace(msg, media=tuple(unread)))
-            await self.sessions.append(session, [read.into(session.messages[last])])
-            return session, len(session.messages) - 1
+        if session.messages[last].get("unread"):  # its files could not be read
+            return session, await self._reread(msg, session, last)
         return session, last
+
+    async def _reread(self, msg: InboundMessage, session: Session, at: int) -> int:
+        """A message whose files could not be read, read again and saved anew (Unreadable:
+        still not, and nothing is saved); where it is now."""
+        user = session.messages[at]
+        read = await read_media(self.read_media, replace(msg, media=tuple(user["unread"])))
+        await self.sessions.append(session, [read.into(user)])
+        return len(session.messages) - 1
 
     async def _acknowledge(self, msg: InboundMessage) -> tuple[Session, int | None]:
         """The session and the index of the message in it: saved now, or found there when a
@@ -474,6 +480,8 @@ class AgentLoop:
             if finished_reply(messages, found) is not None:
                 return session, found  # answered before the crash: that answer is sent
             if len(turn_after(messages, found)) == len(messages) - found - 1:
+                if messages[found].get("unread"):  # never a turn without its files' text
+                    return session, await self._reread(msg, session, found)
                 return session, found  # still the session's last turn: it goes on
             # Other turns came after it (another process on this session): asked afresh.
         # Documents become text once, here, and the session keeps it (agent/documents.py).

@@ -1,6 +1,7 @@
 """The feature seam (agent/feature.py): a feature added to the real app is reached by the real
 loop through every part it contributes, with the turn's context passed in explicitly."""
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -273,6 +274,30 @@ async def test_files_that_cannot_be_read_are_said_kept_and_read_again_by_retry(
     assert "unread" not in retried and retried["preface"] == "read: words"
     done = await app.loop.handle(InboundMessage("cli", "direct", "/retry"))
     assert done is not None and "Nothing to retry" in done.content
+
+
+async def test_a_replayed_message_whose_files_could_not_be_read_is_read_again(home: Home) -> None:
+    # A crash after the message and its failed note were saved, before the line went out.
+    app, reader, provider = reader_app(home, "Now I see.", "Never said.")
+    reader.broken = True
+    msg = InboundMessage(
+        "telegram", "42", "look", media=("media/a.xyz",), id=InboundMessage.inbox_id(7), seq=7
+    )
+    first = await app.loop.handle(msg)
+    assert first is not None and first.content == "The reader is out of ink."
+    again = await app.loop.handle(replace(msg, replayed=True))  # still unreadable: said again
+    assert again is not None and again.content == "The reader is out of ink."
+    assert provider.calls == []  # no turn on a message without its files' text
+
+    reader.broken = False
+    read = await app.loop.handle(replace(msg, replayed=True))
+    assert read is not None and read.content == "read: words\n\nNow I see."
+    (asked,) = provider.calls
+    assert asked[-1]["content"].endswith("look\n\n[xyz] words of media/a.xyz")
+    # Replayed once more (the reply was not recorded): the answer made is sent, no new turn.
+    once_more = await app.loop.handle(replace(msg, replayed=True))
+    assert once_more is not None and once_more.content.endswith("Now I see.")
+    assert len(provider.calls) == 1 and reader.read == [("media/a.xyz",)] * 3
 
 
 class Teller(Feature):
