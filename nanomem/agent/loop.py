@@ -284,8 +284,10 @@ class AgentLoop:
             nothing = Text(NOTHING_TO_RETRY, "command", command="retry")
             return OutboundMessage.answering(msg, nothing)
         if (earlier_reply := finished_reply(session.messages, at)) is not None:
-            # Replayed after its turn ended.
-            return OutboundMessage.answering(msg, Text(earlier_reply))
+            # Replayed after its turn ended: sent as it was made, with its preface.
+            return OutboundMessage.answering(
+                msg, Text(prefaced(session.messages[at], earlier_reply))
+            )
         task = asyncio.create_task(self._turn(msg, session, at, progress, finished))
         self._running[key] = task
         try:
@@ -369,9 +371,7 @@ class AgentLoop:
                 "iteration_limit.md.j2", max_iterations=limits.max_iterations
             )
             return OutboundMessage.answering(msg, Text(text, "error"))
-        reply = redact(result.text)
-        if preface := session.messages[at].get("preface"):
-            reply = f"{preface}\n\n{reply}"
+        reply = prefaced(session.messages[at], redact(result.text))
         return OutboundMessage.answering(msg, Text(reply))
 
     def _context_of(self, msg: InboundMessage) -> ToolContext:
@@ -583,3 +583,9 @@ async def command_reply(msg: InboundMessage, command: Command, args: str) -> Out
 def interrupted(text: str) -> dict[str, Any]:
     """The part of a reply the person saw before it was cut short, as the assistant's."""
     return {"role": "assistant", "content": text, "interrupted": True}
+
+
+def prefaced(user: dict[str, Any], reply: str) -> str:
+    """A reply as sent: after the line a feature put before it ("heard: ..."), if any."""
+    preface = user.get("preface")
+    return f"{preface}\n\n{reply}" if preface else reply

@@ -253,6 +253,19 @@ async def test_a_features_reading_of_a_file_is_stored_once_with_the_message(home
     assert reader.read == [("media/a.xyz",)]
 
 
+async def test_a_reply_sent_again_after_a_crash_keeps_its_preface(home: Home) -> None:
+    # A crash after the reply was saved, before it was recorded: the replay sends it again.
+    app, reader, provider = reader_app(home, "Got it.", "Never said.")
+    msg = InboundMessage(
+        "telegram", "42", "look", media=("media/a.xyz",), id=InboundMessage.inbox_id(3), seq=3
+    )
+    first = await app.loop.handle(msg)
+    again = await app.loop.handle(replace(msg, replayed=True))
+    assert first is not None and again is not None
+    assert again.content == first.content == "read: words\n\nGot it."
+    assert len(provider.calls) == 1 and len(reader.read) == 1
+
+
 async def test_files_that_cannot_be_read_are_said_kept_and_read_again_by_retry(
     home: Home,
 ) -> None:
@@ -296,7 +309,7 @@ async def test_a_replayed_message_whose_files_could_not_be_read_is_read_again(ho
     assert asked[-1]["content"].endswith("look\n\n[xyz] words of media/a.xyz")
     # Replayed once more (the reply was not recorded): the answer made is sent, no new turn.
     once_more = await app.loop.handle(replace(msg, replayed=True))
-    assert once_more is not None and once_more.content.endswith("Now I see.")
+    assert once_more is not None and once_more.content == "read: words\n\nNow I see."
     assert len(provider.calls) == 1 and reader.read == [("media/a.xyz",)] * 3
 
 
