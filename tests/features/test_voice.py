@@ -105,6 +105,20 @@ async def test_a_recording_over_the_upload_limit_is_not_sent(fake: FakeOpenAI) -
     assert fake.audio_requests == []
 
 
+async def test_a_recording_over_the_upload_limit_is_refused_for_good(
+    home: Home, fake: FakeOpenAI
+) -> None:
+    app = voice_app(home, fake)
+    big = save_media(home.workspace, CHAT, "big.oga", NOTE + bytes(25 * 2**20))
+    reply = await app.loop.handle(InboundMessage("telegram", "42", "", media=(big,)))
+    assert reply is not None and reply.part == Text(
+        "That recording is over 25 MB, more than transcription takes, so I cannot transcribe "
+        "it. It is kept in the chat's media folder.",
+        "error",
+    )
+    assert fake.audio_requests == []  # and no /retry is offered: it could never succeed
+
+
 async def test_speech_is_asked_as_opus_with_the_text_cut_to_4096(fake: FakeOpenAI) -> None:
     audio = await client(fake).speak("word " * 2000, "tts-1", "alloy")
     assert audio == NOTE
