@@ -55,6 +55,9 @@ def test_names_say_what_is_spoken_and_whose_voice_it_is() -> None:
     assert not is_spoken("media/film.mp4") and not is_spoken("report.pdf")
     assert is_own_voice("a.oga") and is_own_voice("b.note.mp4") and is_own_voice("c.voice.wav")
     assert not is_own_voice("talk.mp3")
+    # Forwarded (someone else's): still transcribed, not the person's own words.
+    assert is_spoken("x.fwd.mp4") and is_spoken("y.ogg")
+    assert not is_own_voice("x.fwd.mp4") and not is_own_voice("y.ogg")
     assert upload_name("media/x.oga") == ("audio.ogg", "audio/ogg")  # OpenAI refuses .oga
     assert upload_name("media/x.note.mp4") == ("audio.mp4", "video/mp4")
     assert [clock(12), clock(185.4), clock(3723)] == ["0:12", "3:05", "1:02:03"]
