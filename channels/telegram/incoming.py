@@ -85,20 +85,26 @@ def fair_press(data: str | None, presser: int, message: Any) -> bool:
 
 
 def attachment(message: Any) -> tuple[str, Any, str, str] | None:
-    """(what it is, the Telegram file object, file suffix, original name) of a message's file."""
+    """(what it is, the Telegram file object, file suffix, original name) of a message's file.
+    The suffix says whose words a recording is (features/voice is_own_voice): `.oga` and
+    `.note.mp4` only for a voice or video note the person recorded; one they forwarded, and a
+    file of any name, are saved as someone else's (`.ogg`, `.fwd.mp4`: still transcribed)."""
     if message.photo:
         return "photo", message.photo[-1], ".jpg", ""
+    forwarded = message.forward_origin is not None
+    ahead = "forwarded " if forwarded else ""
     for kind, media, default in (
         ("document", message.document, ""),
-        ("voice note", message.voice, ".oga"),
+        (f"{ahead}voice note", message.voice, ".ogg" if forwarded else ".oga"),
         ("audio", message.audio, ".mp3"),
         ("video", message.video, ".mp4"),
-        # Saved so (features/voice VIDEO_NOTE_ENDING): its sound is transcribed, a video's not.
-        ("video note", message.video_note, ".note.mp4"),
+        # Its sound is transcribed, a video's not (features/voice VIDEO_NOTE_ENDING).
+        (f"{ahead}video note", message.video_note, ".fwd.mp4" if forwarded else ".note.mp4"),
     ):
         if media is not None:
             name = getattr(media, "file_name", None) or ""
             suffix = Path(name).suffix.lower()
+            suffix = ".ogg" if suffix == ".oga" else suffix  # a name never makes it their voice
             return kind, media, suffix if _SUFFIX.fullmatch(suffix) else default, name
     return None
 

@@ -91,10 +91,9 @@ class MediaText:
 
     def into(self, user: dict[str, Any]) -> dict[str, Any]:
         """The stored user message with this text added (and its preface kept for the reply:
-        on a retry too); what a failed reading had left there for /retry is dropped."""
-        kept = {k: v for k, v in user.items() if k not in ("unread", "in", "preface")}
-        if user.get("in") and not user.get("unread"):
-            kept["in"] = user["in"]  # a replay finds it by that (a re-read one: the first)
+        on a retry too); what a failed reading had left there for /retry is dropped. A re-read
+        one keeps the inbox id (`in`): a replay finds this, the latest copy."""
+        kept = {k: v for k, v in user.items() if k not in ("unread", "preface")}
         made = {**kept, "content": "\n\n".join(filter(None, [user["content"], self.text]))}
         return {**made, "preface": self.preface} if self.preface else made
 

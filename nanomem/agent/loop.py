@@ -35,6 +35,7 @@ from nanomem.agent.outbound import (
     file_outlet,
 )
 from nanomem.agent.react_loop import ReactResult, StepText, react, seal_tool_calls
+from nanomem.agent.replay import find_message, finished_reply, turn_after
 from nanomem.agent.retries import keep_for_retry
 from nanomem.agent.templates import Templates
 from nanomem.audience import audience_of
@@ -47,6 +48,8 @@ from nanomem.tools import ToolContext, ToolRegistry
 
 BeforeTurn = Callable[[Session, ToolContext], Awaitable[None]]
 AfterTurn = Callable[[Session, ToolContext], Awaitable[None]]
+# The turns a call finished, for their after-turn hooks: begun once the reply is out.
+Finished = list[tuple[Session, ToolContext]]
 # Where the pieces of a turn go while it runs (deltas, progress lines, questions go on the bus).
 Show = Callable[[OutboundMessage], Awaitable[None]]
 NewHook = Callable[[Session, ToolContext], Awaitable[str | None]]
@@ -98,7 +101,7 @@ class AgentLoop:
         self.commands = CommandSet()
         self.before_turn: list[BeforeTurn] = []  # awaited once the prompt's size is known
         self.read_media: list[ReadMedia] = []  # awaited while a message with files is saved
-        self.after_turn: list[AfterTurn] = []  # run in the background after the reply
+        self.after_turn: list[AfterTurn] = []  # run in the background once the reply is out
         self.before_new: list[NewHook] = []  # awaited by /new before the session is reset
         self.stop_named: list[StopNamed] = []  # asked by `/stop <name>`, in turn
         self._locks = KeyedLocks()  # for direct calls (answer); the bus's chats are queued
@@ -155,13 +158,14 @@ class AgentLoop:
     async def _serve(self, msg: InboundMessage) -> None:
         if self._draining:
             return  # stopping: the message stays in the inbox for the next start
+        finished: Finished = []
         try:
             if msg.prepare is not None:  # the channel's own work on it (a download), in order
                 ready = await msg.prepare(msg)
                 if ready is None:
                     return  # the channel answered it itself
                 msg = replace(ready, prepare=None)
-            reply = await self._handle(msg, progress=self.bus.publish_outbound)
+            reply = await self._handle(msg, self.bus.publish_outbound, finished)
             # Recorded before it is sent: a crash from here on re-sends it, never loses it.
             await self.bus.answered(msg, reply)
         except Deferred:
@@ -174,6 +178,12 @@ class AgentLoop:
                 reply = await keep_for_retry(self.bus, msg, exc)
         if reply is not None:
             await self.bus.publish_outbound(reply)
+        self._after(finished)  # queued behind the reply: what they send comes after it
+
+    def _after(self, finished: Finished) -> None:
+        for session, turn in finished:
+            for after in self.after_turn:
+                self._spawn(after(session, turn))
 
     async def answer(self, msg: InboundMessage, show: Show) -> OutboundMessage | None:
         """The direct call, for a channel that answers on the connection that asked (the API):
@@ -199,16 +209,19 @@ class AgentLoop:
     ) -> OutboundMessage | None:
         """One inbound message → its reply (None when a /stop cut the turn short); an
         internal error becomes a short error reply (the person is there to read it)."""
+        finished: Finished = []
         try:
-            return await self._handle(msg, progress)
+            return await self._handle(msg, progress, finished)
         except Deferred:
             raise
         except Exception:
             logger.exception("failed to handle a message for {}", msg.session_key)
             return OutboundMessage.answering(msg, Text(INTERNAL_ERROR, "error"))
+        finally:
+            self._after(finished)  # they run once the caller has the reply
 
     async def _handle(
-        self, msg: InboundMessage, progress: Show | None = None
+        self, msg: InboundMessage, progress: Show | None, finished: Finished
     ) -> OutboundMessage | None:
         limit = self.settings.agent.max_message_chars
         if len(msg.content) > limit:
@@ -229,10 +242,10 @@ class AgentLoop:
         ):
             self._check_taking()
             if found and found[0].handler is None:  # /retry: a whole turn, not a line of text
-                return await self._stoppable_turn(msg, progress, retry=True)
+                return await self._stoppable_turn(msg, progress, finished, retry=True)
             if found:
                 return await command_reply(msg, *found)
-            return await self._stoppable_turn(msg, progress)
+            return await self._stoppable_turn(msg, progress, finished)
 
     @asynccontextmanager
     async def between_turns(self, key: str) -> AsyncIterator[None]:
@@ -246,7 +259,7 @@ class AgentLoop:
             raise Deferred
 
     async def _stoppable_turn(
-        self, msg: InboundMessage, progress: Show | None, *, retry: bool = False
+        self, msg: InboundMessage, progress: Show | None, finished: Finished, *, retry: bool = False
     ) -> OutboundMessage | None:
         # What the person said is saved before the turn exists, so neither a /stop nor a
         # shutdown can lose it: the turn may be cut short, the message never is.
@@ -271,9 +284,11 @@ class AgentLoop:
             nothing = Text(NOTHING_TO_RETRY, "command", command="retry")
             return OutboundMessage.answering(msg, nothing)
         if (earlier_reply := finished_reply(session.messages, at)) is not None:
-            # Replayed after its turn ended.
-            return OutboundMessage.answering(msg, Text(earlier_reply))
-        task = asyncio.create_task(self._turn(msg, session, at, progress))
+            # Replayed after its turn ended: sent as it was made, with its preface.
+            return OutboundMessage.answering(
+                msg, Text(prefaced(session.messages[at], earlier_reply))
+            )
+        task = asyncio.create_task(self._turn(msg, session, at, progress, finished))
         self._running[key] = task
         try:
             return await task
@@ -291,6 +306,7 @@ class AgentLoop:
         session: Session,
         at: int,
         progress: Show | None,
+        finished: Finished,
     ) -> OutboundMessage:
         turn = replace(self._context_of(msg), outlet=file_outlet(msg, progress))
         shown_from = session.replay_from
@@ -349,16 +365,13 @@ class AgentLoop:
         if result.usage:
             actual = result.usage[0].prompt_tokens
             self.budget.observe(fixed + history_tokens, actual, exact=exact)
-        for after in self.after_turn:
-            self._spawn(after(session, turn))
+        finished.append((session, turn))
         if result.text is None:
             text = self.templates.render(
                 "iteration_limit.md.j2", max_iterations=limits.max_iterations
             )
             return OutboundMessage.answering(msg, Text(text, "error"))
-        reply = redact(result.text)
-        if preface := session.messages[at].get("preface"):
-            reply = f"{preface}\n\n{reply}"
+        reply = prefaced(session.messages[at], redact(result.text))
         return OutboundMessage.answering(msg, Text(reply))
 
     def _context_of(self, msg: InboundMessage) -> ToolContext:
@@ -446,11 +459,17 @@ class AgentLoop:
             return session, None
         if finished_reply(session.messages, last) is not None:
             return session, None
-        if unread := session.messages[last].get("unread"):  # its files could not be read
-            read = await read_media(self.read_media, replace(msg, media=tuple(unread)))
-            await self.sessions.append(session, [read.into(session.messages[last])])
-            return session, len(session.messages) - 1
+        if session.messages[last].get("unread"):  # its files could not be read
+            return session, await self._reread(msg, session, last)
         return session, last
+
+    async def _reread(self, msg: InboundMessage, session: Session, at: int) -> int:
+        """A message whose files could not be read, read again and saved anew (Unreadable:
+        still not, and nothing is saved); where it is now."""
+        user = session.messages[at]
+        read = await read_media(self.read_media, replace(msg, media=tuple(user["unread"])))
+        await self.sessions.append(session, [read.into(user)])
+        return len(session.messages) - 1
 
     async def _acknowledge(self, msg: InboundMessage) -> tuple[Session, int | None]:
         """The session and the index of the message in it: saved now, or found there when a
@@ -461,6 +480,8 @@ class AgentLoop:
             if finished_reply(messages, found) is not None:
                 return session, found  # answered before the crash: that answer is sent
             if len(turn_after(messages, found)) == len(messages) - found - 1:
+                if messages[found].get("unread"):  # never a turn without its files' text
+                    return session, await self._reread(msg, session, found)
                 return session, found  # still the session's last turn: it goes on
             # Other turns came after it (another process on this session): asked afresh.
         # Documents become text once, here, and the session keeps it (agent/documents.py).
@@ -559,40 +580,12 @@ async def command_reply(msg: InboundMessage, command: Command, args: str) -> Out
     return OutboundMessage.answering(msg, Text(text, "command", buttons, command.name))
 
 
-REPLAY_SEARCH = 2000  # a replayed message is among the last messages of its session
-
-
-def find_message(messages: list[dict[str, Any]], message_id: str) -> int | None:
-    """Where a user message with this inbox id was saved, if it was."""
-    for index in range(len(messages) - 1, max(-1, len(messages) - 1 - REPLAY_SEARCH), -1):
-        message = messages[index]
-        if message.get("role") == "user" and message.get("in") == message_id:
-            return index
-    return None
-
-
-def turn_after(messages: list[dict[str, Any]], at: int) -> list[dict[str, Any]]:
-    """What the turn that began at `at` wrote: its messages up to the next user message
-    (another process may have held turns of its own in the session since)."""
-    end = next(
-        (i for i in range(at + 1, len(messages)) if messages[i].get("role") == "user"),
-        len(messages),
-    )
-    return messages[at + 1 : end]
-
-
-def finished_reply(messages: list[dict[str, Any]], at: int) -> str | None:
-    """The final answer of the turn that began at `at`, when it had ended before a crash.
-    What was said in the chat between turns (`aside`: a background task's result) is not."""
-    turn = [m for m in turn_after(messages, at) if not m.get("aside")]
-    last = turn[-1] if turn else None
-    if last is None or last.get("role") != "assistant" or last.get("tool_calls"):
-        return None
-    if last.get("failed"):
-        return None  # a failed attempt: worth another
-    return str(last.get("content") or "")
-
-
 def interrupted(text: str) -> dict[str, Any]:
     """The part of a reply the person saw before it was cut short, as the assistant's."""
     return {"role": "assistant", "content": text, "interrupted": True}
+
+
+def prefaced(user: dict[str, Any], reply: str) -> str:
+    """A reply as sent: after the line a feature put before it ("heard: ..."), if any."""
+    preface = user.get("preface")
+    return f"{preface}\n\n{reply}" if preface else reply

@@ -1,12 +1,23 @@
 """The feature seam (agent/feature.py): a feature added to the real app is reached by the real
 loop through every part it contributes, with the turn's context passed in explicitly."""
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from nanomem.agent import Command, Feature, InboundMessage, MediaText, Reach, Unreadable
-from nanomem.app import App
+from nanomem.agent import (
+    Command,
+    Feature,
+    InboundMessage,
+    MediaText,
+    MessageBus,
+    OutboundMessage,
+    Reach,
+    Text,
+    Unreadable,
+)
+from nanomem.app import App, build_app
 from nanomem.audience import Sender
 from nanomem.features.dream import Dreaming
 from nanomem.features.recall import Recall
@@ -15,7 +26,8 @@ from nanomem.home import Home
 from nanomem.memory import Session
 from nanomem.providers.scripted import ScriptedProvider, call, text
 from nanomem.tools import Tool, ToolContext
-from tests.conftest import log_lines, make_app
+from tests.conftest import log_lines, make_app, settings_for
+from tests.helpers.inbox import stored
 
 GROUP = InboundMessage("telegram", "-100", "who asks?", Sender("77", "Bo", shared_room=True))
 
@@ -241,6 +253,19 @@ async def test_a_features_reading_of_a_file_is_stored_once_with_the_message(home
     assert reader.read == [("media/a.xyz",)]
 
 
+async def test_a_reply_sent_again_after_a_crash_keeps_its_preface(home: Home) -> None:
+    # A crash after the reply was saved, before it was recorded: the replay sends it again.
+    app, reader, provider = reader_app(home, "Got it.", "Never said.")
+    msg = InboundMessage(
+        "telegram", "42", "look", media=("media/a.xyz",), id=InboundMessage.inbox_id(3), seq=3
+    )
+    first = await app.loop.handle(msg)
+    again = await app.loop.handle(replace(msg, replayed=True))
+    assert first is not None and again is not None
+    assert again.content == first.content == "read: words\n\nGot it."
+    assert len(provider.calls) == 1 and len(reader.read) == 1
+
+
 async def test_files_that_cannot_be_read_are_said_kept_and_read_again_by_retry(
     home: Home,
 ) -> None:
@@ -262,3 +287,57 @@ async def test_files_that_cannot_be_read_are_said_kept_and_read_again_by_retry(
     assert "unread" not in retried and retried["preface"] == "read: words"
     done = await app.loop.handle(InboundMessage("cli", "direct", "/retry"))
     assert done is not None and "Nothing to retry" in done.content
+
+
+async def test_a_replayed_message_whose_files_could_not_be_read_is_read_again(home: Home) -> None:
+    # A crash after the message and its failed note were saved, before the line went out.
+    app, reader, provider = reader_app(home, "Now I see.", "Never said.")
+    reader.broken = True
+    msg = InboundMessage(
+        "telegram", "42", "look", media=("media/a.xyz",), id=InboundMessage.inbox_id(7), seq=7
+    )
+    first = await app.loop.handle(msg)
+    assert first is not None and first.content == "The reader is out of ink."
+    again = await app.loop.handle(replace(msg, replayed=True))  # still unreadable: said again
+    assert again is not None and again.content == "The reader is out of ink."
+    assert provider.calls == []  # no turn on a message without its files' text
+
+    reader.broken = False
+    read = await app.loop.handle(replace(msg, replayed=True))
+    assert read is not None and read.content == "read: words\n\nNow I see."
+    (asked,) = provider.calls
+    assert asked[-1]["content"].endswith("look\n\n[xyz] words of media/a.xyz")
+    # Replayed once more (the reply was not recorded): the answer made is sent, no new turn.
+    once_more = await app.loop.handle(replace(msg, replayed=True))
+    assert once_more is not None and once_more.content == "read: words\n\nNow I see."
+    assert len(provider.calls) == 1 and reader.read == [("media/a.xyz",)] * 3
+
+
+class Teller(Feature):
+    """Says a line after every turn, at once: a stand-in for voice's spoken reply."""
+
+    name = "teller"
+
+    def __init__(self, bus: MessageBus) -> None:
+        self.bus = bus
+
+    async def after_turn(self, session: Session, context: ToolContext) -> None:
+        channel, _, chat = session.key.partition(":")
+        await self.bus.publish_outbound(OutboundMessage(channel, chat, Text("after the turn")))
+
+
+async def test_what_an_after_turn_hook_sends_goes_out_after_the_reply(home: Home) -> None:
+    # Through the inbox, as in the gateway: recording the reply there takes a thread hop, in
+    # which a hook begun with the turn would have queued its line first.
+    app = build_app(settings_for(home), home, ScriptedProvider([text("The reply.")]), durable=True)
+    app.add(Teller(app.bus))
+    try:
+        await app.loop.take(await stored(app.bus, "42", "hello"))
+        box, said = app.bus.outbox("telegram"), []
+        while "after the turn" not in said:
+            if isinstance((out := await box.get()).part, Text):  # not the streamed pieces
+                said.append(out.content)
+        assert said == ["The reply.", "after the turn"]
+    finally:
+        await app.loop.close()
+        await app.aclose()

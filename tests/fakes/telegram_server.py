@@ -60,6 +60,15 @@ class Sender(TypedDict, total=False):
     reply_to_bot: bool
 
 
+def forwarded(name: str) -> JSONDict:
+    """A message's `forward_origin` when it was forwarded from `name` (Bot API
+    MessageOriginHiddenUser: a sender who hides their account), or no field."""
+    if not name:
+        return {}
+    origin = {"type": "hidden_user", "sender_user_name": name, "date": int(time.time())}
+    return {"forward_origin": origin}
+
+
 class ApiError(Exception):
     """A Bot API failure, answered as ``{"ok": false, ...}`` with HTTP status = error_code."""
 
@@ -734,12 +743,19 @@ class FakeTelegram:
         return updates
 
     def send_voice(
-        self, chat_id: int, data: bytes, *, duration: int = 1, **sender: Unpack[Sender]
+        self,
+        chat_id: int,
+        data: bytes,
+        *,
+        duration: int = 1,
+        forwarded_from: str = "",
+        **sender: Unpack[Sender],
     ) -> JSONDict:
-        """Queue a user's voice note; getFile + the file URL serve the bytes back."""
+        """Queue a user's voice note (`forwarded_from`: someone else's, forwarded); getFile +
+        the file URL serve the bytes back."""
         with self._lock:
             media = self._media("voice", data, None, "audio/ogg") | {"duration": duration}
-        return self._send_file(chat_id, "voice", media, "", sender)
+        return self._inbound(chat_id, {"voice": media} | forwarded(forwarded_from), sender)
 
     def send_audio(
         self,
@@ -758,12 +774,19 @@ class FakeTelegram:
         return self._send_file(chat_id, "audio", media, caption, sender)
 
     def send_video_note(
-        self, chat_id: int, data: bytes, *, duration: int = 1, **sender: Unpack[Sender]
+        self,
+        chat_id: int,
+        data: bytes,
+        *,
+        duration: int = 1,
+        forwarded_from: str = "",
+        **sender: Unpack[Sender],
     ) -> JSONDict:
-        """Queue a user's round video note (Bot API VideoNote: length, duration)."""
+        """Queue a user's round video note (Bot API VideoNote: length, duration), or someone
+        else's they forwarded."""
         with self._lock:
             media = self._media("video_note", data, None, None) | {"duration": duration}
-        return self._send_file(chat_id, "video_note", media, "", sender)
+        return self._inbound(chat_id, {"video_note": media} | forwarded(forwarded_from), sender)
 
     # Outbound: what the bot did.
 

@@ -55,6 +55,9 @@ def test_names_say_what_is_spoken_and_whose_voice_it_is() -> None:
     assert not is_spoken("media/film.mp4") and not is_spoken("report.pdf")
     assert is_own_voice("a.oga") and is_own_voice("b.note.mp4") and is_own_voice("c.voice.wav")
     assert not is_own_voice("talk.mp3")
+    # Forwarded (someone else's): still transcribed, not the person's own words.
+    assert is_spoken("x.fwd.mp4") and is_spoken("y.ogg")
+    assert not is_own_voice("x.fwd.mp4") and not is_own_voice("y.ogg")
     assert upload_name("media/x.oga") == ("audio.ogg", "audio/ogg")  # OpenAI refuses .oga
     assert upload_name("media/x.note.mp4") == ("audio.mp4", "video/mp4")
     assert [clock(12), clock(185.4), clock(3723)] == ["0:12", "3:05", "1:02:03"]
@@ -103,6 +106,20 @@ async def test_a_recording_over_the_upload_limit_is_not_sent(fake: FakeOpenAI) -
     with pytest.raises(VoiceError, match="transcription takes up to 25 MB"):
         await client(fake).transcribe("n.oga", bytes(26 * 2**20), "whisper-1")
     assert fake.audio_requests == []
+
+
+async def test_a_recording_over_the_upload_limit_is_refused_for_good(
+    home: Home, fake: FakeOpenAI
+) -> None:
+    app = voice_app(home, fake)
+    big = save_media(home.workspace, CHAT, "big.oga", NOTE + bytes(25 * 2**20))
+    reply = await app.loop.handle(InboundMessage("telegram", "42", "", media=(big,)))
+    assert reply is not None and reply.part == Text(
+        "That recording is over 25 MB, more than transcription takes, so I cannot transcribe "
+        "it. It is kept in the chat's media folder.",
+        "error",
+    )
+    assert fake.audio_requests == []  # and no /retry is offered: it could never succeed
 
 
 async def test_speech_is_asked_as_opus_with_the_text_cut_to_4096(fake: FakeOpenAI) -> None:

@@ -10,10 +10,13 @@ AUDIO_SUFFIXES = frozenset(
     [".oga", ".ogg", ".opus", ".mp3", ".mpga", ".mpeg", ".m4a", ".wav", ".flac", ".webm"]
 )
 # A Telegram video note is a short round video of someone speaking: its sound is transcribed,
-# a plain video's is not. The channel saves it under this ending.
+# a plain video's is not. The channel saves the person's own under this ending, and one they
+# forwarded (someone else's words) under FORWARDED_NOTE_ENDING.
 VIDEO_NOTE_ENDING = ".note.mp4"
-# The person's own voice, recorded for this chat: Telegram saves a voice note as .oga, and a
-# channel may mark any recording so (`x.voice.wav`). Any other sound is someone else's words.
+FORWARDED_NOTE_ENDING = ".fwd.mp4"
+# The person's own voice, recorded for this chat: Telegram saves a voice note as .oga (one that
+# was forwarded, or a file sent with that name, as .ogg), and a channel may mark any recording
+# so (`x.voice.wav`). Any other sound is someone else's words.
 VOICE_MARK = ".voice."
 OPUS_RATE = 48000  # an Ogg/Opus granule position counts 48 kHz samples, whatever the input
 
@@ -21,7 +24,8 @@ OPUS_RATE = 48000  # an Ogg/Opus granule position counts 48 kHz samples, whateve
 def is_spoken(path: str) -> bool:
     """A voice note, an audio file or a video note, by the name it was saved under."""
     name = PurePath(path).name.lower()
-    return PurePath(name).suffix in AUDIO_SUFFIXES or name.endswith(VIDEO_NOTE_ENDING)
+    notes = (VIDEO_NOTE_ENDING, FORWARDED_NOTE_ENDING)
+    return PurePath(name).suffix in AUDIO_SUFFIXES or name.endswith(notes)
 
 
 def is_own_voice(path: str) -> bool:

@@ -92,6 +92,11 @@ class Voice(Feature):
             )
         except ToolError as exc:
             raise Unreadable(f"I could not read that recording ({exc}).") from None
+        if len(data) > MAX_UPLOAD_BYTES:  # for good: a /retry would be refused the same way
+            raise Unreadable(
+                f"That recording is over {MAX_UPLOAD_BYTES // 2**20} MB, more than transcription "
+                "takes, so I cannot transcribe it. It is kept in the chat's media folder."
+            )
         seconds = ogg_opus_seconds(data)
         limit = self.settings.max_minutes
         if seconds is not None and seconds > limit * 60:
