@@ -214,8 +214,7 @@ async def fetch_guarded(web: WebSettings, url: str, max_bytes: int) -> tuple[str
     type, the bytes), through the web tools' address guard (tools.web.allow_private and
     allow_networks; every redirect checked again) whether or not the web tools are on. The
     seam by which a channel, which may not import a feature, fetches as they do."""
-    from nanomem.features.web import AddressGuard, WebClient, WebError
-    from nanomem.features.web.client import NOT_WEB
+    from nanomem.features.web import NOT_WEB, AddressGuard, WebClient, WebError
 
     guard = AddressGuard(allow_private=web.allow_private, allow_networks=web.allow_networks)
     client = WebClient(
