@@ -214,7 +214,7 @@ async def fetch_guarded(web: WebSettings, url: str, max_bytes: int) -> tuple[str
     type, the bytes), through the web tools' address guard (tools.web.allow_private and
     allow_networks; every redirect checked again) whether or not the web tools are on. The
     seam by which a channel, which may not import a feature, fetches as they do."""
-    from nanomem.features.web import AddressGuard, WebClient, WebError
+    from nanomem.features.web import NOT_WEB, AddressGuard, WebClient, WebError
 
     guard = AddressGuard(allow_private=web.allow_private, allow_networks=web.allow_networks)
     client = WebClient(
@@ -223,7 +223,14 @@ async def fetch_guarded(web: WebSettings, url: str, max_bytes: int) -> tuple[str
     try:
         page = await client.request("GET", url)
     except WebError as exc:
-        raise FetchFailed(str(exc)) from None
+        # The web tools' words may name the URL or a redirect's target, for the model that
+        # wrote it; a client's URL may carry a key in its query, so the client gets neither.
+        reason = str(exc).replace(url, "…")
+        if reason.startswith(NOT_WEB):
+            reason = f"{NOT_WEB}; it led to another kind of address"
+        raise FetchFailed(reason) from None
+    except ValueError:  # yarl or idna: no address one could reach (a bad port, IPv6 or name)
+        raise FetchFailed("not a usable URL") from None
     if page.status >= 400:
         raise FetchFailed(f"the server answered HTTP {page.status}")
     if page.cut:

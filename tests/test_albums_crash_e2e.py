@@ -54,7 +54,9 @@ def test_an_album_cut_by_a_crash_while_gathering_is_answered_once_whole(tmp_path
     with FakeTelegram() as telegram, FakeOpenAI() as llm:
         slow = GatewayProcess(home, telegram, llm, **VISION, NANOMEM_TELEGRAM__ALBUM_WAIT_S="10")
         first = telegram.send_album(USER, PHOTOS[:2], caption="our garden")
-        wait_until(lambda: telegram.acknowledged(first[-1]["update_id"]), 30, what="stored")
+        # Sent after the album began: stored too, waiting behind the album when the crash comes.
+        after = telegram.send_text(USER, "sent after the album")
+        wait_until(lambda: telegram.acknowledged(after["update_id"]), 30, what="stored")
         slow.stop(signal.SIGKILL)
         assert llm.requests == []
         # The album's last part comes while the gateway is down.
@@ -64,7 +66,8 @@ def test_an_album_cut_by_a_crash_while_gathering_is_answered_once_whole(tmp_path
             wait_until(lambda: album_turns(llm), timeout=30, what="the album's turn")
             replies = answered_after_a_later_message(telegram)
         assert album_turns(llm) == [PHOTOS]
-        assert len(replies) == 2 and "our garden" in replies[0]
+        assert len(replies) == 3 and "our garden" in replies[0]
+        assert "sent after the album" in replies[1]  # answered after the album, as it was sent
 
 
 def test_an_album_cut_by_a_crash_during_its_turn_is_answered_once_whole(tmp_path: Path) -> None:

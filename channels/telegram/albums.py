@@ -57,24 +57,23 @@ def parts_of(payload: dict[str, Any]) -> list[dict[str, Any]]:
     return [p for p in parts if isinstance(p, dict)] if isinstance(parts, list) else [payload]
 
 
-def replay_order(left: list[Pending]) -> tuple[list[Pending], list[Pending], list[Pending]]:
-    """An earlier run's rows, sorted: (handed in as they are, parts still to gather, parts an
-    album row already holds, to forget)."""
+def replay_order(left: list[Pending]) -> tuple[list[Pending], list[Pending]]:
+    """An earlier run's rows: (to hand in again, in the order they were stored; parts an album
+    row already holds, to forget). Handed in in that order, an album's loose parts go to the
+    gatherer and what the chat sent after them waits behind the album, as it did before."""
     held = {
         part.get("update_id")
         for pending in left
         if ALBUM in pending.payload
         for part in parts_of(pending.payload)
     }
-    whole, gather, forget = [], [], []
-    for pending in left:
-        if ALBUM in pending.payload or group_of(pending.payload) is None:
-            whole.append(pending)
-        elif pending.payload.get("update_id") in held:
-            forget.append(pending)
-        else:
-            gather.append(pending)
-    return whole, gather, forget
+    replay: list[Pending] = []
+    forget: list[Pending] = []
+    for pending in sorted(left, key=lambda p: p.seq):
+        loose = ALBUM not in pending.payload and group_of(pending.payload) is not None
+        held_part = loose and pending.payload.get("update_id") in held
+        (forget if held_part else replay).append(pending)
+    return replay, forget
 
 
 async def store_whole(

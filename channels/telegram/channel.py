@@ -342,10 +342,10 @@ class TelegramChannel(BaseChannel):
             logger.info(
                 "telegram: {} from before the restart answered now", plural(len(left), "message")
             )
-        whole, gather, held = albums.replay_order(left)
+        replay, held = albums.replay_order(left)
         for pending in held:  # already in an album row stored before the restart
             await self._bus.forget(pending.seq)
-        for pending in [*whole, *gather]:
+        for pending in replay:  # in order: what came after a loose part waits behind its album
             try:
                 await self._hand_in(bot, pending, retry=False)
             except Exception as exc:  # one unreadable stored update must not keep us down

@@ -237,7 +237,7 @@ class Delivery:
             return
         if isinstance(msg.part, File):  # mid-turn: the turn, its typing and progress go on
             try:
-                await send_file(self, msg.chat_id, msg.part)
+                await send_file(self, msg.chat_id, msg.part, kept=msg.seq is not None)
             finally:
                 self._forget_if_idle(msg.chat_id)
             return

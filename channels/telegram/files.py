@@ -53,10 +53,12 @@ def caption_of(markdown: str) -> tuple[str, bool]:
     return plain + "…", False
 
 
-async def send_file(delivery: Delivery, key: str, part: File) -> None:
+async def send_file(delivery: Delivery, key: str, part: File, *, kept: bool = False) -> None:
     """A file for the chat while its turn goes on, sent by its kind; a photo Telegram refuses
-    (its size or shape) goes again as a document. Raises DeliveryLater when it cannot be sent
-    now; tells the chat when it cannot be sent at all."""
+    (its size or shape) goes again as a document. Tells the chat when it cannot be sent at
+    all, and when it cannot be sent now unless it is `kept` (an answer in the inbox, sent
+    again at the next start): only then does it raise DeliveryLater. A file from `send_file`
+    or a spoken reply is in no inbox: raising would drop it unseen."""
     name = PurePosixPath(part.path).name
     try:  # off the loop: up to 50 MB
         data = await asyncio.to_thread(file_bytes, delivery.workspace, part.path, MAX_FILE_BYTES)
@@ -77,9 +79,11 @@ async def send_file(delivery: Delivery, key: str, part: File) -> None:
             await _upload(delivery, key, "document", name, data, text, html)
     except SendError as exc:
         logger.error("telegram: gave up sending the file {} to chat {}: {}", name, key, exc)
-        if exc.transient or exc.retry_after is not None:
+        if not (exc.transient or exc.retry_after is not None):
+            return await delivery.tell(key, f"The file {name} could not be sent: {exc}")
+        if kept:
             raise DeliveryLater(str(exc)) from exc
-        await delivery.tell(key, f"The file {name} could not be sent: {exc}")
+        await delivery.tell(key, f"The file {name} could not be sent now: {exc}")
 
 
 async def _upload(

@@ -284,9 +284,11 @@ async def _deliver(channel: Channel, bus: MessageBus, msg: OutboundMessage) -> N
     except asyncio.CancelledError:
         raise
     except DeliveryLater as exc:
-        _logger().warning(
-            "{}: a reply to chat {} is kept for the next start: {}", channel.name, msg.chat_id, exc
-        )
+        # Only an answer stored in the inbox is sent again at the next start (bus.delivered).
+        kept = msg.seq is not None and msg.is_answer
+        fate = "is kept for the next start" if kept else "is dropped (not in the inbox)"
+        what = "a file" if isinstance(msg.part, File) else "a reply"
+        _logger().warning("{}: {} to chat {} {}: {}", channel.name, what, msg.chat_id, fate, exc)
     except Exception:
         _logger().exception("{}: could not deliver a message to chat {}", channel.name, msg.chat_id)
     finally:

@@ -32,7 +32,7 @@ from nanomem.audience import Sender
 from nanomem.home import Home
 from nanomem.providers.scripted import ScriptedProvider
 from nanomem.text.masking import register_secrets
-from tests.conftest import settings_for
+from tests.conftest import log_lines, settings_for
 from tests.helpers import until
 from tests.helpers.inbox import Recorder, stored
 
@@ -123,6 +123,34 @@ async def test_a_message_leaves_the_inbox_only_when_its_reply_is_delivered(
         serving.cancel()
         pump.cancel()
         await asyncio.gather(serving, pump, return_exceptions=True)
+        inbox.close()
+
+
+async def test_what_cannot_be_delivered_now_is_logged_kept_only_when_the_inbox_has_it(
+    tmp_path: Path,
+) -> None:
+    inbox = SqliteInbox(tmp_path / "inbox.sqlite3")
+    bus = MessageBus(inbox=inbox)
+    msg = await stored(bus, "42", "hello")
+    answer = OutboundMessage.answering(msg, Text("the answer"))
+    file = OutboundMessage("telegram", "42", File("report.csv"), msg.id)  # as send_file makes it
+    pump: asyncio.Task[None] | None = None
+    try:
+        for out, said in [
+            (file, "telegram: a file to chat 42 is dropped (not in the inbox): network down"),
+            (answer, "telegram: a reply to chat 42 is kept for the next start: network down"),
+        ]:
+            channel = Recorder(fail_first=True)
+            with log_lines("WARNING") as lines:
+                pump = asyncio.create_task(pump_outbound(channel, bus))
+                await bus.publish_outbound(out)
+                await until(lambda: said in lines)  # noqa: B023 - awaited in this iteration
+            pump.cancel()
+            await asyncio.gather(pump, return_exceptions=True)
+        assert [p.seq for p in inbox.pending("telegram")] == [msg.seq]  # the answer's, kept
+    finally:
+        if pump is not None:
+            pump.cancel()
         inbox.close()
 
 

@@ -43,6 +43,7 @@ def webs() -> Iterator[tuple[FakeWeb, FakeWeb]]:
             site.serve("/gone.png", "gone", "text/plain", status=404)
             site.serve("/big.png", PNG + b"\0" * 1_100_000, "image/png")  # api.max_body_mb: 1
             site.serve("/half.png", PNG + b"\0" * 600_000, "image/png")
+            site.serve("/away.png", "", status=302, headers={"Location": "ftp://x.example/?key=k1"})
         yield private, allowed
 
 
@@ -151,7 +152,12 @@ def test_images_fetched_are_bounded_by_the_body_limit_together(
 
 @pytest.mark.parametrize(
     ("path", "words"),
-    [("/page.png", "not JPEG"), ("/gone.png", "HTTP 404"), ("/big.png", "larger than")],
+    [
+        ("/page.png", "not JPEG"),
+        ("/gone.png", "HTTP 404"),
+        ("/big.png", "larger than"),
+        ("/away.png", "another kind of address"),  # a redirect's target, not repeated
+    ],
 )
 def test_a_fetched_url_that_is_no_image_is_refused(
     gateway: GatewayProcess,
@@ -164,10 +170,12 @@ def test_a_fetched_url_that_is_no_image_is_refused(
     _, allowed = webs
     before, saved = len(llm.requests), media_files(home, "no-image")
     # Every URL is fetched before any file is saved: the data URL before it is not kept.
-    status, error = ask(gateway, "no-image", image(DATA_URL), image(allowed.url(path)))
+    url = allowed.url(f"{path}?key=k0")
+    status, error = ask(gateway, "no-image", image(DATA_URL), image(url))
     assert status == 400, error
     assert error["error"]["param"] == "messages[0].content[1]"
     assert words in error["error"]["message"]
+    assert "key=" not in error["error"]["message"]  # no URL: its query may carry a key
     assert len(llm.requests) == before and media_files(home, "no-image") == saved
 
 

@@ -36,10 +36,10 @@ def test_a_restart_forgets_parts_an_album_row_holds_and_gathers_the_rest() -> No
     held, loose = update(1, 10, "a"), update(5, 20, "b")
     plain, album = update(2, 11), {ALBUM: [held, update(3, 12, "a")]}
     # A crash between storing album "a" as one row and forgetting its parts' rows.
-    left = [row(1, held), row(2, plain), row(4, album), row(5, loose)]
-    whole, gather, forget = replay_order(left)
-    assert [p.seq for p in whole] == [2, 4]
-    assert [p.seq for p in gather] == [5]
+    # Then a loose part of album "b", still to gather, and a message sent after it.
+    left = [row(1, held), row(2, plain), row(4, album), row(5, loose), row(6, update(6, 21))]
+    replay, forget = replay_order(left)
+    assert [p.seq for p in replay] == [2, 4, 5, 6]  # as stored: 6 waits behind album "b"
     assert [p.seq for p in forget] == [1]
 
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -28,7 +29,7 @@ from channels.telegram.delivery import (
 from nanomem.agent.bus import InboundMessage
 from nanomem.agent.channel import ChannelDown, ChatQueues, DeliveryLater
 from nanomem.agent.commands import NOTHING_TO_STOP, STOPPED, Command
-from nanomem.agent.outbound import Button, OutboundMessage, Part, Progress, Text
+from nanomem.agent.outbound import Button, File, OutboundMessage, Part, Progress, Text
 from tests.conftest import log_lines
 from tests.helpers import until
 
@@ -41,6 +42,7 @@ class FakePort:
     edits: list[tuple[str, int, str]] = field(default_factory=list)
     typed: list[str] = field(default_factory=list)
     buttons: list[tuple[Button, ...]] = field(default_factory=list)  # per sent message
+    files: list[tuple[str, str, str, bytes]] = field(default_factory=list)  # key, kind, name
     faults: dict[str, deque[SendError]] = field(default_factory=dict)
     started: float = field(default_factory=time.monotonic)
 
@@ -62,6 +64,14 @@ class FakePort:
         self.sent.append((key, text, html, reply_to, time.monotonic() - self.started))
         self.buttons.append(buttons)
         return len(self.sent)
+
+    async def send_file(
+        self, key: str, kind: str, name: str, data: bytes, *, caption: str, html: bool
+    ) -> int:
+        if self.faults.get(key):
+            raise self.faults[key].popleft()
+        self.files.append((key, kind, name, data))
+        return len(self.sent) + len(self.files)
 
     async def edit_text(self, key: str, message_id: int, text: str, *, html: bool = False) -> None:
         self.edits.append((key, message_id, text))
@@ -382,6 +392,29 @@ async def test_a_reply_that_cannot_be_sent_now_is_kept_for_later(
     port.fail("1", SendError("network down", transient=True))
     await asyncio.wait_for(delivery.send(reply("1", "the answer", "turn")), 30)
     assert port.texts("1") == ["the answer"]  # a passing fault is retried, then sent
+
+
+async def test_a_file_that_cannot_be_sent_now_is_told_as_it_is_in_no_inbox(
+    port: FakePort, tmp_path: Path
+) -> None:
+    """A file from send_file (or a spoken reply) has no seq: nothing would send it at the next
+    start, so the chat hears that it could not go instead of a silent DeliveryLater."""
+    (tmp_path / "report.csv").write_text("plant,water at\n")
+    delivery = InOrder(
+        Delivery(port, typing_every_s=1, status_every_s=1, backoff_s=0.01, workspace=tmp_path)
+    )
+    down = [SendError("network down", transient=True)] * SEND_ATTEMPTS
+    port.fail("1", *down)
+    file = OutboundMessage("telegram", "1", File("report.csv"), "turn")
+    await asyncio.wait_for(delivery.send(file), 30)  # settled: nothing raised to keep it
+    assert port.files == []
+    assert port.texts("1") == ["The file report.csv could not be sent now: network down"]
+    port.fail("1", *down)
+    kept = delivery.send(replace(file, seq=3))  # an answer in the inbox is sent again later
+    with pytest.raises(DeliveryLater):
+        await asyncio.wait_for(kept, 30)
+    await asyncio.wait_for(delivery.send(file), 30)
+    assert port.files == [("1", "document", "report.csv", b"plant,water at\n")]
 
 
 def test_poll_watch_tells_a_refused_token_and_a_stall() -> None:

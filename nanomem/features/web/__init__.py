@@ -5,13 +5,14 @@ from typing import TYPE_CHECKING
 from nanomem.exports import lazy_exports
 
 if TYPE_CHECKING:
-    from nanomem.features.web.client import Page, WebClient, WebError
+    from nanomem.features.web.client import NOT_WEB, Page, WebClient, WebError
     from nanomem.features.web.feature import Web, build, search_provider
     from nanomem.features.web.guard import AddressGuard, Refused, why_blocked
     from nanomem.features.web.resolver import GuardedResolver
     from nanomem.features.web.search import Result, parse_duckduckgo
 
 __all__ = [
+    "NOT_WEB",
     "AddressGuard",
     "GuardedResolver",
     "Page",
@@ -28,7 +29,7 @@ __all__ = [
 __getattr__ = lazy_exports(
     __name__,
     {
-        "client": ("Page", "WebClient", "WebError"),
+        "client": ("NOT_WEB", "Page", "WebClient", "WebError"),
         "feature": ("Web", "build", "search_provider"),
         "guard": ("AddressGuard", "Refused", "why_blocked"),
         "resolver": ("GuardedResolver",),

@@ -27,6 +27,9 @@ class WebError(Exception):
     """A request that failed; the message is short and meant for the model as is."""
 
 
+NOT_WEB = "only http:// and https:// addresses are fetched"  # then ", not <the address>"
+
+
 @dataclass(frozen=True)
 class Page:
     url: str  # after redirects
@@ -113,7 +116,7 @@ class WebClient:
         target = URL(url)
         for _hop in range(self.max_redirects + 1):
             if target.scheme not in ("http", "https") or not target.host:
-                raise WebError(f"only http:// and https:// addresses are fetched, not {target}")
+                raise WebError(f"{NOT_WEB}, not {target}")
             self.guard.check_host(target.host)
             async with session.request(
                 method, target, headers=headers, json=json, data=data, allow_redirects=False
