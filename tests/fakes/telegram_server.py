@@ -753,9 +753,7 @@ class FakeTelegram:
     ) -> JSONDict:
         """Queue a user's voice note (`forwarded_from`: someone else's, forwarded); getFile +
         the file URL serve the bytes back."""
-        with self._lock:
-            media = self._media("voice", data, None, "audio/ogg") | {"duration": duration}
-        return self._inbound(chat_id, {"voice": media} | forwarded(forwarded_from), sender)
+        return self._recording("voice", chat_id, data, duration, forwarded_from, sender)
 
     def send_audio(
         self,
@@ -784,9 +782,21 @@ class FakeTelegram:
     ) -> JSONDict:
         """Queue a user's round video note (Bot API VideoNote: length, duration), or someone
         else's they forwarded."""
+        return self._recording("video_note", chat_id, data, duration, forwarded_from, sender)
+
+    def _recording(
+        self,
+        kind: str,
+        chat_id: int,
+        data: bytes,
+        duration: int,
+        forwarded_from: str,
+        sender: Sender,
+    ) -> JSONDict:
+        mime = "audio/ogg" if kind == "voice" else None  # a VideoNote has no mime_type
         with self._lock:
-            media = self._media("video_note", data, None, None) | {"duration": duration}
-        return self._inbound(chat_id, {"video_note": media} | forwarded(forwarded_from), sender)
+            media = self._media(kind, data, None, mime) | {"duration": duration}
+        return self._inbound(chat_id, {kind: media} | forwarded(forwarded_from), sender)
 
     # Outbound: what the bot did.
 
