@@ -11,6 +11,7 @@ from typing import Any
 
 from loguru import logger
 
+from nanomem.agent.answering import Answering
 from nanomem.agent.bus import InboundMessage, MessageBus
 from nanomem.agent.channel import ChatQueues
 from nanomem.agent.commands import (
@@ -106,6 +107,7 @@ class AgentLoop:
         self.stop_named: list[StopNamed] = []  # asked by `/stop <name>`, in turn
         self._locks = KeyedLocks()  # for direct calls (answer); the bus's chats are queued
         self._chats = ChatQueues("turns")
+        self.answering = Answering()  # what background work tells a chat waits for
         self._room = asyncio.Semaphore(bus.maxsize)
         self._turn_slots = asyncio.Semaphore(settings.agent.max_concurrent_turns)
         self._running: dict[str, asyncio.Task[OutboundMessage]] = {}
@@ -159,25 +161,28 @@ class AgentLoop:
         if self._draining:
             return  # stopping: the message stays in the inbox for the next start
         finished: Finished = []
-        try:
-            if msg.prepare is not None:  # the channel's own work on it (a download), in order
-                ready = await msg.prepare(msg)
-                if ready is None:
-                    return  # the channel answered it itself
-                msg = replace(ready, prepare=None)
-            reply = await self._handle(msg, self.bus.publish_outbound, finished)
-            # Recorded before it is sent: a crash from here on re-sends it, never loses it.
-            await self.bus.answered(msg, reply)
-        except Deferred:
-            return  # stopping: the message stays in the inbox for the next start
-        except Exception as exc:
-            logger.opt(exception=exc).error("failed to handle a message for {}", msg.session_key)
-            if msg.seq is None:  # nothing keeps it: the person hears of it, and may resend
-                reply = OutboundMessage.answering(msg, Text(INTERNAL_ERROR, "error"))
-            else:  # kept in the inbox and tried again (agent/retries.py); never dropped
-                reply = await keep_for_retry(self.bus, msg, exc)
-        if reply is not None:
-            await self.bus.publish_outbound(reply)
+        with self.answering.answering(msg.session_key):
+            try:
+                if msg.prepare is not None:  # the channel's own work on it (a download)
+                    ready = await msg.prepare(msg)
+                    if ready is None:
+                        return  # the channel answered it itself
+                    msg = replace(ready, prepare=None)
+                reply = await self._handle(msg, self.bus.publish_outbound, finished)
+                # Recorded before it is sent: a crash from here on re-sends it, never loses it.
+                await self.bus.answered(msg, reply)
+            except Deferred:
+                return  # stopping: the message stays in the inbox for the next start
+            except Exception as exc:
+                logger.opt(exception=exc).error(
+                    "failed to handle a message for {}", msg.session_key
+                )
+                if msg.seq is None:  # nothing keeps it: the person hears of it, and may resend
+                    reply = OutboundMessage.answering(msg, Text(INTERNAL_ERROR, "error"))
+                else:  # kept in the inbox and tried again (agent/retries.py); never dropped
+                    reply = await keep_for_retry(self.bus, msg, exc)
+            if reply is not None:
+                await self.bus.publish_outbound(reply)
         self._after(finished)  # queued behind the reply: what they send comes after it
 
     def _after(self, finished: Finished) -> None:

@@ -4,6 +4,7 @@ with `spawn`, goes on talking, and is told the result (and its transcript keeps 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import AsyncIterator
 from typing import Any
@@ -13,7 +14,7 @@ import pytest
 
 from nanomem.home import Home
 from nanomem.memory.session import SessionStore, session_filename
-from tests.fakes.openai_server import FakeOpenAI
+from tests.fakes.openai_server import FakeOpenAI, Step
 from tests.fakes.telegram_gateway import BOT, LiveGateway, telegram_gateway
 from tests.fakes.telegram_server import FakeTelegram
 from tests.helpers import until
@@ -254,3 +255,24 @@ async def test_a_groups_task_is_a_group_turn(live: LiveGateway, home: Home) -> N
     await told(live, GROUP, f"task {ours} (shared) done")
     prompts = {job_of(r): r["messages"][0]["content"] for r in live.llm.requests if job_of(r)}
     assert "4711" in prompts["look up my code"] and "4711" not in prompts["plan"]
+
+
+def slow_to_say_started(body: dict[str, Any]) -> Step:
+    """The chat's reply after `spawn` takes a while; the task itself answers at once."""
+    step = tasks_model(body)
+    if job_of(body) is None and body["messages"][-1]["role"] == "tool":
+        return dataclasses.replace(step, latency=1.5)
+    return step
+
+
+@pytest.mark.parametrize("model", [slow_to_say_started])
+async def test_a_quick_task_tells_its_chat_only_after_the_turn_that_started_it(
+    live: LiveGateway,
+) -> None:
+    """What a task says comes after its chat's "started task …", however quick the task."""
+    live.telegram.send_text(OWNER, "SPAWN quick: look it up")
+    done = await told(live, OWNER, "task ")
+    texts = sent(live, OWNER)  # in the order the bot sent them (a status line is among them)
+    started = next((i for i, text in enumerate(texts) if "started task" in text), None)
+    assert started is not None and started < texts.index(done), texts
+    assert done.startswith(f"task {task_id(texts[started])} (quick) done")

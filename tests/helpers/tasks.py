@@ -61,9 +61,8 @@ def task_id(reply: str) -> str:
 
 
 async def spawn(live: LiveGateway, chat: int, text: str, **sender: Any) -> str:
-    """Send a SPAWN line to `chat`; the task's id, from the chat's reply. The task's own first
-    message (its question, or its result when it ends at once) may be sent before that reply,
-    so the reply is looked for among every message after the one sent, not taken as the next."""
+    """Send a SPAWN line to `chat`; the task's id, from the chat's reply (looked for among
+    every message after the one sent: a tool's status line may come before it)."""
     seen = max((m["message_id"] for m in live.telegram.sent_messages(chat)), default=0)
     live.telegram.send_text(chat, text, **sender)
 

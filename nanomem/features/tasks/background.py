@@ -59,6 +59,8 @@ class Running:
     out: ReactResult = field(default_factory=lambda: ReactResult(text=None))
     task: asyncio.Task[None] | None = None
     stopped: bool = False  # by /stop (else a cancel is the process stopping)
+    # Set once the turn that spawned it has its reply ("started task …") queued to the chat.
+    replied: asyncio.Event | None = None
 
     def progress(self) -> TaskRecord:
         return replace(self.record, steps=steps(self.out), tokens=tokens(self.out))
@@ -177,6 +179,7 @@ class BackgroundTasks(Feature):
         )
         record = await self.store.add(record)
         running = self._running[record.id] = Running(record)
+        running.replied = self.loop.answering.replied(session)
         running.task = asyncio.create_task(self._run(running, job, context), name=record.id)
         self._alive.add(running.task)
         running.task.add_done_callback(self._alive.discard)
@@ -224,6 +227,10 @@ class BackgroundTasks(Feature):
         state: State = "done"
         result = ""
         try:
+            # It begins once the chat has "started task …" queued: what it asks or tells the
+            # chat comes after that, never before.
+            if running.replied is not None:
+                await running.replied.wait()
             await self._work(record, job, context, out)
             if out.text is None:
                 state = "limit"
