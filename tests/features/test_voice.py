@@ -122,6 +122,21 @@ async def test_a_recording_over_the_upload_limit_is_refused_for_good(
     assert fake.audio_requests == []  # and no /retry is offered: it could never succeed
 
 
+async def test_a_recording_the_service_finds_too_large_offers_no_retry(
+    home: Home, fake: FakeOpenAI
+) -> None:
+    fake.transcription_error(413, "Maximum content size limit exceeded")
+    app = voice_app(home, fake)
+    note = save_media(home.workspace, CHAT, "note.oga", NOTE)
+    reply = await app.loop.handle(InboundMessage("telegram", "42", "", media=(note,)))
+    assert reply is not None and reply.part == Text(
+        "I could not transcribe that recording: the transcription service found the recording "
+        "too large (HTTP 413). It is kept in the chat's media folder.",
+        "error",
+    )
+    assert len(fake.audio_requests) == 1  # asked once: a lasting refusal is not tried again
+
+
 async def test_speech_is_asked_as_opus_with_the_text_cut_to_4096(fake: FakeOpenAI) -> None:
     audio = await client(fake).speak("word " * 2000, "tts-1", "alloy")
     assert audio == NOTE

@@ -41,7 +41,12 @@ _SENT_AS = {
 
 
 class VoiceError(Exception):
-    """A transcription or speech call failed; the message is safe to show."""
+    """A transcription or speech call failed; the message is safe to show. `lasting`: the
+    same recording would fail the same way again (too large, a type the service refuses)."""
+
+    def __init__(self, message: str, *, lasting: bool = False) -> None:
+        super().__init__(message)
+        self.lasting = lasting
 
 
 def upload_name(path: str) -> tuple[str, str]:
@@ -117,7 +122,8 @@ class AudioClient:
                 else:
                     logger.warning("voice: the {} service answered HTTP {}", what, status)
                     if status not in TRANSIENT or attempt == ATTEMPTS:
-                        raise VoiceError(self._refusal(what, status, excerpt))
+                        lasting = status in (413, 415)
+                        raise VoiceError(self._refusal(what, status, excerpt), lasting=lasting)
                 await asyncio.sleep(self.backoff_s * 2 ** (attempt - 1))
         finally:
             await connection.close()

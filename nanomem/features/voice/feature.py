@@ -43,6 +43,7 @@ if TYPE_CHECKING:
 
 HINT = "voice_heard.md.j2"  # after a transcript of the person's voice, when there is no echo
 HEARD_CHARS = 200  # the "heard: ..." line shows this much of a transcript
+LASTING_KEPT = "It is kept in the chat's media folder."  # said when a retry cannot help
 # The mark a transcript of the person's own voice starts with (see `transcribed`).
 SPOKEN = re.compile(r"^\[(?:voice|video) note(?:, [\d:]+)?\] ", re.MULTILINE)
 
@@ -95,22 +96,23 @@ class Voice(Feature):
         if len(data) > MAX_UPLOAD_BYTES:  # for good: a /retry would be refused the same way
             raise Unreadable(
                 f"That recording is over {MAX_UPLOAD_BYTES // 2**20} MB, more than transcription "
-                "takes, so I cannot transcribe it. It is kept in the chat's media folder."
+                f"takes, so I cannot transcribe it. {LASTING_KEPT}"
             )
         seconds = ogg_opus_seconds(data)
         limit = self.settings.max_minutes
         if seconds is not None and seconds > limit * 60:
             raise Unreadable(
                 f"That recording is {clock(seconds)} long; I transcribe up to {limit:g} "
-                "minutes (voice.max_minutes). It is kept in the chat's media folder."
+                f"minutes (voice.max_minutes). {LASTING_KEPT}"
             )
         try:
             text = await client.transcribe(relative, data, self.settings.model)
         except VoiceError as exc:
             logger.warning("voice: {} was not transcribed: {}", relative, exc)
+            # A retry helps when the service or its settings change; not for a lasting refusal.
+            kept = LASTING_KEPT if exc.lasting else "It is kept; send /retry to try again."
             raise Unreadable(
-                f"I could not transcribe that recording: {str(exc).rstrip('.')}. It is kept; "
-                "send /retry to try again."
+                f"I could not transcribe that recording: {str(exc).rstrip('.')}. {kept}"
             ) from None
         if not text:
             raise Unreadable("I could not make out any words in that recording.")
