@@ -28,7 +28,6 @@ from channels.api.wire import error_body
 from nanomem.agent import File, FileGone, file_bytes
 from nanomem.durable import unlink_below, write_below
 
-MAX_FILE_BYTES = 50 * 1000 * 1000  # as send_file allows
 KEEP_S = 24 * 3600.0
 _ID = re.compile(r"[A-Za-z0-9_-]{32}")
 
@@ -83,7 +82,7 @@ class SentFiles:
 
     def keep(self, part: File) -> tuple[str, str]:
         """Copy the file; (its id, its name). FileGone when it cannot be read now."""
-        data = file_bytes(self.workspace, part.path, MAX_FILE_BYTES)
+        data = file_bytes(self.workspace, part.path)
         self.folder.mkdir(parents=True, exist_ok=True)
         self.sweep()
         name = PurePosixPath(part.path).name

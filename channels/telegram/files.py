@@ -28,7 +28,6 @@ PHOTO_SUFFIXES = frozenset({".jpg", ".jpeg", ".png", ".webp"})
 VOICE_SUFFIXES = frozenset({".ogg", ".oga", ".opus"})
 AUDIO_SUFFIXES = frozenset({".mp3", ".m4a", ".wav", ".flac"})
 MAX_PHOTO_BYTES = 10 * 1000 * 1000
-MAX_FILE_BYTES = 50 * 1000 * 1000  # what the Bot API takes from a bot
 CAPTION_LIMIT = 1024  # UTF-16 code units, as Telegram counts
 
 
@@ -61,7 +60,7 @@ async def send_file(delivery: Delivery, key: str, part: File, *, kept: bool = Fa
     or a spoken reply is in no inbox: raising would drop it unseen."""
     name = PurePosixPath(part.path).name
     try:  # off the loop: up to 50 MB
-        data = await asyncio.to_thread(file_bytes, delivery.workspace, part.path, MAX_FILE_BYTES)
+        data = await asyncio.to_thread(file_bytes, delivery.workspace, part.path)
     except FileGone as exc:
         logger.warning("telegram: the file for chat {} could not be read: {}", key, exc)
         return await delivery.tell(key, f"The file {name} could not be sent: {exc}")

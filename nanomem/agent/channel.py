@@ -82,9 +82,11 @@ class FileGone(Exception):
     a link, grown too big); the message is one line."""
 
 
-def file_bytes(workspace: Path, path: str, limit: int) -> bytes:
+def file_bytes(workspace: Path, path: str) -> bytes:
     """The bytes of a `File` part's file, read as the file tools read (no link followed on
-    the way, no hard link): it may have changed since `send_file` checked it. Blocking."""
+    the way, no hard link): it may have changed since `send_file` checked it, and is held to
+    the same limit. Blocking."""
+    from nanomem.tools import MAX_SEND_BYTES as limit
     from nanomem.tools import ToolError, read_checked
 
     root = workspace.resolve()

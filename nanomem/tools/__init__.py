@@ -7,7 +7,7 @@ from nanomem.exports import lazy_exports
 
 if TYPE_CHECKING:
     from nanomem.tools.context import OUTSIDE, Outlet, ToolContext
-    from nanomem.tools.files import FileTools
+    from nanomem.tools.files import MAX_SEND_BYTES, FileTools
     from nanomem.tools.images import IMAGE_TYPES, MAX_IMAGE_BYTES, Image, ToolOutput, save_images
     from nanomem.tools.pdf import PdfText, PdfUnreadable, pdf_text
     from nanomem.tools.prctl import hide_environment
@@ -20,6 +20,7 @@ if TYPE_CHECKING:
 __all__ = [
     "IMAGE_TYPES",
     "MAX_IMAGE_BYTES",
+    "MAX_SEND_BYTES",
     "OUTSIDE",
     "PROMPT_SECTION",
     "Decision",
@@ -48,7 +49,7 @@ __getattr__ = lazy_exports(
     __name__,
     {
         "context": ("OUTSIDE", "Outlet", "ToolContext"),
-        "files": ("FileTools",),
+        "files": ("FileTools", "MAX_SEND_BYTES"),
         "images": ("IMAGE_TYPES", "MAX_IMAGE_BYTES", "Image", "ToolOutput", "save_images"),
         "registry": ("Tool", "ToolError", "ToolRegistry", "read_only_tool", "truncated"),
         "pdf": ("PdfText", "PdfUnreadable", "pdf_text"),
