@@ -184,10 +184,8 @@ class TerminalChannel(BaseChannel):
 
     def _show_file(self, part: File) -> None:
         """Where the file is, whole (a path to open or copy), and its caption."""
-        where = Path(part.path)
-        if self.workspace is not None and not where.is_absolute():
-            where = self.workspace / where
-        line = f"📎 {strip_escapes(str(where))}"  # one line, never wrapped: to copy whole
+        # One line, never wrapped: to copy whole.
+        line = f"📎 {strip_escapes(str(part.where(self.workspace)))}"
         self.console.print(line, markup=False, emoji=False, highlight=False, soft_wrap=True)
         if part.caption:
             caption = strip_escapes(part.caption)

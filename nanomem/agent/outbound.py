@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from nanomem.text import untrusted_json
@@ -91,6 +92,11 @@ def describe_call(call: ToolCall, width: int = 100) -> str:
 class File:
     path: str  # relative to the workspace
     caption: str = ""
+
+    def where(self, workspace: Path | None) -> Path:
+        """Where it lies, for a person at this machine: below `workspace` when known."""
+        path = Path(self.path)
+        return workspace / path if workspace is not None and not path.is_absolute() else path
 
 
 Part = Text | Delta | DeltaEnd | Question | Progress | File
@@ -178,7 +184,7 @@ def file_outlet(
     delivered. None when the pieces go nowhere."""
     if show is None:
         return None
-    pieces = show
+    pieces = show  # narrowed for the closure
 
     async def send(path: str, caption: str) -> None:
         await pieces(OutboundMessage(msg.channel, msg.chat_id, File(path, caption), msg.id))

@@ -49,9 +49,7 @@ class StdoutStream:
 
     def _file(self, part: File) -> None:
         """A file the turn sent: where it lies (and its caption), on lines of their own."""
-        where = Path(part.path)
-        if self.workspace is not None and not where.is_absolute():
-            where = self.workspace / where
+        where = part.where(self.workspace)
         if self.written:
             sys.stdout.write("\n\n")
             self.step, self.written = None, ""  # what follows starts afresh
