@@ -376,12 +376,7 @@ class Delivery:
 
             return edit
 
-        try:
-            await self.retrying(key, attempt(text, html))
-        except SendError as exc:
-            if not (html and exc.bad_html):
-                raise
-            await self.retrying(key, attempt(html_to_plain(text), False))
+        await self.html_or_plain(key, attempt, text, html)
 
     def _forget_if_idle(self, key: str) -> None:
         """Drop an idle chat's state, so the map does not grow with every chat ever seen."""
@@ -399,17 +394,32 @@ class Delivery:
                 key, body, html=as_html, reply_to=reply_to, buttons=buttons
             )
 
+        await self.html_or_plain(key, attempt, text, html, said="resent as plain text")
+
+    async def html_or_plain(
+        self,
+        key: str,
+        attempt: Callable[[str, bool], Callable[[], Awaitable[T]]],
+        text: str,
+        html: bool,
+        *,
+        said: str = "",
+    ) -> T:
+        """`attempt(text, html)`, retried; when Telegram refuses its HTML, once more as the
+        same words in plain text (logged when `said` names what happened)."""
         try:
-            await self.retrying(key, attempt(text, html))
+            return await self.retrying(key, attempt(text, html))
         except SendError as exc:
             if not (html and exc.bad_html):
                 raise
-            logger.warning(
-                "telegram: Telegram refused the HTML of a message to {} ({}); resent as plain text",
-                key,
-                exc,
-            )
-            await self.retrying(key, attempt(html_to_plain(text), False))
+            if said:
+                logger.warning(
+                    "telegram: Telegram refused the HTML of a message to {} ({}); {}",
+                    key,
+                    exc,
+                    said,
+                )
+            return await self.retrying(key, attempt(html_to_plain(text), False))
 
     async def retrying(self, key: str, call: Callable[[], Awaitable[T]]) -> T:
         """Honour flood limits for this chat only; retry network errors and 5xx with backoff."""

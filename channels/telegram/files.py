@@ -91,9 +91,4 @@ async def _upload(
     def attempt(body: str, as_html: bool) -> Callable[[], Awaitable[int]]:
         return lambda: delivery.port.send_file(key, kind, name, data, caption=body, html=as_html)
 
-    try:
-        await delivery.retrying(key, attempt(caption, html))
-    except SendError as exc:
-        if not (html and exc.bad_html):
-            raise
-        await delivery.retrying(key, attempt(html_to_plain(caption), False))
+    await delivery.html_or_plain(key, attempt, caption, html)
