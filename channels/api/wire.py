@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from nanomem.agent import Button
+from nanomem.agent import image_suffix as told_suffix
 from nanomem.text import untrusted_json
 
 MODEL_ID = "nanomem"
@@ -200,15 +201,9 @@ def _base64(text: str, at: str) -> bytes:
 def image_suffix(data: bytes, at: str) -> str:
     """The suffix of an image we take, by its bytes (what a server or a data URL says it is
     may be wrong: an HTML page served as image/png)."""
-    if data.startswith(b"\x89PNG\r\n\x1a\n"):
-        return ".png"
-    if data.startswith(b"\xff\xd8\xff"):
-        return ".jpg"
-    if data[:6] in (b"GIF87a", b"GIF89a"):
-        return ".gif"
-    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
-        return ".webp"
-    raise BadRequest(f"{at}: the image is not {KINDS}", param=at)
+    if (suffix := told_suffix(data)) is None:
+        raise BadRequest(f"{at}: the image is not {KINDS}", param=at)
+    return suffix
 
 
 def completion_id() -> str:

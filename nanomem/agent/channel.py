@@ -77,6 +77,14 @@ def save_media(workspace: Path, session: str, name: str, data: bytes) -> str:
     return str(relative)
 
 
+def image_suffix(data: bytes) -> str | None:
+    """The suffix of an image a model takes, told by its first bytes (what a client or a
+    server claims may be wrong); None for anything else."""
+    from nanomem.tools import image_suffix as told
+
+    return told(data)
+
+
 class FileGone(Exception):
     """A file handed to a channel cannot be read as `send_file` checked it (gone, replaced by
     a link, grown too big); the message is one line."""

@@ -8,7 +8,14 @@ from nanomem.exports import lazy_exports
 if TYPE_CHECKING:
     from nanomem.tools.context import OUTSIDE, Outlet, ToolContext
     from nanomem.tools.files import MAX_SEND_BYTES, FileTools
-    from nanomem.tools.images import IMAGE_TYPES, MAX_IMAGE_BYTES, Image, ToolOutput, save_images
+    from nanomem.tools.images import (
+        IMAGE_TYPES,
+        MAX_IMAGE_BYTES,
+        Image,
+        ToolOutput,
+        image_suffix,
+        save_images,
+    )
     from nanomem.tools.pdf import PdfText, PdfUnreadable, pdf_text
     from nanomem.tools.prctl import hide_environment
     from nanomem.tools.registry import Tool, ToolError, ToolRegistry, read_only_tool, truncated
@@ -37,6 +44,7 @@ __all__ = [
     "ToolRegistry",
     "decide",
     "hide_environment",
+    "image_suffix",
     "pdf_text",
     "read_checked",
     "read_only_tool",
@@ -50,7 +58,14 @@ __getattr__ = lazy_exports(
     {
         "context": ("OUTSIDE", "Outlet", "ToolContext"),
         "files": ("FileTools", "MAX_SEND_BYTES"),
-        "images": ("IMAGE_TYPES", "MAX_IMAGE_BYTES", "Image", "ToolOutput", "save_images"),
+        "images": (
+            "IMAGE_TYPES",
+            "MAX_IMAGE_BYTES",
+            "Image",
+            "ToolOutput",
+            "image_suffix",
+            "save_images",
+        ),
         "registry": ("Tool", "ToolError", "ToolRegistry", "read_only_tool", "truncated"),
         "pdf": ("PdfText", "PdfUnreadable", "pdf_text"),
         "prctl": ("hide_environment",),

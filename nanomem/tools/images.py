@@ -53,7 +53,8 @@ def problem(image: Image) -> str | None:
         return f"{kind} is not an image type sent to models (png, jpeg, webp, gif)"
     if len(image.data) > MAX_TOOL_IMAGE_BYTES:
         return f"{len(image.data)} bytes, more than the {MAX_TOOL_IMAGE_BYTES} a model takes inline"
-    if not _looks_like(mime, image.data):
+    # A provider refuses the whole request for an image it cannot decode: the turn would fail.
+    if image_type(image.data) != mime:
         return f"its bytes are not {mime}"
     return None
 
@@ -93,13 +94,21 @@ def save_images(
     return notes, tuple(saved)
 
 
-def _looks_like(mime: str, data: bytes) -> bool:
-    """The first bytes match the type claimed: a provider refuses the whole request for an
-    image it cannot decode, and the turn would fail for it."""
-    if mime == "image/png":
-        return data.startswith(b"\x89PNG\r\n\x1a\n")
-    if mime == "image/jpeg":
-        return data.startswith(b"\xff\xd8\xff")
-    if mime == "image/gif":
-        return data.startswith((b"GIF87a", b"GIF89a"))
-    return data[:4] == b"RIFF" and data[8:12] == b"WEBP"
+def image_type(data: bytes) -> str | None:
+    """The type of an image models take, told by its first bytes (what a tool, a server or a
+    data URL claims may be wrong); None for anything else."""
+    if data.startswith(b"\x89PNG\r\n\x1a\n"):
+        return "image/png"
+    if data.startswith(b"\xff\xd8\xff"):
+        return "image/jpeg"
+    if data.startswith((b"GIF87a", b"GIF89a")):
+        return "image/gif"
+    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
+        return "image/webp"
+    return None
+
+
+def image_suffix(data: bytes) -> str | None:
+    """The suffix such an image is saved under, by its first bytes; None for anything else."""
+    mime = image_type(data)
+    return None if mime is None else SUFFIXES[mime]
