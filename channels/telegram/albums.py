@@ -19,6 +19,7 @@ from typing import Any, Generic, TypeVar
 
 from loguru import logger
 
+from channels.telegram.incoming import stored
 from nanomem.agent import MessageBus, Pending
 from nanomem.audience import Sender
 
@@ -81,13 +82,7 @@ async def store_whole(
 ) -> int | None:
     """The album as one inbox row, then its parts' rows gone (in that order: see above)."""
     album = {ALBUM: [part.payload for part in parts]}
-    while True:
-        try:
-            (seq,) = await bus.receive(channel, [(chat, album, sender)])
-            break
-        except Exception:  # a full disk: the parts are kept, so retry, never drop
-            logger.exception("telegram: could not store an album; retrying")
-            await asyncio.sleep(1.0)
+    (seq,) = await stored(bus, channel, [(chat, album, sender)], "an album")
     for part in parts:
         await bus.forget(part.seq)
     return seq

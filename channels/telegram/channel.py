@@ -39,6 +39,7 @@ from channels.telegram.incoming import (
     fair_press,
     is_addressed,
     oversized,
+    stored,
     stored_text,
 )
 from channels.telegram.transport import as_sent, call_api, channel_down, requests_for, send_message
@@ -291,15 +292,9 @@ class TelegramChannel(BaseChannel):
             (found.key, payload, found.sender)
             for (_, found), payload in zip(admitted, payloads, strict=True)
         ]
-        while True:
-            try:
-                seqs = await self._bus.receive(self.name, items, (OFFSET, str(offset)))
-                break
-            except Exception:  # a full disk: nothing is confirmed, so retry, never drop
-                logger.exception(
-                    "telegram: could not store {}; retrying", plural(len(items), "update")
-                )
-                await asyncio.sleep(1.0)
+        # Nothing is confirmed until they are stored: a full disk is retried, never dropped.
+        what = plural(len(items), "update")
+        seqs = await stored(self._bus, self.name, items, what, (OFFSET, str(offset)))
         self._offset = offset
         for (_, found), seq, payload in zip(admitted, seqs, payloads, strict=True):
             await self._take(replace(found, seq=seq), payload)

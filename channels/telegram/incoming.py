@@ -14,7 +14,7 @@ from typing import Any
 from loguru import logger
 
 from channels.telegram.delivery import mentions
-from nanomem.agent import parse_command, save_media
+from nanomem.agent import MessageBus, parse_command, save_media
 from nanomem.audience import Sender
 
 GREETING = "Hi {name}! Write to me and I will answer. /help lists the commands."
@@ -126,6 +126,23 @@ async def download(workspace: Path, item: Any, suffix: str, session: str) -> str
     data = io.BytesIO()  # python-telegram-bot holds the whole file in memory either way
     await (await item.get_file()).download_to_memory(data)
     return await asyncio.to_thread(save_media, workspace, session, name, data.getvalue())
+
+
+async def stored(
+    bus: MessageBus,
+    channel: str,
+    items: list[tuple[str, dict[str, Any], Sender]],
+    what: str,
+    position: tuple[str, str] | None = None,
+) -> list[int | None]:
+    """Their inbox rows (bus.receive), however long storing takes: a full disk is waited out
+    and tried again, never a reason to drop what nothing else keeps yet."""
+    while True:
+        try:
+            return await bus.receive(channel, items, position)
+        except Exception:
+            logger.exception("telegram: could not store {}; retrying", what)
+            await asyncio.sleep(1.0)
 
 
 def stored_text(payload: dict[str, Any]) -> str:
