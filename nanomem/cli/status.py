@@ -57,10 +57,12 @@ def _mcp_rows(home: Home, settings: Settings) -> list[tuple[str, str]]:
 
 
 def _sandbox_state(settings: Settings) -> str:
-    from nanomem.tools import decide
+    from nanomem.tools import Limits, decide
 
     tools = settings.tools
-    return decide(tools.shell_sandbox).describe(tools.shell_network)
+    return decide(tools.shell_sandbox).describe(
+        tools.shell_network, tools.shell_network_groups, Limits(**tools.shell_limits.model_dump())
+    )
 
 
 def _web_line(settings: Settings) -> str:
