@@ -319,7 +319,8 @@ class ApiSettings(_Section):
     """The OpenAI-compatible agent API, served by the gateway beside GET /health."""
 
     enabled: bool = False
-    # Bearer tokens a client must send; empty means no check (refused on a public address).
+    # Bearer tokens a client must send; never empty when enabled: `nanomem gateway` (and
+    # onboarding) makes one in the config file where there is none.
     keys: list[Annotated[SecretStr, AfterValidator(_usable_key)]] = []
     # Also stream the lines that say which tools the agent calls.
     show_progress: bool = False

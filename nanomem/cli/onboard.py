@@ -2,16 +2,22 @@
 
 from __future__ import annotations
 
+import json
 import re
+import secrets
 import shutil
+import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from nanomem.agent import Templates, bundled_dir
 from nanomem.durable import atomic_write_text
 from nanomem.home import Home
+from nanomem.locks import FileLock
 from nanomem.memory import GitStore
 from nanomem.private import make_private
+
+API_KEY_BYTES = 32  # secrets.token_urlsafe: 43 characters
 
 
 @dataclass
@@ -62,7 +68,13 @@ def onboard(
 
 def set_config_value(path: Path, section: str, key: str, toml_value: str) -> None:
     """Set `key` under `[section]` in place, keeping the file's comments and mode."""
-    lines = path.read_text(encoding="utf-8").splitlines() if path.exists() else []
+    text = path.read_text(encoding="utf-8") if path.exists() else ""
+    atomic_write_text(path, with_config_value(text, section, key, toml_value), mode=0o600)
+
+
+def with_config_value(text: str, section: str, key: str, toml_value: str) -> str:
+    """`text` with `key = toml_value` under `[section]` (a commented-out line for it replaced)."""
+    lines = text.splitlines()
     assignment = re.compile(rf"^\s*#?\s*{re.escape(key)}\s*=")
     current = None
     header_at = None
@@ -81,4 +93,24 @@ def set_config_value(path: Path, section: str, key: str, toml_value: str) -> Non
             lines += ["", f"[{section}]", f"{key} = {toml_value}"]
         else:
             lines.insert(header_at + 1, f"{key} = {toml_value}")
-    atomic_write_text(path, "\n".join(lines) + "\n", mode=0o600)
+    return "\n".join(lines) + "\n"
+
+
+def create_api_key(config: Path, lock: FileLock) -> bool:
+    """Store a new agent API key as api.keys in `config` (mode 0600), under `lock`; False when
+    the file holds keys already (another process made them meanwhile). The key is never
+    printed: its owner reads it in the file. ValueError when the file cannot take it as is."""
+    with lock.hold_sync():
+        text = config.read_text(encoding="utf-8") if config.exists() else ""
+        if tomllib.loads(text).get("api", {}).get("keys"):
+            return False
+        key = secrets.token_urlsafe(API_KEY_BYTES)
+        changed = with_config_value(text, "api", "keys", json.dumps([key]))
+        try:
+            stored = tomllib.loads(changed).get("api", {}).get("keys")
+        except tomllib.TOMLDecodeError:
+            stored = None
+        if stored != [key]:  # e.g. `keys = [` over several lines: not ours to rewrite
+            raise ValueError(f"api.keys in {config} could not be set; set it yourself")
+        atomic_write_text(config, changed, mode=0o600)
+    return True
