@@ -52,10 +52,7 @@ PARSE_IN_THREAD_BYTES = 256 * 1024
 MIN_BODY_RATE = 64 * 1024
 # Not even on loopback: every program of this machine's users reaches it there, a shell
 # command the agent runs for a group included. `nanomem gateway` makes a key where none is.
-WITHOUT_KEYS = (
-    "api.keys is empty: the agent API always needs a key; set api.keys (or NANOMEM_API__KEYS), "
-    "or start `nanomem gateway`, which makes one in config.toml"
-)
+WITHOUT_KEYS = "api.keys is empty: the agent API always needs a key (api.keys, NANOMEM_API__KEYS)"
 
 
 def _error(

@@ -27,10 +27,6 @@ NO_MODEL = (
     "NANOMEM_LLM__MODEL (for example openai/gpt-4o-mini, or openai/<name> with "
     "NANOMEM_LLM__API_BASE for an OpenAI-compatible server)"
 )
-API_KEYS_EMPTY = (
-    "config error: api.enabled is true and NANOMEM_API__KEYS lists no key: the agent API "
-    "always needs one; list a key there, or unset the variable and one is made in config.toml"
-)
 
 
 # loguru adds a stderr sink when it is first imported, unless this variable says no.
@@ -222,7 +218,7 @@ def _first_run(args: argparse.Namespace, home: Home, given: Choices) -> bool:
     """Onboard `home`; `given` (onboard's flags) is written. A new config is completed by
     questions on a terminal, never elsewhere. Returns whether questions were asked."""
     from nanomem.cli.first_run import ask_missing, ask_owner
-    from nanomem.cli.onboard import onboard, set_config_value
+    from nanomem.cli.onboard import ensure_api_key, onboard, set_config_value
     from nanomem.providers import model_name_problem
 
     known = _settings(args, home).llm  # flags, the environment, an existing file
@@ -246,7 +242,7 @@ def _first_run(args: argparse.Namespace, home: Home, given: Choices) -> bool:
         print(f"created {path}")
     if owner is not None:
         set_config_value(home.config, "telegram", "owner", str(owner))
-    _with_api_key(args, home, _settings(args, home))
+    ensure_api_key(_settings(args, home), _config_path(args, home), home)
     if not fresh:  # an explicit flag is a request to change the existing file
         for key, value in (("model", given.model), ("api_base", given.api_base)):
             if value:
@@ -442,43 +438,20 @@ def _review_notice(path: Path, session: str) -> OutboundMessage:
 
 
 def cmd_gateway(args: argparse.Namespace) -> int:
+    from nanomem.cli.onboard import ensure_api_key
     from nanomem.config import ConfigError
     from nanomem.gateway.service import Gateway
 
     # A fresh container volume is onboarded silently and configured by environment variables.
     home, settings = _configured(args, needs_model=True)
-    settings = _with_api_key(args, home, settings)
+    if ensure_api_key(settings, _config_path(args, home), home):  # the API never goes keyless
+        settings = _settings(args, home)
     app = _build(home, settings, args.log_level, durable=True, config=args.config)
     try:
         gateway = Gateway.from_app(app)
         return asyncio.run(gateway.run())
     except ConfigError as exc:
         raise CliError(str(exc), EXIT_CONFIG) from None
-
-
-def _with_api_key(args: argparse.Namespace, home: Home, settings: Settings) -> Settings:
-    """The agent API always asks for a key: an enabled API without one gets a new key in the
-    config file (never printed; `nanomem status` shows it masked), and the settings again."""
-    from nanomem.cli.onboard import create_api_key
-    from nanomem.config import ENV_DELIMITER, ENV_PREFIX
-
-    if not settings.api.enabled or settings.api.keys:
-        return settings
-    variable = f"{ENV_PREFIX}API{ENV_DELIMITER}KEYS"
-    if any(name.upper() == variable for name in os.environ):  # it would hide one in the file
-        raise CliError(API_KEYS_EMPTY, EXIT_CONFIG)
-    config = _config_path(args, home)
-    try:
-        created = create_api_key(config, home.lock("config"))
-    except (OSError, ValueError) as exc:
-        raise CliError(f"config error: {exc}", EXIT_CONFIG) from None
-    if created:
-        print(
-            f"nanomem: the agent API needs a key: one was made and stored as api.keys in "
-            f"{config} (readable by you only; `nanomem status` shows it masked)",
-            file=sys.stderr,
-        )
-    return _settings(args, home)
 
 
 def _app(

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import secrets
 import shutil
+import sys
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from nanomem.agent import Templates, bundled_dir
+from nanomem.config import ENV_DELIMITER, ENV_PREFIX, Settings
 from nanomem.durable import atomic_write_text
 from nanomem.home import Home
 from nanomem.locks import FileLock
@@ -18,6 +21,7 @@ from nanomem.memory import GitStore
 from nanomem.private import make_private
 
 API_KEY_BYTES = 32  # secrets.token_urlsafe: 43 characters
+KEYS_VARIABLE = f"{ENV_PREFIX}API{ENV_DELIMITER}KEYS"
 
 
 @dataclass
@@ -94,6 +98,31 @@ def with_config_value(text: str, section: str, key: str, toml_value: str) -> str
         else:
             lines.insert(header_at + 1, f"{key} = {toml_value}")
     return "\n".join(lines) + "\n"
+
+
+def ensure_api_key(settings: Settings, config: Path, home: Home) -> bool:
+    """The agent API always asks for a key: an enabled API without one gets a new key in
+    `config`; whether it did (the settings are then to be read again). What stands in the way
+    is said on stderr, and the API, still without a key, refuses to start."""
+    if not settings.api.enabled or settings.api.keys:
+        return False
+    if any(name.upper() == KEYS_VARIABLE for name in os.environ):  # it would hide the file's
+        print(
+            f"nanomem: {KEYS_VARIABLE} lists no key, so none is made in {config}", file=sys.stderr
+        )
+        return False
+    try:
+        created = create_api_key(config, home.lock("config"))
+    except (OSError, ValueError) as exc:
+        print(f"nanomem: no key made for the agent API: {exc}", file=sys.stderr)
+        return False
+    if created:
+        print(
+            f"nanomem: the agent API needs a key: one was made and stored as api.keys in "
+            f"{config} (readable by you only; `nanomem status` shows it masked)",
+            file=sys.stderr,
+        )
+    return True
 
 
 def create_api_key(config: Path, lock: FileLock) -> bool:
