@@ -83,35 +83,57 @@ def test_a_cpu_loop_ends_at_the_cpu_limit(home: Home, fake_llm: FakeOpenAI, mode
     assert time.monotonic() - started < 15  # the 20 s timeout never came
 
 
-@pytest.mark.parametrize("mode", MODES)
-def test_a_fork_bomb_is_capped_at_the_process_limit(
-    fake_llm: FakeOpenAI, mode: str, tmp_path: Path
-) -> None:
-    # As nobody: the kernel never holds root to RLIMIT_NPROC.
-    bomb = (
-        "import os, time\n"
-        "n = 0\n"
-        "for _ in range(300):\n"
-        "    try:\n"
-        "        if os.fork() == 0:\n"
-        "            time.sleep(5)\n"
-        "            os._exit(0)\n"
-        "    except OSError:\n"
-        "        break\n"
-        "    n += 1\n"
-        "print('FORKED', n)\n"
-    )
+FORK_BOMB = (
+    "import os, time\n"
+    "n = 0\n"
+    "for _ in range(300):\n"
+    "    try:\n"
+    "        if os.fork() == 0:\n"
+    "            time.sleep(5)\n"
+    "            os._exit(0)\n"
+    "    except OSError:\n"
+    "        break\n"
+    "    n += 1\n"
+    "print('FORKED', n)\n"
+)
+
+
+def forked_as_nobody(fake_llm: FakeOpenAI, mode: str, tmp_path: Path, already: int) -> int:
+    """How many children the fork bomb made with tools.shell_limits.processes = 40, run by
+    nanomem as `nobody` (the kernel never holds root to RLIMIT_NPROC), while that user already
+    runs `already` other processes."""
     with as_nobody(tmp_path) as (python, options, own_home):
-        fake_llm.tool_call("exec", {"command": python_c(bomb)})
-        fake_llm.reply("done")
         env: dict[str, Any] = shell_env(
             Home(own_home), fake_llm, mode, NANOMEM_TOOLS__SHELL_LIMITS__PROCESSES="40"
         )
         env.update(options.pop("env_extra", {}))
-        argv = [*python, "-m", "nanomem", "chat", "-m", "go"]
-        done = subprocess.run(
-            argv, env=env, capture_output=True, text=True, timeout=WAIT_S * 4, **options
-        )
+        others = [subprocess.Popen(["sleep", "60"], **options) for _ in range(already)]
+        try:
+            fake_llm.tool_call("exec", {"command": python_c(FORK_BOMB)})
+            fake_llm.reply("done")
+            argv = [*python, "-m", "nanomem", "chat", "-m", "go"]
+            done = subprocess.run(
+                argv, env=env, capture_output=True, text=True, timeout=WAIT_S * 4, **options
+            )
+        finally:
+            for other in others:
+                other.kill()
+                other.wait()
     assert done.returncode == 0, done.stderr
-    forked = int(shown(fake_llm).split("FORKED")[1].split()[0])
-    assert forked < 40
+    return int(shown(fake_llm).split("FORKED")[1].split()[0])
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_fork_bomb_is_capped_at_the_process_limit(
+    fake_llm: FakeOpenAI, mode: str, tmp_path: Path
+) -> None:
+    assert forked_as_nobody(fake_llm, mode, tmp_path, already=0) < 40
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_the_users_other_processes_leave_a_command_its_whole_allowance(
+    fake_llm: FakeOpenAI, mode: str, tmp_path: Path
+) -> None:
+    # RLIMIT_NPROC counts all of a user's processes: 60 already running would leave a plain
+    # limit of 40 nothing at all. The command may add 40 (less the few it runs itself).
+    assert 30 <= forked_as_nobody(fake_llm, mode, tmp_path, already=60) < 40

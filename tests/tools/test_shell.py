@@ -103,6 +103,20 @@ def test_status_says_whether_the_shell_is_sandboxed(home: Home) -> None:
     assert 'shell sandbox   NOT sandboxed: tools.shell_sandbox = "off"' in shown
 
 
+def test_status_shows_the_limits_and_the_groups_network_in_force(home: Home) -> None:
+    env = cli_env(
+        home,
+        NANOMEM_TOOLS__SHELL_LIMITS__MEMORY_MB="512",
+        NANOMEM_TOOLS__SHELL_LIMITS__CPU_S="30",
+        NANOMEM_TOOLS__SHELL_NETWORK_GROUPS="true",
+    )
+    shown = run_cli_here("status", env=env).stdout
+    line = next(x for x in shown.splitlines() if x.startswith("shell sandbox"))
+    assert "memory 512 MB" in line and "CPU 30 s" in line
+    if decide("auto").binary is not None:
+        assert "network on, in groups on;" in line
+
+
 def test_the_settings_default_to_the_tools_own_limits() -> None:
     from nanomem.config import ShellLimits
     from nanomem.tools import Limits
