@@ -67,12 +67,16 @@ async def test_a_wrong_key_is_refused_and_never_echoed(served: Served) -> None:
 
 def test_onboarding_with_the_api_enabled_makes_a_key_and_never_prints_it(tmp_path: Path) -> None:
     home = Home(tmp_path / "fresh")
+    before = run_cli_here("status", env=cli_env(home, None, NANOMEM_API__ENABLED="true"))
+    assert "enabled, no keys yet (`nanomem gateway` makes one" in before.stdout
     result = run_cli("onboard", env=cli_env(home, None, NANOMEM_API__ENABLED="true"))
     assert result.returncode == 0, result.stderr
     (key,) = tomllib.loads(home.config.read_text())["api"]["keys"]
     assert len(key) >= 32 and home.config.stat().st_mode & 0o777 == 0o600
     output = result.stdout + result.stderr
     assert f"api.keys in {home.config}" in output and key not in output
+    status = run_cli_here("status", env=cli_env(home, None, NANOMEM_API__ENABLED="true"))
+    assert f"enabled, 1 keys (***{key[-4:]})" in status.stdout and key not in status.stdout
     again = run_cli("onboard", env=cli_env(home, None, NANOMEM_API__ENABLED="true"))
     assert tomllib.loads(home.config.read_text())["api"]["keys"] == [key]  # never replaced
     assert "api.keys" not in again.stdout + again.stderr
