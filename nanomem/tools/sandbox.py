@@ -4,7 +4,8 @@ Inside, the system folders are read-only, the one writable folder is the workspa
 group's turn: only that room's folder), the home with config.toml, sessions and logs is not
 there at all, and a PID namespace hides every process outside it (so nanomem's environment
 too). When bwrap dies (killed at the timeout, or because nanomem died: --die-with-parent),
-the namespace's init dies and the kernel kills everything left in it, `setsid` or not.
+the namespace's init dies and the kernel kills everything left in it, `setsid` or not. Every
+tmpfs it mounts (/tmp, /var/tmp, /dev/shm, the covers over hidden folders) has a size.
 Where bwrap cannot run, `tools.shell_sandbox = "auto"` falls back to the reaper.
 """
 

@@ -1,6 +1,8 @@
 """The shell tool: off unless tools.shell_enabled; runs in the workspace with a timeout, a
-minimal environment (none of our secrets) and output read within a fixed memory bound; in the
-bubblewrap sandbox where the platform allows (tools.shell_sandbox), under the reaper elsewhere."""
+minimal environment (none of our secrets), resource limits (tools.shell_limits) and output read
+within a fixed memory bound; in the bubblewrap sandbox where the platform allows
+(tools.shell_sandbox), under the reaper elsewhere. A group's command never runs unsandboxed,
+and has no network unless tools.shell_network_groups."""
 
 from __future__ import annotations
 
