@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import secrets
 import shutil
 import sys
 import tomllib
@@ -129,6 +128,8 @@ def create_api_key(config: Path, lock: FileLock) -> bool:
     """Store a new agent API key as api.keys in `config` (mode 0600), under `lock`; False when
     the file holds keys already (another process made them meanwhile). The key is never
     printed: its owner reads it in the file. ValueError when the file cannot take it as is."""
+    import secrets  # hmac and base64 under it: ~10 ms that every start would pay
+
     with lock.hold_sync():
         text = config.read_text(encoding="utf-8") if config.exists() else ""
         if tomllib.loads(text).get("api", {}).get("keys"):
