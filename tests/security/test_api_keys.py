@@ -90,3 +90,15 @@ def test_a_config_that_cannot_take_a_key_is_refused_unchanged(home: Home) -> Non
     result = run_cli("gateway", env=env, timeout=60)
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert "set it yourself" in result.stderr and home.config.read_text() == text
+
+
+def test_two_starts_at_once_make_one_key(home: Home) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    from nanomem.cli.onboard import create_api_key
+
+    # Each its own FileLock on the same lock file, as two processes would hold it.
+    with ThreadPoolExecutor(2) as pool:
+        made = list(pool.map(lambda _: create_api_key(home.config, home.lock("config")), range(2)))
+    assert sorted(made) == [False, True]
+    assert len(tomllib.loads(home.config.read_text())["api"]["keys"]) == 1
