@@ -127,7 +127,9 @@ def forked_as_nobody(fake_llm: FakeOpenAI, mode: str, tmp_path: Path, already: i
 def test_a_fork_bomb_is_capped_at_the_process_limit(
     fake_llm: FakeOpenAI, mode: str, tmp_path: Path
 ) -> None:
-    assert forked_as_nobody(fake_llm, mode, tmp_path, already=0) < 40
+    # Capped near 40, far below the 300 it tries (slack: other tests' `nobody` processes
+    # counted at the start may end meanwhile).
+    assert forked_as_nobody(fake_llm, mode, tmp_path, already=0) < 50
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -135,5 +137,6 @@ def test_the_users_other_processes_leave_a_command_its_whole_allowance(
     fake_llm: FakeOpenAI, mode: str, tmp_path: Path
 ) -> None:
     # RLIMIT_NPROC counts all of a user's processes: 60 already running would leave a plain
-    # limit of 40 nothing at all. The command may add 40 (less the few it runs itself).
-    assert 30 <= forked_as_nobody(fake_llm, mode, tmp_path, already=60) < 40
+    # limit of 40 nothing at all. The command may add 40 (less the few it runs itself, and
+    # what other tests start as `nobody` meanwhile).
+    assert 20 <= forked_as_nobody(fake_llm, mode, tmp_path, already=60) < 50
