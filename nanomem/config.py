@@ -182,6 +182,17 @@ class WebSettings(_Section):
         return value
 
 
+class ShellLimits(_Section):
+    """What one command may use (nanomem/tools/limits.py: the same defaults, tested)."""
+
+    memory_mb: int = Field(1024, ge=64)  # address space of each process (RLIMIT_AS)
+    processes: int = Field(256, ge=8)  # processes and threads it may add (RLIMIT_NPROC)
+    file_size_mb: int = Field(1024, ge=1)  # largest file it may write (RLIMIT_FSIZE)
+    open_files: int = Field(1024, ge=16)  # per process (RLIMIT_NOFILE)
+    cpu_s: int = Field(300, ge=1)  # CPU seconds per process (RLIMIT_CPU)
+    tmpfs_mb: int = Field(256, ge=1)  # each of /tmp, /var/tmp and /dev/shm in the sandbox
+
+
 class ToolSettings(_Section):
     restrict_to_workspace: bool = True
     shell_enabled: bool = False
@@ -196,6 +207,9 @@ class ToolSettings(_Section):
     # which); "bwrap": sandboxed or not at all; "off": the reaper only.
     shell_sandbox: Literal["auto", "bwrap", "off"] = "auto"
     shell_network: bool = True  # commands in the sandbox may use the network
+    # A group room's commands too (they would reach this machine's loopback services).
+    shell_network_groups: bool = False
+    shell_limits: ShellLimits = ShellLimits()
     max_output_chars: int = Field(16000, ge=500)
     web: WebSettings = WebSettings()
 
@@ -305,7 +319,8 @@ class ApiSettings(_Section):
     """The OpenAI-compatible agent API, served by the gateway beside GET /health."""
 
     enabled: bool = False
-    # Bearer tokens a client must send; empty means no check (refused on a public address).
+    # Bearer tokens a client must send; never empty when enabled: `nanomem gateway` (and
+    # onboarding) makes one in the config file where there is none.
     keys: list[Annotated[SecretStr, AfterValidator(_usable_key)]] = []
     # Also stream the lines that say which tools the agent calls.
     show_progress: bool = False

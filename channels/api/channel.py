@@ -37,7 +37,7 @@ from channels.api.wire import (
 from nanomem.agent import BaseChannel, Capabilities, InboundMessage, OutboundMessage, save_media
 from nanomem.app import FetchFailed, fetch_guarded
 from nanomem.audience import Sender
-from nanomem.config import ApiSettings, ConfigError, is_loopback
+from nanomem.config import ApiSettings, ConfigError
 from nanomem.log import register_secrets
 
 if TYPE_CHECKING:
@@ -50,10 +50,9 @@ PARSE_IN_THREAD_BYTES = 256 * 1024
 # The slowest a request body may come on average (after gateway.read_timeout_s of grace): a
 # 20 MB body gets about 5 minutes, one of a few KB a few seconds more than the timeout.
 MIN_BODY_RATE = 64 * 1024
-PUBLIC_WITHOUT_KEYS = (
-    "gateway.host is {host}, not a loopback address, and api.keys is empty: anyone who can "
-    "reach it could use the agent; set api.keys (or NANOMEM_API__KEYS) or a loopback gateway.host"
-)
+# Not even on loopback: every program of this machine's users reaches it there, a shell
+# command the agent runs for a group included. `nanomem gateway` makes a key where none is.
+WITHOUT_KEYS = "api.keys is empty: the agent API always needs a key (api.keys, NANOMEM_API__KEYS)"
 
 
 def _error(
@@ -96,9 +95,8 @@ class ApiChannel(BaseChannel):
 
     @classmethod
     def from_app(cls, app: App) -> ApiChannel:
-        host = app.settings.gateway.host
-        if not app.settings.api.keys and not is_loopback(host):
-            raise ConfigError(PUBLIC_WITHOUT_KEYS.format(host=host or "(all addresses)"))
+        if not app.settings.api.keys:
+            raise ConfigError(WITHOUT_KEYS)
         return cls(
             app.settings.api,
             answer=app.loop.answer,
@@ -121,8 +119,6 @@ class ApiChannel(BaseChannel):
     async def start(self, bus: Any) -> None:
         """Its requests call the core directly: the bus is not used."""
         self._taking = True
-        if not self._keys:
-            logger.warning("api: api.keys is empty: /v1 answers anyone who can reach it")
 
     async def stop_receiving(self) -> None:
         self._taking = False
@@ -137,13 +133,10 @@ class ApiChannel(BaseChannel):
     # HTTP.
 
     def _refused(self, request: web.Request) -> web.Response | None:
-        if self._keys:
-            scheme, _, token = request.headers.get("Authorization", "").partition(" ")
-            if scheme.lower() != "bearer" or not self._known(token.strip()):
-                message = (
-                    "Incorrect or missing API key: send Authorization: Bearer <a key in api.keys>"
-                )
-                return _error(401, message, "invalid_request_error", "invalid_api_key")
+        scheme, _, token = request.headers.get("Authorization", "").partition(" ")
+        if scheme.lower() != "bearer" or not self._known(token.strip()):  # no keys: nobody
+            message = "Incorrect or missing API key: send Authorization: Bearer <a key in api.keys>"
+            return _error(401, message, "invalid_request_error", "invalid_api_key")
         if not self._taking:
             return _error(503, "The agent is not taking messages now.", "api_error", "unavailable")
         return None

@@ -218,7 +218,7 @@ def _first_run(args: argparse.Namespace, home: Home, given: Choices) -> bool:
     """Onboard `home`; `given` (onboard's flags) is written. A new config is completed by
     questions on a terminal, never elsewhere. Returns whether questions were asked."""
     from nanomem.cli.first_run import ask_missing, ask_owner
-    from nanomem.cli.onboard import onboard, set_config_value
+    from nanomem.cli.onboard import ensure_api_key, onboard, set_config_value
     from nanomem.providers import model_name_problem
 
     known = _settings(args, home).llm  # flags, the environment, an existing file
@@ -242,6 +242,7 @@ def _first_run(args: argparse.Namespace, home: Home, given: Choices) -> bool:
         print(f"created {path}")
     if owner is not None:
         set_config_value(home.config, "telegram", "owner", str(owner))
+    ensure_api_key(_settings(args, home), _config_path(args, home), home)
     if not fresh:  # an explicit flag is a request to change the existing file
         for key, value in (("model", given.model), ("api_base", given.api_base)):
             if value:
@@ -437,11 +438,15 @@ def _review_notice(path: Path, session: str) -> OutboundMessage:
 
 
 def cmd_gateway(args: argparse.Namespace) -> int:
+    from nanomem.cli.onboard import ensure_api_key
     from nanomem.config import ConfigError
     from nanomem.gateway.service import Gateway
 
     # A fresh container volume is onboarded silently and configured by environment variables.
-    app = _app(args, needs_model=True, stderr_level=args.log_level, durable=True)
+    home, settings = _configured(args, needs_model=True)
+    if ensure_api_key(settings, _config_path(args, home), home):  # the API never goes keyless
+        settings = _settings(args, home)
+    app = _build(home, settings, args.log_level, durable=True, config=args.config)
     try:
         gateway = Gateway.from_app(app)
         return asyncio.run(gateway.run())

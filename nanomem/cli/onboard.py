@@ -2,16 +2,25 @@
 
 from __future__ import annotations
 
+import json
+import os
 import re
 import shutil
+import sys
+import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from nanomem.agent import Templates, bundled_dir
+from nanomem.config import ENV_DELIMITER, ENV_PREFIX, Settings
 from nanomem.durable import atomic_write_text
 from nanomem.home import Home
+from nanomem.locks import FileLock
 from nanomem.memory import GitStore
 from nanomem.private import make_private
+
+API_KEY_BYTES = 32  # secrets.token_urlsafe: 43 characters
+KEYS_VARIABLE = f"{ENV_PREFIX}API{ENV_DELIMITER}KEYS"
 
 
 @dataclass
@@ -62,7 +71,13 @@ def onboard(
 
 def set_config_value(path: Path, section: str, key: str, toml_value: str) -> None:
     """Set `key` under `[section]` in place, keeping the file's comments and mode."""
-    lines = path.read_text(encoding="utf-8").splitlines() if path.exists() else []
+    text = path.read_text(encoding="utf-8") if path.exists() else ""
+    atomic_write_text(path, with_config_value(text, section, key, toml_value), mode=0o600)
+
+
+def with_config_value(text: str, section: str, key: str, toml_value: str) -> str:
+    """`text` with `key = toml_value` under `[section]` (a commented-out line for it replaced)."""
+    lines = text.splitlines()
     assignment = re.compile(rf"^\s*#?\s*{re.escape(key)}\s*=")
     current = None
     header_at = None
@@ -81,4 +96,51 @@ def set_config_value(path: Path, section: str, key: str, toml_value: str) -> Non
             lines += ["", f"[{section}]", f"{key} = {toml_value}"]
         else:
             lines.insert(header_at + 1, f"{key} = {toml_value}")
-    atomic_write_text(path, "\n".join(lines) + "\n", mode=0o600)
+    return "\n".join(lines) + "\n"
+
+
+def ensure_api_key(settings: Settings, config: Path, home: Home) -> bool:
+    """The agent API always asks for a key: an enabled API without one gets a new key in
+    `config`; whether it did (the settings are then to be read again). What stands in the way
+    is said on stderr, and the API, still without a key, refuses to start."""
+    if not settings.api.enabled or settings.api.keys:
+        return False
+    if any(name.upper() == KEYS_VARIABLE for name in os.environ):  # it would hide the file's
+        print(
+            f"nanomem: {KEYS_VARIABLE} lists no key, so none is made in {config}", file=sys.stderr
+        )
+        return False
+    try:
+        created = create_api_key(config, home.lock("config"))
+    except (OSError, ValueError) as exc:
+        print(f"nanomem: no key made for the agent API: {exc}", file=sys.stderr)
+        return False
+    if created:
+        print(
+            f"nanomem: the agent API needs a key: one was made and stored as api.keys in "
+            f"{config} (readable by you only; `nanomem status` shows it masked)",
+            file=sys.stderr,
+        )
+    return True
+
+
+def create_api_key(config: Path, lock: FileLock) -> bool:
+    """Store a new agent API key as api.keys in `config` (mode 0600), under `lock`; False when
+    the file holds keys already (another process made them meanwhile). The key is never
+    printed: its owner reads it in the file. ValueError when the file cannot take it as is."""
+    import secrets  # hmac and base64 under it: ~10 ms that every start would pay
+
+    with lock.hold_sync():
+        text = config.read_text(encoding="utf-8") if config.exists() else ""
+        if tomllib.loads(text).get("api", {}).get("keys"):
+            return False
+        key = secrets.token_urlsafe(API_KEY_BYTES)
+        changed = with_config_value(text, "api", "keys", json.dumps([key]))
+        try:
+            stored = tomllib.loads(changed).get("api", {}).get("keys")
+        except tomllib.TOMLDecodeError:
+            stored = None
+        if stored != [key]:  # e.g. `keys = [` over several lines: not ours to rewrite
+            raise ValueError(f"api.keys in {config} could not be set; set it yourself")
+        atomic_write_text(config, changed, mode=0o600)
+    return True

@@ -57,10 +57,12 @@ def _mcp_rows(home: Home, settings: Settings) -> list[tuple[str, str]]:
 
 
 def _sandbox_state(settings: Settings) -> str:
-    from nanomem.tools import decide
+    from nanomem.tools import Limits, decide
 
     tools = settings.tools
-    return decide(tools.shell_sandbox).describe(tools.shell_network)
+    return decide(tools.shell_sandbox).describe(
+        tools.shell_network, tools.shell_network_groups, Limits(**tools.shell_limits.model_dump())
+    )
 
 
 def _web_line(settings: Settings) -> str:
@@ -105,6 +107,10 @@ def _api_line(settings: Settings) -> str:
     """Whether the API is on, and its keys as their owner may see them: masked."""
     from nanomem.text.masking import masked
 
-    keys = ", ".join(masked(key.get_secret_value()) for key in settings.api.keys)
-    shown = f"{len(settings.api.keys)} keys ({keys})" if keys else "no keys"
-    return f"{'enabled' if settings.api.enabled else 'disabled'}, {shown}"
+    api = settings.api
+    state = "enabled" if api.enabled else "disabled"
+    if keys := ", ".join(masked(key.get_secret_value()) for key in api.keys):
+        return f"{state}, {len(api.keys)} keys ({keys})"
+    if api.enabled:  # it never answers without one
+        return "enabled, no keys yet (`nanomem gateway` makes one in the config file)"
+    return f"{state}, no keys"

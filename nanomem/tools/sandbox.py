@@ -4,7 +4,8 @@ Inside, the system folders are read-only, the one writable folder is the workspa
 group's turn: only that room's folder), the home with config.toml, sessions and logs is not
 there at all, and a PID namespace hides every process outside it (so nanomem's environment
 too). When bwrap dies (killed at the timeout, or because nanomem died: --die-with-parent),
-the namespace's init dies and the kernel kills everything left in it, `setsid` or not.
+the namespace's init dies and the kernel kills everything left in it, `setsid` or not. Every
+tmpfs it mounts (/tmp, /var/tmp, /dev/shm, the covers over hidden folders) has a size.
 Where bwrap cannot run, `tools.shell_sandbox = "auto"` falls back to the reaper.
 """
 
@@ -18,6 +19,8 @@ from pathlib import Path
 from typing import Literal
 
 from loguru import logger
+
+from nanomem.tools.limits import MIB, Limits
 
 Mode = Literal["auto", "bwrap", "off"]
 PROBE_TIMEOUT_S = 10.0
@@ -43,12 +46,19 @@ class Decision:
         """tools.shell_sandbox = "bwrap" where bwrap cannot run: no command runs at all."""
         return self.mode == "bwrap" and self.binary is None
 
-    def describe(self, network: bool) -> str:
+    def describe(
+        self, network: bool, network_groups: bool = False, limits: Limits | None = None
+    ) -> str:
+        limits = limits or Limits()
         if self.binary is not None:
-            return f"sandboxed (bubblewrap, network {'on' if network else 'off'})"
+            groups = "on" if network and network_groups else "off"
+            return (
+                f"sandboxed (bubblewrap, network {'on' if network else 'off'}, "
+                f"in groups {groups}; {limits.describe(sandboxed=True)})"
+            )
         if self.refuses:
             return f'NOT sandboxed: {self.reason}; shell_sandbox = "bwrap": no command runs'
-        return f"NOT sandboxed: {self.reason}"
+        return f"NOT sandboxed: {self.reason} ({limits.describe(sandboxed=False)})"
 
 
 def decide(mode: Mode) -> Decision:
@@ -105,10 +115,12 @@ def command_argv(
     network: bool,
     command: str,
     hidden: Iterable[Path] = (),
+    tmpfs_mb: int = Limits.tmpfs_mb,
 ) -> list[str]:
     """bwrap's command line for one shell command run in `writable` (None: nowhere writable);
     `hidden` folders (nanomem's home) and files (a config file elsewhere) show empty even where
-    a system folder or the workspace holds them."""
+    a system folder or the workspace holds them. Every tmpfs holds at most `tmpfs_mb` (memory)."""
+    tmpfs = ["--size", str(tmpfs_mb * MIB), "--tmpfs"]
     argv = [
         binary,
         "--unshare-all",  # user (where needed), PID, IPC, UTS, network, cgroup namespaces
@@ -127,7 +139,8 @@ def command_argv(
     for path in map(Path, MASKED_FILES):
         if path.exists():
             argv += ["--ro-bind", "/dev/null", str(path)]
-    argv += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--tmpfs", "/var/tmp"]
+    argv += ["--proc", "/proc", "--dev", "/dev"]
+    argv += [*tmpfs, "/dev/shm", *tmpfs, "/tmp", *tmpfs, "/var/tmp"]
     # Mounts apply in order: a hidden folder holding the workspace (the default home) is
     # covered before the workspace is bound, one inside the workspace after it.
     later = []
@@ -140,9 +153,9 @@ def command_argv(
     for folder in (path.resolve() for path in hidden if path.is_dir()):
         top = writable.resolve() if writable is not None else folder
         if writable is not None and folder != top and folder.is_relative_to(top):
-            later += ["--tmpfs", str(writable / folder.relative_to(top))]
+            later += [*tmpfs, str(writable / folder.relative_to(top))]
         else:
-            argv += ["--tmpfs", str(folder)]
+            argv += [*tmpfs, str(folder)]
     if writable is not None:
         where = str(writable)
         # At its real path, so paths the model saw from the file tools mean the same here.

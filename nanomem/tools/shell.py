@@ -1,6 +1,8 @@
 """The shell tool: off unless tools.shell_enabled; runs in the workspace with a timeout, a
-minimal environment (none of our secrets) and output read within a fixed memory bound; in the
-bubblewrap sandbox where the platform allows (tools.shell_sandbox), under the reaper elsewhere."""
+minimal environment (none of our secrets), resource limits (tools.shell_limits) and output read
+within a fixed memory bound; in the bubblewrap sandbox where the platform allows
+(tools.shell_sandbox), under the reaper elsewhere. A group's command never runs unsandboxed,
+and has no network unless tools.shell_network_groups."""
 
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ from pydantic import Field
 
 from nanomem.audience import room_folder
 from nanomem.tools.context import ToolContext
+from nanomem.tools.limits import Limits
 from nanomem.tools.orphans import start_ticks, sweep
 from nanomem.tools.prctl import adopt_orphans
 from nanomem.tools.registry import Tool, ToolError
@@ -70,6 +73,8 @@ class ShellTool:
         approval: Approval | None = None,
         sandbox: Mode = "auto",
         network: bool = True,
+        network_groups: bool = False,
+        limits: Limits | None = None,
         hidden: Iterable[Path] = (),
     ) -> None:
         self.approval = approval  # None: every command runs (tools.shell_approval = "off")
@@ -79,6 +84,10 @@ class ShellTool:
         self.allowed_env = tuple(allowed_env)
         self.sandbox = sandbox
         self.network = network  # honoured by the sandbox only
+        # A group's command with network reaches every loopback service here (the agent API
+        # among them): its own switch, off by default, whatever `network` says.
+        self.network_groups = network_groups
+        self.limits = limits or Limits()
         self.hidden = tuple(hidden)  # not even readable in the sandbox: nanomem's home
 
     def tools(self) -> list[Tool]:
@@ -110,12 +119,18 @@ class ShellTool:
         if decision.binary is not None:
             env["HOME"] = SANDBOX_HOME  # the real one is not in the sandbox
             argv = command_argv(
-                decision.binary, folder, network=self.network, command=command, hidden=self.hidden
+                decision.binary,
+                folder,
+                network=self.network and (room is None or self.network_groups),
+                command=command,
+                hidden=self.hidden,
+                tmpfs_mb=self.limits.tmpfs_mb,
             )
         else:
             # The reaper owns the command's whole process tree (setsid'd children included).
             argv = [sys.executable, "-I", "-S", str(REAPER), str(os.getpid()), command]
             _adopt_orphans()
+        argv = self.limits.wrap(argv)  # bwrap or the reaper, and all they start
         async with _spawn_lock():
             process = await asyncio.create_subprocess_exec(
                 *argv,

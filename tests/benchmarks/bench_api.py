@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import re
 import subprocess
 import sys
@@ -25,12 +26,16 @@ WALL_TARGET = 0.8  # s until every reply of 100 sessions is complete
 OVERHEAD_TARGET = 10.0  # ms per request, median
 # Default settings: with an api_base, `llm.transport = "auto"` takes the lean client.
 DEFAULTS: dict[str, str] = {}
+AGENT_KEY = "nm-bench-agent-api-key-0123456789"  # the agent API always asks for one
 
 
 def start_gateway(
     home: Path, model_url: str, extra: dict[str, str]
 ) -> tuple[subprocess.Popen[str], int]:
-    env = _common.gateway_env(home, model_url, NANOMEM_API__ENABLED="true", **extra)
+    keys = json.dumps([AGENT_KEY])
+    env = _common.gateway_env(
+        home, model_url, NANOMEM_API__ENABLED="true", NANOMEM_API__KEYS=keys, **extra
+    )
     proc = subprocess.Popen(
         [sys.executable, "-m", "nanomem", "gateway"], env=env, stderr=subprocess.PIPE, text=True
     )
@@ -52,7 +57,8 @@ async def chat(http: aiohttp.ClientSession, url: str, session: str, text: str) -
         "session_id": session,
         "messages": [{"role": "user", "content": text}],
     }
-    async with http.post(url, json=body) as response:
+    auth = {"Authorization": f"Bearer {AGENT_KEY}"}
+    async with http.post(url, json=body, headers=auth) as response:
         data = await response.json()
         if response.status != 200:
             raise RuntimeError(f"{response.status}: {data}")

@@ -3,11 +3,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import subprocess
 import threading
 import time
+import tomllib
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -261,41 +265,95 @@ def test_telegram_and_the_api_are_served_together(
     assert API_KEY not in log
 
 
-def test_a_public_address_without_keys_is_refused(home: Home) -> None:
+def test_keys_emptied_by_the_environment_are_refused(home: Home) -> None:
     env = cli_env(
         home,
         None,
         NANOMEM_LLM__MODEL="openai/fake",
         NANOMEM_API__ENABLED="true",
+        NANOMEM_API__KEYS="[]",
         NANOMEM_GATEWAY__HOST="0.0.0.0",
     )
+    before = home.config.read_text()
     result = run_cli("gateway", env=env)
     assert result.returncode == 2
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and "api.keys" in lines[0] and "Traceback" not in result.stderr
+    said, refused = result.stderr.strip().splitlines()
+    assert "NANOMEM_API__KEYS lists no key" in said and "api.keys is empty" in refused
+    assert (
+        "Traceback" not in result.stderr and home.config.read_text() == before
+    )  # the variable would hide a key written there
 
 
-def test_the_gateway_runs_with_only_the_api(home: Home, tmp_path: Path) -> None:
+def test_keys_from_the_environment_are_used_and_never_written(home: Home) -> None:
     with FakeOpenAI() as llm:
-        env = cli_env(home, llm, NANOMEM_API__ENABLED="true", NANOMEM_GATEWAY__PORT="0")
-        proc = subprocess.Popen([*NANOMEM, "gateway"], env=env, stderr=subprocess.PIPE, text=True)
-        try:
-            assert proc.stderr is not None
-            port = None
-            deadline = time.monotonic() + 60
-            while port is None and time.monotonic() < deadline:
-                line = proc.stderr.readline()
-                if found := re.search(r"health at http://[\d.]+:(\d+)/health", line):
-                    port = int(found.group(1))
-                if "api: running" in line or not line:
-                    break
-            assert port is not None
+        env = cli_env(home, llm, NANOMEM_API__ENABLED="true", NANOMEM_API__KEYS=f'["{API_KEY}"]')
+        before = home.config.read_text()
+        with gateway_on(env) as (port, lines):
+            assert answered(port, API_KEY) == 200
+        assert home.config.read_text() == before
+        assert not any("api.keys" in line for line in lines)
+
+
+def test_the_gateway_runs_with_only_the_api_and_makes_its_key(home: Home, tmp_path: Path) -> None:
+    comments = [line for line in home.config.read_text().splitlines() if line.startswith("#")]
+    with FakeOpenAI() as llm:
+        env = cli_env(home, llm, NANOMEM_API__ENABLED="true")
+        with gateway_on(env) as (port, lines):
+            key = tomllib.loads(home.config.read_text())["api"]["keys"][0]
+            assert len(key) >= 32
             base = f"http://127.0.0.1:{port}/v1"
-            api = openai.OpenAI(base_url=base, api_key="unused", max_retries=3)
+            api = openai.OpenAI(base_url=base, api_key=key, max_retries=3)
             reply = api.chat.completions.create(
                 model="nanomem", messages=[{"role": "user", "content": "only the api"}]
             )
             assert (reply.choices[0].message.content or "").endswith("only the api")
-        finally:
-            proc.terminate()
-            assert proc.wait(30) == 0
+            assert answered(port, None) == 401 and answered(port, "x" * 43) == 401
+    told = [line for line in lines if "api.keys" in line]
+    assert len(told) == 1 and str(home.config) in told[0]
+    assert home.config.stat().st_mode & 0o777 == 0o600
+    # Only the one commented-out line became the key: every other comment is kept.
+    kept = [line for line in home.config.read_text().splitlines() if line.startswith("#")]
+    assert [line for line in comments if line not in kept] == ["# keys = []"]
+    log = (home.logs / "nanomem.log").read_text() + "".join(lines)
+    assert key not in log
+    status = run_cli("status", env=env).stdout
+    assert key not in status and f"enabled, 1 keys (***{key[-4:]})" in status
+    with gateway_on(env) as (port, lines):  # kept: the next start makes no other
+        assert answered(port, key) == 200
+    assert tomllib.loads(home.config.read_text())["api"]["keys"] == [key]
+
+
+@contextlib.contextmanager
+def gateway_on(env: dict[str, str]) -> Iterator[tuple[int, list[str]]]:
+    """`nanomem gateway` running (its port), and the lines it wrote to stderr until it was up."""
+    env = {**env, "NANOMEM_GATEWAY__PORT": "0"}
+    proc = subprocess.Popen([*NANOMEM, "gateway"], env=env, stderr=subprocess.PIPE, text=True)
+    lines: list[str] = []
+    try:
+        assert proc.stderr is not None
+        port = None
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            line = proc.stderr.readline()
+            lines.append(line)
+            if found := re.search(r"health at http://[\d.]+:(\d+)/health", line):
+                port = int(found.group(1))
+            if "api: running" in line or not line:
+                break
+        assert port is not None, "".join(lines)
+        yield port, lines
+    finally:
+        proc.terminate()
+        assert proc.wait(30) == 0
+
+
+def answered(port: int, key: str | None) -> int:
+    """The status of GET /v1/models with this key (None: no Authorization header)."""
+    request = urllib.request.Request(f"http://127.0.0.1:{port}/v1/models")
+    if key is not None:
+        request.add_header("Authorization", f"Bearer {key}")
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return int(response.status)
+    except urllib.error.HTTPError as exc:
+        return exc.code

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import subprocess
+import tomllib
+from pathlib import Path
 
 import pytest
 
@@ -61,3 +63,42 @@ async def test_a_wrong_key_is_refused_and_never_echoed(served: Served) -> None:
     assert status == 401 and body["error"]["code"] == "invalid_api_key"
     assert wrong not in json.dumps(body) and wrong not in "\n".join(lines)
     assert served.provider.calls == []
+
+
+def test_onboarding_with_the_api_enabled_makes_a_key_and_never_prints_it(tmp_path: Path) -> None:
+    home = Home(tmp_path / "fresh")
+    before = run_cli_here("status", env=cli_env(home, None, NANOMEM_API__ENABLED="true"))
+    assert "enabled, no keys yet (`nanomem gateway` makes one" in before.stdout
+    result = run_cli("onboard", env=cli_env(home, None, NANOMEM_API__ENABLED="true"))
+    assert result.returncode == 0, result.stderr
+    (key,) = tomllib.loads(home.config.read_text())["api"]["keys"]
+    assert len(key) >= 32 and home.config.stat().st_mode & 0o777 == 0o600
+    output = result.stdout + result.stderr
+    assert f"api.keys in {home.config}" in output and key not in output
+    status = run_cli_here("status", env=cli_env(home, None, NANOMEM_API__ENABLED="true"))
+    assert f"enabled, 1 keys (***{key[-4:]})" in status.stdout and key not in status.stdout
+    again = run_cli("onboard", env=cli_env(home, None, NANOMEM_API__ENABLED="true"))
+    assert tomllib.loads(home.config.read_text())["api"]["keys"] == [key]  # never replaced
+    assert "api.keys" not in again.stdout + again.stderr
+
+
+def test_a_config_that_cannot_take_a_key_is_refused_unchanged(home: Home) -> None:
+    # An empty array over two lines: rewriting one line of it would break the file.
+    text = home.config.read_text().replace("# keys = []", "keys = [\n]", 1)
+    home.config.write_text(text)
+    env = cli_env(home, None, NANOMEM_LLM__MODEL="openai/fake", NANOMEM_API__ENABLED="true")
+    result = run_cli("gateway", env=env, timeout=60)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "set it yourself" in result.stderr and home.config.read_text() == text
+
+
+def test_two_starts_at_once_make_one_key(home: Home) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    from nanomem.cli.onboard import create_api_key
+
+    # Each its own FileLock on the same lock file, as two processes would hold it.
+    with ThreadPoolExecutor(2) as pool:
+        made = list(pool.map(lambda _: create_api_key(home.config, home.lock("config")), range(2)))
+    assert sorted(made) == [False, True]
+    assert len(tomllib.loads(home.config.read_text())["api"]["keys"]) == 1

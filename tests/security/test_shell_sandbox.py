@@ -12,7 +12,6 @@ import signal
 import socket
 import subprocess
 import sys
-import sysconfig
 import tempfile
 import threading
 import time
@@ -27,7 +26,7 @@ from nanomem.tools.sandbox import decide
 from tests.conftest import NANOMEM, run_cli, sleeper, survivors
 from tests.fakes.openai_server import FakeOpenAI, Step
 from tests.helpers import WAIT_S, wait_until
-from tests.helpers.shell import SANDBOX_RUNS, shell_env, shown
+from tests.helpers.shell import SANDBOX_RUNS, as_nobody, shell_env, shown
 
 pytestmark = pytest.mark.slow
 MODES = [
@@ -36,8 +35,6 @@ MODES = [
     ),
     "off",
 ]
-NOBODY = 65534
-ROOT = Path(__file__).resolve().parent.parent.parent
 
 
 @pytest.fixture
@@ -90,21 +87,9 @@ def test_sigkill_of_nanomem_mid_command_ends_the_command(
 @pytest.fixture
 def unprivileged(tmp_path: Path) -> Iterator[tuple[list[str], dict[str, Any], Path]]:
     """How to start nanomem as `nobody` when the tests run as root (root reads every
-    process's environment, so only another user shows what PR_SET_DUMPABLE protects): the
-    interpreter prefix, Popen's arguments, and a home that user owns."""
-    if os.geteuid() != 0:
-        yield [sys.executable], {}, tmp_path / "own-home"
-        return
-    version = f"python{sys.version_info.major}.{sys.version_info.minor}"
-    python = shutil.which(version, path="/usr/bin:/usr/local/bin")
-    if python is None:  # ours may sit under /root, where nobody may not go
-        pytest.skip(f"no system {version} for an unprivileged nanomem")
-    root = Path(tempfile.mkdtemp(prefix="nanomem-nobody-"))
-    os.chown(root, NOBODY, NOBODY)
-    path = f"{ROOT}:{sysconfig.get_paths()['purelib']}"
-    options = {"user": NOBODY, "group": NOBODY, "extra_groups": [], "cwd": root}
-    yield [python], {**options, "env_extra": {"PYTHONPATH": path}}, root / "home"
-    shutil.rmtree(root, ignore_errors=True)
+    process's environment, so only another user shows what PR_SET_DUMPABLE protects)."""
+    with as_nobody(tmp_path) as how:
+        yield how
 
 
 @pytest.mark.parametrize("mode", MODES)

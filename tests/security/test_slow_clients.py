@@ -224,6 +224,7 @@ def bare_gateway_env(home: Home) -> dict[str, str]:
         None,
         NANOMEM_LLM__MODEL="openai/fake",
         NANOMEM_API__ENABLED="true",
+        NANOMEM_API__KEYS=json.dumps([KEY]),
         NANOMEM_GATEWAY__PORT="0",
     )
 

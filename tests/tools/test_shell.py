@@ -103,11 +103,39 @@ def test_status_says_whether_the_shell_is_sandboxed(home: Home) -> None:
     assert 'shell sandbox   NOT sandboxed: tools.shell_sandbox = "off"' in shown
 
 
+def test_status_shows_the_limits_and_the_groups_network_in_force(home: Home) -> None:
+    env = cli_env(
+        home,
+        NANOMEM_TOOLS__SHELL_LIMITS__MEMORY_MB="512",
+        NANOMEM_TOOLS__SHELL_LIMITS__CPU_S="30",
+        NANOMEM_TOOLS__SHELL_NETWORK_GROUPS="true",
+    )
+    shown = run_cli_here("status", env=env).stdout
+    line = next(x for x in shown.splitlines() if x.startswith("shell sandbox"))
+    assert "memory 512 MB" in line and "CPU 30 s" in line
+    if decide("auto").binary is not None:
+        assert "network on, in groups on;" in line
+
+
+def test_the_settings_default_to_the_tools_own_limits() -> None:
+    from nanomem.config import ShellLimits
+    from nanomem.tools import Limits
+
+    assert Limits(**ShellLimits().model_dump()) == Limits()
+
+
 def test_what_status_says_for_each_decision() -> None:
     works = Decision("auto", "/usr/bin/bwrap", "")
-    assert works.describe(network=False) == "sandboxed (bubblewrap, network off)"
+    assert works.describe(network=False).startswith(
+        "sandboxed (bubblewrap, network off, in groups off; memory 1024 MB, "
+    )
+    assert works.describe(True).startswith("sandboxed (bubblewrap, network on, in groups off;")
+    assert "in groups on;" in works.describe(True, network_groups=True)
+    assert works.describe(True).endswith("1024 open files, CPU 300 s, tmpfs 256 MB)")
     fallback = Decision("auto", None, "bubblewrap cannot run here (No permissions)")
-    assert fallback.describe(True) == "NOT sandboxed: bubblewrap cannot run here (No permissions)"
+    assert fallback.describe(True).startswith(
+        "NOT sandboxed: bubblewrap cannot run here (No permissions) (memory 1024 MB, "
+    )
     strict = Decision("bwrap", None, "bubblewrap cannot run here (No permissions)")
     assert strict.refuses and strict.describe(True).endswith("no command runs")
 

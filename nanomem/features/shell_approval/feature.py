@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from nanomem.agent import Command, Core, Feature
 from nanomem.features.shell_approval.approval import Allowlist, ShellApproval
-from nanomem.tools import ShellTool, Tool
+from nanomem.tools import Limits, ShellTool, Tool
 
 
 class Shell(Feature):
@@ -39,6 +39,8 @@ def build(core: Core) -> Shell | None:
         approval=approval,
         sandbox=settings.shell_sandbox,
         network=settings.shell_network,
+        network_groups=settings.shell_network_groups,
+        limits=Limits(**settings.shell_limits.model_dump()),
         # nanomem's home and the config file in use: not even readable in the sandbox
         hidden=[home.root, *([core.config.expanduser()] if core.config is not None else [])],
     )
