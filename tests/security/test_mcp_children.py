@@ -1,0 +1,103 @@
+"""Every process an MCP server starts dies with nanomem: a stdio server that never answers
+`initialize` and has started a grandchild in a session of its own (setsid), after a one-shot
+`nanomem chat -m` that gave up on it, and after a `nanomem gateway` killed with SIGKILL.
+Real processes: slow tier."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from nanomem.home import Home
+from tests.conftest import NANOMEM, cli_env, run_cli
+from tests.fakes.openai_server import FakeOpenAI
+from tests.helpers import wait_until
+from tests.helpers.gateway import API_KEY
+
+pytestmark = pytest.mark.slow
+
+HOSTILE = str(Path(__file__).parents[1] / "fakes" / "mcp_hostile.py")
+
+
+def silent_server(home: Home, pids: Path, timeout_s: float = 2) -> None:
+    with home.config.open("a", encoding="utf-8") as fh:
+        fh.write(
+            f"\n[mcp.servers.silent]\ncommand = {json.dumps(sys.executable)}\n"
+            f'args = [{json.dumps(HOSTILE)}, "silent"]\ntimeout_s = {timeout_s}\n'
+            f"env = {{ FAKE_MCP_PIDS = {json.dumps(str(pids))} }}\n"
+        )
+
+
+def started(pids: Path) -> list[int]:
+    return [int(line) for line in pids.read_text().split()] if pids.exists() else []
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def test_a_one_shot_chat_leaves_no_server_nor_its_grandchild(home: Home, tmp_path: Path) -> None:
+    pids = tmp_path / "pids"
+    silent_server(home, pids)
+    with FakeOpenAI() as llm:
+        llm.reply("answered without it")
+        began = time.monotonic()
+        done = run_cli("chat", "-m", "hi", env=cli_env(home, llm), timeout=60)
+        took = time.monotonic() - began
+    assert done.returncode == 0, done.stderr
+    assert "answered without it" in done.stdout
+    assert took < 30, took
+    server, grandchild = started(pids)[:2]
+    try:
+        wait_until(lambda: not alive(server) and not alive(grandchild), timeout=10)
+    finally:
+        for pid in started(pids):
+            _kill(pid)
+
+
+def test_a_killed_gateway_leaves_no_server_nor_its_grandchild(home: Home, tmp_path: Path) -> None:
+    pids = tmp_path / "pids"
+    silent_server(home, pids, timeout_s=600)
+    with FakeOpenAI() as llm:
+        gateway = subprocess.Popen(
+            [*NANOMEM, "gateway"],
+            env=cli_env(
+                home,
+                llm,
+                NANOMEM_API__ENABLED="true",
+                NANOMEM_API__KEYS=json.dumps([API_KEY]),
+                NANOMEM_GATEWAY__PORT="0",
+                NANOMEM_DREAM__ENABLED="false",
+            ),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=(tmp_path / "stderr").open("wb"),
+        )
+        try:
+            wait_until(lambda: len(started(pids)) >= 2, timeout=60, what="the server's start")
+            gateway.send_signal(signal.SIGKILL)
+            gateway.wait(timeout=10)
+            server, grandchild = started(pids)[:2]
+            wait_until(lambda: not alive(server) and not alive(grandchild), timeout=10)
+        finally:
+            gateway.kill()
+            gateway.wait(timeout=10)
+            for pid in started(pids):
+                _kill(pid)
+
+
+def _kill(pid: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
