@@ -1,7 +1,7 @@
 """Every process an MCP server starts dies with nanomem: a stdio server that never answers
 `initialize` and has started a grandchild in a session of its own (setsid), after a one-shot
-`nanomem chat -m` that gave up on it, and after a `nanomem gateway` killed with SIGKILL.
-Real processes: slow tier."""
+`nanomem chat -m` that gave up on it, a `nanomem gateway` killed with SIGKILL or stopped with
+SIGTERM, and a terminal chat that ended. Real processes: slow tier."""
 
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ from tests.conftest import NANOMEM, cli_env, run_cli
 from tests.fakes.openai_server import FakeOpenAI
 from tests.helpers import wait_until
 from tests.helpers.gateway import API_KEY
+from tests.helpers.terminal import PROMPT
 
 pytestmark = pytest.mark.slow
 
@@ -67,7 +68,10 @@ def test_a_one_shot_chat_leaves_no_server_nor_its_grandchild(home: Home, tmp_pat
             _kill(pid)
 
 
-def test_a_killed_gateway_leaves_no_server_nor_its_grandchild(home: Home, tmp_path: Path) -> None:
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=["killed", "stopped"])
+def test_a_gateway_leaves_no_server_nor_its_grandchild(
+    home: Home, tmp_path: Path, sig: signal.Signals
+) -> None:
     pids = tmp_path / "pids"
     silent_server(home, pids, timeout_s=600)
     with FakeOpenAI() as llm:
@@ -87,8 +91,8 @@ def test_a_killed_gateway_leaves_no_server_nor_its_grandchild(home: Home, tmp_pa
         )
         try:
             wait_until(lambda: len(started(pids)) >= 2, timeout=60, what="the server's start")
-            gateway.send_signal(signal.SIGKILL)
-            gateway.wait(timeout=10)
+            gateway.send_signal(sig)
+            gateway.wait(timeout=30)
             server, grandchild = started(pids)[:2]
             wait_until(lambda: not alive(server) and not alive(grandchild), timeout=10)
         finally:
@@ -101,3 +105,32 @@ def test_a_killed_gateway_leaves_no_server_nor_its_grandchild(home: Home, tmp_pa
 def _kill(pid: int) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGKILL)
+
+
+def test_the_terminal_chat_leaves_no_server_nor_its_grandchild(home: Home, tmp_path: Path) -> None:
+    import pexpect
+
+    pids = tmp_path / "pids"
+    silent_server(home, pids, timeout_s=600)
+    with FakeOpenAI() as llm:
+        child = pexpect.spawn(
+            sys.executable,
+            ["-m", "nanomem", "chat"],
+            env=cli_env(home, llm, TERM="xterm", PROMPT_TOOLKIT_NO_CPR="1"),
+            encoding="utf-8",
+            timeout=60,
+            dimensions=(40, 100),
+        )
+        try:
+            child.expect_exact(PROMPT)
+            wait_until(lambda: len(started(pids)) >= 2, timeout=60, what="the server's start")
+            child.sendeof()
+            child.expect(pexpect.EOF)
+        finally:
+            child.terminate(force=True)
+    server, grandchild = started(pids)[:2]
+    try:
+        wait_until(lambda: not alive(server) and not alive(grandchild), timeout=10)
+    finally:
+        for pid in started(pids):
+            _kill(pid)

@@ -58,7 +58,7 @@ def test_a_one_shot_chat_leaves_out_a_schema_that_multiplies(home: Home) -> None
     assert "fine" in done.stdout
     assert mcp_names(sent) == ["mcp_deep_echo"]
     assert len(json.dumps(sent)) < 64 * 1024  # our own tools and the echo tool
-    assert took < 20, took  # the server's start and the model's answer; the schema: ms
+    assert took < 10, took  # the server's start and the answer (about 3 s); the schema: ms
     logged = home.logs.joinpath("nanomem.log").read_text(encoding="utf-8")
     assert "mcp deep: mcp_deep_deep left out: its schema is over 64 kB" in logged
 
