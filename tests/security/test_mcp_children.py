@@ -5,6 +5,7 @@ SIGTERM, and a terminal chat that ended. Real processes: slow tier."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
@@ -13,19 +14,23 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from nanomem.home import Home
+from nanomem.providers.scripted import ScriptedProvider
 from tests.conftest import NANOMEM, cli_env, run_cli
 from tests.fakes.openai_server import FakeOpenAI
 from tests.helpers import wait_until
 from tests.helpers.gateway import API_KEY
+from tests.helpers.mcp import mcp_ready
 from tests.helpers.terminal import PROMPT
 
 pytestmark = pytest.mark.slow
 
 HOSTILE = str(Path(__file__).parents[1] / "fakes" / "mcp_hostile.py")
+SERVER = str(Path(__file__).parents[1] / "fakes" / "mcp_server.py")
 
 
 def silent_server(home: Home, pids: Path, timeout_s: float = 2) -> None:
@@ -134,3 +139,18 @@ def test_the_terminal_chat_leaves_no_server_nor_its_grandchild(home: Home, tmp_p
     finally:
         for pid in started(pids):
             _kill(pid)
+
+
+async def test_the_shells_orphan_sweep_leaves_a_running_server_alone(app_of: Any) -> None:
+    # A command run without the sandbox is followed by a sweep of what we adopted since it
+    # started: a server started meanwhile is ours, not a leftover of the command.
+    from nanomem.tools import own_children
+    from nanomem.tools.orphans import start_ticks, sweep
+
+    app = app_of(ScriptedProvider(), fake={"command": sys.executable, "args": [SERVER]})
+    mcp = await mcp_ready(app, "fake")
+    (ours,) = own_children
+    since = start_ticks(ours)
+    assert since is not None
+    assert await asyncio.to_thread(sweep, since, frozenset(own_children)) == 0
+    assert alive(ours) and mcp.servers["fake"].state.kind == "ready"
