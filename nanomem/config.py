@@ -396,6 +396,11 @@ class McpServerSettings(_Section):
 
 class McpSettings(_Section):
     servers: dict[str, McpServerSettings] = {}
+    # What all servers' tools may add to the tools list sent to the model with every turn
+    # (our own tools are always sent); a tool past a bound is left out and /mcp says why.
+    max_tools: int = Field(128, ge=0)
+    max_tools_bytes: int = Field(256 * 1024, ge=1024)
+    max_schema_bytes: int = Field(64 * 1024, ge=1024)  # one tool's input schema, as sent
 
     @field_validator("servers")
     @classmethod

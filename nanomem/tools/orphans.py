@@ -2,20 +2,37 @@
 what it started (`setsid sh -c 'sleep 300' &`) would then live on. nanomem is therefore a child
 subreaper while it runs commands this way: such leftovers become nanomem's children, and after
 each command every child nanomem adopted since that command started is killed, with all it
-started."""
+started.
+
+Every child nanomem starts itself (a command's reaper, an MCP server's) starts under
+`spawn_lock()` and is in `own_children` while it runs: a sweep never takes it for a leftover."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import signal
 import time
+import weakref
 from collections.abc import Collection
 from pathlib import Path
 
 # Forks may race the listing; a killed process hands its children up: repeat until quiet.
 ROUNDS = 100
 SETTLE_S = 0.01
+REAPER = Path(__file__).with_name("reaper.py")  # run as a script: see its docstring
+
+own_children: set[int] = set()  # the children we started ourselves that still run
+# Per event loop: nothing starts while a sweep runs, so every child the sweep finds that is
+# not in `own_children` is a leftover of the command that ended, never another chat's new command.
+_spawning: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def spawn_lock() -> asyncio.Lock:
+    return _spawning.setdefault(asyncio.get_running_loop(), asyncio.Lock())
 
 
 def start_ticks(pid: int) -> int | None:

@@ -1,7 +1,10 @@
-"""Runs one shell command as the root of its own process tree, then leaves nothing behind.
+"""Runs one shell command, or one program, as the root of its own process tree, then leaves
+nothing behind.
 
 Started by the shell tool as `python -I -S reaper.py PARENT_PID COMMAND` (standard library
-only, nothing of nanomem imported) where the sandbox cannot run. It makes itself a child
+only, nothing of nanomem imported) where the sandbox cannot run; by an MCP server's stdio
+transport as `python -I -S reaper.py PARENT_PID -- PROGRAM ARG...` (run as is, no shell; its
+standard streams are the reaper's). It makes itself a child
 subreaper, so every descendant of the command, even one that called setsid() or was orphaned,
 stays in its tree; when the command ends, or on SIGTERM (the tool's timeout, or nanomem's
 death: the parent-death signal), it kills the whole tree and reaps it. The command itself dies
@@ -85,7 +88,9 @@ def main() -> int:
     signal.signal(signal.SIGTERM, _on_term)
     _prctl(PR_SET_CHILD_SUBREAPER, 1)
     _prctl(PR_SET_PDEATHSIG, signal.SIGTERM)  # nanomem killed: the tree goes with it
-    parent, command = int(sys.argv[1]), sys.argv[2]
+    parent = int(sys.argv[1])
+    # `-- PROGRAM ARG...`: that program itself; otherwise one shell command line.
+    argv = sys.argv[3:] if sys.argv[2] == "--" else ["/bin/sh", "-c", sys.argv[2]]
     if os.getppid() != parent:
         return TIMED_OUT  # nanomem died before the signal was armed: run nothing
     reaper = os.getpid()
@@ -95,7 +100,11 @@ def main() -> int:
         _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # the reaper killed: the command dies too
         if os.getppid() != reaper:
             os._exit(TIMED_OUT)
-        os.execv("/bin/sh", ["sh", "-c", command])
+        try:
+            os.execv(argv[0], argv)
+        except OSError as exc:
+            sys.stderr.write(f"cannot run {argv[0]}: {exc.strerror}\n")
+            os._exit(127)
     _, status = os.waitpid(pid, 0)
     _kill_tree()  # what the command left running in the background goes with it
     return os.waitstatus_to_exitcode(status)

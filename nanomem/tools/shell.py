@@ -12,7 +12,6 @@ import functools
 import os
 import signal
 import sys
-import weakref
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Annotated, Protocol
@@ -22,28 +21,15 @@ from pydantic import Field
 from nanomem.audience import room_folder
 from nanomem.tools.context import ToolContext
 from nanomem.tools.limits import Limits
-from nanomem.tools.orphans import start_ticks, sweep
+from nanomem.tools.orphans import REAPER, own_children, spawn_lock, start_ticks, sweep
 from nanomem.tools.prctl import adopt_orphans
 from nanomem.tools.registry import Tool, ToolError
 from nanomem.tools.sandbox import SANDBOX_HOME, Mode, command_argv, decide
 
-REAPER = Path(__file__).with_name("reaper.py")
 BASE_ENV = ("PATH", "HOME", "LANG", "TERM")
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
 CHUNK = 64 * 1024
 STOP_GRACE_S = 5.0
-# Every shell process running now: the orphan sweep leaves these alone.
-_running: set[int] = set()
-# Per event loop: no command starts while a sweep runs, so every child the sweep finds that is
-# not in _running is a leftover of the command that ended, never another chat's new command.
-# (Anything else nanomem ever starts as a child must start under this lock and be in _running.)
-_spawning: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = (
-    weakref.WeakKeyDictionary()
-)
-
-
-def _spawn_lock() -> asyncio.Lock:
-    return _spawning.setdefault(asyncio.get_running_loop(), asyncio.Lock())
 
 
 def command_env(
@@ -131,7 +117,7 @@ class ShellTool:
             argv = [sys.executable, "-I", "-S", str(REAPER), str(os.getpid()), command]
             _adopt_orphans()
         argv = self.limits.wrap(argv)  # bwrap or the reaper, and all they start
-        async with _spawn_lock():
+        async with spawn_lock():
             process = await asyncio.create_subprocess_exec(
                 *argv,
                 cwd=folder,
@@ -141,15 +127,15 @@ class ShellTool:
                 stderr=asyncio.subprocess.STDOUT,
                 start_new_session=True,
             )
-            _running.add(process.pid)
+            own_children.add(process.pid)
         since = start_ticks(process.pid)
         try:
             return await self._collect(process, sandboxed)
         finally:
-            _running.discard(process.pid)
+            own_children.discard(process.pid)
             if not sandboxed and since is not None:
-                async with _spawn_lock():
-                    await asyncio.to_thread(sweep, since, frozenset(_running))
+                async with spawn_lock():
+                    await asyncio.to_thread(sweep, since, frozenset(own_children))
 
     async def _collect(self, process: asyncio.subprocess.Process, sandboxed: bool) -> str:
         assert process.stdout is not None

@@ -19,9 +19,10 @@ import pytest
 from nanomem.agent import InboundMessage
 from nanomem.app import App
 from nanomem.audience import Audience, Sender
-from nanomem.config import ConfigError, McpServerSettings, load_settings
+from nanomem.config import ConfigError, McpServerSettings, McpSettings, load_settings
 from nanomem.features.mcp import Mcp
-from nanomem.features.mcp.naming import MAX_NAME, clean_schema, tool_name
+from nanomem.features.mcp.naming import MAX_NAME, SchemaTooLarge, clean_schema, tool_name
+from nanomem.features.mcp.offers import Limits
 from nanomem.features.mcp.results import result_images, result_text
 from nanomem.features.mcp.server import McpServer
 from nanomem.features.mcp.state import ServerState, state_file, write_states
@@ -30,6 +31,7 @@ from nanomem.providers.scripted import ScriptedProvider, call, text
 from nanomem.text.masking import configured_secrets
 from nanomem.tools import Image, Tool, ToolContext, ToolRegistry
 from tests.conftest import cli_env, run_cli_here
+from tests.fakes.mcp_hostile import deep_schema
 from tests.fakes.mcp_server import TINY_PNG, HttpMcpServer
 from tests.helpers import until
 from tests.helpers.mcp import mcp_ready as ready
@@ -96,6 +98,23 @@ def test_schemas_are_made_acceptable_to_strict_providers() -> None:
     assert cleaned["required"] == ["start"]
     assert clean_schema(None) == {"type": "object", "properties": {}}
     assert clean_schema({"type": "object"}) == {"type": "object", "properties": {}}
+
+
+def test_a_schema_is_cleaned_within_its_bound() -> None:
+    began = time.monotonic()
+    with pytest.raises(SchemaTooLarge, match="its schema is over 64 kB"):
+        clean_schema(deep_schema(12))  # 4^12 copies in full: stopped at 64 kB
+    assert time.monotonic() - began < 1
+    assert len(json.dumps(clean_schema(deep_schema(4)))) < 16 * 1024  # within it: whole
+    with pytest.raises(SchemaTooLarge, match="over 1 kB"):
+        clean_schema(deep_schema(4), max_bytes=1024)
+    nested: dict[str, Any] = {"type": "string"}
+    for _ in range(100):
+        nested = {"type": "array", "items": nested}
+    with pytest.raises(SchemaTooLarge, match="nests over 64 levels"):
+        clean_schema({"type": "object", "properties": {"x": nested}})
+    odd = {"$defs": ["not", "a", "map"], "properties": {"x": {"$ref": "#/$defs/0"}}}
+    assert clean_schema(odd)["properties"] == {"x": {}}
 
 
 # -- settings --------------------------------------------------------------------------
@@ -353,11 +372,17 @@ async def test_mcp_and_health_say_how_each_server_stands(
     assert f"- tracker (http: {http_server.url}): ready, 13 tools" in listing
     assert "mcp_tracker_echo" in listing and "- off (" in listing and "disabled" in listing
     assert "tok-abcdef" not in listing
-    hidden = McpServer("x", McpServerSettings(url="http://me:pw-123456@h:81/mcp?k=k-1"), print)
+    settings = McpServerSettings(url="http://me:pw-123456@h:81/mcp?k=k-1")
+    hidden = McpServer("x", settings, Limits.of(McpSettings()), print)
     assert hidden.transport == "http: http://h:81/mcp"
     report = app.health()["mcp"]
     assert not report.warning
-    assert report.body["tracker"] == {"state": "ready", "detail": "ready, 13 tools", "tools": 13}
+    assert report.body["tracker"] == {
+        "state": "ready",
+        "detail": "ready, 13 tools",
+        "tools": 13,
+        "left_out": 0,
+    }
     assert report.body["off"]["state"] == "disabled"
     written = state_file(home.mcp_state)  # this process's, for `nanomem status`
     await until(lambda: '"ready"' in _read(written), what="the state file")

@@ -7,6 +7,7 @@ import asyncio
 import importlib
 from collections.abc import Mapping
 from contextlib import suppress
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -14,11 +15,11 @@ from loguru import logger
 
 from nanomem.agent import Command, Core, Feature, HealthReport, InboundMessage, Reach
 from nanomem.audience import is_shared_room
-from nanomem.config import McpServerSettings
-from nanomem.features.mcp.naming import clean_schema, tool_name
+from nanomem.config import McpSettings
+from nanomem.features.mcp.offers import Limits, Offer, choose
 from nanomem.features.mcp.results import result_images, result_text
 from nanomem.features.mcp.server import McpServer
-from nanomem.features.mcp.state import forget_states, write_states
+from nanomem.features.mcp.state import SHOWN_LEFT_OUT, forget_states, write_states
 from nanomem.memory import Session
 from nanomem.tools import (
     PROMPT_SECTION,
@@ -31,24 +32,24 @@ from nanomem.tools import (
     untrusted,
 )
 
-MAX_DESCRIPTION = 1024  # a tool's description as the server gives it, at most
 CUT_NOTE_CHARS = 64  # "[output truncated: N more characters not shown]"
 
 
 class Mcp(Feature):
     name = "mcp"
 
-    def __init__(
-        self,
-        servers: Mapping[str, McpServerSettings],
-        registry: ToolRegistry,
-        state_folder: Path,
-    ) -> None:
-        self.servers = {name: McpServer(name, s, self._changed) for name, s in servers.items()}
+    def __init__(self, settings: McpSettings, registry: ToolRegistry, state_folder: Path) -> None:
+        self._limits = Limits.of(settings)
+        self.servers = {
+            name: McpServer(name, s, self._limits, self._changed)
+            for name, s in settings.servers.items()
+        }
         self._registry = registry
         self._state_folder = state_folder
         self._keeps_state = False  # a one-shot turn's servers leave no file for status
-        self._published: dict[str, list[str]] = {}
+        self._published: list[str] = []
+        self._built: dict[str, tuple[Offer, Tool]] = {}  # by the model's name
+        self._told: set[str] = set()  # the tools whose leaving out is logged
         self._started = False
         self._writer: asyncio.Task[None] | None = None
         self._dirty = False
@@ -65,6 +66,7 @@ class Mcp(Feature):
                 "state": server.state.kind,
                 "detail": server.state.describe(),
                 "tools": len(server.state.tools),
+                "left_out": server.state.left_out_count,
             }
             for name, server in self.servers.items()
         }
@@ -108,42 +110,69 @@ class Mcp(Feature):
         self._save_soon()
 
     def _changed(self, server: McpServer) -> None:
-        kind = server.state.kind
-        if kind == "ready":
-            self._publish(server, [self._tool(server, tool) for tool in server.tools])
-        elif kind in ("stopped", "disabled"):
-            self._publish(server, [])
-        # Restarting, or starting again: its tools stay offered and answer that it is
-        # restarting, so a model that just used one learns why it cannot now.
+        # Restarting, or starting again, a server keeps its offers: its tools stay offered and
+        # answer that it is restarting, so a model that just used one learns why it cannot now.
+        self._publish()
         self._save_soon()
 
-    def _publish(self, server: McpServer, tools: list[Tool]) -> None:
-        for name in self._published.pop(server.name, []):
+    def _publish(self) -> None:
+        """Offer the tools that fit in the whole list's bounds; say which do not, and why."""
+        chosen = choose({name: s.offers for name, s in self.servers.items()}, self._limits)
+        for name in self._published:
             self._registry.remove(name)
-        for tool in tools:
-            self._registry.add(tool)
-        self._published[server.name] = [tool.name for tool in tools]
+        self._published = []
+        built: dict[str, tuple[Offer, Tool]] = {}
+        for name, offers in chosen.items():
+            server = self.servers[name]
+            kept = [offer for offer in offers if offer.kept]
+            left_out = [offer for offer in offers if not offer.kept]
+            for offer in kept:
+                earlier = self._built.get(offer.name)
+                same = earlier is not None and earlier[0].tool is offer.tool
+                tool = earlier[1] if earlier is not None and same else self._tool(server, offer)
+                built[offer.name] = (offer, tool)
+                self._registry.add(tool)
+                self._published.append(offer.name)
+            self._told.difference_update(offer.name for offer in kept)
+            self._tell(name, left_out)
+            server.state = replace(
+                server.state,
+                tools=tuple(offer.name for offer in kept),
+                left_out=tuple(offer.shown() for offer in left_out[:SHOWN_LEFT_OUT]),
+                left_out_count=len(left_out),
+            )
+        self._built = built
 
-    def _tool(self, server: McpServer, tool: Any) -> Tool:
-        source = f"mcp {server.name}/{tool.name}"
+    def _tell(self, server: str, left_out: list[Offer]) -> None:
+        """One log line for each tool newly left out (a few, then how many more)."""
+        new = [offer for offer in left_out if offer.name not in self._told]
+        for offer in new[:SHOWN_LEFT_OUT]:
+            logger.warning("mcp {}: {} left out: {}", server, offer.name, offer.reason)
+        if len(new) > SHOWN_LEFT_OUT:
+            logger.warning("mcp {}: {} more tools left out", server, len(new) - SHOWN_LEFT_OUT)
+        self._told.update(offer.name for offer in new)
+
+    def _tool(self, server: McpServer, offer: Offer) -> Tool:
+        source = f"mcp {server.name}/{offer.tool.name}"
         # The markers and the truncation note fit within tools.max_output_chars too.
         room = len(untrusted(source, "")) + CUT_NOTE_CHARS
         limit = max(self._registry.max_output_chars - room, 100)
+        real = offer.tool.name
 
         async def run(arguments: dict[str, Any], context: ToolContext) -> ToolOutput:
-            result = await server.call(tool.name, arguments)
+            result = await server.call(real, arguments)
             said = result_text(result)
             text = untrusted(source, truncated(said, limit)) if said else ""
             if result.isError:
                 raise ToolError(text or "the server reported an error")
             return ToolOutput(text, result_images(result))
 
-        description = " ".join((tool.description or tool.title or tool.name).split())
-        hints = tool.annotations
+        hints = offer.tool.annotations
+        assert offer.parameters is not None
         return Tool.from_schema(
-            tool_name(server.name, tool.name),
-            f"{description[:MAX_DESCRIPTION]} (MCP server {server.name})",
-            clean_schema(tool.inputSchema),
+            offer.name,
+            offer.description,
+            offer.parameters,
             run,
             read_only=bool(hints is not None and hints.readOnlyHint),
             audience=None if server.settings.groups else _not_in_groups,
@@ -160,6 +189,8 @@ class Mcp(Feature):
             lines.append(f"- {name} ({server.transport}): {server.state.describe()}")
             if server.state.tools:
                 lines.append(f"  tools: {', '.join(server.state.tools)}")
+            if left_out := server.state.left_out_line():
+                lines.append(f"  {left_out}")
             if not server.settings.groups:
                 lines.append("  (not in group chats)")
         return "\n".join(lines)
@@ -187,7 +218,7 @@ def _not_in_groups(context: ToolContext) -> bool:
 
 
 def build(core: Core) -> Mcp | None:
-    servers = core.settings.mcp.servers
-    if not servers:
+    settings = core.settings.mcp
+    if not settings.servers:
         return None  # the SDK is never imported
-    return Mcp(servers, core.tools, core.home.mcp_state)
+    return Mcp(settings, core.tools, core.home.mcp_state)

@@ -8,7 +8,6 @@ change alike still differ, whatever order the server lists them in.
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import re
 from typing import Any
@@ -19,6 +18,7 @@ _UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
 # model needs: where the schema came from, comments, examples of the whole document.
 _DROPPED = ("$schema", "$id", "$comment", "$anchor", "$dynamicAnchor", "examples", "title")
 _MAX_DEPTH = 12  # references followed into one another at most this deep
+_MAX_NESTING = 64  # objects and lists within one another, at most (Python's stack is finite)
 
 
 def tool_name(server: str, tool: str) -> str:
@@ -32,18 +32,23 @@ def tool_name(server: str, tool: str) -> str:
     return f"{prefix}{safe[:room]}_{digest}"
 
 
-def clean_schema(schema: Any) -> dict[str, Any]:
+class SchemaTooLarge(ValueError):
+    """A schema that would expand past the bound (its message says which)."""
+
+
+def clean_schema(schema: Any, max_bytes: int = 64 * 1024) -> dict[str, Any]:
     """The server's input schema as a function's parameters: an object with properties, local
-    references resolved, and the keys strict providers refuse dropped."""
+    references resolved, and the keys strict providers refuse dropped. SchemaTooLarge once the
+    result passes `max_bytes` of JSON or nests too deep: counted as it is built, so a schema
+    whose references multiply stops there instead of expanding in full."""
     if not isinstance(schema, dict):
         schema = {}
     definitions = {
-        **(schema.get("definitions") or {}),
-        **(schema.get("$defs") or {}),
+        **_mapping(schema.get("definitions")),
+        **_mapping(schema.get("$defs")),
     }
-    cleaned = _clean(copy.deepcopy(schema), definitions, 0)
-    cleaned.pop("$defs", None)
-    cleaned.pop("definitions", None)
+    top = {k: v for k, v in schema.items() if k not in ("$defs", "definitions")}
+    cleaned = _Cleaner(definitions, max_bytes).clean(top, 0, 0)
     cleaned["type"] = "object"
     properties = cleaned.get("properties")
     cleaned["properties"] = properties if isinstance(properties, dict) else {}
@@ -59,28 +64,70 @@ def clean_schema(schema: Any) -> dict[str, Any]:
     return cleaned
 
 
-def _clean(node: Any, definitions: dict[str, Any], depth: int) -> Any:
-    if isinstance(node, list):
-        return [_clean(item, definitions, depth) for item in node]
-    if not isinstance(node, dict):
-        return node
-    ref = node.get("$ref")
-    if isinstance(ref, str):
-        target = definitions.get(ref.rsplit("/", 1)[-1]) if ref.startswith("#/") else None
-        if target is None or depth >= _MAX_DEPTH:
-            # An outside or endlessly nested reference: any value, described as far as known.
-            return {k: v for k, v in node.items() if k == "description"} or {}
-        merged = {**copy.deepcopy(target), **{k: v for k, v in node.items() if k != "$ref"}}
-        return _clean(merged, definitions, depth + 1)
-    out: dict[str, Any] = {}
-    for key, value in node.items():
-        if key in _DROPPED:
-            continue
-        # The keys of these maps are names (a property may be called `title`), never keywords.
-        if key in ("properties", "patternProperties", "$defs", "definitions") and isinstance(
-            value, dict
-        ):
-            out[key] = {name: _clean(sub, definitions, depth) for name, sub in value.items()}
-        else:
-            out[key] = _clean(value, definitions, depth)
-    return out
+def _mapping(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+class _Cleaner:
+    """Builds a fresh copy (the input is never changed) and counts, as it goes, a lower bound
+    of its size as JSON text."""
+
+    def __init__(self, definitions: dict[str, Any], max_bytes: int) -> None:
+        self.definitions = definitions
+        self.max_bytes = max_bytes
+        self.size = 0
+
+    def spend(self, size: int) -> None:
+        self.size += size
+        if self.size > self.max_bytes:
+            raise SchemaTooLarge(f"its schema is over {kilobytes(self.max_bytes)}")
+
+    def clean(self, node: Any, refs: int, nesting: int) -> Any:
+        if nesting > _MAX_NESTING:
+            raise SchemaTooLarge(f"its schema nests over {_MAX_NESTING} levels deep")
+        if isinstance(node, list):
+            self.spend(2 + len(node))
+            return [self.clean(item, refs, nesting + 1) for item in node]
+        if not isinstance(node, dict):
+            self.spend(_scalar_size(node))
+            return node
+        ref = node.get("$ref")
+        if isinstance(ref, str):
+            target = self.definitions.get(ref.rsplit("/", 1)[-1]) if ref.startswith("#/") else None
+            if not isinstance(target, dict) or refs >= _MAX_DEPTH:
+                # An outside or endlessly nested reference: any value, described as far as known.
+                known = {k: v for k, v in node.items() if k == "description"}
+                return self.clean(known, refs, nesting)
+            merged = {**target, **{k: v for k, v in node.items() if k != "$ref"}}
+            return self.clean(merged, refs + 1, nesting)
+        self.spend(2)
+        out: dict[str, Any] = {}
+        for key, value in node.items():
+            if key in _DROPPED:
+                continue
+            self.spend(len(key) + 4)
+            # The keys of these maps are names (a property may be called `title`), never keywords.
+            if key in ("properties", "patternProperties", "$defs", "definitions") and isinstance(
+                value, dict
+            ):
+                self.spend(2)
+                named = {}
+                for name, sub in value.items():
+                    self.spend(len(name) + 4)
+                    named[name] = self.clean(sub, refs, nesting + 2)
+                out[key] = named
+            else:
+                out[key] = self.clean(value, refs, nesting + 1)
+        return out
+
+
+def _scalar_size(value: Any) -> int:
+    if isinstance(value, str):
+        return len(value) + 2
+    if value is None or isinstance(value, bool):
+        return 4
+    return len(str(value)) if isinstance(value, int | float) else 2
+
+
+def kilobytes(size: int) -> str:
+    return f"{size // 1024} kB" if size >= 1024 else f"{size} bytes"

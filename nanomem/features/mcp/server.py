@@ -14,7 +14,7 @@ from urllib.parse import urlsplit
 from loguru import logger
 
 from nanomem.config import McpServerSettings
-from nanomem.features.mcp.naming import tool_name
+from nanomem.features.mcp.offers import Limits, Offer, prepared
 from nanomem.features.mcp.state import Kind, ServerState
 from nanomem.log import redact
 from nanomem.tools import ToolError, untrusted
@@ -30,11 +30,14 @@ OnChange = Callable[["McpServer"], None]
 
 
 class McpServer:
-    def __init__(self, name: str, settings: McpServerSettings, on_change: OnChange) -> None:
+    def __init__(
+        self, name: str, settings: McpServerSettings, limits: Limits, on_change: OnChange
+    ) -> None:
         self.name, self.settings = name, settings
+        self._limits = limits
         self._on_change = on_change
         self.state = ServerState("starting" if settings.enabled else "disabled")
-        self.tools: list[Any] = []  # the server's `Tool`s, as last listed (allowlist applied)
+        self.offers: list[Offer] = []  # its tools as last listed (allowlist applied), prepared
         self._session: Any = None
         self._lost: asyncio.Event = asyncio.Event()
         self._wake = asyncio.Event()  # the connection is lost, or its tool list changed
@@ -68,6 +71,7 @@ class McpServer:
         task.cancel()
         # The child is ended in the transport's own cleanup (SIGTERM, then SIGKILL).
         await asyncio.wait([task], timeout=max(grace_s, 0.1) + 5)
+        self.offers = []
         self._set(ServerState("stopped"))
 
     async def settled(self) -> None:
@@ -207,8 +211,8 @@ class McpServer:
                 self.lose(f"did not answer within {self.settings.timeout_s:g} s")
                 raise
             self._session = session
-            self._ready(tools)
-            logger.info("mcp {}: ready, {} tools", self.name, len(self.tools))
+            await self._ready(tools)
+            logger.info("mcp {}: ready, {} tools listed", self.name, len(self.offers))
             self._came_up.set()
             while not self._lost.is_set():
                 try:
@@ -222,10 +226,10 @@ class McpServer:
                     self._relist = False
                     await self._list_again(session)
 
-    def _ready(self, tools: list[Any]) -> None:
-        self.tools = self._allowed(tools)
-        names = tuple(tool_name(self.name, tool.name) for tool in self.tools)
-        self._set(ServerState("ready", tools=names))
+    async def _ready(self, tools: list[Any]) -> None:
+        self.offers = await prepared(self.name, self._allowed(tools), self._limits)
+        # Which of them the model gets is the feature's word (the whole list is bounded).
+        self._set(ServerState("ready"))
 
     async def _notified(self, message: Any) -> None:
         """The SDK's message handler: a changed tool list is listed again (not here: this
@@ -244,8 +248,8 @@ class McpServer:
         except Exception as exc:
             logger.warning("mcp {}: could not list its changed tools ({})", self.name, exc)
             return
-        self._ready(tools)
-        logger.info("mcp {}: its tools changed; now {}", self.name, len(self.tools))
+        await self._ready(tools)
+        logger.info("mcp {}: its tools changed; {} listed now", self.name, len(self.offers))
 
     async def _ping(self, session: Any) -> None:
         try:

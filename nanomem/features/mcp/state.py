@@ -16,6 +16,7 @@ from typing import Any, Literal
 from nanomem.durable import atomic_write_text
 
 VERSION = 1
+SHOWN_LEFT_OUT = 10
 Kind = Literal["disabled", "starting", "ready", "restarting", "failed", "stopped"]
 
 
@@ -25,6 +26,9 @@ class ServerState:
     reason: str = ""  # why it is not ready ("exit 1", "did not answer within 60 s")
     retry_at: float = 0.0  # wall clock of the next start (restarting, failed)
     tools: tuple[str, ...] = field(default=())  # the model's names for its tools
+    # Its tools not offered to the model: "name (why)", the first SHOWN_LEFT_OUT of them.
+    left_out: tuple[str, ...] = field(default=())
+    left_out_count: int = 0
 
     @property
     def down(self) -> bool:
@@ -38,8 +42,16 @@ class ServerState:
                 return f"failed ({self.reason}); trying again in {wait} s"
             return f"restarting in {wait} s after {self.reason}"
         if self.kind == "ready":
-            return f"ready, {len(self.tools)} tool{'s' if len(self.tools) != 1 else ''}"
+            ready = f"ready, {len(self.tools)} tool{'s' if len(self.tools) != 1 else ''}"
+            return f"{ready}, {self.left_out_count} left out" if self.left_out_count else ready
         return self.kind
+
+    def left_out_line(self) -> str:
+        """Which of its tools the model does not get, and why ("" when none)."""
+        if not self.left_out_count:
+            return ""
+        more = self.left_out_count - len(self.left_out)
+        return f"left out: {', '.join(self.left_out)}{f' and {more} more' if more > 0 else ''}"
 
 
 def state_file(folder: Path, pid: int | None = None) -> Path:
@@ -72,6 +84,8 @@ def read_states(path: Path) -> tuple[int, dict[str, ServerState]] | None:
                 reason=entry.get("reason", ""),
                 retry_at=float(entry.get("retry_at", 0.0)),
                 tools=tuple(entry.get("tools", ())),
+                left_out=tuple(str(item) for item in entry.get("left_out", ())),
+                left_out_count=int(entry.get("left_out_count", 0)),
             )
             for name, entry in record["servers"].items()
         }
@@ -101,14 +115,14 @@ def status_lines(folder: Path, configured: dict[str, bool]) -> list[tuple[str, s
             running.append(found)
     rows = []
     for name, enabled in configured.items():
-        seen = [
-            f"{states[name].describe()} (pid {pid})" for pid, states in running if name in states
-        ]
+        seen = [(pid, states[name]) for pid, states in running if name in states]
         if not enabled:
             line = "disabled"
         elif not seen:
             line = "not running (nanomem gateway or nanomem chat starts it)"
         else:
-            line = "; ".join(seen)
+            line = "; ".join(f"{state.describe()} (pid {pid})" for pid, state in seen)
         rows.append((f"mcp {name}", line))
+        if enabled:
+            rows += [(f"mcp {name}", state.left_out_line()) for _, state in seen if state.left_out]
     return rows

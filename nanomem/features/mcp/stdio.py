@@ -1,20 +1,29 @@
 """The stdio transport of a local MCP server, ours rather than the SDK's `stdio_client`:
 the SDK hands the child HOME, LOGNAME, PATH, SHELL, TERM and USER and writes its stderr to
 ours. Here the child gets PATH, HOME and LANG and its configured `env`, nothing else (never
-nanomem's keys); its stderr goes to our log, masked and bounded; and we see its exit."""
+nanomem's keys); its stderr goes to our log, masked and bounded; and we see its exit.
+
+The child runs under the shell's reaper (nanomem/tools/reaper.py): whatever it starts, even in
+a session of its own, dies with it, and all of it dies with nanomem, however nanomem ends
+(the reaper's parent-death signal), killed with SIGKILL included."""
 
 from __future__ import annotations
 
+import asyncio
 import os
+import shutil
 import signal
 import subprocess
+import sys
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager, suppress
+from pathlib import Path
 from typing import Any
 
 from loguru import logger
 
 from nanomem.log import redact
+from nanomem.tools import REAPER, own_children, spawn_lock
 
 INHERITED = ("PATH", "HOME", "LANG")
 STDERR_LINES = 200  # logged per start; a chatty server cannot fill the log
@@ -26,6 +35,17 @@ CLOSE_S = 2.0  # after stdin closes, before SIGTERM (and as long again before SI
 def child_environment(env: Mapping[str, str]) -> dict[str, str]:
     inherited = {name: os.environ[name] for name in INHERITED if name in os.environ}
     return {**inherited, **env}
+
+
+def program(command: str, path: str) -> str:
+    """Blocking: the file `command` names, looked up in the child's PATH as exec would (the
+    reaper runs it as is); FileNotFoundError or PermissionError as starting it would raise."""
+    found = shutil.which(command, path=path)
+    if found is not None:
+        return found
+    if "/" in command and Path(command).exists():
+        raise PermissionError(command)
+    raise FileNotFoundError(command)
 
 
 @asynccontextmanager
@@ -45,14 +65,19 @@ async def stdio_transport(
 
     incoming_writer, incoming = anyio.create_memory_object_stream[SessionMessage | Exception](0)
     outgoing, outgoing_reader = anyio.create_memory_object_stream[SessionMessage](0)
-    process = await anyio.open_process(
-        [command, *args],
-        env=child_environment(env),
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        start_new_session=True,  # its own process group: stopping it ends its children too
-    )
+    environment = child_environment(env)
+    found = await asyncio.to_thread(program, command, environment.get("PATH", os.defpath))
+    reaper = [sys.executable, "-I", "-S", str(REAPER), str(os.getpid()), "--", found, *args]
+    async with spawn_lock():
+        process = await anyio.open_process(
+            reaper,
+            env=environment,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,  # its own process group: stopping it ends its children too
+        )
+        own_children.add(process.pid)
 
     async def read_stdout() -> None:
         assert process.stdout is not None
@@ -116,11 +141,13 @@ async def stdio_transport(
         finally:
             with anyio.CancelScope(shield=True):
                 await _end(process)
+            own_children.discard(process.pid)
             tasks.cancel_scope.cancel()
 
 
 async def _end(process: Any) -> None:
-    """Close its stdin (the spec's polite stop), then SIGTERM, then SIGKILL its group."""
+    """Close its stdin (the spec's polite stop), then SIGTERM, then SIGKILL its group (the
+    reaper kills its whole tree on SIGTERM)."""
     import anyio
 
     if process.stdin is not None:
