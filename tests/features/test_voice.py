@@ -18,7 +18,7 @@ import pytest
 from nanomem.agent import File, InboundMessage, OutboundMessage, Reach, Text, save_media
 from nanomem.app import App
 from nanomem.features.voice import AudioClient, AudioEndpoint, Voice, VoiceError
-from nanomem.features.voice.audio import clock, is_own_voice, is_spoken, ogg_opus_seconds
+from nanomem.features.voice.audio import clock, is_own_voice, is_spoken, ogg_crc, ogg_opus_seconds
 from nanomem.features.voice.client import upload_name
 from nanomem.features.voice.endpoint import TURN_ON
 from nanomem.home import Home
@@ -26,6 +26,7 @@ from nanomem.providers.scripted import ScriptedProvider, text
 from nanomem.text.masking import redact
 from tests.conftest import TEST_KEY, cli_env, make_app, run_cli_here
 from tests.fakes.openai_server import FakeOpenAI
+from tests.helpers.ogg import crc, ogg, recording
 
 NOTE = (Path(__file__).resolve().parent.parent / "fixtures" / "voice-note.oga").read_bytes()
 CHAT = "telegram:42"
@@ -43,11 +44,22 @@ def client(fake: FakeOpenAI, key: str = TEST_KEY) -> AudioClient:
 
 def test_the_fixture_is_a_real_ogg_opus_recording_of_two_seconds() -> None:
     assert NOTE.startswith(b"OggS") and b"OpusHead" in NOTE[:64] and len(NOTE) < 20_000
-    seconds = ogg_opus_seconds(NOTE)
+    seconds = ogg_opus_seconds(NOTE, stop_s=600)
     assert seconds is not None and 1.9 < seconds < 2.1
-    assert ogg_opus_seconds(b"ID3\x03 an mp3") is None
-    tags = NOTE.index(b"OggS", 4)  # the OpusTags page: headers only, granule 0
-    assert ogg_opus_seconds(NOTE[: NOTE.index(b"OggS", tags + 4)]) is None
+    assert ogg_opus_seconds(b"ID3\x03 an mp3", stop_s=600) is None
+    tags = NOTE.index(b"OggS", 4)  # the OpusTags page: headers only, no sound
+    assert ogg_opus_seconds(NOTE[: NOTE.index(b"OggS", tags + 4)], stop_s=600) == 0
+
+
+def test_a_recording_made_of_the_fixture_is_as_long_as_its_packets() -> None:
+    assert ogg_opus_seconds(ogg(recording(10)), stop_s=600) == pytest.approx(10, abs=0.05)
+    # The walk stops soon after the limit: a file of tiny packets costs no more than that.
+    assert 60 < ogg_opus_seconds(ogg(recording(300)), stop_s=60) < 62  # type: ignore[operator]
+
+
+def test_the_ogg_checksum_is_rfc_3533s() -> None:
+    (page,) = recording(1, per_page=100)[2:]
+    assert ogg_crc(page.bytes()) == crc(page.bytes()[:22] + bytes(4) + page.bytes()[26:])
 
 
 def test_names_say_what_is_spoken_and_whose_voice_it_is() -> None:
