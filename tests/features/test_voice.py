@@ -18,7 +18,14 @@ import pytest
 from nanomem.agent import File, InboundMessage, OutboundMessage, Reach, Text, save_media
 from nanomem.app import App
 from nanomem.features.voice import AudioClient, AudioEndpoint, Voice, VoiceError
-from nanomem.features.voice.audio import clock, is_own_voice, is_spoken, ogg_crc, ogg_opus_seconds
+from nanomem.features.voice.audio import (
+    clock,
+    is_own_voice,
+    is_spoken,
+    ogg_crc,
+    ogg_opus_seconds,
+    recording_seconds,
+)
 from nanomem.features.voice.client import upload_name
 from nanomem.features.voice.endpoint import TURN_ON
 from nanomem.home import Home
@@ -55,6 +62,28 @@ def test_a_recording_made_of_the_fixture_is_as_long_as_its_packets() -> None:
     assert ogg_opus_seconds(ogg(recording(10)), stop_s=600) == pytest.approx(10, abs=0.05)
     # The walk stops soon after the limit: a file of tiny packets costs no more than that.
     assert 60 < ogg_opus_seconds(ogg(recording(300)), stop_s=60) < 62  # type: ignore[operator]
+
+
+def wav(seconds: float, *, rate: int = 16000, said: float | None = None, kind: int = 1) -> bytes:
+    """A 16-bit mono WAV file of `seconds` of silence whose data chunk claims `said` seconds."""
+    pcm = bytes(round(seconds * rate) * 2)
+    size = round((seconds if said is None else said) * rate) * 2
+    fmt = b"".join(
+        n.to_bytes(w, "little")
+        for n, w in ((kind, 2), (1, 2), (rate, 4), (rate * 2, 4), (2, 2), (16, 2))
+    )
+    chunks = b"fmt " + (16).to_bytes(4, "little") + fmt + b"data" + size.to_bytes(4, "little")
+    return b"RIFF" + (4 + len(chunks) + len(pcm)).to_bytes(4, "little") + b"WAVE" + chunks + pcm
+
+
+def test_a_wav_files_length_is_its_pcm_bytes_at_its_rate() -> None:
+    assert recording_seconds(wav(3), stop_s=600) == 3
+    assert recording_seconds(wav(3, said=1), stop_s=600) == 3  # the bytes are there to be heard
+    assert recording_seconds(wav(0), stop_s=600) == 0
+    assert recording_seconds(wav(3, kind=0x55), stop_s=600) is None  # mp3 in a WAV: unknown
+    broken = bytearray(wav(3))
+    broken[28:32] = (1000).to_bytes(4, "little")  # a byte rate that does not add up
+    assert recording_seconds(bytes(broken), stop_s=600) is None
 
 
 def test_the_ogg_checksum_is_rfc_3533s() -> None:

@@ -35,6 +35,48 @@ def is_own_voice(path: str) -> bool:
     return name.endswith((".oga", VIDEO_NOTE_ENDING)) or VOICE_MARK in name
 
 
+def recording_seconds(data: bytes, *, stop_s: float) -> float | None:
+    """How long a recording plays, read from its own bytes: an Ogg/Opus file's pages, a WAV
+    file's PCM; None when it cannot be read (mp3, m4a, a video note). Raises BrokenOgg."""
+    if data.startswith(b"RIFF") and data[8:12] == b"WAVE":
+        return wav_seconds(data)
+    return ogg_opus_seconds(data, stop_s=stop_s)
+
+
+# A WAV file's PCM formats: integer, float, and the extensible header that names either.
+_PCM = frozenset([1, 3, 0xFFFE])
+_WAV_CHUNKS = 64  # a WAV file has a handful; more is no file worth walking
+
+
+def wav_seconds(data: bytes) -> float | None:
+    """How long a PCM WAV file plays: every byte after its `data` chunk starts, at the rate
+    its `fmt ` chunk gives (a `data` size that claims less is not believed: the bytes are
+    there to be heard); None for one that is not plain PCM or whose format adds up wrong."""
+    at, fmt = 12, None
+    for _ in range(_WAV_CHUNKS):
+        if len(data) < at + 8:
+            return None
+        kind, size = data[at : at + 4], int.from_bytes(data[at + 4 : at + 8], "little")
+        if kind == b"fmt " and size >= 16:
+            fmt = data[at + 8 : at + 24]
+        elif kind == b"data":
+            return None if fmt is None else _pcm_seconds(fmt, len(data) - at - 8)
+        at += 8 + size + size % 2  # chunks are padded to an even length
+    return None
+
+
+def _pcm_seconds(fmt: bytes, size: int) -> float | None:
+    if len(fmt) < 16:
+        return None
+    kind, channels = int.from_bytes(fmt[0:2], "little"), int.from_bytes(fmt[2:4], "little")
+    rate, byte_rate = int.from_bytes(fmt[4:8], "little"), int.from_bytes(fmt[8:12], "little")
+    align, bits = int.from_bytes(fmt[12:14], "little"), int.from_bytes(fmt[14:16], "little")
+    whole = kind in _PCM and channels > 0 and bits in (8, 16, 24, 32, 64)
+    if not whole or align != channels * bits // 8 or byte_rate != rate * align or rate <= 0:
+        return None
+    return size / byte_rate
+
+
 class BrokenOgg(Exception):
     """A file that starts as Ogg/Opus but whose pages do not chain (a bad checksum, a page out
     of sequence or of another stream, bytes after the end): its length cannot be trusted."""

@@ -32,7 +32,7 @@ from nanomem.features.voice.audio import (
     clock,
     is_own_voice,
     is_spoken,
-    ogg_opus_seconds,
+    recording_seconds,
 )
 from nanomem.features.voice.client import MAX_UPLOAD_BYTES, AudioClient, VoiceError
 from nanomem.features.voice.endpoint import DISABLED, TURN_ON, audio_endpoint
@@ -107,13 +107,13 @@ class Voice(Feature):
             )
         limit = self.settings.max_minutes
         try:  # bounded: the walk stops soon after the limit, and the file is at most 25 MB
-            own = await asyncio.to_thread(ogg_opus_seconds, data, stop_s=limit * 60)
+            own = await asyncio.to_thread(recording_seconds, data, stop_s=limit * 60)
         except BrokenOgg as exc:
             raise Unreadable(
                 f"That recording is not a whole Ogg file ({exc}), so how long it plays cannot "
                 f"be told and I do not transcribe it. {LASTING_KEPT}"
             ) from None
-        if not data or own == 0:
+        if not data or own == 0:  # no bytes, or only an Ogg's headers or a WAV's
             raise Unreadable(
                 "That recording is empty: there is no sound in it to transcribe. Please record "
                 "it again."
@@ -171,8 +171,8 @@ class Voice(Feature):
 
 
 def unknown_length_bytes(max_minutes: float) -> int:
-    """The largest recording whose length cannot be read (not Ogg/Opus: mp3, m4a, a video
-    note) that is still taken: `max_minutes` at 128 kbit/s, more than speech needs."""
+    """The largest recording whose length cannot be read (not Ogg/Opus or WAV: mp3, m4a, a
+    video note) that is still taken: `max_minutes` at 128 kbit/s, more than speech needs."""
     return int(max_minutes * 60 * GENEROUS_BYTES_PER_S)
 
 
