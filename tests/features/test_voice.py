@@ -18,16 +18,10 @@ import pytest
 from nanomem.agent import File, InboundMessage, OutboundMessage, Reach, Text, save_media
 from nanomem.app import App
 from nanomem.features.voice import AudioClient, AudioEndpoint, Voice, VoiceError
-from nanomem.features.voice.audio import (
-    clock,
-    is_own_voice,
-    is_spoken,
-    ogg_crc,
-    ogg_opus_seconds,
-    recording_seconds,
-)
+from nanomem.features.voice.audio import clock, is_own_voice, is_spoken
 from nanomem.features.voice.client import upload_name
 from nanomem.features.voice.endpoint import TURN_ON
+from nanomem.features.voice.length import ogg_crc, ogg_opus_seconds, recording_seconds
 from nanomem.home import Home
 from nanomem.providers.scripted import ScriptedProvider, text
 from nanomem.text.masking import redact

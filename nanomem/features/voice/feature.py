@@ -26,16 +26,10 @@ from nanomem.agent import (
     save_media,
 )
 from nanomem.config import VoiceSettings
-from nanomem.features.voice.audio import (
-    VIDEO_NOTE_ENDING,
-    BrokenOgg,
-    clock,
-    is_own_voice,
-    is_spoken,
-    recording_seconds,
-)
+from nanomem.features.voice.audio import VIDEO_NOTE_ENDING, clock, is_own_voice, is_spoken
 from nanomem.features.voice.client import MAX_UPLOAD_BYTES, AudioClient, VoiceError
 from nanomem.features.voice.endpoint import DISABLED, TURN_ON, audio_endpoint
+from nanomem.features.voice.length import BrokenOgg, recording_seconds
 from nanomem.tools import ToolContext, ToolError, read_checked, untrusted
 
 if TYPE_CHECKING:
