@@ -21,13 +21,13 @@ from nanomem.features.voice import AudioClient, AudioEndpoint, Voice, VoiceError
 from nanomem.features.voice.audio import clock, is_own_voice, is_spoken
 from nanomem.features.voice.client import upload_name
 from nanomem.features.voice.endpoint import TURN_ON
-from nanomem.features.voice.length import ogg_crc, ogg_opus_seconds, recording_seconds
+from nanomem.features.voice.length import BrokenOgg, ogg_crc, ogg_opus_seconds, recording_seconds
 from nanomem.home import Home
 from nanomem.providers.scripted import ScriptedProvider, text
 from nanomem.text.masking import redact
 from tests.conftest import TEST_KEY, cli_env, make_app, run_cli_here
 from tests.fakes.openai_server import FakeOpenAI
-from tests.helpers.ogg import crc, ogg, recording
+from tests.helpers.ogg import PRE_SKIP, Page, crc, ogg, recording
 
 NOTE = (Path(__file__).resolve().parent.parent / "fixtures" / "voice-note.oga").read_bytes()
 CHAT = "telegram:42"
@@ -56,6 +56,29 @@ def test_a_recording_made_of_the_fixture_is_as_long_as_its_packets() -> None:
     assert ogg_opus_seconds(ogg(recording(10)), stop_s=600) == pytest.approx(10, abs=0.05)
     # The walk stops soon after the limit: a file of tiny packets costs no more than that.
     assert 60 < ogg_opus_seconds(ogg(recording(300)), stop_s=60) < 62  # type: ignore[operator]
+
+
+def test_pages_that_do_not_chain_are_a_broken_ogg() -> None:
+    pages = recording(3)[:-1]  # no end-of-stream page yet
+    last = pages[-1]
+    after = last.sequence + 1
+
+    def appended(page: Page, checksum: int | None = None) -> bytes:
+        return ogg(pages) + page.bytes(checksum)
+
+    cases = {
+        "checksum is wrong": appended(Page(last.packets, last.granule, after), 0xBAD),
+        "out of its stream's sequence": appended(Page(last.packets, last.granule, after + 1)),
+        "sequence": appended(Page(last.packets, last.granule, after, serial=0xBAD)),
+        "going back": appended(Page(last.packets, PRE_SKIP, after)),
+        "flagged out of place": appended(Page(last.packets, last.granule, after, flags=0x01)),
+        "after the stream's end": ogg(recording(3)) + Page((), -1, after + 1).bytes(),
+        "cut short": ogg(pages)[:-10],
+        "no Ogg page": ogg(pages) + b"ID3",
+    }
+    for reason, data in cases.items():
+        with pytest.raises(BrokenOgg, match=reason):
+            ogg_opus_seconds(data, stop_s=600)
 
 
 def wav(seconds: float, *, rate: int = 16000, said: float | None = None, kind: int = 1) -> bytes:
