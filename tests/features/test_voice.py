@@ -9,6 +9,7 @@ written with `av.open(path, "w", format="ogg")` (4.4 kB)."""
 
 from __future__ import annotations
 
+import math
 import socket
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,7 +28,7 @@ from nanomem.providers.scripted import ScriptedProvider, text
 from nanomem.text.masking import redact
 from tests.conftest import TEST_KEY, cli_env, make_app, run_cli_here
 from tests.fakes.openai_server import FakeOpenAI
-from tests.helpers.ogg import PRE_SKIP, Page, crc, ogg, recording
+from tests.helpers.ogg import PRE_SKIP, Page, crc, ogg, packets, recording
 
 NOTE = (Path(__file__).resolve().parent.parent / "fixtures" / "voice-note.oga").read_bytes()
 CHAT = "telegram:42"
@@ -101,6 +102,15 @@ def test_a_wav_files_length_is_its_pcm_bytes_at_its_rate() -> None:
     broken = bytearray(wav(3))
     broken[28:32] = (1000).to_bytes(4, "little")  # a byte rate that does not add up
     assert recording_seconds(bytes(broken), stop_s=600) is None
+
+
+def test_a_file_of_tiny_packets_is_over_any_limit_it_outnumbers() -> None:
+    head, tags = packets()[:2]
+    tiny = (b"\x80",) * 255  # 2.5 ms frames: 400 a second, four times what a recorder makes
+    pages = [Page((head,), 0, 0, flags=0x02), Page((tags,), 0, 1)]
+    pages += [Page(tiny, PRE_SKIP + (n - 1) * 255 * 120, n) for n in range(2, 60)]
+    assert ogg_opus_seconds(ogg(pages), stop_s=600) == pytest.approx(58 * 255 / 400)
+    assert ogg_opus_seconds(ogg(pages), stop_s=60) == math.inf
 
 
 def test_the_ogg_checksum_is_rfc_3533s() -> None:

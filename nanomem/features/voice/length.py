@@ -4,9 +4,11 @@ this (and to what the channel says, when that is longer) before anything is sent
 
 from __future__ import annotations
 
+import math
 import zlib
 
 OPUS_RATE = 48000  # an Ogg/Opus granule position counts 48 kHz samples, whatever the input
+MOST_PACKETS_PER_S = 100  # 10 ms frames; a voice recorder's are 20 ms or longer
 
 
 def recording_seconds(data: bytes, *, stop_s: float) -> float | None:
@@ -61,8 +63,9 @@ def ogg_opus_seconds(data: bytes, *, stop_s: float) -> float | None:
     for anything that is not Ogg/Opus (its length unknown). The longer of what the pages'
     granule positions and the packets themselves say, less the OpusHead's pre-skip: a forged
     granule cannot make the sound the service hears shorter. Stops once past `stop_s` (what
-    it returns is then at least that), so a file of tiny packets costs no more than its limit.
-    Blocking (CPU, linear in the bytes walked)."""
+    it returns is then at least that; infinity for more packets than a recording that long
+    holds), so a file of tiny packets costs no more than its limit. Blocking (CPU, linear in
+    the bytes walked)."""
     if not data.startswith(b"OggS") or data[28:36] != b"OpusHead":
         return None
     stream = _Stream(data)
@@ -71,6 +74,8 @@ def ogg_opus_seconds(data: bytes, *, stop_s: float) -> float | None:
         stream.page()
         if stream.sound_samples() > stop:
             break
+        if stream.packets > stop_s * MOST_PACKETS_PER_S + 2:
+            return math.inf  # frames this short are live calls' (RFC 6716), no recording's
     return stream.sound_samples() / OPUS_RATE
 
 
@@ -116,20 +121,23 @@ class _Stream:
         self._packets(at + 27 + count, lacing)
 
     def _packets(self, body: int, lacing: bytes) -> None:
+        # One step per segment, the least work each: a file of tiny packets is all segments.
+        data, start, opened = self.data, body, self.opened
         for size in lacing:
-            opened = self.opened or b""
-            if len(opened) < 2:
-                opened += self.data[body : body + min(size, 2 - len(opened))]
             body += size
             if size == 255:  # the packet goes on in the next segment
-                self.opened = opened
                 continue
-            self.opened = None
-            if self.packets == 0:
-                self._head(body - size)
-            elif self.packets >= 2:
-                self.samples += opus_samples(opened)
+            first = data[start : min(start + 2, body)]  # what opus_samples reads
+            packet = first if opened is None else opened + first
+            if self.packets >= 2:
+                self.samples += opus_samples(packet)
+            elif self.packets == 0:
+                self._head(start)
             self.packets += 1
+            start, opened = body, None
+        if start < body:  # a packet goes on in the next page: its first bytes are kept
+            opened = (opened or b"") + data[start : start + 2]
+        self.opened = None if opened is None else opened[:2]
 
     def _head(self, at: int) -> None:
         head = self.data[at : at + 19]
