@@ -51,6 +51,7 @@ SLOW_FILES = {
     "test_docker.py",
     "test_e2e_processes.py",
     "test_e2e_terminal.py",
+    "test_exec_timeout_noise.py",  # what the CLI's own process leaves on stderr as it exits
     "test_gateway_e2e.py",
     "test_groups_e2e.py",
     "test_packaging.py",

@@ -41,6 +41,7 @@ from channels.telegram.incoming import (
     oversized,
     stored,
     stored_text,
+    told_length,
 )
 from channels.telegram.transport import as_sent, call_api, channel_down, requests_for, send_message
 from nanomem.agent import (
@@ -497,13 +498,17 @@ class TelegramChannel(BaseChannel):
         if (refusal := oversized(files, self.settings.max_file_mb)) is not None:
             return refusal  # before any is saved: an album is taken whole or not at all
         media: list[str] = []
+        lengths: dict[str, float] = {}
         labels = []
         for kind, item, suffix, file_name in files:
             try:
-                media.append(await download(self.workspace, item, suffix, f"{self.name}:{key}"))
+                saved = await download(self.workspace, item, suffix, f"{self.name}:{key}")
             except (TelegramError, OSError) as exc:
                 logger.warning("telegram: downloading a {} from {} failed: {}", kind, key, exc)
                 return NO_DOWNLOAD
+            media.append(saved)
+            if (seconds := told_length(item)) is not None:
+                lengths[saved] = seconds
             labels.append(f"[{kind}: {file_name}]" if file_name else f"[{kind}]")
         if files:
             text = "\n".join(filter(None, [*labels, text]))
@@ -513,7 +518,7 @@ class TelegramChannel(BaseChannel):
                 return None
             return UNSUPPORTED
         self.delivery.accepted(key, msg.id, message.message_id, command, late=incoming.retry)
-        return replace(msg, content=text, media=tuple(media))
+        return replace(msg, content=text, media=tuple(media), lengths=lengths)
 
     # Outbound: one chat at a time, in order, from the core; Delivery reaches the Bot API here.
 

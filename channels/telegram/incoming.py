@@ -6,8 +6,9 @@ from __future__ import annotations
 import asyncio
 import io
 import re
+import warnings
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -106,6 +107,18 @@ def attachment(message: Any) -> tuple[str, Any, str, str] | None:
             suffix = Path(name).suffix.lower()
             suffix = ".ogg" if suffix == ".oga" else suffix  # a name never makes it their voice
             return kind, media, suffix if _SUFFIX.fullmatch(suffix) else default, name
+    return None
+
+
+def told_length(item: Any) -> float | None:
+    """How long Telegram says a voice note, audio, video or video note plays (`duration`, in
+    seconds); None for a file without one."""
+    with warnings.catch_warnings():  # PTB warns that duration becomes a timedelta
+        warnings.simplefilter("ignore")
+        told = getattr(item, "duration", None)
+    seconds = told.total_seconds() if isinstance(told, timedelta) else told
+    if isinstance(seconds, int | float) and not isinstance(seconds, bool) and seconds > 0:
+        return float(seconds)
     return None
 
 

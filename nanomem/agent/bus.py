@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -56,6 +56,10 @@ class InboundMessage:
     id: str = field(default_factory=_new_id)
     seq: int | None = None  # its place in the inbox, when it came through one
     replayed: bool = False  # handed back after a restart: its turn may have begun already
+    # How long a recording in `media` plays, by its path, as the channel was told (Telegram's
+    # duration): the voice feature holds the longer of this and the file's own length to
+    # voice.max_minutes.
+    lengths: Mapping[str, float] = field(default_factory=dict, hash=False)
     prepare: Prepare | None = field(default=None, compare=False, repr=False)
 
     @property

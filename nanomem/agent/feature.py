@@ -93,7 +93,7 @@ class MediaText:
         """The stored user message with this text added (and its preface kept for the reply:
         on a retry too); what a failed reading had left there for /retry is dropped. A re-read
         one keeps the inbox id (`in`): a replay finds this, the latest copy."""
-        kept = {k: v for k, v in user.items() if k not in ("unread", "preface")}
+        kept = {k: v for k, v in user.items() if k not in ("unread", "lengths", "preface")}
         made = {**kept, "content": "\n\n".join(filter(None, [user["content"], self.text]))}
         return {**made, "preface": self.preface} if self.preface else made
 

@@ -472,7 +472,8 @@ class AgentLoop:
         """A message whose files could not be read, read again and saved anew (Unreadable:
         still not, and nothing is saved); where it is now."""
         user = session.messages[at]
-        read = await read_media(self.read_media, replace(msg, media=tuple(user["unread"])))
+        files = replace(msg, media=tuple(user["unread"]), lengths=user.get("lengths") or {})
+        read = await read_media(self.read_media, files)
         await self.sessions.append(session, [read.into(user)])
         return len(session.messages) - 1
 
@@ -500,7 +501,10 @@ class AgentLoop:
         except Unreadable as exc:  # kept with its files named, for /retry to read again
             note = self.templates.render("media_unread.md.j2", line=exc.line)
             failed = {"role": "assistant", "content": note, "failed": "media"}
-            await self.sessions.append(session, [{**user, "unread": list(msg.media)}, failed])
+            unread = {**user, "unread": list(msg.media)}
+            if msg.lengths:  # what the channel said of them, for /retry to hold to the limit
+                unread["lengths"] = dict(msg.lengths)
+            await self.sessions.append(session, [unread, failed])
             raise
         await self.sessions.append(session, [read.into(user)])
         return session, len(session.messages) - 1

@@ -197,12 +197,28 @@ def _adopt_orphans() -> None:
 
 async def _stop(process: asyncio.subprocess.Process, sandboxed: bool) -> None:
     """Ask the reaper to kill the tree; if it cannot, kill its process group ourselves. Killing
-    bwrap kills its PID namespace, with everything in it."""
+    bwrap kills its PID namespace, with everything in it.
+
+    The output is read to its end meanwhile, unkept: its reading stopped with the timeout, and
+    a full pipe nobody reads never shows its end of file, so the pipe's transport stays open,
+    `wait()` waits for it, and it outlives the event loop (asyncio's "Exception ignored ...
+    Event loop is closed" as it is collected at exit)."""
+    assert process.stdout is not None
     with contextlib.suppress(ProcessLookupError):
         process.send_signal(signal.SIGKILL if sandboxed else signal.SIGTERM)
     try:
-        await asyncio.wait_for(process.wait(), STOP_GRACE_S)
+        async with asyncio.timeout(STOP_GRACE_S):
+            await _drain(process.stdout)
+            await process.wait()
     except TimeoutError:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGKILL)
+        with contextlib.suppress(TimeoutError):  # a leftover holding the pipe is the sweep's
+            async with asyncio.timeout(STOP_GRACE_S):
+                await _drain(process.stdout)
         await process.wait()
+
+
+async def _drain(stream: asyncio.StreamReader) -> None:
+    while await stream.read(CHUNK):
+        pass

@@ -9,6 +9,7 @@ written with `av.open(path, "w", format="ogg")` (4.4 kB)."""
 
 from __future__ import annotations
 
+import math
 import socket
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,14 +19,16 @@ import pytest
 from nanomem.agent import File, InboundMessage, OutboundMessage, Reach, Text, save_media
 from nanomem.app import App
 from nanomem.features.voice import AudioClient, AudioEndpoint, Voice, VoiceError
-from nanomem.features.voice.audio import clock, is_own_voice, is_spoken, ogg_opus_seconds
+from nanomem.features.voice.audio import clock, is_own_voice, is_spoken
 from nanomem.features.voice.client import upload_name
 from nanomem.features.voice.endpoint import TURN_ON
+from nanomem.features.voice.length import BrokenOgg, ogg_crc, ogg_opus_seconds, recording_seconds
 from nanomem.home import Home
 from nanomem.providers.scripted import ScriptedProvider, text
 from nanomem.text.masking import redact
 from tests.conftest import TEST_KEY, cli_env, make_app, run_cli_here
 from tests.fakes.openai_server import FakeOpenAI
+from tests.helpers.ogg import PRE_SKIP, Page, crc, ogg, packets, recording
 
 NOTE = (Path(__file__).resolve().parent.parent / "fixtures" / "voice-note.oga").read_bytes()
 CHAT = "telegram:42"
@@ -43,11 +46,76 @@ def client(fake: FakeOpenAI, key: str = TEST_KEY) -> AudioClient:
 
 def test_the_fixture_is_a_real_ogg_opus_recording_of_two_seconds() -> None:
     assert NOTE.startswith(b"OggS") and b"OpusHead" in NOTE[:64] and len(NOTE) < 20_000
-    seconds = ogg_opus_seconds(NOTE)
+    seconds = ogg_opus_seconds(NOTE, stop_s=600)
     assert seconds is not None and 1.9 < seconds < 2.1
-    assert ogg_opus_seconds(b"ID3\x03 an mp3") is None
-    tags = NOTE.index(b"OggS", 4)  # the OpusTags page: headers only, granule 0
-    assert ogg_opus_seconds(NOTE[: NOTE.index(b"OggS", tags + 4)]) is None
+    assert ogg_opus_seconds(b"ID3\x03 an mp3", stop_s=600) is None
+    tags = NOTE.index(b"OggS", 4)  # the OpusTags page: headers only, no sound
+    assert ogg_opus_seconds(NOTE[: NOTE.index(b"OggS", tags + 4)], stop_s=600) == 0
+
+
+def test_a_recording_made_of_the_fixture_is_as_long_as_its_packets() -> None:
+    assert ogg_opus_seconds(ogg(recording(10)), stop_s=600) == pytest.approx(10, abs=0.05)
+    # The walk stops soon after the limit: a file of tiny packets costs no more than that.
+    assert 60 < ogg_opus_seconds(ogg(recording(300)), stop_s=60) < 62  # type: ignore[operator]
+
+
+def test_pages_that_do_not_chain_are_a_broken_ogg() -> None:
+    pages = recording(3)[:-1]  # no end-of-stream page yet
+    last = pages[-1]
+    after = last.sequence + 1
+
+    def appended(page: Page, checksum: int | None = None) -> bytes:
+        return ogg(pages) + page.bytes(checksum)
+
+    cases = {
+        "checksum is wrong": appended(Page(last.packets, last.granule, after), 0xBAD),
+        "out of its stream's sequence": appended(Page(last.packets, last.granule, after + 1)),
+        "sequence": appended(Page(last.packets, last.granule, after, serial=0xBAD)),
+        "going back": appended(Page(last.packets, PRE_SKIP, after)),
+        "flagged out of place": appended(Page(last.packets, last.granule, after, flags=0x01)),
+        "after the stream's end": ogg(recording(3)) + Page((), -1, after + 1).bytes(),
+        "cut short": ogg(pages)[:-10],
+        "no Ogg page": ogg(pages) + b"ID3",
+    }
+    for reason, data in cases.items():
+        with pytest.raises(BrokenOgg, match=reason):
+            ogg_opus_seconds(data, stop_s=600)
+
+
+def wav(seconds: float, *, rate: int = 16000, said: float | None = None, kind: int = 1) -> bytes:
+    """A 16-bit mono WAV file of `seconds` of silence whose data chunk claims `said` seconds."""
+    pcm = bytes(round(seconds * rate) * 2)
+    size = round((seconds if said is None else said) * rate) * 2
+    fmt = b"".join(
+        n.to_bytes(w, "little")
+        for n, w in ((kind, 2), (1, 2), (rate, 4), (rate * 2, 4), (2, 2), (16, 2))
+    )
+    chunks = b"fmt " + (16).to_bytes(4, "little") + fmt + b"data" + size.to_bytes(4, "little")
+    return b"RIFF" + (4 + len(chunks) + len(pcm)).to_bytes(4, "little") + b"WAVE" + chunks + pcm
+
+
+def test_a_wav_files_length_is_its_pcm_bytes_at_its_rate() -> None:
+    assert recording_seconds(wav(3), stop_s=600) == 3
+    assert recording_seconds(wav(3, said=1), stop_s=600) == 3  # the bytes are there to be heard
+    assert recording_seconds(wav(0), stop_s=600) == 0
+    assert recording_seconds(wav(3, kind=0x55), stop_s=600) is None  # mp3 in a WAV: unknown
+    broken = bytearray(wav(3))
+    broken[28:32] = (1000).to_bytes(4, "little")  # a byte rate that does not add up
+    assert recording_seconds(bytes(broken), stop_s=600) is None
+
+
+def test_a_file_of_tiny_packets_is_over_any_limit_it_outnumbers() -> None:
+    head, tags = packets()[:2]
+    tiny = (b"\x80",) * 255  # 2.5 ms frames: 400 a second, four times what a recorder makes
+    pages = [Page((head,), 0, 0, flags=0x02), Page((tags,), 0, 1)]
+    pages += [Page(tiny, PRE_SKIP + (n - 1) * 255 * 120, n) for n in range(2, 60)]
+    assert ogg_opus_seconds(ogg(pages), stop_s=600) == pytest.approx(58 * 255 / 400)
+    assert ogg_opus_seconds(ogg(pages), stop_s=60) == math.inf
+
+
+def test_the_ogg_checksum_is_rfc_3533s() -> None:
+    (page,) = recording(1, per_page=100)[2:]
+    assert ogg_crc(page.bytes()) == crc(page.bytes()[:22] + bytes(4) + page.bytes()[26:])
 
 
 def test_names_say_what_is_spoken_and_whose_voice_it_is() -> None:

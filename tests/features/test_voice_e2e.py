@@ -122,7 +122,10 @@ async def test_a_failed_transcription_is_said_the_note_kept_and_retry_reads_it_a
 @pytest.mark.parametrize("voice", [{"max_minutes": 0.01}])
 async def test_a_recording_too_long_is_refused_before_it_is_sent(live: LiveGateway) -> None:
     answer = await live.reply(OWNER, lambda: live.telegram.send_voice(OWNER, NOTE))
-    assert answer.startswith("That recording is 0:02 long; I transcribe up to 0.01 minutes")
+    assert answer == (
+        "That recording is longer than 0.01 minutes, the most I transcribe (voice.max_minutes). "
+        "It is kept in the chat's media folder."
+    )
     assert live.llm.audio_requests == [] and live.llm.requests == []
 
 

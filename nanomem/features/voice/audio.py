@@ -18,7 +18,6 @@ FORWARDED_NOTE_ENDING = ".fwd.mp4"
 # was forwarded, or a file sent with that name, as .ogg), and a channel may mark any recording
 # so (`x.voice.wav`). Any other sound is someone else's words.
 VOICE_MARK = ".voice."
-OPUS_RATE = 48000  # an Ogg/Opus granule position counts 48 kHz samples, whatever the input
 
 
 def is_spoken(path: str) -> bool:
@@ -32,20 +31,6 @@ def is_own_voice(path: str) -> bool:
     """A voice note or video note the person recorded, not a forwarded audio file."""
     name = PurePath(path).name.lower()
     return name.endswith((".oga", VIDEO_NOTE_ENDING)) or VOICE_MARK in name
-
-
-def ogg_opus_seconds(data: bytes) -> float | None:
-    """How long an Ogg/Opus recording plays: the last page's granule position less the
-    pre-skip of its OpusHead; None for anything else (or a broken file)."""
-    head = data.find(b"OpusHead")
-    last = data.rfind(b"OggS")
-    if not data.startswith(b"OggS") or head < 0 or last < 0 or len(data) < last + 14:
-        return None
-    pre_skip = int.from_bytes(data[head + 10 : head + 12], "little")
-    granule = int.from_bytes(data[last + 6 : last + 14], "little", signed=True)
-    if granule <= 0:
-        return None
-    return max(granule - pre_skip, 0) / OPUS_RATE
 
 
 def clock(seconds: float) -> str:

@@ -26,15 +26,10 @@ from nanomem.agent import (
     save_media,
 )
 from nanomem.config import VoiceSettings
-from nanomem.features.voice.audio import (
-    VIDEO_NOTE_ENDING,
-    clock,
-    is_own_voice,
-    is_spoken,
-    ogg_opus_seconds,
-)
+from nanomem.features.voice.audio import VIDEO_NOTE_ENDING, clock, is_own_voice, is_spoken
 from nanomem.features.voice.client import MAX_UPLOAD_BYTES, AudioClient, VoiceError
 from nanomem.features.voice.endpoint import DISABLED, TURN_ON, audio_endpoint
+from nanomem.features.voice.length import BrokenOgg, recording_seconds
 from nanomem.tools import ToolContext, ToolError, read_checked, untrusted
 
 if TYPE_CHECKING:
@@ -43,6 +38,7 @@ if TYPE_CHECKING:
 
 HINT = "voice_heard.md.j2"  # after a transcript of the person's voice, when there is no echo
 HEARD_CHARS = 200  # the "heard: ..." line shows this much of a transcript
+GENEROUS_BYTES_PER_S = 16_000  # 128 kbit/s: unknown_length_bytes
 LASTING_KEPT = "It is kept in the chat's media folder."  # said when a retry cannot help
 # The mark a transcript of the person's own voice starts with (see `transcribed`).
 SPOKEN = re.compile(r"^\[(?:voice|video) note(?:, [\d:]+)?\] ", re.MULTILINE)
@@ -72,9 +68,12 @@ class Voice(Feature):
             return None
         if self.client is None:
             raise Unreadable(TURN_ON if self.settings.enabled else DISABLED)
+        for relative in spoken:  # all of an album held to the limits before any is sent
+            await self._checked(relative, msg.lengths.get(relative))
         texts, heard = [], []
         for relative in spoken:
-            text, seconds = await self._transcribe(self.client, relative)
+            data, seconds = await self._checked(relative, msg.lengths.get(relative))
+            text = await self._transcribe(self.client, relative, data)
             texts.append(transcribed(relative, text, seconds))
             heard.append(text if len(text) <= HEARD_CHARS else text[: HEARD_CHARS - 1] + "…")
         if self.settings.echo:  # the person sees what was heard: nothing to ask of the model
@@ -84,8 +83,10 @@ class Voice(Feature):
             texts.append(self.templates.render(HINT).strip())
         return MediaText("\n\n".join(texts))
 
-    async def _transcribe(self, client: AudioClient, relative: str) -> tuple[str, float | None]:
-        """The recording's text, and how long it plays when that can be told."""
+    async def _checked(self, relative: str, told: float | None) -> tuple[bytes, float | None]:
+        """A recording's bytes, and how long it plays when that can be told, once they are
+        within voice.max_minutes and the upload limit; Unreadable for good otherwise. `told`:
+        the length its channel was told, which only ever makes it longer."""
         root = self.workspace.resolve()
         try:  # as the tools read it: no link a group's shell planted is followed
             data = await asyncio.to_thread(
@@ -98,13 +99,35 @@ class Voice(Feature):
                 f"That recording is over {MAX_UPLOAD_BYTES // 2**20} MB, more than transcription "
                 f"takes, so I cannot transcribe it. {LASTING_KEPT}"
             )
-        seconds = ogg_opus_seconds(data)
         limit = self.settings.max_minutes
+        try:  # bounded: the walk stops soon after the limit, and the file is at most 25 MB
+            own = await asyncio.to_thread(recording_seconds, data, stop_s=limit * 60)
+        except BrokenOgg as exc:
+            raise Unreadable(
+                f"That recording is not a whole Ogg file ({exc}), so how long it plays cannot "
+                f"be told and I do not transcribe it. {LASTING_KEPT}"
+            ) from None
+        if not data or own == 0:  # no bytes, or only an Ogg's headers or a WAV's
+            raise Unreadable(
+                "That recording is empty: there is no sound in it to transcribe. Please record "
+                "it again."
+            )
+        seconds = max((s for s in (own, told) if s is not None), default=None)
         if seconds is not None and seconds > limit * 60:
             raise Unreadable(
-                f"That recording is {clock(seconds)} long; I transcribe up to {limit:g} "
-                f"minutes (voice.max_minutes). {LASTING_KEPT}"
+                f"That recording is longer than {limit:g} minutes, the most I transcribe "
+                f"(voice.max_minutes). {LASTING_KEPT}"
             )
+        if own is None and len(data) > unknown_length_bytes(limit):
+            raise Unreadable(
+                f"How long that recording plays cannot be read from it, and at "
+                f"{len(data) / 2**20:.1f} MB it may be longer than {limit:g} minutes, the most "
+                f"I transcribe (voice.max_minutes). {LASTING_KEPT}"
+            )
+        return data, seconds
+
+    async def _transcribe(self, client: AudioClient, relative: str, data: bytes) -> str:
+        """The recording's text."""
         try:
             text = await client.transcribe(relative, data, self.settings.model)
         except VoiceError as exc:
@@ -116,7 +139,7 @@ class Voice(Feature):
             ) from None
         if not text:
             raise Unreadable("I could not make out any words in that recording.")
-        return text, seconds
+        return text
 
     async def after_turn(self, session: Session, context: ToolContext) -> None:
         """A reply to a voice note, spoken: synthesized, saved in the chat's media folder and
@@ -139,6 +162,12 @@ class Voice(Feature):
             logger.warning("voice: no spoken reply in {}: {}", session.key, exc)
             return
         await self.bus.publish_outbound(OutboundMessage(channel, chat, File(path)))
+
+
+def unknown_length_bytes(max_minutes: float) -> int:
+    """The largest recording whose length cannot be read (not Ogg/Opus or WAV: mp3, m4a, a
+    video note) that is still taken: `max_minutes` at 128 kbit/s, more than speech needs."""
+    return int(max_minutes * 60 * GENEROUS_BYTES_PER_S)
 
 
 def transcribed(relative: str, text: str, seconds: float | None) -> str:
