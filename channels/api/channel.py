@@ -39,6 +39,7 @@ from nanomem.app import FetchFailed, fetch_guarded
 from nanomem.audience import Sender
 from nanomem.config import ApiSettings, ConfigError, is_loopback
 from nanomem.log import register_secrets
+from nanomem.text.inflate import READ, BrokenEncoding, Inflate, UnknownEncoding
 
 if TYPE_CHECKING:
     from nanomem.app import App
@@ -215,6 +216,14 @@ class ApiChannel(BaseChannel):
         )
         if request.content_length is not None and request.content_length > self._limit:
             raise too_big
+        try:
+            inflate = Inflate(request.headers.get("Content-Encoding", ""))
+        except UnknownEncoding as exc:
+            raise BadRequest(
+                f"the request body is in an encoding nanomem does not read ({exc}); "
+                f"send it as it is, or in {' or '.join(READ)}",
+                status=415,
+            ) from None
         body = bytearray()
         # A body that stops arriving would hold its connection for ever, and so would one
         # trickled in a byte at a time just under the timeout: each read waits at most
@@ -232,9 +241,13 @@ class ApiChannel(BaseChannel):
                     f"came slower than {MIN_BODY_RATE // 1024} KiB/s (gateway.read_timeout_s)",
                     status=408,
                 ) from None
-            if not piece:
-                return bytes(body)
-            body += piece
+            try:
+                if not piece:
+                    inflate.finish()
+                    return bytes(body)
+                body += inflate.take(piece, self._limit - len(body))
+            except BrokenEncoding as exc:
+                raise BadRequest(f"the request body is {exc}") from None
             if len(body) > self._limit:
                 raise too_big
 
