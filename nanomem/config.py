@@ -310,6 +310,9 @@ class ApiSettings(_Section):
     # Also stream the lines that say which tools the agent calls.
     show_progress: bool = False
     max_body_mb: int = Field(20, ge=1, le=2000)
+    # Content parts (text, image_url, input_audio) in the message a request sends: each file is
+    # saved and shown to the model, so a flood of them is refused before any is.
+    max_parts: int = Field(16, ge=1, le=500)
 
 
 class DreamSettings(_Section):

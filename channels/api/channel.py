@@ -26,6 +26,7 @@ from loguru import logger
 from channels.api.files import SentFiles
 from channels.api.replies import Answer, Pieces, streamed, whole
 from channels.api.wire import (
+    FILE_PART_CHARS,
     MODEL_ID,
     BadRequest,
     ChatRequest,
@@ -40,6 +41,7 @@ from nanomem.audience import Sender
 from nanomem.config import ApiSettings, ConfigError, is_loopback
 from nanomem.log import register_secrets
 from nanomem.text.inflate import READ, BrokenEncoding, Inflate, UnknownEncoding
+from nanomem.text.plural import plural
 
 if TYPE_CHECKING:
     from nanomem.app import App
@@ -177,11 +179,14 @@ class ApiChannel(BaseChannel):
             body = await self._read_body(request)
             # A big body takes a while to check and parse: not on the loop /health answers from.
             big = len(body) > PARSE_IN_THREAD_BYTES
-            parsed = await asyncio.to_thread(parse_request, body) if big else parse_request(body)
-            if len(parsed.text) > self.max_message_chars:
+            parse = functools.partial(parse_request, body, self.settings.max_parts)
+            parsed = await asyncio.to_thread(parse) if big else parse()
+            if parsed.size > self.max_message_chars:
+                files = f" with its {plural(len(parsed.uploads), 'file')}" if parsed.uploads else ""
                 raise BadRequest(
-                    f"the message is too long ({len(parsed.text)} characters; "
-                    f"limit {self.max_message_chars}, agent.max_message_chars)"
+                    f"the message is too long ({parsed.size} characters{files}, "
+                    f"{FILE_PART_CHARS} a file; limit {self.max_message_chars}, "
+                    "agent.max_message_chars)"
                 )
             media = await self._media(parsed) if parsed.uploads else ()
         except BadRequest as exc:
