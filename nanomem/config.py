@@ -482,8 +482,14 @@ def is_loopback(host: str) -> bool:
 
 def read_toml(path: Path) -> dict[str, Any]:
     try:
-        with path.open("rb") as fh:
-            return tomllib.load(fh)
+        raw = path.read_bytes()
+        return tomllib.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as exc:  # TOML is UTF-8: a file saved as Latin-1, or damaged
+        line = raw.count(b"\n", 0, exc.start) + 1
+        raise ConfigError(
+            f"config error: {path}: not valid UTF-8 at byte {exc.start} (line {line}); "
+            "save it as UTF-8"
+        ) from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"config error in {path}: malformed TOML: {exc}") from None
     except OSError as exc:
