@@ -5,6 +5,7 @@ saved, no session written and the model not called."""
 
 from __future__ import annotations
 
+import base64
 import json
 from pathlib import Path
 from typing import Any
@@ -13,8 +14,13 @@ from channels.api.wire import FILE_PART_CHARS
 from nanomem.config import ApiSettings
 from nanomem.home import Home
 from nanomem.providers.scripted import text
-from tests.channels.test_api_content_e2e import DATA_URL
 from tests.helpers.api import Served
+
+# A real 1x1 PNG.
+PNG = base64.b64decode(
+    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
+)
+DATA_URL = "data:image/png;base64," + base64.b64encode(PNG).decode()
 
 
 def request(parts: list[dict[str, Any]]) -> bytes:
