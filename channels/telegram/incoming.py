@@ -22,6 +22,7 @@ TOO_BIG = "That file is {size:.1f} MB; I accept up to {limit} MB (telegram.max_f
 NO_DOWNLOAD = "I could not download that file; please send it again."
 UNSUPPORTED = "I can read text, photos, documents, voice notes and audio, not this kind of message."
 REFUSED_PRESS = "Only the people this bot serves can use its buttons."
+UNREADABLE_KEPT = 4096  # of an update that cannot be read: what the inbox keeps of it
 _SUFFIX = re.compile(r"\.[a-z0-9]{1,8}")
 _COMMAND = re.compile(r"/([A-Za-z0-9_-]+)(?:@(\w+))?")
 
@@ -147,7 +148,7 @@ async def stored(
 
 def as_payload(item: Any) -> dict[str, Any]:
     """What the inbox keeps of an update that cannot be read: itself, if it is an object."""
-    return item if isinstance(item, dict) else {"item": repr(item)[:4096]}
+    return item if isinstance(item, dict) else {"item": repr(item)[:UNREADABLE_KEPT]}
 
 
 def next_offset(items: list[Any], offset: int | None) -> int | None:

@@ -36,6 +36,7 @@ from telegram.error import (
 from telegram.request import BaseRequest, HTTPXRequest, RequestData
 
 from channels.telegram.delivery import TOKEN_REJECTED, PollWatch, SendError, target
+from channels.telegram.incoming import UNREADABLE_KEPT
 from nanomem.agent import Button, ChannelDown
 from nanomem.text import untrusted_json
 from nanomem.text.plural import plural
@@ -163,7 +164,6 @@ class _Watched:
         return status, body
 
 
-UNREADABLE_KEPT = 4096  # of an update that cannot be read: what the inbox keeps of it
 ALLOWED_UPDATES = ("message", "callback_query")
 # The first update of a getUpdates answer, found without parsing it: Telegram writes its
 # update_id first. Asked for one update at a time, that is the one that cannot be read.
