@@ -193,6 +193,8 @@ class ApiChannel(BaseChannel):
             refusal = _error(exc.status, str(exc), "invalid_request_error", None, exc.param)
             if exc.status == 408:
                 refusal.force_close()  # the rest of that body is not waited for
+            if exc.status == 415:  # what it could send instead (RFC 7694)
+                refusal.headers["Accept-Encoding"] = ", ".join(READ)
             return refusal
         msg = InboundMessage(self.name, parsed.session_id, parsed.text, self._sender(parsed), media)
         pieces = Pieces(self._answer, msg, functools.partial(self.files.link, request))

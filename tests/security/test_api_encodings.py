@@ -23,6 +23,7 @@ BODY = json.dumps({"messages": [{"role": "user", "content": "squeezed"}]}).encod
 
 
 async def post(served: Served, body: bytes, encoding: str) -> tuple[int, str, dict[str, Any]]:
+    """Status, content type and JSON body of the answer; a 415 must say what is read instead."""
     headers = {
         "Content-Type": "application/json",
         "Content-Encoding": encoding,
@@ -33,6 +34,8 @@ async def post(served: Served, body: bytes, encoding: str) -> tuple[int, str, di
         session.post(f"{served.base}/chat/completions", data=body, headers=headers) as resp,
     ):
         text = await resp.text()
+        if resp.status == 415:
+            assert resp.headers["Accept-Encoding"] == "gzip, deflate"
         return resp.status, resp.content_type, json.loads(text)
 
 
