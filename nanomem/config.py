@@ -325,6 +325,9 @@ class ApiSettings(_Section):
     # Also stream the lines that say which tools the agent calls.
     show_progress: bool = False
     max_body_mb: int = Field(20, ge=1, le=2000)
+    # Content parts (text, image_url, input_audio) in the message a request sends: each file is
+    # saved and shown to the model, so a flood of them is refused before any is.
+    max_parts: int = Field(16, ge=1, le=500)
 
 
 class DreamSettings(_Section):
@@ -499,8 +502,14 @@ def is_loopback(host: str) -> bool:
 
 def read_toml(path: Path) -> dict[str, Any]:
     try:
-        with path.open("rb") as fh:
-            return tomllib.load(fh)
+        raw = path.read_bytes()
+        return tomllib.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as exc:  # TOML is UTF-8: a file saved as Latin-1, or damaged
+        line = raw.count(b"\n", 0, exc.start) + 1
+        raise ConfigError(
+            f"config error: {path}: not valid UTF-8 at byte {exc.start} (line {line}); "
+            "save it as UTF-8"
+        ) from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"config error in {path}: malformed TOML: {exc}") from None
     except OSError as exc:

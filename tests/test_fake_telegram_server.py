@@ -127,6 +127,21 @@ async def test_offsets_deliver_each_update_once(fake: FakeTelegram, bot: Bot) ->
     assert await bot.get_updates(timeout=0) == ()  # confirmed updates are gone
 
 
+def test_a_raw_update_is_sent_as_given(fake: FakeTelegram) -> None:
+    first = fake.send_raw({"message": {"date": 2**63, "photo": 5}})
+    deep = fake.send_raw('"message": ' + '{"reply_to_message": ' * 900 + "{}" + "}" * 900)
+    url = f"{fake.base_url}{fake.token}/getUpdates"
+    with urllib.request.urlopen(url, timeout=WAIT_S) as answer:
+        body = answer.read()
+    assert body.startswith(b'{"ok": true, "result": [{"update_id": %d, ' % first)
+    assert b'{"update_id": %d, "message": {"reply_to_message": ' % deep in body
+    assert body.count(b"reply_to_message") == 900
+    assert json.loads(body)["result"][0] == {
+        "update_id": first,
+        "message": {"date": 2**63, "photo": 5},
+    }
+
+
 async def test_long_poll_waits_and_wakes_on_update(fake: FakeTelegram, bot: Bot) -> None:
     started = time.monotonic()
     assert await bot.get_updates(timeout=1) == ()

@@ -26,6 +26,7 @@ from loguru import logger
 from channels.api.files import SentFiles
 from channels.api.replies import Answer, Pieces, streamed, whole
 from channels.api.wire import (
+    FILE_PART_CHARS,
     MODEL_ID,
     BadRequest,
     ChatRequest,
@@ -39,6 +40,8 @@ from nanomem.app import FetchFailed, fetch_guarded
 from nanomem.audience import Sender
 from nanomem.config import ApiSettings, ConfigError
 from nanomem.log import register_secrets
+from nanomem.text.inflate import READ, BrokenEncoding, Inflate, UnknownEncoding
+from nanomem.text.plural import plural
 
 if TYPE_CHECKING:
     from nanomem.app import App
@@ -169,17 +172,22 @@ class ApiChannel(BaseChannel):
             body = await self._read_body(request)
             # A big body takes a while to check and parse: not on the loop /health answers from.
             big = len(body) > PARSE_IN_THREAD_BYTES
-            parsed = await asyncio.to_thread(parse_request, body) if big else parse_request(body)
-            if len(parsed.text) > self.max_message_chars:
+            parse = functools.partial(parse_request, body, self.settings.max_parts)
+            parsed = await asyncio.to_thread(parse) if big else parse()
+            if parsed.size > self.max_message_chars:
+                files = f" with its {plural(len(parsed.uploads), 'file')}" if parsed.uploads else ""
                 raise BadRequest(
-                    f"the message is too long ({len(parsed.text)} characters; "
-                    f"limit {self.max_message_chars}, agent.max_message_chars)"
+                    f"the message is too long ({parsed.size} characters{files}, "
+                    f"{FILE_PART_CHARS} a file; limit {self.max_message_chars}, "
+                    "agent.max_message_chars)"
                 )
             media = await self._media(parsed) if parsed.uploads else ()
         except BadRequest as exc:
             refusal = _error(exc.status, str(exc), "invalid_request_error", None, exc.param)
             if exc.status == 408:
                 refusal.force_close()  # the rest of that body is not waited for
+            if exc.status == 415:  # what it could send instead (RFC 7694)
+                refusal.headers["Accept-Encoding"] = ", ".join(READ)
             return refusal
         msg = InboundMessage(self.name, parsed.session_id, parsed.text, self._sender(parsed), media)
         pieces = Pieces(self._answer, msg, functools.partial(self.files.link, request))
@@ -208,6 +216,14 @@ class ApiChannel(BaseChannel):
         )
         if request.content_length is not None and request.content_length > self._limit:
             raise too_big
+        try:
+            inflate = Inflate(request.headers.get("Content-Encoding", ""))
+        except UnknownEncoding as exc:
+            raise BadRequest(
+                f"the request body is in an encoding nanomem does not read ({exc}); "
+                f"send it as it is, or in {' or '.join(READ)}",
+                status=415,
+            ) from None
         body = bytearray()
         # A body that stops arriving would hold its connection for ever, and so would one
         # trickled in a byte at a time just under the timeout: each read waits at most
@@ -225,9 +241,15 @@ class ApiChannel(BaseChannel):
                     f"came slower than {MIN_BODY_RATE // 1024} KiB/s (gateway.read_timeout_s)",
                     status=408,
                 ) from None
-            if not piece:
-                return bytes(body)
-            body += piece
+            try:
+                if not piece:
+                    inflate.finish()
+                    return bytes(body)
+                if inflate.coding != "identity":  # KBs that inflate to MBs: off the loop
+                    piece = await asyncio.to_thread(inflate.take, piece, self._limit - len(body))
+                body += piece
+            except BrokenEncoding as exc:
+                raise BadRequest(f"the request body is {exc}") from None
             if len(body) > self._limit:
                 raise too_big
 

@@ -29,6 +29,9 @@ IMAGE_SUFFIX = {
 _DATA_URL = re.compile(r"data:([\w.+-]+/[\w.+-]+)((?:;[^;,]*)*);base64,(.*)", re.S | re.I)
 AUDIO_FORMATS = ("wav", "mp3")  # what OpenAI's input_audio part takes
 PARTS_READ = "text, image_url and input_audio"
+# What a file part counts for against agent.max_message_chars: about the line naming its saved
+# copy in the message the model gets (media/api/<date>-api-<id>.png and its framing).
+FILE_PART_CHARS = 64
 KINDS = "JPEG, PNG, WebP or GIF"
 # Provider error categories → (HTTP status, OpenAI error type, code).
 ERROR_STATUS: dict[str, tuple[int, str, str]] = {
@@ -68,6 +71,11 @@ class ChatRequest:
     stream: bool = False
     include_usage: bool = False
 
+    @property
+    def size(self) -> int:
+        """Its length as agent.max_message_chars counts it: the text and each file's line."""
+        return len(self.text) + FILE_PART_CHARS * len(self.uploads)
+
 
 def error_body(
     message: str, kind: str = "invalid_request_error", code: str | None = None, param: Any = None
@@ -75,9 +83,9 @@ def error_body(
     return {"error": {"message": message, "type": kind, "param": param, "code": code}}
 
 
-def parse_request(raw: bytes) -> ChatRequest:
+def parse_request(raw: bytes, max_parts: int) -> ChatRequest:
     """The new turn of a chat-completions body: only the last message counts (our session holds
-    the conversation), and it must be the user's."""
+    the conversation), and it must be the user's; at most `max_parts` content parts."""
     try:
         body = untrusted_json.loads(raw)
     except untrusted_json.TooDeep:
@@ -98,7 +106,14 @@ def parse_request(raw: bytes) -> ChatRequest:
             "so only the new user message is read",
             param="messages",
         )
-    text, uploads = _content(last.get("content"), f"messages[{len(messages) - 1}].content")
+    where = f"messages[{len(messages) - 1}].content"
+    content = last.get("content")
+    if isinstance(content, list) and len(content) > max_parts:
+        raise BadRequest(
+            f"{where} has {len(content)} content parts; limit {max_parts}, api.max_parts",
+            param=where,
+        )
+    text, uploads = _content(content, where)
     if not text.strip() and not uploads:
         raise BadRequest("the last user message is empty", param="messages")
     options = body.get("stream_options")

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from loguru import logger
 from telegram import Bot, BotCommand, Message, Update, User
 from telegram.constants import ChatAction, ChatType, ParseMode
-from telegram.error import Conflict, InvalidToken, TelegramError
+from telegram.error import InvalidToken, TelegramError
 from telegram.request import BaseRequest
 
 from channels.telegram import albums, transport
@@ -33,17 +33,28 @@ from channels.telegram.incoming import (
     REFUSED_PRESS,
     UNSUPPORTED,
     Incoming,
+    as_payload,
     attachment,
     chat_key,
     download,
     fair_press,
     is_addressed,
+    next_offset,
     oversized,
+    park_unreadable,
     stored,
     stored_text,
     told_length,
+    unknown_chat,
 )
-from channels.telegram.transport import as_sent, call_api, channel_down, requests_for, send_message
+from channels.telegram.transport import (
+    call_api,
+    channel_down,
+    poll,
+    read_update,
+    requests_for,
+    send_message,
+)
 from nanomem.agent import (
     GIVEN_UP,
     RETRYING,
@@ -247,57 +258,44 @@ class TelegramChannel(BaseChannel):
         user_id = int(sender) if sender.lstrip("-").isdigit() else chat_id  # a private chat's
         return is_allowed(self.settings.allow_from, user_id, chat_id)
 
-    def _on_poll_error(self, exc: TelegramError) -> None:
-        text = str(exc)
-        if isinstance(exc, Conflict):
-            text = "another program is polling with this bot token (only one may)"
-        if text != self._poll.error:
-            logger.warning("telegram: polling failed: {}", text)
-        self._poll.error = text
-
     # Inbound: stored first, then handed to the core, which runs `_prepare` in the chat's order.
 
     async def _poll_updates(self, bot: Bot) -> None:
         assert self._bus is not None
         if self._offset is None and (stored := await self._bus.position(OFFSET)) is not None:
             self._offset = int(stored)
-        delay = 1.0
-        while True:
-            try:
-                updates = await bot.get_updates(
-                    offset=self._offset,
-                    timeout=int(self.poll_timeout_s),
-                    allowed_updates=["message", "callback_query"],
-                )
-            except TelegramError as exc:
-                self._on_poll_error(exc)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 30.0)
-                continue
-            delay = 1.0
-            if updates:
-                try:
-                    await self._store(updates)
-                except Exception:  # an update we cannot read: fetched again, so never lost
-                    logger.exception("telegram: could not take {}", plural(len(updates), "update"))
-                    await asyncio.sleep(1.0)
+        take = functools.partial(self._store, bot)
+        url = f"{bot.base_url}/getUpdates"
+        await poll(
+            self._poll_request, url, self.poll_timeout_s, self._poll, lambda: self._offset, take
+        )
 
-    async def _store(self, updates: tuple[Update, ...]) -> None:
-        """Keep what we answer, durably, with the offset that confirms the whole batch."""
+    async def _store(self, bot: Bot, items: list[Any]) -> None:
+        """Keep what we answer, durably, with the offset that confirms the whole batch; an
+        update that cannot be read is kept too, and parked (`nanomem inbox` lists it)."""
         assert self._bus is not None
-        admitted = [(update, found) for update in updates if (found := self._admit_or_skip(update))]
-        offset = updates[-1].update_id + 1
-        raw = as_sent(self._poll_request)
-        payloads = [raw.get(update.update_id) or update.to_dict() for update, _ in admitted]
-        items = [
-            (found.key, payload, found.sender)
-            for (_, found), payload in zip(admitted, payloads, strict=True)
-        ]
+        admitted: list[tuple[Incoming, dict[str, Any]]] = []
+        unreadable: list[tuple[dict[str, Any], Exception]] = []
+        for item in items:
+            try:
+                found = self._admit(read_update(item, bot))
+            except Exception as exc:  # one such update must not hold up every chat
+                unreadable.append((as_payload(item), exc))
+                continue
+            if found is not None:
+                admitted.append((found, item))
+        offset = next_offset(items, self._offset)
+        kept = [(found.key, payload, found.sender) for found, payload in admitted]
+        kept += [(unknown_chat(payload), payload, Sender()) for payload, _ in unreadable]
         # Nothing is confirmed until they are stored: a full disk is retried, never dropped.
-        what = plural(len(items), "update")
-        seqs = await stored(self._bus, self.name, items, what, (OFFSET, str(offset)))
+        what = plural(len(kept), "update")
+        position = (OFFSET, str(offset)) if offset is not None else None
+        seqs = await stored(self._bus, self.name, kept, what, position)
         self._offset = offset
-        for (_, found), seq, payload in zip(admitted, seqs, payloads, strict=True):
+        for (payload, error), seq in zip(unreadable, seqs[len(admitted) :], strict=True):
+            if seq is not None:
+                await park_unreadable(self._bus, seq, payload, error, self.name)
+        for (found, payload), seq in zip(admitted, seqs[: len(admitted)], strict=True):
             await self._take(replace(found, seq=seq), payload)
 
     async def _take(self, found: Incoming, payload: dict[str, Any]) -> None:
@@ -369,13 +367,6 @@ class TelegramChannel(BaseChannel):
         if albums.ALBUM in pending.payload:
             incoming = replace(incoming, rest=tuple(u.message for u in rest if u.message))
         await self._take(incoming, pending.payload)
-
-    def _admit_or_skip(self, update: Update) -> Incoming | None:
-        try:
-            return self._admit(update)
-        except Exception:  # one unreadable update must not hold up every chat
-            logger.exception("telegram: skipped update {} that could not be read", update.update_id)
-            return None
 
     def _admit(self, update: Update | None) -> Incoming | None:
         """An update we answer, with its chat key; strangers are refused silently and logged

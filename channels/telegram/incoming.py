@@ -15,7 +15,7 @@ from typing import Any
 from loguru import logger
 
 from channels.telegram.delivery import mentions
-from nanomem.agent import MessageBus, parse_command, save_media
+from nanomem.agent import MessageBus, parse_command, record_failure, save_media
 from nanomem.audience import Sender
 
 GREETING = "Hi {name}! Write to me and I will answer. /help lists the commands."
@@ -23,6 +23,7 @@ TOO_BIG = "That file is {size:.1f} MB; I accept up to {limit} MB (telegram.max_f
 NO_DOWNLOAD = "I could not download that file; please send it again."
 UNSUPPORTED = "I can read text, photos, documents, voice notes and audio, not this kind of message."
 REFUSED_PRESS = "Only the people this bot serves can use its buttons."
+UNREADABLE_KEPT = 4096  # of an update that cannot be read: what the inbox keeps of it
 _SUFFIX = re.compile(r"\.[a-z0-9]{1,8}")
 _COMMAND = re.compile(r"/([A-Za-z0-9_-]+)(?:@(\w+))?")
 
@@ -156,6 +157,37 @@ async def stored(
         except Exception:
             logger.exception("telegram: could not store {}; retrying", what)
             await asyncio.sleep(1.0)
+
+
+def as_payload(item: Any) -> dict[str, Any]:
+    """What the inbox keeps of an update that cannot be read: itself, if it is an object."""
+    return item if isinstance(item, dict) else {"item": repr(item)[:UNREADABLE_KEPT]}
+
+
+def next_offset(items: list[Any], offset: int | None) -> int | None:
+    """The getUpdates offset that confirms these updates (the last one's id + 1)."""
+    ids = [i["update_id"] for i in items if isinstance(i, dict) and type(i.get("update_id")) is int]
+    return max(ids) + 1 if ids else offset
+
+
+def unknown_chat(payload: dict[str, Any]) -> str:
+    """The chat an update that cannot be read names, as far as it can be told."""
+    message = payload.get("message")
+    chat = message.get("chat") if isinstance(message, dict) else None
+    chat_id = chat.get("id") if isinstance(chat, dict) else None
+    return str(chat_id) if isinstance(chat_id, int) and not isinstance(chat_id, bool) else "unknown"
+
+
+async def park_unreadable(
+    bus: MessageBus, seq: int, payload: dict[str, Any], exc: Exception, channel: str
+) -> None:
+    """An update python-telegram-bot cannot read, stored: parked at once (reading it again
+    would fail the same way) for the owner to see in `nanomem inbox`."""
+    update_id = payload.get("update_id")
+    logger.info("telegram: update {} cannot be read: {}: {}", update_id, type(exc).__name__,
+                str(exc)[:200])  # fmt: skip
+    text = f"update {update_id} that could not be read"
+    await record_failure(bus, seq, exc, text, f"{channel}:{unknown_chat(payload)}", park=True)
 
 
 def stored_text(payload: dict[str, Any]) -> str:

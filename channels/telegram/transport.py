@@ -3,19 +3,30 @@ what their errors mean to the channel."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import re
 import warnings
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import Any, TypeVar, cast
 
 import aiohttp
-from telegram import Bot, InlineKeyboardButton, InlineKeyboardMarkup, InputFile, ReplyParameters
+from loguru import logger
+from telegram import (
+    Bot,
+    InlineKeyboardButton,
+    InlineKeyboardMarkup,
+    InputFile,
+    ReplyParameters,
+    Update,
+)
 from telegram._utils.defaultvalue import DefaultValue
 from telegram._utils.types import JSONDict, ODVInput
 from telegram.constants import ParseMode
 from telegram.error import (
     BadRequest,
+    Conflict,
     InvalidToken,
     NetworkError,
     RetryAfter,
@@ -25,8 +36,10 @@ from telegram.error import (
 from telegram.request import BaseRequest, HTTPXRequest, RequestData
 
 from channels.telegram.delivery import TOKEN_REJECTED, PollWatch, SendError, target
+from channels.telegram.incoming import UNREADABLE_KEPT
 from nanomem.agent import Button, ChannelDown
 from nanomem.text import untrusted_json
+from nanomem.text.plural import plural
 
 
 def parse_bounded(payload: bytes) -> JSONDict:
@@ -130,25 +143,20 @@ class Form:
 
 class _Watched:
     """For the getUpdates connection (mixed into a request class): tells the watch when each
-    poll ends, and with which status, and keeps the updates as Telegram sent them (`raw`, by
-    update id): the inbox stores those, not PTB's objects turned back into dicts (~0.14 ms an
-    update)."""
+    poll ends, and with which status, and keeps the start of an answer it could not read."""
 
     watch: PollWatch
-    raw: dict[int, JSONDict] = {}  # noqa: RUF012 (replaced whole, never changed in place)
+    unreadable = b""  # of the last answer, when it could not be read
 
     def parse_json_payload(self, payload: bytes) -> JSONDict:
-        parsed = parse_bounded(payload)
-        result = parsed.get("result")
-        self.raw = {
-            item["update_id"]: item
-            for item in (result if isinstance(result, list) else ())
-            if isinstance(item, dict) and isinstance(item.get("update_id"), int)
-        }
-        return parsed
+        try:
+            return parse_bounded(payload)
+        except TelegramError:
+            self.unreadable = payload[:UNREADABLE_KEPT] or b" "
+            raise
 
     async def do_request(self, *args: Any, **kwargs: Any) -> tuple[int, bytes]:
-        status = None
+        status, self.unreadable = None, b""
         try:
             status, body = await super().do_request(*args, **kwargs)  # type: ignore[misc]
         finally:
@@ -156,9 +164,91 @@ class _Watched:
         return status, body
 
 
-def as_sent(request: BaseRequest) -> dict[int, JSONDict]:
-    """The updates the getUpdates connection fetched last, as Telegram sent them, by id."""
-    return request.raw if isinstance(request, _Watched) else {}
+ALLOWED_UPDATES = ("message", "callback_query")
+# The first update of a getUpdates answer, found without parsing it: Telegram writes its
+# update_id first. Asked for one update at a time, that is the one that cannot be read.
+_FIRST_ID = re.compile(
+    rb'\A\s*\{\s*"ok"\s*:\s*true\s*,\s*"result"\s*:\s*\[\s*\{\s*"update_id"\s*:\s*(\d{1,18})\b'
+)
+
+
+class UnreadableBatch(TelegramError):
+    """A getUpdates answer that came but could not be read: ask for one update at a time."""
+
+
+async def fetch_updates(
+    request: BaseRequest, url: str, offset: int | None, poll_s: float, *, one: bool = False
+) -> list[Any]:
+    """getUpdates as Telegram sent them, none made into PTB objects yet: Bot.get_updates reads
+    the whole batch at once, so one update it cannot read would fail it again and again. An
+    answer that cannot be read (an update nested too deeply, say) raises UnreadableBatch;
+    asked for `one` update, that update comes back as a stub read_update refuses."""
+    limit = 1 if one else None
+    form = Form(offset=offset, timeout=int(poll_s), limit=limit, allowed_updates=ALLOWED_UPDATES)
+    read_timeout = (request.read_timeout or 0) + poll_s  # a long poll waits that long
+    try:
+        result = await request.post(url, form.as_request_data(), read_timeout=read_timeout)
+    except TelegramError:
+        payload = request.unreadable if isinstance(request, _Watched) else b""
+        if not payload:
+            raise
+        if one and (found := _FIRST_ID.match(payload)) is not None:
+            text = payload.decode("utf-8", "replace")
+            return [{"update_id": int(found.group(1)), "unreadable": text}]
+        raise UnreadableBatch("Invalid server response") from None
+    if not isinstance(result, list):
+        raise TelegramError("Invalid server response")
+    return result
+
+
+async def poll(
+    request: BaseRequest,
+    url: str,
+    poll_s: float,
+    watch: PollWatch,
+    offset: Callable[[], int | None],
+    store: Callable[[list[Any]], Awaitable[None]],
+) -> None:
+    """Long-poll getUpdates for ever, each batch `store`d (which confirms it by moving the
+    offset on); a batch that cannot be stored is fetched again."""
+    delay, one = 1.0, False
+    while True:
+        try:
+            items = await fetch_updates(request, url, offset(), poll_s, one=one)
+        except UnreadableBatch:  # one by one, the update that cannot be read is found
+            logger.info("telegram: a batch of updates could not be read; one by one now")
+            one = True
+            continue
+        except TelegramError as exc:
+            text = str(exc)
+            if isinstance(exc, Conflict):
+                text = "another program is polling with this bot token (only one may)"
+            if text != watch.error:
+                logger.warning("telegram: polling failed: {}", text)
+            watch.error = text
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 30.0)
+            continue
+        delay, one = 1.0, False
+        if items:
+            try:
+                await store(items)
+            except Exception:  # never lost: not confirmed, so fetched again
+                logger.exception("telegram: could not take {}", plural(len(items), "update"))
+                await asyncio.sleep(1.0)
+
+
+def read_update(item: Any, bot: Bot) -> Update:
+    """An update PTB can read (raises whatever it raises: a date past year 9999, a field of the
+    wrong kind; never deep recursion, as parse_bounded bounds the nesting)."""
+    if not isinstance(item, dict) or not isinstance(item.get("update_id"), int):
+        raise TypeError("not an update")
+    if "unreadable" in item:
+        raise ValueError("its JSON could not be read")
+    update = Update.de_json(item, bot)
+    if update is None:
+        raise TypeError("not an update")
+    return update
 
 
 class PollRequest(_Watched, AiohttpRequest):

@@ -133,13 +133,18 @@ class MessageBus:
         if self.inbox is not None and seq is not None:
             await self._marks.run(self.inbox.answered, seq, reply.to_dict())
 
-    async def failed(self, seq: int, error: str, preview: str) -> Pending | None:
+    async def failed(
+        self, seq: int, error: str, preview: str, *, park: bool = False
+    ) -> Pending | None:
         """Count a failed attempt at a stored message (its next one is planned, or it is
-        parked); the message as it is now, None when it is gone or there is no inbox."""
+        parked: at once with `park`); the message as it is now, None when it is gone or there
+        is no inbox."""
         if self.inbox is None:
             return None
         plan = self.retry_plan
-        if plan is None:  # a bus built without settings (tests): the settings' defaults
+        if park:
+            plan = _never
+        elif plan is None:  # a bus built without settings (tests): the settings' defaults
             from nanomem.agent.retries import retry_delay
 
             plan = retry_delay
@@ -208,3 +213,8 @@ class MessageBus:
         return {
             name: box.qsize() + self._in_flight.get(name, 0) for name, box in self._outboxes.items()
         }
+
+
+def _never(attempts: int) -> None:
+    """The retry plan of what a new attempt cannot change: parked at once."""
+    return None

@@ -98,12 +98,13 @@ async def keep_for_retry(
 
 
 async def record_failure(
-    bus: MessageBus, seq: int, exc: BaseException, text: str, where: str
+    bus: MessageBus, seq: int, exc: BaseException, text: str, where: str, *, park: bool = False
 ) -> Pending | None:
-    """Count a failed attempt in the inbox and log what follows; the message as it is now
-    (None when that could not be recorded: it then stays for the next start)."""
+    """Count a failed attempt in the inbox (parked at once with `park`: trying again would
+    fail the same way) and log what follows; the message as it is now (None when that could
+    not be recorded: it then stays for the next start)."""
     try:
-        kept = await bus.failed(seq, type(exc).__name__, first_words(text))
+        kept = await bus.failed(seq, type(exc).__name__, first_words(text), park=park)
     except Exception:
         logger.exception("could not record a failed attempt at message {} ({})", seq, where)
         return None

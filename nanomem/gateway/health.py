@@ -151,8 +151,16 @@ async def serve_health(
     app.router.add_get("/health", handle)
     for add in routes:
         add(app)
-    # A client that hangs up cancels its handler: the agent API stops that turn.
-    runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0, handler_cancellation=True)
+    # A client that hangs up cancels its handler: the agent API stops that turn. Bodies come
+    # as sent: a handler decodes them (nanomem.text.inflate), so a Content-Encoding aiohttp cannot
+    # read, or bytes that are not what it says, get the handler's answer, not aiohttp's.
+    runner = web.AppRunner(
+        app,
+        access_log=None,
+        shutdown_timeout=1.0,
+        handler_cancellation=True,
+        auto_decompress=False,
+    )
     await runner.setup()
     try:
         await _GuardedSite(runner, host, port, guard).start()

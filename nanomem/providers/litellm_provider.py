@@ -27,7 +27,14 @@ from nanomem.providers.reply_stream import ReplyStream
 from nanomem.text.utf8 import clean_text
 
 # What litellm says when a response arrived but is not a chat completion.
-_MALFORMED = ("Invalid response object", "Unable to get json response", "no 'choices'")
+# How litellm says an answer came that it cannot read (it calls most of them connection errors).
+_MALFORMED = (
+    "Invalid response object",
+    "Unable to get json response",
+    "no 'choices'",
+    "'choices' that is not a list",
+    "object has no attribute",  # a stream chunk of the wrong shape
+)
 _import_lock = threading.Lock()
 _module: ModuleType | None = None
 
@@ -206,7 +213,7 @@ def _to_reply(response: Any) -> Reply:
         finish_reason = choice.finish_reason
     except (LookupError, AttributeError, TypeError):
         shape = "no choices" if not getattr(response, "choices", None) else "no message"
-        raise ProviderError("empty", f"malformed response: {shape}") from None
+        raise ProviderError("malformed", f"malformed response: {shape}") from None
     content = clean_text(content) if isinstance(content, str) else None
     if not calls and not (content and content.strip()):
         raise ProviderError("empty", "the model returned no text and no tool call")
@@ -234,7 +241,7 @@ def classify(exc: Exception) -> ProviderError:
     category: ErrorCategory
     # litellm's exception classes say a little more than the status; the rest is shared.
     if any(phrase in text for phrase in _MALFORMED):
-        category = "server"  # an answer came, but not one we can read (litellm says "connection")
+        category = "malformed"  # an answer came, but not one we can read
     elif "Timeout" in name:
         category = "timeout"
     elif "ContextWindowExceeded" in name:

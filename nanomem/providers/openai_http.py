@@ -180,7 +180,7 @@ async def _read_events(content: Body, stream: ReplyStream) -> Reply:
             chunk = untrusted_json.loads(data)
         except ValueError:
             snippet = " ".join(data[:120].decode("utf-8", "replace").split())
-            raise ProviderError("server", f"malformed stream chunk: {snippet!r}") from None
+            raise ProviderError("malformed", f"malformed stream chunk: {snippet!r}") from None
         await _apply(chunk, stream)
     return await stream.finish(ended=ended)
 
@@ -202,7 +202,9 @@ async def _apply(chunk: Any, stream: ReplyStream) -> None:
                 continue
             delta = choice.get("delta") or {}
             piece = delta.get("content")
-            if isinstance(piece, str) and piece:
+            if piece is not None and not isinstance(piece, str):
+                raise TypeError(piece)
+            if piece:
                 await stream.text(piece)
             for position, call in enumerate(delta.get("tool_calls") or ()):
                 index = call.get("index")
@@ -216,7 +218,7 @@ async def _apply(chunk: Any, stream: ReplyStream) -> None:
             stream.finished(_str(choice.get("finish_reason")))
     except (AttributeError, TypeError, KeyError):
         snippet = " ".join(json.dumps(chunk)[:120].split())
-        raise ProviderError("server", f"malformed stream chunk: {snippet!r}") from None
+        raise ProviderError("malformed", f"malformed stream chunk: {snippet!r}") from None
 
 
 def _header_problem(key: str) -> str:
@@ -255,15 +257,18 @@ def _seconds(value: str | None) -> float | None:
 
 
 def _to_reply(raw: bytes) -> Reply:
-    """Our Reply from the response body; a body without a usable message is a retryable fault
-    ("empty" for no choices, "server" for the rest), and all text is made valid UTF-8."""
+    """Our Reply from the response body. A body that is not a chat completion (no choices, no
+    message, a role or content of the wrong kind, not JSON) is "malformed", one whose message
+    says nothing "empty": both retryable. All text is made valid UTF-8."""
     snippet = " ".join(raw[:120].decode("utf-8", "replace").split())
     try:
         data = untrusted_json.loads(raw.decode("utf-8", "replace"))
-        if isinstance(data, dict) and data.get("choices") == []:
-            raise ProviderError("empty", f"malformed response: no choices: {snippet!r}")
         choice = data["choices"][0]
         message = choice["message"]
+        content = message.get("content")
+        # A server may leave the role out; one that names another, or null, sent no answer.
+        if message.get("role", "assistant") != "assistant" or not isinstance(content, str | None):
+            raise TypeError(message)
         calls = tuple(
             ToolCall(
                 id=clean_text(str(call.get("id") or f"call_{index}")),
@@ -272,12 +277,11 @@ def _to_reply(raw: bytes) -> Reply:
             )
             for index, call in enumerate(message.get("tool_calls") or ())
         )
-        content = message.get("content")
         usage = data.get("usage")
         finish_reason = choice.get("finish_reason")
     except (ValueError, LookupError, TypeError, AttributeError):
-        raise ProviderError("server", f"malformed response: {snippet!r}") from None
-    content = clean_text(content) if isinstance(content, str) else None
+        raise ProviderError("malformed", f"malformed response: {snippet!r}") from None
+    content = clean_text(content) if content is not None else None
     if not calls and not (content and content.strip()):
         raise ProviderError("empty", "the model returned no text and no tool call")
     return Reply(

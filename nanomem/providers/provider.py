@@ -25,13 +25,17 @@ ErrorCategory = Literal[
     "bad_request",
     "server",
     "empty",
+    "malformed",  # an answer came (HTTP 200) that is not a chat completion
 ]
 # "none": answer in text even though tools are offered (summaries keep the chat's tool list so
 # the provider's prompt cache serves them); "auto" is every API's default.
 ToolChoice = Literal["none", "auto", "required"]
 # Receives the assistant's text piece by piece as the model writes it (streaming).
 TextSink = Callable[[str], Awaitable[None]]
-RETRYABLE: frozenset[str] = frozenset({"unreachable", "rate_limited", "timeout", "server", "empty"})
+# A malformed answer may be a proxy's or a server's bad moment: worth the configured retries.
+RETRYABLE: frozenset[str] = frozenset(
+    {"unreachable", "rate_limited", "timeout", "server", "empty", "malformed"}
+)
 # What providers say when the prompt is too long (litellm's list, llama.cpp's wording).
 _CONTEXT_PHRASES = (
     "context length",

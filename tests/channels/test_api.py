@@ -34,15 +34,15 @@ def test_only_the_last_user_message_is_the_new_turn() -> None:
             ]
         }
     ).encode()
-    parsed = parse_request(raw)
+    parsed = parse_request(raw, 16)
     assert parsed.text == "the new turn" and parsed.session_id == "default"
     assert not parsed.stream and not parsed.include_usage
 
 
 def test_the_session_comes_from_session_id_then_user() -> None:
-    assert parse_request(body(session_id="s1", user="u1")).session_id == "s1"
-    assert parse_request(body(user="ada@example.org")).session_id == "ada@example.org"
-    streamed = parse_request(body(stream=True, stream_options={"include_usage": True}))
+    assert parse_request(body(session_id="s1", user="u1"), 16).session_id == "s1"
+    assert parse_request(body(user="ada@example.org"), 16).session_id == "ada@example.org"
+    streamed = parse_request(body(stream=True, stream_options={"include_usage": True}), 16)
     assert streamed.stream and streamed.include_usage
 
 
@@ -50,7 +50,7 @@ def test_the_session_comes_from_session_id_then_user() -> None:
 def test_unsafe_session_ids_are_refused(bad: object) -> None:
     """A leading '-' would make the session a group's shared room; ids end up in file names."""
     with pytest.raises(BadRequest, match="session_id") as refused:
-        parse_request(body(session_id=bad))
+        parse_request(body(session_id=bad), 16)
     assert refused.value.status == 400
 
 
@@ -67,7 +67,7 @@ def test_unsafe_session_ids_are_refused(bad: object) -> None:
 )
 def test_malformed_requests_are_400(raw: bytes, words: str) -> None:
     with pytest.raises(BadRequest, match=words):
-        parse_request(raw)
+        parse_request(raw, 16)
 
 
 def last_parts(*parts: object) -> bytes:
@@ -88,7 +88,8 @@ def test_a_content_array_gives_text_images_and_audio_in_order() -> None:
             {"type": "text", "text": "and this"},
             {"type": "image_url", "image_url": {"url": "https://example.org/cat.png"}},
             {"type": "input_audio", "input_audio": {"data": wav, "format": "wav"}},
-        )
+        ),
+        16,
     )
     assert parsed.text == "what is this\n\nand this"
     png, remote, audio = parsed.uploads
@@ -101,7 +102,8 @@ def test_a_content_array_gives_text_images_and_audio_in_order() -> None:
 def test_the_image_type_is_read_from_its_bytes() -> None:
     jpeg = base64.b64encode(b"\xff\xd8\xff\xe0rest").decode()
     url = f"data:image/png;base64,{jpeg}"  # declared png, is a jpeg
-    (upload,) = parse_request(last_parts({"type": "image_url", "image_url": {"url": url}})).uploads
+    image = {"type": "image_url", "image_url": {"url": url}}
+    (upload,) = parse_request(last_parts(image), 16).uploads
     assert upload.suffix == ".jpg"
 
 
@@ -130,7 +132,7 @@ HTML = base64.b64encode(b"<html>not an image</html>").decode()
 )
 def test_a_bad_part_is_a_400_naming_it(part: object, words: str) -> None:
     with pytest.raises(BadRequest, match=words) as refused:
-        parse_request(last_parts({"type": "text", "text": "look"}, part))
+        parse_request(last_parts({"type": "text", "text": "look"}, part), 16)
     assert refused.value.status == 400
     assert refused.value.param == "messages[2].content[1]"
     assert str(refused.value).startswith("messages[2].content[1]")

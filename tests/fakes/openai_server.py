@@ -46,6 +46,7 @@ class Step:
     # After this many chunks, wait for FakeOpenAI.release(); a request that does not stream
     # waits for it before any answer.
     hold_after: int | None = None
+    content_type: str = "application/json"  # of a raw body
 
     @classmethod
     def reply(
@@ -110,6 +111,12 @@ class Step:
     def raw(cls, body: str, *, status: int = 200) -> Step:
         """`body` sent verbatim as the JSON response (malformed answers, `"\\ud83d"` escapes)."""
         return cls("raw", text=body, status=status)
+
+    @classmethod
+    def raw_events(cls, *chunks: str) -> Step:
+        """A stream of these `data:` payloads verbatim, then `data: [DONE]` (malformed chunks)."""
+        body = "".join(f"data: {chunk}\n\n" for chunk in (*chunks, "[DONE]"))
+        return cls("raw", text=body, content_type="text/event-stream")
 
     @classmethod
     def hang(cls, seconds: float) -> Step:
@@ -301,6 +308,10 @@ class FakeOpenAI:
     def raw(self, body: str, *, status: int = 200) -> None:
         """Script a response body sent verbatim (e.g. `{"choices": []}`)."""
         self.add(Step.raw(body, status=status))
+
+    def raw_events(self, *chunks: str) -> None:
+        """Script a stream of these chunks sent verbatim, then `[DONE]`."""
+        self.add(Step.raw_events(*chunks))
 
     def hang(self, seconds: float) -> None:
         """Script a response that arrives only after `seconds`."""
@@ -502,7 +513,7 @@ class FakeOpenAI:
             return _error_response(step.status, step.text or "", step.retry_after)
         if step.kind == "raw":
             return web.Response(
-                text=step.text or "", status=step.status, content_type="application/json"
+                text=step.text or "", status=step.status, content_type=step.content_type
             )
 
         message: dict[str, Any] = {"role": "assistant", "content": step.text}

@@ -227,12 +227,12 @@ def test_missing_ids_and_malformed_bodies() -> None:
     assert [(c.id, c.name, c.arguments) for c in reply.tool_calls] == [("call_0", "f", "{}")]
     assert (reply.content, reply.usage, reply.finish_reason) == (None, None, None)
     bodies = {
-        b"<html>oops</html>": "server",
-        b"{}": "server",
-        b'{"choices": []}': "empty",
-        b'{"choices": [{"index": 0}]}': "server",  # no message
-        b"[1]": "server",
-        b"\xff\xfe": "server",
+        b"<html>oops</html>": "malformed",
+        b"{}": "malformed",
+        b'{"choices": []}': "malformed",
+        b'{"choices": [{"index": 0}]}': "malformed",  # no message
+        b"[1]": "malformed",
+        b"\xff\xfe": "malformed",
     }
     for raw, category in bodies.items():
         with pytest.raises(ProviderError) as err:

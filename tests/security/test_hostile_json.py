@@ -39,7 +39,7 @@ def test_a_model_response_nested_100k_deep_is_a_short_error(
     result = run_cli_here("chat", "-m", "answer me", env=env)
     log = (home.logs / "nanomem.log").read_text()
     assert result.returncode == 1 and len(result.stderr.strip().splitlines()) == 1
-    assert "model service" in result.stderr and "malformed response" in log
+    assert "answer was malformed" in result.stderr and "malformed response" in log
     assert "Traceback" not in result.stderr + log
 
 

@@ -9,11 +9,11 @@ the guard never saw. No cookies are stored between requests (a jar that keeps no
 from __future__ import annotations
 
 import asyncio
-import zlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from nanomem.features.web.guard import AddressGuard, Refused
+from nanomem.text.inflate import BrokenEncoding, Inflate, UnknownEncoding
 
 if TYPE_CHECKING:
     from aiohttp.abc import AbstractResolver
@@ -133,19 +133,16 @@ class WebClient:
         raise WebError(f"more than {self.max_redirects} redirects (tools.web.max_redirects)")
 
     async def _read(self, response: Any, url: str) -> Page:
-        encoding = response.headers.get("Content-Encoding", "").strip().lower()
-        if encoding in ("gzip", "x-gzip", "deflate"):
-            inflate: Any = zlib.decompressobj(zlib.MAX_WBITS | 32)  # gzip or zlib header
-        elif encoding in ("", "identity"):
-            inflate = None
-        else:
-            raise WebError(f"the server sent an encoding nanomem does not read ({encoding})")
+        try:
+            inflate = Inflate(response.headers.get("Content-Encoding", ""))
+        except UnknownEncoding as exc:
+            raise WebError(f"the server sent an encoding nanomem does not read ({exc})") from None
         body, cut = bytearray(), False
         async for chunk in response.content.iter_chunked(CHUNK):
             room = self.max_bytes - len(body)
             try:  # at most room+1 bytes out of each chunk: a bomb never inflates in memory
-                piece = inflate.decompress(chunk, room + 1) if inflate else chunk
-            except zlib.error:
+                piece = inflate.take(chunk, room)
+            except BrokenEncoding:
                 raise WebError("the page's compression is broken") from None
             body += piece[:room]
             if len(piece) > room:
