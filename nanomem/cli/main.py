@@ -22,6 +22,9 @@ if TYPE_CHECKING:
     from nanomem.home import Home
 
 EXIT_CONFIG = 2
+# 128 + SIGPIPE: what a shell reports for a Unix tool whose reader left (`yes | head`), so a
+# script tells "the reader had enough" from a failure (1).
+EXIT_READER_GONE = 141
 NO_MODEL = (
     "no model configured: set llm.model in {config} or the environment variable "
     "NANOMEM_LLM__MODEL (for example openai/gpt-4o-mini, or openai/<name> with "
@@ -167,7 +170,11 @@ def main(argv: list[str] | None = None) -> int:
             "memory": cmd_memory,
             "inbox": cmd_inbox,
         }[args.command]
-        return handler(args)
+        code = handler(args)
+        sys.stdout.flush()  # a reader that left is found here, not by the flush at exit
+        return code
+    except BrokenPipeError:  # stdout's reader closed it (`| head`): any command, any write
+        return _reader_gone()
     except CliError as exc:
         print(f"nanomem: {strip_escapes(str(exc))}", file=sys.stderr)  # may quote a file
         return exc.code
@@ -180,6 +187,18 @@ def main(argv: list[str] | None = None) -> int:
         shown = strip_escapes(f"{type(exc).__name__}: {exc}")
         print(f"nanomem: internal error: {shown}", file=sys.stderr)
         return 1
+
+
+def _reader_gone() -> int:
+    """Leave quietly, as a Unix tool does. What is still buffered for stdout goes to
+    /dev/null: flushing it at interpreter exit would print "Exception ignored" otherwise."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):  # stdout is no file (an in-process caller's buffer)
+        pass
+    return EXIT_READER_GONE
 
 
 def _home(args: argparse.Namespace) -> Home:
@@ -351,6 +370,7 @@ async def _one_shot(app: App, session: str, text: str) -> int:
             stream.finish(reply.content)
             code = 0
         await _background_tasks(app)
+        stream.check()  # the reader left mid-turn: main leaves quietly (the turn is saved)
         return code
     finally:
         await app.aclose()
