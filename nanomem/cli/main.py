@@ -22,9 +22,6 @@ if TYPE_CHECKING:
     from nanomem.home import Home
 
 EXIT_CONFIG = 2
-# 128 + SIGPIPE: what a shell reports for a Unix tool whose reader left (`yes | head`), so a
-# script tells "the reader had enough" from a failure (1).
-EXIT_READER_GONE = 141
 NO_MODEL = (
     "no model configured: set llm.model in {config} or the environment variable "
     "NANOMEM_LLM__MODEL (for example openai/gpt-4o-mini, or openai/<name> with "
@@ -174,7 +171,9 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout.flush()  # a reader that left is found here, not by the flush at exit
         return code
     except BrokenPipeError:  # stdout's reader closed it (`| head`): any command, any write
-        return _reader_gone()
+        from nanomem.cli.closed_stdout import reader_gone
+
+        return reader_gone()
     except CliError as exc:
         print(f"nanomem: {strip_escapes(str(exc))}", file=sys.stderr)  # may quote a file
         return exc.code
@@ -187,18 +186,6 @@ def main(argv: list[str] | None = None) -> int:
         shown = strip_escapes(f"{type(exc).__name__}: {exc}")
         print(f"nanomem: internal error: {shown}", file=sys.stderr)
         return 1
-
-
-def _reader_gone() -> int:
-    """Leave quietly, as a Unix tool does. What is still buffered for stdout goes to
-    /dev/null: flushing it at interpreter exit would print "Exception ignored" otherwise."""
-    try:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        os.close(devnull)
-    except (OSError, ValueError):  # stdout is no file (an in-process caller's buffer)
-        pass
-    return EXIT_READER_GONE
 
 
 def _home(args: argparse.Namespace) -> Home:
@@ -458,22 +445,22 @@ def _review_notice(path: Path, session: str) -> OutboundMessage:
 
 def cmd_gateway(args: argparse.Namespace) -> int:
     from nanomem.config import ConfigError
+    from nanomem.gateway.claim import AlreadyRunning, claim
     from nanomem.gateway.service import Gateway
 
     # A fresh container volume is onboarded silently and configured by environment variables.
-    app = _app(args, needs_model=True, stderr_level=args.log_level, durable=True)
-    try:
-        gateway = Gateway.from_app(app)
-        return asyncio.run(gateway.run())
-    except ConfigError as exc:
+    home, settings = _configured(args, needs_model=True)
+    try:  # claimed before the app is built: a running gateway's home is left alone
+        with claim(home, settings.gateway.port) as held:
+            app = _build(home, settings, args.log_level, durable=True, config=args.config)
+            return asyncio.run(Gateway.from_app(app).run(listening=held.announce))
+    except (ConfigError, AlreadyRunning) as exc:
         raise CliError(str(exc), EXIT_CONFIG) from None
 
 
-def _app(
-    args: argparse.Namespace, *, needs_model: bool, stderr_level: str | None, durable: bool = False
-) -> App:
+def _app(args: argparse.Namespace, *, needs_model: bool, stderr_level: str | None) -> App:
     home, settings = _configured(args, needs_model=needs_model)
-    return _build(home, settings, stderr_level, durable=durable, config=args.config)
+    return _build(home, settings, stderr_level, config=args.config)
 
 
 def _build(

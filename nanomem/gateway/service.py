@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 import os
 import signal
 from collections.abc import Awaitable, Callable
@@ -66,8 +67,9 @@ class Gateway:
             raise ConfigError(NO_CHANNEL.format(config=app.home.config))
         return cls(app, {name: load_channel(name).from_app(app) for name in names})
 
-    async def run(self) -> int:
-        """Serve until SIGTERM/SIGINT, then shut down gracefully; the exit code."""
+    async def run(self, listening: Callable[[int], None] | None = None) -> int:
+        """Serve until SIGTERM/SIGINT, then shut down gracefully; the exit code. `listening`
+        is told the port once the server listens."""
         settings, loop = self.app.settings.gateway, asyncio.get_running_loop()
         _make_room_for(settings.max_connections)
         try:
@@ -81,11 +83,9 @@ class Gateway:
                 read_timeout_s=settings.read_timeout_s,
             )
         except OSError as exc:
-            where = f"{settings.host}:{settings.port}"
-            raise ConfigError(
-                f"gateway: cannot listen on {where} ({exc.strerror}); "
-                "change gateway.host or gateway.port"
-            ) from None
+            raise ConfigError(_cannot_listen(settings.host, settings.port, exc)) from None
+        if listening is not None:
+            listening(self.port)
         for sig in SIGNALS:
             loop.add_signal_handler(sig, self.request_stop)
         logger.info("gateway: health at http://{}:{}/health", settings.host, self.port)
@@ -252,6 +252,20 @@ class Gateway:
             logger.warning("gateway: {} did not stop within {:.0f} s", what, limit_s)
         except Exception:
             logger.exception("gateway: stopping {} failed", what)
+
+
+def _cannot_listen(host: str, port: int, exc: OSError) -> str:
+    where = f"{host}:{port}"
+    if exc.errno != errno.EADDRINUSE:
+        change = "change gateway.host or gateway.port"
+        return f"gateway: cannot listen on {where} ({exc.strerror}); {change}"
+    # Not a gateway of this home: that one holds the home's lock, and this one would have
+    # been refused with its pid. Moving this one to another port is safe, then.
+    return (
+        f"gateway: cannot listen on {where} ({exc.strerror}): another program, or a gateway of "
+        f"another home, holds it (`ss -ltnp 'sport = :{port}'` shows which); stop that, or "
+        "give this home another gateway.port"
+    )
 
 
 def _make_room_for(connections: int) -> None:
