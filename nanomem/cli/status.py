@@ -38,7 +38,7 @@ def status_rows(
         ("web tools", _web_line(settings)),
         ("voice", _voice_line(settings)),
         ("gateway", _gateway_line(home)),
-        ("gateway address", f"{gw.host}:{gw.port}, at most {gw.max_connections} connections"),
+        ("gateway at", f"{gw.host}:{gw.port}, at most {gw.max_connections} connections"),
         ("agent api", _api_line(settings)),
         ("sessions", str(SessionStore(home.sessions).count())),
         ("schedules", ScheduleStore.of(home, settings.schedule).summary()),
