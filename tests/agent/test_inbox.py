@@ -14,7 +14,7 @@ from pathlib import Path
 
 from nanomem.agent.bus import MessageBus
 from nanomem.agent.channel import pump_outbound
-from nanomem.agent.inbox import SqliteInbox, parked_in
+from nanomem.agent.inbox import NEVER_FINISHED, SqliteInbox, parked_in
 from nanomem.agent.outbound import (
     Button,
     Delta,
@@ -275,6 +275,39 @@ def test_a_failed_message_waits_then_is_parked_until_the_owner_decides(tmp_path:
     assert not inbox.drop(other) and inbox.drop(seq)  # a message never failed is not dropped
     assert [p.seq for p in inbox.pending("telegram")] == [other]
     assert inbox.failed(seq, "KeyError", "", plan) is None  # gone: nothing to count
+
+
+def test_attempts_count_as_they_begin_and_none_ending_parks_the_message(tmp_path: Path) -> None:
+    inbox = SqliteInbox(tmp_path / "inbox.sqlite3")
+    (seq,) = inbox.add("telegram", [("42", {"text": "a long pdf"}, NOBODY)], None)
+    plan = functools.partial(retry_delay, max_attempts=2)
+    for attempt in (1, 2):  # each begins, and the process dies in it: no end is recorded
+        assert inbox.begin(seq, "a long pdf", plan) is None
+        (left,) = inbox.pending("telegram")
+        assert left.attempts == attempt and not left.failed  # replayed in its chat's order
+    parked = inbox.begin(seq, "a long pdf", plan)  # the third would begin: parked instead
+    assert parked is not None and parked.parked_at is not None and parked.attempts == 2
+    assert parked.last_error == NEVER_FINISHED and [p.seq for p in inbox.untold()] == [seq]
+    assert inbox.begin(seq, "a long pdf", plan) is None and inbox.count_parked() == 1
+    assert inbox.unpark(seq)  # the owner grants one more: it begins, not parked again
+    assert inbox.begin(seq, "a long pdf", plan) is None and inbox.count_parked() == 0
+    assert inbox.pending("telegram")[0].attempts == 3
+
+
+def test_an_attempt_begun_and_failed_counts_once_and_a_given_back_one_not(
+    tmp_path: Path,
+) -> None:
+    inbox = SqliteInbox(tmp_path / "inbox.sqlite3")
+    seq, other = inbox.add("telegram", [("42", {}, NOBODY), ("43", {}, NOBODY)], None)
+    plan = functools.partial(retry_delay, max_attempts=5)
+    inbox.begin(seq, "", plan)
+    failed = inbox.failed(seq, "KeyError", "", plan, counted=True)
+    assert failed is not None and failed.attempts == 1 and failed.next_at is not None
+    inbox.begin(seq, "", plan)  # its retry: under way, no longer waiting for one
+    assert inbox.retrying() == [] and not inbox.drop(seq)
+    inbox.begin(other, "", plan)
+    inbox.give_back(other)  # a graceful stop took it before its turn began
+    assert {p.seq: p.attempts for p in inbox.pending("telegram")} == {seq: 2, other: 0}
 
 
 async def test_a_restart_hands_back_only_what_no_retry_owns(tmp_path: Path) -> None:
