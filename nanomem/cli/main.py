@@ -446,14 +446,14 @@ def _review_notice(path: Path, session: str) -> OutboundMessage:
 def cmd_gateway(args: argparse.Namespace) -> int:
     from nanomem.config import ConfigError
     from nanomem.gateway.claim import AlreadyRunning, claim
-    from nanomem.gateway.service import Gateway
+    from nanomem.gateway.service import Gateway, serve
 
     # A fresh container volume is onboarded silently and configured by environment variables.
     home, settings = _configured(args, needs_model=True)
     try:  # claimed before the app is built: a running gateway's home is left alone
         with claim(home, settings.gateway.port) as held:
             app = _build(home, settings, args.log_level, durable=True, config=args.config)
-            return asyncio.run(Gateway.from_app(app).run(listening=held.announce))
+            return serve(Gateway.from_app(app), listening=held.announce)
     except (ConfigError, AlreadyRunning) as exc:
         raise CliError(str(exc), EXIT_CONFIG) from None
 
