@@ -66,7 +66,6 @@ class Gateway:
         self._exit_code = 0
         self._tasks: list[asyncio.Task[Any]] = []
         self._cancelling: asyncio.Future[Any] | None = None  # the second signal's hard stop
-        self._hard_exit: asyncio.TimerHandle | None = None  # in case even that hangs
         self.owns_process = False  # `serve`: a stop that hangs ends the process (os._exit)
 
     @classmethod
@@ -118,8 +117,6 @@ class Gateway:
             await runner.cleanup()
             for sig in SIGNALS:
                 loop.remove_signal_handler(sig)
-            if self._hard_exit is not None and not self.owns_process:
-                self._hard_exit.cancel()
         logger.info("gateway: stopped")
         return self._exit_code
 
@@ -179,7 +176,8 @@ class Gateway:
             self._cancelling = asyncio.gather(
                 self.app.loop.close(grace_s=0), self.app.stop_features(grace_s=0)
             )
-            self._hard_exit = loop.call_later(FORCED_EXIT_S, leave, 130, "a second signal")
+            if self.owns_process:  # in case even that hangs
+                loop.call_later(FORCED_EXIT_S, leave, 130, "a second signal")
         else:
             leave(130, "a third signal")
 
