@@ -180,6 +180,33 @@ async def test_a_stopping_loop_leaves_waiting_messages_in_the_inbox(
         inbox.close()
 
 
+async def test_a_graceful_stop_gives_back_the_attempt_of_a_turn_it_kept_from_beginning(
+    home: Home, tmp_path: Path
+) -> None:
+    inbox = SqliteInbox(tmp_path / "inbox.sqlite3")
+    bus = MessageBus(inbox=inbox)
+    provider = ScriptedProvider(latency=0.3)
+    settings = settings_for(home, agent={"max_concurrent_turns": 1})
+    app = build_app(settings, home, provider, bus)
+    serving = asyncio.create_task(app.loop.run())
+    try:
+        running = await stored(bus, "42", "first")
+        waiting = await stored(bus, "43", "second")  # another chat: waits for the turn slot
+        for msg in (running, waiting):
+            await bus.publish_inbound(msg)
+        await until(lambda: provider.calls)
+        await until(lambda: {p.seq: p.attempts for p in inbox.pending("telegram")}[waiting.seq])
+        app.loop.stop_taking()
+        await app.loop.close(grace_s=10)
+        (left,) = [p for p in inbox.pending("telegram") if p.reply is None]
+        assert left.seq == waiting.seq and left.attempts == 0  # counted, then given back
+        assert len(provider.calls) == 1
+    finally:
+        serving.cancel()
+        await asyncio.gather(serving, return_exceptions=True)
+        inbox.close()
+
+
 V1_SCHEMA = """
 CREATE TABLE messages (
     seq INTEGER PRIMARY KEY AUTOINCREMENT,
