@@ -23,7 +23,6 @@ from nanomem.gateway.service import AFTER_GRACE_S
 from nanomem.home import Home
 from tests.fakes.openai_server import FakeOpenAI, Step, echo_step
 from tests.fakes.telegram_server import FakeTelegram
-from tests.helpers import wait_until
 from tests.helpers.gateway import GatewayProcess, user_texts
 from tests.helpers.loopback import Model
 
@@ -56,8 +55,9 @@ def schedules_locked(home: Home) -> Iterator[None]:
 def stuck_turn(telegram: FakeTelegram, llm: FakeOpenAI) -> None:
     """Chat 1001's turn now waits in a worker thread for ever."""
     telegram.send_text(1001, STUCK)
-    wait_until(lambda: len(llm.requests) == 1, what="the tool call")
-    time.sleep(0.5)  # the tool's worker thread is now waiting for the lock
+    (status,) = telegram.wait_for_messages(1001, 1)  # the tool call's progress line: it runs
+    assert "schedules" in status["text"].lower() and len(llm.requests) == 1
+    time.sleep(0.5)  # its worker thread is waiting for the lock by now
 
 
 def stopped_within(process: GatewayProcess, limit_s: float, sig: int = signal.SIGTERM) -> float:
