@@ -294,10 +294,10 @@ def leave(code: int, why: str) -> NoReturn:
     """End the process now, with every process it started (shell commands, MCP servers) and
     its log written out; what was not answered stays in the inbox for the next start."""
     logger.warning("gateway: leaving now ({}); unanswered messages stay in the inbox", why)
-    from nanomem.tools.orphans import sweep
+    from nanomem.tools import kill_children
 
     with contextlib.suppress(Exception):
-        sweep(0, ())  # every child we have, whenever it started, with all it started
+        kill_children()
     logger.remove()  # closes the sinks: the log file is flushed
     os._exit(code)
 

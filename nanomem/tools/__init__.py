@@ -16,6 +16,7 @@ if TYPE_CHECKING:
         image_suffix,
         save_images,
     )
+    from nanomem.tools.orphans import kill_children
     from nanomem.tools.pdf import PdfText, PdfUnreadable, pdf_text
     from nanomem.tools.prctl import hide_environment
     from nanomem.tools.registry import Tool, ToolError, ToolRegistry, read_only_tool, truncated
@@ -45,6 +46,7 @@ __all__ = [
     "decide",
     "hide_environment",
     "image_suffix",
+    "kill_children",
     "pdf_text",
     "read_checked",
     "read_only_tool",
@@ -66,6 +68,7 @@ __getattr__ = lazy_exports(
             "image_suffix",
             "save_images",
         ),
+        "orphans": ("kill_children",),
         "registry": ("Tool", "ToolError", "ToolRegistry", "read_only_tool", "truncated"),
         "pdf": ("PdfText", "PdfUnreadable", "pdf_text"),
         "prctl": ("hide_environment",),
