@@ -93,6 +93,12 @@ class Home:
         return self.root / "sent-files"
 
     @property
+    def gateway(self) -> Path:
+        """The running gateway's pid and port, while it holds the `gateway` lock
+        (gateway/claim.py); a file left by a killed one means nothing without the lock."""
+        return self.root / "gateway.json"
+
+    @property
     def locks(self) -> Path:
         """Lock files shared by every process on this home; outside the workspace, so the
         agent's file tools can never replace one."""

@@ -275,8 +275,11 @@ async def test_a_busy_port_is_a_configuration_error(home: Home) -> None:
         taken.listen()
         port = taken.getsockname()[1]
         app = make_app(home, ScriptedProvider(), gateway={"port": port})
-        with pytest.raises(ConfigError, match=f"cannot listen on 127.0.0.1:{port}"):
+        with pytest.raises(ConfigError, match=f"cannot listen on 127.0.0.1:{port}") as raised:
             await Gateway(app, {"fake": FakeChannel("fake")}).run()
+    # Not a gateway of this home (that one would have been refused by its lock): moving this
+    # one to another port is the fix, not a step towards two gateways polling one bot.
+    assert "another program, or a gateway of another home" in str(raised.value)
 
 
 def test_home_is_onboarded_by_the_gateway_itself(tmp_path: Path) -> None:

@@ -86,6 +86,7 @@ class MessageBus:
         # Marking messages answered or done: a burst of replies shares a few thread hops.
         self._marks = ThreadBatch()
         self.retry_plan: RetryPlan | None = None  # set from agent.max_attempts (app.py)
+        self._begun: set[int] = set()  # inbox messages whose counted attempt runs here
         self.retry_wake = asyncio.Event()  # a failure was recorded: its retry may come sooner
 
     # Durability: every call is a no-op without an inbox.
@@ -115,6 +116,8 @@ class MessageBus:
             return []
         waiting = []
         for pending in await asyncio.to_thread(self.inbox.pending, channel):
+            if pending.seq in self._begun:  # a retry that began meanwhile
+                continue
             if pending.reply is not None:
                 await self.publish_outbound(OutboundMessage.from_dict(pending.reply, pending.seq))
             elif not pending.failed:
@@ -125,32 +128,59 @@ class MessageBus:
         """The turn is saved; the message stays until its reply is delivered."""
         if self.inbox is not None and msg.seq is not None:
             content = None if reply is None else reply.to_dict()
+            self._begun.discard(msg.seq)
             await self._marks.run(self.inbox.answered, msg.seq, content)
 
     async def answer_for(self, seq: int | None, reply: OutboundMessage) -> None:
         """A channel answers a stored message itself (a greeting, a file too big): the answer
         is kept like a turn's reply, and the message leaves once it is delivered."""
         if self.inbox is not None and seq is not None:
+            self._begun.discard(seq)
             await self._marks.run(self.inbox.answered, seq, reply.to_dict())
+
+    async def begin(self, seq: int, preview: str) -> Pending | None:
+        """Count an attempt at a stored message before it starts, so one that crashes, hangs
+        or is killed with the process counts too; the message, parked instead, when its
+        attempts are used up (None: go on)."""
+        if self.inbox is None:
+            return None
+        self._begun.add(seq)
+        try:
+            parked = await self._marks.run(self.inbox.begin, seq, preview, self._plan())
+        except BaseException:
+            self._begun.discard(seq)
+            raise
+        if parked is not None:
+            self._begun.discard(seq)
+        return parked
+
+    async def give_back(self, seq: int | None) -> None:
+        """A counted attempt that our own graceful stop ended before its turn began."""
+        if self.inbox is not None and seq is not None and seq in self._begun:
+            self._begun.discard(seq)
+            await self._marks.run(self.inbox.give_back, seq)
 
     async def failed(
         self, seq: int, error: str, preview: str, *, park: bool = False
     ) -> Pending | None:
-        """Count a failed attempt at a stored message (its next one is planned, or it is
+        """Record a failed attempt at a stored message (its next one is planned, or it is
         parked: at once with `park`); the message as it is now, None when it is gone or there
         is no inbox."""
         if self.inbox is None:
             return None
-        plan = self.retry_plan
-        if park:
-            plan = _never
-        elif plan is None:  # a bus built without settings (tests): the settings' defaults
-            from nanomem.agent.retries import retry_delay
-
-            plan = retry_delay
-        kept = await asyncio.to_thread(self.inbox.failed, seq, error, preview, plan)
+        counted = seq in self._begun  # by `begin`, unless it failed before it began
+        self._begun.discard(seq)
+        plan = _never if park else self._plan()
+        kept = await asyncio.to_thread(self.inbox.failed, seq, error, preview, plan, counted)
         self.retry_wake.set()
         return kept
+
+    def _plan(self) -> RetryPlan:
+        if self.retry_plan is None:  # a bus built without settings (tests): the defaults
+            from nanomem.agent.retries import retry_delay
+
+            return retry_delay
+        return self.retry_plan
 
     async def delivered(self, reply: OutboundMessage) -> None:
         if self.inbox is not None and reply.seq is not None and reply.is_answer:
@@ -159,6 +189,7 @@ class MessageBus:
     async def forget(self, seq: int | None) -> None:
         """A message the channel answered itself or turned away after storing it."""
         if self.inbox is not None and seq is not None:
+            self._begun.discard(seq)
             await self._marks.run(self.inbox.done, seq)
 
     # Queues.

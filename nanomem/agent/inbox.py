@@ -12,6 +12,11 @@ A message whose handling failed inside nanomem stays, with its attempts, the tim
 attempt and the class of its last error (never the error's text: it may hold a secret); after
 the last attempt it is parked: kept, never tried again on its own, until the owner retries or
 drops it (`nanomem inbox`).
+
+Attempts are counted as they begin (`begin`), not as they end: a handler that crashes the
+process, hangs until it is killed, or is SIGKILLed mid-turn never ends, and would otherwise be
+replayed at every start for ever. A message whose attempts are used up without one finishing
+is parked when the next would begin.
 """
 
 from __future__ import annotations
@@ -51,7 +56,7 @@ CREATE TABLE IF NOT EXISTS positions (name TEXT PRIMARY KEY, value TEXT NOT NULL
 # Version 2: what failed attempts left. Added to an older file's table as it opens (ALTER TABLE
 # ADD COLUMN changes no row), so every inbox ever written still loads.
 _ADDED_COLUMNS = {
-    "attempts": "INTEGER NOT NULL DEFAULT 0",  # failed attempts so far
+    "attempts": "INTEGER NOT NULL DEFAULT 0",  # attempts begun so far, none of them a success
     "next_at": "TEXT",  # when the next attempt is due (ISO, UTC); NULL when none waits
     "last_error": "TEXT",  # the class of the last error
     "preview": "TEXT",  # the message's first words, for `nanomem status`
@@ -66,6 +71,8 @@ _COLUMNS = (
 )
 # attempts so far → seconds until the next attempt, or None: park it.
 Plan = Callable[[int], float | None]
+# The last error of a message parked because none of its attempts ever ended.
+NEVER_FINISHED = "never finished (a crash, a kill or a hang)"
 
 
 @dataclass(frozen=True)
@@ -79,7 +86,7 @@ class Pending:
     received_at: datetime
     payload: dict[str, Any]
     reply: dict[str, Any] | None
-    attempts: int = 0  # failed attempts so far
+    attempts: int = 0  # attempts begun so far
     next_at: datetime | None = None
     last_error: str = ""
     preview: str = ""
@@ -95,8 +102,9 @@ class Pending:
 
     @property
     def failed(self) -> bool:
-        """Its handling failed and it waits for another attempt (or for the owner, parked)."""
-        return self.reply is None and self.attempts > 0
+        """Its handling failed and it waits for another attempt (or for the owner, parked).
+        One whose attempt never ended (a crash) is not: it is replayed in its chat's order."""
+        return self.reply is None and (self.next_at is not None or self.parked_at is not None)
 
 
 class Inbox(Protocol):
@@ -120,9 +128,19 @@ class Inbox(Protocol):
 
     def count_parked(self) -> int: ...
 
-    def failed(self, seq: int, error: str, preview: str, plan: Plan) -> Pending | None:
-        """Count a failed attempt: the next one is due after `plan(attempts)` seconds, or the
-        message is parked (None from the plan). The message as it is now (None: gone)."""
+    def begin(self, seq: int, preview: str, plan: Plan) -> Pending | None:
+        """Count an attempt before it starts; the message, parked instead, when the attempts
+        `plan` allows are used up (None: go on)."""
+
+    def give_back(self, seq: int) -> None:
+        """Uncount an attempt that ended before its turn began (a graceful stop)."""
+
+    def failed(
+        self, seq: int, error: str, preview: str, plan: Plan, counted: bool = False
+    ) -> Pending | None:
+        """Record a failed attempt (`counted`: by `begin` already): the next one is due after
+        `plan(attempts)` seconds, or the message is parked (None from the plan). The message
+        as it is now (None: gone)."""
 
     def retrying(self) -> list[Pending]:
         """Failed messages waiting for their next attempt, the soonest first."""
@@ -228,14 +246,51 @@ class SqliteInbox:
     def pending(self, channel: str) -> list[Pending]:
         return self._select("WHERE channel = ? ORDER BY seq", channel)
 
-    def failed(self, seq: int, error: str, preview: str, plan: Plan) -> Pending | None:
+    def begin(self, seq: int, preview: str, plan: Plan) -> Pending | None:
+        with self._lock:
+            row = self._db.execute(
+                "SELECT attempts, next_at FROM messages WHERE seq = ? AND reply IS NULL "
+                "AND parked_at IS NULL",
+                (seq,),
+            ).fetchone()
+            if row is None:  # answered already, or gone: nothing to count
+                return None
+            # A due retry (next_at) was planned when its last attempt ended, or granted by the
+            # owner (`nanomem inbox retry`); otherwise the attempts before it never ended.
+            attempts, planned = int(row[0]), row[1] is not None
+            if planned or not (attempts and plan(attempts) is None):
+                # No fsync (as for `answered`): a crash of the process cannot undo the write.
+                self._db.execute(
+                    "UPDATE messages SET attempts = attempts + 1, next_at = NULL WHERE seq = ?",
+                    (seq,),
+                )
+                return None
+            self._db.execute(
+                "UPDATE messages SET next_at = NULL, last_error = ?, preview = ?, parked_at = ? "
+                "WHERE seq = ?",
+                (NEVER_FINISHED, preview, _iso(datetime.now(UTC)), seq),
+            )
+        found = self._select("WHERE seq = ?", seq)
+        return found[0] if found else None
+
+    def give_back(self, seq: int) -> None:
+        with self._lock:
+            self._db.execute(
+                "UPDATE messages SET attempts = attempts - 1 WHERE seq = ? AND attempts > 0 "
+                f"AND reply IS NULL AND next_at IS NULL AND NOT ({_PARKED})",
+                (seq,),
+            )
+
+    def failed(
+        self, seq: int, error: str, preview: str, plan: Plan, counted: bool = False
+    ) -> Pending | None:
         with self._lock:
             row = self._db.execute(
                 "SELECT attempts FROM messages WHERE seq = ? AND reply IS NULL", (seq,)
             ).fetchone()
             if row is None:
                 return None
-            attempts = int(row[0]) + 1
+            attempts = max(int(row[0]) + (0 if counted else 1), 1)
             delay = plan(attempts)
             now = datetime.now(UTC)
             due = None if delay is None else _iso(now + timedelta(seconds=delay))
@@ -249,7 +304,8 @@ class SqliteInbox:
 
     def retrying(self) -> list[Pending]:
         return self._select(
-            "WHERE reply IS NULL AND attempts > 0 AND parked_at IS NULL ORDER BY next_at, seq"
+            "WHERE reply IS NULL AND next_at IS NOT NULL AND parked_at IS NULL "
+            "ORDER BY next_at, seq"
         )
 
     def parked(self) -> list[Pending]:
@@ -276,7 +332,9 @@ class SqliteInbox:
     def drop(self, seq: int) -> bool:
         with self._lock:
             changed = self._db.execute(
-                "DELETE FROM messages WHERE seq = ? AND reply IS NULL AND attempts > 0", (seq,)
+                "DELETE FROM messages WHERE seq = ? AND reply IS NULL "
+                "AND (next_at IS NOT NULL OR parked_at IS NOT NULL)",
+                (seq,),
             ).rowcount
         return changed > 0
 

@@ -37,7 +37,7 @@ from nanomem.agent.outbound import (
 )
 from nanomem.agent.react_loop import ReactResult, StepText, react, seal_tool_calls
 from nanomem.agent.replay import find_message, finished_reply, turn_after
-from nanomem.agent.retries import keep_for_retry
+from nanomem.agent.retries import count_attempt, keep_for_retry
 from nanomem.agent.templates import Templates
 from nanomem.audience import audience_of
 from nanomem.config import Settings
@@ -158,8 +158,8 @@ class AgentLoop:
         return bool(found and found[0].immediate)
 
     async def _serve(self, msg: InboundMessage) -> None:
-        if self._draining:
-            return  # stopping: the message stays in the inbox for the next start
+        if self._draining or not await count_attempt(self.bus, msg):
+            return  # stopping (it stays in the inbox for the next start), or parked
         finished: Finished = []
         with self.answering.answering(msg.session_key):
             try:
@@ -171,8 +171,9 @@ class AgentLoop:
                 reply = await self._handle(msg, self.bus.publish_outbound, finished)
                 # Recorded before it is sent: a crash from here on re-sends it, never loses it.
                 await self.bus.answered(msg, reply)
-            except Deferred:
-                return  # stopping: the message stays in the inbox for the next start
+            except Deferred:  # stopping before its turn began: not the message's fault
+                await self.bus.give_back(msg.seq)
+                return  # it stays in the inbox for the next start
             except Exception as exc:
                 logger.opt(exception=exc).error(
                     "failed to handle a message for {}", msg.session_key

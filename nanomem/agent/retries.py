@@ -83,6 +83,32 @@ def parked_notice(p: Pending) -> str:
     )
 
 
+async def count_attempt(bus: MessageBus, msg: InboundMessage) -> bool:
+    """Count an attempt at an inbox message before it starts (`MessageBus.begin`); False when
+    its attempts were used up without one ever ending (a crash, a kill, a hang): it is parked
+    instead, the person told here, the owner by the gateway, as for any parked message."""
+    if msg.seq is None:
+        return True
+    try:
+        parked = await bus.begin(msg.seq, first_words(msg.content))
+    except Exception:  # the inbox busy past its timeout, say: answered all the same
+        logger.exception("could not count an attempt at message {}", msg.seq)
+        return True
+    if parked is None:
+        return True
+    logger.bind(**{EACH: True}).error(
+        "message {} ({}) is parked: none of its {} ever ended (a crash, a kill or a hang); "
+        "`nanomem inbox retry {}` tries it again",
+        msg.seq,
+        msg.session_key,
+        plural(parked.attempts, "attempt"),
+        msg.seq,
+    )
+    note = replace(OutboundMessage.answering(msg, Text(GIVEN_UP, "error")), seq=None)
+    await bus.publish_outbound(note)
+    return False
+
+
 async def keep_for_retry(
     bus: MessageBus, msg: InboundMessage, exc: BaseException
 ) -> OutboundMessage | None:

@@ -167,7 +167,13 @@ def main(argv: list[str] | None = None) -> int:
             "memory": cmd_memory,
             "inbox": cmd_inbox,
         }[args.command]
-        return handler(args)
+        code = handler(args)
+        sys.stdout.flush()  # a reader that left is found here, not by the flush at exit
+        return code
+    except BrokenPipeError:  # stdout's reader closed it (`| head`): any command, any write
+        from nanomem.cli.closed_stdout import reader_gone
+
+        return reader_gone()
     except CliError as exc:
         print(f"nanomem: {strip_escapes(str(exc))}", file=sys.stderr)  # may quote a file
         return exc.code
@@ -352,6 +358,7 @@ async def _one_shot(app: App, session: str, text: str) -> int:
             stream.finish(reply.content)
             code = 0
         await _background_tasks(app)
+        stream.check()  # the reader left mid-turn: main leaves quietly (the turn is saved)
         return code
     finally:
         await app.aclose()
@@ -440,25 +447,24 @@ def _review_notice(path: Path, session: str) -> OutboundMessage:
 def cmd_gateway(args: argparse.Namespace) -> int:
     from nanomem.cli.onboard import ensure_api_key
     from nanomem.config import ConfigError
-    from nanomem.gateway.service import Gateway
+    from nanomem.gateway.claim import AlreadyRunning, claim
+    from nanomem.gateway.service import Gateway, serve
 
     # A fresh container volume is onboarded silently and configured by environment variables.
     home, settings = _configured(args, needs_model=True)
-    if ensure_api_key(settings, _config_path(args, home), home):  # the API never goes keyless
-        settings = _settings(args, home)
-    app = _build(home, settings, args.log_level, durable=True, config=args.config)
-    try:
-        gateway = Gateway.from_app(app)
-        return asyncio.run(gateway.run())
-    except ConfigError as exc:
+    try:  # claimed before the app is built: a running gateway's home is left alone
+        with claim(home, settings.gateway.port) as held:
+            if ensure_api_key(settings, _config_path(args, home), home):  # never keyless
+                settings = _settings(args, home)
+            app = _build(home, settings, args.log_level, durable=True, config=args.config)
+            return serve(Gateway.from_app(app), listening=held.announce)
+    except (ConfigError, AlreadyRunning) as exc:
         raise CliError(str(exc), EXIT_CONFIG) from None
 
 
-def _app(
-    args: argparse.Namespace, *, needs_model: bool, stderr_level: str | None, durable: bool = False
-) -> App:
+def _app(args: argparse.Namespace, *, needs_model: bool, stderr_level: str | None) -> App:
     home, settings = _configured(args, needs_model=needs_model)
-    return _build(home, settings, stderr_level, durable=durable, config=args.config)
+    return _build(home, settings, stderr_level, config=args.config)
 
 
 def _build(

@@ -37,7 +37,8 @@ def status_rows(
         ("shell sandbox", _sandbox_state(settings)),
         ("web tools", _web_line(settings)),
         ("voice", _voice_line(settings)),
-        ("gateway", f"{gw.host}:{gw.port}, at most {gw.max_connections} connections"),
+        ("gateway", _gateway_line(home)),
+        ("gateway at", f"{gw.host}:{gw.port}, at most {gw.max_connections} connections"),
         ("agent api", _api_line(settings)),
         ("sessions", str(SessionStore(home.sessions).count())),
         ("schedules", ScheduleStore.of(home, settings.schedule).summary()),
@@ -54,6 +55,13 @@ def _mcp_rows(home: Home, settings: Settings) -> list[tuple[str, str]]:
     from nanomem.features.mcp import status_lines  # not the SDK: a small file read
 
     return status_lines(home.mcp_state, {name: s.enabled for name, s in servers.items()})
+
+
+def _gateway_line(home: Home) -> str:
+    from nanomem.gateway.claim import running
+
+    found = running(home)
+    return "not running" if found is None else f"running ({found.describe()})"
 
 
 def _sandbox_state(settings: Settings) -> str:

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import errno
 import os
 import signal
+import threading
 from collections.abc import Awaitable, Callable
-from typing import Any, Protocol
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, NoReturn, Protocol
 
 from loguru import logger
 
@@ -34,7 +38,12 @@ RETRY_FIRST_S, RETRY_MAX_S = 1.0, 300.0
 STOP_CHANNEL_S = 25.0  # per channel, after the grace period
 PARKED_CHECK_S = 5.0  # how often messages parked after their last attempt are looked for
 FD_RESERVE = 256  # file descriptors kept for all but the HTTP server's connections
-FORCED_EXIT_S = 5.0  # after a second signal: cancel everything, then leave whatever happens
+FORCED_EXIT_S = 1.0  # after a second signal: cancel everything, then leave whatever happens
+# After gateway.grace_s: cancelled turns saved, replies delivered, channels stopped. The
+# process has ended this long after the first signal at the latest, whatever hangs.
+AFTER_GRACE_S = 10.0
+THREADS_S = 2.0  # the last wait for work in worker threads, which nothing can cancel
+WORKERS = "nanomem-worker"  # the worker threads' names (asyncio.to_thread's pool)
 
 
 class GatewayChannel(Channel, Protocol):
@@ -57,7 +66,7 @@ class Gateway:
         self._exit_code = 0
         self._tasks: list[asyncio.Task[Any]] = []
         self._cancelling: asyncio.Future[Any] | None = None  # the second signal's hard stop
-        self._hard_exit: asyncio.TimerHandle | None = None  # in case even that hangs
+        self.owns_process = False  # `serve`: a stop that hangs ends the process (os._exit)
 
     @classmethod
     def from_app(cls, app: App) -> Gateway:
@@ -66,8 +75,9 @@ class Gateway:
             raise ConfigError(NO_CHANNEL.format(config=app.home.config))
         return cls(app, {name: load_channel(name).from_app(app) for name in names})
 
-    async def run(self) -> int:
-        """Serve until SIGTERM/SIGINT, then shut down gracefully; the exit code."""
+    async def run(self, listening: Callable[[int], None] | None = None) -> int:
+        """Serve until SIGTERM/SIGINT, then shut down gracefully; the exit code. `listening`
+        is told the port once the server listens."""
         settings, loop = self.app.settings.gateway, asyncio.get_running_loop()
         _make_room_for(settings.max_connections)
         try:
@@ -81,11 +91,9 @@ class Gateway:
                 read_timeout_s=settings.read_timeout_s,
             )
         except OSError as exc:
-            where = f"{settings.host}:{settings.port}"
-            raise ConfigError(
-                f"gateway: cannot listen on {where} ({exc.strerror}); "
-                "change gateway.host or gateway.port"
-            ) from None
+            raise ConfigError(_cannot_listen(settings.host, settings.port, exc)) from None
+        if listening is not None:
+            listening(self.port)
         for sig in SIGNALS:
             loop.add_signal_handler(sig, self.request_stop)
         logger.info("gateway: health at http://{}:{}/health", settings.host, self.port)
@@ -109,8 +117,6 @@ class Gateway:
             await runner.cleanup()
             for sig in SIGNALS:
                 loop.remove_signal_handler(sig)
-            if self._hard_exit is not None:
-                self._hard_exit.cancel()
         logger.info("gateway: stopped")
         return self._exit_code
 
@@ -156,18 +162,24 @@ class Gateway:
             self._stop.set()
 
     def request_stop(self) -> None:
+        loop = asyncio.get_running_loop()
         if not self._stop.is_set():
             logger.info("gateway: stopping (a second signal stops at once)")
             self._stop.set()
+            if self.owns_process:  # never cancelled: it fires unless the process has ended
+                bound = self.app.settings.gateway.grace_s + AFTER_GRACE_S
+                why = f"still stopping {bound:g} s after the signal"
+                loop.call_later(bound, lambda: leave(self._exit_code, why))
         elif not self._forced:
             logger.warning("gateway: stopping at once")
             self._forced = True
             self._cancelling = asyncio.gather(
                 self.app.loop.close(grace_s=0), self.app.stop_features(grace_s=0)
             )
-            self._hard_exit = asyncio.get_running_loop().call_later(FORCED_EXIT_S, os._exit, 130)
+            if self.owns_process:  # in case even that hangs
+                loop.call_later(FORCED_EXIT_S, leave, 130, "a second signal")
         else:
-            os._exit(130)
+            leave(130, "a third signal")
 
     async def _supervise(self, name: str, channel: GatewayChannel) -> None:
         """Start a channel, retrying with backoff until it runs; then deliver its outbox."""
@@ -252,6 +264,56 @@ class Gateway:
             logger.warning("gateway: {} did not stop within {:.0f} s", what, limit_s)
         except Exception:
             logger.exception("gateway: stopping {} failed", what)
+
+
+def serve(gateway: Gateway, listening: Callable[[int], None] | None = None) -> int:
+    """Run the gateway as its process's whole life (`nanomem gateway`): the exit code. The
+    stop is bounded: work stuck in a worker thread (asyncio.to_thread cannot be cancelled)
+    would keep the process alive for ever, since asyncio.run and the interpreter wait for
+    every worker; the process leaves without it instead (`leave`)."""
+    gateway.owns_process = True
+
+    async def bounded() -> int:
+        workers = ThreadPoolExecutor(thread_name_prefix=WORKERS)
+        asyncio.get_running_loop().set_default_executor(workers)
+        code = await gateway.run(listening)
+        workers.shutdown(wait=False, cancel_futures=True)  # idle workers end at once
+        await _until(lambda: not _busy_workers(), THREADS_S)
+        if stuck := _busy_workers():
+            leave(code, f"{len(stuck)} worker thread(s) still busy after the stop")
+        return code
+
+    return asyncio.run(bounded())
+
+
+def _busy_workers() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name.startswith(WORKERS) and t.is_alive()]
+
+
+def leave(code: int, why: str) -> NoReturn:
+    """End the process now, with every process it started (shell commands, MCP servers) and
+    its log written out; what was not answered stays in the inbox for the next start."""
+    logger.warning("gateway: leaving now ({}); unanswered messages stay in the inbox", why)
+    from nanomem.tools import kill_children
+
+    with contextlib.suppress(Exception):
+        kill_children()
+    logger.remove()  # closes the sinks: the log file is flushed
+    os._exit(code)
+
+
+def _cannot_listen(host: str, port: int, exc: OSError) -> str:
+    where = f"{host}:{port}"
+    if exc.errno != errno.EADDRINUSE:
+        change = "change gateway.host or gateway.port"
+        return f"gateway: cannot listen on {where} ({exc.strerror}); {change}"
+    # Not a gateway of this home: that one holds the home's lock, and this one would have
+    # been refused with its pid. Moving this one to another port is safe, then.
+    return (
+        f"gateway: cannot listen on {where} ({exc.strerror}): another program, or a gateway of "
+        f"another home, holds it (`ss -ltnp 'sport = :{port}'` shows which); stop that, or "
+        "give this home another gateway.port"
+    )
 
 
 def _make_room_for(connections: int) -> None:

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
         save_images,
     )
     from nanomem.tools.limits import Limits
-    from nanomem.tools.orphans import REAPER, own_children, spawn_lock
+    from nanomem.tools.orphans import REAPER, kill_children, own_children, spawn_lock
     from nanomem.tools.pdf import PdfText, PdfUnreadable, pdf_text
     from nanomem.tools.prctl import hide_environment
     from nanomem.tools.registry import Tool, ToolError, ToolRegistry, read_only_tool, truncated
@@ -49,6 +49,7 @@ __all__ = [
     "decide",
     "hide_environment",
     "image_suffix",
+    "kill_children",
     "own_children",
     "pdf_text",
     "read_checked",
@@ -74,7 +75,7 @@ __getattr__ = lazy_exports(
         ),
         "registry": ("Tool", "ToolError", "ToolRegistry", "read_only_tool", "truncated"),
         "limits": ("Limits",),
-        "orphans": ("REAPER", "own_children", "spawn_lock"),
+        "orphans": ("REAPER", "kill_children", "own_children", "spawn_lock"),
         "pdf": ("PdfText", "PdfUnreadable", "pdf_text"),
         "prctl": ("hide_environment",),
         "safe_open": ("read_checked", "read_text_below"),

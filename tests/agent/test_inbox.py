@@ -14,7 +14,7 @@ from pathlib import Path
 
 from nanomem.agent.bus import MessageBus
 from nanomem.agent.channel import pump_outbound
-from nanomem.agent.inbox import SqliteInbox, parked_in
+from nanomem.agent.inbox import NEVER_FINISHED, SqliteInbox, parked_in
 from nanomem.agent.outbound import (
     Button,
     Delta,
@@ -180,6 +180,33 @@ async def test_a_stopping_loop_leaves_waiting_messages_in_the_inbox(
         inbox.close()
 
 
+async def test_a_graceful_stop_gives_back_the_attempt_of_a_turn_it_kept_from_beginning(
+    home: Home, tmp_path: Path
+) -> None:
+    inbox = SqliteInbox(tmp_path / "inbox.sqlite3")
+    bus = MessageBus(inbox=inbox)
+    provider = ScriptedProvider(latency=0.3)
+    settings = settings_for(home, agent={"max_concurrent_turns": 1})
+    app = build_app(settings, home, provider, bus)
+    serving = asyncio.create_task(app.loop.run())
+    try:
+        running = await stored(bus, "42", "first")
+        waiting = await stored(bus, "43", "second")  # another chat: waits for the turn slot
+        for msg in (running, waiting):
+            await bus.publish_inbound(msg)
+        await until(lambda: provider.calls)
+        await until(lambda: {p.seq: p.attempts for p in inbox.pending("telegram")}[waiting.seq])
+        app.loop.stop_taking()
+        await app.loop.close(grace_s=10)
+        (left,) = [p for p in inbox.pending("telegram") if p.reply is None]
+        assert left.seq == waiting.seq and left.attempts == 0  # counted, then given back
+        assert len(provider.calls) == 1
+    finally:
+        serving.cancel()
+        await asyncio.gather(serving, return_exceptions=True)
+        inbox.close()
+
+
 V1_SCHEMA = """
 CREATE TABLE messages (
     seq INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -275,6 +302,39 @@ def test_a_failed_message_waits_then_is_parked_until_the_owner_decides(tmp_path:
     assert not inbox.drop(other) and inbox.drop(seq)  # a message never failed is not dropped
     assert [p.seq for p in inbox.pending("telegram")] == [other]
     assert inbox.failed(seq, "KeyError", "", plan) is None  # gone: nothing to count
+
+
+def test_attempts_count_as_they_begin_and_none_ending_parks_the_message(tmp_path: Path) -> None:
+    inbox = SqliteInbox(tmp_path / "inbox.sqlite3")
+    (seq,) = inbox.add("telegram", [("42", {"text": "a long pdf"}, NOBODY)], None)
+    plan = functools.partial(retry_delay, max_attempts=2)
+    for attempt in (1, 2):  # each begins, and the process dies in it: no end is recorded
+        assert inbox.begin(seq, "a long pdf", plan) is None
+        (left,) = inbox.pending("telegram")
+        assert left.attempts == attempt and not left.failed  # replayed in its chat's order
+    parked = inbox.begin(seq, "a long pdf", plan)  # the third would begin: parked instead
+    assert parked is not None and parked.parked_at is not None and parked.attempts == 2
+    assert parked.last_error == NEVER_FINISHED and [p.seq for p in inbox.untold()] == [seq]
+    assert inbox.begin(seq, "a long pdf", plan) is None and inbox.count_parked() == 1
+    assert inbox.unpark(seq)  # the owner grants one more: it begins, not parked again
+    assert inbox.begin(seq, "a long pdf", plan) is None and inbox.count_parked() == 0
+    assert inbox.pending("telegram")[0].attempts == 3
+
+
+def test_an_attempt_begun_and_failed_counts_once_and_a_given_back_one_not(
+    tmp_path: Path,
+) -> None:
+    inbox = SqliteInbox(tmp_path / "inbox.sqlite3")
+    seq, other = inbox.add("telegram", [("42", {}, NOBODY), ("43", {}, NOBODY)], None)
+    plan = functools.partial(retry_delay, max_attempts=5)
+    inbox.begin(seq, "", plan)
+    failed = inbox.failed(seq, "KeyError", "", plan, counted=True)
+    assert failed is not None and failed.attempts == 1 and failed.next_at is not None
+    inbox.begin(seq, "", plan)  # its retry: under way, no longer waiting for one
+    assert inbox.retrying() == [] and not inbox.drop(seq)
+    inbox.begin(other, "", plan)
+    inbox.give_back(other)  # a graceful stop took it before its turn began
+    assert {p.seq: p.attempts for p in inbox.pending("telegram")} == {seq: 2, other: 0}
 
 
 async def test_a_restart_hands_back_only_what_no_retry_owns(tmp_path: Path) -> None:

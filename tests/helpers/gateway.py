@@ -43,9 +43,10 @@ class GatewayProcess:
             "NANOMEM_GATEWAY__PORT": "0",
             "NANOMEM_DREAM__ENABLED": "false",  # no scheduled run may consume scripted replies
         }
+        self.env = cli_env(home, llm, **(settings | env))
         self.proc = subprocess.Popen(
             [*NANOMEM, "gateway"],
-            env=cli_env(home, llm, **(settings | env)),
+            env=self.env,
             stderr=subprocess.PIPE,
             text=True,
         )

@@ -243,3 +243,24 @@ async def test_one_chats_sweep_never_kills_a_command_another_chat_starts_meanwhi
     )
     survived = [r for r in results[4:] if r == "exit code 0\nalive\n"]
     assert len(survived) == 12, results[4:]
+
+
+def test_kill_children_leaves_no_child_nor_what_it_started() -> None:
+    """What a gateway leaving at once uses: run in a process of its own, whose children are a
+    group leader that ignores its stdin closing (an MCP server's way to outlive us) and what
+    that one started in a new session."""
+    argv = sleeper()
+    code = (
+        "import subprocess, sys\n"
+        "from nanomem.tools import kill_children\n"
+        f"inner = {shlex.join(argv)!r}\n"
+        "subprocess.Popen(['sh', '-c', f'setsid {inner} & {inner}'], start_new_session=True)\n"
+        "import time; time.sleep(0.5)\n"
+        "print(kill_children())\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    assert int(result.stdout) >= 3  # sh, and both sleeps
+    assert survivors(argv, within_s=5) == []
