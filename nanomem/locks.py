@@ -5,6 +5,7 @@ a stale lock behind. Each `FileLock` also excludes the threads and tasks of its 
 flock alone would let two holders in one process share it). Async forms poll with LOCK_NB and
 short sleeps, so waiting never blocks the event loop nor occupies a worker thread; sync forms
 are for code already running in a worker thread, and are re-entrant within that thread.
+`KeyedLocks` are the in-process kind: one asyncio lock per key.
 """
 
 from __future__ import annotations
@@ -14,8 +15,9 @@ import fcntl
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections import defaultdict
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -150,3 +152,23 @@ async def to_thread_to_the_end(fn: Callable[..., T], *args: Any) -> T:
     except asyncio.CancelledError:
         await work
         raise
+
+
+class KeyedLocks:
+    """One lock per session key, forgotten when nobody holds or waits for it."""
+
+    def __init__(self) -> None:
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._users: defaultdict[str, int] = defaultdict(int)
+
+    @asynccontextmanager
+    async def hold(self, key: str) -> AsyncIterator[None]:
+        lock = self._locks.setdefault(key, asyncio.Lock())
+        self._users[key] += 1
+        try:
+            async with lock:
+                yield
+        finally:
+            self._users[key] -= 1
+            if not self._users[key]:
+                del self._users[key], self._locks[key]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from collections import defaultdict
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import replace
@@ -41,6 +40,7 @@ from nanomem.agent.retries import count_attempt, keep_for_retry
 from nanomem.agent.templates import Templates
 from nanomem.audience import audience_of
 from nanomem.config import Settings
+from nanomem.locks import KeyedLocks
 from nanomem.log import redact, shown_so_far
 from nanomem.memory import Budget, Session, SessionStore, to_wire
 from nanomem.providers import Provider, ProviderError, ToolCall, key_source, route
@@ -61,26 +61,6 @@ StopNamed = Callable[[InboundMessage, str], Awaitable[str | None]]
 
 class Deferred(Exception):
     """The loop is stopping: the message is left for the next start."""
-
-
-class KeyedLocks:
-    """One lock per session key, forgotten when nobody holds or waits for it."""
-
-    def __init__(self) -> None:
-        self._locks: dict[str, asyncio.Lock] = {}
-        self._users: defaultdict[str, int] = defaultdict(int)
-
-    @asynccontextmanager
-    async def hold(self, key: str) -> AsyncIterator[None]:
-        lock = self._locks.setdefault(key, asyncio.Lock())
-        self._users[key] += 1
-        try:
-            async with lock:
-                yield
-        finally:
-            self._users[key] -= 1
-            if not self._users[key]:
-                del self._users[key], self._locks[key]
 
 
 class AgentLoop:
