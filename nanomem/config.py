@@ -182,6 +182,15 @@ class WebSettings(_Section):
         return value
 
 
+class DocumentSettings(_Section):
+    """Reading PDFs (a chat's documents, read_file, web_fetch) in a confined child process."""
+
+    timeout_s: float = Field(20.0, gt=0, le=600)
+    max_memory_mb: int = Field(512, ge=128, le=65536)
+    max_pages: int = Field(1000, ge=1)
+    max_decompressed_mb: int = Field(100, ge=1, le=4096)
+
+
 class ToolSettings(_Section):
     restrict_to_workspace: bool = True
     shell_enabled: bool = False
@@ -198,6 +207,7 @@ class ToolSettings(_Section):
     shell_network: bool = True  # commands in the sandbox may use the network
     max_output_chars: int = Field(16000, ge=500)
     web: WebSettings = WebSettings()
+    documents: DocumentSettings = DocumentSettings()
 
 
 class MemorySettings(_Section):

@@ -16,6 +16,7 @@ if TYPE_CHECKING:
         image_suffix,
         save_images,
     )
+    from nanomem.tools.isolated import stop_all
     from nanomem.tools.pdf import PdfText, PdfUnreadable, pdf_text
     from nanomem.tools.prctl import hide_environment
     from nanomem.tools.registry import Tool, ToolError, ToolRegistry, read_only_tool, truncated
@@ -50,6 +51,7 @@ __all__ = [
     "read_only_tool",
     "read_text_below",
     "save_images",
+    "stop_all",
     "truncated",
     "untrusted",
 ]
@@ -67,6 +69,7 @@ __getattr__ = lazy_exports(
             "save_images",
         ),
         "registry": ("Tool", "ToolError", "ToolRegistry", "read_only_tool", "truncated"),
+        "isolated": ("stop_all",),
         "pdf": ("PdfText", "PdfUnreadable", "pdf_text"),
         "prctl": ("hide_environment",),
         "safe_open": ("read_checked", "read_text_below"),

@@ -6,9 +6,13 @@ from __future__ import annotations
 import json
 import logging
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from nanomem.features.web.client import Page, WebError
 from nanomem.tools import PdfUnreadable, pdf_text
+
+if TYPE_CHECKING:
+    from nanomem.config import DocumentSettings
 
 HTML = ("text/html", "application/xhtml+xml")
 TEXT = (
@@ -31,13 +35,16 @@ class Readable:
     kind: str  # "page", "text", "JSON", "PDF"
 
 
+def is_pdf(page: Page) -> bool:
+    return page.content_type == "application/pdf"
+
+
 def readable(page: Page) -> Readable:
-    """The page's text, or WebError naming its type and size when it is not text."""
+    """The page's text, or WebError naming its type and size when it is not text; a PDF
+    is `readable_pdf`'s. Blocking (CPU)."""
     kind = page.content_type
     if kind in HTML or (kind in ("", "application/octet-stream") and _looks_like_html(page)):
         return _html(page)
-    if kind == "application/pdf":
-        return _pdf(page)
     if kind == "application/json" or kind.endswith("+json"):
         return _json(page)
     if kind.startswith("text/") or kind in TEXT or kind.endswith("+xml"):
@@ -90,19 +97,22 @@ def _json(page: Page) -> Readable:
         return Readable(None, page.text(), "text")
 
 
-def _pdf(page: Page) -> Readable:
+async def readable_pdf(page: Page, budget: int, settings: DocumentSettings) -> Readable:
+    """A PDF's text, parsed in a confined child process (tools/pdf.py)."""
     if page.cut:
         raise WebError(
             f"{page.url} is a PDF larger than tools.web.max_bytes ({_size(len(page.body))}); "
             "a PDF cannot be read in part"
         )
     try:
-        pdf = pdf_text(page.body)
+        pdf = await pdf_text(page.body, budget, settings)
     except PdfUnreadable as exc:
         raise WebError(f"{page.url} is a PDF that cannot be read ({exc})") from None
     if not pdf.text:
+        if pdf.note:
+            return Readable(pdf.title, f"({pdf.note}; no text in the pages read)", "PDF")
         return Readable(pdf.title, "(the PDF has no text layer: it may be scanned images)", "PDF")
-    return Readable(pdf.title, pdf.text, "PDF")
+    return Readable(pdf.title, f"{pdf.text}\n\n[{pdf.note}]" if pdf.note else pdf.text, "PDF")
 
 
 def _size(size: int) -> str:
