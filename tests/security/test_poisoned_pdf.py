@@ -84,6 +84,11 @@ def seen_by_model(live: LiveGateway, words: str) -> bool:
     return any(words in str(r["messages"][-1]["content"]) for r in live.llm.requests)
 
 
+def saved_pdfs(home: Home) -> list[Path]:
+    """The PDFs the chats sent, saved for the tools (before they are read)."""
+    return list((home.workspace / "media").rglob("*.pdf"))
+
+
 def wrote(home: Home, name: str, data: bytes) -> str:
     media = home.workspace / "media"
     media.mkdir(exist_ok=True)
@@ -97,7 +102,7 @@ async def test_a_poisoned_pdf_sent_in_a_chat_is_cut_at_the_limit_and_others_are_
     async with gateway(home, servers, timeout_s=10) as live:
         started = time.monotonic()
         live.telegram.send_document(OWNER, POISON, file_name="report.pdf")
-        await until(pdf_parsers, 10, every=0.1)
+        await until(lambda: saved_pdfs(home), 10)
         # Another chat is answered while the PDF is parsed.
         assert await live.say(OTHERS[0], "hello") == "plain answer"
         assert not live.telegram.sent_messages(OWNER)
@@ -115,7 +120,7 @@ async def test_six_poisoned_pdfs_at_once_leave_other_chats_answered(
     async with gateway(home, servers) as live:
         for person in OTHERS:
             live.telegram.send_document(person, POISON, file_name="report.pdf")
-        await until(pdf_parsers, 10, every=0.1)
+        await until(lambda: len(saved_pdfs(home)) == len(OTHERS), 10)
         started = time.monotonic()
         assert await live.say(OWNER, "are you there?") == "plain answer"
         assert time.monotonic() - started < 5
