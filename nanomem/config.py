@@ -186,7 +186,7 @@ class DocumentSettings(_Section):
     """Reading PDFs (a chat's documents, read_file, web_fetch) in a confined child process."""
 
     timeout_s: float = Field(20.0, gt=0, le=600)
-    max_memory_mb: int = Field(512, ge=128, le=65536)
+    max_memory_mb: int = Field(1024, ge=128, le=65536)  # a 5 MB page takes ~500 MB
     max_pages: int = Field(1000, ge=1)
     max_decompressed_mb: int = Field(100, ge=1, le=4096)
 

@@ -53,3 +53,5 @@ class Pool:
 DOCUMENTS = Pool("documents", 2)
 # Cleaning the schemas MCP servers send (nanomem/features/mcp/).
 MCP_SCHEMAS = Pool("mcp-schemas", 2)
+# Parsing a search provider's answer (DuckDuckGo's HTML page: up to tools.web.max_bytes).
+SEARCH = Pool("search", 2)

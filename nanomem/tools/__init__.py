@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 from nanomem.exports import lazy_exports
 
 if TYPE_CHECKING:
+    from nanomem.tools.confine import emit, serve
     from nanomem.tools.context import OUTSIDE, Outlet, ToolContext
     from nanomem.tools.files import MAX_SEND_BYTES, FileTools
     from nanomem.tools.images import (
@@ -16,7 +17,7 @@ if TYPE_CHECKING:
         image_suffix,
         save_images,
     )
-    from nanomem.tools.isolated import stop_all
+    from nanomem.tools.isolated import Limits, run_isolated, stop_all
     from nanomem.tools.pdf import PdfText, PdfUnreadable, pdf_text
     from nanomem.tools.prctl import hide_environment
     from nanomem.tools.registry import Tool, ToolError, ToolRegistry, read_only_tool, truncated
@@ -34,6 +35,7 @@ __all__ = [
     "Decision",
     "FileTools",
     "Image",
+    "Limits",
     "Outlet",
     "PdfText",
     "PdfUnreadable",
@@ -44,13 +46,16 @@ __all__ = [
     "ToolOutput",
     "ToolRegistry",
     "decide",
+    "emit",
     "hide_environment",
     "image_suffix",
     "pdf_text",
     "read_checked",
     "read_only_tool",
     "read_text_below",
+    "run_isolated",
     "save_images",
+    "serve",
     "stop_all",
     "truncated",
     "untrusted",
@@ -64,12 +69,15 @@ __getattr__ = lazy_exports(
             "IMAGE_TYPES",
             "MAX_IMAGE_BYTES",
             "Image",
+            "Limits",
             "ToolOutput",
             "image_suffix",
             "save_images",
+            "serve",
         ),
         "registry": ("Tool", "ToolError", "ToolRegistry", "read_only_tool", "truncated"),
-        "isolated": ("stop_all",),
+        "confine": ("emit", "serve"),
+        "isolated": ("Limits", "run_isolated", "stop_all"),
         "pdf": ("PdfText", "PdfUnreadable", "pdf_text"),
         "prctl": ("hide_environment",),
         "safe_open": ("read_checked", "read_text_below"),

@@ -38,16 +38,11 @@ class Web(Feature):
     @read_only_tool
     async def web_fetch(self, url: str) -> str:
         """Read a web page (or text, JSON, PDF) at an http(s) URL, as Markdown text."""
-        import asyncio
-
-        from nanomem.features.web.extract import is_pdf, readable, readable_pdf
+        from nanomem.features.web.extract import readable
 
         try:
             page = await self.client.request("GET", url.strip())
-            if is_pdf(page):
-                found = await readable_pdf(page, self.max_output_chars, self.documents)
-            else:
-                found = await asyncio.to_thread(readable, page)  # parsing is CPU work
+            found = await readable(page, self.max_output_chars, self.documents)
         except WebError as exc:
             raise ToolError(f"web_fetch {url}: {exc}") from None
         head = [f"Title: {found.title}" if found.title else "", f"URL: {page.url}"]
