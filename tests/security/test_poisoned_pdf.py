@@ -185,3 +185,9 @@ async def test_shutdown_kills_a_parser_still_running(
         (pid,) = await until(pdf_parsers, 10, every=0.1)
     assert gone(pid)
     assert time.monotonic() - started < 30
+    # The next start answers it (replayed from the inbox), and other chats, without hanging.
+    async with gateway(home, servers) as live:
+        assert await live.say(OTHERS[0], "hello") == "plain answer"
+        await until(lambda: live.telegram.sent_messages(OWNER), 30)
+        assert seen_by_model(live, "nanomem was stopping")
+    assert not pdf_parsers()
