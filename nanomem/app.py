@@ -125,6 +125,7 @@ def build_app(
         read_only=PROTECTED_FILES,
         memory_files=TRACKED,
         memory_lock=home.lock("memory"),
+        documents=tool_settings.documents,
     )
     for tool in [*file_tools.tools(), *skills.tools()]:
         tools.add(tool)
@@ -151,6 +152,7 @@ def build_app(
         budget.history_chars,
         vision=_vision_check(settings),
         groups_see_personal=settings.memory.groups_see_personal,
+        documents=tool_settings.documents,
     )
     loop = AgentLoop(
         bus=bus,

@@ -193,6 +193,15 @@ class ShellLimits(_Section):
     tmpfs_mb: int = Field(256, ge=1)  # each of /tmp, /var/tmp and /dev/shm in the sandbox
 
 
+class DocumentSettings(_Section):
+    """Reading PDFs (a chat's documents, read_file, web_fetch) in a confined child process."""
+
+    timeout_s: float = Field(20.0, gt=0, le=600)
+    max_memory_mb: int = Field(1024, ge=128, le=65536)  # a 5 MB page takes ~500 MB
+    max_pages: int = Field(1000, ge=1)
+    max_decompressed_mb: int = Field(100, ge=1, le=4096)
+
+
 class ToolSettings(_Section):
     restrict_to_workspace: bool = True
     shell_enabled: bool = False
@@ -212,6 +221,7 @@ class ToolSettings(_Section):
     shell_limits: ShellLimits = ShellLimits()
     max_output_chars: int = Field(16000, ge=500)
     web: WebSettings = WebSettings()
+    documents: DocumentSettings = DocumentSettings()
 
 
 class MemorySettings(_Section):

@@ -51,6 +51,7 @@ BASE_MODULES = {
     "home",
     "locks",
     "log",
+    "pools",
     "setting_source",
     "text",
     "thread_batch",

@@ -10,7 +10,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from loguru import logger
 
@@ -30,6 +30,10 @@ from nanomem.tools import (
     read_text_below,
 )
 
+if TYPE_CHECKING:
+    from nanomem.config import DocumentSettings
+
+READING_STOPPED = "[the documents were not read: /stop came while they were being read]"
 PROMPT_CACHE_SIZE = 256
 PERSONAL_FILES = ("user", "memory")  # never in a shared room's prompt
 MEMORY_FILES = {
@@ -51,6 +55,7 @@ class ContextBuilder:
         history_chars: int = 0,
         vision: Callable[[], bool] | None = None,
         groups_see_personal: bool = False,
+        documents: DocumentSettings | None = None,
     ) -> None:
         self.workspace = workspace
         self.templates = templates
@@ -61,6 +66,8 @@ class ContextBuilder:
         self.history_chars = history_chars
         self.vision = vision
         self.groups_see_personal = groups_see_personal
+        self.document_limits = documents  # None: tools.documents' defaults
+        self._reading: dict[str, asyncio.Task[str]] = {}  # by chat, while a message is saved
         # Keyed by what the prompt is made of, not by chat: every chat without history
         # entries of its own shares one rendering.
         self._cache: OrderedDict[tuple[Any, ...], str] = OrderedDict()
@@ -154,12 +161,34 @@ class ContextBuilder:
         encoded = base64.b64encode(data).decode("ascii")
         return f"data:{IMAGE_TYPES[path.suffix.lower()]};base64,{encoded}"
 
-    async def documents(self, media: tuple[str, ...], limit: int) -> str:
+    async def documents(self, media: tuple[str, ...], limit: int, key: str = "") -> str:
         """The text of the documents a message carries (agent/documents.py), for
-        `user_message`; read and parsed off the event loop."""
+        `user_message`; read and parsed off the event loop. `stop_reading(key)` ends it."""
         if not media:
             return ""
-        return await asyncio.to_thread(documents_text, self.workspace, media, limit)
+        if self.document_limits is None:
+            from nanomem.config import DocumentSettings
+
+            self.document_limits = DocumentSettings()
+        reading = asyncio.ensure_future(
+            documents_text(self.workspace, media, limit, self.document_limits)
+        )
+        self._reading[key] = reading
+        try:
+            return await reading
+        except asyncio.CancelledError:
+            me = asyncio.current_task()
+            if not reading.cancelled() or (me is not None and me.cancelling()):
+                raise  # not stop_reading: the caller itself is being cancelled
+            return READING_STOPPED
+        finally:
+            if self._reading.get(key) is reading:
+                del self._reading[key]
+
+    def stop_reading(self, key: str) -> None:
+        """A /stop while the message is saved: its documents' parsers are killed."""
+        if (reading := self._reading.get(key)) is not None:
+            reading.cancel()
 
     def user_message(
         self, msg: InboundMessage, now: datetime | None = None, documents: str = ""

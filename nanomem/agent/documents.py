@@ -10,7 +10,9 @@ from __future__ import annotations
 import codecs
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from nanomem.pools import DOCUMENTS
 from nanomem.text.plural import plural
 from nanomem.tools import (
     IMAGE_TYPES,
@@ -20,6 +22,9 @@ from nanomem.tools import (
     read_checked,
     untrusted,
 )
+
+if TYPE_CHECKING:
+    from nanomem.config import DocumentSettings
 
 
 def _suffixes(words: str) -> frozenset[str]:
@@ -52,14 +57,17 @@ class Document:
     text: str | None  # None: a note in the header says why there is none
 
 
-def documents_text(root: Path, media: tuple[str, ...], limit: int) -> str:
+async def documents_text(
+    root: Path, media: tuple[str, ...], limit: int, settings: DocumentSettings
+) -> str:
     """The text of the documents among `media` (paths relative to `root`), each under its
     header and wrapped as outside text, at most `limit` characters of their text together,
-    with a note saying how much was cut. Blocking (reads and parses files)."""
+    with a note saying how much was cut. Files are read in the documents pool's threads,
+    PDFs parsed in a confined child process (tools/pdf.py)."""
     blocks: list[str] = []
     left = max(limit, 0)
     for relative in media:
-        document = _read(root.resolve(), relative, left)
+        document = await _read(root, relative, left, settings)
         if document is None:
             continue
         if document.text is None:
@@ -77,7 +85,18 @@ def documents_text(root: Path, media: tuple[str, ...], limit: int) -> str:
     return "\n\n".join(blocks)
 
 
-def _read(root: Path, relative: str, budget: int) -> Document | None:
+async def _read(
+    root: Path, relative: str, budget: int, settings: DocumentSettings
+) -> Document | None:
+    loaded = await DOCUMENTS.run(_load, root, relative)
+    if not isinstance(loaded, bytes):
+        return loaded
+    return await _pdf((root / relative).name, loaded, budget, settings)
+
+
+def _load(root: Path, relative: str) -> Document | bytes | None:
+    """A text file's Document, a PDF's bytes (to be parsed), or None for other files."""
+    root = root.resolve()
     path = root / relative
     suffix, name = path.suffix.lower(), path.name
     if suffix in BINARY_SUFFIXES:
@@ -91,7 +110,7 @@ def _read(root: Path, relative: str, budget: int) -> Document | None:
     if len(data) > MAX_DOCUMENT_BYTES:
         return Document(name, f"[document: {name} is too large to read as text]", None)
     if suffix == ".pdf":
-        return _pdf(name, data, budget)
+        return data
     text = data.decode("utf-8", errors="replace")
     return Document(name, f"[document: {name}, {len(text)} characters]", text)
 
@@ -111,15 +130,19 @@ def _sniffs_as_text(root: Path, relative: str) -> bool:
     return True
 
 
-def _pdf(name: str, data: bytes, budget: int) -> Document:
+async def _pdf(name: str, data: bytes, budget: int, settings: DocumentSettings) -> Document:
     try:
-        pdf = pdf_text(data, budget)
+        pdf = await pdf_text(data, budget, settings)
     except PdfUnreadable as exc:
         return _unreadable(name, str(exc))
-    header = f"[document: {name}, {plural(pdf.pages, 'page')}]"
+    header = f"[document: {name}, {plural(pdf.pages, 'page')}"
+    if pdf.note:
+        header += f"; {pdf.note}"
     if not pdf.text:
-        return Document(name, f"{header[:-1]}; no text layer: it may be scanned images]", None)
-    return Document(name, header, pdf.text)
+        if pdf.note:
+            return Document(name, f"{header}; no text in the pages read]", None)
+        return Document(name, f"{header}; no text layer: it may be scanned images]", None)
+    return Document(name, f"{header}]", pdf.text)
 
 
 def _unreadable(name: str, reason: str) -> Document:

@@ -45,7 +45,7 @@ from nanomem.log import redact, shown_so_far
 from nanomem.memory import Budget, Session, SessionStore, to_wire
 from nanomem.providers import Provider, ProviderError, ToolCall, key_source, route
 from nanomem.text.plural import plural
-from nanomem.tools import ToolContext, ToolRegistry
+from nanomem.tools import ToolContext, ToolRegistry, stop_all
 
 BeforeTurn = Callable[[Session, ToolContext], Awaitable[None]]
 AfterTurn = Callable[[Session, ToolContext], Awaitable[None]]
@@ -473,7 +473,7 @@ class AgentLoop:
             # Other turns came after it (another process on this session): asked afresh.
         # Documents become text once, here, and the session keeps it (agent/documents.py).
         room = self.settings.agent.max_message_chars - len(msg.content)
-        documents = await self.context.documents(msg.media, room)
+        documents = await self.context.documents(msg.media, room, msg.session_key)
         user = self.context.user_message(msg, documents=documents)
         if msg.seq is not None:
             user["in"] = msg.id  # how a replay finds it again
@@ -506,6 +506,7 @@ class AgentLoop:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + grace_s
         await self._chats.drain(grace_s)
+        stop_all()  # a document still being parsed: its turn, or its saving, ends now
         if self._tasks:
             left = max(0.0, deadline - loop.time())
             _, still = await asyncio.wait(set(self._tasks), timeout=left)
@@ -547,6 +548,7 @@ class AgentLoop:
         task = self._running.get(msg.session_key)
         if msg.session_key in self._starting:
             self._stop_before_start.add(msg.session_key)
+            self.context.stop_reading(msg.session_key)  # a PDF's parser is killed
             return STOPPED
         if task is None or task.done():
             return NOTHING_TO_STOP

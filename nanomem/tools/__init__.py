@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 from nanomem.exports import lazy_exports
 
 if TYPE_CHECKING:
+    from nanomem.tools.confine import emit, serve
     from nanomem.tools.context import OUTSIDE, Outlet, ToolContext
     from nanomem.tools.files import MAX_SEND_BYTES, FileTools
     from nanomem.tools.images import (
@@ -16,6 +17,7 @@ if TYPE_CHECKING:
         image_suffix,
         save_images,
     )
+    from nanomem.tools.isolated import ChildLimits, run_isolated, stop_all
     from nanomem.tools.limits import Limits
     from nanomem.tools.orphans import REAPER, kill_children, own_children, spawn_lock
     from nanomem.tools.pdf import PdfText, PdfUnreadable, pdf_text
@@ -33,6 +35,7 @@ __all__ = [
     "OUTSIDE",
     "PROMPT_SECTION",
     "REAPER",
+    "ChildLimits",
     "Decision",
     "FileTools",
     "Image",
@@ -47,6 +50,7 @@ __all__ = [
     "ToolOutput",
     "ToolRegistry",
     "decide",
+    "emit",
     "hide_environment",
     "image_suffix",
     "kill_children",
@@ -55,8 +59,11 @@ __all__ = [
     "read_checked",
     "read_only_tool",
     "read_text_below",
+    "run_isolated",
     "save_images",
+    "serve",
     "spawn_lock",
+    "stop_all",
     "truncated",
     "untrusted",
 ]
@@ -76,6 +83,8 @@ __getattr__ = lazy_exports(
         "registry": ("Tool", "ToolError", "ToolRegistry", "read_only_tool", "truncated"),
         "limits": ("Limits",),
         "orphans": ("REAPER", "kill_children", "own_children", "spawn_lock"),
+        "confine": ("emit", "serve"),
+        "isolated": ("ChildLimits", "run_isolated", "stop_all"),
         "pdf": ("PdfText", "PdfUnreadable", "pdf_text"),
         "prctl": ("hide_environment",),
         "safe_open": ("read_checked", "read_text_below"),

@@ -12,7 +12,7 @@ import asyncio
 import os
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path, PurePosixPath
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 from pydantic import Field
 
@@ -29,6 +29,9 @@ from nanomem.tools.safe_open import (
     read_checked,
     write_checked,
 )
+
+if TYPE_CHECKING:
+    from nanomem.config import DocumentSettings
 
 MAX_READ_BYTES = 2_000_000
 MAX_PDF_BYTES = 20 * 2**20  # what a chat can send; its text is cut at MAX_READ_BYTES
@@ -48,7 +51,13 @@ class FileTools:
         read_only: tuple[str, ...] = (),
         memory_files: tuple[str, ...] = (),
         memory_lock: FileLock | None = None,
+        documents: DocumentSettings | None = None,
     ) -> None:
+        if documents is None:
+            from nanomem.config import DocumentSettings
+
+            documents = DocumentSettings()
+        self.documents = documents  # the limits a PDF is read within
         self.root = workspace.resolve()
         self.restrict = restrict
         # Files (and folders) the agent may read but must never write: the history archive,
@@ -119,7 +128,7 @@ class FileTools:
             raise ToolError(f"{path!r} is the owner's personal memory; not available in a group")
 
     @read_only_tool
-    def read_file(
+    async def read_file(
         self,
         context: ToolContext,
         path: Annotated[str, Field(description="File path relative to the workspace")],
@@ -127,27 +136,38 @@ class FileTools:
         max_lines: Annotated[int | None, Field(ge=1, description="How many lines")] = None,
     ) -> str:
         """Read a text file or a PDF's text from the workspace, optionally a range of lines."""
+        found = await asyncio.to_thread(self._read, context, path)
+        if isinstance(found, bytes):  # parsed in a child process: it can be stopped
+            return _lines(await self._pdf(found, path), start_line, max_lines, cut=False)
+        text, cut = found
+        return _lines(text, start_line, max_lines, cut=cut)
+
+    def _read(self, context: ToolContext, path: str) -> tuple[str, bool] | bytes:
+        """A text file's text and whether it was cut, or a PDF's bytes."""
         root = self._base(context)
         target = self._resolve(path, root)
         self._private(target, path, context)
         if target.suffix.lower() == ".pdf":
-            return _lines(self._pdf(root, target, path), start_line, max_lines, cut=False)
+            data = read_checked(root, target, path, MAX_PDF_BYTES + 1)
+            if len(data) > MAX_PDF_BYTES:
+                raise ToolError(f"{path!r} is a PDF over {MAX_PDF_BYTES // 2**20} MB; not read")
+            return data
         data = read_checked(root, target, path, MAX_READ_BYTES + 1)
         if b"\0" in data[:8192]:
             raise ToolError(f"{path!r} is a binary file")
         text = data[:MAX_READ_BYTES].decode("utf-8", errors="replace")
-        return _lines(text, start_line, max_lines, cut=len(data) > MAX_READ_BYTES)
+        return text, len(data) > MAX_READ_BYTES
 
-    @staticmethod
-    def _pdf(root: Path, target: Path, path: str) -> str:
-        data = read_checked(root, target, path, MAX_PDF_BYTES + 1)
-        if len(data) > MAX_PDF_BYTES:
-            raise ToolError(f"{path!r} is a PDF over {MAX_PDF_BYTES // 2**20} MB; not read")
+    async def _pdf(self, data: bytes, path: str) -> str:
         try:
-            pdf = pdf_text(data, MAX_READ_BYTES)
+            pdf = await pdf_text(data, MAX_READ_BYTES, self.documents)
         except PdfUnreadable as exc:
             raise ToolError(f"{path!r} could not be read as a PDF: {exc}") from None
-        return pdf.text or f"({plural(pdf.pages, 'page')}, no text layer: scanned images?)"
+        if pdf.note and not pdf.text:
+            return f"({plural(pdf.pages, 'page')}: {pdf.note}; no text in the pages read)"
+        if not pdf.text:
+            return f"({plural(pdf.pages, 'page')}, no text layer: scanned images?)"
+        return f"{pdf.text}\n[{pdf.note}]" if pdf.note else pdf.text
 
     def write_file(
         self,

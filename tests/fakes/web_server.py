@@ -33,14 +33,45 @@ def tiny_pdf(lines: list[str]) -> bytes:
     text = "".join(
         f"BT /F1 12 Tf 72 {720 - 16 * n} Td ({line}) Tj ET\n" for n, line in enumerate(lines)
     ).encode()
-    objects = [
-        b"<< /Type /Catalog /Pages 2 0 R >>",
-        b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+    return pdf_file(
+        [
+            b"<< /Type /Catalog /Pages 2 0 R >>",
+            b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+            b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] "
+            b"/Resources << /Font << /F1 5 0 R >> >> /Contents 4 0 R >>",
+            b"<< /Length %d >>\nstream\n" % len(text) + text + b"endstream",
+            b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
+        ]
+    )
+
+
+def poisoned_pdf(pages: int = 2000, content_bytes: int = 1_000_000) -> bytes:
+    """The attack of issue 30: `pages` pages sharing one compressed content stream of
+    `content_bytes` of empty text runs (~300 kB on disk). pypdf's text extraction parses
+    the whole stream again for every page (~1 s each here), finding no text, so a budget
+    of characters never trips: about an hour of CPU in all."""
+    run = b"BT /F1 12 Tf 10 10 Td () Tj ET\n"
+    packed = zlib.compress(run * (content_bytes // len(run)), 9)
+    kids = b" ".join(b"%d 0 R" % (5 + n) for n in range(pages))
+    page = (
         b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] "
-        b"/Resources << /Font << /F1 5 0 R >> >> /Contents 4 0 R >>",
-        b"<< /Length %d >>\nstream\n" % len(text) + text + b"endstream",
-        b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
-    ]
+        b"/Resources << /Font << /F1 3 0 R >> >> /Contents 4 0 R >>"
+    )
+    return pdf_file(
+        [
+            b"<< /Type /Catalog /Pages 2 0 R >>",
+            b"<< /Type /Pages /Kids [" + kids + b"] /Count %d >>" % pages,
+            b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
+            b"<< /Length %d /Filter /FlateDecode >>\nstream\n" % len(packed)
+            + packed
+            + b"\nendstream",
+            *[page] * pages,
+        ]
+    )
+
+
+def pdf_file(objects: list[bytes]) -> bytes:
+    """A PDF of `objects` (numbered from 1, the first the catalog), with its xref table."""
     out, offsets = bytearray(b"%PDF-1.4\n"), []
     for number, body in enumerate(objects, start=1):
         offsets.append(len(out))

@@ -27,11 +27,11 @@ def tools(workspace: Path, restrict: bool = True) -> FileTools:
     return FileTools(workspace, restrict=restrict, read_only=("memory/history.jsonl",))
 
 
-def test_write_read_edit_list(workspace: Path) -> None:
+async def test_write_read_edit_list(workspace: Path) -> None:
     ft = tools(workspace)
     assert "Wrote 11 characters" in ft.write_file(OUTSIDE, "notes/today.md", "line1\nline2")
-    assert ft.read_file(OUTSIDE, "notes/today.md") == "line1\nline2"
-    assert ft.read_file(OUTSIDE, "notes/today.md", start_line=2) == "line2"
+    assert await ft.read_file(OUTSIDE, "notes/today.md") == "line1\nline2"
+    assert await ft.read_file(OUTSIDE, "notes/today.md", start_line=2) == "line2"
     ft.edit_file(OUTSIDE, "notes/today.md", "line2", "second line")
     assert (workspace / "notes/today.md").read_text() == "line1\nsecond line"
     listing = ft.list_dir(OUTSIDE, ".")
@@ -42,27 +42,29 @@ def test_write_read_edit_list(workspace: Path) -> None:
     "path",
     ["../secret.txt", "notes/../../secret.txt", "/etc/passwd", "~/secret.txt", "~", "..", ""],
 )
-def test_paths_outside_the_workspace_are_refused(workspace: Path, path: str) -> None:
+async def test_paths_outside_the_workspace_are_refused(workspace: Path, path: str) -> None:
     with pytest.raises(ToolError):
-        tools(workspace).read_file(OUTSIDE, path)
+        await tools(workspace).read_file(OUTSIDE, path)
 
 
-def test_symlink_escape_is_refused_for_files_and_folders(workspace: Path, tmp_path: Path) -> None:
+async def test_symlink_escape_is_refused_for_files_and_folders(
+    workspace: Path, tmp_path: Path
+) -> None:
     (workspace / "link.txt").symlink_to(tmp_path / "secret.txt")
     (workspace / "outside").symlink_to(tmp_path)
     ft = tools(workspace)
     with pytest.raises(ToolError, match="outside the workspace"):
-        ft.read_file(OUTSIDE, "link.txt")
+        await ft.read_file(OUTSIDE, "link.txt")
     with pytest.raises(ToolError, match="outside the workspace"):
-        ft.read_file(OUTSIDE, "outside/secret.txt")
+        await ft.read_file(OUTSIDE, "outside/secret.txt")
     with pytest.raises(ToolError, match="outside the workspace"):
         ft.write_file(OUTSIDE, "outside/new.txt", "x")
     assert not (tmp_path / "new.txt").exists()
 
 
-def test_symlink_inside_the_workspace_is_fine(workspace: Path) -> None:
+async def test_symlink_inside_the_workspace_is_fine(workspace: Path) -> None:
     (workspace / "mem").symlink_to(workspace / "memory")
-    assert "likes tea" in tools(workspace).read_file(OUTSIDE, "mem/MEMORY.md")
+    assert "likes tea" in await tools(workspace).read_file(OUTSIDE, "mem/MEMORY.md")
 
 
 def test_edit_needs_exactly_one_match(workspace: Path) -> None:
@@ -75,38 +77,41 @@ def test_edit_needs_exactly_one_match(workspace: Path) -> None:
     assert (workspace / "a.txt").read_text() == "x y x"
 
 
-def test_protected_files_are_read_only(workspace: Path) -> None:
+async def test_protected_files_are_read_only(workspace: Path) -> None:
     ft = tools(workspace)
-    assert ft.read_file(OUTSIDE, "memory/history.jsonl") == "{}\n"
+    assert await ft.read_file(OUTSIDE, "memory/history.jsonl") == "{}\n"
     with pytest.raises(ToolError, match="maintained by nanomem"):
         ft.write_file(OUTSIDE, "memory/history.jsonl", "")
     with pytest.raises(ToolError, match="maintained by nanomem"):
         ft.edit_file(OUTSIDE, "memory/history.jsonl", "{}", "[]")
 
 
-def test_binary_and_missing_files(workspace: Path) -> None:
+async def test_binary_and_missing_files(workspace: Path) -> None:
     (workspace / "blob.bin").write_bytes(b"\x00\x01\x02")
     ft = tools(workspace)
     with pytest.raises(ToolError, match="binary"):
-        ft.read_file(OUTSIDE, "blob.bin")
+        await ft.read_file(OUTSIDE, "blob.bin")
     with pytest.raises(ToolError, match="no file"):
-        ft.read_file(OUTSIDE, "nope.txt")
+        await ft.read_file(OUTSIDE, "nope.txt")
 
 
-def test_a_pdf_is_read_as_its_text_by_page_and_lines(workspace: Path) -> None:
+async def test_a_pdf_is_read_as_its_text_by_page_and_lines(workspace: Path) -> None:
     (workspace / "media").mkdir()
     (workspace / "media" / "report.pdf").write_bytes(tiny_pdf(["Revenue rose", "Costs fell"]))
     ft = tools(workspace)
-    assert ft.read_file(OUTSIDE, "media/report.pdf") == "## Page 1\nRevenue rose\nCosts fell"
-    assert ft.read_file(OUTSIDE, "media/report.pdf", start_line=2, max_lines=1) == "Revenue rose\n"
+    assert await ft.read_file(OUTSIDE, "media/report.pdf") == "## Page 1\nRevenue rose\nCosts fell"
+    assert (
+        await ft.read_file(OUTSIDE, "media/report.pdf", start_line=2, max_lines=1)
+        == "Revenue rose\n"
+    )
     (workspace / "broken.pdf").write_bytes(b"%PDF-1.4\nnot really")
     with pytest.raises(ToolError, match="could not be read as a PDF"):
-        ft.read_file(OUTSIDE, "broken.pdf")
+        await ft.read_file(OUTSIDE, "broken.pdf")
 
 
-def test_unrestricted_mode_allows_absolute_paths(workspace: Path, tmp_path: Path) -> None:
+async def test_unrestricted_mode_allows_absolute_paths(workspace: Path, tmp_path: Path) -> None:
     assert (
-        tools(workspace, restrict=False).read_file(OUTSIDE, str(tmp_path / "secret.txt"))
+        await tools(workspace, restrict=False).read_file(OUTSIDE, str(tmp_path / "secret.txt"))
         == "TOP SECRET"
     )
 
@@ -125,11 +130,10 @@ def test_writes_to_memory_files_wait_for_the_memory_lock(tmp_path: Path) -> None
     assert (tmp_path / "USER.md").read_text() == "- mine\n"
 
 
-def test_a_hard_link_is_refused_and_marked(workspace: Path) -> None:
+async def test_a_hard_link_is_refused_and_marked(workspace: Path) -> None:
     os.link(workspace / "memory" / "MEMORY.md", workspace / "copy.md")
     ft = tools(workspace)
     for action in (
-        lambda: ft.read_file(OUTSIDE, "copy.md"),
         lambda: ft.write_file(OUTSIDE, "copy.md", "x"),
         lambda: ft.edit_file(OUTSIDE, "copy.md", "tea", "coffee"),
     ):
@@ -155,24 +159,24 @@ def test_a_folder_swapped_for_a_link_after_the_check_is_refused(
         read_checked(workspace.resolve(), checked, "notes/a.md", 100)
 
 
-def test_a_fifo_or_a_folder_is_not_read(workspace: Path) -> None:
+async def test_a_fifo_or_a_folder_is_not_read(workspace: Path) -> None:
     os.mkfifo(workspace / "pipe")
     ft = tools(workspace)
     with pytest.raises(ToolError, match="not a regular file"):
-        ft.read_file(OUTSIDE, "pipe")  # and does not hang waiting for a writer
+        await ft.read_file(OUTSIDE, "pipe")  # and does not hang waiting for a writer
     with pytest.raises(ToolError, match="is a folder"):
-        ft.read_file(OUTSIDE, "memory")
+        await ft.read_file(OUTSIDE, "memory")
     assert "pipe  (not a regular file)" in ft.list_dir(OUTSIDE, ".")
 
 
-def test_in_a_group_the_root_is_its_room_whatever_restrict_says(workspace: Path) -> None:
+async def test_in_a_group_the_root_is_its_room_whatever_restrict_says(workspace: Path) -> None:
     ft = tools(workspace, restrict=False)
 
     in_the_group = ToolContext(audience=audience.audience_of("telegram:-100555"))
     ft.write_file(in_the_group, "notes.md", "ours")
     for outside in ("/etc/passwd", "../../memory/MEMORY.md", "~/x"):
         with pytest.raises(ToolError, match="this group's folder"):
-            ft.read_file(in_the_group, outside)
+            await ft.read_file(in_the_group, outside)
     room = audience.room_folder(workspace, "telegram:-100555")
     assert room is not None and (room / "notes.md").read_text() == "ours"
     assert not (workspace / "notes.md").exists()

@@ -1,20 +1,19 @@
 """Which MCP tools go to the model, with every turn: each server's schemas cleaned within a
-size bound (off the event loop, in a small pool of its own), then all servers' tools within a
-count and a size (mcp.max_tools, mcp.max_tools_bytes). Our own tools are never counted: they
-always go. A tool left out keeps its reason, for /mcp and `nanomem status`."""
+size bound (off the event loop, in the MCP schemas' own pool: nanomem/pools.py), then all
+servers' tools within a count and a size (mcp.max_tools, mcp.max_tools_bytes). Our own
+tools are never counted: they always go. A tool left out keeps its reason, for /mcp and
+`nanomem status`."""
 
 from __future__ import annotations
 
-import asyncio
-import functools
 import json
 from collections.abc import Iterable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any
 
 from nanomem.config import McpSettings
 from nanomem.features.mcp.naming import SchemaTooLarge, clean_schema, kilobytes, tool_name
+from nanomem.pools import MCP_SCHEMAS
 
 MAX_DESCRIPTION = 1024  # a tool's description as the server gives it, at most
 # Cleaning work for one server's list, in bytes of schemas built (those that turned out too
@@ -100,7 +99,7 @@ def prepare(server: str, tools: Iterable[Any], limits: Limits) -> list[Offer]:
 async def prepared(server: str, tools: list[Any], limits: Limits) -> list[Offer]:
     """`prepare`, off the event loop: a hostile list stalls neither the loop nor the default
     executor that file and network work share."""
-    return await asyncio.get_running_loop().run_in_executor(_pool(), prepare, server, tools, limits)
+    return await MCP_SCHEMAS.run(prepare, server, tools, limits)
 
 
 def choose(servers: dict[str, list[Offer]], limits: Limits) -> dict[str, list[Offer]]:
@@ -120,8 +119,3 @@ def choose(servers: dict[str, list[Offer]], limits: Limits) -> dict[str, list[Of
                 size += offer.size
             chosen[server].append(offer)
     return chosen
-
-
-@functools.cache
-def _pool() -> ThreadPoolExecutor:
-    return ThreadPoolExecutor(max_workers=1, thread_name_prefix="mcp-schemas")

@@ -4,11 +4,15 @@ chosen by measurement: README "The web"), text as is, JSON pretty, PDFs as their
 from __future__ import annotations
 
 import json
-import logging
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from nanomem.features.web.client import Page, WebError
+from nanomem.pools import DOCUMENTS
 from nanomem.tools import PdfUnreadable, pdf_text
+
+if TYPE_CHECKING:
+    from nanomem.config import DocumentSettings
 
 HTML = ("text/html", "application/xhtml+xml")
 TEXT = (
@@ -20,8 +24,6 @@ TEXT = (
     "application/toml",
     "application/x-sh",
 )
-# Their warnings about odd pages would land on the terminal: nanomem reports what matters.
-QUIET = ("trafilatura", "htmldate", "courlan", "justext")
 
 
 @dataclass(frozen=True)
@@ -31,13 +33,21 @@ class Readable:
     kind: str  # "page", "text", "JSON", "PDF"
 
 
-def readable(page: Page) -> Readable:
-    """The page's text, or WebError naming its type and size when it is not text."""
+async def readable(page: Page, budget: int, settings: DocumentSettings) -> Readable:
+    """The page's text (at least `budget` characters of it, when it has them), or WebError
+    naming its type and size when it is not text. HTML and PDFs are parsed in a confined
+    child process (tools/isolated.py), within tools.documents' limits."""
     kind = page.content_type
     if kind in HTML or (kind in ("", "application/octet-stream") and _looks_like_html(page)):
-        return _html(page)
+        return await _html(page, budget, settings)
     if kind == "application/pdf":
-        return _pdf(page)
+        return await _pdf(page, budget, settings)
+    return await DOCUMENTS.run(_plain, page)
+
+
+def _plain(page: Page) -> Readable:
+    """Text and JSON (bounded work: one pass over at most tools.web.max_bytes)."""
+    kind = page.content_type
     if kind == "application/json" or kind.endswith("+json"):
         return _json(page)
     if kind.startswith("text/") or kind in TEXT or kind.endswith("+xml"):
@@ -50,35 +60,18 @@ def readable(page: Page) -> Readable:
     )
 
 
-def _quiet() -> None:
-    for name in QUIET:
-        logging.getLogger(name).setLevel(logging.CRITICAL)
-
-
 def _looks_like_html(page: Page) -> bool:
     head = page.body[:512].lstrip().lower()
     return head.startswith((b"<!doctype html", b"<html"))
 
 
-def _html(page: Page) -> Readable:
-    _quiet()
-    import trafilatura  # lazily: ~0.15 s, paid at the first page read
+async def _html(page: Page, budget: int, settings: DocumentSettings) -> Readable:
+    from nanomem.features.web.html_reader import html_text
 
-    html = page.text()
-    text = trafilatura.extract(
-        html,
-        url=page.url,
-        output_format="markdown",
-        include_links=True,
-        include_tables=True,
-        include_images=False,
-        include_comments=False,
-    )
-    if not text:  # too little for the article finder (a link list, an app shell): all its text
-        text = trafilatura.html2txt(html) or ""
-    metadata = trafilatura.extract_metadata(html, default_url=page.url)
-    title = metadata.title if metadata is not None else None
-    return Readable(title, text.strip(), "page")
+    found = await html_text(page.text(), page.url, budget, settings)
+    if "error" in found:
+        raise WebError(f"{page.url} is a page that cannot be read: {found['error']}")
+    return Readable(found.get("title"), str(found["text"]), "page")
 
 
 def _json(page: Page) -> Readable:
@@ -90,19 +83,21 @@ def _json(page: Page) -> Readable:
         return Readable(None, page.text(), "text")
 
 
-def _pdf(page: Page) -> Readable:
+async def _pdf(page: Page, budget: int, settings: DocumentSettings) -> Readable:
     if page.cut:
         raise WebError(
             f"{page.url} is a PDF larger than tools.web.max_bytes ({_size(len(page.body))}); "
             "a PDF cannot be read in part"
         )
     try:
-        pdf = pdf_text(page.body)
+        pdf = await pdf_text(page.body, budget, settings)
     except PdfUnreadable as exc:
         raise WebError(f"{page.url} is a PDF that cannot be read ({exc})") from None
     if not pdf.text:
+        if pdf.note:
+            return Readable(pdf.title, f"({pdf.note}; no text in the pages read)", "PDF")
         return Readable(pdf.title, "(the PDF has no text layer: it may be scanned images)", "PDF")
-    return Readable(pdf.title, pdf.text, "PDF")
+    return Readable(pdf.title, f"{pdf.text}\n\n[{pdf.note}]" if pdf.note else pdf.text, "PDF")
 
 
 def _size(size: int) -> str:

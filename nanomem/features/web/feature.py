@@ -7,7 +7,7 @@ and the prompt section says what those mean.
 from __future__ import annotations
 
 from nanomem.agent import Core, Feature
-from nanomem.config import SEARCH_ENDPOINTS, WebSettings
+from nanomem.config import SEARCH_ENDPOINTS, DocumentSettings, WebSettings
 from nanomem.features.web.client import WebClient, WebError
 from nanomem.features.web.guard import AddressGuard
 from nanomem.features.web.search import Brave, DuckDuckGo, SearchProvider, SearXNG, Tavily
@@ -19,8 +19,15 @@ MAX_RESULTS = 10
 class Web(Feature):
     name = "web"
 
-    def __init__(self, client: WebClient, search: SearchProvider, max_output_chars: int) -> None:
+    def __init__(
+        self,
+        client: WebClient,
+        search: SearchProvider,
+        max_output_chars: int,
+        documents: DocumentSettings | None = None,
+    ) -> None:
         self.client, self.provider, self.max_output_chars = client, search, max_output_chars
+        self.documents = documents or DocumentSettings()  # the limits a PDF is read within
 
     def tools(self) -> list[Tool]:
         return [Tool.from_function(self.web_fetch), Tool.from_function(self.web_search)]
@@ -31,13 +38,11 @@ class Web(Feature):
     @read_only_tool
     async def web_fetch(self, url: str) -> str:
         """Read a web page (or text, JSON, PDF) at an http(s) URL, as Markdown text."""
-        import asyncio
-
         from nanomem.features.web.extract import readable
 
         try:
             page = await self.client.request("GET", url.strip())
-            found = await asyncio.to_thread(readable, page)  # parsing is CPU work
+            found = await readable(page, self.max_output_chars, self.documents)
         except WebError as exc:
             raise ToolError(f"web_fetch {url}: {exc}") from None
         head = [f"Title: {found.title}" if found.title else "", f"URL: {page.url}"]
@@ -107,4 +112,5 @@ def build(core: Core) -> Web | None:
         max_redirects=settings.max_redirects,
         timeout_s=settings.timeout_s,
     )
-    return Web(client, search_provider(settings, client), core.settings.tools.max_output_chars)
+    tools = core.settings.tools
+    return Web(client, search_provider(settings, client), tools.max_output_chars, tools.documents)

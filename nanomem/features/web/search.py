@@ -13,6 +13,7 @@ from typing import Any, Protocol
 from urllib.parse import parse_qs, urlsplit
 
 from nanomem.features.web.client import Page, WebClient, WebError
+from nanomem.pools import SEARCH
 
 TAGS = re.compile(r"<[^>]+>")
 # What DuckDuckGo's bot check page holds instead of results.
@@ -145,7 +146,7 @@ class DuckDuckGo:
             # DuckDuckGo's answer to a client it takes for a bot: a challenge, not results
             raise WebError("DuckDuckGo blocked the search (a bot check): try again later")
         _checked(page, self.name)
-        found = parse_duckduckgo(page.text(), count)
+        found = await SEARCH.run(parse_duckduckgo, page.text(), count)  # off the loop
         if not found and b"no-results" not in page.body:
             raise WebError(
                 "DuckDuckGo's answer held no results nanomem could read (its page may have "

@@ -1,0 +1,57 @@
+"""A confined child's side (tools/isolated.py runs it): its limits set on itself before it
+reads a byte, its answer as JSON lines. Standard library only, and little of it: every
+document read pays for what the child imports."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import sys
+from collections.abc import Callable
+from typing import Any
+
+PR_SET_PDEATHSIG = 1
+MEMORY_EXIT = 3  # its exit code when it ran out of its address space
+
+
+def confine() -> dict[str, Any]:
+    """In the child, first: its config (argv[1]), with its limits set on itself."""
+    import resource
+
+    config: dict[str, Any] = json.loads(sys.argv[1])
+    cpu = int(config["cpu_s"])
+    resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))  # SIGXCPU, then SIGKILL
+    memory = int(config["memory_mb"]) * 2**20
+    resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    _die_with(int(config["parent"]))
+    return config
+
+
+def _die_with(parent: int) -> None:
+    """Killed when nanomem dies, however it dies (Linux); gone at once if it already has."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != parent:
+        os._exit(1)
+
+
+def emit(value: dict[str, Any]) -> None:
+    """One JSON line to the parent, at once (a kill keeps what was said)."""
+    sys.stdout.write(json.dumps(value, ensure_ascii=False) + "\n")
+    sys.stdout.flush()
+
+
+def serve(work: Callable[[dict[str, Any], bytes], None]) -> None:
+    """The child's main: confined, `work(config, the bytes on stdin)`, which emits lines."""
+    config = confine()
+    data = sys.stdin.buffer.read()
+    try:
+        work(config, data)
+    except MemoryError:  # its address space is full: said by the exit code, nothing more
+        os._exit(MEMORY_EXIT)
