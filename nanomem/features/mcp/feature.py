@@ -8,7 +8,7 @@ import importlib
 from collections.abc import Mapping
 from contextlib import suppress
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from loguru import logger
 
@@ -17,7 +17,6 @@ from nanomem.audience import is_shared_room
 from nanomem.config import McpServerSettings
 from nanomem.features.mcp.naming import clean_schema, tool_name
 from nanomem.features.mcp.results import result_images, result_text
-from nanomem.features.mcp.server import McpServer
 from nanomem.features.mcp.state import forget_states, write_states
 from nanomem.memory import Session
 from nanomem.tools import (
@@ -30,6 +29,9 @@ from nanomem.tools import (
     truncated,
     untrusted,
 )
+
+if TYPE_CHECKING:
+    from nanomem.features.mcp.server import McpServer
 
 MAX_DESCRIPTION = 1024  # a tool's description as the server gives it, at most
 CUT_NOTE_CHARS = 64  # "[output truncated: N more characters not shown]"
@@ -44,6 +46,8 @@ class Mcp(Feature):
         registry: ToolRegistry,
         state_folder: Path,
     ) -> None:
+        from nanomem.features.mcp.server import McpServer  # only with a server configured
+
         self.servers = {name: McpServer(name, s, self._changed) for name, s in servers.items()}
         self._registry = registry
         self._state_folder = state_folder
