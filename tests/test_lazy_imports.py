@@ -25,6 +25,7 @@ NOT_FOR_A_PLAIN_TURN = {
     "dulwich": "memory's git store, with no memory change",
     "telegram": "the Telegram channel",
     "apscheduler": "the gateway's scheduler",
+    "pydantic_settings": "settings from the environment: setting_source.from_environment",
 }
 
 
