@@ -26,6 +26,7 @@ NOT_FOR_A_PLAIN_TURN = {
     "telegram": "the Telegram channel",
     "apscheduler": "the gateway's scheduler",
     "pydantic_settings": "settings from the environment: setting_source.from_environment",
+    "httpx": "the lean client speaks through httpcore alone",
 }
 
 
