@@ -27,6 +27,7 @@ NOT_FOR_A_PLAIN_TURN = {
     "apscheduler": "the gateway's scheduler",
     "pydantic_settings": "settings from the environment: setting_source.from_environment",
     "httpx": "the lean client speaks through httpcore alone",
+    "sqlite3": "the gateway's inbox and the history index, with no inbox and no search",
 }
 
 
