@@ -16,6 +16,9 @@ from tests.fakes.openai_server import FakeOpenAI
 NOT_FOR_A_PLAIN_TURN = {
     "mcp": "the MCP SDK, with no server configured",
     "nanomem.features.mcp.server": "the MCP feature's machinery, with no server configured",
+    "nanomem.features.dream.dream": "Dream's machinery, with no memory command",
+    "nanomem.features.dream.provenance": "/why's machinery, with no memory command",
+    "difflib": "Dream's diffs and /why's matching, with no memory command",
     "pypdf": "the PDF reader, with no document sent",
     "trafilatura": "the web extractor, with no page read",
     "lxml": "the web extractor's parser",
