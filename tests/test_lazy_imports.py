@@ -30,6 +30,7 @@ NOT_FOR_A_PLAIN_TURN = {
     "apscheduler": "the gateway's scheduler",
     "pydantic_settings": "settings from the environment: setting_source.from_environment",
     "httpx": "the lean client speaks through httpcore alone",
+    "importlib.metadata": "pydantic's plugin loader, with plugins off (cli/pydantic_plugins.py)",
     "sqlite3": "the gateway's inbox and the history index, with no inbox and no search",
 }
 
@@ -55,3 +56,17 @@ def test_a_one_shot_loads_no_feature_it_does_not_use(
         if name in modules or any(m.startswith(f"{name}.") for m in modules)
     }
     assert loaded == {}
+
+
+def test_pydantic_plugins_switched_on_again_are_looked_for_by_pydantic_itself() -> None:
+    code = (
+        "import os, sys; from nanomem.cli import pydantic_plugins; "
+        "pydantic_plugins.switch_off(); "
+        "import pydantic; pydantic.create_model('Off', x=(int, 1)); "
+        "assert 'importlib.metadata' not in sys.modules; "
+        "os.environ['PYDANTIC_DISABLE_PLUGINS'] = ''; pydantic.create_model('On', x=(int, 1)); "
+        "from pydantic.plugin import _loader; print(_loader.get_plugins.__module__)"
+    )
+    env = {"PATH": "/usr/bin:/bin", "PYDANTIC_DISABLE_PLUGINS": "__all__"}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert (done.returncode, done.stdout) == (0, "pydantic.plugin._loader\n"), done.stderr

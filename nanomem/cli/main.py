@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from nanomem.cli import parked
+from nanomem.cli import parked, pydantic_plugins
 from nanomem.text.escapes import strip_escapes  # only `re`: --help stays instant
 
 if TYPE_CHECKING:
@@ -154,8 +154,7 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     os.umask(0o077)  # conversations and logs are the owner's alone (see nanomem.private)
     _quiet_until_logging_is_set_up()
-    # nanomem uses no pydantic plugins; looking for them scans every installed package (~20 ms).
-    os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
+    pydantic_plugins.switch_off()
     args = build_parser().parse_args(argv)
     try:
         handler = {
