@@ -20,11 +20,10 @@ from pydantic import (
     field_validator,
     model_validator,
 )
-from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from nanomem.setting_source import ENV_DELIMITER as ENV_DELIMITER
 from nanomem.setting_source import ENV_PREFIX as ENV_PREFIX
-from nanomem.setting_source import describe_errors, source_in
+from nanomem.setting_source import describe_errors, from_environment, source_in
 
 # The smallest prompt worth sending: a fresh workspace's system prompt and tool schemas
 # (about 1,400 tokens) and a short message.
@@ -454,15 +453,11 @@ class VoiceSettings(_Section):
     speech_voice: str = "alloy"
 
 
-class Settings(BaseSettings):
-    """Every setting nanomem reads. Sources, highest first: CLI, env, config.toml, defaults."""
+class Settings(BaseModel):
+    """Every setting nanomem reads. Sources, highest first (load_settings): CLI, env,
+    config.toml, defaults."""
 
-    model_config = SettingsConfigDict(
-        env_prefix=ENV_PREFIX,
-        env_nested_delimiter=ENV_DELIMITER,
-        extra="forbid",
-        case_sensitive=False,
-    )
+    model_config = ConfigDict(extra="forbid", validate_default=True)
 
     llm: LLMSettings = LLMSettings()
     agent: AgentSettings = AgentSettings()
@@ -480,18 +475,6 @@ class Settings(BaseSettings):
 
 class ConfigError(Exception):
     """Configuration that cannot be used; the message is meant for the person as is."""
-
-
-class _DictSource(PydanticBaseSettingsSource):
-    def __init__(self, settings_cls: type[BaseSettings], data: dict[str, Any]) -> None:
-        super().__init__(settings_cls)
-        self._data = data
-
-    def get_field_value(self, field: Any, field_name: str) -> tuple[Any, str, bool]:
-        return None, field_name, False
-
-    def __call__(self) -> dict[str, Any]:
-        return self._data
 
 
 def default_home() -> Path:
@@ -531,24 +514,23 @@ def load_settings(config_path: Path, overrides: dict[str, Any] | None = None) ->
     overrides = overrides or {}
     file_data = read_toml(config_path) if config_path.exists() else {}
 
-    class _Loaded(Settings):
-        @classmethod
-        def settings_customise_sources(
-            cls,
-            settings_cls: type[BaseSettings],
-            init_settings: PydanticBaseSettingsSource,
-            env_settings: PydanticBaseSettingsSource,
-            dotenv_settings: PydanticBaseSettingsSource,
-            file_secret_settings: PydanticBaseSettingsSource,
-        ) -> tuple[PydanticBaseSettingsSource, ...]:
-            return (init_settings, env_settings, _DictSource(settings_cls, file_data))
-
+    merged = _merged(_merged(file_data, from_environment(Settings, os.environ)), overrides)
     try:
-        settings = _Loaded(**overrides)
+        settings = Settings.model_validate(merged)
     except ValidationError as exc:
         raise ConfigError(describe_errors(exc, config_path, file_data, overrides)) from None
     _check_prompt_room(settings.llm, config_path, file_data, overrides)
     return settings
+
+
+def _merged(low: dict[str, Any], high: dict[str, Any]) -> dict[str, Any]:
+    """`high` over `low`, section by section (a table merged, any other value replaced)."""
+    merged = dict(low)
+    for key, value in high.items():
+        below = merged.get(key)
+        both = isinstance(value, dict) and isinstance(below, dict)
+        merged[key] = _merged(below, value) if both else value  # type: ignore[arg-type]
+    return merged
 
 
 def prompt_room(llm: LLMSettings) -> int:

@@ -65,6 +65,31 @@ def test_wrong_type_in_env_names_the_variable(
     assert "environment variable NANOMEM_LLM__TIMEOUT_S" in message
 
 
+def test_a_list_in_env_that_is_not_json_names_the_variable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("NANOMEM_TOOLS__WEB__ALLOW_NETWORKS", "10.0.0.0/8 fd00::/8")  # not JSON
+    with pytest.raises(ConfigError) as err:
+        load_settings(tmp_path / "none.toml")
+    assert "tools.web.allow_networks: Input should be a valid list" in str(err.value)
+    assert "environment variable NANOMEM_TOOLS__WEB__ALLOW_NETWORKS" in str(err.value)
+
+
+def test_env_reaches_nested_tables_key_by_key(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = write(tmp_path / "c.toml", "[tools.web]\nmax_bytes = 50000\ntimeout_s = 9\n")
+    monkeypatch.setenv("nanomem_tools__web", '{"max_bytes": 60000, "enabled": false}')
+    monkeypatch.setenv("NANOMEM_TOOLS__WEB__MAX_BYTES", "70000")  # the more precise one wins
+    monkeypatch.setenv("NANOMEM_MCP__SERVERS__FILES__COMMAND", "mcp-files")
+    monkeypatch.setenv("NANOMEM_MCP__SERVERS__FILES__ARGS", '["--root", "/srv"]')
+    monkeypatch.setenv("NANOMEM_HOME", str(tmp_path))  # no setting: ignored
+    settings = load_settings(config)
+    web = settings.tools.web
+    assert (web.max_bytes, web.timeout_s, web.enabled) == (70000, 9, False)
+    assert settings.mcp.servers["files"].args == ["--root", "/srv"]
+
+
 def test_dotted_keys_are_located(tmp_path: Path) -> None:
     config = write(tmp_path / "c.toml", "llm.max_tokens = -1\n")
     with pytest.raises(ConfigError) as err:

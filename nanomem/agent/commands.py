@@ -67,9 +67,15 @@ def parse_command(text: str) -> tuple[str, str] | None:
 class CommandSet:
     def __init__(self) -> None:
         self._commands: dict[str, Command] = {}
+        self._later: list[Callable[[], list[Command]]] = []
 
     def register(self, command: Command) -> None:
         self._commands[command.name] = command
+
+    def register_later(self, commands: Callable[[], list[Command]]) -> None:
+        """Commands asked for when the first command is looked up or listed (a feature's: a
+        turn of ordinary text never loads the machinery behind them), in this order."""
+        self._later.append(commands)
 
     def resolve(self, text: str) -> tuple[Command, str] | None:
         """The command a message invokes, None for ordinary text; UnknownCommand if unknown."""
@@ -77,13 +83,19 @@ class CommandSet:
         if parsed is None:
             return None
         name, args = parsed
-        command = self._commands.get(name)
+        command = self._registered().get(name)
         if command is None:
             raise UnknownCommand(name)
         return command, args
 
     def all(self) -> list[Command]:
-        return list(self._commands.values())
+        return list(self._registered().values())
+
+    def _registered(self) -> dict[str, Command]:
+        while self._later:
+            for command in self._later.pop(0)():
+                self.register(command)
+        return self._commands
 
 
 def fenced(text: str, info: str = "") -> str:

@@ -235,8 +235,9 @@ class Core:
         for tool in feature.tools():
             self.tools.add(tool)
         self.context.tool_names = self.tools.names
-        for command in feature.commands():
-            self.loop.commands.register(command)
+        # Asked for at the first command: Dream's need its machinery, which a turn of text
+        # does not load (issue 30 #7).
+        self.loop.commands.register_later(feature.commands)
         section = feature.prompt_section()
         # Features may share a section (the web and MCP both bring outside text): once is enough.
         if section is not None and section not in self.context.sections:

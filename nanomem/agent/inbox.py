@@ -23,20 +23,22 @@ from __future__ import annotations
 
 import contextlib
 import json
-import sqlite3
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from loguru import logger
 
 from nanomem.audience import Sender
 from nanomem.text.masking import redact_values
 from nanomem.text.untrusted_json import loads as untrusted_loads
+
+if TYPE_CHECKING:
+    import sqlite3
 
 SCHEMA_VERSION = 3
 # (chat, the channel's own form of the message, who sent it as the channel vouched)
@@ -168,6 +170,8 @@ class SqliteInbox:
         self._db = self._open()
 
     def _open(self) -> sqlite3.Connection:
+        import sqlite3  # on first use: a turn without an inbox or a search loads none of it (1 MiB)
+
         self.path.parent.mkdir(parents=True, exist_ok=True)
         try:
             return self._connect()
@@ -182,6 +186,8 @@ class SqliteInbox:
             return self._connect()
 
     def _connect(self) -> sqlite3.Connection:
+        import sqlite3
+
         db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
         try:
             db.execute("PRAGMA journal_mode=WAL")
@@ -365,6 +371,8 @@ def parked_in(path: Path) -> list[Pending]:
     """The parked messages of an inbox file, read without changing it (`nanomem status`, also
     while the gateway runs); none when there is no inbox or it predates parking. Raises
     sqlite3.Error when it cannot be read."""
+    import sqlite3
+
     if not path.is_file():
         return []
     with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as db:

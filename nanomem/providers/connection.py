@@ -1,8 +1,11 @@
-"""The lean client's connection to one base URL: pooled httpx transports (kept-alive
-connections, TLS verified against the system's certificates, the proxy proxies.py decides on,
-http://, https:// or SOCKS5), and its body read within limits.
+"""The lean client's connection to one base URL: pooled httpcore connections (kept alive, TLS
+verified against the system's certificates, the proxy proxies.py decides on, http://, https://
+or SOCKS5), and its body read within limits.
 
-httpx, httpcore and anyio cost ~0.12 s of CPU to import: `load()` does it when the lean client
+httpcore is used without httpx: httpx's request and response layers (URL and header models,
+cookies, its exception classes, urllib.request and http.cookiejar in its import) cost a
+one-shot ~60 ms of CPU and 2 MiB, and did nothing the lean client needs (issue 30 #7).
+httpcore and anyio cost ~0.06 s of CPU to import: `load()` does it when the lean client
 is made (never when this module is imported), so no call waits for it. Timeouts bound
 connecting (waiting for a free connection included) and each read or write: a reply may stream
 for as long as the server keeps sending. Failures of the connection or the protocol raise
@@ -18,25 +21,27 @@ import functools
 import os
 import sys
 import threading
+import zlib
 from collections.abc import AsyncIterable, AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
-from urllib.parse import urlsplit
+from urllib.parse import SplitResult, urlsplit
 
 from nanomem.providers.proxies import Proxy, proxy_for
 
 if TYPE_CHECKING:
     import ssl
 
-    import httpx
+    import httpcore
 
 IDLE_S = 15.0  # an idle connection older than this is closed, not reused (aiohttp's default)
 MAX_BODY = 64 * 2**20  # a body read whole: past this a broken or hostile server is refused
 _FINISH = 64 * 1024  # what is left after a stream's last event, read to keep the connection
-SHARD = 1  # connections in one httpx pool: one; Connection picks the pool (see there)
-# Sent before the caller's headers (httpx puts Host first and Content-Length last), in the
-# order httpx's client sent them.
+SHARD = 1  # connections in one httpcore pool: one; Connection picks the pool (see there)
+_PIECE = 256 * 1024  # a compressed body is decoded this much at a time, at most
+# Sent before the caller's headers (after Host; Content-Length goes last), in the order
+# httpx's client sent them.
 _HEADERS = (
     (b"Accept", b"*/*"),
     (b"Connection", b"keep-alive"),
@@ -57,7 +62,7 @@ class ConnectionFailed(Exception):
 
 
 def load(url: str) -> None:
-    """Import httpx (and, for an https:// URL, read the system's certificates) now, so that
+    """Import httpcore (and, for an https:// URL, read the system's certificates) now, so that
     the first call does not: `nanomem chat` builds the lean client while its prompt waits.
     (In a thread beside a one-shot's startup it saved nothing: both hold the GIL.)"""
     import anyio._backends._asyncio  # noqa: F401  (what httpcore needs at the first request)
@@ -70,12 +75,6 @@ def load(url: str) -> None:
 
     if sys.modules.get("h2", ...) is None:
         del sys.modules["h2"]
-
-    # httpx's __init__ imports its command-line tool (click, rich, pygments: 40-80 ms) and
-    # goes without it when that import fails; nanomem never runs it.
-    sys.modules.setdefault("httpx._main", None)  # type: ignore[arg-type]
-    import httpx  # noqa: F401
-
     if url.startswith("https:"):
         tls_context()
 
@@ -101,14 +100,14 @@ def _trusting_nothing() -> ssl.SSLContext:
 class Body:
     """An answer's status and headers, and its body read whole, in part or line by line."""
 
-    def __init__(self, response: httpx.Response, where: Connection) -> None:
-        self.status, self.headers = response.status_code, response.headers
-        self.reason = response.reason_phrase
-        # The transport's stream as it comes (two generator layers fewer a piece), unless the
-        # server compressed the body although asked not to: httpx decodes it then.
-        coded = self.headers.get("content-encoding", "identity").lower() != "identity"
-        stream = cast("AsyncIterable[bytes]", response.stream)  # the async transport's
-        self._chunks = aiter(response.aiter_bytes() if coded else stream)
+    def __init__(self, response: httpcore.Response, where: Connection) -> None:
+        self.status, self.headers = response.status, _headers(response.headers)
+        self.reason = bytes(response.extensions.get("reason_phrase", b"")).decode("latin-1")
+        # The pool's stream as it comes, unless the server compressed the body although asked
+        # not to: gzip and deflate are decoded then (as httpx did; any other coding as it is).
+        stream = cast("AsyncIterable[bytes]", response.stream)  # the async pool's
+        coding = self.headers.get("content-encoding", "identity").strip().lower()
+        self._chunks = aiter(_decoded(stream, coding) if coding in _CODINGS else stream)
         self._pending = bytearray()
         self._where = where
         self.complete = False
@@ -183,18 +182,19 @@ class Connection:
     def __init__(
         self, url: str, *, timeout_s: float, connections: int, configured: str | None = None
     ) -> None:
-        import httpx
 
         self.url = url
         parts = urlsplit(url)
         # Parsed once (~20 us a call otherwise); a URL that cannot be used fails each call.
-        self._target: httpx.URL | None = None
+        self._target: httpcore.URL | None = None
+        self._host = b""  # the Host header
         self._bad = "bad URL: it names no host"
         try:
             port = parts.port or (443 if parts.scheme == "https" else 80)
             if parts.hostname:
-                self._target, self._bad = httpx.URL(url), ""
-        except (ValueError, httpx.InvalidURL) as exc:
+                self._target, self._host = _target(parts)
+                self._bad = ""
+        except (ValueError, UnicodeError) as exc:
             port, self._bad = 0, f"bad URL: {exc}"
         self.origin = f"{parts.hostname}:{port}"
         # The one decision routing.py explains too (llm.proxy, else the environment), made once.
@@ -206,29 +206,19 @@ class Connection:
         # Without TLS on the way (no redirect is followed), the system's certificates are not
         # read: a context that trusts nothing costs ~0.1 ms, not ~20.
         tls = tls_context() if https else _trusting_nothing()
-        proxy = None
-        if self.proxy is not None:
-            own = tls if self.proxy.scheme == "https" else None  # TLS to the proxy itself
-            proxy = httpx.Proxy(self.proxy.shown, auth=self.proxy.credentials, ssl_context=own)
         # httpcore 1.0.9's pool looks at each of its connections (polling the idle ones' sockets)
         # and, for each idle one, counts all of them again, on every request's arrival and end:
         # 100 chats at once on one pool cost ~30 ms of CPU a turn (bench_concurrency: 3.6 s, not
         # 0.65). Pools of at most SHARD connections keep that scan short (CPU per call with 100
-        # at once, measured through AsyncClient: 16 → 2.7 ms, 8 → 1.6, 4 → 1.3, 2 → 0.9; through
-        # the transport: 4 → 0.68-0.70, 1 → 0.50-0.52); a new pool is opened only when every
-        # pool has SHARD requests in flight, so calls one after another reuse one connection.
-        limits = httpx.Limits(
-            max_connections=SHARD, max_keepalive_connections=SHARD, keepalive_expiry=IDLE_S
-        )
-        # The transport, not an AsyncClient: the client's layers (merging headers, auth and
-        # cookie flows, redirects, event hooks, its log line) cost ~0.13 ms of CPU a call and
-        # do nothing here: no redirect is followed (a 3xx is an error: following it could carry
-        # the key away), no cookie is kept (none was before httpx) and the headers are ours.
-        self._make = functools.partial(
-            _transport, verify=tls, proxy=proxy, limits=limits, trust_env=False
-        )
+        # at once, measured through httpx's AsyncClient: 16 → 2.7 ms, 8 → 1.6, 4 → 1.3, 2 → 0.9;
+        # through its transport: 4 → 0.68-0.70, 1 → 0.50-0.52); a new pool is opened only when
+        # every pool has SHARD requests in flight, so calls one after another reuse one
+        # connection. No redirect is followed (a 3xx is an error: following it could carry the
+        # key away), no cookie is kept, and the headers are ours.
+        self._make = functools.partial(_pool, tls, self.proxy)
         # connect (waiting for a free connection included), each read and write
-        self._extensions = {"timeout": httpx.Timeout(timeout_s).as_dict()}
+        timeouts = ("connect", "read", "write", "pool")
+        self._extensions = {"timeout": dict.fromkeys(timeouts, timeout_s)}
         self._pools: list[_Pool] = []
         self._most = max(1, -(-connections // SHARD))  # pools, for `connections` in all
 
@@ -236,26 +226,28 @@ class Connection:
     async def post(self, data: bytes, headers: dict[bytes, bytes]) -> AsyncIterator[Body]:
         """POST `data`; the body must be read inside the block. A kept-alive connection the
         server closed just as the request went fails before any answer: it goes once more."""
-        import httpx
+        import httpcore
 
         if self._target is None:
             raise ConnectionFailed(self._bad, answered=False)
         pool = self._pool()
         pool.busy += 1
+        sent = [(b"Host", self._host), *_HEADERS, *headers.items()]
+        sent.append((b"Content-Length", b"%d" % len(data)))
         try:
             for attempt in (1, 2):
                 trace = _Trace(self)
                 with self.translated(answered=False, trace=trace):
-                    request = httpx.Request(
-                        "POST",
+                    request = httpcore.Request(
+                        b"POST",
                         self._target,
+                        headers=sent,
                         content=data,
-                        headers=[*_HEADERS, *headers.items()],
                         extensions={**self._extensions, "trace": trace},
                     )
                     try:
-                        response = await pool.transport.handle_async_request(request)
-                    except httpx.RemoteProtocolError:
+                        response = await pool.connections.handle_async_request(request)
+                    except httpcore.RemoteProtocolError:
                         if attempt == 1 and not trace.opened:  # a reused connection: again
                             continue
                         raise
@@ -264,10 +256,10 @@ class Connection:
             pool.busy -= 1
             raise
         try:
-            if self.proxy is not None and response.status_code == 407:  # only a proxy says so
-                reason = f"{response.status_code} {response.reason_phrase}"
-                raise ConnectionFailed(_refused(self.proxy, reason), answered=False)
             body = Body(response, self)
+            if self.proxy is not None and body.status == 407:  # only a proxy says so
+                reason = f"{body.status} {body.reason}"
+                raise ConnectionFailed(_refused(self.proxy, reason), answered=False)
             yield body
             if not body.complete:
                 await body.finish(within=0.25)
@@ -282,7 +274,7 @@ class Connection:
         self.closed = True
         pools, self._pools = self._pools, []
         for pool in pools:
-            await pool.transport.aclose()
+            await pool.connections.aclose()
 
     def _pool(self) -> _Pool:
         """The pool with the fewest requests in flight (the first of equals); a new one when
@@ -295,29 +287,28 @@ class Connection:
 
     @contextlib.contextmanager
     def translated(self, *, answered: bool, trace: _Trace | None = None) -> Iterator[None]:
-        """httpx's exceptions as TimeoutError or ConnectionFailed, named without secrets."""
-        import httpx
+        """httpcore's exceptions as TimeoutError or ConnectionFailed, named without secrets."""
+        import httpcore
 
         try:
             yield
-        except httpx.TimeoutException:
+        except httpcore.TimeoutException:
             raise TimeoutError from None
-        except httpx.InvalidURL as exc:
+        except httpcore.UnsupportedProtocol as exc:
             raise ConnectionFailed(f"bad URL: {exc}", answered=False) from None
-        except httpx.UnsupportedProtocol as exc:
-            raise ConnectionFailed(f"bad URL: {exc}", answered=False) from None
-        except httpx.ProxyError as exc:
+        except httpcore.ProxyError as exc:
             assert self.proxy is not None
             tunnel = self.origin if self.proxy.scheme in ("http", "https") else ""
             raise ConnectionFailed(_refused(self.proxy, str(exc), tunnel), answered=False) from None
-        except httpx.ConnectError as exc:
+        except httpcore.ConnectError as exc:
             failed = trace.failed if trace is not None else ""
             raise ConnectionFailed(self._unreachable(failed, exc), answered=False) from None
-        except httpx.RemoteProtocolError as exc:
+        except httpcore.RemoteProtocolError as exc:
             closed = "the server closed the connection" if "disconnected" in str(exc) else ""
             message = f"{closed or type(exc).__name__}: {exc}"
             raise ConnectionFailed(message, answered=answered) from None
-        except httpx.HTTPError as exc:  # the connection broke, or the answer was not HTTP
+        # The connection broke, or the answer was not HTTP.
+        except (httpcore.NetworkError, httpcore.ProtocolError) as exc:
             raise ConnectionFailed(f"{type(exc).__name__}: {exc}", answered=answered) from None
 
     def _unreachable(self, failed: str, exc: Exception) -> str:
@@ -331,23 +322,80 @@ class Connection:
         return f"cannot connect to {self.origin} {through}: {exc}"
 
 
-def _transport(**options: Any) -> httpx.AsyncHTTPTransport:
-    """httpx's transport, its connections made by network.py's backend on asyncio (a third
-    less CPU a call than httpcore's default, anyio). httpx has no option for the backend; the
-    httpcore pool it wraps (direct, HTTP proxy or SOCKS) takes one, used for every connection
-    it opens from then on (tests/providers/test_network.py checks that it is)."""
-    import httpx
+def _pool(tls: ssl.SSLContext, proxy: Proxy | None) -> httpcore.AsyncConnectionPool:
+    """An httpcore pool (direct, through an HTTP proxy or SOCKS5, as httpx's transport made
+    them), its connections made by network.py's backend on asyncio (a third less CPU a call
+    than httpcore's default, anyio)."""
+    import httpcore
 
     from nanomem.providers.network import Backend
 
-    transport = httpx.AsyncHTTPTransport(**options)
-    transport._pool._network_backend = Backend()
-    return transport
+    options: dict[str, Any] = {
+        "ssl_context": tls,
+        "max_connections": SHARD,
+        "max_keepalive_connections": SHARD,
+        "keepalive_expiry": IDLE_S,
+        "network_backend": Backend(),
+    }
+    if proxy is None:
+        return httpcore.AsyncConnectionPool(**options)
+    url = httpcore.URL(scheme=proxy.scheme, host=proxy.host, port=proxy.port, target="/")
+    auth = None
+    if proxy.credentials is not None:
+        auth = proxy.credentials[0].encode(), proxy.credentials[1].encode()
+    if proxy.scheme in ("http", "https"):
+        own = tls if proxy.scheme == "https" else None  # TLS to the proxy itself
+        return httpcore.AsyncHTTPProxy(url, auth, proxy_ssl_context=own, **options)
+    return httpcore.AsyncSOCKSProxy(url, auth, **options)
+
+
+def _target(parts: SplitResult) -> tuple[httpcore.URL, bytes]:
+    """The URL httpcore asks for and the Host header: a name's non-ASCII letters as IDNA."""
+    import httpcore
+
+    name = parts.hostname or ""
+    host = name.encode("ascii") if name.isascii() else name.encode("idna")
+    shown = b"[%s]" % host if b":" in host else host
+    port = None if parts.port == {"http": 80, "https": 443}.get(parts.scheme) else parts.port
+    path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    target = httpcore.URL(scheme=parts.scheme, host=host, port=port, target=path)
+    return target, shown if port is None else b"%s:%d" % (shown, port)
+
+
+def _headers(raw: list[tuple[bytes, bytes]]) -> dict[str, str]:
+    """An answer's headers by lowercase name; a name given twice, its values joined."""
+    found: dict[str, str] = {}
+    for name, value in raw:
+        key, text = name.decode("latin-1").lower(), value.decode("latin-1")
+        found[key] = f"{found[key]}, {text}" if key in found else text
+    return found
+
+
+_CODINGS = ("gzip", "x-gzip", "deflate")
+
+
+async def _decoded(stream: AsyncIterable[bytes], coding: str) -> AsyncIterator[bytes]:
+    """A gzip or deflate body decoded as it comes, never more than _PIECE bytes at a time (a
+    small body may unpack to gigabytes: the reader's limit stops it)."""
+    wbits = zlib.MAX_WBITS | 16 if "gzip" in coding else zlib.MAX_WBITS
+    decoder = zlib.decompressobj(wbits)
+    try:
+        async for piece in stream:
+            data = piece
+            while data:
+                out = decoder.decompress(data, _PIECE)
+                data = decoder.unconsumed_tail
+                if out:
+                    yield out
+        if rest := decoder.flush():
+            yield rest
+    except zlib.error as exc:
+        raise ConnectionFailed(f"the answer's {coding} body is broken: {exc}") from None
 
 
 @dataclass
 class _Pool:
-    transport: httpx.AsyncHTTPTransport
+    connections: httpcore.AsyncConnectionPool
     busy: int = 0  # requests in flight
 
 

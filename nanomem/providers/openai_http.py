@@ -3,7 +3,7 @@ OpenAI-compatible endpoints, and every model with `llm.transport = "direct"`).
 
 litellm spends milliseconds of CPU per call (cost maps, logging, request transforms) and
 seconds on its import; this does one POST over a shared pool of kept-alive connections
-(connection.py, on httpx), streams the reply as server-sent events when asked to, and maps
+(connection.py, on httpcore), streams the reply as server-sent events when asked to, and maps
 answers and failures onto the same Reply and ProviderError categories as
 `litellm_provider.classify`. It never retries: RetryingProvider does that.
 """

@@ -4,7 +4,7 @@ explains (`nanomem status`) and connection.py acts on (connecting).
 The usual variables, as curl, httpx and litellm read them: `https_proxy` for https:// URLs,
 `http_proxy` for http:// ones, `all_proxy` for both, each lowercase first; `no_proxy`
 excludes hosts; a loopback host is never proxied. A proxy URL without a scheme is http://.
-The lean client (httpx) speaks `http://`, `https://`, `socks5://` and `socks5h://` proxies;
+The lean client (httpcore) speaks `http://`, `https://`, `socks5://` and `socks5h://` proxies;
 any other scheme (socks4://...) is `usable = False`.
 Cheap to import: urllib.request is loaded only when a proxy variable is set.
 """
@@ -17,7 +17,7 @@ from urllib.parse import unquote, urlsplit
 
 from nanomem.config import is_loopback
 
-SPOKEN = ("http", "https", "socks5", "socks5h")  # the proxy schemes httpx[socks] speaks
+SPOKEN = ("http", "https", "socks5", "socks5h")  # the proxy schemes httpcore (with socksio) speaks
 
 
 @dataclass(frozen=True)

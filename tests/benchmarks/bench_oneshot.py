@@ -10,7 +10,8 @@ set around it, every run would otherwise compile nanomem's sources again (~0.05 
 memory is the child's own maximum resident set (wait4's ru_maxrss); its CPU time (user +
 system, from the same rusage) prints beside the wall, which a busy machine stretches more.
 A reference row runs the same with `llm.transport = "litellm"` (fewer runs: ~5 s each).
-Memory is judged as the peak less the bare interpreter's (`python -c pass`, measured alike).
+Memory is judged as the whole peak, as issue 30 measured it (51 MiB then, 43 at 3e0758e); the
+peak less the bare interpreter's (`python -c pass`, measured alike) prints beside it.
 
 `--before PATH` runs the same measurement on another checkout (say the base commit in a git
 worktree) with this interpreter, interleaved run by run with this one, and prints both rows.
@@ -29,8 +30,8 @@ from pathlib import Path
 
 import _common  # before any nanomem import: repository root on sys.path, litellm offline
 
-TARGET_S = 0.45
-TARGET_MIB = 60.0  # more than the bare interpreter
+TARGET_S = 0.40  # issue 30 #7: under 3e0758e's 0.42 s
+TARGET_MIB = 45.0  # the whole peak RSS, the interpreter's included
 
 
 def env_for(home: Path, base_url: str, repo: Path = _common.REPO, **extra: str) -> dict[str, str]:
@@ -128,9 +129,9 @@ def main() -> int:
         litellm_env = env_for(home, server.base_url, NANOMEM_LLM__TRANSPORT="litellm")
         heavy = measure(litellm_env, args.litellm_runs, "litellm") if args.litellm_runs else []
     wall = _common.median([w for w, _, _ in lean])
-    over = max(m for _, m, _ in lean) - bare
-    ok = wall <= TARGET_S and over <= TARGET_MIB
-    goal = f"≤ {TARGET_S} s, ≤ {TARGET_MIB:.0f} MiB more"
+    peak = max(m for _, m, _ in lean)
+    ok = wall <= TARGET_S and peak <= TARGET_MIB
+    goal = f"≤ {TARGET_S} s, ≤ {TARGET_MIB:.0f} MiB peak"
     rows = [row("default settings (model + api_base: the lean client)", lean, bare, goal)]
     if before:
         rows.append(row(f"the same, before: {args.before}", before, bare, "—"))
@@ -143,7 +144,7 @@ def main() -> int:
     print(f"\nthe bare interpreter (`python -c pass`): {bare:.0f} MiB")
     print(
         f"\n{_common.verdict(ok)}: median {wall:.3f} s ≤ {TARGET_S} s "
-        f"and peak {over:.0f} MiB over the interpreter ≤ {TARGET_MIB:.0f} MiB"
+        f"and peak {peak:.0f} MiB ≤ {TARGET_MIB:.0f} MiB"
     )
     return 0 if ok else 1
 

@@ -1,4 +1,4 @@
-"""The lean client's connection (httpx): kept-alive connections, framing, limits, TLS, broken
+"""The lean client's connection (httpcore): kept-alive connections, framing, limits, TLS, broken
 servers, each reaching the provider as one of its error categories."""
 
 from __future__ import annotations
@@ -212,7 +212,7 @@ async def test_bad_urls_and_header_values_raise_before_sending() -> None:
         with pytest.raises(ConnectionFailed, match="bad URL"):
             await fetch(pool)
     async with connected(f"http://{'a' * 64}.example.com/x") as pool:
-        # Not a name (a label is at most 63 letters): httpx asks DNS, which says so.
+        # Not a name (a label is at most 63 letters): the resolver asks DNS, which says so.
         with pytest.raises(ConnectionFailed, match=r"cannot connect to a{64}\.example\.com:80"):
             await fetch(pool)
     assert pool.opened == 0

@@ -1,5 +1,5 @@
-"""The lean client's network backend on asyncio (providers/network.py) under httpx: bodies
-larger than the socket buffers both ways, a server that stops reading, and httpx using it."""
+"""The lean client's network backend on asyncio (providers/network.py) under httpcore: bodies
+larger than the socket buffers both ways, a server that stops reading, and the pools using it."""
 
 from __future__ import annotations
 
@@ -15,13 +15,11 @@ from tests.helpers.http import connected, fetch, ok, raw_server
 BIG = 16 * 2**20  # well past what loopback's socket buffers hold
 
 
-async def test_httpx_makes_its_connections_with_the_asyncio_backend() -> None:
+async def test_the_pools_make_their_connections_with_the_asyncio_backend() -> None:
     async with raw_server(lambda n: ok(b"fine")) as url, connected(url) as pool:
         assert await fetch(pool) == (200, b"fine")
-        # An httpx or httpcore upgrade that stops taking the backend fails here, not silently.
-        assert all(
-            isinstance(each.transport._pool._network_backend, Backend) for each in pool._pools
-        )
+        # An httpcore upgrade that stops taking the backend fails here, not silently.
+        assert all(isinstance(each.connections._network_backend, Backend) for each in pool._pools)
     assert pool.opened == 1
 
 

@@ -1,28 +1,62 @@
 """Dream as a feature: its runs on a schedule and the owner told of a change waiting for them
 (background work), the memory commands that show, undo and decide its changes (/dream,
 /dream-log, /dream-restore, /dream-approve, /dream-reject) and trace a line's origin (/why),
-and its last run in GET /health."""
+and its last run in GET /health.
+
+Its machinery (Dream, its scheduler, review and provenance, difflib) is built when first used:
+by a command, GET /health or its start in the gateway and `nanomem chat`; a one-shot turn of
+text never loads it (issue 30 #7)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import functools
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from nanomem.agent import Command, Core, Feature, HealthReport, Reach
-from nanomem.features.dream.commands import MemoryCommands
-from nanomem.features.dream.dream import Dream
-from nanomem.features.dream.notice import ReviewNotice
-from nanomem.features.dream.provenance import Provenance
-from nanomem.features.dream.scheduler import DreamScheduler
+
+if TYPE_CHECKING:
+    from nanomem.features.dream.dream import Dream
+    from nanomem.features.dream.notice import ReviewNotice
+    from nanomem.features.dream.provenance import Provenance
+    from nanomem.features.dream.scheduler import DreamScheduler
+    from nanomem.providers import Provider
+
+
+@dataclass(frozen=True)
+class Machinery:
+    dream: Dream
+    scheduler: DreamScheduler
+    provenance: Provenance
+    notice: ReviewNotice
 
 
 class Dreaming(Feature):
     name = "dream"
 
-    def __init__(self, dream: Dream, scheduler: DreamScheduler, provenance: Provenance) -> None:
-        self.dream, self.scheduler, self.provenance = dream, scheduler, provenance
-        self.notice = ReviewNotice(dream)
+    def __init__(self, make: Callable[[], Machinery]) -> None:
+        self._make = make
+
+    @functools.cached_property
+    def machinery(self) -> Machinery:
+        return self._make()
+
+    @property
+    def dream(self) -> Dream:
+        return self.machinery.dream
+
+    @property
+    def scheduler(self) -> DreamScheduler:
+        return self.machinery.scheduler
+
+    @property
+    def provenance(self) -> Provenance:
+        return self.machinery.provenance
 
     def commands(self) -> list[Command]:
+        from nanomem.features.dream.commands import MemoryCommands
+
         return [*MemoryCommands(self.dream, self.dream.git).commands(), *self.provenance.commands()]
 
     def health(self) -> Mapping[str, HealthReport]:
@@ -31,10 +65,12 @@ class Dreaming(Feature):
     async def start(self, reach: Reach) -> None:
         self.scheduler.start()  # in the gateway, and while `nanomem chat` is open
         if reach.owner is not None:  # `nanomem chat` shows a waiting change as it opens
-            self.notice.start(reach.owner)
+            self.machinery.notice.start(reach.owner)
 
     async def stop(self, grace_s: float) -> None:
-        await self.notice.stop()
+        if "machinery" not in self.__dict__:
+            return  # never built: nothing runs
+        await self.machinery.notice.stop()
         await self.scheduler.stop(grace_s=grace_s)  # a running Dream may finish, too
 
 
@@ -45,7 +81,16 @@ def build(core: Core) -> Dreaming:
         provider = core.model(
             settings.llm.model_copy(update={"model": settings.dream.model_override})
         )
-    home = core.home
+    return Dreaming(functools.partial(_machinery, core, provider))
+
+
+def _machinery(core: Core, provider: Provider) -> Machinery:
+    from nanomem.features.dream.dream import Dream
+    from nanomem.features.dream.notice import ReviewNotice
+    from nanomem.features.dream.provenance import Provenance
+    from nanomem.features.dream.scheduler import DreamScheduler
+
+    settings, home = core.settings, core.home
     groups_see_personal = settings.memory.groups_see_personal
     dream = Dream(
         history=core.history,
@@ -59,5 +104,9 @@ def build(core: Core) -> Dreaming:
         journal_path=home.dream_journal,
         groups_see_personal=groups_see_personal,
     )
-    scheduler = DreamScheduler(dream, core.history, settings.dream)
-    return Dreaming(dream, scheduler, Provenance(core.git, core.history, groups_see_personal))
+    return Machinery(
+        dream,
+        DreamScheduler(dream, core.history, settings.dream),
+        Provenance(core.git, core.history, groups_see_personal),
+        ReviewNotice(dream),
+    )

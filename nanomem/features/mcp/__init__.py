@@ -1,6 +1,18 @@
 """MCP servers' tools for the agent (issue 24): see feature.py."""
 
-from nanomem.features.mcp.feature import Mcp, build
-from nanomem.features.mcp.state import status_lines
+from typing import TYPE_CHECKING
+
+from nanomem.exports import lazy_exports
+
+if TYPE_CHECKING:
+    from nanomem.features.mcp.feature import Mcp, build
+    from nanomem.features.mcp.state import status_lines
 
 __all__ = ["Mcp", "build", "status_lines"]
+__getattr__ = lazy_exports(
+    __name__,
+    {
+        "feature": ("Mcp", "build"),
+        "state": ("status_lines",),
+    },
+)

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from contextlib import suppress
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from loguru import logger
 
@@ -18,7 +18,6 @@ from nanomem.audience import is_shared_room
 from nanomem.config import McpSettings
 from nanomem.features.mcp.offers import Limits, Offer, choose
 from nanomem.features.mcp.results import result_images, result_text
-from nanomem.features.mcp.server import McpServer
 from nanomem.features.mcp.state import SHOWN_LEFT_OUT, forget_states, write_states
 from nanomem.memory import Session
 from nanomem.tools import (
@@ -32,6 +31,9 @@ from nanomem.tools import (
     untrusted,
 )
 
+if TYPE_CHECKING:
+    from nanomem.features.mcp.server import McpServer
+
 CUT_NOTE_CHARS = 64  # "[output truncated: N more characters not shown]"
 
 
@@ -39,6 +41,8 @@ class Mcp(Feature):
     name = "mcp"
 
     def __init__(self, settings: McpSettings, registry: ToolRegistry, state_folder: Path) -> None:
+        from nanomem.features.mcp.server import McpServer  # only with a server configured
+
         self._limits = Limits.of(settings)
         self.servers = {
             name: McpServer(name, s, self._limits, self._changed)

@@ -3,11 +3,14 @@ within a deadline (SQLite's progress handler interrupts a query that runs past i
 
 from __future__ import annotations
 
-import sqlite3
 from dataclasses import dataclass
 from time import monotonic
+from typing import TYPE_CHECKING
 
 from loguru import logger
+
+if TYPE_CHECKING:
+    import sqlite3
 
 SNIPPET_TOKENS = 32
 # BM25 ranks at most this many matches, the newest: a word found in most of 100,000 entries
@@ -42,6 +45,8 @@ def ranked(
     deadline: float,
 ) -> list[Hit]:
     """Best first; `TimedOut` past the deadline."""
+    import sqlite3  # loaded by the index before any search; here for its exceptions
+
     _stop_at(db, deadline)
     try:
         low, high = _cursor_range(db, since, until)
@@ -74,6 +79,8 @@ def newest(
     deadline: float,
 ) -> list[Hit]:
     """Newest first, unranked: the matches found before the deadline."""
+    import sqlite3
+
     _stop_at(db, deadline)
     rows: list[tuple[int, str]] = []
     try:

@@ -9,7 +9,6 @@ from a different file is rebuilt from scratch.
 
 from __future__ import annotations
 
-import sqlite3
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -17,7 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from time import monotonic
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 from zoneinfo import ZoneInfo
 
 from loguru import logger
@@ -28,6 +27,9 @@ from nanomem.features.recall.matches import Hit, TimedOut, newest, ranked
 from nanomem.features.recall.search_query import parse_day, parse_query
 from nanomem.memory import HistoryStore
 from nanomem.tools import Tool, ToolContext, read_only_tool
+
+if TYPE_CHECKING:
+    import sqlite3
 
 SCHEMA_VERSION = 2  # 2: a prefix index of 3 letters (adversarial prefix queries)
 BATCH = 5000  # entries read and inserted per step of a catch-up
@@ -94,6 +96,8 @@ class Recall(Feature):
 
     def sync(self) -> int:
         """Index what the archive holds beyond the index; the number of entries added."""
+        import sqlite3  # on first use: a turn without an inbox or a search loads none of it (1 MiB)
+
         with self._lock:
             try:
                 return self._sync(self._open())
@@ -181,6 +185,8 @@ class Recall(Feature):
         )
 
     def _open(self) -> sqlite3.Connection:
+        import sqlite3
+
         if self._db is None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
@@ -263,6 +269,8 @@ class Recall(Feature):
     def _reader(self) -> Iterator[sqlite3.Connection]:
         """A connection of its own for one search, so searches run side by side, and beside
         a catch-up holding the writer's connection (WAL lets readers go on meanwhile)."""
+        import sqlite3
+
         with self._pool_lock:
             generation = self._generation
             db = self._idle.pop() if self._idle else None
