@@ -584,8 +584,10 @@ def cmd_memory(args: argparse.Namespace) -> int:
     texts = MemoryCommands(app.feature(Dreaming).dream, app.git, SHELL)
     try:
         if args.memory_command == "why":
-            return _why(app, words)
-        if args.memory_command == "log":
+            from nanomem.features.dream import Provenance
+
+            print(strip_escapes(Provenance(app.git, app.history).answer(words)))
+        elif args.memory_command == "log":
             print(strip_escapes(texts.log_text(args.sha)))  # memory files are model-written
         elif args.sha:
             print(strip_escapes(texts.restore_text(args.sha)))
@@ -595,11 +597,4 @@ def cmd_memory(args: argparse.Namespace) -> int:
         raise CliError(str(exc)) from None
     except DreamBusy:
         raise CliError(DREAM_IS_RUNNING) from None
-    return 0
-
-
-def _why(app: App, words: str) -> int:
-    from nanomem.features.dream import Provenance
-
-    print(strip_escapes(Provenance(app.git, app.history).answer(words)))
     return 0
