@@ -146,22 +146,26 @@ class _Watched:
     poll ends, and with which status, and keeps the start of an answer it could not read."""
 
     watch: PollWatch
-    unreadable = b""  # of the last answer, when it could not be read
+    status: int | None = None  # of the last answer
+    unreadable = b""  # of the last answer, when it was a success that could not be read
 
     def parse_json_payload(self, payload: bytes) -> JSONDict:
         try:
             return parse_bounded(payload)
         except TelegramError:
-            self.unreadable = payload[:UNREADABLE_KEPT] or b" "
+            # An error page (a proxy's 502 in HTML) is a failed poll, retried with backoff:
+            # only a success whose updates cannot be read is looked into one by one.
+            if self.status is not None and 200 <= self.status <= 299:
+                self.unreadable = payload[:UNREADABLE_KEPT] or b" "
             raise
 
     async def do_request(self, *args: Any, **kwargs: Any) -> tuple[int, bytes]:
-        status, self.unreadable = None, b""
+        self.status, self.unreadable = None, b""
         try:
-            status, body = await super().do_request(*args, **kwargs)  # type: ignore[misc]
+            self.status, body = await super().do_request(*args, **kwargs)  # type: ignore[misc]
         finally:
-            self.watch.finished(status)
-        return status, body
+            self.watch.finished(self.status)
+        return self.status, body
 
 
 ALLOWED_UPDATES = ("message", "callback_query")
@@ -192,10 +196,12 @@ async def fetch_updates(
         payload = request.unreadable if isinstance(request, _Watched) else b""
         if not payload:
             raise
-        if one and (found := _FIRST_ID.match(payload)) is not None:
-            text = payload.decode("utf-8", "replace")
-            return [{"update_id": int(found.group(1)), "unreadable": text}]
-        raise UnreadableBatch("Invalid server response") from None
+        if not one:
+            raise UnreadableBatch("Invalid server response") from None
+        if (found := _FIRST_ID.match(payload)) is None:  # not even its first id: a failed poll
+            raise TelegramError("an answer to getUpdates that could not be read") from None
+        text = payload.decode("utf-8", "replace")
+        return [{"update_id": int(found.group(1)), "unreadable": text}]
     if not isinstance(result, list):
         raise TelegramError("Invalid server response")
     return result

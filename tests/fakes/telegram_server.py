@@ -74,16 +74,23 @@ class ApiError(Exception):
     """A Bot API failure, answered as ``{"ok": false, ...}`` with HTTP status = error_code."""
 
     def __init__(
-        self, code: int, description: str, retry_after: int | None = None, body: str | None = None
+        self,
+        code: int,
+        description: str,
+        retry_after: int | None = None,
+        body: str | None = None,
+        body_status: int = 200,
     ) -> None:
         super().__init__(description)
         self.code, self.description, self.retry_after = code, description, retry_after
-        self.body = body
+        self.body, self.body_status = body, body_status
 
     def response(self) -> web.Response:
         """Render the error the way Telegram does (or the raw body a fault gave)."""
         if self.body is not None:
-            return web.Response(text=self.body, content_type="application/json")
+            return web.Response(
+                text=self.body, status=self.body_status, content_type="application/json"
+            )
         body: JSONDict = {"ok": False, "error_code": self.code, "description": self.description}
         if self.retry_after is not None:
             body["parameters"] = {"retry_after": self.retry_after}
@@ -98,6 +105,7 @@ class _Fault:
     times: int
     chat_id: int | None
     body: str | None = None
+    body_status: int = 200
 
 
 def _bad(description: str) -> ApiError:
@@ -334,7 +342,13 @@ class FakeTelegram:
                 fault.times -= 1
                 if fault.times <= 0:
                     queue.remove(fault)
-                raise ApiError(fault.error_code, fault.description, fault.retry_after, fault.body)
+                raise ApiError(
+                    fault.error_code,
+                    fault.description,
+                    fault.retry_after,
+                    fault.body,
+                    fault.body_status,
+                )
 
     # Bot API methods, named _api_<lowercase method>; called with the lock held.
 
@@ -959,16 +973,18 @@ class FakeTelegram:
         times: int = 1,
         chat_id: int | None = None,
         body: str | None = None,
+        body_status: int = 200,
     ) -> None:
         """Make the next ``times`` calls of ``method`` (optionally for one chat) fail.
 
         ``retry_after`` is only sent with 429s, since PTB turns any retry_after into RetryAfter.
-        ``body``, when given, is answered verbatim with HTTP 200 instead (a hostile server).
+        ``body``, when given, is answered verbatim with HTTP ``body_status`` instead (a hostile
+        server, or a proxy's error page).
         """
         retry_after = retry_after if error_code == 429 else None
         with self._lock:
             self._faults.setdefault(method.lower(), []).append(
-                _Fault(error_code, description, retry_after, times, chat_id, body)
+                _Fault(error_code, description, retry_after, times, chat_id, body, body_status)
             )
 
     def reject_html_next(self, chat_id: int | None = None) -> None:

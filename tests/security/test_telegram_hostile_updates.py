@@ -75,3 +75,34 @@ def test_updates_that_cannot_be_read_are_parked_and_polling_goes_on(home: Home) 
     assert listed.returncode == 0, listed.stderr
     for update_id in ids:
         assert f"update {update_id}" in listed.stdout, listed.stdout
+
+
+@pytest.mark.slow
+def test_an_error_page_instead_of_updates_is_a_failed_poll_retried_with_backoff(
+    home: Home,
+) -> None:
+    # A proxy in front of the Bot API answering 502 with an HTML page is a failed poll, not
+    # updates to look into one by one: before, it was asked again at once, hundreds of times
+    # a second, with a log line each time.
+    with FakeTelegram() as telegram, FakeOpenAI() as llm:
+        llm.set_fallback(echo_step)
+        gateway = GatewayProcess(home, telegram, llm)
+        try:
+            telegram.send_text(CHAT, "before it")
+            telegram.wait_for_messages(CHAT, 1, timeout=60)
+            polls = len([1 for method, _ in telegram.calls if method == "getupdates"])
+            page = "<html><body><h1>502 Bad Gateway</h1></body></html>"
+            telegram.fail_next("getUpdates", body=page, body_status=502, times=3)
+            telegram.send_text(CHAT, "after it")
+            answered = lambda: any(  # noqa: E731
+                m.get("text", "").endswith("after it") for m in telegram.sent_messages(CHAT)
+            )
+            wait_until(answered, 60, "the message after the error pages answered")
+            polled = len([1 for method, _ in telegram.calls if method == "getupdates"]) - polls
+        finally:
+            assert gateway.stop() == 0
+    assert polled <= 8, polled  # three failures, 1 s then 2 s then 4 s apart, then the answer
+    log = "".join(gateway.lines)
+    assert "Traceback" not in log, log
+    assert "one by one" not in log, log
+    assert sum("polling failed" in line for line in gateway.lines) == 1, log
