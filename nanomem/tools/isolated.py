@@ -22,11 +22,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from nanomem.tools.confine import MEMORY_EXIT
+from nanomem.tools.orphans import own_children, spawn_lock
 
 if TYPE_CHECKING:
     from nanomem.pools import Pool
 
 CHUNK = 65536
+DRAIN_S = 5.0  # a killed child's pipe, read to its end: a grandchild may still hold it
 _running: dict[int, asyncio.subprocess.Process] = {}
 _shut: set[int] = set()  # children stop_all killed
 
@@ -61,18 +63,20 @@ async def _run(module: str, config: dict[str, Any], data: bytes, limits: ChildLi
         "memory_mb": limits.memory_mb,
         "parent": os.getpid(),
     }
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-I",  # none of the environment's PYTHON* variables, no user site, no cwd on the path
-        "-m",
-        module,
-        json.dumps(confined),
-        stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.DEVNULL,
-        env={"PATH": os.environ.get("PATH", ""), "LANG": "C.UTF-8"},  # none of our keys
-        start_new_session=True,
-    )
+    async with spawn_lock():  # so the shell's orphan sweep never takes it for a leftover
+        process = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-I",  # none of the environment's PYTHON* variables, no user site, no cwd on the path
+            "-m",
+            module,
+            json.dumps(confined),
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.DEVNULL,
+            env={"PATH": os.environ.get("PATH", ""), "LANG": "C.UTF-8"},  # none of our keys
+            start_new_session=True,
+        )
+        own_children.add(process.pid)
     _running[process.pid] = process
     output = bytearray()
     stopped: str | None = None
@@ -91,6 +95,7 @@ async def _run(module: str, config: dict[str, Any], data: bytes, limits: ChildLi
     finally:
         _running.pop(process.pid, None)
         await _kill(process)  # on every path: cancelled (/stop) too
+        own_children.discard(process.pid)
     if process.pid in _shut:
         _shut.discard(process.pid)
         stopped = "shutdown"
@@ -125,7 +130,23 @@ async def _kill(process: asyncio.subprocess.Process) -> None:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(process.pid, signal.SIGKILL)
     # Reaped even when the caller is being cancelled: no zombie is left behind.
-    await asyncio.shield(process.wait())
+    await asyncio.shield(_reap(process))
+
+
+async def _reap(process: asyncio.subprocess.Process) -> None:
+    # What it wrote past the output limit is read and dropped: a full pipe pauses its reader,
+    # which then never sees the end, and `wait` waits for that end too.
+    assert process.stdout is not None
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(DRAIN_S):
+            await drain(process.stdout)
+    await process.wait()
+
+
+async def drain(stream: asyncio.StreamReader) -> None:
+    """Read a child's pipe to its end, keeping nothing."""
+    while await stream.read(CHUNK):
+        pass
 
 
 def _lines(output: bytes) -> list[dict[str, Any]]:

@@ -20,6 +20,7 @@ from pydantic import Field
 
 from nanomem.audience import room_folder
 from nanomem.tools.context import ToolContext
+from nanomem.tools.isolated import drain
 from nanomem.tools.limits import Limits
 from nanomem.tools.orphans import REAPER, own_children, spawn_lock, start_ticks, sweep
 from nanomem.tools.prctl import adopt_orphans
@@ -208,17 +209,12 @@ async def _stop(process: asyncio.subprocess.Process, sandboxed: bool) -> None:
         process.send_signal(signal.SIGKILL if sandboxed else signal.SIGTERM)
     try:
         async with asyncio.timeout(STOP_GRACE_S):
-            await _drain(process.stdout)
+            await drain(process.stdout)
             await process.wait()
     except TimeoutError:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGKILL)
         with contextlib.suppress(TimeoutError):  # a leftover holding the pipe is the sweep's
             async with asyncio.timeout(STOP_GRACE_S):
-                await _drain(process.stdout)
+                await drain(process.stdout)
         await process.wait()
-
-
-async def _drain(stream: asyncio.StreamReader) -> None:
-    while await stream.read(CHUNK):
-        pass

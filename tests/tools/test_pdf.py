@@ -3,10 +3,12 @@ each of tools.documents' limits: decoded content, memory, pages, time."""
 
 from __future__ import annotations
 
+import asyncio
 import zlib
+from pathlib import Path
 
 from nanomem.config import DocumentSettings
-from nanomem.tools import pdf_text
+from nanomem.tools import OUTSIDE, ShellTool, pdf_text
 from nanomem.tools.isolated import running
 from tests.fakes.web_server import pdf_file, poisoned_pdf, tiny_pdf
 
@@ -61,4 +63,23 @@ async def test_the_time_limit_keeps_the_pages_read_and_says_why() -> None:
     pdf = await pdf_text(poisoned_pdf(), 1000, DocumentSettings(timeout_s=1))
     assert pdf.pages == 2000 and pdf.note is not None
     assert pdf.note.startswith("the PDF could not be read within 1 s; ")
+    assert not running()
+
+
+async def test_the_shells_sweep_never_takes_a_reader_for_a_commands_leftover(
+    tmp_path: Path,
+) -> None:
+    """Without the sandbox a command ends with a sweep of the children nanomem adopted while it
+    ran; a document's reader started meanwhile is nanomem's own and reads on to its limit
+    (before, the sweep killed it and the PDF was told as one the reader failed on)."""
+    shell = ShellTool(tmp_path, timeout_s=30, max_output_chars=1000, sandbox="off")
+
+    async def reading() -> str | None:
+        await asyncio.sleep(0.2)  # started while the command runs
+        pdf = await pdf_text(poisoned_pdf(pages=200), 1000, DocumentSettings(timeout_s=3))
+        return pdf.note
+
+    ran, note = await asyncio.gather(shell.exec(OUTSIDE, "sleep 1"), reading())
+    assert ran.startswith("exit code 0"), ran
+    assert note is not None and note.startswith("the PDF could not be read within 3 s; "), note
     assert not running()
