@@ -41,6 +41,14 @@ def _die_with(parent: int) -> None:
         os._exit(1)
 
 
+MAX_TITLE = 1000  # characters of a document's own title: the rest is no title but a payload
+
+
+def titled(title: object) -> str | None:
+    """A document's title as it says it, within MAX_TITLE; None when it has none."""
+    return title[:MAX_TITLE] if isinstance(title, str) else None
+
+
 def emit(value: dict[str, Any]) -> None:
     """One JSON line to the parent, at once (a kill keeps what was said)."""
     sys.stdout.write(json.dumps(value, ensure_ascii=False) + "\n")

@@ -11,7 +11,7 @@ import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from nanomem.tools.confine import emit, serve
+from nanomem.tools.confine import emit, serve, titled
 
 if TYPE_CHECKING:
     from nanomem.config import DocumentSettings
@@ -116,7 +116,7 @@ def _read(config: dict[str, Any], data: bytes) -> None:
     except Exception as exc:  # pypdf raises many kinds on a broken file; none reaches the chat
         emit({"error": _reason(exc)})
         return
-    emit({"pages": count, "title": title if isinstance(title, str) else None})
+    emit({"pages": count, "title": titled(title)})
     size = decoded = 0
     for number in range(1, count + 1):
         if size > budget:

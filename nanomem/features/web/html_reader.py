@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-from nanomem.tools import emit, serve
+from nanomem.tools.confine import emit, serve, titled
 
 if TYPE_CHECKING:
     from nanomem.config import DocumentSettings
@@ -61,7 +61,7 @@ def _read(config: dict[str, Any], data: bytes) -> None:
     except Exception as exc:  # a page the extractor chokes on: said in a few words
         emit({"error": f"the page reader failed ({type(exc).__name__})"})
         return
-    emit({"title": found[0], "text": found[1][: budget + 1]})
+    emit({"title": titled(found[0]), "text": found[1][: budget + 1]})
 
 
 def _extract(trafilatura: Any, html: str, url: str) -> tuple[str | None, str]:
