@@ -19,6 +19,7 @@ from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
 T = TypeVar("T")
+WORKERS = "nanomem-worker"  # the names of our worker threads begin so: a bounded stop finds them
 
 
 class Pool:
@@ -34,9 +35,16 @@ class Pool:
     async def run(self, fn: Callable[..., T], *args: Any) -> T:
         """`fn(*args)` in one of this pool's threads (as `asyncio.to_thread` would)."""
         if self._executor is None:
-            self._executor = ThreadPoolExecutor(self.size, thread_name_prefix=self.name)
+            prefix = f"{WORKERS}-{self.name}"
+            self._executor = ThreadPoolExecutor(self.size, thread_name_prefix=prefix)
         call = functools.partial(contextvars.copy_context().run, fn, *args)
         return await asyncio.get_running_loop().run_in_executor(self._executor, call)
+
+    def shutdown(self) -> None:
+        """Idle threads end now, queued calls are dropped; a busy thread ends with its call."""
+        if self._executor is not None:
+            self._executor.shutdown(wait=False, cancel_futures=True)
+            self._executor = None
 
     @asynccontextmanager
     async def slot(self) -> AsyncIterator[None]:
@@ -55,3 +63,4 @@ DOCUMENTS = Pool("documents", 2)
 MCP_SCHEMAS = Pool("mcp-schemas", 2)
 # Parsing a search provider's answer (DuckDuckGo's HTML page: up to tools.web.max_bytes).
 SEARCH = Pool("search", 2)
+POOLS = (DOCUMENTS, MCP_SCHEMAS, SEARCH)

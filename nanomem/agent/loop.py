@@ -506,14 +506,15 @@ class AgentLoop:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + grace_s
         await self._chats.drain(grace_s)
-        stop_all()  # a document still being parsed: its turn, or its saving, ends now
+        still: set[asyncio.Task[Any]] = set()
         if self._tasks:
             left = max(0.0, deadline - loop.time())
             _, still = await asyncio.wait(set(self._tasks), timeout=left)
-            for task in still:
-                task.cancel()
-            if still:
-                await asyncio.wait(still, timeout=2.0)
+        stop_all()  # the grace is over: a document still being parsed ends now, its turn too
+        for task in still:
+            task.cancel()
+        if still:
+            await asyncio.wait(still, timeout=2.0)
         await self._chats.cancel()
 
     def _register_builtin_commands(self) -> None:

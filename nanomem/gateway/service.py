@@ -32,6 +32,7 @@ from nanomem.app import App
 from nanomem.channel_registry import NO_CHANNEL, enabled_channels, load_channel
 from nanomem.config import ConfigError
 from nanomem.gateway.health import Health, serve_health
+from nanomem.pools import POOLS, WORKERS
 
 SIGNALS = (signal.SIGTERM, signal.SIGINT)
 RETRY_FIRST_S, RETRY_MAX_S = 1.0, 300.0
@@ -43,7 +44,6 @@ FORCED_EXIT_S = 1.0  # after a second signal: cancel everything, then leave what
 # process has ended this long after the first signal at the latest, whatever hangs.
 AFTER_GRACE_S = 10.0
 THREADS_S = 2.0  # the last wait for work in worker threads, which nothing can cancel
-WORKERS = "nanomem-worker"  # the worker threads' names (asyncio.to_thread's pool)
 
 
 class GatewayChannel(Channel, Protocol):
@@ -278,6 +278,8 @@ def serve(gateway: Gateway, listening: Callable[[int], None] | None = None) -> i
         asyncio.get_running_loop().set_default_executor(workers)
         code = await gateway.run(listening)
         workers.shutdown(wait=False, cancel_futures=True)  # idle workers end at once
+        for pool in POOLS:  # documents, MCP schemas, search: the same
+            pool.shutdown()
         await _until(lambda: not _busy_workers(), THREADS_S)
         if stuck := _busy_workers():
             leave(code, f"{len(stuck)} worker thread(s) still busy after the stop")
