@@ -54,6 +54,10 @@ class Dreaming(Feature):
     def provenance(self) -> Provenance:
         return self.machinery.provenance
 
+    @property
+    def notice(self) -> ReviewNotice:
+        return self.machinery.notice
+
     def commands(self) -> list[Command]:
         from nanomem.features.dream.commands import MemoryCommands
 
@@ -65,12 +69,12 @@ class Dreaming(Feature):
     async def start(self, reach: Reach) -> None:
         self.scheduler.start()  # in the gateway, and while `nanomem chat` is open
         if reach.owner is not None:  # `nanomem chat` shows a waiting change as it opens
-            self.machinery.notice.start(reach.owner)
+            self.notice.start(reach.owner)
 
     async def stop(self, grace_s: float) -> None:
         if "machinery" not in self.__dict__:
             return  # never built: nothing runs
-        await self.machinery.notice.stop()
+        await self.notice.stop()
         await self.scheduler.stop(grace_s=grace_s)  # a running Dream may finish, too
 
 

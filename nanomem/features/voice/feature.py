@@ -68,7 +68,9 @@ class Voice(Feature):
             return None
         if self.client is None:
             raise Unreadable(TURN_ON if self.settings.enabled else DISABLED)
-        for relative in spoken:  # all of an album held to the limits before any is sent
+        # All of an album held to the limits before any is sent; each is read again when its
+        # turn comes rather than kept, so an album of audio files is never all in memory.
+        for relative in spoken:
             await self._checked(relative, msg.lengths.get(relative))
         texts, heard = [], []
         for relative in spoken:
