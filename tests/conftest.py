@@ -140,6 +140,17 @@ def _secrets_of_this_test_only() -> Iterator[None]:
     log._secrets[:] = kept
 
 
+@pytest.fixture(autouse=True)
+def _litellm_clients_of_this_test_only() -> Iterator[None]:
+    """litellm caches its HTTP clients by the event loop's id(), which a later test's new loop
+    can be given once the old one is freed: that test would then be answered through a client
+    bound to a closed loop ("server" where "malformed" was due, once in CI). The product runs
+    one loop for its life; each test has its own, so each starts with no cached client."""
+    yield
+    if (litellm := sys.modules.get("litellm")) is not None:
+        litellm.in_memory_llm_clients_cache.flush_cache()
+
+
 @pytest.fixture
 def home(tmp_path: Path) -> Home:
     home = Home(tmp_path / "home")
