@@ -140,17 +140,6 @@ def _secrets_of_this_test_only() -> Iterator[None]:
     log._secrets[:] = kept
 
 
-@pytest.fixture(autouse=True)
-def _litellm_clients_of_this_test_only() -> Iterator[None]:
-    """litellm caches its HTTP clients by the event loop's id(), which a later test's new loop
-    can be given once the old one is freed: that test would then be answered through a client
-    bound to a closed loop ("server" where "malformed" was due, once in CI). The product runs
-    one loop for its life; each test has its own, so each starts with no cached client."""
-    yield
-    if (litellm := sys.modules.get("litellm")) is not None:
-        litellm.in_memory_llm_clients_cache.flush_cache()
-
-
 @pytest.fixture
 def home(tmp_path: Path) -> Home:
     home = Home(tmp_path / "home")
@@ -213,6 +202,7 @@ def run_cli_here(
     from loguru import logger
 
     from nanomem.cli.main import main
+    from nanomem.providers.litellm_provider import SWITCHES
 
     saved_env, saved_umask = dict(os.environ), os.umask(0o022)
     streams = sys.stdin, sys.stdout, sys.stderr
@@ -238,8 +228,13 @@ def run_cli_here(
         root.handlers[:] = handlers
         root.setLevel(level)
         os.umask(saved_umask)
+        # litellm, if the command imported it, reads its switches for the process's life:
+        # they outlive the command, as they would in its own process.
+        switches = {name: os.environ[name] for name in SWITCHES if name in os.environ}
         os.environ.clear()
         os.environ.update(saved_env)
+        for name, value in switches.items():
+            os.environ.setdefault(name, value)
     return subprocess.CompletedProcess(["nanomem", *args], code, stdout, stderr)
 
 

@@ -35,6 +35,21 @@ _MALFORMED = (
     "'choices' that is not a list",
     "object has no attribute",  # a stream chunk of the wrong shape
 )
+# What litellm reads from the environment, for the process's life once it is imported.
+SWITCHES = {
+    # Without these, importing litellm fetches a price map and tokenizers from the internet.
+    "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+    "HF_HUB_OFFLINE": "1",
+    # Per-call CPU (tests/benchmarks); the first is read at import time, the second on every
+    # call. Skip litellm's base64-redaction copy of every message for its logging payload (it
+    # walks the whole prompt on each call; we register no logging callbacks).
+    "MAX_BASE64_LENGTH_FOR_LOGGING": "0",
+    # OpenAI-compatible calls through litellm's own HTTP handler instead of the OpenAI SDK,
+    # whose request "transform" walks every message by type introspection (~0.25 ms a message:
+    # 130 ms a turn with a full 64k-token window, 8x less this way). It also reads an answer
+    # that is not JSON as such (the SDK path calls it a server error).
+    "EXPERIMENTAL_OPENAI_BASE_LLM_HTTP_HANDLER": "True",
+}
 _import_lock = threading.Lock()
 _module: ModuleType | None = None
 
@@ -44,18 +59,8 @@ def import_litellm() -> ModuleType:
     global _module
     with _import_lock:
         if _module is None:
-            # Without these, importing litellm fetches a price map and tokenizers from the internet.
-            os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-            os.environ.setdefault("HF_HUB_OFFLINE", "1")
-            # Per-call CPU (tests/benchmarks): these two are read from the environment, the
-            # first at import time, the second on every call; setdefault lets a person opt out.
-            # Skip litellm's base64-redaction copy of every message for its logging payload
-            # (it walks the whole prompt on each call; we register no logging callbacks).
-            os.environ.setdefault("MAX_BASE64_LENGTH_FOR_LOGGING", "0")
-            # Send OpenAI-compatible calls through litellm's own HTTP handler instead of the
-            # OpenAI SDK, whose request "transform" walks every message by type introspection
-            # (~0.25 ms a message: 130 ms a turn with a full 64k-token window, 8x less this way).
-            os.environ.setdefault("EXPERIMENTAL_OPENAI_BASE_LLM_HTTP_HANDLER", "True")
+            for name, value in SWITCHES.items():  # setdefault: a person may opt out
+                os.environ.setdefault(name, value)
             import litellm
 
             # The first call would otherwise import what it needs lazily: the OpenAI SDK's

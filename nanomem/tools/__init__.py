@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 from nanomem.exports import lazy_exports
 
 if TYPE_CHECKING:
-    from nanomem.tools.confine import emit, serve
+    from nanomem.tools.confine import emit, serve, titled
     from nanomem.tools.context import OUTSIDE, Outlet, ToolContext
     from nanomem.tools.files import MAX_SEND_BYTES, FileTools
     from nanomem.tools.images import (
@@ -64,6 +64,7 @@ __all__ = [
     "serve",
     "spawn_lock",
     "stop_all",
+    "titled",
     "truncated",
     "untrusted",
 ]
@@ -83,7 +84,7 @@ __getattr__ = lazy_exports(
         "registry": ("Tool", "ToolError", "ToolRegistry", "read_only_tool", "truncated"),
         "limits": ("Limits",),
         "orphans": ("REAPER", "kill_children", "own_children", "spawn_lock"),
-        "confine": ("emit", "serve"),
+        "confine": ("emit", "serve", "titled"),
         "isolated": ("ChildLimits", "run_isolated", "stop_all"),
         "pdf": ("PdfText", "PdfUnreadable", "pdf_text"),
         "prctl": ("hide_environment",),

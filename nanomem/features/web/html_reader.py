@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-from nanomem.tools.confine import emit, serve, titled
+from nanomem.tools import emit, serve, titled
 
 if TYPE_CHECKING:
     from nanomem.config import DocumentSettings
