@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib
+import json
 import logging
 import os
 import threading
@@ -245,7 +246,7 @@ def classify(exc: Exception) -> ProviderError:
     text = str(exc)
     category: ErrorCategory
     # litellm's exception classes say a little more than the status; the rest is shared.
-    if any(phrase in text for phrase in _MALFORMED):
+    if any(phrase in text for phrase in _MALFORMED) or _not_json(exc):
         category = "malformed"  # an answer came, but not one we can read
     elif "Timeout" in name:
         category = "timeout"
@@ -261,6 +262,19 @@ def classify(exc: Exception) -> ProviderError:
         category = categorize(status if isinstance(status, int) else None, text)
     logger.debug("provider error {} (status {}): {}", name, status, text[:500])
     return ProviderError(category, f"{name}: {text[:300]}", status, _retry_after(exc))
+
+
+def _not_json(exc: BaseException) -> bool:
+    """An answer came that was not JSON: on the OpenAI SDK's path litellm calls that a server
+    error (500), but the JSON error it ran into is still in the chain of causes."""
+    seen: BaseException | None = exc
+    for _ in range(8):  # the chain is short; a cycle must not hang the classification
+        if seen is None:
+            return False
+        if isinstance(seen, json.JSONDecodeError):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
 
 
 def _retry_after(exc: Exception) -> float | None:

@@ -88,6 +88,21 @@ async def test_a_malformed_whole_reply_is_malformed(
     assert (failed.value.category, failed.value.retryable) == (expected(provider, case), True)
 
 
+async def test_an_answer_that_is_not_json_is_malformed_on_litellms_sdk_path_too(
+    srv: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A person may switch litellm back to the OpenAI SDK's path, which calls an answer that is
+    # not JSON a server error (500): the JSON error it ran into says what it was.
+    monkeypatch.setenv("EXPERIMENTAL_OPENAI_BASE_LLM_HTTP_HANDLER", "False")
+    settings = LLMSettings(
+        model="openai/fake", api_base=srv.base_url, api_key=SecretStr(TEST_KEY), timeout_s=10
+    )
+    srv.raw(WHOLE["not-json"])
+    with pytest.raises(ProviderError) as failed:
+        await LiteLLMProvider(settings.model_copy(update={"transport": "litellm"})).complete(USER)
+    assert (failed.value.category, failed.value.status) == ("malformed", 500)
+
+
 @pytest.mark.parametrize("case", STREAMED)
 async def test_a_malformed_stream_is_malformed(
     srv: FakeOpenAI, provider: Provider, case: str
