@@ -4,41 +4,29 @@ document read pays for what the child imports."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import signal
 import sys
 from collections.abc import Callable
 from typing import Any
 
-PR_SET_PDEATHSIG = 1
+from nanomem.tools.prctl import die_with_parent
+from nanomem.tools.rlimits import apply as set_limits
+
 MEMORY_EXIT = 3  # its exit code when it ran out of its address space
 
 
 def confine() -> dict[str, Any]:
-    """In the child, first: its config (argv[1]), with its limits set on itself."""
-    import resource
-
+    """In the child, first: its config (argv[1]), with its limits set on itself (as a shell
+    command's are: CPU time, then SIGXCPU and a SIGKILL a second later; address space; no
+    core file) and killed when nanomem dies, however it dies (Linux)."""
     config: dict[str, Any] = json.loads(sys.argv[1])
-    cpu = int(config["cpu_s"])
-    resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))  # SIGXCPU, then SIGKILL
     memory = int(config["memory_mb"]) * 2**20
-    resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    _die_with(int(config["parent"]))
+    set_limits({"cpu": int(config["cpu_s"]), "as": memory, "core": 0})
+    die_with_parent()
+    if os.getppid() != int(config["parent"]):
+        os._exit(1)  # nanomem died before the signal was armed
     return config
-
-
-def _die_with(parent: int) -> None:
-    """Killed when nanomem dies, however it dies (Linux); gone at once if it already has."""
-    if sys.platform.startswith("linux"):
-        import ctypes
-
-        with contextlib.suppress(OSError, AttributeError):
-            ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    if os.getppid() != parent:
-        os._exit(1)
 
 
 MAX_TITLE = 1000  # characters of a document's own title: the rest is no title but a payload

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import ctypes
+import signal
 import sys
 
+PR_SET_PDEATHSIG = 1
 PR_SET_DUMPABLE = 4
 PR_SET_CHILD_SUBREAPER = 36
 
@@ -30,3 +32,8 @@ def hide_environment() -> bool:
 def adopt_orphans() -> bool:
     """Child subreaper: what a killed child leaves running becomes our child, not init's."""
     return prctl(PR_SET_CHILD_SUBREAPER, 1)
+
+
+def die_with_parent() -> bool:
+    """SIGKILLed when the process that started this one dies, however it dies."""
+    return prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
