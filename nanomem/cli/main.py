@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from nanomem.cli import parked, pydantic_plugins
+from nanomem.cli import parked, pydantic_plugins, subcommands
 from nanomem.text.escapes import strip_escapes  # only `re`: --help stays instant
 
 if TYPE_CHECKING:
@@ -118,7 +118,7 @@ def build_parser() -> argparse.ArgumentParser:
     for action in (log, restore, why):
         _add_overrides(action)
 
-    parked.add_parser(commands)
+    parser.set_defaults(owners=subcommands.add_parsers(commands))
     gateway = commands.add_parser(
         "gateway",
         help="serve the enabled channels (Telegram) and GET /health until SIGTERM",
@@ -157,15 +157,19 @@ def main(argv: list[str] | None = None) -> int:
     pydantic_plugins.switch_off()
     args = build_parser().parse_args(argv)
     try:
-        handler = {
-            "onboard": cmd_onboard,
-            "chat": cmd_chat,
-            "status": cmd_status,
-            "gateway": cmd_gateway,
-            "dream": cmd_dream,
-            "memory": cmd_memory,
-            "inbox": cmd_inbox,
-        }[args.command]
+        owner = args.owners.get(args.command)
+        handler = (
+            subcommands.handler(owner)
+            if owner
+            else {
+                "onboard": cmd_onboard,
+                "chat": cmd_chat,
+                "status": cmd_status,
+                "gateway": cmd_gateway,
+                "dream": cmd_dream,
+                "memory": cmd_memory,
+            }[args.command]
+        )
         code = handler(args)
         sys.stdout.flush()  # a reader that left is found here, not by the flush at exit
         return code
@@ -565,12 +569,6 @@ def cmd_dream(args: argparse.Namespace) -> int:
         raise CliError(str(exc)) from None
     print(strip_escapes(result.describe()))  # it quotes what the model wrote
     return 1 if result.status == "failed" else 0
-
-
-def cmd_inbox(args: argparse.Namespace) -> int:
-    code, text = parked.run(_home(args), args.action, args.id)
-    print(text, file=sys.stderr if code else sys.stdout)
-    return code
 
 
 def cmd_memory(args: argparse.Namespace) -> int:

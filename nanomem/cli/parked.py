@@ -6,6 +6,7 @@ seconds."""
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -42,7 +43,15 @@ def status_lines(home: Home) -> list[tuple[str, str]]:
     return rows + [("", parked_line(p)) for p in parked]
 
 
-def run(home: Home, action: str, ident: str) -> tuple[int, str]:
+def run(args: argparse.Namespace) -> int:
+    from nanomem.cli.main import _home
+
+    code, text = act(_home(args), args.action, args.id)
+    print(text, file=sys.stderr if code else sys.stdout)
+    return code
+
+
+def act(home: Home, action: str, ident: str) -> tuple[int, str]:
     """(exit code, what to print)."""
     import sqlite3
 
