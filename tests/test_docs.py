@@ -14,6 +14,7 @@ import pytest
 from pydantic import BaseModel
 
 from nanomem.config import Settings
+from tests.helpers import transcripts
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -48,6 +49,16 @@ def anchors(page: Path) -> set[str]:
             seen[base] = seen.get(base, -1) + 1
             seen.setdefault(f"{base}-{seen[base]}" if seen[base] else base, 0)
     return set(seen)
+
+
+def test_the_readme_fits_in_250_lines() -> None:
+    assert len((ROOT / "README.md").read_text(encoding="utf-8").splitlines()) <= 250
+
+
+@pytest.mark.slow
+def test_the_transcripts_are_what_the_terminal_draws() -> None:
+    """Each `<!-- transcript: NAME -->` block, as a real `nanomem chat` draws it now."""
+    assert transcripts.main(["--check"]) == 0, "run .venv/bin/python -m tests.helpers.transcripts"
 
 
 def test_slugs_are_githubs() -> None:

@@ -1,7 +1,7 @@
 """Chat transcripts for README and docs/, made by running the real `nanomem chat` in a
 pseudo-terminal against the scripted loopback model, and read off the screen it drew.
 
-`.venv/bin/python -m tests.transcripts` rewrites every ```text block that follows a
+`.venv/bin/python -m tests.helpers.transcripts` rewrites every ```text block that follows a
 `<!-- transcript: NAME -->` comment in README.md and docs/*.md; `--check` only says which
 differ (exit 1). Ids and times that change from run to run are written as `…`.
 """
@@ -24,7 +24,7 @@ from tests.fakes.openai_server import FakeOpenAI
 from tests.helpers import WAIT_S
 from tests.helpers.dream import script_a_dream
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PROMPT = "you ›"
 WIDTH = 100
 CSI = re.compile(r"\x1b\[([?0-9;]*)([A-Za-z@])")
