@@ -99,14 +99,28 @@ def _output(lines: list[str], at: int) -> tuple[str | None, int]:
 BLOCKS = [block for page in PAGES for block in blocks(page)]
 
 
+def _loose_directives(lines: list[str]) -> list[tuple[int, str]]:
+    """`not-run` and `model` comments (1-based line, kind) with no ```bash block below them."""
+    loose = []
+    for number, line in enumerate(lines, 1):
+        found = DIRECTIVE.match(line)
+        if not found or found.group(1) == "output":
+            continue
+        below = number
+        while below < len(lines) and DIRECTIVE.match(lines[below]):
+            below += 1
+        if below >= len(lines) or not re.match(r"^\s*```bash\s*$", lines[below]):
+            loose.append((number, found.group(1)))
+    return loose
+
+
 def test_every_example_is_run_or_says_why_not() -> None:
     assert BLOCKS, "no ```bash block found"
     problems = [f"{block}: {problem}" for block in BLOCKS for problem in block.problems]
     orphans = [
-        f"{page.relative_to(ROOT)}:{number}: a `not-run` comment that is not just above a block"
+        f"{page.relative_to(ROOT)}:{number}: a `{kind}` comment that is not just above a block"
         for page in PAGES
-        for number, line in enumerate(page.read_text(encoding="utf-8").split("\n"), 1)
-        if "<!-- not-run" in line and number not in {b.line - 1 for b in BLOCKS if b.page == page}
+        for number, kind in _loose_directives(page.read_text(encoding="utf-8").split("\n"))
     ]
     assert problems + orphans == []
 
@@ -118,6 +132,13 @@ def fits(expected: str, printed: str) -> bool:
     return len(want) == len(got) and all(
         re.fullmatch(p, line.rstrip()) for p, line in zip(patterns, got, strict=True)
     )
+
+
+def test_shown_output_must_match_line_for_line() -> None:
+    assert fits("<<untrusted … from mcp>>\nHELLO", "<<untrusted 3f2a from mcp>>\nHELLO\n")
+    assert not fits("HELLO", "hello")
+    assert not fits("HELLO", "HELLO\nand more")
+    assert not fits("Four.", "Four. And five.")
 
 
 def answer(request: dict[str, Any]) -> Step:
