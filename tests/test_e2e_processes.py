@@ -25,7 +25,7 @@ from tests.helpers import wait_until
 WAIT_S = 120  # a safety net only: every wait below ends on an event
 KILL_POLL_S = 0.005  # a kill lands close to the moment awaited (the journal, the commit)
 # Two Dream processes at once, this many times: 8 in the suite; the figure is taken with
-# NANOMEM_DREAM_ROUNDS=20 (README, Reliability).
+# NANOMEM_DREAM_ROUNDS=20 (docs/development.md, Tests).
 DREAM_ROUNDS = int(os.environ.get("NANOMEM_DREAM_ROUNDS", "8"))
 FACT = re.compile(r"^- (fact-\d+)$", re.M)
 

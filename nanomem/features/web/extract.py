@@ -1,5 +1,5 @@
 """What a fetched page says, as text a model reads well: HTML as Markdown (trafilatura,
-chosen by measurement: README "The web"), text as is, JSON pretty, PDFs as their text."""
+chosen by measurement: docs/tools.md, "The web"), text as is, JSON pretty, PDFs as their text."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""A web page's HTML as Markdown (trafilatura, chosen by measurement: README "The web"), in a
-confined child process (tools/isolated.py), within tools.documents' limits: a page can be
-built to keep the extractor busy for minutes (5 MB of table cells: ~100 s here), which a
+"""A web page's HTML as Markdown (trafilatura, chosen by measurement: docs/tools.md, "The
+web"), in a confined child process (tools/isolated.py), within tools.documents' limits: a page
+can be built to keep the extractor busy for minutes (5 MB of table cells: ~100 s here), which a
 thread could not stop. Run as `python -m nanomem.features.web.html_reader`."""
 
 from __future__ import annotations
