@@ -42,6 +42,7 @@ class PastEntry:
     timestamp: str  # the original time, ISO 8601 with an offset
     content: str
     kind: Literal["summary", "raw"] = "summary"
+    group: str = ""  # how the dry run counts it (a folder of daily notes); default: source
 
 
 @dataclass(frozen=True)

@@ -38,7 +38,7 @@ SQLITE_MAGIC = b"SQLite format 3\x00"
 
 
 def read(tree: SourceTree) -> Found:
-    found = Found(NAME, tree.root)
+    found = Found(NAME, tree.root, skipped=tree.skipped)  # one list: what the tree refused too
     places: tuple[tuple[str, Target], ...] = (
         ("SOUL.md", "SOUL.md"),
         ("memories/USER.md", "USER.md"),
@@ -156,7 +156,7 @@ def _transcripts(found: Found, rel: str, rows: list[tuple[Any, ...]]) -> None:
                 return
             label = f" (part {number} of {len(parts)})" if len(parts) > 1 else ""
             source = f"{rel} session {session}{label}"
-            found.history.append(PastEntry(source, when, part, kind="raw"))
+            found.history.append(PastEntry(source, when, part, kind="raw", group=f"{rel} sessions"))
 
 
 def _split(text: str, size: int) -> list[str]:

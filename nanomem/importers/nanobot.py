@@ -40,7 +40,7 @@ INSTRUCTIONS = (
 
 
 def read(tree: SourceTree) -> Found:
-    found = Found(NAME, tree.root)
+    found = Found(NAME, tree.root, skipped=tree.skipped)  # one list: what the tree refused too
     ws = "workspace" if tree.is_dir("workspace") else ""
     at = (lambda rel: f"{ws}/{rel}") if ws else (lambda rel: rel)
     read_memory(tree, found, at("SOUL.md"), "SOUL.md")

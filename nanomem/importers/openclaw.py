@@ -37,7 +37,7 @@ _DAILY = re.compile(r"(\d{4}-\d{2}-\d{2})\.md")
 
 
 def read(tree: SourceTree) -> Found:
-    found = Found(NAME, tree.root)
+    found = Found(NAME, tree.root, skipped=tree.skipped)  # one list: what the tree refused too
     ws = "workspace" if tree.is_dir("workspace") else ""
     at = (lambda rel: f"{ws}/{rel}") if ws else (lambda rel: rel)
     read_memory(tree, found, at("SOUL.md"), "SOUL.md")
@@ -59,6 +59,7 @@ def read(tree: SourceTree) -> Found:
 
 def _notes(tree: SourceTree, found: Found, rel: str) -> None:
     """Daily notes become history entries of their day; other notes go to memory/MEMORY.md."""
+    notes = f"{rel}/YYYY-MM-DD.md"
     for name in tree.listdir(rel):
         path = f"{rel}/{name}"
         if daily := _DAILY.fullmatch(name):
@@ -68,7 +69,7 @@ def _notes(tree: SourceTree, found: Found, rel: str) -> None:
             text = tree.read_text(path)
             day = datetime.strptime(daily.group(1), "%Y-%m-%d")
             if text and text.strip():
-                found.history.append(PastEntry(path, iso(day), text.strip()))
+                found.history.append(PastEntry(path, iso(day), text.strip(), group=notes))
         elif name.endswith(".md") and not name.startswith("."):
             read_memory(tree, found, path, "memory/MEMORY.md")
 

@@ -85,9 +85,9 @@ def _record(plan: ImportPlan, current: Files) -> None:
     and skills came from elsewhere, and every import makes a memory version, whose restore
     undoes all of it (the skills and schedules too, importers/undo.py)."""
     parts = [
-        f"{len(plan.skills)} skills" if plan.skills else "",
-        f"{len(plan.schedules)} schedules" if plan.schedules else "",
-        f"{len(plan.history)} history entries (marked imported)" if plan.history else "",
+        _count(len(plan.skills), "skill", "skills"),
+        _count(len(plan.schedules), "schedule", "schedules"),
+        _count(len(plan.history), "history entry", "history entries"),
     ]
     brought = ", ".join(p for p in parts if p) or "memory files"
     day = datetime.now(UTC).astimezone().strftime("%Y-%m-%d")
@@ -120,7 +120,8 @@ def _memory(plan: ImportPlan, found: Found, current: Files) -> None:
         if title in text.splitlines():
             plan.already.append(Row(piece.source, piece.target))
             continue
-        kept = f" after what it had ({len(text.splitlines())} lines, kept)" if text.strip() else ""
+        had = (current.get(piece.target) or b"").decode("utf-8", errors="replace")
+        kept = f" after what it had ({len(had.splitlines())} lines, kept)" if had.strip() else ""
         texts[piece.target] = f"{text.rstrip()}\n\n{title}\n\n{piece.text}\n".lstrip("\n")
         plan.memory[piece.target] = texts[piece.target].encode("utf-8")
         plan.add_row("memory", Row(piece.source, piece.target, f"appended under “{title}”{kept}"))
@@ -200,9 +201,10 @@ def _history(plan: ImportPlan, found: Found, history: HistoryStore) -> None:
                 imported=found.project,
             )
         )
-        counts.setdefault(entry.source.split(" session ")[0], []).append(entry.timestamp)
+        counts.setdefault(entry.group or entry.source, []).append(entry.timestamp)
     for source, stamps in counts.items():
-        span = f"{min(stamps)[:10]} … {max(stamps)[:10]}"
+        first, last = min(stamps)[:10], max(stamps)[:10]
+        span = first if first == last else f"{first} … {last}"
         plan.add_row(
             "history", Row(source, "memory/history.jsonl", f"{_entries(len(stamps))}, {span}")
         )
@@ -210,8 +212,12 @@ def _history(plan: ImportPlan, found: Found, history: HistoryStore) -> None:
         plan.already.append(Row(f"{_entries(repeated)} of history", "memory/history.jsonl"))
 
 
+def _count(count: int, one: str, more: str) -> str:
+    return "" if not count else f"{count} {one if count == 1 else more}"
+
+
 def _entries(count: int) -> str:
-    return f"{count} entr{'y' if count == 1 else 'ies'}"
+    return _count(count, "entry", "entries")
 
 
 def _schedules(plan: ImportPlan, found: Found, scheduled: set[str]) -> None:
