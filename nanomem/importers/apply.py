@@ -47,7 +47,7 @@ def plan(found: Found, target: Target) -> ImportPlan:
     # write of schedules.json is a rename, so the file read is a whole one.
     scheduled = {s.id for s in target.schedules.read_unlocked().schedules}
     current = target.git.read_workspace()
-    return make_plan(found, current, target.skills_dir, target.history, target.session, scheduled)
+    return make_plan(found, current, target.workspace, target.history, target.session, scheduled)
 
 
 def apply(found: Found, target: Target) -> tuple[ImportPlan, Version | None]:
@@ -65,6 +65,8 @@ def apply(found: Found, target: Target) -> tuple[ImportPlan, Version | None]:
             target.schedules.add_all(done.schedules)
         for skill in done.skills:
             _copy_skill(target.skills_dir, skill.name, skill.files)
+        for rel, data in done.files.items():
+            write_below(target.workspace, Path(rel), data, mode=0o600)
         if done.history:
             target.history.append_sync(done.history)
         version = None

@@ -57,6 +57,12 @@ def read(tree: SourceTree) -> Found:
     jobs(tree, found, "cron/jobs.json")
     if (db := tree.real_path("state.db")) is not None:
         sessions(found, db)
+        if (db.parent / "state.db-wal").is_file() and (db.parent / "state.db-wal").stat().st_size:
+            found.skip(
+                "state.db-wal",
+                "the latest messages may still be here, which a read-only reader cannot see: "
+                "stop Hermes (it folds them into state.db as it exits) and import again",
+            )
     return found
 
 

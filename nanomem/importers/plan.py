@@ -5,6 +5,7 @@ run of the same import, and what is left out and why. Planning only reads; apply
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -16,6 +17,9 @@ from nanomem.importers.source import Skipped, clean
 from nanomem.memory import Files, HistoryStore, NewEntry
 
 _NAME_LINE = re.compile(r"(?m)^name:.*$")
+# An imported text longer than this (about 5,000 tokens) would weigh on every prompt: it is kept
+# as a workspace file instead, and the memory file points to it.
+MAX_PROMPT_CHARS = 20_000
 
 
 @dataclass(frozen=True)
@@ -38,6 +42,7 @@ class ImportPlan:
     root: Path
     session: str  # the chat imported schedules belong to
     memory: Files = field(default_factory=dict)  # only the files that change
+    files: dict[str, bytes] = field(default_factory=dict)  # workspace files (long texts)
     skills: list[SkillCopy] = field(default_factory=list)
     history: list[NewEntry] = field(default_factory=list)
     schedules: list[Schedule] = field(default_factory=list)
@@ -47,7 +52,7 @@ class ImportPlan:
 
     @property
     def empty(self) -> bool:
-        return not (self.memory or self.skills or self.history or self.schedules)
+        return not (self.memory or self.files or self.skills or self.history or self.schedules)
 
     def add_row(self, section: str, row: Row) -> None:
         self.rows.setdefault(section, []).append(row)
@@ -61,15 +66,15 @@ def heading(project: str, source: str) -> str:
 def make_plan(
     found: Found,
     current: Files,
-    skills_dir: Path,
+    workspace: Path,
     history: HistoryStore,
     session: str,
     scheduled: set[str],
 ) -> ImportPlan:
     """`current`: the home's memory files now; `scheduled`: the ids in schedules.json."""
     plan = ImportPlan(found.project, found.root, session, skipped=list(found.skipped))
-    _memory(plan, found, current)
-    _skills(plan, found, skills_dir)
+    _memory(plan, found, current, workspace)
+    _skills(plan, found, workspace / "skills")
     _history(plan, found, history)
     _schedules(plan, found, scheduled)
     if not plan.empty:
@@ -107,10 +112,12 @@ def trailer(plan: ImportPlan) -> str:
         lines.append("Imported-skills: " + " ".join(s.name for s in plan.skills))
     if plan.schedules:
         lines.append("Imported-schedules: " + " ".join(s.id for s in plan.schedules))
+    if plan.files:
+        lines.append("Imported-files: " + json.dumps(sorted(plan.files), ensure_ascii=False))
     return "\n".join(lines)
 
 
-def _memory(plan: ImportPlan, found: Found, current: Files) -> None:
+def _memory(plan: ImportPlan, found: Found, current: Files, workspace: Path) -> None:
     texts = {
         rel: (content or b"").decode("utf-8", errors="replace") for rel, content in current.items()
     }
@@ -120,9 +127,28 @@ def _memory(plan: ImportPlan, found: Found, current: Files) -> None:
         if title in text.splitlines():
             plan.already.append(Row(piece.source, piece.target))
             continue
+        body = piece.text
+        if len(body) > MAX_PROMPT_CHARS:
+            rel = f"imported/{found.project}/{piece.source}"
+            data = f"{piece.text}\n".encode()
+            there = _workspace_file(workspace, rel)
+            if there is not None and there != data:
+                reason = (
+                    f"too long for the prompt, and the workspace has another {rel}; not imported"
+                )
+                plan.skipped.append(Skipped(piece.source, reason))
+                continue
+            if there is None:
+                plan.files[rel] = data
+                note = f"too long for every prompt ({len(body):,} characters): kept whole"
+                plan.add_row("memory", Row(piece.source, f"workspace/{rel}", note))
+            body = (
+                f"The full text ({len(body):,} characters, too long for every prompt) is in "
+                f"the workspace at {rel}: read it with read_file when it matters."
+            )
         had = (current.get(piece.target) or b"").decode("utf-8", errors="replace")
         kept = f" after what it had ({len(had.splitlines())} lines, kept)" if had.strip() else ""
-        texts[piece.target] = f"{text.rstrip()}\n\n{title}\n\n{piece.text}\n".lstrip("\n")
+        texts[piece.target] = f"{text.rstrip()}\n\n{title}\n\n{body}\n".lstrip("\n")
         plan.memory[piece.target] = texts[piece.target].encode("utf-8")
         plan.add_row("memory", Row(piece.source, piece.target, f"appended under “{title}”{kept}"))
 
@@ -157,12 +183,18 @@ def _skills(plan: ImportPlan, found: Found, skills_dir: Path) -> None:
 
 def _ours(skills_dir: Path, name: str) -> bytes | None:
     """The home's SKILL.md of that name, read as the skills are (no link followed)."""
+    return _workspace_file(skills_dir, f"{name}/SKILL.md")
+
+
+def _workspace_file(root: Path, rel: str) -> bytes | None:
+    """root/rel as the file tools read it; None when absent. A link (a shell command may plant
+    one) reads as a file unlike any we would write."""
     from nanomem.tools import ToolError, read_text_below
 
     try:
-        text = read_text_below(skills_dir, f"{name}/SKILL.md")
+        text = read_text_below(root, rel, 1 << 22)
     except ToolError:
-        return None
+        return b"\0a link or not a plain file"
     return None if text is None else text.encode("utf-8")
 
 

@@ -21,6 +21,7 @@ MAX_DATA_BYTES = 8 * 1024 * 1024  # a history or jobs file
 MAX_TOTAL_BYTES = 64 * 1024 * 1024  # everything read from one source
 MAX_FILES = 2000
 MAX_ENTRIES = 5000  # names listed in one folder
+MAX_FOLDERS = 2000  # folders listed in all: deep trees of empty folders end here
 # Kept: tab and newline. Dropped: NUL, the other C0 controls, DEL and the C1 controls (a
 # terminal escape in a memory file would reach `nanomem memory log` and the prompt).
 _CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
@@ -49,6 +50,7 @@ class SourceTree:
     skipped: list[Skipped] = field(default_factory=list)
     read_bytes: int = 0
     read_files: int = 0
+    listed: int = 0
 
     @classmethod
     def open(cls, path: Path) -> SourceTree:
@@ -99,6 +101,11 @@ class SourceTree:
         if rel and not self.is_dir(rel):
             if self.exists(rel):
                 self.skip(rel, "not a folder of its own (a link?); nothing in it was read")
+            return []
+        self.listed += 1
+        if self.listed > MAX_FOLDERS:
+            if self.listed == MAX_FOLDERS + 1:
+                self.skip(rel, f"past {MAX_FOLDERS} folders; it and the rest were not looked into")
             return []
         folder = self._open_folder(rel)
         try:

@@ -5,7 +5,9 @@ archive is append-only and Dream may have read them; they remain marked as impor
 
 from __future__ import annotations
 
+import contextlib
 import shutil
+from pathlib import PurePosixPath
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # imported on use: this module is loaded with the app
@@ -26,6 +28,31 @@ def trailers(message: str) -> dict[str, str]:
         if sep and key.strip() and " " not in key.strip():
             found[key.strip()] = value.strip()
     return found
+
+
+def _removed_files(workspace: Path, listed: str, since: float) -> list[str]:
+    """The long texts an import kept under workspace/imported/, unless changed since."""
+    import json
+
+    try:
+        names = json.loads(listed)
+    except ValueError:
+        return []
+    removed = []
+    for rel in names if isinstance(names, list) else []:
+        parts = PurePosixPath(str(rel)).parts
+        if len(parts) < 2 or parts[0] != "imported" or ".." in parts:
+            continue
+        path = workspace.joinpath(*parts)
+        if any(p.is_symlink() for p in [path, *path.parents][: len(parts)]):
+            continue
+        if path.is_file() and path.lstat().st_mtime <= since:
+            path.unlink()
+            removed.append(str(rel))
+            for folder in path.parents[: len(parts) - 1]:
+                with contextlib.suppress(OSError):  # not empty: the person's files stay
+                    folder.rmdir()
+    return removed
 
 
 def undo_import(
@@ -52,6 +79,8 @@ def undo_import(
         lines.append(f"Removed the skills it imported: {', '.join(removed)}.")
     if kept:
         lines.append(f"Kept the imported skills changed since: {', '.join(kept)}.")
+    if files := _removed_files(workspace, marks.get("Imported-files", "[]"), since):
+        lines.append(f"Removed the files it kept in the workspace: {', '.join(files)}.")
     if ids := marks.get("Imported-schedules", "").split():
         from nanomem.features.schedules import ScheduleError, ScheduleStore
 

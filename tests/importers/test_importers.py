@@ -2,6 +2,7 @@
 fixtures (tests/fixtures/import/), and the readers' findings themselves."""
 
 import json
+import os
 from pathlib import Path
 
 from nanomem.agent.skills import Skills
@@ -143,3 +144,36 @@ def test_bad_arguments_are_said_and_change_nothing(home: Home, tmp_path: Path) -
     default = run_cli_here("import", "openclaw", env=env | {"HOME": str(tmp_path)})
     assert default.returncode == 2
     assert f"{tmp_path}/.openclaw does not exist; give the folder" in default.stderr
+
+
+def test_a_long_text_is_kept_as_a_file_the_memory_points_to(home: Home, tmp_path: Path) -> None:
+    path = source(tmp_path, "nanobot")
+    long = "".join(f"- {n}: the allotment diary, day {n}\n" for n in range(1500))  # ~50,000 chars
+    (path / "workspace" / "memory" / "MEMORY.md").write_text(long)
+    env = cli_env(home)
+    result = run_cli_here("import", "nanobot", str(path), "--apply", env=env)
+    assert result.returncode == 0, result.stderr
+    kept = home.workspace / "imported" / "nanobot" / "workspace" / "memory" / "MEMORY.md"
+    assert kept.read_text() == long
+    memory = (home.workspace / "memory" / "MEMORY.md").read_text()
+    assert "is in the workspace at imported/nanobot/workspace/memory/MEMORY.md" in memory
+    assert "day 1499" not in memory
+    sha = result.stdout.split("Saved as memory version ")[1][:8]
+    restored = run_cli_here("memory", "restore", sha, env=env)
+    assert "Removed the files it kept in the workspace" in restored.stdout, restored.stderr
+    assert not (home.workspace / "imported").exists()
+
+
+def test_undoing_keeps_a_skill_changed_since(home: Home, tmp_path: Path) -> None:
+    path = source(tmp_path, "openclaw")
+    env = cli_env(home)
+    result = run_cli_here("import", "openclaw", str(path), "--apply", env=env)
+    sha = result.stdout.split("Saved as memory version ")[1][:8]
+    edited = home.workspace / "skills" / "garden" / "SKILL.md"
+    edited.write_text(edited.read_text() + "\nAlso note the weather.\n")
+    later = edited.stat().st_mtime + 60
+    os.utime(edited, (later, later))
+    restored = run_cli_here("memory", "restore", sha, env=env)
+    assert "Removed the skills it imported: pdf-tools." in restored.stdout, restored.stderr
+    assert "Kept the imported skills changed since: garden." in restored.stdout
+    assert edited.read_text().endswith("Also note the weather.\n")

@@ -161,3 +161,14 @@ def test_an_import_refused_midway_changes_nothing(home: Home, tmp_path: Path) ->
     assert "nothing more was imported: beyond schedule.max_total (1 in all)" in result.stderr
     after = {k: v for k, v in snapshot(home.root).items() if not k.startswith("locks")}
     assert after == before
+
+
+def test_a_wide_tree_of_empty_folders_is_looked_into_only_so_far(
+    home: Home, tmp_path: Path
+) -> None:
+    path = source(tmp_path, "hermes")
+    for n in range(2100):
+        (path / "skills" / f"category-{n:04}").mkdir()
+    result = run_cli_here("import", "hermes", str(path), env=cli_env(home))
+    assert result.returncode == 0, result.stderr
+    assert "past 2000 folders; it and the rest were not looked into" in result.stdout
