@@ -66,6 +66,15 @@ def run(args: argparse.Namespace) -> int:
 
         onboard(home)
     settings = _settings(args, home)
+    from nanomem.text.masking import (
+        configured_secrets,
+        register_environment_secrets,
+        register_secrets,
+    )
+
+    # As every writer of the archive: a known key quoted in the other agent's history is masked.
+    register_environment_secrets()
+    register_secrets(configured_secrets(settings))
     target = _target(home, settings, chat or _default_chat(settings))
     from nanomem.features.schedules import ScheduleError
     from nanomem.importers.apply import apply, plan

@@ -10,7 +10,7 @@ import subprocess
 from pathlib import Path
 
 from nanomem.home import Home
-from tests.conftest import cli_env, run_cli_here
+from tests.conftest import TEST_KEY, cli_env, run_cli_here
 from tests.helpers.imports import snapshot, source
 
 SECRET = "the-password-is-swordfish"
@@ -172,3 +172,14 @@ def test_a_wide_tree_of_empty_folders_is_looked_into_only_so_far(
     result = run_cli_here("import", "hermes", str(path), env=cli_env(home))
     assert result.returncode == 0, result.stderr
     assert "past 2000 folders; it and the rest were not looked into" in result.stdout
+
+
+def test_a_known_key_in_imported_history_is_masked(home: Home, tmp_path: Path) -> None:
+    path = source(tmp_path, "nanobot")
+    line = {"cursor": 9, "timestamp": "2026-11-21 10:00", "content": f"- key is {TEST_KEY}"}
+    with (path / "workspace" / "memory" / "history.jsonl").open("a") as fh:
+        fh.write(json.dumps(line) + "\n")
+    result = apply(home, "nanobot", path, NANOMEM_LLM__API_KEY=TEST_KEY)
+    assert result.returncode == 0, result.stderr
+    assert TEST_KEY not in everything_in(home)
+    assert "- key is ***" in (home.workspace / "memory" / "history.jsonl").read_text()
