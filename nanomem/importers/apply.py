@@ -21,6 +21,7 @@ from nanomem.features.schedules import ScheduleStore
 from nanomem.home import Home
 from nanomem.importers.found import Found
 from nanomem.importers.plan import ImportPlan, make_plan, trailer
+from nanomem.locks import LockBusy
 from nanomem.memory import GitStore, HistoryStore, Version
 
 LOCK_WAIT_S = 60.0
@@ -68,7 +69,9 @@ def apply(found: Found, target: Target) -> tuple[ImportPlan, Version | None]:
         for rel, data in done.files.items():
             write_below(target.workspace, Path(rel), data, mode=0o600)
         if done.history:
-            target.history.append_sync(done.history)
+            before = target.history.last_cursor()
+            written = target.history.append_sync(done.history)
+            done.notes.append(_spare_dream(target, before, written[-1].cursor))
         version = None
         if done.memory:
             files = target.git.read_workspace() | done.memory
@@ -77,6 +80,26 @@ def apply(found: Found, target: Target) -> tuple[ImportPlan, Version | None]:
                 files, f"import from {found.project}", trailer=trailer(done)
             )
     return done, version
+
+
+def _spare_dream(target: Target, before: int, last: int) -> str:
+    """Mark the imported entries as digested: their lessons came with the imported memory
+    files, and Dream reading thousands of them again would spend tokens to learn it twice. Only
+    when no history of ours waits for Dream (the cursor only marks everything up to a point),
+    and only when no Dream run is going (tried once, never waited for: we hold the memory lock,
+    which a run takes after its own)."""
+    if target.history.dream_cursor() < before:
+        return "Dream will read the imported history with the other new history waiting for it."
+    lock = target.home.lock("dream")
+    try:
+        lock.acquire_sync(0)
+    except LockBusy:
+        return "Dream is running; it will read the imported history too."
+    try:
+        target.history.advance_dream_cursor(last)
+    finally:
+        lock.release()
+    return "Dream will not read the imported history again: its lessons came with the memory files."
 
 
 def _copy_skill(skills_dir: Path, name: str, files: dict[str, bytes]) -> None:

@@ -49,6 +49,7 @@ class ImportPlan:
     rows: dict[str, list[Row]] = field(default_factory=dict)  # section → what goes where
     already: list[Row] = field(default_factory=list)  # brought in by an earlier run
     skipped: list[Skipped] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # what applying it did beyond the rows
 
     @property
     def empty(self) -> bool:
@@ -154,6 +155,10 @@ def _memory(plan: ImportPlan, found: Found, current: Files, workspace: Path) -> 
 
 
 def _skills(plan: ImportPlan, found: Found, skills_dir: Path) -> None:
+    if skills_dir.is_symlink():  # a shell command may have planted it: never written through
+        reason = "the home's workspace/skills is a link, not a folder; no skill copied"
+        plan.skipped += [Skipped(skill.source, reason) for skill in found.skills]
+        return
     taken = {p.name for p in skills_dir.iterdir()} if skills_dir.is_dir() else set()
     for skill in found.skills:
         for name in (skill.name, f"{skill.name}-{found.project}"):
@@ -313,6 +318,8 @@ def describe(plan: ImportPlan, *, applied: bool) -> str:
     if plan.skipped:
         lines += ["", "Not imported:"]
         lines += [f"  {s.source}: {s.reason}" for s in plan.skipped]
+    if plan.notes and applied:
+        lines += ["", *plan.notes]
     if plan.empty:
         lines += ["", "Nothing new to import."]
     elif not applied:

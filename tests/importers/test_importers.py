@@ -12,6 +12,7 @@ from nanomem.home import Home
 from nanomem.importers import reader
 from nanomem.importers.found import Found
 from nanomem.importers.source import SourceTree
+from nanomem.memory import HistoryStore, NewEntry
 from tests.conftest import cli_env, run_cli_here
 from tests.helpers.imports import source
 
@@ -177,3 +178,20 @@ def test_undoing_keeps_a_skill_changed_since(home: Home, tmp_path: Path) -> None
     assert "Removed the skills it imported: pdf-tools." in restored.stdout, restored.stderr
     assert "Kept the imported skills changed since: garden." in restored.stdout
     assert edited.read_text().endswith("Also note the weather.\n")
+
+
+def test_dream_is_spared_the_imported_history(home: Home, tmp_path: Path) -> None:
+    path = source(tmp_path, "nanobot")
+    result = run_cli_here("import", "nanobot", str(path), "--apply", env=cli_env(home))
+    assert "Dream will not read the imported history again" in result.stdout
+    history = HistoryStore(home.workspace / "memory", home.lock("history"))
+    assert history.dream_cursor() == history.last_cursor() == 3
+
+
+def test_dream_still_reads_our_own_waiting_history(home: Home, tmp_path: Path) -> None:
+    history = HistoryStore(home.workspace / "memory", home.lock("history"))
+    history.append_sync([NewEntry("cli:direct", "- Ada's bike is blue", "summary")])
+    path = source(tmp_path, "nanobot")
+    result = run_cli_here("import", "nanobot", str(path), "--apply", env=cli_env(home))
+    assert "Dream will read the imported history with the other new history" in result.stdout
+    assert history.dream_cursor() == 0

@@ -183,3 +183,18 @@ def test_a_known_key_in_imported_history_is_masked(home: Home, tmp_path: Path) -
     assert result.returncode == 0, result.stderr
     assert TEST_KEY not in everything_in(home)
     assert "- key is ***" in (home.workspace / "memory" / "history.jsonl").read_text()
+
+
+def test_skills_are_not_written_through_a_link_in_the_home(home: Home, tmp_path: Path) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    skills = home.workspace / "skills"
+    for folder in skills.iterdir():
+        (folder / "SKILL.md").unlink()
+        folder.rmdir()
+    skills.rmdir()
+    skills.symlink_to(elsewhere)
+    result = apply(home, "nanobot", source(tmp_path, "nanobot"))
+    assert result.returncode == 0, result.stderr
+    assert "the home's workspace/skills is a link, not a folder; no skill copied" in result.stdout
+    assert list(elsewhere.iterdir()) == []
