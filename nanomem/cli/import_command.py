@@ -13,6 +13,10 @@ if TYPE_CHECKING:
     from nanomem.importers.apply import Target
 
 PROJECTS = ("nanobot", "openclaw", "hermes")  # nanomem.importers.PROJECTS, without its import
+NOT_FIRED = (
+    "Imported schedules go to {chat}. A gateway fires schedules in the chats of channels that "
+    "send on their own (Telegram); for a Telegram chat, import with --chat telegram:YOUR_ID."
+)
 
 
 def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -80,21 +84,25 @@ def run(args: argparse.Namespace) -> int:
     from nanomem.importers.apply import apply, plan
     from nanomem.locks import LockBusy
 
+    version = None
     try:
-        if not args.apply:
-            print(describe(plan(found, target), applied=False))
-            return 0
-        done, version = apply(found, target)
+        if args.apply:
+            done, version = apply(found, target)
+        else:
+            done = plan(found, target)
     except (GitStoreError, ScheduleError, LockBusy, OSError) as exc:
-        raise CliError(f"nothing more was imported: {exc}") from None
-    print(describe(done, applied=True))
+        stopped = "nothing more was imported" if args.apply else "the dry run stopped"
+        raise CliError(f"{stopped}: {exc}") from None
+    print(describe(done, applied=args.apply))
     if version is not None:
         print(
             f"\nSaved as memory version {version.short}: `nanomem memory restore "
             f"{version.short}` (or /dream-restore {version.short}) undoes this import."
         )
-    if done.schedules and _gateway_runs(home):
-        print("A gateway runs on this home: restart it to arm the imported schedules.")
+    if done.schedules and not target.session.startswith("telegram:"):
+        print(f"\n{NOT_FIRED.format(chat=target.session, project=args.project)}")
+    elif done.schedules and args.apply and _gateway_runs(home):
+        print("\nA gateway runs on this home: restart it to arm the imported schedules.")
     return 0
 
 

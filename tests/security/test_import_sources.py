@@ -198,3 +198,24 @@ def test_skills_are_not_written_through_a_link_in_the_home(home: Home, tmp_path:
     assert result.returncode == 0, result.stderr
     assert "the home's workspace/skills is a link, not a folder; no skill copied" in result.stdout
     assert list(elsewhere.iterdir()) == []
+
+
+def test_a_memory_file_of_the_home_that_is_a_link_stops_it_cleanly(
+    home: Home, tmp_path: Path
+) -> None:
+    (tmp_path / "config-copy").write_text(SECRET)
+    user = home.workspace / "USER.md"
+    user.unlink()
+    user.symlink_to(tmp_path / "config-copy")
+    before = snapshot(home.root)
+    path = source(tmp_path, "nanobot")
+    env = cli_env(home)
+    for extra in ([], ["--apply"]):
+        result = run_cli_here("import", "nanobot", str(path), *extra, env=env)
+        assert result.returncode == 1
+        assert "memory files must be plain files in the workspace" in result.stderr
+        assert "Traceback" not in result.stderr and SECRET not in result.stderr + result.stdout
+    after = snapshot(home.root)
+    assert {k: v for k, v in after.items() if not k.startswith("locks")} == {
+        k: v for k, v in before.items() if not k.startswith("locks")
+    }
