@@ -50,6 +50,7 @@ def run(args: argparse.Namespace) -> int:
     from nanomem.importers.plan import describe
     from nanomem.importers.source import SourceError, SourceTree
     from nanomem.memory import GitStoreError
+    from nanomem.text.escapes import strip_escapes
 
     default, read = reader(args.project)
     path = args.path or default.expanduser()
@@ -93,7 +94,7 @@ def run(args: argparse.Namespace) -> int:
     except (GitStoreError, ScheduleError, LockBusy, OSError) as exc:
         stopped = "nothing more was imported" if args.apply else "the dry run stopped"
         raise CliError(f"{stopped}: {exc}") from None
-    print(describe(done, applied=args.apply))
+    print(strip_escapes(describe(done, applied=args.apply)))  # names from the source
     if version is not None:
         print(
             f"\nSaved as memory version {version.short}: `nanomem memory restore "

@@ -33,7 +33,8 @@ DEFAULT_PATH = Path("~/.hermes")
 _ENTRY_DELIMITER = re.compile(r"\n[ \t]*§[ \t]*\n")
 MAX_ROWS = 50_000  # messages read from state.db
 MAX_QUERY_S = 20.0
-MAX_ENTRY_CHARS = 16_000  # a longer session becomes several entries (parts)
+MAX_MESSAGE_CHARS = 100_000  # of one message's text
+MAX_TEXT_CHARS = 32 * 1024 * 1024  # of all messages read
 SQLITE_MAGIC = b"SQLite format 3\x00"
 
 
@@ -126,21 +127,28 @@ def sessions(found: Found, db: Path) -> None:
     except sqlite3.Error as exc:
         found.skip(rel, f"cannot be opened ({exc}); no session imported")
         return
+    rows: list[tuple[Any, ...]] = []
     try:
         connection.set_progress_handler(lambda: int(time.monotonic() > deadline), 10_000)
-        rows = connection.execute(
-            "SELECT m.session_id, m.role, m.content, m.timestamp FROM messages m "
-            "WHERE m.role IN ('user', 'assistant') AND m.content IS NOT NULL "
+        # Each text and id cut in SQLite itself: a hostile row of a gigabyte is never loaded.
+        cursor = connection.execute(
+            "SELECT substr(m.session_id, 1, 80), m.role, substr(m.content, 1, ?), m.timestamp "
+            "FROM messages m WHERE m.role IN ('user', 'assistant') AND m.content IS NOT NULL "
             "ORDER BY m.session_id, m.timestamp, m.id LIMIT ?",
-            (MAX_ROWS + 1,),
-        ).fetchall()
+            (MAX_MESSAGE_CHARS, MAX_ROWS + 1),
+        )
+        size = 0
+        while batch := cursor.fetchmany(1000):
+            rows += batch
+            size += sum(len(row[2]) for row in batch if isinstance(row[2], str))
+            if size > MAX_TEXT_CHARS or len(rows) > MAX_ROWS:
+                found.skip(rel, "over the limits of one import; the later sessions not imported")
+                break
     except sqlite3.Error as exc:  # not Hermes' tables, damaged, or over time
         found.skip(rel, f"not readable as Hermes' sessions ({str(exc)[:120]}); none imported")
         return
     finally:
         connection.close()
-    if len(rows) > MAX_ROWS:
-        found.skip(rel, f"over {MAX_ROWS} messages; the rest not imported")
     _transcripts(found, rel, rows[:MAX_ROWS])
 
 
@@ -154,16 +162,9 @@ def _transcripts(found: Found, rel: str, rows: list[tuple[Any, ...]]) -> None:
         if when is None:
             found.skip(f"{rel} session {session}", "no readable time; not imported")
             continue
-        lines = [f"{role}: {clean(text).strip()}" for role, text, _ in messages]
-        parts = _split("\n".join(lines), MAX_ENTRY_CHARS)
-        for number, part in enumerate(parts, 1):
-            if len(found.history) >= MAX_HISTORY:
-                found.skip(rel, f"past {MAX_HISTORY} history entries; the rest not imported")
-                return
-            label = f" (part {number} of {len(parts)})" if len(parts) > 1 else ""
-            source = f"{rel} session {session}{label}"
-            found.history.append(PastEntry(source, when, part, kind="raw", group=f"{rel} sessions"))
-
-
-def _split(text: str, size: int) -> list[str]:
-    return [text[i : i + size] for i in range(0, len(text), size)] or [""]
+        if len(found.history) >= MAX_HISTORY:
+            found.skip(rel, f"past {MAX_HISTORY} history entries; the rest not imported")
+            return
+        transcript = "\n".join(f"{role}: {clean(text).strip()}" for role, text, _ in messages)
+        source = f"{rel} session {session}"
+        found.history.append(PastEntry(source, when, transcript, "raw", group=f"{rel} sessions"))

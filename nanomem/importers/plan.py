@@ -17,9 +17,12 @@ from nanomem.importers.source import Skipped, clean
 from nanomem.memory import Files, HistoryStore, NewEntry
 
 _NAME_LINE = re.compile(r"(?m)^name:.*$")
+_UNSAFE = re.compile(r"[^\w./-]|\.\.")  # in a workspace file's name
+_BREAKS = re.compile(r"[\r\n\v\f\x85\u2028\u2029]+")
 # An imported text longer than this (about 5,000 tokens) would weigh on every prompt: it is kept
 # as a workspace file instead, and the memory file points to it.
 MAX_PROMPT_CHARS = 20_000
+MAX_ENTRY_CHARS = 16_000  # a longer history entry is kept as parts, as the Consolidator's are
 
 
 @dataclass(frozen=True)
@@ -61,7 +64,7 @@ class ImportPlan:
 
 def heading(project: str, source: str) -> str:
     """The heading an imported text goes under; also how a second run knows it is there."""
-    return f"## Imported from {project}: {source}"
+    return f"## Imported from {project}: {_line(clean(source))}"
 
 
 def make_plan(
@@ -93,7 +96,7 @@ def _record(plan: ImportPlan, current: Files) -> None:
     parts = [
         _count(len(plan.skills), "skill", "skills"),
         _count(len(plan.schedules), "schedule", "schedules"),
-        _count(len(plan.history), "history entry", "history entries"),
+        _count(sum(e.part == 1 for e in plan.history), "history entry", "history entries"),
     ]
     brought = ", ".join(p for p in parts if p) or "memory files"
     day = datetime.now(UTC).astimezone().strftime("%Y-%m-%d")
@@ -130,7 +133,7 @@ def _memory(plan: ImportPlan, found: Found, current: Files, workspace: Path) -> 
             continue
         body = piece.text
         if len(body) > MAX_PROMPT_CHARS:
-            rel = f"imported/{found.project}/{piece.source}"
+            rel = f"imported/{found.project}/{_UNSAFE.sub('_', piece.source)}"
             data = f"{piece.text}\n".encode()
             there = _workspace_file(workspace, rel)
             if there is not None and there != data:
@@ -217,40 +220,49 @@ def _renamed(skill: SkillFolder, name: str) -> bytes:
 
 
 def _history(plan: ImportPlan, found: Found, history: HistoryStore) -> None:
+    """Each entry as our entries are kept (parts of MAX_ENTRY_CHARS), with a `ref` made from
+    its time and text: how a second run knows it is there, whatever masking changed in it."""
     if not found.history:
         return
-    earlier = {
-        (e.timestamp, e.content) for e in history.iter_backwards() if e.imported == found.project
-    }
+    earlier = {e.ref for e in history.iter_backwards() if e.imported == found.project}
     counts: dict[str, list[str]] = {}
     repeated = 0
     session = f"import:{found.project}"
     for entry in found.history:
-        if (entry.timestamp, entry.content) in earlier:
+        pieces = _pieces(entry.content, MAX_ENTRY_CHARS)
+        mark = hashlib.sha256(f"{entry.timestamp}\n{entry.content}".encode()).hexdigest()[:16]
+        if f"import:{mark}" in earlier:
             repeated += 1
             continue
-        plan.history.append(
+        plan.history += [
             NewEntry(
                 session,
-                entry.content,
+                piece,
                 entry.kind,
+                ref=f"import:{mark}",
+                part=number,
+                parts=len(pieces),
                 timestamp=entry.timestamp,
                 imported=found.project,
             )
-        )
+            for number, piece in enumerate(pieces, 1)
+        ]
         counts.setdefault(entry.group or entry.source, []).append(entry.timestamp)
     for source, stamps in counts.items():
         first, last = min(stamps)[:10], max(stamps)[:10]
         span = first if first == last else f"{first} … {last}"
-        plan.add_row(
-            "history", Row(source, "memory/history.jsonl", f"{_entries(len(stamps))}, {span}")
-        )
+        row = Row(source, "memory/history.jsonl", f"{_entries(len(stamps))}, {span}")
+        plan.add_row("history", row)
     if repeated:
         plan.already.append(Row(f"{_entries(repeated)} of history", "memory/history.jsonl"))
 
 
 def _count(count: int, one: str, more: str) -> str:
     return "" if not count else f"{count} {one if count == 1 else more}"
+
+
+def _pieces(text: str, size: int) -> list[str]:
+    return [text[i : i + size] for i in range(0, len(text), size)] or [""]
 
 
 def _entries(count: int) -> str:
@@ -305,19 +317,18 @@ SECTIONS = {
 
 
 def describe(plan: ImportPlan, *, applied: bool) -> str:
-    lines = [f"Import from {plan.project} at {plan.root}"]
+    """For a terminal: each item on one line (names from the source may hold line breaks; the
+    caller strips control sequences)."""
+    lines = [f"Import from {plan.project} at {_line(str(plan.root))}"]
     for section, title in SECTIONS.items():
         if rows := plan.rows.get(section):
-            lines += ["", f"{title}:"]
-            lines += [
-                f"  {r.source} → {r.target}" + (f" ({r.note})" if r.note else "") for r in rows
-            ]
+            lines += ["", f"{title}:", *(_row(r) for r in rows)]
     if plan.already:
         lines += ["", "Already imported by an earlier run (left as they are):"]
-        lines += [f"  {r.source} → {r.target}" for r in plan.already]
+        lines += [_row(Row(r.source, r.target)) for r in plan.already]
     if plan.skipped:
         lines += ["", "Not imported:"]
-        lines += [f"  {s.source}: {s.reason}" for s in plan.skipped]
+        lines += [f"  {_line(s.source)}: {_line(s.reason)}" for s in plan.skipped]
     if plan.notes and applied:
         lines += ["", *plan.notes]
     if plan.empty:
@@ -325,3 +336,12 @@ def describe(plan: ImportPlan, *, applied: bool) -> str:
     elif not applied:
         lines += ["", "Dry run: nothing was changed. Run again with --apply to import."]
     return "\n".join(lines)
+
+
+def _row(row: Row) -> str:
+    note = f" ({_line(row.note)})" if row.note else ""
+    return f"  {_line(row.source)} → {_line(row.target)}{note}"
+
+
+def _line(text: str) -> str:
+    return _BREAKS.sub(" ", text)

@@ -219,3 +219,22 @@ def test_a_memory_file_of_the_home_that_is_a_link_stops_it_cleanly(
     assert {k: v for k, v in after.items() if not k.startswith("locks")} == {
         k: v for k, v in before.items() if not k.startswith("locks")
     }
+
+
+def test_names_from_the_source_cannot_drive_the_terminal(home: Home, tmp_path: Path) -> None:
+    path = source(tmp_path, "openclaw")
+    jobs_file = path / "cron" / "jobs.json"
+    jobs = json.loads(jobs_file.read_text())
+    jobs["jobs"][2]["name"] = "Nightly\x1b]0;owned\x07\nAll imported fine"
+    jobs_file.write_text(json.dumps(jobs))
+    (path / "workspace" / "memory" / "notes\x1b[2J\nfake.md").write_text("- a note\n")
+    result = run_cli_here("import", "openclaw", str(path), env=cli_env(home))
+    assert result.returncode == 0, result.stderr
+    assert "\x1b" not in result.stdout and "\x07" not in result.stdout
+    assert "\nfake.md" not in result.stdout and "\nAll imported fine" not in result.stdout
+    assert "jobs.json 'Nightly\\x1b]0;owned\\x07\\nAll imported fine': runs" in result.stdout
+    assert "  workspace/memory/notes fake.md → memory/MEMORY.md" in result.stdout
+    assert apply(home, "openclaw", path).returncode == 0
+    memory = (home.workspace / "memory" / "MEMORY.md").read_text()
+    assert "\n## Imported from openclaw: workspace/memory/notes[2J fake.md\n\n- a note\n" in memory
+    assert "\x1b" not in memory
