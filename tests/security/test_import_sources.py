@@ -238,3 +238,26 @@ def test_names_from_the_source_cannot_drive_the_terminal(home: Home, tmp_path: P
     memory = (home.workspace / "memory" / "MEMORY.md").read_text()
     assert "\n## Imported from openclaw: workspace/memory/notes[2J fake.md\n\n- a note\n" in memory
     assert "\x1b" not in memory
+
+
+def test_a_giant_message_in_state_db_is_cut_in_sqlite(home: Home, tmp_path: Path) -> None:
+    import sqlite3
+
+    path = source(tmp_path, "hermes")
+    db = sqlite3.connect(path / "state.db")
+    db.execute(
+        "INSERT INTO messages (session_id, role, content, timestamp) VALUES (?, 'user', ?, ?)",
+        ("20261122_090000_ffffff", "x" * 3_000_000, 1763802000.0),
+    )
+    db.commit()
+    db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    db.close()
+    result = apply(home, "hermes", path)
+    assert result.returncode == 0, result.stderr
+    entries = [
+        json.loads(line)
+        for line in (home.workspace / "memory" / "history.jsonl").read_text().splitlines()
+    ]
+    giant = [e for e in entries if e["content"].startswith(("user: xxx", "xxx"))]
+    assert sum(len(e["content"]) for e in giant) == len("user: ") + 100_000
+    assert {e["parts"] for e in giant} == {7} and max(len(e["content"]) for e in giant) == 16_000
