@@ -47,8 +47,9 @@ def _removed_files(workspace: Path, listed: str, since: float) -> list[str]:
         if any(p.is_symlink() for p in [path, *path.parents][: len(parts)]):
             continue
         if path.is_file() and path.lstat().st_mtime <= since:
-            path.unlink()
-            removed.append(str(rel))
+            with contextlib.suppress(OSError):  # what was not removed is not named as removed
+                path.unlink()
+                removed.append(str(rel))
             for folder in path.parents[: len(parts) - 1]:
                 with contextlib.suppress(OSError):  # not empty: the person's files stay
                     folder.rmdir()
@@ -70,10 +71,14 @@ def undo_import(
         folder = workspace / "skills" / name
         if not SAFE_NAME.fullmatch(name) or folder.is_symlink() or not folder.is_dir():
             continue
-        if any(p.lstat().st_mtime > since for p in folder.rglob("*")):
-            kept.append(name)
+        try:
+            if any(p.lstat().st_mtime > since for p in folder.rglob("*")):
+                kept.append(name)
+                continue
+            shutil.rmtree(folder)  # a link inside is removed, never followed
+        except OSError as exc:  # the memory files are restored already: say, do not fail
+            lines.append(f"Could not remove the skill {name}: {exc.strerror or exc}.")
             continue
-        shutil.rmtree(folder)
         removed.append(name)
     if removed:
         lines.append(f"Removed the skills it imported: {', '.join(removed)}.")

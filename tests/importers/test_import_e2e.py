@@ -41,7 +41,7 @@ def test_dry_run_apply_chat_and_restore(
     assert applied.returncode == 0, applied.stderr
     made = versions(home)
     assert made[0].startswith(f"import from {project}: ")
-    assert made[1:] == ["initial memory: SOUL.md +12 -0, USER.md +5 -0, memory/MEMORY.md +9 -0"]
+    assert len(made) == 2 and made[1].startswith("initial memory")
     sha = GitStore(home.memory_git, home.workspace).log(limit=1)[0].short
     assert len(list((home.workspace / "skills").iterdir())) > len(our_skills)
     assert f"nanomem memory restore {sha}" in applied.stdout
