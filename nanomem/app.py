@@ -31,6 +31,7 @@ from nanomem.features.tasks import build as tasks
 from nanomem.features.voice import build as voice
 from nanomem.features.web import build as web
 from nanomem.home import Home
+from nanomem.importers.undo import undo_import
 from nanomem.memory import (
     TRACKED,
     BpeTokenizer,
@@ -165,6 +166,7 @@ def build_app(
         settings=settings,
     )
     git = GitStore(home.memory_git, workspace, lock=home.lock("memory"))
+    git.after_restore.append(functools.partial(undo_import, home, workspace, settings.schedule))
     app = App(
         settings,
         home,

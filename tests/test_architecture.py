@@ -122,7 +122,8 @@ def feature_of(module: str) -> str | None:
 
 # The composition root, and the CLI that runs a feature's work by name (`nanomem dream`). The
 # gateway reaches features only through the seam (their health, background work, outlet).
-MAY_IMPORT_FEATURES = ("nanomem.app", "nanomem.cli")
+# The importers (`nanomem import`) write into the stores features keep (schedules), as the CLI does.
+MAY_IMPORT_FEATURES = ("nanomem.app", "nanomem.cli", "nanomem.importers")
 
 
 def test_the_core_never_imports_a_feature() -> None:

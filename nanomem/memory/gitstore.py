@@ -17,9 +17,9 @@ import os
 import re
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
@@ -105,6 +105,7 @@ class Restored:
     version: Version  # the new commit
     undone: Version  # the change that was undone
     overwritten_later: list[Version]  # later changes to the same files, also undone
+    notes: tuple[str, ...] = ()  # what the after_restore hooks undid beside the files
 
 
 class GitStore:
@@ -122,6 +123,10 @@ class GitStore:
         self.lock = lock or FileLock(git_dir.parent / "locks" / "memory.lock")
         self._blames: dict[tuple[ObjectID, bytes], Annotated] = {}
         self._blames_lock = threading.Lock()  # blames run in worker threads
+        # Run after a restore, still holding the memory lock, with the version undone: what a
+        # version brought beside the files (an import's skills) goes with it. Each returns lines
+        # to tell the person.
+        self.after_restore: list[Callable[[Version], list[str]]] = []
 
     # -- setup and commits ----------------------------------------------------------------
 
@@ -426,7 +431,9 @@ class GitStore:
         """Undo one version as a new version: the files it changed go back to their state
         before it. History is kept, so the restore can itself be restored."""
         with self.writing():
-            return self._restore(sha)
+            restored = self._restore(sha)
+            notes = [line for hook in self.after_restore for line in hook(restored.undone)]
+        return replace(restored, notes=tuple(notes))
 
     def _restore(self, sha: str) -> Restored:
         self.commit_manual_edits()

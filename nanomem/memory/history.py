@@ -38,9 +38,13 @@ class HistoryEntry:
     part: int = 1
     parts: int = 1
     v: int = FORMAT_VERSION
+    imported: str = ""  # the agent it was moved in from (`nanomem import`); its time is theirs
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self), ensure_ascii=False)
+        fields = asdict(self)
+        if not self.imported:
+            del fields["imported"]  # written only where it says something
+        return json.dumps(fields, ensure_ascii=False)
 
     @classmethod
     def from_json(cls, line: str | bytes) -> HistoryEntry | None:
@@ -63,6 +67,8 @@ class NewEntry:
     ref: str = ""
     part: int = 1
     parts: int = 1
+    timestamp: str = ""  # when it happened, if not now (an imported entry's own time)
+    imported: str = ""
 
 
 def now_iso() -> str:
@@ -111,6 +117,14 @@ class HistoryStore:
             await asyncio.to_thread(hook)
         return written
 
+    def append_sync(self, entries: list[NewEntry]) -> list[HistoryEntry]:
+        """`append` for a command's own thread (`nanomem import`); the lock is re-entrant there."""
+        with self.lock.hold_sync():
+            written = self._append(entries)
+        for hook in self.after_append:
+            hook()
+        return written
+
     def _append(self, entries: list[NewEntry]) -> list[HistoryEntry]:
         """Runs holding the history lock."""
         if not self._recovered:
@@ -123,13 +137,14 @@ class HistoryStore:
             HistoryEntry(
                 # A known secret never enters the archive (a summary may quote one).
                 last + i,
-                stamp,
+                e.timestamp or stamp,
                 e.session,
                 redact(clean_text(e.content)),
                 e.kind,
                 e.ref,
                 e.part,
                 e.parts,
+                imported=e.imported,
             )
             for i, e in enumerate(entries, start=1)
         ]

@@ -147,7 +147,7 @@ class MemoryCommands:
         if restored.overwritten_later:
             later = "; ".join(f"{v.short} ({v.summary})" for v in restored.overwritten_later)
             lines.append(f"This also undid later changes to the same files: {later}.")
-        return "\n".join(lines)
+        return "\n".join([*lines, *restored.notes])
 
     def _row(self, version: Version) -> str:
         when = version.time.strftime("%Y-%m-%d %H:%M")

@@ -86,6 +86,11 @@ class ScheduleStore:
         with self.lock.hold_sync():
             return self._read()
 
+    def read_unlocked(self) -> StoredSchedules:
+        """For a reader that must not create the lock file (`nanomem import`'s dry run); each
+        write is a rename, so what it reads is a whole file."""
+        return self._read()
+
     def load(self) -> list[Schedule]:
         return self.read().schedules
 
@@ -108,6 +113,18 @@ class ScheduleStore:
                     "(schedule.max_total)"
                 )
             self._write((*stored.entries, schedule))
+
+    def add_all(self, new: list[Schedule]) -> None:
+        """Add these (`nanomem import`) in one write, within the same bounds, or none of them."""
+        with self.lock.hold_sync():
+            stored = self._readable()
+            chats = Counter(s.session for s in stored.schedules)
+            ids = {s.id for s in stored.schedules}
+            for schedule in new:
+                self._check_bounds(schedule, chats, ids)
+                chats[schedule.session] += 1
+                ids.add(schedule.id)
+            self._write((*stored.entries, *new))
 
     def remove(
         self, schedule_id: str, session: str | None = None, made_by: str | None = None
