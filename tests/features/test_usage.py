@@ -143,6 +143,20 @@ def test_consolidation_and_dream_are_counted_under_their_purpose(
     assert "(the home's own)" in run_cli_here("usage", env=cli_env(home, fake_llm)).stdout
 
 
+def test_a_background_task_is_charged_to_the_chat_that_started_it(
+    home: Home, fake_llm: FakeOpenAI
+) -> None:
+    fake_llm.tool_call("spawn", {"task": "count to three", "label": "count"}, usage=usage(100, 5))
+    fake_llm.reply("Started it.", usage=usage(110, 6))
+    fake_llm.reply("one two three", usage=usage(50, 4))  # the task's own turn
+    chat(home, fake_llm, "count to three in the background")
+    found = usage_json(home, fake_llm)
+    assert found["purposes"]["turn"]["prompt_tokens"] == 210
+    assert found["purposes"]["task"]["calls"] == 1
+    assert found["purposes"]["task"]["prompt_tokens"] == 50
+    assert [row["chat"] for row in found["days"]] == ["cli:direct"]
+
+
 def test_a_torn_last_line_is_skipped_then_cut_by_the_next_append(
     home: Home, fake_llm: FakeOpenAI
 ) -> None:
