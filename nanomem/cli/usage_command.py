@@ -42,15 +42,15 @@ def _days(text: str) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from nanomem.cli.main import _home
+    from nanomem.cli.main import CliError, _home
     from nanomem.features.usage import Pricing, daily, price_table
 
+    if args.chat is not None and ":" not in args.chat:
+        raise CliError(f"--chat takes a session key, channel:chat (cli:{args.chat}?)", 2)
     home = _home(args)
     try:
         found = daily(home.usage, args.days, time.time(), Pricing(price_table()), args.chat)
     except OSError as exc:
-        from nanomem.cli.main import CliError
-
         raise CliError(f"cannot read {home.usage}: {exc.strerror or exc}") from None
     if args.json:
         print(json.dumps(found.as_json(), indent=2, ensure_ascii=False))

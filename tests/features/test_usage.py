@@ -217,6 +217,19 @@ def test_a_bad_number_of_days_is_refused(home: Home, days: str) -> None:
     assert not home.usage.exists()
 
 
+def test_a_chat_that_is_not_a_session_key_is_refused_with_a_hint(home: Home) -> None:
+    result = run_cli_here("usage", "--chat", "direct", env=cli_env(home))
+    assert result.returncode == 2
+    assert "cli:direct?" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_an_unreadable_record_file_is_said_plainly(home: Home) -> None:
+    home.usage.mkdir()  # not a file
+    result = run_cli_here("usage", env=cli_env(home))
+    assert result.returncode == 1
+    assert f"cannot read {home.usage}" in result.stderr and "Traceback" not in result.stderr
+
+
 def test_nanomem_usage_needs_no_model_and_no_gateway(home: Home) -> None:
     result = run_cli_here("usage", env=cli_env(home))  # no model configured, nothing running
     assert result.returncode == 0, result.stderr
