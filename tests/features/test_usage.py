@@ -8,8 +8,10 @@ import json
 import subprocess
 import sys
 import time
+from datetime import datetime
 from pathlib import Path
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import pytest
 
@@ -20,7 +22,7 @@ from nanomem.features.usage.prices import read_table
 from nanomem.home import Home
 from nanomem.providers import Reply, Usage
 from nanomem.providers.scripted import ScriptedProvider, text
-from tests.conftest import cli_env, make_app, run_cli_here
+from tests.conftest import cli_env, make_app, run_cli, run_cli_here
 from tests.fakes.openai_server import FakeOpenAI
 from tests.helpers.dream import script_a_dream
 
@@ -207,6 +209,25 @@ def test_old_records_are_left_out_and_days_are_local(home: Home, fake_llm: FakeO
     assert len(week["days"]) == 2
     assert usage_json(home, fake_llm, "--days", "1")["total"]["prompt_tokens"] == 20
     assert usage_json(home, fake_llm, "--days", "30")["total"]["prompt_tokens"] == 5320
+
+
+@pytest.mark.slow  # a process of its own: the zone is read from TZ as it starts
+@pytest.mark.parametrize("zone", ["Pacific/Kiritimati", "Pacific/Pago_Pago"])
+def test_the_real_command_sums_days_of_the_local_zone(
+    home: Home, fake_llm: FakeOpenAI, zone: str
+) -> None:
+    fake_llm.reply("hello", usage=usage(1000, 50, cached=600))
+    env = cli_env(home, fake_llm, TZ=zone)
+    turn = run_cli("chat", "-m", "hi", env=env)
+    assert turn.returncode == 0, turn.stderr
+    result = run_cli("usage", "--json", env=env)
+    assert result.returncode == 0, result.stderr
+    found = json.loads(result.stdout)
+    today = datetime.now(ZoneInfo(zone)).date().isoformat()  # UTC+14 and UTC-11: 2 days apart
+    assert found["to"] == today
+    assert [(row["day"], row["calls"], row["cached_tokens"]) for row in found["days"]] == [
+        (today, 1, 600)
+    ]
 
 
 @pytest.mark.parametrize("days", ["0", "-1", "many", "99999"])
