@@ -18,7 +18,7 @@ import pytest
 from nanomem.agent.bus import InboundMessage
 from nanomem.audience import Sender
 from nanomem.features.usage import PriceTable, Record, price_table
-from nanomem.features.usage.prices import read_table
+from nanomem.features.usage.prices import MAX_TABLE_BYTES, read_table
 from nanomem.home import Home
 from nanomem.providers import Reply, Usage
 from nanomem.providers.scripted import ScriptedProvider, text
@@ -303,15 +303,30 @@ def test_prices_match_names_as_litellm_does(tmp_path: Path) -> None:
     )
 
 
-def test_a_huge_or_broken_price_table_is_refused(tmp_path: Path) -> None:
-    broken = tmp_path / "broken.json"
-    broken.write_text("[" * 100_000)
+@pytest.mark.parametrize(
+    "content",
+    [
+        "[" * 100_000,
+        "[1, 2]",
+        '{"gpt-x": ' + "[" * 100_000,  # one entry nested past Python's stack
+        '{"gpt-x": {"input_cost_per_token": 1e-6} "gpt-y": {}}',
+        '{"gpt-x": {}',
+    ],
+    ids=["brackets", "a list", "deep entry", "no comma", "unclosed"],
+)
+def test_a_broken_price_table_is_refused(tmp_path: Path, content: str) -> None:
+    table = tmp_path / "prices.json"
+    table.write_text(content)
     with pytest.raises(ValueError):
-        read_table(broken)
-    listing = tmp_path / "list.json"
-    listing.write_text("[1, 2]")
-    with pytest.raises(ValueError):
-        read_table(listing)
+        read_table(table)
+
+
+def test_a_price_table_past_its_size_bound_is_refused(tmp_path: Path) -> None:
+    table = tmp_path / "prices.json"
+    with table.open("wb") as fh:
+        fh.truncate(MAX_TABLE_BYTES + 1)  # sparse: costs no disk
+    with pytest.raises(ValueError, match="larger than"):
+        read_table(table)
 
 
 def _reply(prompt: int) -> Reply:

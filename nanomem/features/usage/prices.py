@@ -3,7 +3,8 @@
 litellm keeps its prices in `model_prices_and_context_window_backup.json` inside its package
 (what it uses itself with LITELLM_LOCAL_MODEL_COST_MAP, as nanomem runs it). Importing litellm
 costs ~2 s, so the file is found through the import system without running the package, read
-once per process with bounds, and only the prices are kept. A model that is not in the table
+once per process with bounds (its size, one model's entry parsed at a time), and only the
+prices are kept. A model that is not in the table
 has no price: its cost is unknown, never 0.
 """
 
@@ -11,14 +12,14 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import json
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from loguru import logger
-
-from nanomem.text import untrusted_json
 
 TABLE_NAMES = (
     "model_prices_and_context_window_backup.json",
@@ -76,7 +77,7 @@ def litellm_folder() -> Path | None:
 
 @functools.cache
 def price_table() -> PriceTable:
-    """litellm's table, read once per process (~0.2 s); empty when it cannot be read."""
+    """litellm's table, read once per process (~0.4 s); empty when it cannot be read."""
     folder = litellm_folder()
     for name in TABLE_NAMES if folder is not None else ():
         assert folder is not None
@@ -92,21 +93,64 @@ def price_table() -> PriceTable:
 
 def read_table(path: Path) -> dict[str, tuple[Price, str]]:
     """The prices in a table of litellm's format; ValueError when it is not one."""
+    chunks: list[bytes] = []
+    size = 0
     with path.open("rb") as fh:
-        raw = fh.read(MAX_TABLE_BYTES + 1)
-    if len(raw) > MAX_TABLE_BYTES:
-        raise ValueError(f"larger than {MAX_TABLE_BYTES} bytes")
-    data = untrusted_json.loads(raw)
-    if not isinstance(data, dict):
-        raise ValueError("not a JSON object of models")
+        # In pieces: read(MAX_TABLE_BYTES + 1) would set aside the whole 64 MiB at once.
+        while chunk := fh.read(2**20):
+            size += len(chunk)
+            if size > MAX_TABLE_BYTES:
+                raise ValueError(f"larger than {MAX_TABLE_BYTES} bytes")
+            chunks.append(chunk)
+    raw = b"".join(chunks)
+    del chunks
     entries: dict[str, tuple[Price, str]] = {}
-    for name, info in data.items():
+    for name, info in _models(raw.decode("utf-8", "replace")):
         if len(entries) >= MAX_MODELS:
             break
         if (price := _price(info)) is not None:
             provider = info.get("litellm_provider")
             entries[name.lower()] = (price, provider if isinstance(provider, str) else "")
     return entries
+
+
+def _models(text: str) -> Iterator[tuple[str, Any]]:
+    """The top-level object's members one at a time: only one model's entry is parsed at
+    once (the whole table as Python objects would take ~60 MB for a moment)."""
+    decoder = json.JSONDecoder()
+    at = _skip(text, 0)
+    if text[at : at + 1] != "{":
+        raise ValueError("not a JSON object of models")
+    at = _skip(text, at + 1)
+    if text[at : at + 1] == "}":
+        return
+    while True:
+        name, at = _value(decoder, text, at)
+        at = _skip(text, at)
+        if not isinstance(name, str) or text[at : at + 1] != ":":
+            raise ValueError(f"not a JSON object of models (at character {at})")
+        info, at = _value(decoder, text, _skip(text, at + 1))
+        yield name, info
+        at = _skip(text, at)
+        if text[at : at + 1] == "}":
+            return
+        if text[at : at + 1] != ",":
+            raise ValueError(f"not a JSON object of models (at character {at})")
+        at = _skip(text, at + 1)
+
+
+def _value(decoder: json.JSONDecoder, text: str, at: int) -> tuple[Any, int]:
+    try:
+        return decoder.raw_decode(text, at)
+    except RecursionError:  # nested beyond Python's stack: refused like any bad JSON
+        raise ValueError("JSON nested too deeply to read") from None
+
+
+def _skip(text: str, at: int) -> int:
+    """The index of the next character that is not JSON whitespace."""
+    while at < len(text) and text[at] in " \t\r\n":
+        at += 1
+    return at
 
 
 def _price(info: Any) -> Price | None:
