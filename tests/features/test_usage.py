@@ -8,6 +8,7 @@ import json
 import subprocess
 import sys
 import time
+import tracemalloc
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -266,6 +267,19 @@ def test_the_price_table_is_read_without_importing_litellm() -> None:
         [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60
     )
     assert done.stdout.strip() == "False"
+
+
+def test_reading_the_price_table_takes_a_few_mib_not_the_whole_table_as_objects() -> None:
+    source = price_table().source
+    assert source is not None
+    tracemalloc.start()
+    try:
+        entries = read_table(source)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert len(entries) > 1000
+    assert peak < 4 * source.stat().st_size  # the bytes, their text, and one entry at a time
 
 
 def test_prices_match_names_as_litellm_does(tmp_path: Path) -> None:
