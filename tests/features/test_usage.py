@@ -47,13 +47,16 @@ def chat(home: Home, fake: FakeOpenAI, message: str, session: str = "direct", **
     return result.stdout
 
 
-def test_turns_then_nanomem_usage_shows_the_exact_sums(home: Home, fake_llm: FakeOpenAI) -> None:
+@pytest.mark.parametrize("transport", ["direct", "litellm"])
+def test_turns_then_nanomem_usage_shows_the_exact_sums(
+    home: Home, fake_llm: FakeOpenAI, transport: str
+) -> None:
     fake_llm.reply("hello", usage=usage(1000, 50, cached=600))
     # A turn of two model calls: a tool call, then the answer.
     fake_llm.tool_call("read_file", {"path": "SOUL.md"}, usage=usage(1200, 20))
     fake_llm.reply("read it", usage=usage(1500, 70, cached=1024))
-    chat(home, fake_llm, "hi")
-    chat(home, fake_llm, "read your soul")
+    chat(home, fake_llm, "hi", NANOMEM_LLM__TRANSPORT=transport)
+    chat(home, fake_llm, "read your soul", NANOMEM_LLM__TRANSPORT=transport)
     # Another chat, not streamed, whose usage the fake estimates from the request's size.
     chat(home, fake_llm, "hi from elsewhere", "other", NANOMEM_LLM__STREAM="false")
 
