@@ -28,6 +28,7 @@ from nanomem.features.recall import build as recall
 from nanomem.features.schedules import build as schedules
 from nanomem.features.shell_approval import build as shell
 from nanomem.features.tasks import build as tasks
+from nanomem.features.usage import build as usage
 from nanomem.features.voice import build as voice
 from nanomem.features.web import build as web
 from nanomem.home import Home
@@ -42,7 +43,9 @@ from nanomem.memory import (
     SessionStore,
 )
 from nanomem.providers import (
+    AfterCall,
     LiteLLMProvider,
+    MeteredProvider,
     Provider,
     RetryingProvider,
     import_litellm,
@@ -66,6 +69,7 @@ FEATURES = (
     tasks,
     mcp,
     voice,
+    usage,
 )
 
 
@@ -138,9 +142,9 @@ def build_app(
     )
     history = HistoryStore(workspace / "memory", home.lock("history"), within=workspace)
     transports: list[Provider] = []
-    model = functools.partial(_model, transports=transports)
-    if provider is None:
-        provider = model(llm)
+    after_call: list[AfterCall] = []  # the features' hooks, added below
+    model = functools.partial(_model, transports=transports, after_call=after_call)
+    provider = model(llm) if provider is None else MeteredProvider(provider, llm.model, after_call)
     budget = Budget(BpeTokenizer(), Calibration(), llm, settings.memory)
     sessions = SessionStore(home.sessions, counter=budget.count, lock_dir=home.locks / "sessions")
     budget.on_exact.append(sessions.recount)
@@ -183,6 +187,7 @@ def build_app(
         git,
         config,
         model,
+        after_call=after_call,
         transports=transports,
     )
     for build in FEATURES:
@@ -190,8 +195,11 @@ def build_app(
     return app
 
 
-def _model(llm: LLMSettings, *, transports: list[Provider]) -> Provider:
-    """The model client the route asks for (providers/routing.py), with retries around it."""
+def _model(
+    llm: LLMSettings, *, transports: list[Provider], after_call: list[AfterCall]
+) -> Provider:
+    """The model client the route asks for (providers/routing.py), with retries around it,
+    each answered call told to `after_call` (the usage feature's record)."""
     path = route(llm)
     logger.debug("model {} via {}", llm.model, path.describe())  # `nanomem status` says it too
     client: Provider
@@ -202,7 +210,7 @@ def _model(llm: LLMSettings, *, transports: list[Provider]) -> Provider:
     else:
         client = LiteLLMProvider(llm)
     transports.append(client)
-    return RetryingProvider(client, llm.max_retries)
+    return MeteredProvider(RetryingProvider(client, llm.max_retries), llm.model, after_call)
 
 
 def _vision_check(settings: Settings) -> Callable[[], bool]:

@@ -93,6 +93,11 @@ class Home:
         return self.root / "sent-files"
 
     @property
+    def usage(self) -> Path:
+        """Every answered model call's tokens, one line each, appended (features/usage)."""
+        return self.root / "usage.jsonl"
+
+    @property
     def gateway(self) -> Path:
         """The running gateway's pid and port, while it holds the `gateway` lock
         (gateway/claim.py); a file left by a killed one means nothing without the lock."""

@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from nanomem.config import LLMSettings, Settings
     from nanomem.home import Home
     from nanomem.memory import Budget, GitStore, HistoryStore, Session, SessionStore
-    from nanomem.providers import Provider
+    from nanomem.providers import AfterCall, ModelCall, Provider
     from nanomem.tools import ToolRegistry
 
 # (session, sender id) → would that chat's channel answer this sender there now? Background
@@ -169,6 +169,12 @@ class Feature:
         """Awaited by /new before the session starts afresh; a line for its reply, or None."""
         return None
 
+    async def after_call(self, call: ModelCall) -> None:
+        """Awaited after every answered model call of any model client the app built (a turn's,
+        the Consolidator's, Dream's), with its usage and whom it is charged to; keep it short:
+        the turn waits for it."""
+        return None
+
     def inbox_channels(self) -> Mapping[str, Readmit]:
         """The inbox names this feature stores messages under, each with what hands a stored
         one in again when its retry is due (agent/retries.py)."""
@@ -219,6 +225,8 @@ class Core:
     config: Path | None  # the config file in use when it is not the home's
     model: Callable[[LLMSettings], Provider]  # another model client, closed with the app's
     features: list[Feature] = field(default_factory=list)
+    # Told of every answered call of the app's model clients (providers/metered.py).
+    after_call: list[AfterCall] = field(default_factory=list)
 
     def add(self, feature: Feature | None) -> None:
         """Plug a feature into the engine (None: not configured, nothing to add). TypeError
@@ -251,6 +259,8 @@ class Core:
             self.loop.after_turn.append(feature.after_turn)
         if _defines(feature, "before_new"):
             self.loop.before_new.append(feature.before_new)
+        if _defines(feature, "after_call"):
+            self.after_call.append(feature.after_call)
 
     def feature(self, kind: type[F]) -> F:
         """The added feature of this type; LookupError when it is not configured."""

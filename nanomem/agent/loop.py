@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import replace
@@ -43,7 +44,7 @@ from nanomem.config import Settings
 from nanomem.locks import KeyedLocks
 from nanomem.log import redact, shown_so_far
 from nanomem.memory import Budget, Session, SessionStore, to_wire
-from nanomem.providers import Provider, ProviderError, ToolCall, key_source, route
+from nanomem.providers import Provider, ProviderError, ToolCall, charged_to, key_source, route
 from nanomem.text.plural import plural
 from nanomem.tools import ToolContext, ToolRegistry, stop_all
 
@@ -329,17 +330,18 @@ class AgentLoop:
         result = ReactResult(text=None)
         limits = self.settings.agent
         try:
-            await react(
-                self.provider,
-                [system, *history, sent, *resumed],
-                self.tools,
-                limits.max_iterations,
-                context=turn,
-                out=result,
-                on_tool_call=report,
-                on_text=self._streamer(msg, progress),
-                show_images=self.context.tool_images,
-            )
+            with charged_to(msg.session_key, "turn", secrets.token_hex(6)):
+                await react(
+                    self.provider,
+                    [system, *history, sent, *resumed],
+                    self.tools,
+                    limits.max_iterations,
+                    context=turn,
+                    out=result,
+                    on_tool_call=report,
+                    on_text=self._streamer(msg, progress),
+                    show_images=self.context.tool_images,
+                )
         except ProviderError as exc:
             return await self._failed(msg, session, result, exc)
         except asyncio.CancelledError:

@@ -11,6 +11,14 @@ from nanomem.exports import lazy_exports
 if TYPE_CHECKING:
     from nanomem.providers.connection import Connection, ConnectionFailed
     from nanomem.providers.litellm_provider import LiteLLMProvider, import_litellm
+    from nanomem.providers.metered import (
+        AfterCall,
+        Charge,
+        MeteredProvider,
+        ModelCall,
+        Purpose,
+        charged_to,
+    )
     from nanomem.providers.model_names import model_name_problem
     from nanomem.providers.openai_http import OpenAIHTTPProvider
     from nanomem.providers.provider import (
@@ -28,12 +36,17 @@ if TYPE_CHECKING:
     from nanomem.providers.vision import supports_images
 
 __all__ = [
+    "AfterCall",
+    "Charge",
     "Connection",
     "ConnectionFailed",
     "LiteLLMProvider",
+    "MeteredProvider",
+    "ModelCall",
     "OpenAIHTTPProvider",
     "Provider",
     "ProviderError",
+    "Purpose",
     "Reply",
     "RetryingProvider",
     "TextSink",
@@ -41,6 +54,7 @@ __all__ = [
     "ToolChoice",
     "Usage",
     "WireMessage",
+    "charged_to",
     "import_litellm",
     "key_source",
     "key_variable",
@@ -53,6 +67,14 @@ __getattr__ = lazy_exports(
     {
         "connection": ("Connection", "ConnectionFailed"),
         "litellm_provider": ("LiteLLMProvider", "import_litellm"),
+        "metered": (
+            "AfterCall",
+            "Charge",
+            "MeteredProvider",
+            "ModelCall",
+            "Purpose",
+            "charged_to",
+        ),
         "model_names": ("model_name_problem",),
         "openai_http": ("OpenAIHTTPProvider",),
         "provider": (

@@ -21,8 +21,8 @@ from nanomem.providers.provider import (
     TextSink,
     ToolCall,
     ToolChoice,
-    Usage,
     categorize,
+    usage_of,
 )
 from nanomem.providers.reply_stream import ReplyStream
 from nanomem.text.utf8 import clean_text
@@ -149,7 +149,7 @@ async def _apply(chunk: Any, stream: ReplyStream) -> None:
     """One of litellm's stream chunks: text and tool-call deltas, finish reason, usage."""
     usage = getattr(chunk, "usage", None)
     if usage is not None:
-        stream.set_usage(getattr(usage, "prompt_tokens", 0), getattr(usage, "completion_tokens", 0))
+        stream.set_usage(usage)
     for choice in getattr(chunk, "choices", None) or ():
         delta = getattr(choice, "delta", None)
         text = getattr(delta, "content", None)
@@ -227,16 +227,9 @@ def _to_reply(response: Any) -> Reply:
     return Reply(
         content=content,
         tool_calls=calls,
-        usage=_usage(usage),
+        usage=usage_of(usage),
         finish_reason=finish_reason if isinstance(finish_reason, str) else None,
     )
-
-
-def _usage(usage: Any) -> Usage | None:
-    try:
-        return Usage(int(usage.prompt_tokens or 0), int(usage.completion_tokens or 0))
-    except (AttributeError, TypeError, ValueError):
-        return None
 
 
 def classify(exc: Exception) -> ProviderError:

@@ -27,9 +27,9 @@ from nanomem.providers.provider import (
     TextSink,
     ToolCall,
     ToolChoice,
-    Usage,
     categorize,
     encode_messages,
+    usage_of,
 )
 from nanomem.providers.reply_stream import ReplyStream
 from nanomem.providers.routing import Route, route
@@ -196,7 +196,7 @@ async def _apply(chunk: Any, stream: ReplyStream) -> None:
             raise ProviderError(categorize(status, text), f"in the stream: {text[:300]}", status)
         usage = chunk.get("usage")
         if isinstance(usage, dict):
-            stream.set_usage(usage.get("prompt_tokens"), usage.get("completion_tokens"))
+            stream.set_usage(usage)
         for choice in chunk.get("choices") or ():
             if choice.get("index", 0) != 0:
                 continue
@@ -287,7 +287,7 @@ def _to_reply(raw: bytes) -> Reply:
     return Reply(
         content=content,
         tool_calls=calls,
-        usage=_usage(usage),
+        usage=usage_of(usage) if isinstance(usage, dict) else None,
         finish_reason=finish_reason if isinstance(finish_reason, str) else None,
     )
 
@@ -297,12 +297,3 @@ def _arguments(value: Any) -> str:
     if isinstance(value, str):
         return value or "{}"
     return "{}" if value is None else json.dumps(value)
-
-
-def _usage(usage: Any) -> Usage | None:
-    if not isinstance(usage, dict):
-        return None
-    try:
-        return Usage(int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0))
-    except (TypeError, ValueError):
-        return None

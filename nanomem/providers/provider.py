@@ -91,8 +91,67 @@ class ToolCall:
 
 @dataclass(frozen=True)
 class Usage:
+    """A call's tokens as the provider reported them. `cached_tokens` (served from the
+    provider's prompt cache) and `cache_write_tokens` (written to it) are part of
+    `prompt_tokens`, as OpenAI counts them and litellm reports Anthropic's."""
+
     prompt_tokens: int
     completion_tokens: int
+    cached_tokens: int = 0
+    cache_write_tokens: int = 0
+
+
+_MAX_TOKENS = 10**12  # beyond any real call: a wild number is not added to anyone's totals
+
+
+def usage_of(usage: Any) -> Usage | None:
+    """Usage from a provider's report, a JSON object (the lean client) or litellm's object
+    alike; None when there is none or its counts are not numbers. Cached prompt tokens are
+    OpenAI's `prompt_tokens_details.cached_tokens`, else Anthropic's
+    `cache_read_input_tokens`, else DeepSeek's `prompt_cache_hit_tokens`; those written to
+    the cache Anthropic's `cache_creation_input_tokens` (litellm: `cache_write_tokens`)."""
+    if usage is None:
+        return None
+    prompt = _tokens(_field(usage, "prompt_tokens"))
+    completion = _tokens(_field(usage, "completion_tokens"))
+    if prompt is None or completion is None:
+        return None
+    details = _field(usage, "prompt_tokens_details")
+    cached = next(
+        (
+            found
+            for found in (
+                _tokens(_field(details, "cached_tokens")) if details is not None else None,
+                _tokens(_field(usage, "cache_read_input_tokens")),
+                _tokens(_field(usage, "prompt_cache_hit_tokens")),
+            )
+            if found
+        ),
+        0,
+    )
+    written = _tokens(_field(usage, "cache_creation_input_tokens")) or (
+        _tokens(_field(details, "cache_write_tokens")) if details is not None else 0
+    )
+    return Usage(prompt, completion, min(cached, prompt), min(written or 0, prompt))
+
+
+def _field(source: Any, name: str) -> Any:
+    if isinstance(source, dict):
+        return source.get(name)
+    return getattr(source, name, None)
+
+
+def _tokens(value: Any) -> int | None:
+    """A count of tokens (None counts as 0); None when it is not a number."""
+    if value is None:
+        return 0
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        return None
+    try:
+        number = int(value)
+    except (TypeError, ValueError, OverflowError):
+        return None
+    return min(max(number, 0), _MAX_TOKENS)
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from nanomem.providers.provider import ProviderError, Reply, TextSink, ToolCall, Usage
+from nanomem.providers.provider import ProviderError, Reply, TextSink, ToolCall, Usage, usage_of
 from nanomem.text.utf8 import clean_text
 
 
@@ -59,11 +59,9 @@ class ReplyStream:
         if reason:
             self.finish_reason = reason
 
-    def set_usage(self, prompt_tokens: Any, completion_tokens: Any) -> None:
-        try:
-            self.usage = Usage(int(prompt_tokens or 0), int(completion_tokens or 0))
-        except (TypeError, ValueError):
-            self.usage = None
+    def set_usage(self, usage: Any) -> None:
+        """The usage a chunk carries (the last, with `stream_options.include_usage`)."""
+        self.usage = usage_of(usage)
 
     async def finish(self, *, ended: bool) -> Reply:
         """The whole Reply. `ended`: the stream said it was complete ([DONE] or a finish

@@ -75,6 +75,16 @@ SAMPLES = {
     "tasks.md.j2": {"tools": ["read_file", "spawn"]},
     "tool_images.md.j2": {"paths": ["media/tool-3f2a9c1e.png"]},
     "config.toml.j2": {"model": "openai/gpt-4o-mini", "api_key": "", "api_base": ""},
+    "usage.md.j2": {
+        "chat": "telegram:42",
+        "last_turn": "1,200 prompt (1,024 cached) · 80 completion · 2 calls · $0.0003",
+        "today": "2,400 prompt · 160 completion · 4 calls · $0.0006",
+        "week": "2,400 prompt · 160 completion · 5 calls · $0.0006 + unknown (1 unpriced)",
+        "purposes": [("consolidation", "1 call"), ("turn", "4 calls")],
+        "home_today": None,
+        "unpriced": ["openai/local-model"],
+        "recorded": True,
+    },
 }
 
 

@@ -7,6 +7,7 @@ messages; the turns of the three sizes are interleaved so drift on a shared mach
 all alike.
 
     python tests/benchmarks/bench_turn.py [--turns N] [--transport T] [--profile]
+                                          [--usage-records N]
 
 Overhead is a turn's wall time less the fake server's own time handling its requests
 (reading and parsing a request grows with its size; a zero-latency model costs nothing),
@@ -15,6 +16,8 @@ transports are measured unless --transport picks one. The target is judged on th
 transport (nanomem's own work plus the lean client on httpx), as in bench_concurrency.py;
 litellm's row adds litellm's own passes over every message and is printed for reference.
 --profile prints a cProfile of the turns on the largest session (cumulative time).
+--usage-records N starts from a usage.jsonl of N records (a year of a busy home is ~200,000):
+every model call appends one, and a turn must cost the same whatever the file's length.
 """
 
 from __future__ import annotations
@@ -178,10 +181,23 @@ def report(transport: str, turns: int, results: dict[int, Turns]) -> bool:
     return ok
 
 
+def fill_usage(path: Path, count: int) -> None:
+    """`count` records of calls made over the past year, as the usage feature writes them."""
+    from nanomem.features.usage import Record
+
+    start = time.time() - 365 * 86400
+    with path.open("w") as fh:
+        for n in range(count):
+            at = start + n * (365 * 86400 / max(count, 1))
+            record = Record(at, f"telegram:{n % 40}", "turn", f"{n:012x}", "openai/fake", 900, 40)
+            fh.write(record.to_json() + "\n")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--turns", type=int, default=30)
     parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--usage-records", type=int, default=0)
     parser.add_argument("--transport", choices=["litellm", "direct", "both"], default="both")
     args = parser.parse_args()
     transports = ["litellm", "direct"] if args.transport == "both" else [args.transport]
@@ -191,6 +207,10 @@ def main() -> int:
         profile = cProfile.Profile() if args.profile else None
         with tempfile.TemporaryDirectory() as tmp, _common.ModelServer() as server:
             home = _common.new_home(Path(tmp))
+            if args.usage_records:
+                fill_usage(home.usage, args.usage_records)
+                size = home.usage.stat().st_size / 2**20
+                print(f"usage.jsonl: {args.usage_records:,} records, {size:.0f} MiB\n")
             app = _common.make_app(home, server.base_url, llm={"transport": transport})
             results = asyncio.run(measure(app, server, args.turns, profile))
         verdicts[transport] = report(transport, args.turns, results)

@@ -38,7 +38,7 @@ class Step:
     status: int = 200
     retry_after: float | None = None
     latency: float = 0.0
-    usage: dict[str, int] | None = None
+    usage: dict[str, Any] | None = None
     # When the request streams (`"stream": true`):
     pieces: int = 3  # content chunks the text is split into (tool arguments likewise)
     pause: float = 0.0  # seconds between chunks
@@ -54,7 +54,7 @@ class Step:
         text: str,
         *,
         latency: float = 0.0,
-        usage: dict[str, int] | None = None,
+        usage: dict[str, Any] | None = None,
         pieces: int = 3,
         pause: float = 0.0,
         cut_after: int | None = None,
@@ -82,10 +82,18 @@ class Step:
         text: str | None = None,
         latency: float = 0.0,
         cut_after: int | None = None,
+        usage: dict[str, Any] | None = None,
     ) -> Step:
         """An assistant message with a single tool call (string arguments pass through)."""
         call = (name, arguments, call_id)
-        return cls("tool_calls", text=text, calls=(call,), latency=latency, cut_after=cut_after)
+        return cls(
+            "tool_calls",
+            text=text,
+            calls=(call,),
+            latency=latency,
+            cut_after=cut_after,
+            usage=usage,
+        )
 
     @classmethod
     def tool_calls(
@@ -253,7 +261,7 @@ class FakeOpenAI:
         text: str,
         *,
         latency: float = 0.0,
-        usage: dict[str, int] | None = None,
+        usage: dict[str, Any] | None = None,
         pieces: int = 3,
         pause: float = 0.0,
         cut_after: int | None = None,
@@ -281,10 +289,17 @@ class FakeOpenAI:
         text: str | None = None,
         latency: float = 0.0,
         cut_after: int | None = None,
+        usage: dict[str, Any] | None = None,
     ) -> None:
         """Script one tool call; a str `arguments` is sent verbatim (may be malformed JSON)."""
         step = Step.tool_call(
-            name, arguments, call_id=call_id, text=text, latency=latency, cut_after=cut_after
+            name,
+            arguments,
+            call_id=call_id,
+            text=text,
+            latency=latency,
+            cut_after=cut_after,
+            usage=usage,
         )
         self.add(step)
 
@@ -578,7 +593,7 @@ class FakeOpenAI:
         message: dict[str, Any],
         step: Step,
         finish: str,
-        usage: dict[str, int] | None,
+        usage: dict[str, Any] | None,
     ) -> web.StreamResponse:
         """The reply as server-sent events: content deltas, then each tool call (id and name
         first, its arguments in pieces), the finish reason, and usage in a chunk of its own."""

@@ -23,7 +23,7 @@ from nanomem.memory import (
     SessionStore,
     to_wire,
 )
-from nanomem.providers import Provider, ProviderError
+from nanomem.providers import Provider, ProviderError, charged_to
 from nanomem.text.plural import plural
 from nanomem.tools import OUTSIDE, ToolContext, ToolOutput, ToolRegistry
 
@@ -218,14 +218,15 @@ class Consolidator(Feature):
         for _ in range(SUMMARY_ATTEMPTS):
             try:
                 # The tools stay offered (same prompt prefix for the cache) but may not be used.
-                result = await react(
-                    self.provider,
-                    prompt,
-                    _NoToolsNow(self.chat_tools.schemas()),
-                    1,
-                    context=OUTSIDE,
-                    tool_choice="none",
-                )
+                with charged_to(session.key, "consolidation"):
+                    result = await react(
+                        self.provider,
+                        prompt,
+                        _NoToolsNow(self.chat_tools.schemas()),
+                        1,
+                        context=OUTSIDE,
+                        tool_choice="none",
+                    )
             except ProviderError as exc:
                 problem = str(exc)
                 if not exc.retryable:

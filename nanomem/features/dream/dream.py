@@ -39,7 +39,15 @@ from nanomem.memory import (
     Version,
     clean_temp_files,
 )
-from nanomem.providers import Provider, ProviderError, Reply, TextSink, ToolCall, ToolChoice
+from nanomem.providers import (
+    Provider,
+    ProviderError,
+    Reply,
+    TextSink,
+    ToolCall,
+    ToolChoice,
+    charged_to,
+)
 from nanomem.text import untrusted_json
 from nanomem.text.plural import plural
 from nanomem.tools import OUTSIDE, Tool, ToolError, ToolRegistry, read_only_tool
@@ -264,7 +272,8 @@ class Dream:
         staging = Staging(base)
         try:
             learning = self._learn(entries, staging, progress)
-            analysis = await asyncio.wait_for(learning, self.settings.max_wall_s)
+            with charged_to("", "dream"):  # the home's own work, for no chat
+                analysis = await asyncio.wait_for(learning, self.settings.max_wall_s)
             self._check_surgical(base, staging.files())
             if (edit := placeholder_edit(staging)) is not None:
                 staging.apply(edit)  # journalled like the model's edits, re-made on a rebase

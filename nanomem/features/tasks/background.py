@@ -44,7 +44,7 @@ from nanomem.features.tasks.records import State, TaskRecord, TaskStore, now_iso
 from nanomem.features.tasks.report import listing, named, report
 from nanomem.log import redact
 from nanomem.memory import SessionStore
-from nanomem.providers import Provider, ProviderError
+from nanomem.providers import Provider, ProviderError, charged_to
 from nanomem.tools import Tool, ToolContext, ToolError, ToolOutput, ToolRegistry
 
 INBOX_CHANNEL = "tasks"  # the inbox's name for results on their way to a chat
@@ -277,15 +277,16 @@ class BackgroundTasks(Feature):
             # The chat's own prompt (its audience decides what memory it shows).
             system = {"role": "system", "content": await self.context.system_prompt(record.session)}
             try:
-                await react(
-                    self.provider,
-                    [system, user],
-                    self.tools_inside,
-                    self.max_iterations,
-                    context=context,
-                    out=out,
-                    show_images=self.context.tool_images,
-                )
+                with charged_to(record.session, "task"):  # the chat that started it
+                    await react(
+                        self.provider,
+                        [system, user],
+                        self.tools_inside,
+                        self.max_iterations,
+                        context=context,
+                        out=out,
+                        show_images=self.context.tool_images,
+                    )
             finally:  # what it did is kept, even when it was cut short
                 await asyncio.shield(self.sessions.append(session, seal_tool_calls(out.messages)))
 
