@@ -15,10 +15,13 @@ from nanomem.text.utf8 import encode
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
-def append_lines(path: Path, lines: Iterable[str], *, within: Path | None = None) -> None:
+def append_lines(
+    path: Path, lines: Iterable[str], *, within: Path | None = None, sync: bool = True
+) -> None:
     """Append whole lines in one write and fsync, so a crash leaves at most one torn last line.
     Always valid UTF-8: a lone surrogate is replaced, never a reason to lose the write.
-    `within`: see `_opened`."""
+    `within`: see `_opened`. `sync=False`: one write, no fsync (it survives our own crash, not
+    a power cut), for records whose loss costs nothing but a count."""
     data = encode("".join(line if line.endswith("\n") else line + "\n" for line in lines))
     if not data:
         return
@@ -26,7 +29,8 @@ def append_lines(path: Path, lines: Iterable[str], *, within: Path | None = None
     with _opened(path, flags, within) as fd, os.fdopen(fd, "ab", closefd=False) as fh:
         fh.write(data)
         fh.flush()
-        os.fsync(fh.fileno())
+        if sync:
+            os.fsync(fh.fileno())
 
 
 @contextlib.contextmanager

@@ -2,8 +2,8 @@
 
 A line is a versioned record (`"v": 1`) of when the call was answered, whom it was charged to
 (the chat's session key, the purpose, the turn) and the model, with its tokens. Appends hold
-the home's `usage` lock and are fsynced (durable.append_lines), after a torn last line a crash
-left is cut. Readers walk the file backwards and stop once past the days asked for, so neither
+the home's `usage` lock and are one write each, not fsynced (a power cut may cost the last
+counts, never a torn file: a torn last line a crash left is cut first). Readers walk the file backwards and stop once past the days asked for, so neither
 a turn nor `/usage` ever reads the whole file; a line that cannot be read is skipped.
 """
 
@@ -102,7 +102,7 @@ def append(path: Path, records: list[Record]) -> None:
     """Append records (the caller holds the home's `usage` lock)."""
     if path.exists() and (torn := truncate_torn_tail(path)):
         logger.warning("usage.jsonl: dropped a torn last line ({} bytes)", len(torn))
-    append_lines(path, [record.to_json() for record in records])
+    append_lines(path, [record.to_json() for record in records], sync=False)
 
 
 def read_since(path: Path, start: float) -> Iterator[Record]:
