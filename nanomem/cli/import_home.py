@@ -35,12 +35,14 @@ def run(args: argparse.Namespace) -> int:
     from nanomem.home_import import HomeInUse, import_home, read_archive
 
     home = _home(args)
+    if str(args.file) == "-":
+        raise CliError(
+            "import-home reads a file, twice (checked whole, then restored): save it first", 2
+        )
     try:
         read_archive(args.file.expanduser())
     except ArchiveError as exc:
         raise CliError(f"{args.file}: {exc}; nothing was changed", 2) from None
-    if running(home):
-        raise CliError(f"a gateway runs on {home.root}; stop it, then import again")
     if (found := _memory_in(args, home)) and not args.force:
         listed = "\n  ".join(found)
         raise CliError(
@@ -48,6 +50,8 @@ def run(args: argparse.Namespace) -> int:
             "Nothing was changed. To replace it (it is moved aside, not deleted): "
             f"nanomem --home {home.root} import-home {args.file} --force"
         )
+    if running(home):
+        raise CliError(f"a gateway runs on {home.root}; stop it, then import again")
     try:
         done = import_home(args.file.expanduser(), home)
     except ArchiveError as exc:
