@@ -151,11 +151,14 @@ def _judged(member: tarfile.TarInfo, expected: dict[str, Entry], seen: set[str])
     if name in seen:
         raise ArchiveError(f"refused member {shown!r}: it comes twice")
     if member.size != entry.size:
-        raise ArchiveError(
-            f"{name}: the manifest says {entry.size:,} bytes, the archive holds {member.size:,}"
-        )
+        said, held = _bytes(entry.size), _bytes(member.size)
+        raise ArchiveError(f"{name}: the manifest says {said}, the archive holds {held}")
     seen.add(name)
     return entry
+
+
+def _bytes(n: int) -> str:
+    return f"{n:,} byte{'' if n == 1 else 's'}"
 
 
 def _kind(member: tarfile.TarInfo) -> str:
