@@ -171,6 +171,20 @@ CASES: dict[str, tuple[Callable[[], bytes], str]] = {
         ),
         "workspace/b.md' : not in the manifest".replace("' :", "':"),
     ),
+    "member twice": (
+        lambda: with_manifest_listing(
+            [regular("workspace/a.md"), regular("workspace/a.md")], [regular("workspace/a.md")]
+        ),
+        "'workspace/a.md': it comes twice",
+    ),
+    "listed twice": (
+        lambda: with_manifest_listing([], [regular("sessions/a"), regular("sessions/a")]),
+        "sessions/a is listed twice",
+    ),
+    "a file and a folder": (
+        lambda: with_manifest_listing([], [regular("workspace/a"), regular("workspace/a/b")]),
+        "workspace/a is both a file and a folder",
+    ),
     "missing member": (
         lambda: with_manifest_listing([], [regular("workspace/a.md")]),
         "workspace/a.md is in the manifest but not in the archive",
