@@ -7,10 +7,13 @@ from __future__ import annotations
 import gzip
 import io
 import json
+import shutil
 import stat
 import subprocess
 import tarfile
 from pathlib import Path
+
+import pytest
 
 from nanomem.features.schedules import ScheduleStore
 from nanomem.features.schedules.rules import Schedule
@@ -253,3 +256,42 @@ def test_the_command_writes_a_private_file_here_or_a_pipe(home: Home, tmp_path: 
     assert (Path(new) / "workspace" / "SOUL.md").read_bytes() == (
         home.workspace / "SOUL.md"
     ).read_bytes()
+
+
+@pytest.mark.slow  # a process of its own waiting on the lock this one holds
+def test_the_snapshot_waits_for_a_memory_write_to_finish(home: Home, tmp_path: Path) -> None:
+    """While a writer holds the memory lock (as a Dream's commit does), the export waits:
+    it never copies memory.git and the memory files halfway through a change."""
+    archive = tmp_path / "a.tar.gz"
+    lock = home.lock("memory")
+    lock.acquire_sync()
+    try:
+        export = subprocess.Popen([*NANOMEM, "export", str(archive)], env=cli_env(home))
+        with pytest.raises(subprocess.TimeoutExpired):
+            export.wait(timeout=2)  # what a snapshot takes without waiting: ~0.3 s
+        (home.workspace / "USER.md").write_text("# User\n- written under the lock\n")
+    finally:
+        lock.release()
+    assert export.wait(timeout=60) == 0
+    assert "written under the lock" in members(archive.read_bytes())["workspace/USER.md"].decode()
+
+
+def test_a_workspace_kept_elsewhere_comes_home(home: Home, tmp_path: Path) -> None:
+    elsewhere = tmp_path / "my-workspace"
+    shutil.copytree(home.workspace, elsewhere)
+    (elsewhere / "USER.md").write_text("# User\n- lives elsewhere\n")
+    text = home.config.read_text().replace("[agent]\n", f'[agent]\nworkspace = "{elsewhere}"\n', 1)
+    home.config.write_text(text)
+    archive = tmp_path / "a.tar.gz"
+    done = run_cli_here("export", str(archive), env=cli_env(home))
+    assert done.returncode == 0, done.stderr
+    assert "Settings left out: agent.workspace (the workspace is in the archive" in done.stdout
+    new = Home(tmp_path / "new")
+    assert (
+        run_cli_here(
+            "--home", str(new.root), "import-home", str(archive), env=cli_env(new)
+        ).returncode
+        == 0
+    )
+    assert (new.workspace / "USER.md").read_text() == "# User\n- lives elsewhere\n"
+    assert str(elsewhere) not in new.config.read_text()

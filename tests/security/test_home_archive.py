@@ -256,6 +256,7 @@ def test_a_hostile_archive_makes_no_home_where_there_was_none(tmp_path: Path) ->
     assert not (tmp_path / "new").exists()
 
 
+@pytest.mark.slow  # its own process, to measure its peak memory
 @pytest.mark.parametrize("make", [pax_bomb, member_bomb], ids=["pax header", "member"])
 def test_a_gzip_bomb_stops_early_in_a_small_process(
     tmp_path: Path, make: Callable[[], bytes]
