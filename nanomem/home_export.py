@@ -12,7 +12,6 @@ import hashlib
 import io
 import json
 import os
-import shutil
 import stat
 import tarfile
 import tempfile
@@ -94,7 +93,7 @@ def _holding(home: Home) -> ExitStack:
         stack.close()
         raise ArchiveError(
             f"the home is busy ({busy.path.stem} has been held for {LOCK_WAIT_S:g} s); "
-            "try again when a Dream or a long memory write has finished"
+            "try again in a moment"
         ) from None
     except BaseException:
         stack.close()
@@ -152,8 +151,8 @@ def _copy_tree(
 
 def _copy_file(source: Path, target: Path, done: Exported) -> None:
     """A regular file's bytes, never through a link; anything else is said and skipped."""
-    try:
-        fd = os.open(source, os.O_RDONLY | os.O_NOFOLLOW)
+    try:  # O_NONBLOCK: a FIFO's open would wait for a writer
+        fd = os.open(source, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError as exc:
         why = "a link (links are not archived)" if source.is_symlink() else exc.strerror
         done.left_out.append(f"{source}: {why}")
@@ -167,8 +166,11 @@ def _copy_file(source: Path, target: Path, done: Exported) -> None:
             done.left_out.append(f"{source}: larger than {MAX_FILE_BYTES:,} bytes")
             return
         target.parent.mkdir(parents=True, exist_ok=True)
-        with target.open("xb") as copy:
-            shutil.copyfileobj(fh, copy, _CHUNK)
+        with target.open("xb") as copy:  # as long as it was: a file still growing stops there
+            left = info.st_size
+            while left and (chunk := fh.read(min(left, _CHUNK))):
+                copy.write(chunk)
+                left -= len(chunk)
         os.utime(target, (info.st_atime, info.st_mtime))
 
 

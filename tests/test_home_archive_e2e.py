@@ -7,6 +7,7 @@ from __future__ import annotations
 import gzip
 import io
 import json
+import os
 import shutil
 import stat
 import subprocess
@@ -295,3 +296,27 @@ def test_a_workspace_kept_elsewhere_comes_home(home: Home, tmp_path: Path) -> No
     )
     assert (new.workspace / "USER.md").read_text() == "# User\n- lives elsewhere\n"
     assert str(elsewhere) not in new.config.read_text()
+
+
+def test_links_and_fifos_in_the_workspace_are_named_and_left_out(
+    home: Home, tmp_path: Path
+) -> None:
+    secret_file = tmp_path / "outside.txt"
+    secret_file.write_text("not the workspace's\n")
+    (home.workspace / "outside").symlink_to(secret_file)
+    (home.workspace / "elsewhere").symlink_to(tmp_path, target_is_directory=True)
+    os.mkfifo(home.workspace / "pipe")  # an export that opened it plainly would hang here
+    archive = tmp_path / "a.tar.gz"
+    done = run_cli_here("export", str(archive), env=cli_env(home))
+    assert done.returncode == 0, done.stderr
+    for name, why in (
+        ("outside", "a link"),
+        ("elsewhere", "a link"),
+        ("pipe", "not a regular file"),
+    ):
+        assert f"{home.workspace / name}: {why}" in done.stdout
+    names = members(archive.read_bytes())
+    assert not any(
+        n.startswith(("workspace/outside", "workspace/elsewhere", "workspace/pipe")) for n in names
+    )
+    assert b"not the workspace's" not in gzip.decompress(archive.read_bytes())
