@@ -294,3 +294,33 @@ def test_a_gzip_bomb_stops_early_in_a_small_process(
     assert elapsed < 15
     assert peak_kib < 200 * 1024
     assert not target.exists()
+
+
+def test_damaged_archives_are_refused_by_name_never_by_a_crash(tmp_path: Path) -> None:
+    """Bytes changed at random in the tar (headers, the manifest, data), or cut anywhere: each
+    read ends in a success or an ArchiveError, never another exception (a traceback)."""
+    import random
+
+    from nanomem.home_archive import ArchiveError
+    from nanomem.home_import import read_archive
+
+    sound = gzip.decompress(
+        archive(
+            [regular("workspace/a.md", b"hello " * 100), regular("sessions/x.jsonl", b"{}\n" * 50)]
+        )
+    )
+    rng = random.Random(31)
+    damaged = tmp_path / "damaged.tar.gz"
+    refused = 0
+    for _ in range(500):
+        data = bytearray(sound)
+        for _ in range(rng.randint(1, 8)):
+            data[rng.randrange(len(data))] = rng.randrange(256)
+        if rng.random() < 0.2:
+            data = data[: rng.randrange(len(data))]
+        damaged.write_bytes(gzip.compress(bytes(data), mtime=0))
+        try:
+            read_archive(damaged)
+        except ArchiveError:
+            refused += 1
+    assert refused > 250  # most damage is found (a changed padding byte is not damage)
