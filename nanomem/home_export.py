@@ -192,7 +192,7 @@ def _check_and_list(staged: Path, done: Exported, secrets: list[str]) -> None:
         size, digest, holds_secret = _read(path, needles)
         if holds_secret:
             path.unlink()
-            done.left_out.append(f"{name}: it holds the value of a secret setting")
+            done.left_out.append(f"{name}: it holds the value of a secret")
             continue
         done.manifest.files.append(Entry(name, size, digest))
     if len(done.manifest.files) > MAX_MEMBERS:

@@ -209,13 +209,18 @@ def test_no_import_while_a_gateway_runs_on_the_home(home: Home, tmp_path: Path) 
 def test_a_file_holding_a_secret_value_stays_behind(home: Home, tmp_path: Path) -> None:
     (home.workspace / "notes.md").write_text(f"my key is {TEST_KEY}\n")
     (home.workspace / "plan.md").write_text("tea at nine\n")
-    env = cli_env(home, NANOMEM_LLM__API_KEY=TEST_KEY)  # from the environment, not the file
+    (home.workspace / "deploy.md").write_text("export GITHUB_TOKEN=ghp_from_the_shell_0123\n")
+    env = cli_env(  # from the environment, not the file
+        home, NANOMEM_LLM__API_KEY=TEST_KEY, GITHUB_TOKEN="ghp_from_the_shell_0123"
+    )
     archive = tmp_path / "a.tar.gz"
     done = run_cli_here("export", str(archive), env=env)
     assert done.returncode == 0, done.stderr
-    assert "workspace/notes.md: it holds the value of a secret setting" in done.stdout
+    assert "workspace/notes.md: it holds the value of a secret" in done.stdout
+    assert "workspace/deploy.md: it holds the value of a secret" in done.stdout
     names = list(members(archive.read_bytes()))
     assert "workspace/plan.md" in names and "workspace/notes.md" not in names
+    assert "workspace/deploy.md" not in names
     assert TEST_KEY.encode() not in gzip.decompress(archive.read_bytes())
 
 

@@ -69,14 +69,14 @@ def _settings_of(args: argparse.Namespace, home: Home) -> tuple[Path, list[str]]
     environment), whose values no archived byte may hold."""
     from nanomem.app import workspace_of
     from nanomem.cli.main import CliError, _settings
-    from nanomem.text.masking import configured_secrets
+    from nanomem.text.masking import configured_secrets, environment_secrets
 
     try:
         settings = _settings(args, home)
     except CliError as exc:  # a broken config is still exported, without its secrets
         print(f"nanomem: note: {exc}", file=sys.stderr)
-        return home.workspace, []
-    return workspace_of(settings, home), configured_secrets(settings)
+        return home.workspace, environment_secrets()
+    return workspace_of(settings, home), configured_secrets(settings) + environment_secrets()
 
 
 def _to_file(target: Path, write: Callable[[BinaryIO], Exported]) -> Exported:

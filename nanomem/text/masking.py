@@ -38,17 +38,23 @@ def is_secret_name(name: str) -> bool:
 
 
 def register_environment_secrets(environ: Mapping[str, str] = os.environ) -> None:
-    register_secrets(
+    register_secrets(environment_secrets(environ))
+
+
+def environment_secrets(environ: Mapping[str, str] = os.environ) -> list[str]:
+    """The values of variables named as secrets (…_KEY, …_TOKEN, …), and proxy passwords."""
+    found = [
         value
         for name, value in environ.items()
         if is_secret_name(name) and len(value) >= _MIN_ENV_SECRET
-    )
+    ]
     # A proxy URL's password (HTTPS_PROXY=http://me:pw@host): a library's error or a shell
     # command's output (`env`) may show the URL, and its name says nothing of a secret.
     for name, value in environ.items():
         if name.lower().endswith("_proxy") and "@" in value:
             password = url_password(value)
-            register_secrets([password, unquote(password)] if password else [])
+            found += [password, unquote(password)] if password else []
+    return found
 
 
 def url_password(url: str) -> str | None:
