@@ -284,9 +284,10 @@ def _swap(home: Home, staging: Path) -> Path | None:
 
 
 def holds_memory(home: Home, workspace: Path, template: Path) -> list[str]:
-    """What in the home is memory a person would lose: history, sessions, or a memory file
-    that is no longer the one onboarding wrote. Empty for a new (or just onboarded) home."""
-    from nanomem.memory import TRACKED
+    """What in the home is memory a person would lose: history, sessions, a version of memory
+    after the first, or a memory file that is no longer the one onboarding wrote. Empty for a
+    new (or just onboarded) home."""
+    from nanomem.memory import TRACKED, GitStore
 
     found = []
     history = workspace / "memory" / "history.jsonl"
@@ -294,6 +295,11 @@ def holds_memory(home: Home, workspace: Path, template: Path) -> list[str]:
         found.append(str(history))
     if home.sessions.is_dir() and any(p.stat().st_size for p in home.sessions.glob("*.jsonl")):
         found.append(str(home.sessions))
+    try:
+        if GitStore(home.memory_git, workspace).has_changes():
+            found.append(str(home.memory_git))
+    except Exception:  # whatever is wrong with it, it may hold versions: count it as memory
+        found.append(f"{home.memory_git} (unreadable)")
     for name in TRACKED:
         mine, onboarded = workspace / name, template / name
         if mine.is_file() and (

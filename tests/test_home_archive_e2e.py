@@ -20,6 +20,7 @@ from nanomem.features.schedules import ScheduleStore
 from nanomem.features.schedules.rules import Schedule
 from nanomem.gateway.claim import claim
 from nanomem.home import Home
+from nanomem.memory import GitStore
 from tests.conftest import NANOMEM, TEST_KEY, cli_env, run_cli_here, settings_for
 from tests.fakes.openai_server import FakeOpenAI
 from tests.helpers.dream import script_a_dream
@@ -325,3 +326,20 @@ def test_links_and_fifos_in_the_workspace_are_named_and_left_out(
         n.startswith(("workspace/outside", "workspace/elsewhere", "workspace/pipe")) for n in names
     )
     assert b"not the workspace's" not in gzip.decompress(archive.read_bytes())
+
+
+def test_versions_of_memory_count_even_when_the_files_are_back_as_onboarded(
+    home: Home, tmp_path: Path
+) -> None:
+    archive = tmp_path / "a.tar.gz"
+    assert run_cli_here("export", str(archive), env=cli_env(home)).returncode == 0
+    user = home.workspace / "USER.md"
+    onboarded = user.read_text()
+    git = GitStore(home.memory_git, home.workspace, lock=home.lock("memory"))
+    user.write_text(onboarded + "- Name: Ada\n")
+    git.commit_if_changed("manual edit")
+    user.write_text(onboarded)
+    git.commit_if_changed("manual edit")
+    refused = run_cli_here("import-home", str(archive), env=cli_env(home))
+    assert refused.returncode == 1, refused.stderr
+    assert f"already holds memory:\n  {home.memory_git}\n" in refused.stderr
