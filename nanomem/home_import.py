@@ -41,6 +41,7 @@ CHUNK = 1 << 16
 # What tarfile may read past a member's data before the next one's header is ours to judge:
 # padding, a PAX header, its read-ahead (20 blocks), the end-of-archive blocks.
 HEADER_ROOM = 256 << 10
+MEMBER_ROOM = 8 << 10  # a member's own headers and padding, long names in PAX included
 _GZIP_MAGIC = b"\x1f\x8b"
 _NOWHERE = "/nonexistent-nanomem-import"  # tarfile's data filter judges paths against a folder
 
@@ -99,14 +100,17 @@ def _walk(raw: BinaryIO, into: Path | None) -> Manifest:
             manifest = _manifest(tar, stream)
             expected = {entry.path: entry for entry in manifest.files}
             seen: set[str] = set()
+            # All of it: the files, a few blocks of headers each, the end; not HEADER_ROOM per
+            # member, which 100,000 members of long PAX headers would make gigabytes.
+            ceiling = stream.consumed + manifest.total + len(expected) * MEMBER_ROOM + HEADER_ROOM
             while True:
                 tar.members.clear()  # type: ignore[attr-defined]  # a stream is read once: no list
-                stream.limit = stream.consumed + HEADER_ROOM
+                stream.limit = min(ceiling, stream.consumed + HEADER_ROOM)
                 member = tar.next()
                 if member is None:
                     break
                 entry = _judged(member, expected, seen)
-                stream.limit = stream.consumed + member.size + HEADER_ROOM
+                stream.limit = min(ceiling, stream.consumed + member.size + HEADER_ROOM)
                 _take(tar, member, entry, into)
     except (tarfile.TarError, EOFError) as exc:
         raise ArchiveError(f"not a readable tar archive ({exc or 'cut short'})") from None

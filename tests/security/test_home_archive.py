@@ -100,6 +100,15 @@ def member_bomb() -> bytes:
     return zeros_gzip(8 << 30, prefix=start + info.tobuf(tarfile.GNU_FORMAT))
 
 
+def padded_headers() -> bytes:
+    """200 one-byte files, each behind a 200 KB PAX header: within each member's room for a
+    header, far past what the whole archive may add to its files."""
+    files = [regular(f"workspace/f{i}") for i in range(200)]
+    for info, _ in files:
+        info.pax_headers = {"comment": "a" * 200_000}
+    return archive(files)
+
+
 def unlisted(member: Member) -> Callable[[], bytes]:
     """An archive holding `member`, which its (otherwise true) manifest does not list."""
     return lambda: archive(
@@ -216,6 +225,7 @@ CASES: dict[str, tuple[Callable[[], bytes], str]] = {
     "cut short": (cut_short, "cut short"),
     "gzip of zeros": (lambda: zeros_gzip(2 << 30), "does not begin with manifest.json"),
     "pax header bomb": (pax_bomb, "inflates past what its manifest announces"),
+    "padded headers": (padded_headers, "inflates past what its manifest announces"),
     "member bomb": (member_bomb, "the manifest says 1 byte, the archive holds 8,589,934,592 bytes"),
 }
 
