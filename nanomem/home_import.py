@@ -144,7 +144,7 @@ def _judged(member: tarfile.TarInfo, expected: dict[str, Entry], seen: set[str])
         tarfile.data_filter(member, _NOWHERE)
     except tarfile.FilterError as exc:
         raise ArchiveError(f"refused member {shown!r}: {exc}") from None
-    if not member.isreg():
+    if not member.isreg() or member.issparse():
         raise ArchiveError(f"refused member {shown!r}: {_kind(member)}; only regular files belong")
     if member.mode & 0o7000:
         raise ArchiveError(f"refused member {shown!r}: setuid, setgid or sticky bits")
@@ -166,6 +166,8 @@ def _bytes(n: int) -> str:
 
 
 def _kind(member: tarfile.TarInfo) -> str:
+    if member.issparse():
+        return "a sparse file"
     if member.issym():
         return "a symbolic link"
     if member.islnk():

@@ -100,6 +100,19 @@ def member_bomb() -> bytes:
     return zeros_gzip(8 << 30, prefix=start + info.tobuf(tarfile.GNU_FORMAT))
 
 
+def sparse_file() -> bytes:
+    """A GNU sparse member: a few bytes stored, a gigabyte of holes announced."""
+    info = tarfile.TarInfo("workspace/holes.md")
+    info.type, info.size = tarfile.GNUTYPE_SPARSE, 1 << 30
+    info.sparse = [(0, 0)]  # tobuf() writes no map; tarfile reads an empty one
+    listed = manifest_of([regular("workspace/holes.md", bytes(1 << 10))])
+    listed["files"] = [{**listed["files"][0], "size": 1 << 30}]  # type: ignore[index]
+    body = json.dumps(listed).encode()
+    start = regular("manifest.json", body)[0].tobuf(tarfile.GNU_FORMAT)
+    start += body + bytes(-len(body) % tarfile.BLOCKSIZE)
+    return zeros_gzip(1 << 20, prefix=start + info.tobuf(tarfile.GNU_FORMAT))
+
+
 def padded_headers() -> bytes:
     """200 one-byte files, each behind a 200 KB PAX header: within each member's room for a
     header, far past what the whole archive may add to its files."""
@@ -225,6 +238,7 @@ CASES: dict[str, tuple[Callable[[], bytes], str]] = {
     "cut short": (cut_short, "cut short"),
     "gzip of zeros": (lambda: zeros_gzip(2 << 30), "does not begin with manifest.json"),
     "pax header bomb": (pax_bomb, "inflates past what its manifest announces"),
+    "sparse file": (sparse_file, "a sparse file; only regular files belong"),
     "padded headers": (padded_headers, "inflates past what its manifest announces"),
     "member bomb": (member_bomb, "the manifest says 1 byte, the archive holds 8,589,934,592 bytes"),
 }
