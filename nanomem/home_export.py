@@ -7,6 +7,7 @@ copy is then archived at leisure, the manifest first."""
 
 from __future__ import annotations
 
+import errno
 import gzip
 import hashlib
 import io
@@ -121,7 +122,11 @@ def _copy_any(source: Path, target: Path, done: Exported) -> None:
     if source.is_dir() and not source.is_symlink():
         _copy_tree(source, target, done)
     elif source.exists() or source.is_symlink():
-        _copy_file(source, target, done)
+        folder = os.open(source.parent, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            _copy_file(folder, source, target, done)
+        finally:
+            os.close(folder)
 
 
 def _copy_tree(
@@ -132,30 +137,36 @@ def _copy_tree(
     skip: tuple[str, ...] = (),
     skip_locks: bool = False,
 ) -> None:
+    """Every regular file below `source`. By folder descriptors (os.fwalk): a folder swapped
+    for a link while it is read (the agent's shell may run meanwhile) leads nowhere else."""
     if not source.is_dir():
         return
-    for folder, dirs, files in os.walk(source):
+    for folder, dirs, files, fd in os.fwalk(source, follow_symlinks=False):
         here = Path(folder)
         relative = here.relative_to(source)
         if relative == Path():
             dirs[:] = [d for d in dirs if d not in skip]
             files = [f for f in files if f not in skip]
         for name in dirs:
-            if (here / name).is_symlink():
+            if stat.S_ISLNK(os.stat(name, dir_fd=fd, follow_symlinks=False).st_mode):
                 done.left_out.append(f"{here / name}: a link (links are not archived)")
         for name in sorted(files):
             if skip_locks and name.endswith(".lock"):
                 continue  # a git lock file: the writer holding it is not done (we hold its lock)
-            _copy_file(here / name, target / relative / name, done)
+            _copy_file(fd, here / name, target / relative / name, done)
 
 
-def _copy_file(source: Path, target: Path, done: Exported) -> None:
-    """A regular file's bytes, never through a link; anything else is said and skipped."""
+def _copy_file(folder: int, source: Path, target: Path, done: Exported) -> None:
+    """A regular file's bytes (`source`'s name in `folder`), never through a link; anything
+    else is said and skipped."""
     try:  # O_NONBLOCK: a FIFO's open would wait for a writer
-        fd = os.open(source, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK
+        fd = os.open(source.name, flags, dir_fd=folder)
     except OSError as exc:
-        why = "a link (links are not archived)" if source.is_symlink() else exc.strerror
-        done.left_out.append(f"{source}: {why}")
+        link = exc.errno == errno.ELOOP
+        done.left_out.append(
+            f"{source}: {'a link (links are not archived)' if link else exc.strerror}"
+        )
         return
     with os.fdopen(fd, "rb") as fh:
         info = os.fstat(fd)
