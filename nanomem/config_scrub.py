@@ -54,15 +54,19 @@ def scrub_config(text: str, *, drop: tuple[Path_, ...] = ()) -> Scrubbed:
             i += 1
             continue
         end, statement = _statement(lines, i)
-        key = (*table, *_key_of(statement))
-        value = _value_at(tomllib.loads(statement), _key_of(statement))
+        written = _key_text(statement)
+        own = _path_of(_parsed(f"{written} = 0"))
+        key = (*table, *own)
+        value = _value_at(tomllib.loads(statement), own)
         secret = is_secret_setting(key) or (key in PROXY_SETTINGS and _has_password(value))
         if secret or any(key[: len(d)] == d for d in drop):
             name = ".".join(key)
             (out.removed if secret else out.dropped).append(name)
             if secret:
                 out.values += _strings(value)
-            kept.append(f"# {name} = … (left out by nanomem export)\n")
+            # The key as the file wrote it: `config set` finds it there to fill in again.
+            indent = lines[i][: len(lines[i]) - len(lines[i].lstrip())]
+            kept.append(f"{indent}# {written} = … (left out by nanomem export)\n")
             gone.append(key)
         else:
             kept.extend(lines[i:end])
@@ -86,8 +90,8 @@ def _statement(lines: list[str], start: int) -> tuple[int, str]:
             end += 1
 
 
-def _key_of(statement: str) -> Path_:
-    """The dotted key before the `=` (quoted parts may hold dots and equals signs)."""
+def _key_text(statement: str) -> str:
+    """The key before the `=`, as written (quoted parts may hold dots and equals signs)."""
     quote = ""
     for at, char in enumerate(statement):
         if quote:
@@ -98,7 +102,7 @@ def _key_of(statement: str) -> Path_:
         elif char in "\"'":
             quote = char
         elif char == "=":
-            return _path_of(_parsed(statement[:at] + "= 0"))
+            return statement[:at].strip()
     raise ScrubError("a config.toml statement without '='")
 
 

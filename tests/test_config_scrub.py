@@ -84,6 +84,8 @@ def test_every_shape_of_secret_goes_and_everything_else_stays() -> None:
         "# my settings\n# voice.api_key = … (left out by nanomem export)\n"
     )
     assert 'model = "openai/gpt-4o-mini"   # kept\n' in scrubbed.text
+    assert '\n# "brave_api_key" = … (left out by nanomem export)\n' in scrubbed.text
+    assert "\n# env = … (left out by nanomem export)\n" in scrubbed.text
 
 
 def test_a_proxy_without_a_password_and_ordinary_settings_are_kept() -> None:

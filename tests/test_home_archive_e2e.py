@@ -121,7 +121,7 @@ def test_a_home_moves_whole_and_without_its_secrets(
     assert stat.S_IMODE(new.root.stat().st_mode) == 0o700
     restored = new.config.read_text()
     assert all(secret not in restored for secret in SECRETS)
-    assert "# llm.api_key = … (left out by nanomem export)" in restored
+    assert "\n# api_key = … (left out by nanomem export)\n" in restored
 
     new_env = {**env, "NANOMEM_HOME": str(new.root)}
     fake_llm.reply("Green tea, Ada.")
