@@ -10,7 +10,13 @@ from collections.abc import Callable
 from types import ModuleType
 
 # Modules of nanomem.cli; their top level imports nothing heavy (every command parses them all).
-MODULES: tuple[str, ...] = ("parked", "import_command", "usage_command")
+MODULES: tuple[str, ...] = (
+    "parked",
+    "import_command",
+    "usage_command",
+    "export_command",
+    "import_home",
+)
 
 
 def _module(name: str) -> ModuleType:

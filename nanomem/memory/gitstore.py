@@ -199,6 +199,15 @@ class GitStore:
         so neither a Dream run nor a restore can silently discard them."""
         return self.commit_if_changed("manual edit")
 
+    def has_changes(self) -> bool:
+        """Whether any version came after the first, read without creating anything (a
+        home about to be replaced is looked at, not set up)."""
+        head = self._head()
+        if head is None:
+            return False
+        with self._open() as repo:
+            return bool(repo[head].parents)  # type: ignore[attr-defined]
+
     def _open(self) -> Repo:
         return _dulwich_repo()(str(self.git_dir))
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import os
 import re
+import types
+import typing
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlsplit
@@ -36,20 +38,26 @@ def is_secret_name(name: str) -> bool:
 
 
 def register_environment_secrets(environ: Mapping[str, str] = os.environ) -> None:
-    register_secrets(
+    register_secrets(environment_secrets(environ))
+
+
+def environment_secrets(environ: Mapping[str, str] = os.environ) -> list[str]:
+    """The values of variables named as secrets (…_KEY, …_TOKEN, …), and proxy passwords."""
+    found = [
         value
         for name, value in environ.items()
         if is_secret_name(name) and len(value) >= _MIN_ENV_SECRET
-    )
+    ]
     # A proxy URL's password (HTTPS_PROXY=http://me:pw@host): a library's error or a shell
     # command's output (`env`) may show the URL, and its name says nothing of a secret.
     for name, value in environ.items():
         if name.lower().endswith("_proxy") and "@" in value:
-            password = _password(value)
-            register_secrets([password, unquote(password)] if password else [])
+            password = url_password(value)
+            found += [password, unquote(password)] if password else []
+    return found
 
 
-def _password(url: str) -> str | None:
+def url_password(url: str) -> str | None:
     try:
         return urlsplit(url if "://" in url else f"http://{url}").password
     except ValueError:  # an unreadable URL: the lean client does not use it either
@@ -124,18 +132,87 @@ def redact_message(message: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+# Settings that are URLs and may carry a password (http://me:pw@host).
+PROXY_SETTINGS = (("llm", "proxy"), ("telegram", "proxy"))
+
+
 def configured_secrets(settings: Settings) -> list[str]:
     """Every secret in the settings, whichever channels run: `chat -m` must mask the bot
     token someone pastes as well as the gateway does."""
-    web = settings.tools.web
-    values = [settings.llm.api_key, settings.telegram.token, *settings.api.keys]
-    values += [web.brave_api_key, web.tavily_api_key, settings.voice.api_key]
-    for server in settings.mcp.servers.values():  # MCP servers' env and headers (tokens)
-        values += [*server.env.values(), *server.headers.values()]
-    secrets = [value.get_secret_value() for value in values if value is not None]
+    secrets = [value.get_secret_value() for _, value in secret_settings(settings)]
     # "Bearer <token>": the token alone is as secret as the whole header.
     secrets += [word for value in secrets if " " in value for word in value.split()[1:]]
-    for proxy in (settings.llm.proxy, settings.telegram.proxy):  # http://me:pw@host: its password
-        if proxy and "@" in proxy and (password := _password(proxy)):
+    for section, name in PROXY_SETTINGS:
+        proxy = getattr(getattr(settings, section), name)
+        if proxy and "@" in proxy and (password := url_password(proxy)):
             secrets += [password, unquote(password)]
     return secrets
+
+
+def secret_settings(value: Any, path: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], Any]]:
+    """(path, SecretStr) for every value typed SecretStr in the settings: API keys, tokens,
+    MCP servers' env and headers, and any secret setting added later, by its type."""
+    from pydantic import BaseModel, SecretStr
+
+    if isinstance(value, SecretStr):
+        return [(path, value)]
+    if isinstance(value, BaseModel):
+        items: list[tuple[str, Any]] = [
+            (name, getattr(value, name)) for name in type(value).model_fields
+        ]
+    elif isinstance(value, dict):
+        items = [(str(key), item) for key, item in value.items()]
+    elif isinstance(value, list | tuple):
+        items = [(str(i), item) for i, item in enumerate(value)]
+    else:
+        return []
+    return [found for name, item in items for found in secret_settings(item, (*path, name))]
+
+
+def is_secret_setting(path: tuple[str, ...]) -> bool:
+    """Whether the setting at `path`, or one it lies within, is typed SecretStr (or holds
+    them): `llm.api_key`, `api.keys`, `mcp.servers.<name>.env` and each variable in it."""
+    from pydantic import BaseModel
+
+    from nanomem.config import Settings
+
+    kind: Any = Settings
+    for part in path:
+        kind = _unwrapped(kind)
+        if _holds_secret(kind):
+            return True
+        if isinstance(kind, type) and issubclass(kind, BaseModel):
+            field = kind.model_fields.get(part)
+            if field is None:
+                return False
+            kind = field.annotation
+        elif typing.get_origin(kind) in (list, dict):
+            kind = typing.get_args(kind)[-1]  # any name or position
+        else:
+            return False
+    return _holds_secret(kind)
+
+
+def _holds_secret(kind: Any) -> bool:
+    """SecretStr, or a list or a table of them."""
+    from pydantic import SecretStr
+
+    kind = _unwrapped(kind)
+    if typing.get_origin(kind) in (list, dict):
+        return _holds_secret(typing.get_args(kind)[-1])
+    return kind is SecretStr
+
+
+def _unwrapped(kind: Any) -> Any:
+    """The type inside `X | None` and `Annotated[X, ...]`."""
+    while True:
+        origin = typing.get_origin(kind)
+        if origin is typing.Annotated:
+            kind = typing.get_args(kind)[0]
+        elif origin in (typing.Union, types.UnionType):
+            args = [a for a in typing.get_args(kind) if a is not type(None)]
+            if len(args) != 1:
+                return kind
+            kind = args[0]
+        else:
+            return kind

@@ -85,6 +85,25 @@ SAMPLES = {
         "unpriced": ["openai/local-model"],
         "recorded": True,
     },
+    "home_exported.md.j2": {
+        "where": "nanomem-home-20261127-101500.tar.gz",
+        "archive": "10.4 KB",
+        "unpacked": "17.1 KB",
+        "files": "17 files",
+        "parts": [("workspace", "5 files")],
+        "secrets": ["llm.api_key"],
+        "dropped": [],
+        "left_out": ["logs: log files"],
+    },
+    "home_imported.md.j2": {
+        "home": "/home/ada/.nanomem",
+        "files": "17 files",
+        "created": "2026-11-27T10:15:00Z",
+        "made_by": "0.1.0",
+        "aside": "",
+        "secrets": ["llm.api_key"],
+        "problem": "",
+    },
 }
 
 

@@ -1,0 +1,177 @@
+"""config.toml without its secrets, comments and layout kept: what `nanomem export` archives.
+
+Each statement is judged by the setting it names, from the settings' types
+(text/masking.is_secret_setting: whatever is typed SecretStr, and a proxy URL's password), and
+replaced by a comment naming it. The result is checked by parsing it again: it must hold the
+file's settings less exactly those removed, and no removed value anywhere; a file this cannot
+vouch for (one it does not understand) raises rather than leak."""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field
+from typing import Any
+
+from nanomem.text.masking import PROXY_SETTINGS, is_secret_setting, url_password
+
+Path_ = tuple[str, ...]
+_MIN_CHECKED = 6  # shorter values are too likely to appear as ordinary words (masking agrees)
+
+
+class ScrubError(Exception):
+    """The file could not be shown to be free of secrets."""
+
+
+@dataclass
+class Scrubbed:
+    text: str
+    removed: list[str] = field(default_factory=list)  # dotted names of the secrets taken out
+    dropped: list[str] = field(default_factory=list)  # other settings taken out on request
+    values: list[str] = field(default_factory=list)  # the secret values: to look for, never shown
+
+
+def scrub_config(text: str, *, drop: tuple[Path_, ...] = ()) -> Scrubbed:
+    """`text` with every secret setting (and each setting in `drop`) commented out."""
+    try:
+        before = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ScrubError(f"config.toml is not valid TOML ({exc})") from None
+    lines = text.splitlines(keepends=True)
+    out = Scrubbed("")
+    kept: list[str] = []
+    gone: list[Path_] = []
+    table: Path_ = ()
+    i = 0
+    while i < len(lines):
+        stripped = lines[i].strip()
+        if not stripped or stripped.startswith("#"):
+            kept.append(lines[i])
+            i += 1
+            continue
+        if stripped.startswith("["):
+            table = _path_of(_parsed(stripped))
+            kept.append(lines[i])
+            i += 1
+            continue
+        end, statement = _statement(lines, i)
+        written = _key_text(statement)
+        own = _path_of(_parsed(f"{written} = 0"))
+        key = (*table, *own)
+        value = _value_at(tomllib.loads(statement), own)
+        secret = is_secret_setting(key) or (key in PROXY_SETTINGS and _has_password(value))
+        if secret or any(key[: len(d)] == d for d in drop):
+            name = ".".join(key)
+            (out.removed if secret else out.dropped).append(name)
+            if secret:
+                out.values += _strings(value)
+            # The key as the file wrote it: `config set` finds it there to fill in again.
+            indent = lines[i][: len(lines[i]) - len(lines[i].lstrip())]
+            kept.append(f"{indent}# {written} = … (left out by nanomem export)\n")
+            gone.append(key)
+        else:
+            kept.extend(lines[i:end])
+        i = end
+    out.text = "".join(kept)
+    _check(before, out, gone)
+    return out
+
+
+def _statement(lines: list[str], start: int) -> tuple[int, str]:
+    """The lines of one `key = value`, which may span several (an array, a long string)."""
+    end = start + 1
+    while True:
+        chunk = "".join(lines[start:end])
+        try:
+            tomllib.loads(chunk)
+            return end, chunk
+        except tomllib.TOMLDecodeError:
+            if end >= len(lines):
+                raise ScrubError(f"config.toml line {start + 1} is not understood") from None
+            end += 1
+
+
+def _key_text(statement: str) -> str:
+    """The key before the `=`, as written (quoted parts may hold dots and equals signs)."""
+    quote = ""
+    for at, char in enumerate(statement):
+        if quote:
+            if char == "\\" and quote == '"':
+                continue
+            if char == quote and statement[at - 1 : at] != "\\":
+                quote = ""
+        elif char in "\"'":
+            quote = char
+        elif char == "=":
+            return statement[:at].strip()
+    raise ScrubError("a config.toml statement without '='")
+
+
+def _parsed(text: str) -> dict[str, Any]:
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError:
+        raise ScrubError(f"config.toml: {text.strip()[:60]!r} is not understood") from None
+
+
+def _path_of(data: Any) -> Path_:
+    """The one path through nested single-key tables (a header or a key), to its end."""
+    path: list[str] = []
+    while isinstance(data, dict | list) and len(data) == 1:
+        if isinstance(data, list):
+            path.append("0")
+            data = data[0]
+        else:
+            ((name, data),) = data.items()
+            path.append(name)
+    return tuple(path)
+
+
+def _value_at(data: Any, key: Path_) -> Any:
+    for part in key:
+        data = data[part]
+    return data
+
+
+def _strings(value: Any) -> list[str]:
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        return [s for item in value.values() for s in _strings(item)]
+    if isinstance(value, list):
+        return [s for item in value for s in _strings(item)]
+    return []
+
+
+def _has_password(value: Any) -> bool:
+    return isinstance(value, str) and "@" in value and bool(url_password(value))
+
+
+def _check(before: dict[str, Any], out: Scrubbed, gone: list[Path_]) -> None:
+    try:
+        after = tomllib.loads(out.text)
+    except tomllib.TOMLDecodeError:
+        raise ScrubError("config.toml could not be rewritten without its secrets") from None
+    expected = _without(before, gone)
+    leaked = [v for v in out.values if len(v) >= _MIN_CHECKED and v in out.text]
+    if _pruned(after) != _pruned(expected) or leaked:
+        raise ScrubError("config.toml could not be rewritten without its secrets")
+
+
+def _without(data: dict[str, Any], gone: list[Path_]) -> dict[str, Any]:
+    import copy
+
+    data = copy.deepcopy(data)
+    for path in gone:
+        node: Any = data
+        for part in path[:-1]:
+            node = node[int(part)] if isinstance(node, list) else node[part]
+        del node[path[-1]]
+    return data
+
+
+def _pruned(data: Any) -> Any:
+    """Empty tables left out (a dotted key's table goes with its last key): they set nothing."""
+    if isinstance(data, dict):
+        kept = {key: _pruned(value) for key, value in data.items()}
+        return {key: value for key, value in kept.items() if value != {}}
+    return data
