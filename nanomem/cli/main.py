@@ -127,6 +127,7 @@ def build_parser() -> argparse.ArgumentParser:
         "gateway.grace_s seconds); a second signal stops it at once.",
     )
     _add_overrides(gateway)
+    subcommands.home_options_anywhere(parser)
     return parser
 
 
