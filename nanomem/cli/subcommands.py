@@ -11,7 +11,7 @@ from pathlib import Path
 from types import ModuleType
 
 # Modules of nanomem.cli; their top level imports nothing heavy (every command parses them all).
-MODULES: tuple[str, ...] = ("parked",)
+MODULES: tuple[str, ...] = ("parked", "doctor")
 
 
 def _module(name: str) -> ModuleType:

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
         Usage,
         WireMessage,
     )
-    from nanomem.providers.routing import key_source, key_variable, route
+    from nanomem.providers.routing import endpoint, key_source, key_variable, route
     from nanomem.providers.vision import supports_images
 
 __all__ = [
@@ -41,6 +41,7 @@ __all__ = [
     "ToolChoice",
     "Usage",
     "WireMessage",
+    "endpoint",
     "import_litellm",
     "key_source",
     "key_variable",
@@ -66,7 +67,7 @@ __getattr__ = lazy_exports(
             "Usage",
             "WireMessage",
         ),
-        "routing": ("key_source", "key_variable", "route"),
+        "routing": ("endpoint", "key_source", "key_variable", "route"),
         "vision": ("supports_images",),
     },
 )

@@ -1,0 +1,51 @@
+"""`nanomem doctor`: one line per check, ✓ / ! / ✗, what was found and the fix; exit 1 when
+any check fails. Unlike `nanomem status` it calls out: the model, Telegram, MCP servers."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    commands.add_parser(
+        "doctor",
+        help="check the setup: versions, config, model, channels, sandbox, MCP, gateway",
+        description="Check what nanomem needs, one line per check with ✓ (fine), ! (a warning) "
+        "or ✗ (fails) and the fix. It calls the model once (one token), Telegram's getMe "
+        "and each MCP server. Exit 1 when a check fails.",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from nanomem.cli.main import CliError, _config_path, _home, _settings
+    from nanomem.doctor import checks
+    from nanomem.doctor.finding import Finding
+    from nanomem.text.masking import configured_secrets, register_secrets
+
+    home = _home(args)
+    try:
+        config = _config_path(args, home)
+    except CliError as exc:
+        config = home.config
+        findings = [*checks.offline(home, config), Finding.fail("config", str(exc))]
+    else:
+        findings = checks.offline(home, config)
+        try:
+            settings = _settings(args, home)
+        except CliError as exc:
+            fix = f"correct it in {config} (or the variable named), then run nanomem doctor again"
+            findings.append(Finding.fail("config", str(exc), fix))
+        else:
+            register_secrets(configured_secrets(settings))  # masked in every line below
+            shown = f"{config}" if config.exists() else f"{config} missing: defaults in use"
+            findings.append(Finding.ok("config", f"{shown}, valid"))
+            findings += asyncio.run(checks.online(home, settings))
+    width = max(len(finding.name) for finding in findings)
+    for finding in findings:
+        print(finding.line(width))
+    failed = sum(finding.level == "fail" for finding in findings)
+    if failed:
+        print(f"\n{failed} of {len(findings)} checks failed; the log is {home.logs}/nanomem.log")
+    return 1 if failed else 0
