@@ -163,6 +163,7 @@ def build_app(
         templates=templates,
         budget=budget,
         settings=settings,
+        log_file=home.logs / "nanomem.log",
     )
     git = GitStore(home.memory_git, workspace, lock=home.lock("memory"))
     app = App(

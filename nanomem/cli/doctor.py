@@ -5,6 +5,17 @@ from __future__ import annotations
 
 import argparse
 
+# After a configuration error at the start of these commands, the next step.
+HINTED = frozenset({"chat", "gateway"})
+HINT = "nanomem: `nanomem doctor` checks the whole setup and says how to fix what fails"
+
+
+def hint(command: str, code: int) -> str:
+    """The line to print after an error that stopped `command` from starting ("" for none)."""
+    from nanomem.cli.main import EXIT_CONFIG
+
+    return f"\n{HINT}" if code == EXIT_CONFIG and command in HINTED else ""
+
 
 def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     commands.add_parser(
