@@ -33,8 +33,13 @@ def run(args: argparse.Namespace) -> int:
     from nanomem.cli.main import CliError, _config_path, _home, _settings
     from nanomem.doctor import checks
     from nanomem.doctor.finding import Finding
-    from nanomem.text.masking import configured_secrets, register_secrets
+    from nanomem.text.masking import (
+        configured_secrets,
+        register_environment_secrets,
+        register_secrets,
+    )
 
+    register_environment_secrets()  # a server may echo a key it was sent: masked below
     home = _home(args)
     try:
         config = _config_path(args, home)
