@@ -166,3 +166,14 @@ def test_a_home_others_can_read(home: Home) -> None:
     assert line.startswith(f"✗ {home.root} is 755 (others may read it)")
     assert f"chmod 700 {home.root}; chmod 600 {home.config}" in line
     assert done.returncode == 1
+
+
+def test_what_chat_would_stop_on_is_a_config_failure(home: Home, tmp_path: Path) -> None:
+    missing = tmp_path / "no-such-workspace"
+    with FakeOpenAI() as llm:
+        env = cli_env(home, llm, NANOMEM_AGENT__WORKSPACE=str(missing))
+        done = run_cli_here("doctor", env=env)
+    line = lines(done.stdout)["config"]
+    assert line.startswith(f"✗ config error: agent.workspace: the folder {missing} does not exist")
+    assert "(environment variable NANOMEM_AGENT__WORKSPACE)" in line
+    assert not missing.exists() and done.returncode == 1  # the doctor changes nothing

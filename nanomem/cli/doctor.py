@@ -4,6 +4,12 @@ any check fails. Unlike `nanomem status` it calls out: the model, Telegram, MCP 
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from nanomem.config import Settings
+    from nanomem.doctor.finding import Finding
 
 # After a configuration error at the start of these commands, the next step.
 HINTED = frozenset({"chat", "gateway"})
@@ -55,8 +61,7 @@ def run(args: argparse.Namespace) -> int:
             findings.append(Finding.fail("config", str(exc), fix))
         else:
             register_secrets(configured_secrets(settings))  # masked in every line below
-            shown = f"{config}" if config.exists() else f"{config} missing: defaults in use"
-            findings.append(Finding.ok("config", f"{shown}, valid"))
+            findings.append(_usable(settings, config))
             findings += asyncio.run(checks.online(home, settings))
     width = max(len(finding.name) for finding in findings)
     for finding in findings:
@@ -65,3 +70,20 @@ def run(args: argparse.Namespace) -> int:
     if failed:
         print(f"\n{failed} of {len(findings)} checks failed; the log is {home.logs}/nanomem.log")
     return 1 if failed else 0
+
+
+def _usable(settings: Settings, config: Path) -> Finding:
+    """What `nanomem chat` would stop on besides a syntax error: a model name no client can
+    place, llm.proxy for a litellm model, a workspace that is not there."""
+    from nanomem.cli import preflight
+    from nanomem.config import ConfigError
+    from nanomem.doctor.finding import Finding
+
+    try:
+        preflight.check_model_names(settings, config, {})
+        if workspace := preflight.missing_workspace(settings, config, {}):
+            raise preflight.workspace_missing_error(workspace, config, {})
+    except ConfigError as exc:
+        return Finding.fail("config", str(exc))  # it says where, and what to write
+    shown = f"{config}" if config.exists() else f"{config} missing: defaults in use"
+    return Finding.ok("config", f"{shown}, valid")
