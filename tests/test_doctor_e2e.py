@@ -68,6 +68,17 @@ def test_everything_fine_beside_a_running_gateway(home: Home) -> None:
             assert shown[name][0] in "✓!", done.stdout
         assert TEST_KEY not in done.stdout and telegram.token not in done.stdout
         assert API_KEY not in done.stdout
+        telegram.set_token_valid(False)  # the bot's token revoked while the gateway runs
+        telegram.send_text(1000, "wakes the long poll")
+        wait_until(lambda: gateway.health()[0] == 503, what="/health to report it")
+        again = run_cli_here("doctor", env=gateway.env)
+        shown = lines(again.stdout)
+        assert again.returncode == 1
+        unhealthy = f"✗ pid {gateway.proc.pid}: http://127.0.0.1:{gateway.port}/health answers 503"
+        assert shown["gateway"].startswith(f"{unhealthy} (telegram down)")
+        assert "Telegram refused the token (401)" in shown["telegram"]
+        telegram.set_token_valid(True)
+        wait_until(lambda: gateway.health()[0] == 200, what="polling to recover")
 
 
 def test_an_unreachable_model_names_the_url_tried(home: Home) -> None:
