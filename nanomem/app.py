@@ -12,8 +12,10 @@ from loguru import logger
 
 from nanomem.agent import (
     AgentLoop,
+    Command,
     ContextBuilder,
     Core,
+    InboundMessage,
     MessageBus,
     Skills,
     SqliteInbox,
@@ -168,6 +170,7 @@ def build_app(
         templates=templates,
         budget=budget,
         settings=settings,
+        log_file=home.logs / "nanomem.log",
     )
     git = GitStore(home.memory_git, workspace, lock=home.lock("memory"))
     git.after_restore.append(functools.partial(undo_import, home, workspace, settings.schedule))
@@ -192,7 +195,29 @@ def build_app(
     )
     for build in FEATURES:
         app.add(build(app))
+    for name, (what, setting, owner_only) in SWITCHED_OFF.items():
+        answer = OFF.format(what=what, name=name, setting=setting)
+        loop.commands.fallback(_saying(name, answer, owner_only))
     return app
+
+
+def _saying(name: str, answer: str, owner_only: bool) -> Command:
+    async def say(msg: InboundMessage, args: str) -> str:
+        return answer
+
+    return Command(name, answer, say, immediate=True, listed=False, owner_only=owner_only)
+
+
+# The commands of a feature that is off: what is off, and the one line that turns it on.
+SWITCHED_OFF = {
+    "allowed": ("The shell is off", "tools.shell_enabled true", True),
+    "disallow": ("The shell is off", "tools.shell_enabled true", True),
+    "mcp": ("No MCP server is configured", "mcp.servers.NAME.command PROGRAM", False),
+}
+OFF = (
+    "{what}, so /{name} has nothing to do. To turn it on: `nanomem config set {setting}`, "
+    "then restart the gateway (or the chat)."
+)
 
 
 def _model(

@@ -11,6 +11,14 @@ from pathlib import Path
 from nanomem.locks import FileLock
 
 
+def shown_path(path: Path) -> str:
+    """`path` as a person would type it: under their home folder, as `~/...`."""
+    try:
+        return f"~/{path.relative_to(Path.home())}"
+    except (ValueError, RuntimeError):  # elsewhere, or no home folder known
+        return str(path)
+
+
 @dataclass(frozen=True)
 class Home:
     root: Path

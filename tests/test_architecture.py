@@ -120,10 +120,11 @@ def feature_of(module: str) -> str | None:
     return parts[2] if len(parts) > 2 and parts[1] == "features" else None
 
 
-# The composition root, and the CLI that runs a feature's work by name (`nanomem dream`). The
+# The composition root, the CLI that runs a feature's work by name (`nanomem dream`), the
+# importers (`nanomem import`), which write into the stores features keep (schedules) as the
+# CLI does, and the doctor, which starts an MCP server as the feature does to check it. The
 # gateway reaches features only through the seam (their health, background work, outlet).
-# The importers (`nanomem import`) write into the stores features keep (schedules), as the CLI does.
-MAY_IMPORT_FEATURES = ("nanomem.app", "nanomem.cli", "nanomem.importers")
+MAY_IMPORT_FEATURES = ("nanomem.app", "nanomem.cli", "nanomem.importers", "nanomem.doctor")
 
 
 def test_the_core_never_imports_a_feature() -> None:

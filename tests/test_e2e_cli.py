@@ -8,7 +8,7 @@ import stat
 import subprocess
 from pathlib import Path
 
-from nanomem.home import Home
+from nanomem.home import Home, shown_path
 from nanomem.memory.session import session_filename
 from tests.conftest import NANOMEM, TEST_KEY, cli_env, run_cli, run_cli_here
 from tests.fakes.openai_server import FakeOpenAI
@@ -86,7 +86,11 @@ def test_permanent_failure_gives_a_short_message_and_a_consistent_session(
     assert result.returncode == 1
     assert result.stdout == ""
     lines = result.stderr.strip().splitlines()
-    assert lines == ["nanomem: The model service had an internal error. Please try again shortly."]
+    log = shown_path(home.logs / "nanomem.log")
+    assert lines == [
+        "nanomem: The model service had an internal error. Send /retry to try again shortly; "
+        f"the details are in {log}."
+    ]
     assert len(fake_llm.requests) == 2
     saved = session_lines(home)[1:]
     assert [r.get("role") for r in saved] == ["user", "assistant"]  # the user's words are kept
@@ -110,9 +114,10 @@ def test_unreachable_model_is_named(home: Home) -> None:
     )
     result = run_cli_here("chat", "-m", "hi", env=env)
     assert result.returncode == 1
-    assert result.stderr.strip() == (
-        "nanomem: I could not reach the model service. Check the network or `llm.api_base`, "
-        "then try again."
+    assert result.stderr.strip().startswith(
+        "nanomem: I could not reach the model service at http://127.0.0.1:9/v1. Check the "
+        "network or `llm.api_base`. Send /retry to try again; `nanomem doctor` checks the "
+        "connection; the details are in "
     )
 
 
@@ -209,8 +214,9 @@ def test_bad_config_exits_2_naming_key_and_source(home: Home) -> None:
     )
     result = run_cli_here("chat", "-m", "hi", env=cli_env(home))
     assert result.returncode == 2
-    assert result.stderr.count("\n") == 1
-    assert "llm.max_tokens: Input should be a valid integer" in result.stderr
+    error, hint = result.stderr.splitlines()  # the error, and where to look next
+    assert hint == "nanomem: `nanomem doctor` checks the whole setup and says how to fix what fails"
+    assert "llm.max_tokens: Input should be a valid integer" in error
     assert "lots" not in result.stderr  # values are never echoed: a typo'd key may be a secret
     assert f"{home.config}, line" in result.stderr
     env_result = run_cli_here(
@@ -294,7 +300,7 @@ def test_missing_api_key_is_reported_as_an_auth_problem(home: Home, fake_llm: Fa
     env.pop("OPENAI_API_KEY", None)
     result = run_cli_here("chat", "-m", "hi", env=env)
     assert result.returncode == 1
-    assert "refused the API key" in result.stderr
+    assert "https://api.openai.com/v1 needs an API key, and no key is set" in result.stderr
 
 
 def test_a_local_server_needs_no_key(home: Home, fake_llm: FakeOpenAI) -> None:

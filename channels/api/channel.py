@@ -117,6 +117,9 @@ class ApiChannel(BaseChannel):
         web_app.router.add_get("/v1/models", self._models)
         web_app.router.add_get("/v1/files/{file_id}", self._file)
 
+    def listens(self, server: str) -> str:
+        return f"OpenAI-compatible API, base URL {server}/v1 (a key from api.keys)"
+
     # Lifecycle.
 
     async def start(self, bus: Any) -> None:

@@ -73,6 +73,7 @@ from nanomem.agent import (
 from nanomem.audience import Sender
 from nanomem.config import ConfigError, TelegramSettings
 from nanomem.log import register_secrets
+from nanomem.text.masking import shown_url
 from nanomem.text.plural import plural
 from nanomem.text.utf8 import clean_text
 
@@ -158,6 +159,9 @@ class TelegramChannel(BaseChannel):
     @classmethod
     def from_app(cls, app: App) -> TelegramChannel:
         return cls(app.settings.telegram, workspace=app.workspace, commands=app.loop.commands.all())
+
+    def listens(self, server: str) -> str:
+        return f"polling getUpdates from {shown_url(self.settings.base_url)} (no webhook)"
 
     # Lifecycle.
 

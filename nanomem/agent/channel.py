@@ -134,6 +134,10 @@ class Channel(Protocol):
     def routes(self, web_app: Any) -> None:
         """Add its HTTP routes to the gateway's server (an aiohttp Application)."""
 
+    def listens(self, server: str) -> str:
+        """Where it takes messages, for the gateway's start ("" for nothing to say); `server`:
+        the gateway's own HTTP server, `http://host:port`."""
+
     async def readmit(self, pending: Pending) -> bool:
         """Take a stored message whose handling failed once more; False when it cannot now."""
 
@@ -160,6 +164,9 @@ class BaseChannel:
 
     def routes(self, web_app: Any) -> None:
         return None
+
+    def listens(self, server: str) -> str:
+        return ""
 
     async def readmit(self, pending: Pending) -> bool:
         return False

@@ -68,6 +68,7 @@ class CommandSet:
     def __init__(self) -> None:
         self._commands: dict[str, Command] = {}
         self._later: list[Callable[[], list[Command]]] = []
+        self._fallbacks: dict[str, Command] = {}
 
     def register(self, command: Command) -> None:
         self._commands[command.name] = command
@@ -77,13 +78,18 @@ class CommandSet:
         turn of ordinary text never loads the machinery behind them), in this order."""
         self._later.append(commands)
 
+    def fallback(self, command: Command) -> None:
+        """Answers its name when nothing registered it (a feature that is off says how to turn
+        it on, instead of "Unknown command"); never listed."""
+        self._fallbacks[command.name] = command
+
     def resolve(self, text: str) -> tuple[Command, str] | None:
         """The command a message invokes, None for ordinary text; UnknownCommand if unknown."""
         parsed = parse_command(text)
         if parsed is None:
             return None
         name, args = parsed
-        command = self._registered().get(name)
+        command = self._registered().get(name) or self._fallbacks.get(name)
         if command is None:
             raise UnknownCommand(name)
         return command, args

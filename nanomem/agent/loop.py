@@ -7,6 +7,7 @@ import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 from loguru import logger
@@ -41,10 +42,19 @@ from nanomem.agent.retries import count_attempt, keep_for_retry
 from nanomem.agent.templates import Templates
 from nanomem.audience import audience_of
 from nanomem.config import Settings
+from nanomem.home import shown_path
 from nanomem.locks import KeyedLocks
 from nanomem.log import redact, shown_so_far
 from nanomem.memory import Budget, Session, SessionStore, to_wire
-from nanomem.providers import Provider, ProviderError, ToolCall, charged_to, key_source, route
+from nanomem.providers import (
+    Provider,
+    ProviderError,
+    ToolCall,
+    charged_to,
+    endpoint,
+    key_source,
+    route,
+)
 from nanomem.text.plural import plural
 from nanomem.tools import ToolContext, ToolRegistry, stop_all
 
@@ -76,8 +86,10 @@ class AgentLoop:
         templates: Templates,
         budget: Budget,
         settings: Settings,
+        log_file: Path | None = None,  # named in the errors that say the details are there
     ) -> None:
         self.bus, self.sessions, self.context = bus, sessions, context
+        self.log_file = log_file
         self.provider, self.tools, self.templates = provider, tools, templates
         self.budget, self.settings = budget, settings
         self.commands = CommandSet()
@@ -409,6 +421,8 @@ class AgentLoop:
             model=self.settings.llm.model,
             key_source=key_source(self.settings.llm),
             proxy=route(self.settings.llm).proxy if exc.category == "unreachable" else "",
+            url=endpoint(self.settings.llm),
+            log=shown_path(self.log_file) if self.log_file is not None else "",
         )
         # Saved as ours, not the model's words: the next turn's prompt says no reply was given.
         failed = {

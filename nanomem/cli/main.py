@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from nanomem.cli import parked, pydantic_plugins, subcommands
+from nanomem.cli import doctor, parked, pydantic_plugins, subcommands
 from nanomem.text.escapes import strip_escapes  # only `re`: --help stays instant
 
 if TYPE_CHECKING:
@@ -127,6 +127,7 @@ def build_parser() -> argparse.ArgumentParser:
         "gateway.grace_s seconds); a second signal stops it at once.",
     )
     _add_overrides(gateway)
+    subcommands.home_options_anywhere(parser)
     return parser
 
 
@@ -178,7 +179,8 @@ def main(argv: list[str] | None = None) -> int:
 
         return reader_gone()
     except CliError as exc:
-        print(f"nanomem: {strip_escapes(str(exc))}", file=sys.stderr)  # may quote a file
+        shown = strip_escapes(str(exc))  # may quote a file
+        print(f"nanomem: {shown}{doctor.hint(args.command, exc.code)}", file=sys.stderr)
         return exc.code
     except KeyboardInterrupt:
         return 130

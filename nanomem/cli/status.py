@@ -1,5 +1,5 @@
 """What `nanomem status` shows: the settings in force and the state on disk, never a secret,
-and never a call to the model."""
+and never a call to the model (`nanomem doctor` makes the calls)."""
 
 from __future__ import annotations
 
@@ -14,12 +14,14 @@ def status_rows(
 ) -> list[tuple[str, str]]:
     from nanomem.app import workspace_of
     from nanomem.features.schedules import ScheduleStore
+    from nanomem.gateway.claim import running
     from nanomem.memory import SessionStore
     from nanomem.providers import model_name_problem, route
     from nanomem.text.masking import masked, secret_of
 
     llm, gw = settings.llm, settings.gateway
     workspace = workspace_of(settings, home)
+    gateway = running(home)
     path = route(llm).describe() if llm.model else "(no model)"
     if problem := model_name_problem(llm.model, llm.api_base):
         path = f"(none) {problem}"
@@ -31,37 +33,61 @@ def status_rows(
         ("model", llm.model or "(not set: llm.model / NANOMEM_LLM__MODEL)"),
         ("api base", llm.api_base or "(provider default)"),
         ("model path", path),
+        ("model answers", "not checked here: `nanomem doctor` checks the model answers"),
         ("api key", f"set ({masked(key)})" if (key := secret_of(llm.api_key)) else "not set"),
         ("context window", f"{llm.context_window_tokens} tokens"),
         ("shell tool", "enabled" if settings.tools.shell_enabled else "disabled"),
         ("shell sandbox", _sandbox_state(settings)),
         ("web tools", _web_line(settings)),
         ("voice", _voice_line(settings)),
-        ("gateway", _gateway_line(home)),
+        ("gateway", "not running" if gateway is None else f"running ({gateway.describe()})"),
         ("gateway at", f"{gw.host}:{gw.port}, at most {gw.max_connections} connections"),
         ("agent api", _api_line(settings)),
+        *_telegram_rows(settings),
         ("sessions", str(SessionStore(home.sessions).count())),
         ("schedules", ScheduleStore.of(home, settings.schedule).summary()),
-        *_mcp_rows(home, settings),
+        *_mcp_rows(home, settings, gateway.pid if gateway is not None else None),
         ("log file", str(home.logs / "nanomem.log")),
     ]
 
 
-def _mcp_rows(home: Home, settings: Settings) -> list[tuple[str, str]]:
-    """Each MCP server's state, as the running gateway or chat last wrote it."""
+def _mcp_rows(home: Home, settings: Settings, gateway: int | None) -> list[tuple[str, str]]:
+    """Each MCP server's state, as the running gateway or chat last wrote it (a gateway's own
+    servers are listed even when the config no longer names them)."""
     servers = settings.mcp.servers
-    if not servers:
+    if not servers and gateway is None:
         return []
     from nanomem.features.mcp import status_lines  # not the SDK: a small file read
 
-    return status_lines(home.mcp_state, {name: s.enabled for name, s in servers.items()})
+    configured = {name: s.enabled for name, s in servers.items()}
+    return status_lines(home.mcp_state, configured, gateway)
 
 
-def _gateway_line(home: Home) -> str:
-    from nanomem.gateway.claim import running
+def _telegram_rows(settings: Settings) -> list[tuple[str, str]]:
+    """Whether the Telegram channel can start, and who it lets in (shown when enabled)."""
+    from nanomem.text.masking import masked, secret_of
+    from nanomem.text.plural import plural
 
-    found = running(home)
-    return "not running" if found is None else f"running ({found.describe()})"
+    telegram = settings.telegram
+    if not telegram.enabled:
+        return []
+    token = secret_of(telegram.token)
+    owner = telegram.owner_id
+    return [
+        (
+            "telegram",
+            ", ".join(
+                (
+                    f"token set ({masked(token)})"
+                    if token
+                    else "token missing (telegram.token / NANOMEM_TELEGRAM__TOKEN)",
+                    f"owner {owner}" if owner is not None else "no owner (telegram.owner)",
+                    f"{plural(len(telegram.allow_from), 'user')} in allow_from",
+                    "polling getUpdates",
+                )
+            ),
+        )
+    ]
 
 
 def _sandbox_state(settings: Settings) -> str:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import importlib
 from collections.abc import Callable
+from pathlib import Path
 from types import ModuleType
 
 # Modules of nanomem.cli; their top level imports nothing heavy (every command parses them all).
@@ -16,6 +17,7 @@ MODULES: tuple[str, ...] = (
     "usage_command",
     "export_command",
     "import_home",
+    "doctor",
 )
 
 
@@ -31,6 +33,29 @@ def add_parsers(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
         _module(name).add_parser(commands)
         owners.update(dict.fromkeys(set(commands.choices) - before, name))
     return owners
+
+
+def home_options_anywhere(parser: argparse.ArgumentParser) -> None:
+    """`--home` and `--config` accepted after any command too (`nanomem status --home X`), as
+    well as before it; given in both places, the later one counts."""
+    for action in parser._actions:
+        if not isinstance(action, argparse._SubParsersAction):
+            continue
+        for command in dict.fromkeys(action.choices.values()):  # aliases share a parser
+            # SUPPRESS: not given after the command, the value given before it stands.
+            command.add_argument(
+                "--home",
+                type=Path,
+                default=argparse.SUPPRESS,
+                help="home folder (default $NANOMEM_HOME or ~/.nanomem)",
+            )
+            command.add_argument(
+                "--config",
+                type=Path,
+                default=argparse.SUPPRESS,
+                help="config file (default <home>/config.toml)",
+            )
+            home_options_anywhere(command)
 
 
 def handler(module: str) -> Callable[[argparse.Namespace], int]:

@@ -7,6 +7,7 @@ import contextlib
 import errno
 import os
 import signal
+import sys
 import threading
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -96,7 +97,7 @@ class Gateway:
             listening(self.port)
         for sig in SIGNALS:
             loop.add_signal_handler(sig, self.request_stop)
-        logger.info("gateway: health at http://{}:{}/health", settings.host, self.port)
+        self._say_where(f"http://{settings.host}:{self.port}")
         dispatcher = asyncio.create_task(self.app.loop.run(), name="agent-loop")
         dispatcher.add_done_callback(self._dispatcher_ended)
         await self._start_features()
@@ -128,6 +129,20 @@ class Gateway:
         pushing = {name for name, c in self.channels.items() if c.capabilities.pushes}
         owner = self._tell_owner if self._reaches_owner() else None
         await self.app.start_features(Reach(frozenset(pushing), self._admits, owner))
+
+    def _say_where(self, server: str) -> None:
+        """Where each channel takes messages: in the log, and on stdout for a person at a
+        terminal (stderr may show only warnings)."""
+        logger.info("gateway: health at {}/health", server)
+        lines = [("health", f"{server}/health")]
+        for name, channel in self.channels.items():
+            if said := channel.listens(server):
+                logger.info("gateway: {}: {}", name, said)
+                lines.append((name, said))
+        if sys.stdout.isatty():
+            width = max(len(name) for name, _ in lines)
+            shown = "\n".join(f"  {name.ljust(width)}  {where}" for name, where in lines)
+            print(f"nanomem gateway is running (Ctrl-C stops it):\n{shown}", flush=True)
 
     def _reaches_owner(self) -> bool:
         return any(channel.capabilities.reaches_owner for channel in self.channels.values())

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
         Usage,
         WireMessage,
     )
-    from nanomem.providers.routing import key_source, key_variable, route
+    from nanomem.providers.routing import endpoint, key_source, key_variable, route
     from nanomem.providers.vision import supports_images
 
 __all__ = [
@@ -55,6 +55,7 @@ __all__ = [
     "Usage",
     "WireMessage",
     "charged_to",
+    "endpoint",
     "import_litellm",
     "key_source",
     "key_variable",
@@ -88,7 +89,7 @@ __getattr__ = lazy_exports(
             "Usage",
             "WireMessage",
         ),
-        "routing": ("key_source", "key_variable", "route"),
+        "routing": ("endpoint", "key_source", "key_variable", "route"),
         "vision": ("supports_images",),
     },
 )

@@ -23,7 +23,7 @@ import sys
 import threading
 import zlib
 from collections.abc import AsyncIterable, AsyncIterator, Iterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import SplitResult, urlsplit
@@ -222,10 +222,19 @@ class Connection:
         self._pools: list[_Pool] = []
         self._most = max(1, -(-connections // SHARD))  # pools, for `connections` in all
 
-    @asynccontextmanager
-    async def post(self, data: bytes, headers: dict[bytes, bytes]) -> AsyncIterator[Body]:
+    def post(self, data: bytes, headers: dict[bytes, bytes]) -> AbstractAsyncContextManager[Body]:
         """POST `data`; the body must be read inside the block. A kept-alive connection the
         server closed just as the request went fails before any answer: it goes once more."""
+        return self._send(b"POST", data, headers)
+
+    def get(self) -> AbstractAsyncContextManager[Body]:
+        """GET the URL (`nanomem doctor`: Telegram's getMe, a gateway's /health)."""
+        return self._send(b"GET", b"", {})
+
+    @asynccontextmanager
+    async def _send(
+        self, method: bytes, data: bytes, headers: dict[bytes, bytes]
+    ) -> AsyncIterator[Body]:
         import httpcore
 
         if self._target is None:
@@ -233,13 +242,14 @@ class Connection:
         pool = self._pool()
         pool.busy += 1
         sent = [(b"Host", self._host), *_HEADERS, *headers.items()]
-        sent.append((b"Content-Length", b"%d" % len(data)))
+        if method != b"GET":
+            sent.append((b"Content-Length", b"%d" % len(data)))
         try:
             for attempt in (1, 2):
                 trace = _Trace(self)
                 with self.translated(answered=False, trace=trace):
                     request = httpcore.Request(
-                        b"POST",
+                        method,
                         self._target,
                         headers=sent,
                         content=data,

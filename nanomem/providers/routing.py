@@ -122,6 +122,20 @@ def _auto(llm: LLMSettings, prefix: str, rest: str, host: Host | None) -> Route:
     return _litellm(llm, prefix, f"litellm knows which provider serves {llm.model or '(none)'}")
 
 
+def endpoint(llm: LLMSettings) -> str:
+    """Where calls for `llm.model` go, as a person may see it (no credentials, no query): the
+    base URL, the provider's default when llm.api_base is unset."""
+    from nanomem.text.masking import shown_url
+
+    chosen = route(llm)
+    if chosen.path == "direct":
+        return shown_url(chosen.base_url)
+    if llm.api_base:
+        return shown_url(llm.api_base)
+    prefix = llm.model.split("/", 1)[0] if "/" in llm.model else llm.model
+    return f"litellm's default endpoint for {prefix or '(no model)'}"
+
+
 def key_variable(llm: LLMSettings) -> str:
     """The provider's own environment variable for the API key of `llm.model`."""
     found = route(llm).key_variable

@@ -64,6 +64,19 @@ def url_password(url: str) -> str | None:
         return None
 
 
+def shown_url(url: str) -> str:
+    """A URL as it may be shown: scheme, host, port and path; no user, password or query
+    (which may hold a key)."""
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname or ""
+        port = f":{parts.port}" if parts.port else ""
+    except ValueError:
+        return "(an unreadable URL)"
+    host = f"[{host}]" if ":" in host else host
+    return f"{parts.scheme}://{host}{port}{parts.path}"
+
+
 def masked(secret: str) -> str:
     """How a key is shown to its owner: only its last 4 characters, and those only when at
     least 12 stay hidden."""

@@ -105,7 +105,7 @@ async def test_provider_failure_gives_a_short_message_and_stores_no_error(home: 
     app = make_app(home, provider)
     reply = await app.loop.handle(msg("hi"))
     assert reply is not None and reply.part.style == "error"
-    assert "refused the API key" in reply.content and "sk-live" not in reply.content
+    assert "needs an API key, and no key is set" in reply.content and "sk-live" not in reply.content
     session = await app.sessions.get("cli:direct")
     assert [m["role"] for m in session.messages] == ["user", "assistant"]
     note = session.messages[-1]  # ours, marked as such: never the error's text

@@ -56,7 +56,13 @@ SAMPLES = {
         "media": ["media/photo.jpg"],
     },
     "help.md.j2": {"commands": []},
-    "provider_error.md.j2": {"category": "auth", "model": "openai/x", "key_source": "X"},
+    "provider_error.md.j2": {
+        "category": "auth",
+        "model": "openai/x",
+        "key_source": "X",
+        "url": "https://api.openai.com/v1",
+        "log": "~/.nanomem/logs/nanomem.log",
+    },
     "iteration_limit.md.j2": {"max_iterations": 20},
     "turn_failed.md.j2": {"category": "unreachable"},
     "media_unread.md.j2": {"line": "Voice notes are off."},
@@ -125,7 +131,9 @@ def test_missing_variables_are_errors_not_blanks() -> None:
 def test_every_error_category_has_its_own_message() -> None:
     categories = get_args(ErrorCategory)  # every category the providers can report
     texts = {
-        Templates().render("provider_error.md.j2", category=c, model="m", key_source="k", proxy="")
+        Templates().render(
+            "provider_error.md.j2", category=c, model="m", key_source="k", proxy="", url="u", log=""
+        )
         for c in categories
     }
     assert len(texts) == len(categories)
@@ -135,6 +143,8 @@ def test_every_error_category_has_its_own_message() -> None:
         model="m",
         key_source="k",
         proxy="http://p:3128",
+        url="u",
+        log="",
     )
     assert "through the proxy at http://p:3128" in proxied and proxied not in texts
 

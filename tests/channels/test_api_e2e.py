@@ -277,8 +277,9 @@ def test_keys_emptied_by_the_environment_are_refused(home: Home) -> None:
     before = home.config.read_text()
     result = run_cli("gateway", env=env)
     assert result.returncode == 2
-    said, refused = result.stderr.strip().splitlines()
+    said, refused, hint = result.stderr.strip().splitlines()
     assert "NANOMEM_API__KEYS lists no key" in said and "api.keys is empty" in refused
+    assert "`nanomem doctor` checks the whole setup" in hint
     assert (
         "Traceback" not in result.stderr and home.config.read_text() == before
     )  # the variable would hide a key written there

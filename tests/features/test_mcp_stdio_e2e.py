@@ -270,7 +270,7 @@ def test_the_gateway_offers_mcp_tools_on_telegram_and_the_api(home: Home) -> Non
         assert "echo: through the gateway" in answer["choices"][0]["message"]["content"]
         shown = run_cli_here("status", env=cli_env(home))
         assert shown.returncode == 0, shown.stderr
-        assert f"ready, 13 tools (pid {gateway.proc.pid})" in shown.stdout
+        assert f"ready, 13 tools (gateway, pid {gateway.proc.pid})" in shown.stdout
     shown = run_cli_here("status", env=cli_env(home))
     assert "not running (nanomem gateway or nanomem chat starts it)" in shown.stdout
 

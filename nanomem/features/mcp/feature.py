@@ -79,6 +79,8 @@ class Mcp(Feature):
 
     async def start(self, reach: Reach) -> None:
         self._keeps_state = True
+        if names := [name for name, s in self.servers.items() if s.settings.enabled]:
+            logger.info("mcp: starting {} (each says when its tools are listed)", ", ".join(names))
         await self._start()
 
     async def before_turn(self, session: Session, context: ToolContext) -> None:

@@ -104,25 +104,49 @@ def alive(pid: int) -> bool:
     return True
 
 
-def status_lines(folder: Path, configured: dict[str, bool]) -> list[tuple[str, str]]:
+def status_lines(
+    folder: Path, configured: dict[str, bool], gateway: int | None = None
+) -> list[tuple[str, str]]:
     """`nanomem status` rows, one per configured server (`configured`: name → enabled), from
-    the files of the processes still running (a killed one leaves its file behind)."""
-    running: list[tuple[int, dict[str, ServerState]]] = []
+    the files of the processes still running (a killed one leaves its file behind).
+    `gateway`: the pid of the gateway running on the home: what it runs is said as it says it,
+    including servers it started that the config no longer names, and those it never started
+    (configured after it began: a config edit needs a restart)."""
+    running: dict[int, dict[str, ServerState]] = {}
     paths = sorted(folder.glob("*.json")) if folder.is_dir() else []
     for path in paths:
         found = read_states(path)
         if found is not None and alive(found[0]):
-            running.append(found)
+            running[found[0]] = found[1]
     rows = []
     for name, enabled in configured.items():
-        seen = [(pid, states[name]) for pid, states in running if name in states]
+        seen = [(pid, states[name]) for pid, states in running.items() if name in states]
         if not enabled:
             line = "disabled"
-        elif not seen:
-            line = "not running (nanomem gateway or nanomem chat starts it)"
+        elif seen:
+            line = "; ".join(f"{state.describe()} ({_who(pid, gateway)})" for pid, state in seen)
+        elif gateway is not None:
+            line = (
+                f"not started by the gateway (pid {gateway}): configured after it started? "
+                "Restart the gateway to start it"
+            )
         else:
-            line = "; ".join(f"{state.describe()} (pid {pid})" for pid, state in seen)
+            line = "not running (nanomem gateway or nanomem chat starts it)"
         rows.append((f"mcp {name}", line))
         if enabled:
             rows += [(f"mcp {name}", state.left_out_line()) for _, state in seen if state.left_out]
+    started = running.get(gateway, {}) if gateway is not None else {}
+    for name, state in started.items():
+        if name not in configured:
+            rows.append(
+                (
+                    f"mcp {name}",
+                    f"{state.describe()} (gateway, pid {gateway}), no longer in the config: "
+                    "restart the gateway to stop it",
+                )
+            )
     return rows
+
+
+def _who(pid: int, gateway: int | None) -> str:
+    return f"gateway, pid {pid}" if pid == gateway else f"pid {pid}"

@@ -3,8 +3,9 @@
 A line is a versioned record (`"v": 1`) of when the call was answered, whom it was charged to
 (the chat's session key, the purpose, the turn) and the model, with its tokens. Appends hold
 the home's `usage` lock and are one write each, not fsynced (a power cut may cost the last
-counts, never a torn file: a torn last line a crash left is cut first). Readers walk the file backwards and stop once past the days asked for, so neither
-a turn nor `/usage` ever reads the whole file; a line that cannot be read is skipped.
+counts, never a torn file: a torn last line a crash left is cut first). Readers walk the file
+backwards and stop once past the days asked for, so neither a turn nor `/usage` ever reads the
+whole file; a line that cannot be read is skipped.
 """
 
 from __future__ import annotations
