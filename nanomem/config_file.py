@@ -91,17 +91,18 @@ def _unknown(key: str, path: tuple[str, ...]) -> str:
 
 
 def known_keys(given: tuple[str, ...] = (), prefix: tuple[str, ...] = ()) -> Iterator[str]:
-    """Every setting's key; an entry of a table like mcp.servers named as in `given`."""
-    model: Any = _model(Settings if not prefix else setting(".".join(prefix)).annotation)
-    for name, field in model.model_fields.items():
-        path = (*prefix, name)
-        if _model(field.annotation) is not None:
-            yield from known_keys(given, path)
-        elif _model(_values(field.annotation)) is not None:
-            entry = given[len(path)] if len(given) > len(path) and given[len(path)] else "NAME"
-            yield from known_keys(given, (*path, entry))
-        else:
-            yield ".".join(path)
+    """Every setting's key under `prefix`; an entry of a table like mcp.servers named as in
+    `given` (else NAME)."""
+    annotation = setting(".".join(prefix)).annotation if prefix else Settings
+    model = _model(annotation)
+    if model is not None:
+        for name in model.model_fields:
+            yield from known_keys(given, (*prefix, name))
+    elif _model(_values(annotation)) is not None:
+        entry = given[len(prefix)] if len(given) > len(prefix) and given[len(prefix)] else "NAME"
+        yield from known_keys(given, (*prefix, entry))
+    else:
+        yield ".".join(prefix)
 
 
 def _model(annotation: Any) -> type[BaseModel] | None:
@@ -200,7 +201,7 @@ def with_value(text: str, path: tuple[str, ...], value: Any) -> str:
     table, key = path[:-1], path[-1]
     node = _table_in(doc, table)
     if node is not None and key in node:
-        node[key] = value
+        node[key] = _item(value)
         return _checked(text, tomlkit.dumps(doc), path, value)
     lines = text.splitlines(keepends=True)
     if node is None and (at := _commented_header(lines, table)) is not None:
@@ -217,7 +218,7 @@ def with_value(text: str, path: tuple[str, ...], value: Any) -> str:
         return _checked(text, "".join(lines), path, value)
     region = _region(lines, table)
     if region is None:  # a table made by dotted keys or inline: tomlkit places it
-        node[key] = value
+        node[key] = _item(value)
         return _checked(text, tomlkit.dumps(doc), path, value)
     lines.insert(_end_of_table(lines, region), f"{key} = {_toml(value)}\n")
     return _checked(text, "".join(lines), path, value)
@@ -253,6 +254,8 @@ def without_value(text: str, path: tuple[str, ...], default: Any) -> str:
         return text
     lines = text.splitlines(keepends=True)
     at = _key_line(lines, table, key)
+    if (region := _region(lines, path)) is not None:  # a [table] of its own
+        return _checked(text, "".join(_commented_table(lines, path, region)), path, None)
     if at is not None and _one_line(lines[at]):
         indent = lines[at][: len(lines[at]) - len(lines[at].lstrip())]
         shown = _toml(default) if default is not None and default != {} else None
@@ -262,6 +265,26 @@ def without_value(text: str, path: tuple[str, ...], default: Any) -> str:
         del node[key]
         changed = tomlkit.dumps(doc)
     return _checked(text, changed, path, None)
+
+
+def _commented_table(lines: list[str], path: tuple[str, ...], region: range) -> list[str]:
+    """`[table]` and its keys commented out, as the template shows an example; a secret's line
+    removed instead, never kept in a comment."""
+    kept = [*lines[: region.start - 1], f"# {lines[region.start - 1]}"]
+    for line in lines[region.start : region.stop]:
+        key = line.split("=", 1)[0].strip().strip("\"'") if "=" in line else ""
+        if not line.strip() or line.lstrip().startswith("#") or not key:
+            kept.append(line)
+        elif not _secret_key((*path, key)):
+            kept.append(f"# {line}")
+    return kept + lines[region.stop :]
+
+
+def _secret_key(path: tuple[str, ...]) -> bool:
+    try:
+        return setting(".".join(path)).secret
+    except ConfigError:  # not ours to know: treated as one
+        return True
 
 
 def _parsed(text: str) -> TOMLDocument:
@@ -348,18 +371,25 @@ def _assignment(commented: str, key: str, value: Any) -> str:
         doc = None
     if doc is None or key not in doc:
         return f"{indent}{key} = {_toml(value)}\n"
-    doc[key] = value
+    doc[key] = _item(value)
     return indent + tomlkit.dumps(doc).rstrip("\n") + "\n"
+
+
+def _item(value: Any) -> Any:
+    """A table value stays on its line: `{NAME = "value"}`, as the template writes one."""
+    import tomlkit
+
+    if not isinstance(value, dict):
+        return value
+    table = tomlkit.inline_table()
+    table.update(value)
+    return table
 
 
 def _toml(value: Any) -> str:
     import tomlkit
 
-    if isinstance(value, dict):
-        table = tomlkit.inline_table()
-        table.update(value)
-        return str(table.as_string())
-    return str(tomlkit.item(value).as_string())
+    return str(tomlkit.item(_item(value)).as_string())
 
 
 def _checked(old: str, new: str, path: tuple[str, ...], value: Any) -> str:

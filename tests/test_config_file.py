@@ -219,3 +219,18 @@ def test_plain_values_are_shown_as_toml() -> None:
     assert shown(setting("telegram.allow_from"), [4242, "*"]) == '[4242, "*"]'
     assert shown(setting("llm.model"), "openai/x") == '"openai/x"'
     assert shown(setting("llm.api_base"), None) == "(not set)"
+
+
+def test_unset_of_a_table_comments_it_out_and_drops_its_secrets(home: Home) -> None:
+    text = home.config.read_text()
+    for key, raw in (
+        ("mcp.servers.files.command", "mcp-files"),
+        ("mcp.servers.files.env", '{TOKEN = "secret-0123456789abcd"}'),
+    ):
+        text = set_in(text, key, raw)
+    target = setting("mcp.servers.files")
+    new = without_value(text, target.path, target.default)
+    assert "secret-0123456789abcd" not in new
+    assert tomllib.loads(new)["mcp"].get("servers", {}) == {}
+    assert "# [mcp.servers.files]" in new and '# command = "mcp-files"' in new
+    assert new.count("\n") == text.count("\n") - 1  # only the secret's line is gone

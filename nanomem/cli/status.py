@@ -40,6 +40,7 @@ def status_rows(
         ("gateway", _gateway_line(home)),
         ("gateway at", f"{gw.host}:{gw.port}, at most {gw.max_connections} connections"),
         ("agent api", _api_line(settings)),
+        ("telegram", _telegram_line(settings)),
         ("sessions", str(SessionStore(home.sessions).count())),
         ("schedules", ScheduleStore.of(home, settings.schedule).summary()),
         *_mcp_rows(home, settings),
@@ -122,3 +123,17 @@ def _api_line(settings: Settings) -> str:
     if api.enabled:  # it never answers without one
         return "enabled, no keys yet (`nanomem gateway` makes one in the config file)"
     return f"{state}, no keys"
+
+
+def _telegram_line(settings: Settings) -> str:
+    """On or off; its token masked, its owner and who may write (what a set-up needs)."""
+    from nanomem.text.masking import masked, secret_of
+
+    telegram = settings.telegram
+    if not telegram.enabled:
+        return "disabled (telegram.enabled)"
+    token = secret_of(telegram.token)
+    shown = f"token {masked(token)}" if token else "no token (telegram.token)"
+    owner = telegram.owner_id
+    allowed = ", ".join(str(user) for user in telegram.allow_from) or "nobody else"
+    return f"enabled, {shown}, owner {owner or '(not set: telegram.owner)'}, allowed {allowed}"
