@@ -172,9 +172,10 @@ def _line(
 ) -> str:
     from nanomem.config_file import shown
     from nanomem.setting_source import source_in
+    from nanomem.text.escapes import strip_escapes  # the file may hold anything
 
     value: Any = settings
     for part in target.path:
         value = value.get(part) if isinstance(value, dict) else getattr(value, part, None)
     source = source_in(target.path, config, file_data, {})
-    return f"{target.key} = {shown(target, value, reveal)}  # {source}"
+    return strip_escapes(f"{target.key} = {shown(target, value, reveal)}  # {source}")
