@@ -423,6 +423,32 @@ def _pruned(data: Any) -> Any:
     return {key: value for key, value in pruned.items() if value != {}}
 
 
+def changed_settings(old: str, new: str) -> list[Setting]:
+    """The settings whose values differ between two texts of the file (none when either is
+    not TOML: a broken file repaired)."""
+    try:
+        return _changed(tomllib.loads(old), tomllib.loads(new), ())
+    except tomllib.TOMLDecodeError:
+        return []
+
+
+def _changed(old: dict[str, Any], new: dict[str, Any], prefix: tuple[str, ...]) -> list[Setting]:
+    found: list[Setting] = []
+    for name in dict.fromkeys([*old, *new]):
+        before, after = old.get(name), new.get(name)
+        if before == after:
+            continue
+        try:
+            target = setting(".".join((*prefix, name)))
+        except ConfigError:
+            continue
+        if target.table and isinstance(before or {}, dict) and isinstance(after or {}, dict):
+            found += _changed(before or {}, after or {}, target.path)
+        else:
+            found.append(target)
+    return found
+
+
 # -- the file -------------------------------------------------------------------------------
 
 

@@ -184,6 +184,14 @@ def test_edit_saves_a_valid_change(fresh: Home, tmp_path: Path) -> None:
     assert fresh.config.read_text() == before.replace("# owner = 123456789", "owner = 4242")
 
 
+def test_an_edit_names_a_variable_that_wins_over_it(fresh: Home, tmp_path: Path) -> None:
+    editor = editor_script(tmp_path, "s/^# port = 18790$/port = 8080/")
+    env = cli_env(fresh, None, EDITOR=editor, NANOMEM_GATEWAY__PORT="9000")
+    result = run_cli("config", "edit", env=env, stdin="")
+    assert result.returncode == 0 and f"saved {fresh.config}" in result.stdout
+    assert "NANOMEM_GATEWAY__PORT is set and wins over the file for gateway.port" in result.stderr
+
+
 def test_an_invalid_edit_is_offered_again_then_saved(fresh: Home, tmp_path: Path) -> None:
     editor = editor_script(
         tmp_path, "s/^# owner = 123456789$/owner = -5/", "s/^owner = -5$/owner = 5/"

@@ -10,6 +10,7 @@ import pytest
 
 from nanomem.config import ConfigError, load_settings
 from nanomem.config_file import (
+    changed_settings,
     parse_value,
     set_value,
     setting,
@@ -234,3 +235,11 @@ def test_unset_of_a_table_comments_it_out_and_drops_its_secrets(home: Home) -> N
     assert tomllib.loads(new)["mcp"].get("servers", {}) == {}
     assert "# [mcp.servers.files]" in new and '# command = "mcp-files"' in new
     assert new.count("\n") == text.count("\n") - 1  # only the secret's line is gone
+
+
+def test_the_settings_an_edit_changed_are_named() -> None:
+    old = '[llm]\nmodel = "a"\n[telegram]\nenabled = false\n'
+    new = '[llm]\nmodel = "b"\n[telegram]\nenabled = false\nowner = 5\n[mcp.servers.x]\nurl = "u"\n'
+    keys = [target.key for target in changed_settings(old, new)]
+    assert keys == ["llm.model", "telegram.owner", "mcp.servers.x.url"]
+    assert changed_settings("[llm", new) == []

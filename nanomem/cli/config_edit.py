@@ -36,7 +36,7 @@ def editor() -> list[str]:
 def edit(home: Home, config: Path, after: Callable[[Home, list[Setting]], None]) -> int:
     from nanomem.cli.main import CliError
     from nanomem.config import ConfigError
-    from nanomem.config_file import current_text
+    from nanomem.config_file import changed_settings, current_text
 
     command = editor()
     try:
@@ -71,7 +71,7 @@ def edit(home: Home, config: Path, after: Callable[[Home, list[Setting]], None])
                     f"was written. Your version is kept in {copy}"
                 ) from None
             print(f"saved {config}")
-            after(home, [])
+            after(home, changed_settings(original, text))
             return 0
     finally:
         if not keep:
