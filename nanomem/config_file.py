@@ -268,23 +268,23 @@ def without_value(text: str, path: tuple[str, ...], default: Any) -> str:
 
 
 def _commented_table(lines: list[str], path: tuple[str, ...], region: range) -> list[str]:
-    """`[table]` and its keys commented out, as the template shows an example; a secret's line
-    removed instead, never kept in a comment."""
+    """`[table]` commented out, each key as its commented default (as onboarding writes it),
+    or as it was where it has none; a secret's line removed, never kept in a comment."""
     kept = [*lines[: region.start - 1], f"# {lines[region.start - 1]}"]
     for line in lines[region.start : region.stop]:
         key = line.split("=", 1)[0].strip().strip("\"'") if "=" in line else ""
         if not line.strip() or line.lstrip().startswith("#") or not key:
             kept.append(line)
-        elif not _secret_key((*path, key)):
+            continue
+        try:
+            target = setting(".".join((*path, key)))
+        except ConfigError:  # not ours to know: treated as a secret
+            continue
+        if target.default not in (None, {}) and not target.table:
+            kept.append(f"# {key} = {_toml(target.default)}\n")
+        elif not target.secret:
             kept.append(f"# {line}")
     return kept + lines[region.stop :]
-
-
-def _secret_key(path: tuple[str, ...]) -> bool:
-    try:
-        return setting(".".join(path)).secret
-    except ConfigError:  # not ours to know: treated as one
-        return True
 
 
 def _parsed(text: str) -> TOMLDocument:

@@ -14,8 +14,6 @@ if TYPE_CHECKING:
     from nanomem.config_file import Setting
     from nanomem.home import Home
 
-EXIT_CONFIG = 2
-
 
 def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     config = commands.add_parser(
@@ -39,7 +37,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def run(args: argparse.Namespace) -> int:
-    from nanomem.cli.main import CliError, _config_path, _home
+    from nanomem.cli.main import EXIT_CONFIG, CliError, _config_path, _home
     from nanomem.config import ConfigError
 
     home = _home(args)
@@ -86,7 +84,8 @@ def _unset(args: argparse.Namespace, home: Home, config: Path) -> int:
     if not unset_value(config, home.lock("config"), target):
         print(f"{target.key} is not set in {config}; nothing changed")
         return 0
-    default = "" if target.default is None else f" (its default: {shown(target, target.default)})"
+    plain = target.default is None or target.table
+    default = "" if plain else f" (its default: {shown(target, target.default)})"
     print(f"{target.key} unset in {config}{default}")
     _after_change(home, [target])
     return 0
@@ -110,7 +109,11 @@ def _after_change(home: Home, targets: list[Setting]) -> None:
 def _overridden(target: Setting) -> None:
     from nanomem.config import ENV_DELIMITER, ENV_PREFIX
 
-    names = {ENV_PREFIX + ENV_DELIMITER.join(target.path[:n]).upper() for n in range(1, 99)}
+    # NANOMEM_TELEGRAM='{...}' as much as NANOMEM_TELEGRAM__ENABLED
+    names = {
+        ENV_PREFIX + ENV_DELIMITER.join(target.path[:n]).upper()
+        for n in range(1, len(target.path) + 1)
+    }
     for name in sorted(n for n in os.environ if n.upper() in names):
         print(
             f"nanomem: warning: the environment variable {name} is set and wins over the file "

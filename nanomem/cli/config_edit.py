@@ -17,8 +17,6 @@ if TYPE_CHECKING:
     from nanomem.config_file import Setting
     from nanomem.home import Home
 
-EXIT_CONFIG = 2
-
 
 def editor() -> list[str]:
     """$VISUAL, else $EDITOR (with its arguments), else vi or nano."""
@@ -34,7 +32,7 @@ def editor() -> list[str]:
 
 
 def edit(home: Home, config: Path, after: Callable[[Home, list[Setting]], None]) -> int:
-    from nanomem.cli.main import CliError
+    from nanomem.cli.main import EXIT_CONFIG, CliError
     from nanomem.config import ConfigError
     from nanomem.config_file import changed_settings, current_text
 
