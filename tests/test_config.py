@@ -250,6 +250,7 @@ def test_a_mistyped_key_suggests_the_closest(tmp_path: Path) -> None:
         ("NANOMEM_TELEGRAM__ALLOW_FROM", "4242", [4242]),
         ("NANOMEM_TELEGRAM__ALLOW_FROM", " 4242 , 99 ", [4242, 99]),
         ("NANOMEM_TELEGRAM__ALLOW_FROM", "[4242, 99]", [4242, 99]),
+        ("NANOMEM_TELEGRAM__ALLOW_FROM", "", []),  # a compose file's empty variable
         ("NANOMEM_TOOLS__SHELL_ENV", "GOPATH,CARGO_HOME", ["GOPATH", "CARGO_HOME"]),
     ],
 )
