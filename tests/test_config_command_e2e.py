@@ -46,7 +46,8 @@ def test_a_newcomer_turns_telegram_on_in_three_lines(fresh: Home) -> None:
 def test_the_token_is_masked_unless_asked_and_its_source_named(fresh: Home) -> None:
     env = cli_env(fresh)
     run_cli("config", "set", "telegram.token", TOKEN, env=env, stdin="")
-    line = f"telegram.token = ***Dsaw  # {fresh.config}, line 182\n"
+    at = fresh.config.read_text().splitlines().index(f'token = "{TOKEN}"') + 1
+    line = f"telegram.token = ***Dsaw  # {fresh.config}, line {at}\n"
     masked = run_cli("config", "get", "telegram.token", env=env, stdin="")
     assert masked.stdout == line and TOKEN not in masked.stdout + masked.stderr
     shown = run_cli("config", "get", "telegram.token", "--show-secret", env=env, stdin="")
