@@ -40,7 +40,7 @@ def status_rows(
         ("gateway", _gateway_line(home)),
         ("gateway at", f"{gw.host}:{gw.port}, at most {gw.max_connections} connections"),
         ("agent api", _api_line(settings)),
-        ("telegram", _telegram_line(settings)),
+        *_telegram_rows(settings),
         ("sessions", str(SessionStore(home.sessions).count())),
         ("schedules", ScheduleStore.of(home, settings.schedule).summary()),
         *_mcp_rows(home, settings),
@@ -56,6 +56,33 @@ def _mcp_rows(home: Home, settings: Settings) -> list[tuple[str, str]]:
     from nanomem.features.mcp import status_lines  # not the SDK: a small file read
 
     return status_lines(home.mcp_state, {name: s.enabled for name, s in servers.items()})
+
+
+def _telegram_rows(settings: Settings) -> list[tuple[str, str]]:
+    """Whether the Telegram channel can start, and who it lets in (shown when enabled)."""
+    from nanomem.text.masking import masked, secret_of
+    from nanomem.text.plural import plural
+
+    telegram = settings.telegram
+    if not telegram.enabled:
+        return []
+    token = secret_of(telegram.token)
+    owner = telegram.owner_id
+    return [
+        (
+            "telegram",
+            ", ".join(
+                (
+                    f"token set ({masked(token)})"
+                    if token
+                    else "token missing (telegram.token / NANOMEM_TELEGRAM__TOKEN)",
+                    f"owner {owner}" if owner is not None else "no owner (telegram.owner)",
+                    f"{plural(len(telegram.allow_from), 'user')} in allow_from",
+                    "polling getUpdates",
+                )
+            ),
+        )
+    ]
 
 
 def _gateway_line(home: Home) -> str:
@@ -123,17 +150,3 @@ def _api_line(settings: Settings) -> str:
     if api.enabled:  # it never answers without one
         return "enabled, no keys yet (`nanomem gateway` makes one in the config file)"
     return f"{state}, no keys"
-
-
-def _telegram_line(settings: Settings) -> str:
-    """On or off; its token masked, its owner and who may write (what a set-up needs)."""
-    from nanomem.text.masking import masked, secret_of
-
-    telegram = settings.telegram
-    if not telegram.enabled:
-        return "disabled (telegram.enabled)"
-    token = secret_of(telegram.token)
-    shown = f"token {masked(token)}" if token else "no token (telegram.token)"
-    owner = telegram.owner_id
-    allowed = ", ".join(str(user) for user in telegram.allow_from) or "nobody else"
-    return f"enabled, {shown}, owner {owner or '(not set: telegram.owner)'}, allowed {allowed}"
