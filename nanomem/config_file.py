@@ -398,15 +398,18 @@ def _checked(old: str, new: str, path: tuple[str, ...], value: Any) -> str:
     expected = tomllib.loads(old)
     node = expected
     for name in path[:-1]:
-        node = node.setdefault(name, {})
-    if value is None:
-        node.pop(path[-1], None)
-    else:
-        node[path[-1]] = value
-    try:
-        same = _pruned(tomllib.loads(new)) == _pruned(expected)
-    except tomllib.TOMLDecodeError:
+        node = node.setdefault(name, {}) if isinstance(node, dict) else None
+    if not isinstance(node, dict):  # `telegram = "..."`: a value where a table should be
         same = False
+    else:
+        if value is None:
+            node.pop(path[-1], None)
+        else:
+            node[path[-1]] = value
+        try:
+            same = _pruned(tomllib.loads(new)) == _pruned(expected)
+        except tomllib.TOMLDecodeError:
+            same = False
     if not same:
         raise ConfigError(
             f"config error: {'.'.join(path)} cannot be changed in place in this file's layout; "

@@ -24,8 +24,10 @@ def describe_errors(
     path: Path,
     file_data: dict[str, Any],
     overrides: dict[str, Any],
-    model: type[BaseModel],
+    model: type[BaseModel] | None = None,
 ) -> str:
+    """One line for the person; `model` (Settings) lets it name the closest known key and
+    show how a list is written."""
     lines = []
     for err in exc.errors():
         loc = _names(tuple(str(part) for part in err["loc"]))
@@ -38,7 +40,9 @@ def describe_errors(
         if err["type"] == "extra_forbidden":
             table = isinstance(_lookup(file_data, loc), dict) and source != "default"
             key, msg = (f"[{key}]" if table else key), "unknown setting"
-            hint = _closest(model, loc, table)
+            hint = "" if model is None else _closest(model, loc, table)
+        elif model is None:
+            pass
         elif err["type"] == "list_type" and source.startswith("environment variable"):
             hint = f": write {list_example(_annotation(model, loc))}"
         lines.append(f"{key}: {msg} ({source}){hint}")

@@ -243,3 +243,14 @@ def test_the_settings_an_edit_changed_are_named() -> None:
     keys = [target.key for target in changed_settings(old, new)]
     assert keys == ["llm.model", "telegram.owner", "mcp.servers.x.url"]
     assert changed_settings("[llm", new) == []
+
+
+def test_onboardings_writer_places_a_toml_value_as_config_set_does(home: Home) -> None:
+    from nanomem.cli.onboard import with_config_value
+
+    text = home.config.read_text()
+    new = with_config_value(text, "telegram", "token", '"123:abc"')
+    assert changed_lines(text, new) == ['-# token = ""', '+token = "123:abc"']
+    # A layout that cannot take it in place is handed back as it was, for the caller to say.
+    odd = 'telegram = "not a table"\n'
+    assert with_config_value(odd, "telegram", "enabled", "true") == odd

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
+import json
 import os
 import sys
 from pathlib import Path
@@ -249,12 +250,12 @@ def _first_run(args: argparse.Namespace, home: Home, given: Choices) -> bool:
     for path in report.created:
         print(f"created {path}")
     if owner is not None:
-        set_config_value(home.config, home.lock("config"), "telegram", "owner", owner)
+        set_config_value(home.config, "telegram", "owner", str(owner))
     ensure_api_key(_settings(args, home), _config_path(args, home), home)
     if not fresh:  # an explicit flag is a request to change the existing file
         for key, value in (("model", given.model), ("api_base", given.api_base)):
             if value:
-                set_config_value(home.config, home.lock("config"), "llm", key, value)
+                set_config_value(home.config, "llm", key, json.dumps(value))
                 print(f"set llm.{key} in {home.config}")
     tightened = [p for p in report.tightened if p not in report.created and p != home.root]
     if tightened:
@@ -334,7 +335,7 @@ def _ask_for_model(args: argparse.Namespace, home: Home) -> Settings:
     model = input("Model to use now (saved to the config; empty to quit): ").strip()
     if not model:
         raise CliError("no model configured", EXIT_CONFIG)
-    set_config_value(config, home.lock("config"), "llm", "model", model)
+    set_config_value(config, "llm", "model", json.dumps(model))
     return _settings(args, home)
 
 
