@@ -61,6 +61,8 @@ def run(args: argparse.Namespace) -> int:
         )
     except ConfigError as exc:
         raise CliError(str(exc), EXIT_CONFIG) from None
+    except OSError as exc:  # a folder we may not write in, a full disk
+        raise CliError(f"cannot change {config}: {exc.strerror or exc}") from None
 
 
 def _set(args: argparse.Namespace, home: Home, config: Path) -> int:
