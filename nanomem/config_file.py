@@ -155,7 +155,7 @@ def parse_value(target: Setting, raw: str) -> Any:
             except ValueError:
                 whole = " (a whole one)" if number is int else ""
                 raise ConfigError(
-                    f"config error: {target.key} takes a number{whole}, not {raw!r}"
+                    f"config error: {target.key} takes a number{whole}"  # never the value typed
                 ) from None
     return raw
 

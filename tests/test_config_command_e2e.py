@@ -68,7 +68,7 @@ def test_an_invalid_value_is_refused_and_the_file_stays_byte_identical(fresh: Ho
     env = cli_env(fresh)
     for args, says in (
         (("api.keys", "short"), f"api.keys[0]: is shorter than 16 characters ({fresh.config}"),
-        (("telegram.owner", "me"), "telegram.owner takes a number (a whole one), not 'me'"),
+        (("telegram.owner", "me"), "telegram.owner takes a number (a whole one)"),
         (("llm.api_bse", "http://x"), "llm.api_bse is not a setting; did you mean llm.api_base"),
         (("tools.web", "off"), "tools.web is a table: set one of its keys"),
     ):

@@ -141,15 +141,15 @@ def test_values_are_read_by_the_settings_type(key: str, raw: str, value: object)
     ("key", "raw", "says"),
     [
         ("telegram.enabled", "maybe", "telegram.enabled is true or false"),
-        ("telegram.owner", "me", "telegram.owner takes a number (a whole one), not 'me'"),
-        ("telegram.allow_from", "[4242", "telegram.allow_from takes a list: a JSON list"),
+        ("telegram.owner", "me", "telegram.owner takes a number (a whole one)"),
+        ("telegram.allow_from", "[77", "telegram.allow_from takes a list: a JSON list"),
         ("telegram", "x", "telegram is a table: set one of its keys (telegram.enabled"),
     ],
 )
 def test_a_value_of_the_wrong_kind_is_refused(key: str, raw: str, says: str) -> None:
     with pytest.raises(ConfigError) as err:
         parse_value(setting(key), raw)
-    assert says in str(err.value)
+    assert says in str(err.value) and raw not in str(err.value)  # it may be a misplaced key
 
 
 @pytest.mark.parametrize(
