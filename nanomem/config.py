@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 import tomllib
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -23,7 +24,7 @@ from pydantic import (
 
 from nanomem.setting_source import ENV_DELIMITER as ENV_DELIMITER
 from nanomem.setting_source import ENV_PREFIX as ENV_PREFIX
-from nanomem.setting_source import describe_errors, from_environment, source_in
+from nanomem.setting_source import declared_twice, describe_errors, from_environment, source_in
 
 # The smallest prompt worth sending: a fresh workspace's system prompt and tool schemas
 # (about 1,400 tokens) and a short message.
@@ -496,7 +497,8 @@ def is_loopback(host: str) -> bool:
 def read_toml(path: Path) -> dict[str, Any]:
     try:
         raw = path.read_bytes()
-        return tomllib.loads(raw.decode("utf-8"))
+        text = raw.decode("utf-8")
+        return tomllib.loads(text)
     except UnicodeDecodeError as exc:  # TOML is UTF-8: a file saved as Latin-1, or damaged
         line = raw.count(b"\n", 0, exc.start) + 1
         raise ConfigError(
@@ -504,21 +506,27 @@ def read_toml(path: Path) -> dict[str, Any]:
             "save it as UTF-8"
         ) from None
     except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"config error in {path}: malformed TOML: {exc}") from None
+        twice = declared_twice(path, text, str(exc))
+        raise ConfigError(twice or f"config error in {path}: malformed TOML: {exc}") from None
     except OSError as exc:
         raise ConfigError(f"config error: cannot read {path}: {exc.strerror}") from None
 
 
-def load_settings(config_path: Path, overrides: dict[str, Any] | None = None) -> Settings:
+def load_settings(
+    config_path: Path,
+    overrides: dict[str, Any] | None = None,
+    environ: Mapping[str, str] = os.environ,
+) -> Settings:
     """Build Settings; a missing file means defaults, anything unusable raises ConfigError."""
     overrides = overrides or {}
     file_data = read_toml(config_path) if config_path.exists() else {}
 
-    merged = _merged(_merged(file_data, from_environment(Settings, os.environ)), overrides)
+    merged = _merged(_merged(file_data, from_environment(Settings, environ)), overrides)
     try:
         settings = Settings.model_validate(merged)
     except ValidationError as exc:
-        raise ConfigError(describe_errors(exc, config_path, file_data, overrides)) from None
+        message = describe_errors(exc, config_path, file_data, overrides, Settings)
+        raise ConfigError(message) from None
     _check_prompt_room(settings.llm, config_path, file_data, overrides)
     return settings
 

@@ -7,7 +7,7 @@ import os
 import secrets
 import stat
 import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 from nanomem.text.utf8 import encode
@@ -53,11 +53,19 @@ def _opened(path: Path, flags: int, within: Path | None) -> Iterator[int]:
 
 
 def atomic_write_text(
-    path: Path, text: str, *, mode: int | None = None, within: Path | None = None
+    path: Path,
+    text: str,
+    *,
+    mode: int | None = None,
+    within: Path | None = None,
+    check: Callable[[Path], object] | None = None,
 ) -> None:
     """Replace `path` with `text` so readers see the old or the new file, never a mix.
-    `within`: no link below it followed (see `_opened`)."""
+    `within`: no link below it followed (see `_opened`). `check`: called with the written
+    temporary file before it replaces `path`; what it raises leaves `path` as it was."""
     if within is not None:
+        if check is not None:
+            raise TypeError("a checked write below a folder is not supported")
         write_below(within.resolve(), path.relative_to(within), encode(text), mode=mode)
         return
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -72,6 +80,8 @@ def atomic_write_text(
             tmp.chmod(mode)
         elif path.exists():
             tmp.chmod(path.stat().st_mode & 0o7777)
+        if check is not None:
+            check(tmp)
         tmp.replace(path)
     except BaseException:
         tmp.unlink(missing_ok=True)

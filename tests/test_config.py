@@ -193,3 +193,93 @@ def test_an_api_base_no_client_can_use_is_a_config_error(tmp_path: Path, base: s
     assert "llm.api_base" in str(err.value) and "e.g. http://localhost:8000/v1" in str(err.value)
     good = write(tmp_path / "g.toml", '[llm]\napi_base = " http://[::1]:8000/v1 "\n')
     assert load_settings(good).llm.api_base == "http://[::1]:8000/v1"
+
+
+def test_a_table_declared_twice_names_both_lines_and_the_fix(tmp_path: Path) -> None:
+    # README's snippet pasted below the section onboarding wrote (issue 31, slip 2).
+    config = write(
+        tmp_path / "c.toml",
+        '[telegram]\n# enabled = false\n\n[llm]\nmodel = "m"\n\n'
+        '[telegram]\nenabled = true\ntoken = "123:secret-token-value"\n',
+    )
+    with pytest.raises(ConfigError) as err:
+        load_settings(config)
+    assert str(err.value) == (
+        f"config error: {config} declares [telegram] twice (lines 1 and 7): merge them into "
+        "one, or use `nanomem config set telegram.enabled true`"
+    )
+
+
+def test_a_table_declared_twice_never_shows_a_secret_as_the_example(tmp_path: Path) -> None:
+    config = write(tmp_path / "c.toml", '[api]\n\n[api]\nkeys = ["sk-live-0123456789abcdef"]\n')
+    with pytest.raises(ConfigError) as err:
+        load_settings(config)
+    assert "(lines 1 and 3)" in str(err.value) and "sk-live" not in str(err.value)
+    assert "`nanomem config set api.keys VALUE`" in str(err.value)
+
+
+def test_a_key_set_twice_names_both_lines(tmp_path: Path) -> None:
+    config = write(tmp_path / "c.toml", '[llm]\nmodel = "a"\n# model = "b"\nmodel = "c"\n')
+    with pytest.raises(ConfigError) as err:
+        load_settings(config)
+    assert f"{config} sets llm.model twice (lines 2 and 4)" in str(err.value)
+
+
+def test_an_unknown_table_names_its_line_and_the_closest_name(tmp_path: Path) -> None:
+    config = write(tmp_path / "c.toml", '# mine\n[lm]\nmodel = "openai/x"\n')
+    with pytest.raises(ConfigError) as err:
+        load_settings(config)
+    assert str(err.value) == (
+        f"config error: [lm]: unknown setting ({config}, line 2); did you mean [llm]?"
+    )
+
+
+def test_a_mistyped_key_suggests_the_closest(tmp_path: Path) -> None:
+    config = write(tmp_path / "c.toml", '[llm]\napi_bse = "http://localhost:8000/v1"\n')
+    with pytest.raises(ConfigError) as err:
+        load_settings(config)
+    assert str(err.value) == (
+        f"config error: llm.api_bse: unknown setting ({config}, line 2); did you mean llm.api_base?"
+    )
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "expected"),
+    [
+        ("NANOMEM_TELEGRAM__ALLOW_FROM", "4242,99", [4242, 99]),
+        ("NANOMEM_TELEGRAM__ALLOW_FROM", "4242", [4242]),
+        ("NANOMEM_TELEGRAM__ALLOW_FROM", " 4242 , 99 ", [4242, 99]),
+        ("NANOMEM_TELEGRAM__ALLOW_FROM", "[4242, 99]", [4242, 99]),
+        ("NANOMEM_TELEGRAM__ALLOW_FROM", "", []),  # a compose file's empty variable
+        ("NANOMEM_TOOLS__SHELL_ENV", "GOPATH,CARGO_HOME", ["GOPATH", "CARGO_HOME"]),
+    ],
+)
+def test_a_list_in_env_may_be_comma_separated(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, value: str, expected: list[object]
+) -> None:
+    monkeypatch.setenv(name, value)
+    settings = load_settings(tmp_path / "none.toml")
+    section, key = name.removeprefix("NANOMEM_").lower().split("__")
+    assert getattr(getattr(settings, section), key) == expected
+
+
+def test_one_key_without_brackets_is_a_list_of_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("NANOMEM_API__KEYS", "one-long-key-0123456789abcdef")
+    settings = load_settings(tmp_path / "none.toml")
+    assert [k.get_secret_value() for k in settings.api.keys] == ["one-long-key-0123456789abcdef"]
+
+
+@pytest.mark.parametrize("value", ["[4242", "4242,,99", "4242 99"])
+def test_a_list_variable_that_cannot_be_read_says_how_to_write_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, value: str
+) -> None:
+    monkeypatch.setenv("NANOMEM_TELEGRAM__ALLOW_FROM", value)
+    with pytest.raises(ConfigError) as err:
+        load_settings(tmp_path / "none.toml")
+    assert str(err.value) == (
+        "config error: telegram.allow_from: Input should be a valid list (environment "
+        "variable NANOMEM_TELEGRAM__ALLOW_FROM): write a JSON list such as '[4242, 99]', or "
+        "comma-separated: 4242,99"
+    )

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import json
 import os
-import re
 import shutil
 import sys
 import tomllib
@@ -12,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from nanomem.agent import Templates, bundled_dir
-from nanomem.config import ENV_DELIMITER, ENV_PREFIX, Settings
+from nanomem.config import ENV_DELIMITER, ENV_PREFIX, ConfigError, Settings
 from nanomem.durable import atomic_write_text
 from nanomem.home import Home
 from nanomem.locks import FileLock
@@ -69,34 +67,40 @@ def onboard(
     return report
 
 
-def set_config_value(path: Path, section: str, key: str, toml_value: str) -> None:
-    """Set `key` under `[section]` in place, keeping the file's comments and mode."""
-    text = path.read_text(encoding="utf-8") if path.exists() else ""
-    atomic_write_text(path, with_config_value(text, section, key, toml_value), mode=0o600)
+def set_config_value(
+    path: Path, section: str, key: str, toml_value: str, lock: FileLock | None = None
+) -> None:
+    """Set `key = toml_value` under `[section]` as `nanomem config set` does (comments kept, a
+    commented default uncommented in place, nothing invalid written), under `lock` if given
+    (a caller may hold it already)."""
+    from nanomem.cli.main import EXIT_CONFIG, CliError
+    from nanomem.config_file import change, current_text, with_value, write_checked
+
+    try:
+        if lock is None:
+            old = current_text(path)
+            new = with_value(old, (section, key), _value_of(toml_value))
+            if new != old:
+                write_checked(path, new)
+        else:
+            change(path, lock, lambda old: with_value(old, (section, key), _value_of(toml_value)))
+    except ConfigError as exc:
+        raise CliError(str(exc), EXIT_CONFIG) from None
 
 
 def with_config_value(text: str, section: str, key: str, toml_value: str) -> str:
-    """`text` with `key = toml_value` under `[section]` (a commented-out line for it replaced)."""
-    lines = text.splitlines()
-    assignment = re.compile(rf"^\s*#?\s*{re.escape(key)}\s*=")
-    current = None
-    header_at = None
-    for index, line in enumerate(lines):
-        stripped = line.strip()
-        if stripped.startswith("[") and stripped.endswith("]"):
-            current = stripped.strip("[] ")
-            if current == section:
-                header_at = index
-            continue
-        if current == section and assignment.match(line):
-            lines[index] = f"{key} = {toml_value}"
-            break
-    else:
-        if header_at is None:
-            lines += ["", f"[{section}]", f"{key} = {toml_value}"]
-        else:
-            lines.insert(header_at + 1, f"{key} = {toml_value}")
-    return "\n".join(lines) + "\n"
+    """`text` with `key = toml_value` under `[section]`, placed as `nanomem config set` places
+    it; `text` unchanged when that cannot be done in place (the caller checks the result)."""
+    from nanomem.config_file import with_value
+
+    try:
+        return with_value(text, (section, key), _value_of(toml_value))
+    except (ConfigError, tomllib.TOMLDecodeError):
+        return text
+
+
+def _value_of(toml_value: str) -> object:
+    return tomllib.loads(f"value = {toml_value}")["value"]
 
 
 def ensure_api_key(settings: Settings, config: Path, home: Home) -> bool:
@@ -112,7 +116,7 @@ def ensure_api_key(settings: Settings, config: Path, home: Home) -> bool:
         return False
     try:
         created = create_api_key(config, home.lock("config"))
-    except (OSError, ValueError) as exc:
+    except (OSError, ConfigError) as exc:
         print(f"nanomem: no key made for the agent API: {exc}", file=sys.stderr)
         return False
     if created:
@@ -127,20 +131,14 @@ def ensure_api_key(settings: Settings, config: Path, home: Home) -> bool:
 def create_api_key(config: Path, lock: FileLock) -> bool:
     """Store a new agent API key as api.keys in `config` (mode 0600), under `lock`; False when
     the file holds keys already (another process made them meanwhile). The key is never
-    printed: its owner reads it in the file. ValueError when the file cannot take it as is."""
+    printed: its owner reads it in the file. ConfigError when the file cannot take it as is."""
     import secrets  # hmac and base64 under it: ~10 ms that every start would pay
 
-    with lock.hold_sync():
-        text = config.read_text(encoding="utf-8") if config.exists() else ""
+    from nanomem.config_file import change, with_value
+
+    def with_key(text: str) -> str:
         if tomllib.loads(text).get("api", {}).get("keys"):
-            return False
-        key = secrets.token_urlsafe(API_KEY_BYTES)
-        changed = with_config_value(text, "api", "keys", json.dumps([key]))
-        try:
-            stored = tomllib.loads(changed).get("api", {}).get("keys")
-        except tomllib.TOMLDecodeError:
-            stored = None
-        if stored != [key]:  # e.g. `keys = [` over several lines: not ours to rewrite
-            raise ValueError(f"api.keys in {config} could not be set; set it yourself")
-        atomic_write_text(config, changed, mode=0o600)
-    return True
+            return text
+        return with_value(text, ("api", "keys"), [secrets.token_urlsafe(API_KEY_BYTES)])
+
+    return change(config, lock, with_key)

@@ -18,6 +18,7 @@ MODULES: tuple[str, ...] = (
     "export_command",
     "import_home",
     "doctor",
+    "config_command",
 )
 
 

@@ -82,14 +82,15 @@ def test_onboarding_with_the_api_enabled_makes_a_key_and_never_prints_it(tmp_pat
     assert "api.keys" not in again.stdout + again.stderr
 
 
-def test_a_config_that_cannot_take_a_key_is_refused_unchanged(home: Home) -> None:
-    # An empty array over two lines: rewriting one line of it would break the file.
+def test_a_key_fills_an_empty_array_written_over_two_lines(home: Home) -> None:
+    from nanomem.cli.onboard import create_api_key
+
+    # Rewriting one line of it would break the file; tomlkit replaces the array where it stands.
     text = home.config.read_text().replace("# keys = []", "keys = [\n]", 1)
     home.config.write_text(text)
-    env = cli_env(home, None, NANOMEM_LLM__MODEL="openai/fake", NANOMEM_API__ENABLED="true")
-    result = run_cli("gateway", env=env, timeout=60)
-    assert result.returncode == 2 and "Traceback" not in result.stderr
-    assert "set it yourself" in result.stderr and home.config.read_text() == text
+    assert create_api_key(home.config, home.lock("config"))
+    (key,) = tomllib.loads(home.config.read_text())["api"]["keys"]
+    assert home.config.read_text() == text.replace("keys = [\n]", f'keys = ["{key}"]', 1)
 
 
 def test_two_starts_at_once_make_one_key(home: Home) -> None:
