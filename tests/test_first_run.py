@@ -207,3 +207,61 @@ def test_with_telegram_enabled_onboarding_asks_who_the_owner_is(tmp_path: Path) 
     child.close()
     assert child.exitstatus == 0, seen.getvalue()
     assert tomllib.loads(home.config.read_text())["telegram"]["owner"] == 4242
+
+
+def model_less_home(tmp_path: Path, fake_llm: FakeOpenAI) -> tuple[Home, dict[str, str]]:
+    """A home onboarded earlier without a model; the server and its key come from the
+    environment, so the model is the only question."""
+    home = Home(tmp_path / "home")
+    env = bare_env(home, NANOMEM_LLM__API_BASE=fake_llm.base_url, NANOMEM_LLM__API_KEY="sk-t")
+    assert run_cli("onboard", env=env, stdin="").returncode == 0
+    assert "model" not in llm_table(home)
+    return home, env
+
+
+def test_the_second_run_refuses_what_is_no_model_name_and_saves_a_valid_one(
+    tmp_path: Path, fake_llm: FakeOpenAI
+) -> None:
+    home, env = model_less_home(tmp_path, fake_llm)
+    child, seen = spawn(env, "chat")
+    for stray in ("what model should I use", ""):
+        child.expect_exact("Model to use now")
+        child.sendline(stray)
+        child.expect_exact("is not a model name" if stray else "A model is needed to chat")
+        assert "model" not in llm_table(home)  # nothing invalid is saved
+    child.expect_exact("Model to use now")
+    child.sendeof()
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 2 and "nothing was saved" in seen.getvalue()
+    assert "Traceback" not in seen.getvalue() and "model" not in llm_table(home)
+
+    child, seen = spawn(env, "chat")
+    child.expect_exact("Model to use now")
+    child.sendline("ls -la")
+    child.expect_exact("`ls -la` is not a model name: a name has no spaces")
+    child.expect_exact("Model to use now")
+    child.sendline("openai/fake")
+    child.expect_exact(PROMPT)
+    assert llm_table(home)["model"] == "openai/fake"
+    child.sendline("hello")
+    child.expect_exact("echo: ")
+    child.expect_exact(PROMPT)
+    child.sendcontrol("d")
+    child.expect(pexpect.EOF)
+
+
+def test_three_answers_that_are_no_model_end_the_run_and_save_nothing(
+    tmp_path: Path, fake_llm: FakeOpenAI
+) -> None:
+    home, env = model_less_home(tmp_path, fake_llm)
+    before = home.config.read_bytes()
+    child, seen = spawn(env, "chat")
+    for stray in ("ls -la", "cd ~/projects", ""):
+        child.expect_exact("Model to use now")
+        child.sendline(stray)
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 2, seen.getvalue()
+    assert "no model configured; nothing was saved" in seen.getvalue()
+    assert home.config.read_bytes() == before

@@ -328,15 +328,16 @@ def _message_text(message: str) -> str:
 
 
 def _ask_for_model(args: argparse.Namespace, home: Home) -> Settings:
-    from nanomem.cli.onboard import set_config_value
+    from nanomem.cli.first_run import ask_model_now
 
     config = _config_path(args, home)
     print(NO_MODEL.format(config=config))
-    model = input("Model to use now (saved to the config; empty to quit): ").strip()
-    if not model:
-        raise CliError("no model configured", EXIT_CONFIG)
-    set_config_value(config, "llm", "model", json.dumps(model))
-    return _settings(args, home)
+    try:
+        if ask_model_now(_settings(args, home).llm, config, home.lock("config")):
+            return _settings(args, home)
+    except EOFError:  # Ctrl-D at the question
+        print()
+    raise CliError("no model configured; nothing was saved", EXIT_CONFIG)
 
 
 async def _one_shot(app: App, session: str, text: str) -> int:
