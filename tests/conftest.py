@@ -57,6 +57,7 @@ SLOW_FILES = {
     "test_packaging.py",
     "test_proxy_e2e.py",
     "test_schedules_e2e.py",
+    "test_telegram_onboard_e2e.py",
 }
 SLOW_TESTS = {
     "test_e2e_bytes.py": {  # the bytes a real process reads and writes

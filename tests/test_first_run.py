@@ -51,6 +51,8 @@ def test_onboard_asks_only_what_the_flags_left_and_hides_the_key(tmp_path: Path)
     child.expect_exact("API key")
     child.expect_exact("OPENAI_API_KEY")  # the other place the key may live
     child.sendline("sk-typed-and-hidden")
+    child.expect_exact("Connect Telegram now? [y/N]")
+    child.sendline("")
     child.expect(pexpect.EOF)
     child.close()
     assert child.exitstatus == 0, seen.getvalue()
@@ -67,6 +69,8 @@ def test_a_key_in_the_environment_is_not_asked_for(tmp_path: Path) -> None:
         env, "onboard", "--model", "openai/gpt-4o-mini", "--api-base", "http://h/v1"
     )
     child.expect_exact("Using the API key in the environment variable OPENAI_API_KEY")
+    child.expect_exact("Connect Telegram now? [y/N]")
+    child.sendline("n")
     child.expect(pexpect.EOF)
     assert not any(question in seen.getvalue() for question in QUESTIONS)
     assert llm_table(home) == {"model": "openai/gpt-4o-mini", "api_base": "http://h/v1"}
@@ -83,6 +87,8 @@ def test_a_typed_name_without_provider_is_explained_and_asked_again(tmp_path: Pa
     child.expect_exact("Model (")
     child.sendline("ollama/llama3.1")
     child.expect_exact("empty if the server needs none")  # a local server: no key needed
+    child.sendline("")
+    child.expect_exact("Connect Telegram now? [y/N]")
     child.sendline("")
     child.expect(pexpect.EOF)
     assert llm_table(home) == {"model": "ollama/llama3.1"}
@@ -195,7 +201,8 @@ def test_a_refused_key_names_the_variable_it_came_from(home: Home, fake_llm: Fak
 
 def test_with_telegram_enabled_onboarding_asks_who_the_owner_is(tmp_path: Path) -> None:
     home = Home(tmp_path / "home")
-    env = bare_env(home, NANOMEM_TELEGRAM__ENABLED="true")
+    # A token set elsewhere is not asked for (nor copied into the file).
+    env = bare_env(home, NANOMEM_TELEGRAM__ENABLED="true", NANOMEM_TELEGRAM__TOKEN="1:x")
     child, seen = spawn(env, "onboard")
     child.expect_exact("Model (")
     child.sendline("")  # later
@@ -206,7 +213,9 @@ def test_with_telegram_enabled_onboarding_asks_who_the_owner_is(tmp_path: Path) 
     child.expect(pexpect.EOF)
     child.close()
     assert child.exitstatus == 0, seen.getvalue()
-    assert tomllib.loads(home.config.read_text())["telegram"]["owner"] == 4242
+    written = tomllib.loads(home.config.read_text())["telegram"]
+    assert written == {"enabled": True, "owner": 4242}
+    assert "Bot token" not in seen.getvalue()
 
 
 def model_less_home(tmp_path: Path, fake_llm: FakeOpenAI) -> tuple[Home, dict[str, str]]:

@@ -75,6 +75,7 @@ SAMPLES = {
     "tasks.md.j2": {"tools": ["read_file", "spawn"]},
     "tool_images.md.j2": {"paths": ["media/tool-3f2a9c1e.png"]},
     "config.toml.j2": {"model": "openai/gpt-4o-mini", "api_key": "", "api_base": ""},
+    "telegram_onboard.md.j2": {"part": "done", "bot": "my_bot", "owner": 4242, "config": "c"},
 }
 
 
