@@ -155,6 +155,11 @@ class TelegramChannel(BaseChannel):
             self._album_done, self._publish, quiet_s=wait, longest_s=max(10.0, wait)
         )
 
+    @staticmethod
+    async def bot_username(token: str, settings: TelegramSettings) -> str:
+        """Which bot `token` is (getMe): how onboarding checks a typed token."""
+        return await transport.bot_username(token, settings)
+
     @classmethod
     def from_app(cls, app: App) -> TelegramChannel:
         return cls(app.settings.telegram, workspace=app.workspace, commands=app.loop.commands.all())

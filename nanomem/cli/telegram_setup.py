@@ -7,7 +7,6 @@ from __future__ import annotations
 import getpass
 import json
 import re
-import time
 import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -21,8 +20,6 @@ if TYPE_CHECKING:
     from nanomem.config import TelegramSettings
     from nanomem.locks import FileLock
 
-GETME_TIMEOUT_S = 10.0  # the whole call: connecting, sending and reading the answer
-GETME_MAX_BYTES = 64 * 1024  # getMe answers a few hundred bytes; a server's page is cut here
 TRIES = 3
 # What @BotFather hands out: the bot's id, a colon, then letters, digits, '_' and '-'. Checked
 # before it goes into a URL's path, where a '/' or '?' would call something else.
@@ -99,52 +96,22 @@ def _ask_token(
 
 
 def check_token(token: str, telegram: TelegramSettings) -> str:
-    """The bot's username, asked of the Bot API (telegram.base_url, telegram.proxy); a
-    TokenProblem that says what went wrong, never with the token in it."""
+    """The bot's username, asked by the Telegram channel (getMe); a TokenProblem that says
+    what went wrong, never with the token in it."""
     if not TOKEN_SHAPE.fullmatch(token):
         raise TokenProblem(
             "That is not a bot token: @BotFather's look like 123456789:AAF-xyz... "
             "(digits, a colon, then letters); copy it again."
         )
-    import httpx  # here: only onboarding talks to Telegram from the CLI
+    import asyncio
 
-    from nanomem.text.masking import redact, register_secrets
+    from nanomem.channel_registry import load_channel
 
-    register_secrets([token])
-    where = telegram.base_url
-    deadline = time.monotonic() + GETME_TIMEOUT_S
-    body = b""
     try:
-        with (
-            httpx.Client(proxy=telegram.proxy, timeout=GETME_TIMEOUT_S) as client,
-            client.stream("GET", f"{where}{token}/getMe") as response,
-        ):
-            for chunk in response.iter_bytes():
-                body += chunk
-                if len(body) > GETME_MAX_BYTES or time.monotonic() > deadline:
-                    break
-    except (httpx.HTTPError, OSError, ValueError) as exc:
-        detail = redact(str(exc)) or type(exc).__name__
-        raise TokenProblem(
-            f"Could not reach the Bot API at {where} ({detail}); check the network, or "
-            "telegram.base_url and telegram.proxy."
-        ) from None
-    if response.status_code in (401, 404):
-        raise TokenProblem(
-            f"Telegram refused this token ({response.status_code}): copy it again from "
-            "@BotFather (/mybots, then API Token)."
-        )
-    try:
-        answer = json.loads(body)
-        username = answer["result"]["username"] if answer.get("ok") else None
-    except (ValueError, TypeError, KeyError, AttributeError):
-        username = None
-    if not isinstance(username, str) or not username:
-        raise TokenProblem(
-            f"The Bot API at {where} answered {response.status_code} without a bot's name; "
-            "check telegram.base_url."
-        )
-    return redact(username)
+        username: str = asyncio.run(load_channel("telegram").bot_username(token, telegram))
+    except ValueError as exc:
+        raise TokenProblem(str(exc)) from None
+    return username
 
 
 def save_telegram(config: Path, lock: FileLock, choices: TelegramChoices) -> str:
