@@ -73,6 +73,9 @@ SLOW_TESTS = {
         "test_session_is_persisted_and_reloaded_by_a_second_process",
     },
     "test_e2e_memory.py": {"test_sigkill_during_new_loses_and_duplicates_nothing"},
+    "test_install_e2e.py": {  # a real install from the registry: minutes
+        "test_install_update_and_uninstall_leave_nanomem_on_the_path_then_only_the_home"
+    },
     "test_security.py": {
         "test_the_shell_shows_no_secret_and_kills_what_escapes",  # a process's environment
         "test_a_gigabyte_of_shell_output_keeps_the_agent_small",  # a process's peak memory

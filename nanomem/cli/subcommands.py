@@ -10,7 +10,7 @@ from collections.abc import Callable
 from types import ModuleType
 
 # Modules of nanomem.cli; their top level imports nothing heavy (every command parses them all).
-MODULES: tuple[str, ...] = ("parked",)
+MODULES: tuple[str, ...] = ("parked", "self_command")
 
 
 def _module(name: str) -> ModuleType:
