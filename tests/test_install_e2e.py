@@ -13,6 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pexpect
 import pytest
 
 from tests.conftest import NANOMEM
@@ -98,6 +99,18 @@ def test_install_update_and_uninstall_leave_nanomem_on_the_path_then_only_the_ho
     assert (home / ".nanomem" / "config.toml").is_file()
     probe = "import nanomem; print(nanomem.__file__)"
     assert str(venv) in run([str(venv / "bin" / "python"), "-c", probe], env, tmp_path)
+
+    # Install and run, as README's first command: again over the same venv, then the chat.
+    chat = pexpect.spawn(
+        system_python(env), ["-m", "nanomem.install", "--chat"], cwd=str(clone),
+        env=env | {"TERM": "xterm", "PROMPT_TOOLKIT_NO_CPR": "1"}, encoding="utf-8", timeout=600,
+    )  # fmt: skip
+    chat.expect_exact(f"Installed: {link}")
+    chat.expect_exact("you ›")
+    chat.sendcontrol("d")
+    chat.expect(pexpect.EOF)
+    chat.close()
+    assert chat.exitstatus == 0
 
     # Update: refused while the clone has local changes, then a pull and a reinstall.
     readme = clone / "README.md"
