@@ -127,6 +127,13 @@ def test_install_update_and_uninstall_leave_nanomem_on_the_path_then_only_the_ho
 
     said = failing(["nanomem", "self", "uninstall", "--purge"], env, tmp_path)  # no terminal
     assert "asks first: run it at a terminal" in said and link.is_symlink() and venv.is_dir()
+    purge = pexpect.spawn("nanomem", ["self", "uninstall", "--purge"], env=env, encoding="utf-8")
+    purge.expect_exact("Type 'delete' to confirm:")
+    purge.sendline("yes")  # anything but the word keeps everything
+    purge.expect(pexpect.EOF)
+    purge.close()
+    assert purge.exitstatus == 1 and "nothing was deleted or removed" in (purge.before or "")
+    assert link.is_symlink() and venv.is_dir() and (home / ".nanomem" / "config.toml").is_file()
     said = run(["nanomem", "self", "uninstall"], env, tmp_path)
     assert f"Your home {home / '.nanomem'}" in said and "is kept" in said
     assert not link.exists() and not link.is_symlink() and not venv.exists()
