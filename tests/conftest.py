@@ -58,6 +58,7 @@ SLOW_FILES = {
     "test_proxy_e2e.py",
     "test_schedules_e2e.py",
     "test_import_e2e.py",
+    "test_telegram_onboard_e2e.py",
 }
 SLOW_TESTS = {
     "test_e2e_bytes.py": {  # the bytes a real process reads and writes
@@ -74,6 +75,9 @@ SLOW_TESTS = {
     },
     "test_e2e_memory.py": {"test_sigkill_during_new_loses_and_duplicates_nothing"},
     "test_home_archive_e2e.py": {"test_the_command_writes_a_private_file_here_or_a_pipe"},
+    "test_install_e2e.py": {  # a real install from the registry: minutes
+        "test_install_update_and_uninstall_leave_nanomem_on_the_path_then_only_the_home"
+    },
     "test_security.py": {
         "test_the_shell_shows_no_secret_and_kills_what_escapes",  # a process's environment
         "test_a_gigabyte_of_shell_output_keeps_the_agent_small",  # a process's peak memory

@@ -51,6 +51,8 @@ def test_onboard_asks_only_what_the_flags_left_and_hides_the_key(tmp_path: Path)
     child.expect_exact("API key")
     child.expect_exact("OPENAI_API_KEY")  # the other place the key may live
     child.sendline("sk-typed-and-hidden")
+    child.expect_exact("Connect Telegram now? [y/N]")
+    child.sendline("")
     child.expect(pexpect.EOF)
     child.close()
     assert child.exitstatus == 0, seen.getvalue()
@@ -67,6 +69,8 @@ def test_a_key_in_the_environment_is_not_asked_for(tmp_path: Path) -> None:
         env, "onboard", "--model", "openai/gpt-4o-mini", "--api-base", "http://h/v1"
     )
     child.expect_exact("Using the API key in the environment variable OPENAI_API_KEY")
+    child.expect_exact("Connect Telegram now? [y/N]")
+    child.sendline("n")
     child.expect(pexpect.EOF)
     assert not any(question in seen.getvalue() for question in QUESTIONS)
     assert llm_table(home) == {"model": "openai/gpt-4o-mini", "api_base": "http://h/v1"}
@@ -83,6 +87,8 @@ def test_a_typed_name_without_provider_is_explained_and_asked_again(tmp_path: Pa
     child.expect_exact("Model (")
     child.sendline("ollama/llama3.1")
     child.expect_exact("empty if the server needs none")  # a local server: no key needed
+    child.sendline("")
+    child.expect_exact("Connect Telegram now? [y/N]")
     child.sendline("")
     child.expect(pexpect.EOF)
     assert llm_table(home) == {"model": "ollama/llama3.1"}
@@ -195,7 +201,8 @@ def test_a_refused_key_names_the_variable_it_came_from(home: Home, fake_llm: Fak
 
 def test_with_telegram_enabled_onboarding_asks_who_the_owner_is(tmp_path: Path) -> None:
     home = Home(tmp_path / "home")
-    env = bare_env(home, NANOMEM_TELEGRAM__ENABLED="true")
+    # A token set elsewhere is not asked for (nor copied into the file).
+    env = bare_env(home, NANOMEM_TELEGRAM__ENABLED="true", NANOMEM_TELEGRAM__TOKEN="1:x")
     child, seen = spawn(env, "onboard")
     child.expect_exact("Model (")
     child.sendline("")  # later
@@ -206,4 +213,64 @@ def test_with_telegram_enabled_onboarding_asks_who_the_owner_is(tmp_path: Path) 
     child.expect(pexpect.EOF)
     child.close()
     assert child.exitstatus == 0, seen.getvalue()
-    assert tomllib.loads(home.config.read_text())["telegram"]["owner"] == 4242
+    written = tomllib.loads(home.config.read_text())["telegram"]
+    assert written == {"enabled": True, "owner": 4242}
+    assert "Bot token" not in seen.getvalue()
+
+
+def model_less_home(tmp_path: Path, fake_llm: FakeOpenAI) -> tuple[Home, dict[str, str]]:
+    """A home onboarded earlier without a model; the server and its key come from the
+    environment, so the model is the only question."""
+    home = Home(tmp_path / "home")
+    env = bare_env(home, NANOMEM_LLM__API_BASE=fake_llm.base_url, NANOMEM_LLM__API_KEY="sk-t")
+    assert run_cli("onboard", env=env, stdin="").returncode == 0
+    assert "model" not in llm_table(home)
+    return home, env
+
+
+def test_the_second_run_refuses_what_is_no_model_name_and_saves_a_valid_one(
+    tmp_path: Path, fake_llm: FakeOpenAI
+) -> None:
+    home, env = model_less_home(tmp_path, fake_llm)
+    child, seen = spawn(env, "chat")
+    for stray in ("what model should I use", ""):
+        child.expect_exact("Model to use now")
+        child.sendline(stray)
+        child.expect_exact("is not a model name" if stray else "A model is needed to chat")
+        assert "model" not in llm_table(home)  # nothing invalid is saved
+    child.expect_exact("Model to use now")
+    child.sendeof()
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 2 and "nothing was saved" in seen.getvalue()
+    assert "Traceback" not in seen.getvalue() and "model" not in llm_table(home)
+
+    child, seen = spawn(env, "chat")
+    child.expect_exact("Model to use now")
+    child.sendline("ls -la")
+    child.expect_exact("`ls -la` is not a model name: a name has no spaces")
+    child.expect_exact("Model to use now")
+    child.sendline("openai/fake")
+    child.expect_exact(PROMPT)
+    assert llm_table(home)["model"] == "openai/fake"
+    child.sendline("hello")
+    child.expect_exact("echo: ")
+    child.expect_exact(PROMPT)
+    child.sendcontrol("d")
+    child.expect(pexpect.EOF)
+
+
+def test_three_answers_that_are_no_model_end_the_run_and_save_nothing(
+    tmp_path: Path, fake_llm: FakeOpenAI
+) -> None:
+    home, env = model_less_home(tmp_path, fake_llm)
+    before = home.config.read_bytes()
+    child, seen = spawn(env, "chat")
+    for stray in ("ls -la", "cd ~/projects", ""):
+        child.expect_exact("Model to use now")
+        child.sendline(stray)
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 2, seen.getvalue()
+    assert "no model configured; nothing was saved" in seen.getvalue()
+    assert home.config.read_bytes() == before

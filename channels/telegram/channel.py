@@ -156,6 +156,11 @@ class TelegramChannel(BaseChannel):
             self._album_done, self._publish, quiet_s=wait, longest_s=max(10.0, wait)
         )
 
+    @staticmethod
+    async def bot_username(token: str, settings: TelegramSettings) -> str:
+        """Which bot `token` is (getMe): how onboarding checks a typed token."""
+        return await transport.bot_username(token, settings)
+
     @classmethod
     def from_app(cls, app: App) -> TelegramChannel:
         return cls(app.settings.telegram, workspace=app.workspace, commands=app.loop.commands.all())
@@ -167,10 +172,10 @@ class TelegramChannel(BaseChannel):
 
     async def start(self, bus: MessageBus) -> None:
         self._bus = bus
-        if not self.settings.allow_from:
+        if not self.settings.allow_from and self.settings.owner is None:
             logger.warning(
-                "telegram.allow_from is empty: every message is refused, and the log names "
-                "each refused user id to add"
+                "telegram.allow_from is empty and telegram.owner is not set: every message is "
+                "refused, and the log names each refused user id to add"
             )
         if (assumed := self.settings.assumed_owner) is not None and not self._owner_noted:
             self._owner_noted = True  # once per run: restarts of the channel stay quiet
@@ -260,7 +265,7 @@ class TelegramChannel(BaseChannel):
         made by someone since removed from telegram.allow_from must not reach them.)"""
         chat_id, _ = target(chat)
         user_id = int(sender) if sender.lstrip("-").isdigit() else chat_id  # a private chat's
-        return is_allowed(self.settings.allow_from, user_id, chat_id)
+        return is_allowed(self.settings.allow_from, user_id, chat_id, self.settings.owner)
 
     # Inbound: stored first, then handed to the core, which runs `_prepare` in the chat's order.
 
@@ -386,7 +391,7 @@ class TelegramChannel(BaseChannel):
         if press is not None and not fair_press(press.data, user.id, message):
             self._refuse_press(press.id)
             return None
-        if not is_allowed(self.settings.allow_from, user.id, message.chat_id):
+        if not is_allowed(self.settings.allow_from, user.id, message.chat_id, self.settings.owner):
             if press is not None:
                 self._refuse_press(press.id)
             if user.id not in self._refused:  # refused silently: no reply, typing or reaction

@@ -57,12 +57,15 @@ def target(key: str) -> tuple[int, int | None]:
     return int(chat), int(thread) if thread else None
 
 
-def is_allowed(allow_from: list[int | str], user_id: int, chat_id: int) -> bool:
-    """Numeric user ids (or a group's own id) grant access; "*" lets anyone in. Only a group's
-    (negative) id admits by the chat: a private chat's id is its person's, and a press that
-    claims one must not borrow that person's admission."""
+def is_allowed(
+    allow_from: list[int | str], user_id: int, chat_id: int, owner: int | None = None
+) -> bool:
+    """The owner (telegram.owner) is always let in; numeric user ids (or a group's own id)
+    grant access; "*" lets anyone in. Only a group's (negative) id admits by the chat: a
+    private chat's id is its person's, and a press that claims one must not borrow that
+    person's admission."""
     by_chat = chat_id < 0 and chat_id in allow_from
-    return "*" in allow_from or user_id in allow_from or by_chat
+    return user_id == owner or "*" in allow_from or user_id in allow_from or by_chat
 
 
 def _mention(username: str) -> str:

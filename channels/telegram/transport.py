@@ -38,7 +38,9 @@ from telegram.request import BaseRequest, HTTPXRequest, RequestData
 from channels.telegram.delivery import TOKEN_REJECTED, PollWatch, SendError, target
 from channels.telegram.incoming import UNREADABLE_KEPT
 from nanomem.agent import Button, ChannelDown
+from nanomem.config import TelegramSettings
 from nanomem.text import untrusted_json
+from nanomem.text.masking import redact, register_secrets
 from nanomem.text.plural import plural
 
 
@@ -376,3 +378,33 @@ async def upload(
     else:
         sent = await call_api(bot.send_document(chat_id, file, **options))
     return sent.message_id
+
+
+GETME_TIMEOUT_S = 10.0  # the whole call: connecting, asking and reading the answer
+
+
+async def bot_username(token: str, settings: TelegramSettings) -> str:
+    """The bot's username; ValueError with a sentence for the person, never with the token."""
+    register_secrets([token])
+    bot = Bot(
+        token,
+        base_url=settings.base_url,
+        base_file_url=settings.base_file_url,
+        request=requests_for(settings.proxy),
+    )
+    try:
+        async with asyncio.timeout(GETME_TIMEOUT_S), bot:  # initialize() asks getMe
+            username = bot.username
+    except InvalidToken as exc:
+        code = "404" if "not found" in str(exc).lower() else "401"
+        raise ValueError(
+            f"Telegram refused this token ({code}): copy it again from @BotFather "
+            "(/mybots, then API Token)."
+        ) from None
+    except (TelegramError, TimeoutError, OSError) as exc:
+        detail = redact(str(exc)) or type(exc).__name__
+        raise ValueError(
+            f"Could not reach the Bot API at {settings.base_url} ({detail}); check the "
+            "network, or telegram.base_url and telegram.proxy."
+        ) from None
+    return redact(username)

@@ -12,9 +12,16 @@ from typing import TYPE_CHECKING
 from nanomem.providers import key_variable, model_name_problem, route
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from nanomem.config import LLMSettings, TelegramSettings
+    from nanomem.locks import FileLock
 
 Ask = Callable[[str], str]
+FIRST_QUESTION = "Model (e.g. openai/gpt-4o-mini; empty to set later): "
+# A later run of `chat` on a config without a model: it cannot go on without one.
+NOW_QUESTION = "Model to use now (saved to the config, e.g. openai/gpt-4o-mini; Ctrl-D quits): "
+NEEDED = "A model is needed to chat: type its name, or press Ctrl-D to quit."
 
 
 @dataclass(frozen=True)
@@ -33,17 +40,22 @@ def ask_missing(
     ask: Ask = input,
     ask_secret: Ask = getpass.getpass,
     say: Callable[[str], None] = print,
+    question: str = FIRST_QUESTION,
 ) -> Choices:
     """`given` (the flags) completed by questions for what `known` (flags, environment, an
     existing file) lacks. A typed name no client can place is explained and asked again; a
-    flag's raises ValueError with the explanation."""
+    flag's raises ValueError with the explanation. With NOW_QUESTION an empty answer is asked
+    again too; after three tries the model is still empty."""
     choices = given
     for _ in range(3):
         if known.model and not choices.model:
             break  # set elsewhere (a variable, a flag of `chat`): not ours to question
-        model = choices.model or ask("Model (e.g. openai/gpt-4o-mini; empty to set later): ")
-        if not (model := model.strip()):
+        model = choices.model or ask(question)
+        if not (model := model.strip()) and question == FIRST_QUESTION:
             break
+        if not model:
+            say(NEEDED)
+            continue
         api_base, typed_base = choices.api_base or known.api_base or "", ""
         if not api_base and (model.startswith("openai/") or "/" not in model):
             api_base = typed_base = ask(
@@ -100,3 +112,34 @@ def ask_owner(
             return int(typed)
         say(f"{typed!r} is not a numeric user id (a positive number, such as 123456789).")
     return None
+
+
+def ask_model_now(
+    known: LLMSettings,
+    config: Path,
+    lock: FileLock,
+    *,
+    ask: Ask = input,
+    ask_secret: Ask = getpass.getpass,
+    say: Callable[[str], None] = print,
+) -> bool:
+    """A later run's question for the model `config` lacks, checked as the first run's is;
+    what was answered is saved in `config` once valid. False: nothing valid, nothing saved."""
+    import json
+
+    from nanomem.cli.onboard import set_config_value
+
+    choices = ask_missing(
+        known, Choices(), ask=ask, ask_secret=ask_secret, say=say, question=NOW_QUESTION
+    )
+    if not choices.model:
+        return False
+    with lock.hold_sync():
+        for key, value in (
+            ("model", choices.model),
+            ("api_base", choices.api_base),
+            ("api_key", choices.api_key),
+        ):
+            if value:
+                set_config_value(config, "llm", key, json.dumps(value))
+    return True

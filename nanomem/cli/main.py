@@ -228,21 +228,21 @@ def cmd_onboard(args: argparse.Namespace) -> int:
 def _first_run(args: argparse.Namespace, home: Home, given: Choices) -> bool:
     """Onboard `home`; `given` (onboard's flags) is written. A new config is completed by
     questions on a terminal, never elsewhere. Returns whether questions were asked."""
-    from nanomem.cli.first_run import ask_missing, ask_owner
+    from nanomem.cli.first_run import ask_missing
     from nanomem.cli.onboard import ensure_api_key, onboard, set_config_value
+    from nanomem.cli.telegram_setup import ask_telegram, save_telegram
     from nanomem.providers import model_name_problem
 
     known = _settings(args, home).llm  # flags, the environment, an existing file
     fresh = not home.config.exists()
     interactive = fresh and sys.stdin.isatty()
-    owner = None
     try:
         if interactive:
             print(f"Setting up nanomem in {home.root}")
             given = ask_missing(known, given)
-            owner = ask_owner(_settings(args, home).telegram)
         elif problem := model_name_problem(given.model, given.api_base or known.api_base):
             raise ValueError(problem)
+        telegram = ask_telegram(_settings(args, home).telegram, home.config, fresh, args.command)
     except ValueError as exc:
         raise CliError(f"config error: {exc} (command line)", EXIT_CONFIG) from None
     except EOFError:  # Ctrl-D at a question
@@ -251,8 +251,8 @@ def _first_run(args: argparse.Namespace, home: Home, given: Choices) -> bool:
     report = onboard(home, model=given.model, api_key=given.api_key, api_base=given.api_base)
     for path in report.created:
         print(f"created {path}")
-    if owner is not None:
-        set_config_value(home.config, "telegram", "owner", str(owner))
+    if telegram is not None:
+        print(save_telegram(home.config, home.lock("config"), telegram))
     ensure_api_key(_settings(args, home), _config_path(args, home), home)
     if not fresh:  # an explicit flag is a request to change the existing file
         for key, value in (("model", given.model), ("api_base", given.api_base)):
@@ -262,7 +262,7 @@ def _first_run(args: argparse.Namespace, home: Home, given: Choices) -> bool:
     tightened = [p for p in report.tightened if p not in report.created and p != home.root]
     if tightened:
         print(f"made {_files_and_folders(len(tightened))} in {home.root} private (owner only)")
-    if not report.created and not tightened and not (given.model or given.api_base):
+    if not (report.created or tightened or given.model or given.api_base or telegram):
         print(f"{home.root} is already set up; nothing changed")
     return interactive
 
@@ -330,15 +330,16 @@ def _message_text(message: str) -> str:
 
 
 def _ask_for_model(args: argparse.Namespace, home: Home) -> Settings:
-    from nanomem.cli.onboard import set_config_value
+    from nanomem.cli.first_run import ask_model_now
 
     config = _config_path(args, home)
     print(NO_MODEL.format(config=config))
-    model = input("Model to use now (saved to the config; empty to quit): ").strip()
-    if not model:
-        raise CliError("no model configured", EXIT_CONFIG)
-    set_config_value(config, "llm", "model", json.dumps(model))
-    return _settings(args, home)
+    try:
+        if ask_model_now(_settings(args, home).llm, config, home.lock("config")):
+            return _settings(args, home)
+    except EOFError:  # Ctrl-D at the question
+        print()
+    raise CliError("no model configured; nothing was saved", EXIT_CONFIG)
 
 
 async def _one_shot(app: App, session: str, text: str) -> int:

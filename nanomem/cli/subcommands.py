@@ -19,6 +19,7 @@ MODULES: tuple[str, ...] = (
     "import_home",
     "doctor",
     "config_command",
+    "self_command",
 )
 
 

@@ -54,7 +54,12 @@ LOCAL = ("llama", "qwen", "phi", "gemma", "mistral", "mixtral", "deepseek", "smo
 
 def model_name_problem(model: str, api_base: str | None, key: str = "llm.model") -> str | None:
     """What is wrong with `model` and what to write instead, or None when a client can place it.
-    With an api_base every name is the server's own, passed to it as it is."""
+    With an api_base every name is the server's own, passed to it as it is (none has spaces)."""
+    if any(character.isspace() for character in model.strip()):
+        return (
+            f"{key} `{model}` is not a model name: a name has no spaces "
+            "(e.g. openai/gpt-4o-mini, or ollama/llama3.1)"
+        )
     if not model or api_base:
         return None
     prefix, slash, _ = model.partition("/")

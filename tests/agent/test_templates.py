@@ -110,6 +110,7 @@ SAMPLES = {
         "secrets": ["llm.api_key"],
         "problem": "",
     },
+    "telegram_onboard.md.j2": {"part": "done", "bot": "my_bot", "owner": 4242, "config": "c"},
 }
 
 

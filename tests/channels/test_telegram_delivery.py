@@ -165,6 +165,21 @@ def test_access_is_by_numeric_id_and_denied_by_default(
 
 
 @pytest.mark.parametrize(
+    ("allow_from", "user", "chat", "allowed"),
+    [
+        ([], 4242, 4242, True),  # the owner, whom no allow_from names
+        ([], 4242, -100123, True),  # in a group too, as an allowed user is
+        ([], 7, 7, False),  # nobody else
+        ([42], 7, 4242, False),  # a chat id that claims the owner's admits nobody else
+    ],
+)
+def test_the_owner_is_always_let_in(
+    allow_from: list[int | str], user: int, chat: int, allowed: bool
+) -> None:
+    assert is_allowed(allow_from, user, chat, owner=4242) is allowed
+
+
+@pytest.mark.parametrize(
     ("text", "expected"),
     [
         ("@nanomem_bot what is 2+2?", "what is 2+2?"),
