@@ -13,6 +13,9 @@ from typing import TYPE_CHECKING, Any
 
 from nanomem.cli import doctor, parked, pydantic_plugins, subcommands
 from nanomem.text.escapes import strip_escapes  # only `re`: --help stays instant
+from nanomem.text.plural import plural
+
+FILES = ("file or folder", "files and folders")
 
 if TYPE_CHECKING:
     from nanomem.agent import MessageBus, OutboundMessage
@@ -261,16 +264,10 @@ def _first_run(args: argparse.Namespace, home: Home, given: Choices) -> bool:
                 print(f"set llm.{key} in {home.config}")
     tightened = [p for p in report.tightened if p not in report.created and p != home.root]
     if tightened:
-        print(f"made {_files_and_folders(len(tightened))} in {home.root} private (owner only)")
+        print(f"made {plural(len(tightened), *FILES)} in {home.root} private (owner only)")
     if not (report.created or tightened or given.model or given.api_base or telegram):
         print(f"{home.root} is already set up; nothing changed")
     return interactive
-
-
-def _files_and_folders(count: int) -> str:
-    from nanomem.text.plural import plural
-
-    return plural(count, "file or folder", "files and folders")
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -518,7 +515,7 @@ def _configured(
             onboard(home)
     if tightened := make_private(home):
         print(
-            f"nanomem: made {_files_and_folders(len(tightened))} in {home.root} private "
+            f"nanomem: made {plural(len(tightened), *FILES)} in {home.root} private "
             "(they were readable by others)",
             file=sys.stderr,
         )
