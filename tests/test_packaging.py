@@ -97,8 +97,9 @@ def test_the_readme_gives_an_install_and_run_command_then_the_test_command_ci_ru
     second installs what the tests need and runs them, exactly as CI does."""
     blocks = _bash_blocks((ROOT / "README.md").read_text(), "## Quick start")
     install_and_run, test = blocks[0], blocks[-1]
-    assert "-r requirements.lock" in install_and_run
-    assert install_and_run.endswith(".venv/bin/nanomem chat")
+    assert install_and_run == "python3 -m nanomem.install --chat"
+    installer = (ROOT / "nanomem" / "install.py").read_text()
+    assert "--require-hashes" in installer and "requirements.lock" in installer
     assert test == "bash .ci/run"
     ci_run = (ROOT / ".ci" / "run").read_text()
     # The test tools are not in requirements.lock: the test command must install them itself,
