@@ -98,7 +98,7 @@ def test_a_secret_the_model_repeats_is_masked_before_it_is_saved_or_shown(
 def test_mistyped_secret_keys_are_not_echoed(home: Home) -> None:
     home.config.write_text(home.config.read_text() + '\n[extra]\nAPIKEY = "sk-typo-0123456789"\n')
     result = run_cli_here("status", env=cli_env(home))
-    assert result.returncode == 2 and "extra: unknown setting" in result.stderr
+    assert result.returncode == 2 and "[extra]: unknown setting" in result.stderr
     assert "sk-typo" not in result.stderr + result.stdout
     assert secret_free_files(home, "sk-typo-0123456789") == []
 
