@@ -121,7 +121,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.set_defaults(owners=subcommands.add_parsers(commands))
     gateway = commands.add_parser(
         "gateway",
-        help="serve the enabled channels (Telegram) and GET /health until SIGTERM",
+        help="serve the enabled channels (Telegram, the API at /v1) and GET /health until SIGTERM",
         description="Run the agent for every enabled channel, with GET /health on "
         "gateway.host:gateway.port. SIGTERM/SIGINT stop it gracefully (in-flight replies get "
         "gateway.grace_s seconds); a second signal stops it at once.",

@@ -31,6 +31,7 @@ from nanomem.features.schedules.rules import FORMAT_VERSION, ID_PATTERN, Schedul
 from nanomem.home import Home
 from nanomem.locks import FileLock
 from nanomem.text import untrusted_json
+from nanomem.text.plural import plural
 
 MAX_FILE_BYTES = 1024 * 1024
 MAX_FILE_TEXT = "1 MiB"
@@ -99,13 +100,13 @@ class ScheduleStore:
             mine = sum(1 for s in schedules if s.session == schedule.session)
             if mine >= self.max_per_chat:
                 raise ScheduleError(
-                    f"this chat has {mine} schedules, the most allowed (schedule.max_per_chat); "
-                    "cancel one first"
+                    f"this chat has {plural(mine, 'schedule')}, the most allowed "
+                    "(schedule.max_per_chat); cancel one first"
                 )
             if len(schedules) >= self.max_total:
                 raise ScheduleError(
-                    f"there are {len(schedules)} schedules, the most allowed in all "
-                    "(schedule.max_total)"
+                    f"this home holds {plural(len(schedules), 'schedule')}, the most allowed in "
+                    "all (schedule.max_total)"
                 )
             self._write((*stored.entries, schedule))
 
