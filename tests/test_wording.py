@@ -34,7 +34,7 @@ async def test_why_of_a_run_that_read_one_terminal_entry(home: Home) -> None:
     reply = await app.loop.handle(InboundMessage("cli", "direct", "/why Quito", sender))
     assert reply is not None
     assert "It read 1 history entry and did not say which one" in reply.content
-    assert "the terminal chat cli:direct" in reply.content
+    assert "the chat cli:direct" in reply.content
     assert "cli chat direct" not in reply.content
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import signal
 import sys
 import time
@@ -39,7 +40,10 @@ from nanomem.text.masking import redact
 if TYPE_CHECKING:
     from rich.console import Console
 
+    from nanomem.agent import Unread
+
 EXIT_WORDS = {"/exit", "/quit", "exit", "quit"}
+UNREAD_POLL_S = 1.0  # a reminder fired by the gateway shows in an open chat within this
 
 
 class MaskedHistory(FileHistory):
@@ -109,9 +113,11 @@ class TerminalChannel(BaseChannel):
         chat_id: str = "direct",
         console: Console | None = None,
         workspace: Path | None = None,
+        unread: Unread | None = None,
     ) -> None:
         self.chat_id = chat_id
         self.workspace = workspace
+        self.unread = unread  # what the gateway said here unasked while nobody looked
         # The terminal is the owner's, and they sit at this prompt: they can answer a question
         # (may this shell command run?). A session named like a group speaks as in one.
         shared = is_shared_room(f"{self.name}:{chat_id}")
@@ -222,21 +228,53 @@ class TerminalChannel(BaseChannel):
                 loop.call_soon(on_ready)
                 on_ready = None
 
-        with typeahead_kept():
-            while True:
-                self._prompting = True
-                try:
-                    text = await prompt.prompt_async("you › ", pre_run=after_first_draw)
-                except (EOFError, KeyboardInterrupt):
-                    break
-                finally:
-                    self._prompting = False
-                if not text.strip():
-                    continue
-                if text.strip().lower() in EXIT_WORDS:
-                    break
-                await self._exchange(text)
+        watching = asyncio.create_task(self._watch_unread(), name="terminal-unread")
+        try:
+            with typeahead_kept():
+                await self._prompt_loop(prompt, after_first_draw)
+        finally:
+            watching.cancel()
+            await asyncio.gather(watching, return_exceptions=True)
         self.console.print("[dim]bye[/dim]")
+
+    async def _prompt_loop(self, prompt: PromptSession[str], pre_run: Callable[[], None]) -> None:
+        while True:
+            self._prompting = True
+            try:
+                text = await prompt.prompt_async("you › ", pre_run=pre_run)
+            except (EOFError, KeyboardInterrupt):
+                break
+            finally:
+                self._prompting = False
+            if not text.strip():
+                continue
+            if text.strip().lower() in EXIT_WORDS:
+                break
+            await self._exchange(text)
+
+    async def _watch_unread(self) -> None:
+        """What waits from while nobody looked is shown first; then, while the chat is open,
+        what the gateway says here unasked (a reminder firing) within UNREAD_POLL_S."""
+        if self.unread is None:
+            return
+        session = f"{self.name}:{self.chat_id}"
+        away = True
+        while True:
+            if await asyncio.to_thread(self.unread.waiting, session):
+                texts = await asyncio.to_thread(self.unread.take, session)
+                if texts:
+                    await self._above_prompt(functools.partial(self._show_unread, texts, away))
+            away = False
+            await asyncio.sleep(UNREAD_POLL_S)
+
+    def _show_unread(self, texts: list[str], away: bool) -> None:
+        from channels.terminal.markdown import Literal
+
+        if away:
+            self.console.print("While you were away:", style="bold", markup=False)
+        for text in texts:
+            self.console.print(Literal(strip_escapes(text)))
+            self.console.print()
 
     async def _exchange(self, text: str) -> None:
         """Send one message and show its reply as it is written; Ctrl-C meanwhile sends /stop."""

@@ -325,13 +325,13 @@ def _may_quote(session: str, audience: Audience | None) -> bool:
 
 
 def _chat(session: str, audience: Audience | None) -> str:
-    """`telegram chat 42`; in a group, another chat is not named."""
+    """`telegram chat 42`, `the chat cli:direct`; in a group, another chat is not named."""
     if not _may_quote(session, audience):
         return "another conversation"
     channel, _, chat = session.partition(":")
-    if channel == "cli":  # a terminal session is known to people by its key (`chat --session`)
-        return f"the terminal chat {session}"
     chat, _, topic = chat.partition(":")
+    if not chat.lstrip("-").isdigit():  # known by a name (cli:direct): people type its key
+        return f"the chat {session}"
     return f"{channel} chat {chat}" + (f" (topic {topic})" if topic else "")
 
 

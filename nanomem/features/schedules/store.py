@@ -125,6 +125,14 @@ class ScheduleStore:
             self._write(tuple(e for e in stored.entries if e is not found))
             return found
 
+    def stamp(self) -> _Key | None:
+        """Changes whenever the file is written (every write is a rename); None: no file."""
+        try:
+            info = self.path.stat()
+        except FileNotFoundError:
+            return None
+        return (info.st_ino, info.st_size, info.st_mtime_ns)
+
     def summary(self) -> str:
         """One line for `nanomem status`: the entries, and those that cannot be armed, why."""
         stored = self.read()
