@@ -115,3 +115,45 @@ def test_a_reminder_made_with_no_gateway_fires_when_one_starts_and_waits_for_the
     chat.expect_exact(PROMPT)
     chat.sendcontrol("d")
     chat.expect(pexpect.EOF)
+
+
+def test_a_reminder_cancelled_in_the_terminal_is_disarmed_in_the_gateway(
+    home: Home, llm: FakeOpenAI, gateway: GatewayProcess
+) -> None:
+    chat = open_chat(home, llm)
+    chat.expect_exact(PROMPT)
+    chat.sendline("REMIND IN 3600 call the plumber")
+    chat.expect_exact("tool: Scheduled")
+    chat.expect_exact(PROMPT)
+    (made,) = json.loads(home.schedules.read_text())["schedules"]
+    gateway.wait_for_line(rf"schedule {made['id']} \(cli:direct\) taken up")
+    chat.sendline("/schedules")
+    chat.expect_exact(f"{made['id']} · once at")
+    chat.expect_exact("call the plumber")
+    chat.sendline(f"/unschedule {made['id']}")
+    chat.expect_exact(f"Cancelled schedule {made['id']}")
+    gateway.wait_for_line(rf"schedule {made['id']} was cancelled in another process; disarmed")
+    assert gateway.health()[1]["schedules"]["armed"] == 0
+    chat.sendcontrol("d")
+    chat.expect(pexpect.EOF)
+
+
+def test_the_owner_also_hears_a_terminal_reminder_on_telegram(home: Home, llm: FakeOpenAI) -> None:
+    from tests.fakes.telegram_server import FakeTelegram
+
+    with (
+        FakeTelegram() as telegram,
+        GatewayProcess(home, telegram, llm, NANOMEM_TELEGRAM__OWNER="1000"),
+    ):
+        chat = open_chat(home, llm)
+        chat.expect_exact(PROMPT)
+        chat.sendline("REMIND IN 2 take the bread out")
+        chat.expect_exact("tool: Scheduled")
+        chat.expect_exact("REMINDER: take the bread out")
+        copies = wait_until(
+            lambda: [m for m in telegram.sent_messages(1000) if "take the bread out" in m["text"]],
+            what="the owner's copy",
+        )
+        assert copies[0]["text"].startswith("From the terminal chat cli:direct:")
+        chat.sendcontrol("d")
+        chat.expect(pexpect.EOF)
