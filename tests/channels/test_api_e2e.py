@@ -259,6 +259,7 @@ def test_telegram_and_the_api_are_served_together(
     assert {name: c["state"] for name, c in body["channels"].items()} == {
         "telegram": "up",
         "api": "up",
+        "cli": "up",  # what terminal chats left for later (their reminders)
     }
     assert texts(telegram.sent_messages(1001)) == [reply["text"]]
     log = (gateway.home.logs / "nanomem.log").read_text() + "".join(gateway.lines)
