@@ -48,10 +48,26 @@ class Literal(Markdown):
 
 
 def _hard_breaks(tokens: list[Token]) -> list[Token]:
+    """Every line break kept as written, with the indent of the line after it (CommonMark
+    drops both: a paragraph's lines are joined, and each line's leading spaces go)."""
+    from markdown_it.token import Token
+
     for token in tokens:
-        for child in token.children or ():
-            if child.type == "softbreak":
+        children = token.children or []
+        breaks = sum(1 for c in children if c.type in ("softbreak", "hardbreak"))
+        lines = token.content.split("\n")
+        # A line break inside a code span is no break: then the lines cannot be matched.
+        following = iter(lines[1:] if breaks == len(lines) - 1 else [])
+        rebuilt: list[Token] = []
+        for child in children:
+            rebuilt.append(child)
+            if child.type in ("softbreak", "hardbreak"):
                 child.type = "hardbreak"
+                line = next(following, "")
+                if indent := line[: len(line) - len(line.lstrip(" \t"))]:
+                    rebuilt.append(Token("text", "", 0, content=indent))
+        if token.children is not None:
+            token.children = rebuilt
     return tokens
 
 
