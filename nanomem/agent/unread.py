@@ -9,15 +9,13 @@ showing and removing shows it again at its next start."""
 from __future__ import annotations
 
 import contextlib
-import json
 import os
-from datetime import UTC, datetime
 from pathlib import Path
 
-from nanomem.durable import append_lines
 from nanomem.home import Home
 from nanomem.locks import FileLock
-from nanomem.text import untrusted_json
+
+# Imported where used: `nanomem chat` builds an Unread before its prompt shows (start-up speed).
 
 VERSION = 1
 # Read at most this much (the newest): a file that grew for weeks with no chat open must flood
@@ -43,6 +41,11 @@ class Unread:
         return self.directory / session_filename(session)
 
     def leave(self, session: str, text: str) -> None:
+        import json
+        from datetime import UTC, datetime
+
+        from nanomem.durable import append_lines
+
         record = {"v": VERSION, "ts": datetime.now(UTC).isoformat(timespec="seconds"), "text": text}
         with self.lock.hold_sync():
             self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -56,6 +59,8 @@ class Unread:
 
     def take(self, session: str) -> list[str]:
         """What waits for the chat, oldest first; none of it waits any more."""
+        from nanomem.text import untrusted_json
+
         path = self.path(session)
         with self.lock.hold_sync():
             try:
