@@ -81,6 +81,7 @@ def test_a_reminder_made_in_the_terminal_fires_live_through_the_gateway(
     assert [s["session"] for s in schedules] == ["cli:direct"]
     gateway.wait_for_line(r"schedule [0-9a-f]{8} \(cli:direct\) taken up")
     chat.expect_exact("REMINDER: stretch your legs")  # shown while the chat is open
+    chat.expect_exact(PROMPT)
     assert last_assistant(home) == "REMINDER: stretch your legs"  # and in the session
     wait_until(lambda: not home.schedules.read_text().count("cli:direct"), what="a spent once")
     chat.sendcontrol("d")
@@ -105,7 +106,10 @@ def test_a_reminder_made_with_no_gateway_fires_when_one_starts_and_waits_for_the
     chat.expect_exact(PROMPT)
     chat.sendcontrol("d")
     chat.expect(pexpect.EOF)
-    assert "water the basil" in home.schedules.read_text()
+    (made,) = json.loads(home.schedules.read_text())["schedules"]
+    assert made["text"] == "water the basil"
+    due = datetime.fromisoformat(made["at"])
+    wait_until(lambda: datetime.now(UTC) > due + timedelta(seconds=1), what="its time to pass")
     with GatewayProcess(home, None, llm) as process:  # after its time: caught up at start
         process.wait_for_line(r"while the gateway was down; running it now")
         wait_until(lambda: last_assistant(home) == "REMINDER: water the basil", what="the turn")

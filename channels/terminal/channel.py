@@ -190,7 +190,13 @@ class TerminalChannel(BaseChannel):
         if self._prompting:
             from prompt_toolkit.application import run_in_terminal
 
-            await run_in_terminal(show)
+            def quietly() -> None:
+                # run_in_terminal puts the terminal in cooked mode, where a Ctrl-D typed
+                # meanwhile is spent on no reader and keys are echoed over what is shown.
+                with typeahead_kept():
+                    show()
+
+            await run_in_terminal(quietly)
         else:
             show()
 
