@@ -12,10 +12,15 @@ CHANNELS = {
     "terminal": "channels.terminal.channel:TerminalChannel",
     "telegram": "channels.telegram.channel:TelegramChannel",
     "api": "channels.api.channel:ApiChannel",
+    "terminal-outbox": "channels.terminal.outbox:TerminalOutbox",
 }
+# Served by every gateway whatever the settings: what the agent says unasked in a terminal
+# session (a reminder made in `nanomem chat`) waits there for the next look at that chat.
+ALWAYS_SERVED = ("terminal-outbox",)
 NO_CHANNEL = (
-    "no channel is enabled: set telegram.enabled = true and telegram.token in {config} "
-    "(or NANOMEM_TELEGRAM__ENABLED=true and NANOMEM_TELEGRAM__TOKEN), or api.enabled = true"
+    "no channel is enabled, so it serves only what terminal chats left for later (reminders) "
+    "and Dream: set telegram.enabled = true and telegram.token in {config} (or "
+    "NANOMEM_TELEGRAM__ENABLED=true and NANOMEM_TELEGRAM__TOKEN), or api.enabled = true"
 )
 
 

@@ -362,6 +362,9 @@ class ScheduleSettings(_Section):
     max_per_chat: int = Field(50, ge=1, le=10_000)
     # In all chats together: every one is an APScheduler job, and schedules.json stays small.
     max_total: int = Field(1000, ge=1, le=10_000)
+    # What a terminal chat's schedule says when it fires also goes to the owner's private chat
+    # on a channel that reaches them (Telegram with telegram.owner): the terminal may be closed.
+    terminal_to_owner: bool = True
 
 
 class LogSettings(_Section):

@@ -79,6 +79,12 @@ class Home:
         return self.root / "schedules.json"
 
     @property
+    def unread(self) -> Path:
+        """What the agent said unasked in a chat nobody has open (a terminal session's
+        reminder), a file per session until the chat shows it (agent/unread.py)."""
+        return self.root / "unread"
+
+    @property
     def tasks(self) -> Path:
         """Background tasks the chats started: running, and recently ended (features/tasks)."""
         return self.root / "tasks.json"

@@ -51,6 +51,7 @@ SLOW_FILES = {
     "test_docker.py",
     "test_e2e_processes.py",
     "test_e2e_terminal.py",
+    "test_e2e_terminal_markdown.py",
     "test_exec_timeout_noise.py",  # what the CLI's own process leaves on stderr as it exits
     "test_gateway_e2e.py",
     "test_groups_e2e.py",
@@ -59,6 +60,7 @@ SLOW_FILES = {
     "test_schedules_e2e.py",
     "test_import_e2e.py",
     "test_telegram_onboard_e2e.py",
+    "test_terminal_reminders_e2e.py",
 }
 SLOW_TESTS = {
     "test_e2e_bytes.py": {  # the bytes a real process reads and writes

@@ -48,6 +48,7 @@ BASE_MODULES = {
     "config",
     "durable",
     "exports",
+    "gateway_state",
     "home",
     "locks",
     "log",

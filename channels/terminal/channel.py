@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import signal
 import sys
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from html import escape as html_escape
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -22,6 +24,7 @@ from nanomem.agent import (
     BaseChannel,
     Capabilities,
     Delta,
+    DeltaEnd,
     File,
     InboundMessage,
     MessageBus,
@@ -37,7 +40,10 @@ from nanomem.text.masking import redact
 if TYPE_CHECKING:
     from rich.console import Console
 
+    from nanomem.agent import Unread
+
 EXIT_WORDS = {"/exit", "/quit", "exit", "quit"}
+UNREAD_POLL_S = 1.0  # a reminder fired by the gateway shows in an open chat within this
 
 
 class MaskedHistory(FileHistory):
@@ -107,9 +113,11 @@ class TerminalChannel(BaseChannel):
         chat_id: str = "direct",
         console: Console | None = None,
         workspace: Path | None = None,
+        unread: Unread | None = None,
     ) -> None:
         self.chat_id = chat_id
         self.workspace = workspace
+        self.unread = unread  # what the gateway said here unasked while nobody looked
         # The terminal is the owner's, and they sit at this prompt: they can answer a question
         # (may this shell command run?). A session named like a group speaks as in one.
         shared = is_shared_room(f"{self.name}:{chat_id}")
@@ -150,6 +158,10 @@ class TerminalChannel(BaseChannel):
             if view is not None:
                 view.grow(part)
             return
+        if isinstance(part, DeltaEnd):
+            if (view := self._views.get(msg.reply_to or "")) is not None:
+                view.end(part.step)
+            return
         if isinstance(part, Progress):
             line = f"  ↳ {strip_escapes(part.line)}"
             self.console.print(line, style="dim", markup=False, highlight=False)
@@ -158,7 +170,7 @@ class TerminalChannel(BaseChannel):
             await self._above_prompt(lambda: self._show_file(part))
             return
         if not isinstance(part, Text | Question):
-            return  # a delta's end: nothing to show
+            return
         msg = replace(msg, part=replace(part, text=strip_escapes(part.text)))
         if isinstance(part, Question):
             # Asked in a task of its own: its answer comes back through this same chat, which
@@ -178,7 +190,13 @@ class TerminalChannel(BaseChannel):
         if self._prompting:
             from prompt_toolkit.application import run_in_terminal
 
-            await run_in_terminal(show)
+            def quietly() -> None:
+                # run_in_terminal puts the terminal in cooked mode, where a Ctrl-D typed
+                # meanwhile is spent on no reader and keys are echoed over what is shown.
+                with typeahead_kept():
+                    show()
+
+            await run_in_terminal(quietly)
         else:
             show()
 
@@ -216,21 +234,53 @@ class TerminalChannel(BaseChannel):
                 loop.call_soon(on_ready)
                 on_ready = None
 
-        with typeahead_kept():
-            while True:
-                self._prompting = True
-                try:
-                    text = await prompt.prompt_async("you › ", pre_run=after_first_draw)
-                except (EOFError, KeyboardInterrupt):
-                    break
-                finally:
-                    self._prompting = False
-                if not text.strip():
-                    continue
-                if text.strip().lower() in EXIT_WORDS:
-                    break
-                await self._exchange(text)
+        watching = asyncio.create_task(self._watch_unread(), name="terminal-unread")
+        try:
+            with typeahead_kept():
+                await self._prompt_loop(prompt, after_first_draw)
+        finally:
+            watching.cancel()
+            await asyncio.gather(watching, return_exceptions=True)
         self.console.print("[dim]bye[/dim]")
+
+    async def _prompt_loop(self, prompt: PromptSession[str], pre_run: Callable[[], None]) -> None:
+        while True:
+            self._prompting = True
+            try:
+                text = await prompt.prompt_async("you › ", pre_run=pre_run)
+            except (EOFError, KeyboardInterrupt):
+                break
+            finally:
+                self._prompting = False
+            if not text.strip():
+                continue
+            if text.strip().lower() in EXIT_WORDS:
+                break
+            await self._exchange(text)
+
+    async def _watch_unread(self) -> None:
+        """What waits from while nobody looked is shown first; then, while the chat is open,
+        what the gateway says here unasked (a reminder firing) within UNREAD_POLL_S."""
+        if self.unread is None:
+            return
+        session = f"{self.name}:{self.chat_id}"
+        away = True
+        while True:
+            if await asyncio.to_thread(self.unread.waiting, session):
+                texts = await asyncio.to_thread(self.unread.take, session)
+                if texts:
+                    await self._above_prompt(functools.partial(self._show_unread, texts, away))
+            away = False
+            await asyncio.sleep(UNREAD_POLL_S)
+
+    def _show_unread(self, texts: list[str], away: bool) -> None:
+        from channels.terminal.markdown import Literal
+
+        if away:
+            self.console.print("While you were away:", style="bold", markup=False)
+        for text in texts:
+            self.console.print(Literal(strip_escapes(text)))
+            self.console.print()
 
     async def _exchange(self, text: str) -> None:
         """Send one message and show its reply as it is written; Ctrl-C meanwhile sends /stop."""
@@ -257,8 +307,7 @@ class TerminalChannel(BaseChannel):
         finally:
             del self._views[msg.id]
             loop.remove_signal_handler(signal.SIGINT)
-        view.keep_earlier_steps(reply.result())
-        self._render(reply.result())
+        self._render(reply.result(), shown=view.finish())
 
     async def _ask(self, question: OutboundMessage) -> None:
         """A question from the running turn (may this shell command run?): y/N/always at the
@@ -297,16 +346,22 @@ class TerminalChannel(BaseChannel):
             future = self._waiting[msg.id] = asyncio.get_running_loop().create_future()
         return future
 
-    def _render(self, msg: OutboundMessage) -> None:
-        style = msg.part.style if isinstance(msg.part, Text) else "reply"
-        if style == "error":
-            self.console.print(msg.content, style="red", markup=False, emoji=False)
-        elif style == "command":  # our own text: every line and `<id>` as written
-            self.console.print(msg.content, markup=False, emoji=False, highlight=False)
-        else:
-            from rich.markdown import Markdown  # ~0.1 s of imports: not before the first reply
+    def _render(self, msg: OutboundMessage, shown: str = "") -> None:
+        """A reply, a command's answer or an error, as Markdown that keeps every line and
+        `<id>` as written; `shown`: what of it is on the screen already (printed as written)."""
+        # ~0.1 s of imports (rich's Markdown): not before the first reply.
+        from channels.terminal.markdown import Literal
 
-            self.console.print(Markdown(msg.content))
+        content = msg.content
+        after = bool(shown) and content.startswith(shown)
+        if after:
+            content = content[len(shown) :]
+        style = msg.part.style if isinstance(msg.part, Text) else "reply"
+        if content.strip():
+            rest = Literal(content, style="red" if style == "error" else "none")
+            if after and not rest.opens_with_blank_line:
+                self.console.print()  # blocks apart, as one Markdown would draw them
+            self.console.print(rest)
         if msg.buttons:  # the terminal has no buttons: say what to type instead
             hint = " ".join(f"[{b.label}: {b.command}]" for b in msg.buttons)
             self.console.print(hint, style="dim", markup=False, highlight=False)
@@ -314,20 +369,21 @@ class TerminalChannel(BaseChannel):
 
 
 class LiveReply:
-    """The reply while it is written: a spinner, then the text so far as Markdown, redrawn in
-    place (only this region, never the screen). What is final is printed normally after it."""
+    """The reply while it is written: a spinner, then the text so far as Markdown. Finished
+    blocks are printed once, above; only the block being written is redrawn in place (only this
+    region, never the screen), so a long reply does not make each redraw slower."""
 
     def __init__(self, console: Console, refresh_per_second: int = 20) -> None:
         self.console = console
         self.refresh_per_second = refresh_per_second
-        self.steps: dict[int, str] = {}  # each model call's text so far
+        self.steps: dict[int, StepText] = {}  # each model call's text so far
         self._live: Any = None
 
     def __enter__(self) -> LiveReply:
         from rich.live import Live
         from rich.spinner import Spinner
 
-        # Transient: the region is cleared at the end and the final text printed once, whole.
+        # Transient: the region is cleared at the end and the rest printed once, whole.
         self._live = Live(
             Spinner("dots", "[dim]thinking…[/dim]"),
             console=self.console,
@@ -349,31 +405,90 @@ class LiveReply:
         self._live.start()
 
     def grow(self, piece: Delta) -> None:
-        step = piece.step
-        text = strip_escapes(piece.so_far)
+        from channels.terminal.markdown import Literal, tail
+
         first = not self.steps
-        self.steps[step] = text
-        # The first words are drawn at once; later ones with the next refresh (≤ 50 ms).
-        self._live.update(self._tail(text), refresh=first)
-
-    def _tail(self, text: str) -> Any:
-        from rich.markdown import Markdown
-
+        for earlier in [s for s in self.steps if s < piece.step]:
+            self.end(earlier)  # a new model call: the one before has written all it will
+        step = self.steps.setdefault(piece.step, StepText())
+        step.raw = piece.so_far
+        step.fresh_lines = step.fresh_lines or "\n" in piece.piece
+        now = time.monotonic()
+        # Looked for once a line is complete.
+        if step.fresh_lines and now - step.looked >= step.pause:
+            step.looked, step.fresh_lines = now, False
+            self._print(step, *step.finished())
+            # A look costs what the block being written costs to parse (40 ms for a paragraph
+            # of 3,000 lines): looked at most a tenth of the time, never more than a redraw.
+            step.pause = max(1 / self.refresh_per_second, 10 * (time.monotonic() - now))
         room = max(3, self.console.size.height - 3)
-        lines = text.splitlines()
-        return Markdown("\n".join(lines[-room:]) if len(lines) > room else text)
+        shown = tail(step.pending(room * max(20, self.console.size.width)), room)
+        # The first words are drawn at once; later ones with the next refresh (≤ 50 ms).
+        self._live.update(Literal(shown), refresh=first)
+
+    def end(self, number: int) -> None:
+        """A step's text is complete: what is left of it is printed."""
+        step = self.steps.get(number)
+        if step is not None:
+            rest = step.raw[step.done :]
+            self._print(step, rest, strip_escapes(rest))
 
     def keep_shown(self) -> None:
         """A reply stopped halfway: everything shown so far stays on the screen."""
-        self._print(sorted(self.steps))
+        for number in sorted(self.steps):
+            self.end(number)
 
-    def keep_earlier_steps(self, reply: OutboundMessage) -> None:
-        """Text written before tool calls stays; the last step is the reply itself."""
-        self._print(sorted(self.steps)[:-1])
+    def finish(self) -> str:
+        """Text before tool calls stays; the last step is the reply itself: what of it is on
+        the screen already."""
+        numbers = sorted(self.steps)
+        for number in numbers[:-1]:
+            self.end(number)
+        return self.steps[numbers[-1]].shown if numbers else ""
 
-    def _print(self, steps: list[int]) -> None:
-        from rich.markdown import Markdown
+    def _print(self, step: StepText, raw: str, text: str) -> None:
+        """Print `text`, shown from the next `raw` characters of the step, for good."""
+        from channels.terminal.markdown import Literal
 
-        for step in steps:
-            if self.steps[step].strip():
-                self.console.print(Markdown(self.steps[step]))
+        step.done += len(raw)
+        if not text.strip():
+            return
+        shown = Literal(text)
+        if step.shown and not shown.opens_with_blank_line:
+            self.console.print()  # blocks apart, as one Markdown would draw them
+        step.shown += text
+        self.console.print(shown)
+
+
+@dataclass
+class StepText:
+    """One model call's text: as sent so far (`raw`, control sequences not yet removed), and
+    how much of it is printed for good (`done` of raw, `shown` as shown)."""
+
+    raw: str = ""
+    done: int = 0
+    shown: str = ""
+    fresh_lines: bool = False  # a line was completed since the last look for finished blocks
+    looked: float = 0.0
+    pause: float = 0.0  # until the next look
+
+    def finished(self) -> tuple[str, str]:
+        """The whole top-level blocks not yet printed that nothing written later can change,
+        as sent and as shown."""
+        from channels.terminal.markdown import finished_lines, split_lines
+
+        pending = self.raw[self.done :]
+        # Control sequences never span a line: the raw text's lines are the shown text's.
+        count = finished_lines(strip_escapes(pending))
+        raw = split_lines(pending, count)[0] if count else ""
+        return raw, strip_escapes(raw)
+
+    def pending(self, limit: int) -> str:
+        """The block being written, its last `limit` characters (with its first line)."""
+        from channels.terminal.markdown import is_fence
+
+        pending = self.raw[self.done :]
+        if len(pending) > limit:
+            first = pending[: pending.find("\n") + 1]
+            pending = (first if is_fence(first) else "") + pending[-limit:]
+        return strip_escapes(pending)

@@ -70,6 +70,7 @@ if TYPE_CHECKING:
     )
     from nanomem.agent.skills import Skills
     from nanomem.agent.templates import Templates, bundled_dir
+    from nanomem.agent.unread import Unread
 
 __all__ = [
     "GIVEN_UP",
@@ -115,6 +116,7 @@ __all__ = [
     "TellOwner",
     "Templates",
     "Text",
+    "Unread",
     "Unreadable",
     "anyone",
     "bundled_dir",
@@ -199,5 +201,6 @@ __getattr__ = lazy_exports(
         ),
         "skills": ("Skills",),
         "templates": ("Templates", "bundled_dir"),
+        "unread": ("Unread",),
     },
 )

@@ -29,6 +29,7 @@ from nanomem.audience import media_folder
 from nanomem.durable import write_below
 
 if TYPE_CHECKING:
+    from nanomem.agent.feature import TellOwner
     from nanomem.agent.inbox import Pending
 
 Job = Callable[[], Awaitable[None]]
@@ -148,6 +149,10 @@ class Channel(Protocol):
     def owner_chat(self) -> str | None:
         """The owner's private chat here, when `capabilities.reaches_owner`."""
 
+    def reach_owner(self, owner: TellOwner | None) -> None:
+        """Given the gateway's outlet to the owner (None: no channel reaches them), for a
+        channel that passes on to the owner what it cannot show itself."""
+
 
 class BaseChannel:
     """The defaults: no HTTP routes, nothing stored to take back, everyone admitted, no owner
@@ -175,6 +180,9 @@ class BaseChannel:
         return True
 
     def owner_chat(self) -> str | None:
+        return None
+
+    def reach_owner(self, owner: TellOwner | None) -> None:
         return None
 
 

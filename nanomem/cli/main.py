@@ -124,7 +124,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.set_defaults(owners=subcommands.add_parsers(commands))
     gateway = commands.add_parser(
         "gateway",
-        help="serve the enabled channels (Telegram) and GET /health until SIGTERM",
+        help="serve the enabled channels (Telegram, the API at /v1) and GET /health until SIGTERM",
         description="Run the agent for every enabled channel, with GET /health on "
         "gateway.host:gateway.port. SIGTERM/SIGINT stop it gracefully (in-flight replies get "
         "gateway.grace_s seconds); a second signal stops it at once.",
@@ -390,7 +390,7 @@ async def _interactive(
 ) -> int:
     """The prompt comes first; the app is built behind it while the person types (what they
     send meanwhile waits on the bus), then litellm and the tokenizer load the same way."""
-    from nanomem.agent import MessageBus, Reach, pump_outbound
+    from nanomem.agent import MessageBus, Reach, Unread, pump_outbound
     from nanomem.channel_registry import load_channel
     from nanomem.text.masking import (
         configured_secrets,
@@ -405,7 +405,7 @@ async def _interactive(
     configured = settings.agent.workspace  # as the app will resolve it (app.workspace_of)
     workspace = configured.expanduser().resolve() if configured else home.workspace
     channel = load_channel("terminal")(
-        history_file=home.chat_history, chat_id=session, workspace=workspace
+        history_file=home.chat_history, chat_id=session, workspace=workspace, unread=Unread.of(home)
     )
     await channel.start(bus)
     if home.dream_review.exists():  # a Dream change waits: the owner hears of it first thing

@@ -140,11 +140,12 @@ def _voice_line(settings: Settings) -> str:
 def _api_line(settings: Settings) -> str:
     """Whether the API is on, and its keys as their owner may see them: masked."""
     from nanomem.text.masking import masked
+    from nanomem.text.plural import plural
 
     api = settings.api
     state = "enabled" if api.enabled else "disabled"
     if keys := ", ".join(masked(key.get_secret_value()) for key in api.keys):
-        return f"{state}, {len(api.keys)} keys ({keys})"
+        return f"{state}, {plural(len(api.keys), 'key')} ({keys})"
     if api.enabled:  # it never answers without one
         return "enabled, no keys yet (`nanomem gateway` makes one in the config file)"
     return f"{state}, no keys"

@@ -8,28 +8,17 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
 
 from nanomem.durable import atomic_write_text
+from nanomem.gateway_state import Running, announced, running
 from nanomem.home import Home
 from nanomem.locks import FileLock, LockBusy
+
+__all__ = ["AlreadyRunning", "Claim", "Running", "claim", "running"]
 
 VERSION = 1
 # `nanomem status` may hold the lock for an instant to look: a starting gateway waits that out.
 CLAIM_WAIT_S = 1.0
-
-
-@dataclass(frozen=True)
-class Running:
-    """The gateway that holds a home; pid or port None while it has not written them yet."""
-
-    pid: int | None
-    port: int | None
-
-    def describe(self) -> str:
-        pid = "unknown" if self.pid is None else str(self.pid)
-        port = "not open yet" if not self.port else str(self.port)
-        return f"pid {pid}, port {port}"
 
 
 class AlreadyRunning(Exception):
@@ -71,7 +60,7 @@ def claim(home: Home, port: int) -> Claim:
     try:
         lock.acquire_sync(wait_s=CLAIM_WAIT_S)
     except LockBusy:
-        raise AlreadyRunning(_announced(home)) from None
+        raise AlreadyRunning(announced(home)) from None
     held = Claim(home, lock)
     try:
         held.announce(port)
@@ -79,25 +68,3 @@ def claim(home: Home, port: int) -> Claim:
         lock.release()
         raise
     return held
-
-
-def running(home: Home) -> Running | None:
-    """The gateway running on this home, if one does (read without disturbing it)."""
-    if not home.locks.is_dir():
-        return None
-    lock = home.lock("gateway")
-    try:
-        lock.acquire_sync(wait_s=0)
-    except LockBusy:
-        return _announced(home)
-    lock.release()
-    return None
-
-
-def _announced(home: Home) -> Running:
-    try:
-        state = json.loads(home.gateway.read_text(encoding="utf-8"))
-        pid, port = state.get("pid"), state.get("port")
-    except (OSError, ValueError, AttributeError):  # not written yet, or by hand
-        return Running(None, None)
-    return Running(pid if isinstance(pid, int) else None, port if isinstance(port, int) else None)

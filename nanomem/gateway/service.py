@@ -30,7 +30,7 @@ from nanomem.agent import (
     pump_outbound,
 )
 from nanomem.app import App
-from nanomem.channel_registry import NO_CHANNEL, enabled_channels, load_channel
+from nanomem.channel_registry import ALWAYS_SERVED, NO_CHANNEL, enabled_channels, load_channel
 from nanomem.config import ConfigError
 from nanomem.gateway.health import Health, serve_health
 from nanomem.pools import POOLS, WORKERS
@@ -72,9 +72,10 @@ class Gateway:
     @classmethod
     def from_app(cls, app: App) -> Gateway:
         names = enabled_channels(app.settings)
-        if not names:
-            raise ConfigError(NO_CHANNEL.format(config=app.home.config))
-        return cls(app, {name: load_channel(name).from_app(app) for name in names})
+        if not names:  # it still fires what the terminal left for later, and runs Dream
+            logger.warning("gateway: {}", NO_CHANNEL.format(config=app.home.config))
+        built = [load_channel(name).from_app(app) for name in [*names, *ALWAYS_SERVED]]
+        return cls(app, {channel.name: channel for channel in built})
 
     async def run(self, listening: Callable[[int], None] | None = None) -> int:
         """Serve until SIGTERM/SIGINT, then shut down gracefully; the exit code. `listening`
@@ -128,6 +129,8 @@ class Gateway:
         the owner through the owner outlet, when a channel can reach the owner."""
         pushing = {name for name, c in self.channels.items() if c.capabilities.pushes}
         owner = self._tell_owner if self._reaches_owner() else None
+        for channel in self.channels.values():
+            channel.reach_owner(owner)
         await self.app.start_features(Reach(frozenset(pushing), self._admits, owner))
 
     def _say_where(self, server: str) -> None:

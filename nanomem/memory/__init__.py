@@ -18,7 +18,7 @@ if TYPE_CHECKING:
         describe_stats,
     )
     from nanomem.memory.history import HistoryEntry, HistoryStore, NewEntry, clean_temp_files
-    from nanomem.memory.session import Session, SessionStore, to_wire
+    from nanomem.memory.session import Session, SessionStore, session_filename, to_wire
     from nanomem.memory.tokens import BpeTokenizer, Budget, Calibration
 
 __all__ = [
@@ -37,6 +37,7 @@ __all__ = [
     "Version",
     "clean_temp_files",
     "describe_stats",
+    "session_filename",
     "to_wire",
 ]
 __getattr__ = lazy_exports(
@@ -44,7 +45,7 @@ __getattr__ = lazy_exports(
     {
         "gitstore": ("Files", "GitStore", "GitStoreError", "TRACKED", "Version", "describe_stats"),
         "history": ("HistoryEntry", "HistoryStore", "NewEntry", "clean_temp_files"),
-        "session": ("Session", "SessionStore", "to_wire"),
+        "session": ("Session", "SessionStore", "session_filename", "to_wire"),
         "tokens": ("BpeTokenizer", "Budget", "Calibration"),
     },
 )

@@ -259,6 +259,7 @@ def test_telegram_and_the_api_are_served_together(
     assert {name: c["state"] for name, c in body["channels"].items()} == {
         "telegram": "up",
         "api": "up",
+        "cli": "up",  # what terminal chats left for later (their reminders)
     }
     assert texts(telegram.sent_messages(1001)) == [reply["text"]]
     log = (gateway.home.logs / "nanomem.log").read_text() + "".join(gateway.lines)
@@ -318,7 +319,7 @@ def test_the_gateway_runs_with_only_the_api_and_makes_its_key(home: Home, tmp_pa
     log = (home.logs / "nanomem.log").read_text() + "".join(lines)
     assert key not in log
     status = run_cli("status", env=env).stdout
-    assert key not in status and f"enabled, 1 keys (***{key[-4:]})" in status
+    assert key not in status and f"enabled, 1 key (***{key[-4:]})" in status
     with gateway_on(env) as (port, lines):  # kept: the next start makes no other
         assert answered(port, key) == 200
     assert tomllib.loads(home.config.read_text())["api"]["keys"] == [key]

@@ -58,3 +58,51 @@ async def test_the_models_words_are_still_rendered_as_markdown(home: Home) -> No
     shown = screen.getvalue()
     assert "It is bold and" in shown and "**" not in shown
     assert "• a list item" in shown
+
+
+REPLY = (
+    "Three lines:\nalpha\nbeta\n\n```sh\nls -la\n```\n\n- one\n- two\n\n"
+    "a<b and <div>x</div>\x1b]0;pwned\x07 and <<end tag>>\n\nThe end."
+)
+
+
+async def test_a_streamed_reply_is_printed_block_by_block_as_one_render_would(
+    home: Home,
+) -> None:
+    from channels.terminal.channel import LiveReply
+    from channels.terminal.markdown import Literal
+    from nanomem.agent import Delta, OutboundMessage, Text
+
+    channel, screen = terminal(home)
+    view = LiveReply(channel.console)
+    with view:
+        for end in range(1, len(REPLY) + 1, 3):  # three characters at a time
+            view.grow(Delta(REPLY[end - 1 : end + 2], REPLY[: end + 2], 0))
+            view.steps[0].looked = view.steps[0].pause = 0.0  # every cut is tried
+        printed = screen.getvalue()
+    assert "Three lines:\nalpha\nbeta" in printed  # finished blocks out before the end
+    assert "The end." not in printed  # the last block is still being written
+    clean = REPLY.replace("\x1b]0;pwned\x07", "")  # as send() hands the final reply on
+    channel._render(OutboundMessage("cli", "direct", Text(clean)), shown=view.finish())
+    whole = io.StringIO()
+    Console(file=whole, width=200, color_system=None, force_terminal=False).print(Literal(clean))
+    assert screen.getvalue() == whole.getvalue() + "\n"
+    assert "pwned" not in screen.getvalue()
+
+
+def test_the_live_region_redraws_only_the_last_lines_of_an_open_fence() -> None:
+    from channels.terminal.markdown import tail
+
+    fence = "```py\n" + "".join(f"x{n} = {n}\n" for n in range(100))
+    assert tail(fence, 3) == "```py\nx98 = 98\nx99 = 99\n"
+
+
+def test_indents_and_single_newlines_are_kept_as_written() -> None:
+    from channels.terminal.markdown import Literal
+
+    screen = io.StringIO()
+    text = "tree:\n.\n├── a\n│   └── b\n  two spaces in\n\n- item\n  more of it"
+    Console(file=screen, width=80, color_system=None).print(Literal(text))
+    lines = [line.rstrip() for line in screen.getvalue().splitlines()]
+    assert lines[:5] == ["tree:", ".", "├── a", "│   └── b", "  two spaces in"]
+    assert lines[-2:] == [" • item", "   more of it"]

@@ -276,7 +276,7 @@ def _final_dreams(children: Children, env: dict[str, str], report: Report) -> st
         if child.proc.returncode != 0:
             report.notes.append(f"final dream {number} exited {child.proc.returncode}: {output}")
             return "failed"
-        if "Nothing new to learn." in output:
+        if "Nothing new to learn" in output:
             return "ok"
     report.notes.append("Dream still had something new after 20 runs")
     return "failed"

@@ -8,8 +8,10 @@ import pytest
 
 from nanomem.agent.bus import InboundMessage
 from nanomem.app import App
+from nanomem.audience import Sender
 from nanomem.features.dream import Dreaming
 from nanomem.features.dream.commands import SHELL, MemoryCommands
+from nanomem.features.dream.dream import NOTHING_NEW
 from nanomem.home import Home
 from nanomem.memory.history import NewEntry
 from nanomem.providers.provider import ProviderError, Reply
@@ -29,7 +31,7 @@ async def test_dream_learns_commits_and_advances_the_cursor(home: Home) -> None:
     assert latest.summary == "dream: USER.md +2 -2, memory/MEMORY.md +1 -0"
     assert app.history.dream_cursor() == 2
     assert json.loads(home.dream_state.read_text())["status"] == "changed"
-    assert await dream(app) == "Nothing new to learn."
+    assert await dream(app) == NOTHING_NEW
 
 
 async def test_dream_log_shows_the_diff_and_restore_undoes_it(home: Home) -> None:
@@ -287,3 +289,15 @@ async def test_groups_see_personal_lets_dream_learn_from_groups(home: Home) -> N
     await app.history.append([NewEntry("telegram:-100555", "- the team picked Quito", "summary")])
     await dream(app)
     assert "picked Quito" in provider.calls[0][-1]["content"]
+
+
+async def test_dream_right_after_a_fact_says_how_the_fact_reaches_history(home: Home) -> None:
+    app = make_app(home, ScriptedProvider([text("Noted: you are Ada.")]))
+    owner = Sender("user", is_owner=True)
+    await app.loop.handle(InboundMessage("cli", "direct", "my name is Ada", owner))
+    before = app.git.log()
+    reply = await app.loop.handle(InboundMessage("cli", "direct", "/dream", owner))
+    assert reply is not None
+    assert reply.content.startswith("Nothing new to learn: nothing reached history")
+    assert "after /new" in reply.content
+    assert app.git.log() == before

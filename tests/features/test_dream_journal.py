@@ -7,6 +7,7 @@ import pytest
 
 from nanomem.app import App
 from nanomem.features.dream import Dreaming
+from nanomem.features.dream.dream import NOTHING_NEW
 from nanomem.features.dream.journal import CURSOR_TRAILER, Edit, Journal, Staging, journal_of
 from nanomem.home import Home
 from nanomem.providers.provider import Reply
@@ -76,7 +77,7 @@ def assert_applied_once(app: App, home: Home) -> None:
 async def test_the_next_run_finishes_what_a_kill_interrupted(home: Home, kill) -> None:  # type: ignore[no-untyped-def]
     app = await app_with_history(home, ScriptedProvider([]))
     kill(app, pending(app))
-    assert await dream(app) == "Nothing new to learn."  # the batch was consumed, once
+    assert await dream(app) == NOTHING_NEW  # the batch was consumed, once
     assert_applied_once(app, home)
 
 

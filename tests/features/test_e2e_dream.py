@@ -4,6 +4,7 @@ read by real git."""
 import shutil
 import subprocess
 
+from nanomem.features.dream.dream import NOTHING_NEW
 from nanomem.home import Home
 from tests.conftest import cli_env, run_cli_here
 from tests.fakes.openai_server import FakeOpenAI
@@ -72,7 +73,7 @@ def test_told_once_known_later_and_undone(home: Home, fake_llm: FakeOpenAI) -> N
 def test_dream_in_the_chat_and_bad_ids_in_the_shell(home: Home, fake_llm: FakeOpenAI) -> None:
     env = cli_env(home, fake_llm)
     nothing = run_cli_here("chat", "-m", "/dream", env=env)
-    assert nothing.stdout.strip() == "Nothing new to learn."
+    assert nothing.stdout.strip() == NOTHING_NEW
     unknown = run_cli_here("memory", "log", "deadbeef", env=env)
     assert unknown.returncode == 1
     assert unknown.stderr.strip() == "nanomem: no memory version starts with deadbeef"

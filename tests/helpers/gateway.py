@@ -30,19 +30,25 @@ API_KEY = "nm-api-key-for-tests-0123456789"  # the agent API's key in the tests 
 
 
 class GatewayProcess:
-    """The real `nanomem gateway`, its stderr collected line by line."""
+    """The real `nanomem gateway`, its stderr collected line by line; without Telegram when
+    `telegram` is None (it then serves what terminal chats leave for later)."""
 
-    def __init__(self, home: Home, telegram: FakeTelegram, llm: FakeOpenAI, **env: str) -> None:
+    def __init__(
+        self, home: Home, telegram: FakeTelegram | None, llm: FakeOpenAI, **env: str
+    ) -> None:
         self.home = home
         settings = {
-            "NANOMEM_TELEGRAM__ENABLED": "true",
-            "NANOMEM_TELEGRAM__TOKEN": telegram.token,
-            "NANOMEM_TELEGRAM__BASE_URL": telegram.base_url,
-            "NANOMEM_TELEGRAM__BASE_FILE_URL": telegram.base_file_url,
-            "NANOMEM_TELEGRAM__ALLOW_FROM": json.dumps(ALLOWED),
             "NANOMEM_GATEWAY__PORT": "0",
             "NANOMEM_DREAM__ENABLED": "false",  # no scheduled run may consume scripted replies
         }
+        if telegram is not None:
+            settings |= {
+                "NANOMEM_TELEGRAM__ENABLED": "true",
+                "NANOMEM_TELEGRAM__TOKEN": telegram.token,
+                "NANOMEM_TELEGRAM__BASE_URL": telegram.base_url,
+                "NANOMEM_TELEGRAM__BASE_FILE_URL": telegram.base_file_url,
+                "NANOMEM_TELEGRAM__ALLOW_FROM": json.dumps(ALLOWED),
+            }
         self.env = cli_env(home, llm, **(settings | env))
         self.proc = subprocess.Popen(
             [*NANOMEM, "gateway"],
@@ -55,7 +61,8 @@ class GatewayProcess:
         self._reader.start()
         found = self.wait_for_line(r"health at http://[\d.]+:(\d+)/health", timeout=60)
         self.port = int(found.group(1))
-        self.wait_for_line(r"telegram: running")
+        if telegram is not None:
+            self.wait_for_line(r"telegram: running")
 
     def _read(self) -> None:
         assert self.proc.stderr is not None

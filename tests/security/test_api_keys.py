@@ -76,7 +76,7 @@ def test_onboarding_with_the_api_enabled_makes_a_key_and_never_prints_it(tmp_pat
     output = result.stdout + result.stderr
     assert f"api.keys in {home.config}" in output and key not in output
     status = run_cli_here("status", env=cli_env(home, None, NANOMEM_API__ENABLED="true"))
-    assert f"enabled, 1 keys (***{key[-4:]})" in status.stdout and key not in status.stdout
+    assert f"enabled, 1 key (***{key[-4:]})" in status.stdout and key not in status.stdout
     again = run_cli("onboard", env=cli_env(home, None, NANOMEM_API__ENABLED="true"))
     assert tomllib.loads(home.config.read_text())["api"]["keys"] == [key]  # never replaced
     assert "api.keys" not in again.stdout + again.stderr

@@ -107,7 +107,7 @@ async def test_the_whole_tools_list_is_bounded(app_of: Any, home: Home) -> None:
     listing = (await turn(app, "/mcp")).content
     left = 300 - len(offered)
     assert f"ready, {len(offered)} tools, {left} left out" in listing
-    assert f"mcp_many_tool{len(offered)} (over mcp.max_tools_bytes (256 kB of tools))" in listing
+    assert f"mcp_many_tool{len(offered)} (over mcp.max_tools_bytes, 256 kB of tools)" in listing
     assert f"and {left - 10} more" in listing
     await asyncio.sleep(0.5)  # the state file for status
     shown = await asyncio.to_thread(run_cli_here, "status", env=cli_env(home))
@@ -128,7 +128,7 @@ async def test_a_smaller_count_bound_leaves_out_the_rest(home: Home) -> None:
         assert (await turn(app, "hello")).content == "answered"
         assert mcp_names(provider.tools_seen[0]) == [f"mcp_many_tool{i}" for i in range(5)]
         listing = (await turn(app, "/mcp")).content
-        assert "mcp_many_tool5 (over mcp.max_tools (5 tools))" in listing
+        assert "mcp_many_tool5 (over mcp.max_tools, 5 tools)" in listing
     finally:
         await app.stop_features(grace_s=1)
         await app.aclose()

@@ -66,6 +66,14 @@ class DreamBusy(Exception):
     """Another Dream run (in any process) holds the lock."""
 
 
+# Dream reads history only: a chat's latest messages are not in it until they are archived.
+NOTHING_NEW = (
+    "Nothing new to learn: nothing reached history since the last Dream. A conversation "
+    "reaches history when it is consolidated (as it grows) or after /new; /dream learns from "
+    "it then."
+)
+
+
 class DreamAborted(Exception):
     """A cap was hit or the edits were not surgical; the files are rolled back."""
 
@@ -84,7 +92,7 @@ class DreamResult:
         if self.pending is not None:
             return self.pending.describe()
         if self.status == "nothing_new":
-            return "Nothing new to learn."
+            return NOTHING_NEW
         if self.status == "failed":
             return f"Dream failed and changed nothing: {self.reason}"
         if self.version is None:

@@ -17,6 +17,7 @@ from nanomem.agent import Command, InboundMessage
 from nanomem.audience import PERSONAL_PATHS, Audience, audience_of
 from nanomem.features.dream import evidence
 from nanomem.memory import GitStore, GitStoreError, HistoryEntry, HistoryStore, Version
+from nanomem.text.plural import plural
 
 USAGE = "Usage: /why <words from a remembered line>, e.g. /why Quito"
 MATCH_ENOUGH = 0.5  # resemblance from which a line counts as the one meant
@@ -229,10 +230,8 @@ class Provenance:
         if found.entries:
             entries = self._entries(tuple(found.entries))
             ranked = _ranked(text, list(entries.values()))[:CLOSEST]
-            lead = (
-                f"{head}. It read {len(found.entries)} history entries and did not say which "
-                "one this line came from"
-            )
+            read = plural(len(found.entries), "history entry", "history entries")
+            lead = f"{head}. It read {read} and did not say which one this line came from"
             if not ranked:
                 chats = sorted({_chat(ref.session, audience) for ref in found.entries.values()})
                 return [f"{lead}; it read conversations in: {', '.join(chats)}."]
@@ -326,11 +325,13 @@ def _may_quote(session: str, audience: Audience | None) -> bool:
 
 
 def _chat(session: str, audience: Audience | None) -> str:
-    """`telegram chat 42`; in a group, another chat is not named."""
+    """`telegram chat 42`, `the chat cli:direct`; in a group, another chat is not named."""
     if not _may_quote(session, audience):
         return "another conversation"
     channel, _, chat = session.partition(":")
     chat, _, topic = chat.partition(":")
+    if not chat.lstrip("-").isdigit():  # known by a name (cli:direct): people type its key
+        return f"the chat {session}"
     return f"{channel} chat {chat}" + (f" (topic {topic})" if topic else "")
 
 

@@ -28,6 +28,7 @@ from nanomem.durable import append_lines, atomic_write_text, fsync_dir
 from nanomem.features.dream.journal import CURSOR_TRAILER, DreamJournal, EditConflict, Journal
 from nanomem.memory import Files, GitStore, HistoryStore, Version, describe_stats
 from nanomem.text import untrusted_json
+from nanomem.text.plural import plural
 
 REVIEW_VERSION = 1
 Decision = Literal["approved", "rejected", "expired", "dropped"]
@@ -72,8 +73,9 @@ class PendingChange:
         if max_diff_chars is not None and len(diff) > max_diff_chars:
             cut = diff[:max_diff_chars].rsplit("\n", 1)[0]
             diff = f"{cut}\n… (cut: /dream-log {self.id} shows all of it)"
+        read = plural(self.entries, "history entry", "history entries")
         return (
-            f"Dream prepared a memory change from {self.entries} history entries "
+            f"Dream prepared a memory change from {read} "
             f"(`{self.id}`, {self.created[:16].replace('T', ' ')} UTC); it waits for your "
             f"decision:\n{self.summary}\n\n{fenced(diff.rstrip(), 'diff')}\n"
             f"/dream-approve to keep it, /dream-reject [reason] to drop it "

@@ -14,6 +14,7 @@ from typing import Any
 from nanomem.config import McpSettings
 from nanomem.features.mcp.naming import SchemaTooLarge, clean_schema, kilobytes, tool_name
 from nanomem.pools import MCP_SCHEMAS
+from nanomem.text.plural import plural
 
 MAX_DESCRIPTION = 1024  # a tool's description as the server gives it, at most
 # Cleaning work for one server's list, in bytes of schemas built (those that turned out too
@@ -33,10 +34,11 @@ class Limits:
         return cls(settings.max_tools, settings.max_tools_bytes, settings.max_schema_bytes)
 
     def over_count(self) -> str:
-        return f"over mcp.max_tools ({self.max_tools} tools)"
+        # Shown in parentheses after the tool's name: none of its own (never "((...))").
+        return f"over mcp.max_tools, {plural(self.max_tools, 'tool')}"
 
     def over_bytes(self) -> str:
-        return f"over mcp.max_tools_bytes ({kilobytes(self.max_tools_bytes)} of tools)"
+        return f"over mcp.max_tools_bytes, {kilobytes(self.max_tools_bytes)} of tools"
 
 
 @dataclass(frozen=True)

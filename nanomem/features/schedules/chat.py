@@ -1,6 +1,9 @@
 """What a chat does with its schedules: the `schedule`, `list_schedules` and `cancel_schedule`
-tools and the /schedules and /unschedule commands. They work in `nanomem gateway` only: in the
-terminal or `chat -m` nothing would be running at the time, and they say so.
+tools and the /schedules and /unschedule commands. `nanomem gateway` runs them. In `nanomem
+chat` a schedule of a chat whose channel the gateway serves unasked (the terminal's own) is
+stored for the gateway, which takes it up within seconds (turns.py), and the answer says
+whether a gateway runs to fire it; elsewhere nothing would be running at the time, and they
+say so.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from nanomem.features.schedules.rules import (
     zone_checked,
 )
 from nanomem.features.schedules.store import ScheduleStore
+from nanomem.home import Home
 from nanomem.tools import Tool, ToolContext, ToolError, read_only_tool
 
 NEEDS_GATEWAY = (
@@ -30,6 +34,16 @@ NEEDS_GATEWAY = (
     "here nothing would be running then. Nothing was scheduled."
 )
 NO_PUSH = "This chat cannot receive messages the agent starts ({channel}); nothing was scheduled."
+GATEWAY_FIRES = (
+    "The gateway running on this home ({gateway}) fires it: what it says then shows in this "
+    "chat, or when `nanomem chat` next opens this session."
+)
+NO_GATEWAY = (
+    "It is stored, but no gateway runs on this home to fire it: start `nanomem gateway` (or "
+    "its systemd unit, docs/running-as-a-service.md). A time missed while no gateway runs "
+    "fires when the gateway starts if it is less than {grace} min late "
+    "(schedule.misfire_grace_min); otherwise it is skipped."
+)
 
 
 class ChatSchedules:
@@ -40,6 +54,7 @@ class ChatSchedules:
     settings: ScheduleSettings
     channels: set[str]
     failed: dict[str, str]
+    home: Home | None
     _scheduler: Any
 
     @property
@@ -58,16 +73,32 @@ class ChatSchedules:
     def _chat(self, context: ToolContext) -> str:
         """The session asking; ToolError when schedules cannot work here."""
         session = context.session
-        if not self.running or session is None:
+        if session is None or not self._here(session):
             raise ToolError(NEEDS_GATEWAY)
         channel = session.partition(":")[0]
         if channel not in self.channels:
             raise ToolError(NO_PUSH.format(channel=channel))
         return session
 
+    def _here(self, session: str) -> bool:
+        """Whether this chat's schedules work in this process: run here (the gateway), or
+        stored for the gateway (a chat whose channel it serves unasked: the terminal's)."""
+        return self.running or session.partition(":")[0] in self.channels
+
     def next_run(self, schedule: Schedule) -> datetime | None:
-        job = self._scheduler.get_job(schedule.id) if self._scheduler else None
+        if self._scheduler is None:  # stored for the gateway: when it would fire
+            return schedule.next_after(datetime.now(UTC))
+        job = self._scheduler.get_job(schedule.id)
         return job.next_run_time if job is not None else None
+
+    async def _who_fires(self) -> str:
+        """For a schedule stored for the gateway: whether one runs to fire it."""
+        from nanomem.gateway_state import running
+
+        gateway = await asyncio.to_thread(running, self.home) if self.home else None
+        if gateway is not None:
+            return GATEWAY_FIRES.format(gateway=gateway.describe())
+        return NO_GATEWAY.format(grace=self.settings.misfire_grace_min)
 
     def listing(self, session: str, schedules: list[Schedule], asker: Sender | None = None) -> str:
         maker = made_by(session, asker)
@@ -148,11 +179,14 @@ class ChatSchedules:
             await asyncio.to_thread(self.store.add, made)
         except ScheduleError as exc:
             raise ToolError(f"{exc}; nothing was scheduled") from None
+        when = local(upcoming, self.zone) if upcoming else "never"
+        if not self.running:  # stored for the gateway
+            fires = await self._who_fires()
+            return f"Scheduled {made.id}: {made.describe()}; next at {when}. {fires}"
         self._arm(made, upcoming)
         if made.id in self.failed:  # not armed after all: not kept either
             await asyncio.to_thread(self.store.remove, made.id)
             raise ToolError(f"{self.failed.pop(made.id)}; nothing was scheduled")
-        when = local(upcoming, self.zone) if upcoming else "never"
         return f"Scheduled {made.id}: {made.describe()}; next at {when}."
 
     @read_only_tool
@@ -184,12 +218,12 @@ class ChatSchedules:
         ]
 
     async def _cmd_list(self, msg: InboundMessage, args: str) -> str:
-        if not self.running:
+        if not self._here(msg.session_key):
             return NEEDS_GATEWAY.removesuffix(" Nothing was scheduled.")
         return self.listing(msg.session_key, await asyncio.to_thread(self.store.load), msg.sender)
 
     async def _cmd_cancel(self, msg: InboundMessage, args: str) -> str:
-        if not self.running:
+        if not self._here(msg.session_key):
             return NEEDS_GATEWAY.removesuffix(" Nothing was scheduled.")
         if not args.split():
             return "Usage: /unschedule <id> (/schedules lists them)."

@@ -11,5 +11,5 @@ def build(core: Core) -> ScheduledTurns:
     settings = core.settings
     store = ScheduleStore.of(core.home, settings.schedule)
     return ScheduledTurns(
-        store, core.bus, core.templates, settings.schedule, settings.agent.timezone
+        store, core.bus, core.templates, settings.schedule, settings.agent.timezone, core.home
     )

@@ -31,6 +31,7 @@ from nanomem.features.schedules.rules import FORMAT_VERSION, ID_PATTERN, Schedul
 from nanomem.home import Home
 from nanomem.locks import FileLock
 from nanomem.text import untrusted_json
+from nanomem.text.plural import plural
 
 MAX_FILE_BYTES = 1024 * 1024
 MAX_FILE_TEXT = "1 MiB"
@@ -104,13 +105,13 @@ class ScheduleStore:
             mine = sum(1 for s in schedules if s.session == schedule.session)
             if mine >= self.max_per_chat:
                 raise ScheduleError(
-                    f"this chat has {mine} schedules, the most allowed (schedule.max_per_chat); "
-                    "cancel one first"
+                    f"this chat has {plural(mine, 'schedule')}, the most allowed "
+                    "(schedule.max_per_chat); cancel one first"
                 )
             if len(schedules) >= self.max_total:
                 raise ScheduleError(
-                    f"there are {len(schedules)} schedules, the most allowed in all "
-                    "(schedule.max_total)"
+                    f"this home holds {plural(len(schedules), 'schedule')}, the most allowed in "
+                    "all (schedule.max_total)"
                 )
             self._write((*stored.entries, schedule))
 
@@ -140,6 +141,14 @@ class ScheduleStore:
                 return None
             self._write(tuple(e for e in stored.entries if e is not found))
             return found
+
+    def stamp(self) -> _Key | None:
+        """Changes whenever the file is written (every write is a rename); None: no file."""
+        try:
+            info = self.path.stat()
+        except FileNotFoundError:
+            return None
+        return (info.st_ino, info.st_size, info.st_mtime_ns)
 
     def summary(self) -> str:
         """One line for `nanomem status`: the entries, and those that cannot be armed, why."""

@@ -37,6 +37,7 @@ from nanomem.config import ScheduleSettings
 from nanomem.features.schedules.chat import ChatSchedules
 from nanomem.features.schedules.rules import Schedule, ScheduleError, local, zone_named
 from nanomem.features.schedules.store import ScheduleStore
+from nanomem.home import Home
 from nanomem.log import EACH
 
 if TYPE_CHECKING:
@@ -47,6 +48,7 @@ INBOX_CHANNEL = "schedule"  # the inbox's name for fired schedules (their chats 
 # While running, a firing later than this (and than the grace) is skipped: the machine slept.
 LATE_AT_RUN = timedelta(minutes=1)
 RETRY = timedelta(minutes=1)  # after a firing that failed
+WATCH_S = 1.0  # how often schedules.json is looked at for what other processes changed
 
 
 def position_name(schedule_id: str) -> str:
@@ -66,8 +68,9 @@ class ScheduledTurns(ChatSchedules, Feature):
         templates: Templates,
         settings: ScheduleSettings,
         timezone: str | None,
+        home: Home | None = None,
     ) -> None:
-        self.store, self.bus, self.templates = store, bus, templates
+        self.store, self.bus, self.templates, self.home = store, bus, templates, home
         self.settings, self.timezone = settings, timezone
         self.channels: set[str] = set()  # channels that deliver what the agent starts
         self.admits: Admits = anyone
@@ -75,6 +78,7 @@ class ScheduledTurns(ChatSchedules, Feature):
         self._firing: set[asyncio.Task[None]] = set()
         self.failed: dict[str, str] = {}  # id → why it is not armed (this run)
         self.file_problem: str | None = None  # why schedules.json could not be read at start
+        self._watching: asyncio.Task[None] | None = None
 
     @functools.cached_property
     def zone(self) -> tzinfo:
@@ -94,8 +98,9 @@ class ScheduledTurns(ChatSchedules, Feature):
         """Replay firings an earlier run left in the inbox, then arm every stored schedule for
         the channels that push (`reach.pushing`): one missed while nothing ran fires now if it
         is less than the grace late. Only with the durable inbox (the gateway): in `nanomem
-        chat` nothing would be running at the time, and the tools say so."""
+        chat` the schedules of its chat are stored for the gateway (chat.py)."""
         if self.bus.inbox is None:
+            self.channels = set(reach.pushing)
             return
         from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
@@ -135,6 +140,7 @@ class ScheduledTurns(ChatSchedules, Feature):
             armed += 1
         if armed:
             logger.info("schedules: {} armed", armed)
+        self._watching = asyncio.create_task(self._watch(), name="schedules-watch")
 
     async def readmit(self, pending: Pending) -> bool:
         """Hand in a stored firing again: left by an earlier run, or tried again after its
@@ -169,12 +175,61 @@ class ScheduledTurns(ChatSchedules, Feature):
         scheduler, self._scheduler = self._scheduler, None
         if scheduler is None:
             return
+        if self._watching is not None:
+            self._watching.cancel()
+            await asyncio.gather(self._watching, return_exceptions=True)
         scheduler.pause()
         # Before shutdown(), which would cancel a firing midway (it would be replayed, but the
         # log would call it an error).
         if self._firing:
             await asyncio.gather(*self._firing, return_exceptions=True)
         scheduler.shutdown(wait=False)
+
+    async def _watch(self) -> None:
+        """Another process changed schedules.json (a reminder made or cancelled in `nanomem
+        chat`): within WATCH_S, what is new is armed and what is gone disarmed. One stat per
+        look; the file is read only when it changed."""
+        seen = await asyncio.to_thread(self.store.stamp)
+        while self._scheduler is not None:
+            await asyncio.sleep(WATCH_S)
+            stamp = await asyncio.to_thread(self.store.stamp)
+            if stamp == seen:
+                continue
+            seen = stamp
+            try:
+                await self._take_up_changes()
+            except Exception:  # the next change is looked at all the same
+                logger.exception("schedules: could not take up a change of {}", self.store.path)
+
+    async def _take_up_changes(self) -> None:
+        stored = await asyncio.to_thread(self.store.read)
+        if stored.problem is not None:
+            if stored.problem != self.file_problem:
+                logger.error("schedules: {}", stored.problem)
+            self.file_problem = stored.problem
+            return  # nothing armed is changed until a person fixes the file
+        self.file_problem = None
+        for rejected in stored.rejected:
+            if rejected.id not in self.failed:
+                self._not_armed(rejected.id, rejected.reason)
+        scheduler, wanted = self._scheduler, {s.id for s in stored.schedules}
+        if scheduler is None:
+            return
+        for job in scheduler.get_jobs():
+            if job.id not in wanted:
+                job.remove()
+                logger.info("schedule {} was cancelled in another process; disarmed", job.id)
+        now = datetime.now(UTC)
+        for schedule in stored.schedules:
+            channel = schedule.session.partition(":")[0]
+            if scheduler.get_job(schedule.id) or schedule.id in self.failed:
+                continue
+            if channel not in self.channels:
+                continue  # told at start; kept for a start with that channel
+            await self._resume(schedule, now)
+            logger.info(
+                "schedule {} ({}) taken up from another process", schedule.id, schedule.session
+            )
 
     async def _resume(self, schedule: Schedule, now: datetime) -> None:
         stored = await self.bus.position(position_name(schedule.id))

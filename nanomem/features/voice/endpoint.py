@@ -45,4 +45,4 @@ def audio_endpoint(settings: Settings) -> AudioEndpoint | None:
         key = settings.llm.api_key.get_secret_value()
     else:
         key = os.environ.get(chosen.key_variable or "OPENAI_API_KEY", "")
-    return AudioEndpoint(chosen.base_url, key, "the model connection (llm.model)")
+    return AudioEndpoint(chosen.base_url, key, "the model connection, llm.model")
