@@ -58,14 +58,27 @@ def scrub_config(text: str, *, drop: tuple[Path_, ...] = ()) -> Scrubbed:
         own = _path_of(_parsed(f"{written} = 0"))
         key = (*table, *own)
         value = _value_at(tomllib.loads(statement), own)
-        secret = is_secret_setting(key) or (key in PROXY_SETTINGS and _has_password(value))
+        secret = _is_secret(key, value)
+        inner = [] if secret else _secrets_within(key, value)
+        indent = lines[i][: len(lines[i]) - len(lines[i].lstrip())]
+        if inner and not any(part.isdigit() for sub in inner for part in sub):
+            # A table written inline (`llm = { api_key = "…" }`): its secrets out, the rest kept.
+            kept.append(_inline_without(statement, own, inner))
+            for sub in inner:
+                out.removed.append(".".join((*key, *sub)))
+                out.values += _strings(_value_at(value, sub))
+                shown = ".".join((written, *sub))
+                kept.append(f"{indent}# {shown} = … (left out by nanomem export)\n")
+                gone.append((*key, *sub))
+            i = end
+            continue
+        secret = secret or bool(inner)  # one inside an array of tables: the whole statement
         if secret or any(key[: len(d)] == d for d in drop):
             name = ".".join(key)
             (out.removed if secret else out.dropped).append(name)
             if secret:
                 out.values += _strings(value)
             # The key as the file wrote it: `config set` finds it there to fill in again.
-            indent = lines[i][: len(lines[i]) - len(lines[i].lstrip())]
             kept.append(f"{indent}# {written} = … (left out by nanomem export)\n")
             gone.append(key)
         else:
@@ -140,6 +153,42 @@ def _strings(value: Any) -> list[str]:
     if isinstance(value, list):
         return [s for item in value for s in _strings(item)]
     return []
+
+
+def _is_secret(key: Path_, value: Any) -> bool:
+    return is_secret_setting(key) or (key in PROXY_SETTINGS and _has_password(value))
+
+
+def _secrets_within(key: Path_, value: Any) -> list[Path_]:
+    """The paths, below `key`, of the secrets an inline table or array holds."""
+    items: list[tuple[str, Any]]
+    if isinstance(value, dict):
+        items = list(value.items())
+    elif isinstance(value, list):
+        items = [(str(n), item) for n, item in enumerate(value)]
+    else:
+        return []
+    found: list[Path_] = []
+    for name, item in items:
+        if _is_secret((*key, name), item):
+            found.append((name,))
+        else:
+            found += [(name, *sub) for sub in _secrets_within((*key, name), item)]
+    return found
+
+
+def _inline_without(statement: str, own: Path_, inner: list[Path_]) -> str:
+    """The statement with the keys at `inner` taken out of its inline table."""
+    import tomlkit
+
+    doc: Any = tomlkit.parse(statement)
+    for sub in inner:
+        node = doc
+        for part in (*own, *sub)[:-1]:
+            node = node[part]
+        del node[sub[-1]]
+    text = tomlkit.dumps(doc)
+    return text if text.endswith("\n") else text + "\n"
 
 
 def _has_password(value: Any) -> bool:

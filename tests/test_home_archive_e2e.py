@@ -225,6 +225,23 @@ def test_a_file_holding_a_secret_value_stays_behind(home: Home, tmp_path: Path) 
     assert TEST_KEY.encode() not in gzip.decompress(archive.read_bytes())
 
 
+def test_a_secret_in_an_inline_table_of_a_broken_config_stays_behind(
+    home: Home, tmp_path: Path
+) -> None:
+    """A config the app refuses (a misspelt table) is still exported, scrubbed by its text
+    alone: a token inside an inline table must go as one on a line of its own does."""
+    home.config.write_text(
+        '[lm]\nmodel = "typo"\n\n[mcp]\n'
+        f'servers = {{ gh = {{ command = "gh-mcp", env = {{ GITHUB_TOKEN = "{MCP_TOKEN}" }} }} }}\n'
+    )
+    archive = tmp_path / "a.tar.gz"
+    done = run_cli_here("export", str(archive), env=cli_env(home))
+    assert done.returncode == 0, done.stderr
+    assert "mcp.servers.gh.env" in done.stdout  # named among the secrets left out
+    config = members(archive.read_bytes())["config.toml"].decode()
+    assert MCP_TOKEN not in config and 'command = "gh-mcp"' in config
+
+
 def test_an_existing_file_is_never_replaced(home: Home, tmp_path: Path) -> None:
     archive = tmp_path / "a.tar.gz"
     archive.write_bytes(b"precious")
