@@ -11,7 +11,7 @@ import tomllib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, get_args, get_origin
+from typing import TYPE_CHECKING, Any, get_origin
 
 from pydantic import BaseModel, SecretStr
 
@@ -26,7 +26,7 @@ from nanomem.setting_source import (
     table_header,
     type_kinds,
 )
-from nanomem.text.masking import is_secret_name, masked
+from nanomem.text.masking import is_secret_name, is_secret_setting, masked
 
 if TYPE_CHECKING:
     from tomlkit import TOMLDocument
@@ -50,7 +50,7 @@ class Setting:
 
     @property
     def secret(self) -> bool:
-        return _holds_secret(self.annotation) or any(is_secret_name(p) for p in self.path)
+        return is_secret_setting(self.path) or any(is_secret_name(p) for p in self.path)
 
     @property
     def table(self) -> bool:
@@ -117,13 +117,6 @@ def _values(annotation: Any) -> Any:
     if any(get_origin(kind) in (dict, Mapping) for kind in type_kinds(annotation)):
         return inner_type(annotation, "")
     return None
-
-
-def _holds_secret(annotation: Any) -> bool:
-    return any(
-        kind is SecretStr or any(_holds_secret(arg) for arg in get_args(kind))
-        for kind in type_kinds(annotation)
-    )
 
 
 def parse_value(target: Setting, raw: str) -> Any:
