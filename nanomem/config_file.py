@@ -26,7 +26,7 @@ from nanomem.setting_source import (
     table_header,
     type_kinds,
 )
-from nanomem.text.masking import is_secret_name, is_secret_setting, masked
+from nanomem.text.masking import is_secret_name, is_secret_setting, masked, url_password
 
 if TYPE_CHECKING:
     from tomlkit import TOMLDocument
@@ -521,10 +521,5 @@ def shown(target: Setting, value: Any, reveal: bool = False) -> str:
 
 
 def _without_password(url: str) -> str:
-    from urllib.parse import urlsplit
-
-    try:
-        password = urlsplit(url if "://" in url else f"http://{url}").password
-    except ValueError:
-        password = None
+    password = url_password(url)
     return json.dumps(url.replace(f":{password}@", ":***@") if password else url)
