@@ -6,6 +6,7 @@ that the app would refuse. tomlkit is imported here only, when a file is changed
 from __future__ import annotations
 
 import json
+import math
 import re
 import tomllib
 from collections.abc import Iterator, Mapping
@@ -144,7 +145,10 @@ def parse_value(target: Setting, raw: str) -> Any:
     for number in (int, float):
         if number in kinds:
             try:  # 30 stays 30 for a float too: as the person wrote it
-                return int(raw.strip()) if _whole(raw) else number(raw.strip())
+                value = int(raw.strip()) if _whole(raw) else number(raw.strip())
+                if not math.isfinite(value):  # nan, inf: TOML writes them, no setting means them
+                    raise ValueError(raw)
+                return value
             except ValueError:
                 whole = " (a whole one)" if number is int else ""
                 raise ConfigError(
