@@ -118,6 +118,8 @@ def test_a_home_moves_whole_and_without_its_secrets(
     assert tree(new.sessions) == tree(home.sessions) != {}
     assert tree(new.memory_git) == tree(home.memory_git)
     assert new.schedules.read_bytes() == home.schedules.read_bytes()
+    assert new.usage.read_bytes() == home.usage.read_bytes() != b""  # the tokens spent
+    assert "usage.jsonl" not in said.split("Not archived:")[-1]
     assert stat.S_IMODE(new.root.stat().st_mode) == 0o700
     restored = new.config.read_text()
     assert all(secret not in restored for secret in SECRETS)
