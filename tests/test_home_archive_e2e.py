@@ -244,6 +244,28 @@ def test_a_secret_in_an_inline_table_of_a_broken_config_stays_behind(
     assert MCP_TOKEN not in config and 'command = "gh-mcp"' in config
 
 
+def test_the_import_says_what_the_restored_settings_run(home: Home, tmp_path: Path) -> None:
+    """An archive may not be the person's own: the programs its config starts and the shell
+    commands it allows without asking are named, before anything runs them."""
+    env = cli_env(home)
+    for key, value in (
+        ("mcp.servers.files.command", "npx"),
+        ("mcp.servers.files.args", '["-y", "server-filesystem", "/srv/notes"]'),
+        ("tools.shell_enabled", "true"),
+    ):
+        assert run_cli_here("config", "set", key, value, env=env).returncode == 0
+    home.shell_allowlist.write_text('{"v": 1, "prefixes": ["git status"]}\n')
+    archive = tmp_path / "a.tar.gz"
+    assert run_cli_here("export", str(archive), env=env).returncode == 0
+    new = Home(tmp_path / "elsewhere")
+    done = run_cli_here("--home", str(new.root), "import-home", str(archive), env=env)
+    assert done.returncode == 0, done.stderr
+    said = done.stdout
+    assert "What this home's settings run" in said
+    assert "mcp.servers.files starts: npx -y server-filesystem /srv/notes" in said
+    assert "the shell runs without asking: git status" in said
+
+
 def test_an_existing_file_is_never_replaced(home: Home, tmp_path: Path) -> None:
     archive = tmp_path / "a.tar.gz"
     archive.write_bytes(b"precious")
