@@ -176,6 +176,30 @@ def test_a_flag_on_an_existing_config_waits_for_the_configs_lock(tmp_path: Path)
     assert llm_table(home) == {"model": "groq/llama-3.1-8b-instant"}
 
 
+@pytest.mark.slow  # a process of its own waiting on the lock this one holds
+def test_a_new_config_is_made_under_the_configs_lock(tmp_path: Path) -> None:
+    """Onboarding makes config.toml under the home's config lock: a `config set` making the
+    file at the same moment is never written over."""
+    home = Home(tmp_path / "home")
+    lock = home.lock("config")
+    lock.acquire_sync()
+    try:
+        child = subprocess.Popen(
+            [*NANOMEM, "onboard", "--model", "openai/gpt-4o-mini"],
+            env=bare_env(home),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        with pytest.raises(subprocess.TimeoutExpired):
+            child.wait(timeout=3)  # without waiting for the lock: done in ~1 s
+        assert not home.config.exists()
+    finally:
+        lock.release()
+    assert child.wait(timeout=60) == 0
+    assert llm_table(home) == {"model": "openai/gpt-4o-mini"}
+
+
 def test_a_model_flag_no_client_can_place_changes_nothing(tmp_path: Path) -> None:
     home = Home(tmp_path / "home")
     result = run_cli("onboard", "--model", "llama3.1", env=bare_env(home), stdin="")
