@@ -59,21 +59,24 @@ def scrub_config(text: str, *, drop: tuple[Path_, ...] = ()) -> Scrubbed:
         key = (*table, *own)
         value = _value_at(tomllib.loads(statement), own)
         secret = _is_secret(key, value)
-        inner = [] if secret else _secrets_within(key, value)
+        dropped = any(key[: len(d)] == d for d in drop)
+        inner = [] if secret or dropped else _within(key, value, drop)
         indent = lines[i][: len(lines[i]) - len(lines[i].lstrip())]
-        if inner and not any(part.isdigit() for sub in inner for part in sub):
+        if inner and not any(part.isdigit() for sub, _ in inner for part in sub):
             # A table written inline (`llm = { api_key = "…" }`): its secrets out, the rest kept.
-            kept.append(_inline_without(statement, own, inner))
-            for sub in inner:
-                out.removed.append(".".join((*key, *sub)))
-                out.values += _strings(_value_at(value, sub))
+            kept.append(_inline_without(statement, own, [sub for sub, _ in inner]))
+            for sub, is_secret in inner:
+                (out.removed if is_secret else out.dropped).append(".".join((*key, *sub)))
+                if is_secret:
+                    out.values += _strings(_value_at(value, sub))
                 shown = ".".join((written, *sub))
                 kept.append(f"{indent}# {shown} = … (left out by nanomem export)\n")
                 gone.append((*key, *sub))
             i = end
             continue
-        secret = secret or bool(inner)  # one inside an array of tables: the whole statement
-        if secret or any(key[: len(d)] == d for d in drop):
+        # One inside an array of tables: the whole statement.
+        secret = secret or any(is_secret for _, is_secret in inner)
+        if secret or dropped or inner:
             name = ".".join(key)
             (out.removed if secret else out.dropped).append(name)
             if secret:
@@ -159,8 +162,9 @@ def _is_secret(key: Path_, value: Any) -> bool:
     return is_secret_setting(key) or (key in PROXY_SETTINGS and _has_password(value))
 
 
-def _secrets_within(key: Path_, value: Any) -> list[Path_]:
-    """The paths, below `key`, of the secrets an inline table or array holds."""
+def _within(key: Path_, value: Any, drop: tuple[Path_, ...]) -> list[tuple[Path_, bool]]:
+    """The paths, below `key`, of what an inline table or array holds that goes: a secret
+    (True), or a setting in `drop` (False)."""
     items: list[tuple[str, Any]]
     if isinstance(value, dict):
         items = list(value.items())
@@ -168,12 +172,15 @@ def _secrets_within(key: Path_, value: Any) -> list[Path_]:
         items = [(str(n), item) for n, item in enumerate(value)]
     else:
         return []
-    found: list[Path_] = []
+    found: list[tuple[Path_, bool]] = []
     for name, item in items:
-        if _is_secret((*key, name), item):
-            found.append((name,))
+        path = (*key, name)
+        if _is_secret(path, item):
+            found.append(((name,), True))
+        elif any(path[: len(d)] == d for d in drop):
+            found.append(((name,), False))
         else:
-            found += [(name, *sub) for sub in _secrets_within((*key, name), item)]
+            found += [((name, *sub), s) for sub, s in _within(path, item, drop)]
     return found
 
 

@@ -196,3 +196,11 @@ def test_secrets_inside_an_inline_table_go_and_its_other_settings_stay() -> None
     assert kept["telegram"] == {"enabled": True}
     assert "\n# llm.api_key = … (left out by nanomem export)\n" in scrubbed.text
     assert "\n# servers.gh.env = … (left out by nanomem export)\n" in scrubbed.text
+
+
+def test_a_dropped_setting_inside_an_inline_table_goes_too() -> None:
+    scrubbed = scrub_config(
+        'agent = { workspace = "/srv/ws", max_iterations = 9 }\n', drop=(("agent", "workspace"),)
+    )
+    assert scrubbed.dropped == ["agent.workspace"] and scrubbed.removed == []
+    assert tomllib.loads(scrubbed.text) == {"agent": {"max_iterations": 9}}
