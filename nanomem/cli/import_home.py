@@ -117,7 +117,7 @@ def _what_runs(home: Home, settings: Settings) -> list[str]:
     would bring its programs along (MCP servers start with the chat and the gateway)."""
     import shlex
 
-    from nanomem.features.shell_approval.approval import Allowlist
+    from nanomem.features.shell_approval import Allowlist
     from nanomem.text.escapes import strip_escapes
     from nanomem.text.masking import shown_url
 
