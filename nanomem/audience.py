@@ -47,6 +47,12 @@ def is_shared_room(session: str) -> bool:
     return chat.startswith("-")
 
 
+def owner_alone(sender: Sender, session: str) -> bool:
+    """The owner, in a chat of their own: who may see the home's own details (its totals,
+    the model's address, its log's path)."""
+    return sender.is_owner and not (sender.shared_room or is_shared_room(session))
+
+
 def room_folder(workspace: Path, session: str) -> Path | None:
     """A shared room's own folder (`rooms/telegram_-100123`); None for a personal chat."""
     if not is_shared_room(session):

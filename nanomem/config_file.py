@@ -6,12 +6,13 @@ that the app would refuse. tomlkit is imported here only, when a file is changed
 from __future__ import annotations
 
 import json
+import math
 import re
 import tomllib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, get_args, get_origin
+from typing import TYPE_CHECKING, Any, get_origin
 
 from pydantic import BaseModel, SecretStr
 
@@ -26,7 +27,7 @@ from nanomem.setting_source import (
     table_header,
     type_kinds,
 )
-from nanomem.text.masking import is_secret_name, masked
+from nanomem.text.masking import is_secret_name, is_secret_setting, masked, url_password
 
 if TYPE_CHECKING:
     from tomlkit import TOMLDocument
@@ -50,7 +51,7 @@ class Setting:
 
     @property
     def secret(self) -> bool:
-        return _holds_secret(self.annotation) or any(is_secret_name(p) for p in self.path)
+        return is_secret_setting(self.path) or any(is_secret_name(p) for p in self.path)
 
     @property
     def table(self) -> bool:
@@ -119,13 +120,6 @@ def _values(annotation: Any) -> Any:
     return None
 
 
-def _holds_secret(annotation: Any) -> bool:
-    return any(
-        kind is SecretStr or any(_holds_secret(arg) for arg in get_args(kind))
-        for kind in type_kinds(annotation)
-    )
-
-
 def parse_value(target: Setting, raw: str) -> Any:
     """`raw` as the setting's type: bools (true/yes/on...), numbers, lists as TOML/JSON or
     `a,b`, tables as TOML or JSON; anything else the text as given."""
@@ -151,7 +145,10 @@ def parse_value(target: Setting, raw: str) -> Any:
     for number in (int, float):
         if number in kinds:
             try:  # 30 stays 30 for a float too: as the person wrote it
-                return int(raw.strip()) if _whole(raw) else number(raw.strip())
+                value = int(raw.strip()) if _whole(raw) else number(raw.strip())
+                if not math.isfinite(value):  # nan, inf: TOML writes them, no setting means them
+                    raise ValueError(raw)
+                return value
             except ValueError:
                 whole = " (a whole one)" if number is int else ""
                 raise ConfigError(
@@ -528,10 +525,5 @@ def shown(target: Setting, value: Any, reveal: bool = False) -> str:
 
 
 def _without_password(url: str) -> str:
-    from urllib.parse import urlsplit
-
-    try:
-        password = urlsplit(url if "://" in url else f"http://{url}").password
-    except ValueError:
-        password = None
+    password = url_password(url)
     return json.dumps(url.replace(f":{password}@", ":***@") if password else url)

@@ -58,14 +58,30 @@ def scrub_config(text: str, *, drop: tuple[Path_, ...] = ()) -> Scrubbed:
         own = _path_of(_parsed(f"{written} = 0"))
         key = (*table, *own)
         value = _value_at(tomllib.loads(statement), own)
-        secret = is_secret_setting(key) or (key in PROXY_SETTINGS and _has_password(value))
-        if secret or any(key[: len(d)] == d for d in drop):
+        secret = _is_secret(key, value)
+        dropped = any(key[: len(d)] == d for d in drop)
+        inner = [] if secret or dropped else _within(key, value, drop)
+        indent = lines[i][: len(lines[i]) - len(lines[i].lstrip())]
+        if inner and not any(part.isdigit() for sub, _ in inner for part in sub):
+            # A table written inline (`llm = { api_key = "…" }`): its secrets out, the rest kept.
+            kept.append(_inline_without(statement, own, [sub for sub, _ in inner]))
+            for sub, is_secret in inner:
+                (out.removed if is_secret else out.dropped).append(".".join((*key, *sub)))
+                if is_secret:
+                    out.values += _strings(_value_at(value, sub))
+                shown = ".".join((written, *sub))
+                kept.append(f"{indent}# {shown} = … (left out by nanomem export)\n")
+                gone.append((*key, *sub))
+            i = end
+            continue
+        # One inside an array of tables: the whole statement.
+        secret = secret or any(is_secret for _, is_secret in inner)
+        if secret or dropped or inner:
             name = ".".join(key)
             (out.removed if secret else out.dropped).append(name)
             if secret:
                 out.values += _strings(value)
             # The key as the file wrote it: `config set` finds it there to fill in again.
-            indent = lines[i][: len(lines[i]) - len(lines[i].lstrip())]
             kept.append(f"{indent}# {written} = … (left out by nanomem export)\n")
             gone.append(key)
         else:
@@ -140,6 +156,46 @@ def _strings(value: Any) -> list[str]:
     if isinstance(value, list):
         return [s for item in value for s in _strings(item)]
     return []
+
+
+def _is_secret(key: Path_, value: Any) -> bool:
+    return is_secret_setting(key) or (key in PROXY_SETTINGS and _has_password(value))
+
+
+def _within(key: Path_, value: Any, drop: tuple[Path_, ...]) -> list[tuple[Path_, bool]]:
+    """The paths, below `key`, of what an inline table or array holds that goes: a secret
+    (True), or a setting in `drop` (False)."""
+    items: list[tuple[str, Any]]
+    if isinstance(value, dict):
+        items = list(value.items())
+    elif isinstance(value, list):
+        items = [(str(n), item) for n, item in enumerate(value)]
+    else:
+        return []
+    found: list[tuple[Path_, bool]] = []
+    for name, item in items:
+        path = (*key, name)
+        if _is_secret(path, item):
+            found.append(((name,), True))
+        elif any(path[: len(d)] == d for d in drop):
+            found.append(((name,), False))
+        else:
+            found += [((name, *sub), s) for sub, s in _within(path, item, drop)]
+    return found
+
+
+def _inline_without(statement: str, own: Path_, inner: list[Path_]) -> str:
+    """The statement with the keys at `inner` taken out of its inline table."""
+    import tomlkit
+
+    doc: Any = tomlkit.parse(statement)
+    for sub in inner:
+        node = doc
+        for part in (*own, *sub)[:-1]:
+            node = node[part]
+        del node[sub[-1]]
+    text = tomlkit.dumps(doc)
+    return text if text.endswith("\n") else text + "\n"
 
 
 def _has_password(value: Any) -> bool:

@@ -27,6 +27,8 @@ FILES = (
     "shell-allowlist.json",
 )
 FOLDERS = ("workspace", "sessions", "memory.git")
+# Appended one whole line per write: copied without waiting for a lock, to the last whole line.
+APPENDED = ("usage.jsonl",)
 # What stays behind, and why (printed by `nanomem export`, listed in docs/backup.md).
 LEFT_OUT = {
     "logs": "log files",
@@ -96,7 +98,7 @@ def check_path(path: str) -> str:
     if len(parts) > MAX_DEPTH:
         raise ArchiveError(f"refused member {shown!r}: nested too deep")
     top = parts[0]
-    if not (path in FILES or (top in FOLDERS and len(parts) > 1)):
+    if not (path in (*FILES, *APPENDED) or (top in FOLDERS and len(parts) > 1)):
         raise ArchiveError(f"refused member {shown!r}: not part of a nanomem home")
     return str(PurePosixPath(path))
 

@@ -2,8 +2,8 @@
 
 What the home's writers keep under a lock (memory and its versions, the history and its
 cursors, schedules, the config) is copied while holding those locks, so a running gateway never
-tears what is read; sessions are append-only and are copied up to their last whole line. The
-copy is then archived at leisure, the manifest first."""
+tears what is read; sessions and usage.jsonl are append-only and are copied up to their last
+whole line. The copy is then archived at leisure, the manifest first."""
 
 from __future__ import annotations
 
@@ -26,6 +26,7 @@ from nanomem.config_scrub import ScrubError, scrub_config
 from nanomem.durable import truncate_torn_tail
 from nanomem.home import Home
 from nanomem.home_archive import (
+    APPENDED,
     FILES,
     FOLDERS,
     LEFT_OUT,
@@ -75,8 +76,11 @@ def export_home(
                 _copy_any(home.root / name, staged / name, done)
         _copy_tree(workspace, staged / "workspace", done, skip=MEMORY_PARTS)
         _copy_tree(home.sessions, staged / "sessions", done)
-        for session in (staged / "sessions").glob("*.jsonl"):
-            truncate_torn_tail(session)  # a line being appended as it was copied
+        for name in APPENDED:
+            _copy_any(home.root / name, staged / name, done)
+        appended = [staged / name for name in APPENDED if (staged / name).is_file()]
+        for log in [*(staged / "sessions").glob("*.jsonl"), *appended]:
+            truncate_torn_tail(log)  # a line being appended as it was copied
         _list(home, done)
         _check_and_list(staged, done, [*secrets, *done.secret_values])
         counter = _Counting(out)
@@ -190,7 +194,7 @@ def _list(home: Home, done: Exported) -> None:
     for name in sorted(p.name for p in home.root.iterdir()):
         if name in LEFT_OUT:
             done.left_out.append(f"{name}: {LEFT_OUT[name]}")
-        elif name not in (*FILES, *FOLDERS):
+        elif name not in (*FILES, *APPENDED, *FOLDERS):
             done.left_out.append(f"{name}: not part of a home nanomem knows")
 
 

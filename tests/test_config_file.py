@@ -144,6 +144,9 @@ def test_values_are_read_by_the_settings_type(key: str, raw: str, value: object)
         ("telegram.owner", "me", "telegram.owner takes a number (a whole one)"),
         ("telegram.allow_from", "[77", "telegram.allow_from takes a list: a JSON list"),
         ("telegram", "x", "telegram is a table: set one of its keys (telegram.enabled"),
+        # Not "cannot be changed in place" (nan equals nothing, so the check after failed).
+        ("llm.timeout_s", "nan", "llm.timeout_s takes a number"),
+        ("llm.timeout_s", "inf", "llm.timeout_s takes a number"),
     ],
 )
 def test_a_value_of_the_wrong_kind_is_refused(key: str, raw: str, says: str) -> None:

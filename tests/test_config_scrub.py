@@ -171,3 +171,36 @@ def test_masking_finds_the_same_secrets_by_their_type() -> None:
             "proxy-pw-123",
         ]
     )
+
+
+INLINE_TABLES = """\
+llm = { model = "openai/gpt-4o-mini", api_key = "sk-inline-root-0123456789" }
+
+[mcp]
+servers = { gh = { command = "gh-mcp", env = { GITHUB_TOKEN = "ghp_inline_deep_0123456789" } } }
+
+[telegram]
+enabled = true
+"""
+
+
+def test_secrets_inside_an_inline_table_go_and_its_other_settings_stay() -> None:
+    # The table's own key (`llm`, `mcp.servers`) is no secret; what it holds inline is.
+    scrubbed = scrub_config(INLINE_TABLES)
+    assert "sk-inline-root" not in scrubbed.text
+    assert "ghp_inline_deep" not in scrubbed.text
+    assert scrubbed.removed == ["llm.api_key", "mcp.servers.gh.env"]
+    kept = tomllib.loads(scrubbed.text)
+    assert kept["llm"] == {"model": "openai/gpt-4o-mini"}
+    assert kept["mcp"]["servers"]["gh"] == {"command": "gh-mcp"}
+    assert kept["telegram"] == {"enabled": True}
+    assert "\n# llm.api_key = … (left out by nanomem export)\n" in scrubbed.text
+    assert "\n# servers.gh.env = … (left out by nanomem export)\n" in scrubbed.text
+
+
+def test_a_dropped_setting_inside_an_inline_table_goes_too() -> None:
+    scrubbed = scrub_config(
+        'agent = { workspace = "/srv/ws", max_iterations = 9 }\n', drop=(("agent", "workspace"),)
+    )
+    assert scrubbed.dropped == ["agent.workspace"] and scrubbed.removed == []
+    assert tomllib.loads(scrubbed.text) == {"agent": {"max_iterations": 9}}

@@ -163,7 +163,7 @@ def test_a_broken_config_names_file_and_line_and_the_rest_still_runs(home: Home)
     shown = lines(done.stdout)
     assert done.returncode == 1
     assert shown["config"].startswith("✗ ") and str(home.config) in shown["config"]
-    assert "lines 1 and 3" in shown["config"]
+    assert "declares [llm] twice (lines 1 and 3)" in shown["config"]
     assert shown["versions"].startswith("✓ Python") and shown["disk"][0] in "✓!"
     assert "Traceback" not in done.stdout + done.stderr
 

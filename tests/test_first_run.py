@@ -7,14 +7,16 @@ from __future__ import annotations
 
 import io
 import stat
+import subprocess
 import sys
 import tomllib
 from pathlib import Path
 
 import pexpect
+import pytest
 
 from nanomem.home import Home
-from tests.conftest import cli_env, run_cli
+from tests.conftest import NANOMEM, cli_env, run_cli
 from tests.fakes.openai_server import FakeOpenAI
 
 PROMPT = "you ›"  # nanomem chat's input prompt
@@ -145,6 +147,57 @@ def test_flags_change_an_existing_config_and_keep_the_rest(tmp_path: Path) -> No
     after = home.config.read_text()
     assert after.replace("groq/llama-3.1-8b-instant", "openai/gpt-4o-mini") == before
     assert stat.S_IMODE(home.config.stat().st_mode) == 0o600
+
+
+@pytest.mark.slow  # a process of its own waiting on the lock this one holds
+def test_a_flag_on_an_existing_config_waits_for_the_configs_lock(tmp_path: Path) -> None:
+    """`onboard --model` changes the file as `config set` does: under the home's config lock,
+    so it never writes over a change another process is making."""
+    home = Home(tmp_path / "home")
+    env = bare_env(home)
+    assert run_cli("onboard", "--model", "openai/gpt-4o-mini", env=env, stdin="").returncode == 0
+    before = home.config.read_text()
+    lock = home.lock("config")
+    lock.acquire_sync()
+    try:
+        child = subprocess.Popen(
+            [*NANOMEM, "onboard", "--model", "groq/llama-3.1-8b-instant"],
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        with pytest.raises(subprocess.TimeoutExpired):
+            child.wait(timeout=3)  # without waiting for the lock: done in ~1 s
+        assert home.config.read_text() == before
+    finally:
+        lock.release()
+    assert child.wait(timeout=60) == 0
+    assert llm_table(home) == {"model": "groq/llama-3.1-8b-instant"}
+
+
+@pytest.mark.slow  # a process of its own waiting on the lock this one holds
+def test_a_new_config_is_made_under_the_configs_lock(tmp_path: Path) -> None:
+    """Onboarding makes config.toml under the home's config lock: a `config set` making the
+    file at the same moment is never written over."""
+    home = Home(tmp_path / "home")
+    lock = home.lock("config")
+    lock.acquire_sync()
+    try:
+        child = subprocess.Popen(
+            [*NANOMEM, "onboard", "--model", "openai/gpt-4o-mini"],
+            env=bare_env(home),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        with pytest.raises(subprocess.TimeoutExpired):
+            child.wait(timeout=3)  # without waiting for the lock: done in ~1 s
+        assert not home.config.exists()
+    finally:
+        lock.release()
+    assert child.wait(timeout=60) == 0
+    assert llm_table(home) == {"model": "openai/gpt-4o-mini"}
 
 
 def test_a_model_flag_no_client_can_place_changes_nothing(tmp_path: Path) -> None:

@@ -38,7 +38,8 @@ def test_the_log_says_where_each_channel_listens(home: Home) -> None:
     ):
         server = f"http://127.0.0.1:{gateway.port}"
         gateway.wait_for_line(
-            rf"gateway: api: OpenAI-compatible API, base URL {server}/v1 \(a key from api.keys\)"
+            rf"gateway: api: OpenAI-compatible API, base URL {server}/v1 "
+            r"\(a key from NANOMEM_API__KEYS\)"
         )
         gateway.wait_for_line(
             rf"gateway: telegram: polling getUpdates from {telegram.base_url} \(no webhook\)"

@@ -118,6 +118,8 @@ def test_a_home_moves_whole_and_without_its_secrets(
     assert tree(new.sessions) == tree(home.sessions) != {}
     assert tree(new.memory_git) == tree(home.memory_git)
     assert new.schedules.read_bytes() == home.schedules.read_bytes()
+    assert new.usage.read_bytes() == home.usage.read_bytes() != b""  # the tokens spent
+    assert "usage.jsonl" not in said.split("Not archived:")[-1]
     assert stat.S_IMODE(new.root.stat().st_mode) == 0o700
     restored = new.config.read_text()
     assert all(secret not in restored for secret in SECRETS)
@@ -223,6 +225,45 @@ def test_a_file_holding_a_secret_value_stays_behind(home: Home, tmp_path: Path) 
     assert "workspace/plan.md" in names and "workspace/notes.md" not in names
     assert "workspace/deploy.md" not in names
     assert TEST_KEY.encode() not in gzip.decompress(archive.read_bytes())
+
+
+def test_a_secret_in_an_inline_table_of_a_broken_config_stays_behind(
+    home: Home, tmp_path: Path
+) -> None:
+    """A config the app refuses (a misspelt table) is still exported, scrubbed by its text
+    alone: a token inside an inline table must go as one on a line of its own does."""
+    home.config.write_text(
+        '[lm]\nmodel = "typo"\n\n[mcp]\n'
+        f'servers = {{ gh = {{ command = "gh-mcp", env = {{ GITHUB_TOKEN = "{MCP_TOKEN}" }} }} }}\n'
+    )
+    archive = tmp_path / "a.tar.gz"
+    done = run_cli_here("export", str(archive), env=cli_env(home))
+    assert done.returncode == 0, done.stderr
+    assert "mcp.servers.gh.env" in done.stdout  # named among the secrets left out
+    config = members(archive.read_bytes())["config.toml"].decode()
+    assert MCP_TOKEN not in config and 'command = "gh-mcp"' in config
+
+
+def test_the_import_says_what_the_restored_settings_run(home: Home, tmp_path: Path) -> None:
+    """An archive may not be the person's own: the programs its config starts and the shell
+    commands it allows without asking are named, before anything runs them."""
+    env = cli_env(home)
+    for key, value in (
+        ("mcp.servers.files.command", "npx"),
+        ("mcp.servers.files.args", '["-y", "server-filesystem", "/srv/notes"]'),
+        ("tools.shell_enabled", "true"),
+    ):
+        assert run_cli_here("config", "set", key, value, env=env).returncode == 0
+    home.shell_allowlist.write_text('{"v": 1, "prefixes": ["git status"]}\n')
+    archive = tmp_path / "a.tar.gz"
+    assert run_cli_here("export", str(archive), env=env).returncode == 0
+    new = Home(tmp_path / "elsewhere")
+    done = run_cli_here("--home", str(new.root), "import-home", str(archive), env=env)
+    assert done.returncode == 0, done.stderr
+    said = done.stdout
+    assert "What this home's settings run" in said
+    assert "mcp.servers.files starts: npx -y server-filesystem /srv/notes" in said
+    assert "the shell runs without asking: git status" in said
 
 
 def test_an_existing_file_is_never_replaced(home: Home, tmp_path: Path) -> None:

@@ -14,6 +14,7 @@ import asyncio
 import functools
 import hashlib
 import hmac
+import os
 import uuid
 from collections.abc import Awaitable, Callable
 from datetime import datetime
@@ -38,7 +39,7 @@ from channels.api.wire import (
 from nanomem.agent import BaseChannel, Capabilities, InboundMessage, OutboundMessage, save_media
 from nanomem.app import FetchFailed, fetch_guarded
 from nanomem.audience import Sender
-from nanomem.config import ApiSettings, ConfigError
+from nanomem.config import ENV_DELIMITER, ENV_PREFIX, ApiSettings, ConfigError
 from nanomem.log import register_secrets
 from nanomem.text.inflate import READ, BrokenEncoding, Inflate, UnknownEncoding
 from nanomem.text.plural import plural
@@ -118,7 +119,11 @@ class ApiChannel(BaseChannel):
         web_app.router.add_get("/v1/files/{file_id}", self._file)
 
     def listens(self, server: str) -> str:
-        return f"OpenAI-compatible API, base URL {server}/v1 (a key from api.keys)"
+        # Where the keys were read from: a variable wins over the file (config.py).
+        variable = f"{ENV_PREFIX}API{ENV_DELIMITER}KEYS"
+        given = any(name.upper() == variable for name in os.environ)
+        source = variable if given else "the config file"
+        return f"OpenAI-compatible API, base URL {server}/v1 (a key from {source})"
 
     # Lifecycle.
 

@@ -40,7 +40,7 @@ from nanomem.agent.react_loop import ReactResult, StepText, react, seal_tool_cal
 from nanomem.agent.replay import find_message, finished_reply, turn_after
 from nanomem.agent.retries import count_attempt, keep_for_retry
 from nanomem.agent.templates import Templates
-from nanomem.audience import audience_of
+from nanomem.audience import audience_of, owner_alone
 from nanomem.config import Settings
 from nanomem.home import shown_path
 from nanomem.locks import KeyedLocks
@@ -312,8 +312,7 @@ class AgentLoop:
         system = await self._system_message(session)
         for hook in self.before_turn:
             await hook(session, turn)
-        # Archiving (a hook's, or a background consolidation that finished meanwhile) moves the
-        # replay start and adds history entries that the prompt must show.
+        # Archiving (by a hook, or a consolidation just done) adds history the prompt must show.
         while session.replay_from != shown_from:
             shown_from = session.replay_from
             system = await self._system_message(session)
@@ -415,14 +414,15 @@ class AgentLoop:
         logger.warning(
             "turn for {} failed after {}: {}", msg.session_key, plural(exc.attempts, "attempt"), exc
         )
+        owner = owner_alone(msg.sender, msg.session_key)  # not an address to show a group
         note = self.templates.render(
             "provider_error.md.j2",
             category=exc.category,
             model=self.settings.llm.model,
             key_source=key_source(self.settings.llm),
-            proxy=route(self.settings.llm).proxy if exc.category == "unreachable" else "",
-            url=endpoint(self.settings.llm),
-            log=shown_path(self.log_file) if self.log_file is not None else "",
+            proxy=route(self.settings.llm).proxy if owner and exc.category == "unreachable" else "",
+            url=endpoint(self.settings.llm) if owner else "",
+            log=shown_path(self.log_file) if owner and self.log_file is not None else "",
         )
         # Saved as ours, not the model's words: the next turn's prompt says no reply was given.
         failed = {

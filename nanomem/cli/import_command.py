@@ -82,6 +82,7 @@ def run(args: argparse.Namespace) -> int:
     register_secrets(configured_secrets(settings))
     target = _target(home, settings, chat or _default_chat(settings))
     from nanomem.features.schedules import ScheduleError
+    from nanomem.gateway.claim import running
     from nanomem.importers.apply import apply, plan
     from nanomem.locks import LockBusy
 
@@ -102,7 +103,7 @@ def run(args: argparse.Namespace) -> int:
         )
     if done.schedules and not target.session.startswith("telegram:"):
         print(f"\n{NOT_FIRED.format(chat=target.session, project=args.project)}")
-    elif done.schedules and args.apply and _gateway_runs(home):
+    elif done.schedules and args.apply and running(home) is not None:
         print("\nA gateway runs on this home: restart it to arm the imported schedules.")
     return 0
 
@@ -127,15 +128,3 @@ def _target(home: Home, settings: Settings, chat: str) -> Target:
         ScheduleStore.of(home, settings.schedule),
         chat,
     )
-
-
-def _gateway_runs(home: Home) -> bool:
-    from nanomem.locks import LockBusy
-
-    lock = home.lock("gateway")
-    try:
-        lock.acquire_sync(0)
-    except LockBusy:
-        return True
-    lock.release()
-    return False

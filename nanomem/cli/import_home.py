@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from nanomem.config import Settings
     from nanomem.home import Home
     from nanomem.home_import import Imported
 
@@ -86,9 +87,11 @@ def _report(args: argparse.Namespace, home: Home, done: Imported) -> None:
     from nanomem.text.plural import plural
 
     manifest = done.manifest
-    problem, rows = "", []
+    problem, rows, runs = "", [], []
     try:
-        rows = status_rows(home, _settings(args, home), home.config, version())
+        settings = _settings(args, home)
+        rows = status_rows(home, settings, home.config, version())
+        runs = _what_runs(home, settings)
     except CliError as exc:  # the restored config, checked as `nanomem status` checks it
         problem = str(exc)
     print(
@@ -101,8 +104,30 @@ def _report(args: argparse.Namespace, home: Home, done: Imported) -> None:
             aside=str(done.moved_aside or ""),
             secrets=manifest.secrets_removed,
             problem=problem,
+            runs=runs,
         )
     )
     width = max((len(name) for name, _ in rows), default=0)
     for name, value in rows:
         print(f"{name.ljust(width)}  {value}")
+
+
+def _what_runs(home: Home, settings: Settings) -> list[str]:
+    """What the restored settings start or allow without asking: an archive from someone else
+    would bring its programs along (MCP servers start with the chat and the gateway)."""
+    import shlex
+
+    from nanomem.features.shell_approval import Allowlist
+    from nanomem.text.escapes import strip_escapes
+    from nanomem.text.masking import shown_url
+
+    runs = []
+    for name, server in settings.mcp.servers.items():
+        if server.enabled and server.command is not None:
+            runs.append(f"mcp.servers.{name} starts: {shlex.join([server.command, *server.args])}")
+        elif server.enabled and server.url is not None:
+            runs.append(f"mcp.servers.{name} connects to {shown_url(server.url)}")
+    if settings.tools.shell_enabled:
+        allowed = Allowlist(home.shell_allowlist, home.lock("shell-allowlist")).prefixes()
+        runs += [f"the shell runs without asking: {prefix}" for prefix in allowed]
+    return [strip_escapes(line) for line in runs]

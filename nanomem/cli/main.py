@@ -260,7 +260,7 @@ def _first_run(args: argparse.Namespace, home: Home, given: Choices) -> bool:
     if not fresh:  # an explicit flag is a request to change the existing file
         for key, value in (("model", given.model), ("api_base", given.api_base)):
             if value:
-                set_config_value(home.config, "llm", key, json.dumps(value))
+                set_config_value(home.config, "llm", key, json.dumps(value), home.lock("config"))
                 print(f"set llm.{key} in {home.config}")
     tightened = [p for p in report.tightened if p not in report.created and p != home.root]
     if tightened:

@@ -41,15 +41,15 @@ def onboard(
     for folder in (home.root, home.sessions, home.logs):
         folder.mkdir(parents=True, exist_ok=True)
     home.root.chmod(0o700)
-    if home.config.exists():
-        report.kept.append(home.config)
-    else:
-        text = (
-            Templates().render("config.toml.j2", model=model, api_key=api_key, api_base=api_base)
-            + "\n"
-        )
-        atomic_write_text(home.config, text, mode=0o600)
-        report.created.append(home.config)
+    with home.lock("config").hold_sync():  # a `config set` elsewhere may be making it too
+        if home.config.exists():
+            report.kept.append(home.config)
+        else:
+            text = Templates().render(
+                "config.toml.j2", model=model, api_key=api_key, api_base=api_base
+            )
+            atomic_write_text(home.config, text + "\n", mode=0o600)
+            report.created.append(home.config)
     target = workspace or home.workspace
     source = bundled_dir("workspace-template")
     for src in sorted(source.rglob("*")):

@@ -5,9 +5,7 @@ config.toml's [telegram] table in place."""
 from __future__ import annotations
 
 import getpass
-import json
 import re
-import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -116,28 +114,27 @@ def check_token(token: str, telegram: TelegramSettings) -> str:
 
 def save_telegram(config: Path, lock: FileLock, choices: TelegramChoices) -> str:
     """`enabled = true`, the token and the owner written into [telegram] in place (the
-    template's commented lines uncommented, never a second table), under the config's lock;
-    what to tell the person. One small function, so a shared `config set` can replace it."""
-    from nanomem.cli.onboard import with_config_value
-    from nanomem.durable import atomic_write_text
+    template's commented lines uncommented, never a second table) as `nanomem config set`
+    writes a setting: under the config's lock, checked before it replaces the file; what to
+    tell the person."""
+    from nanomem.config import ConfigError
+    from nanomem.config_file import change, with_value
 
-    values = {"enabled": "true"}
+    values: dict[str, object] = {"enabled": True}
     if choices.token:
-        values["token"] = json.dumps(choices.token)
+        values["token"] = choices.token
     if choices.owner is not None:
-        values["owner"] = str(choices.owner)
-    with lock.hold_sync():
-        text = config.read_text(encoding="utf-8") if config.exists() else ""
+        values["owner"] = choices.owner
+
+    def edit(text: str) -> str:
         for key, value in values.items():
-            text = with_config_value(text, "telegram", key, value)
-        try:
-            written = tomllib.loads(text).get("telegram", {})
-        except tomllib.TOMLDecodeError:
-            written = {}
-        if any(written.get(key) != tomllib.loads(f"v = {v}")["v"] for key, v in values.items()):
-            # e.g. a hand-written `token = """...` over lines: not ours to rewrite
-            return _text("later", reason=" ([telegram] could not be set in place)", config=config)
-        atomic_write_text(config, text, mode=0o600)
+            text = with_value(text, ("telegram", key), value)
+        return text
+
+    try:
+        change(config, lock, edit)
+    except ConfigError:  # e.g. a hand-written `token = """...` over lines: not ours to rewrite
+        return _text("later", reason=" ([telegram] could not be set in place)", config=config)
     return _text("done", bot=choices.bot, owner=choices.owner, config=config)
 
 

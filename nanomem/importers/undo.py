@@ -67,7 +67,11 @@ def undo_import(
     lines = []
     removed, kept = [], []
     since = undone.time.timestamp() + SLACK_S
-    for name in marks.get("Imported-skills", "").split():
+    names = marks.get("Imported-skills", "").split()
+    if names and (workspace / "skills").is_symlink():  # the shell may have made it one
+        lines.append("The skills folder is a link now: the imported skills were not removed.")
+        names = []
+    for name in names:
         folder = workspace / "skills" / name
         if not SAFE_NAME.fullmatch(name) or folder.is_symlink() or not folder.is_dir():
             continue

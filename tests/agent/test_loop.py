@@ -112,6 +112,26 @@ async def test_provider_failure_gives_a_short_message_and_stores_no_error(home: 
     assert note["failed"] == "auth" and "sk-live" not in note["content"]
 
 
+async def test_where_the_model_runs_is_told_to_the_owner_alone(home: Home) -> None:
+    """The model's address and the log's path are the owner's: a group, or someone the owner
+    let in, hears only that the model could not be reached."""
+    failures = [ProviderError("unreachable", "connection refused") for _ in range(3)]
+    app = make_app(home, ScriptedProvider(failures), llm={"api_base": "http://10.1.2.3:8000/v1"})
+    owner = Sender("4242", is_owner=True)
+    asked = [
+        InboundMessage("telegram", "4242", "hi", owner),
+        InboundMessage("telegram", "-100200", "hi", replace(owner, shared_room=True)),
+        InboundMessage("telegram", "777", "hi", Sender("777")),
+    ]
+    replies = [await app.loop.handle(m) for m in asked]
+    assert all(r is not None and "could not reach the model" in r.content for r in replies)
+    told = [r.content if r is not None else "" for r in replies]
+    assert "http://10.1.2.3:8000/v1" in told[0] and "nanomem.log" in told[0]
+    for other in told[1:]:
+        assert "10.1.2.3" not in other and "nanomem.log" not in other
+        assert "I could not reach the model service. Check the network" in other
+
+
 async def test_iteration_limit_ends_with_a_clear_message(home: Home) -> None:
     provider = ScriptedProvider([call("list_dir", {}) for _ in range(5)])
     app = make_app(home, provider, agent={"max_iterations": 2})

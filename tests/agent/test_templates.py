@@ -109,6 +109,7 @@ SAMPLES = {
         "aside": "",
         "secrets": ["llm.api_key"],
         "problem": "",
+        "runs": ["mcp.servers.files starts: npx -y server-filesystem /srv/notes"],
     },
     "telegram_onboard.md.j2": {"part": "done", "bot": "my_bot", "owner": 4242, "config": "c"},
 }

@@ -70,3 +70,23 @@ def test_a_second_run_imports_nothing_twice(home: Home, tmp_path: Path) -> None:
     assert again.returncode == 0, again.stderr
     assert "Nothing new to import." in again.stdout
     assert snapshot(home.root) == after_first
+
+
+def test_undoing_an_import_removes_nothing_through_a_linked_skills_folder(
+    home: Home, tmp_path: Path
+) -> None:
+    """The agent's shell can swap workspace/skills for a link; undoing the import then must
+    not delete folders of the same names wherever the link points."""
+    env = cli_env(home)
+    applied = run_cli("import", "nanobot", str(source(tmp_path, "nanobot")), "--apply", env=env)
+    assert applied.returncode == 0, applied.stderr
+    sha = GitStore(home.memory_git, home.workspace).log(limit=1)[0].short
+    skills = home.workspace / "skills"
+    elsewhere = tmp_path / "elsewhere"
+    skills.rename(elsewhere)
+    skills.symlink_to(elsewhere)
+    before = sorted(p.name for p in elsewhere.iterdir())
+    restored = run_cli("memory", "restore", sha, env=env)
+    assert restored.returncode == 0, restored.stderr
+    assert sorted(p.name for p in elsewhere.iterdir()) == before
+    assert "Removed the skills it imported" not in restored.stdout

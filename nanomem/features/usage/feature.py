@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from nanomem.agent import Command, Core, Feature, InboundMessage, Templates
-from nanomem.audience import is_shared_room
+from nanomem.audience import owner_alone
 from nanomem.features.usage.ledger import Record, append
 from nanomem.locks import FileLock, in_thread_holding
 from nanomem.providers import ModelCall
@@ -35,7 +35,7 @@ class UsageMeter(Feature):
     async def answer(self, msg: InboundMessage, args: str) -> str:
         chat = msg.session_key
         # The home's totals tell of the owner's other chats: never in a group, nor to others.
-        home = msg.sender.is_owner and not (msg.sender.shared_room or is_shared_room(chat))
+        home = owner_alone(msg.sender, chat)
         usage = await asyncio.to_thread(self._read, chat, home)
         return self.render(chat, usage)
 
