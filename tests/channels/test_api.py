@@ -142,7 +142,7 @@ def test_the_api_counts_as_a_channel(home: Home) -> None:
     api = {"enabled": True, "keys": ["nm-unit-test-key-42"]}
     assert enabled_channels(settings_for(home, api=api)) == ["api"]
     gateway = Gateway.from_app(make_app(home, ScriptedProvider(), api=api))
-    assert list(gateway.channels) == ["api"]
+    assert list(gateway.channels) == ["api", "cli"]  # cli: what terminal chats left for it
 
 
 @pytest.mark.parametrize(
@@ -162,7 +162,7 @@ def test_an_api_with_keys_is_fine_on_any_address(home: Home) -> None:
         api={"enabled": True, "keys": ["nm-unit-test-key-42"]},
         gateway={"host": "0.0.0.0"},
     )
-    assert list(Gateway.from_app(public_with_keys).channels) == ["api"]
+    assert list(Gateway.from_app(public_with_keys).channels) == ["api", "cli"]
     assert redact("key nm-unit-test-key-42") == "key ***"  # registered as a secret
     telegram_only = make_app(
         home,
@@ -170,7 +170,7 @@ def test_an_api_with_keys_is_fine_on_any_address(home: Home) -> None:
         telegram={"enabled": True, "token": "123:abcdefgh"},
         gateway={"host": "0.0.0.0"},
     )
-    assert list(Gateway.from_app(telegram_only).channels) == ["telegram"]
+    assert list(Gateway.from_app(telegram_only).channels) == ["telegram", "cli"]
 
 
 def test_a_reply_s_buttons_are_in_the_completion_message() -> None:

@@ -313,7 +313,7 @@ def test_the_terminal_prompt_does_not_wait_for_a_server(home: Home, tmp_path: Pa
             child.expect_exact("plain answer")  # answered while the server hangs
             child.expect_exact(PROMPT)
             child.sendline("/mcp")
-            child.expect_exact("- slow (stdio: ")
+            child.expect_exact("slow (stdio: ")  # a list item, drawn as a bullet
             child.expect_exact("starting")
             (pid,) = wait_until(lambda: starts(started), what="the server's start")
             child.sendeof()

@@ -288,7 +288,7 @@ def test_status_says_where_voice_goes_and_never_the_key(home: Home) -> None:
         "NANOMEM_LLM__API_KEY": TEST_KEY,
     }
     shown = run_cli_here("status", env=env).stdout
-    assert "whisper-1 at http://127.0.0.1:9/v1 (the model connection (llm.model))" in shown
+    assert "whisper-1 at http://127.0.0.1:9/v1 (the model connection, llm.model)" in shown
     env |= {
         "NANOMEM_VOICE__API_BASE": "https://api.groq.com/openai/v1",
         "NANOMEM_VOICE__API_KEY": "gsk-secret-key-123456",
