@@ -5,6 +5,7 @@ Nothing here knows the home it will go to (that is plan.py)."""
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -184,3 +185,30 @@ def text_field(data: dict[str, object], *names: str) -> str:
         if isinstance(value, str) and value.strip():
             return value.strip()
     return ""
+
+
+# One job of a source's jobs file: its JSON object, its name, and how the plan names it
+# ("cron/jobs.json 'tea'").
+JobReader = Callable[[Found, dict[str, Any], str, str], None]
+
+
+def read_jobs(
+    tree: SourceTree, found: Found, rel: str, job: JobReader, *, bare_list: bool = False
+) -> None:
+    """Hand each job of the JSON file `rel` (`{"jobs": [...]}`, or a bare list where the
+    source writes one) to `job`, at most MAX_JOBS; what is not a job is skipped, said."""
+    body = tree.read_json(rel)
+    if body is None:
+        return
+    items = body.get("jobs") if isinstance(body, dict) else body if bare_list else None
+    if not isinstance(items, list):
+        found.skip(rel, 'not an object with a "jobs" list; no job imported')
+        return
+    for place, item in enumerate(items[:MAX_JOBS], 1):
+        if not isinstance(item, dict):
+            found.skip(f"{rel} #{place}", "not a JSON object")
+            continue
+        name = text_field(item, "name", "id")[:80] or f"#{place}"
+        job(found, item, name, f"{rel} {name!r}")
+    if len(items) > MAX_JOBS:
+        found.skip(rel, f"{len(items) - MAX_JOBS} jobs past the first {MAX_JOBS} not imported")

@@ -13,7 +13,6 @@ from typing import Any
 
 from nanomem.importers.found import (
     MAX_HISTORY,
-    MAX_JOBS,
     Found,
     Job,
     MemoryText,
@@ -22,6 +21,7 @@ from nanomem.importers.found import (
     iso_from_epoch,
     iso_from_text,
     obj,
+    read_jobs,
     read_skills,
     string,
     text_field,
@@ -68,25 +68,10 @@ def read(tree: SourceTree) -> Found:
 
 
 def jobs(tree: SourceTree, found: Found, rel: str) -> None:
-    body = tree.read_json(rel)
-    if body is None:
-        return
-    items = body.get("jobs") if isinstance(body, dict) else body
-    if not isinstance(items, list):
-        found.skip(rel, 'not a "jobs" list; no job imported')
-        return
-    for place, item in enumerate(items[:MAX_JOBS], 1):
-        _job(found, rel, place, item)
-    if len(items) > MAX_JOBS:
-        found.skip(rel, f"{len(items) - MAX_JOBS} jobs past the first {MAX_JOBS} not imported")
+    read_jobs(tree, found, rel, _job, bare_list=True)
 
 
-def _job(found: Found, rel: str, place: int, item: Any) -> None:
-    if not isinstance(item, dict):
-        found.skip(f"{rel} #{place}", "not a JSON object")
-        return
-    name = text_field(item, "name", "id")[:80] or f"#{place}"
-    source = f"{rel} {name!r}"
+def _job(found: Found, item: dict[str, Any], name: str, source: str) -> None:
     if item.get("enabled") is False or item.get("state") == "paused":
         found.skip(source, "paused or switched off there; not imported")
         return

@@ -14,7 +14,6 @@ from typing import Any
 
 from nanomem.importers.found import (
     MAX_HISTORY,
-    MAX_JOBS,
     Found,
     Job,
     PastEntry,
@@ -23,6 +22,7 @@ from nanomem.importers.found import (
     minutes_of,
     not_imported,
     obj,
+    read_jobs,
     read_memory,
     read_skills,
     string,
@@ -110,25 +110,10 @@ def _time(text: object) -> str | None:
 
 
 def jobs(tree: SourceTree, found: Found, rel: str) -> None:
-    body = tree.read_json(rel)
-    if body is None:
-        return
-    items = body.get("jobs") if isinstance(body, dict) else None
-    if not isinstance(items, list):
-        found.skip(rel, 'not an object with a "jobs" list; no job imported')
-        return
-    for place, item in enumerate(items[:MAX_JOBS], 1):
-        _job(found, rel, place, item)
-    if len(items) > MAX_JOBS:
-        found.skip(rel, f"{len(items) - MAX_JOBS} jobs past the first {MAX_JOBS} not imported")
+    read_jobs(tree, found, rel, _job)
 
 
-def _job(found: Found, rel: str, place: int, item: Any) -> None:
-    if not isinstance(item, dict):
-        found.skip(f"{rel} #{place}", "not a JSON object")
-        return
-    name = text_field(item, "name", "id")[:80] or f"#{place}"
-    source = f"{rel} {name!r}"
+def _job(found: Found, item: dict[str, Any], name: str, source: str) -> None:
     payload = obj(item.get("payload"))
     schedule = obj(item.get("schedule"))
     text = clean(text_field(payload, "message"))

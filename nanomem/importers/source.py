@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from nanomem.durable import DIR_FLAGS
+from nanomem.durable import open_folder_below
 from nanomem.text import untrusted_json
 
 MAX_FILE_BYTES = 256 * 1024  # a memory file or skill file; far above any real one
@@ -83,18 +83,9 @@ class SourceTree:
 
     def _open_folder(self, rel: str) -> int:
         """A descriptor of root/rel, reached without following any link on the way."""
-        folder = os.open(self.root, DIR_FLAGS)
-        try:
-            for part in Path(rel).parts:
-                if part in ("..", "/"):
-                    raise OSError(f"{rel!r} leaves the folder")
-                inner = os.open(part, DIR_FLAGS, dir_fd=folder)
-                os.close(folder)
-                folder = inner
-        except BaseException:
-            os.close(folder)
-            raise
-        return folder
+        if any(part in ("..", "/") for part in Path(rel).parts):
+            raise OSError(f"{rel!r} leaves the folder")
+        return open_folder_below(self.root, Path(rel), make=False)
 
     def listdir(self, rel: str = "") -> list[str]:
         """Names in the folder (sorted, at most MAX_ENTRIES); [] when it is not a real folder."""
