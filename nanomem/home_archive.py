@@ -25,6 +25,7 @@ FILES = (
     "dream-journal.json",
     "dream-review.json",
     "shell-allowlist.json",
+    "usage.jsonl",
 )
 FOLDERS = ("workspace", "sessions", "memory.git")
 # What stays behind, and why (printed by `nanomem export`, listed in docs/backup.md).
@@ -33,6 +34,9 @@ LEFT_OUT = {
     "chat_history": "the terminal's input history",
     "index": "the history's search index (rebuilt when missing)",
     "inbox.sqlite3": "the gateway's inbox (messages in flight on this machine)",
+    "inbox.sqlite3-wal": "the gateway's inbox (messages in flight on this machine)",
+    "inbox.sqlite3-shm": "the gateway's inbox (messages in flight on this machine)",
+    "unread": "what the gateway left for a terminal chat on this machine to show",
     "tasks.json": "background tasks (processes of this machine)",
     "sent-files": "copies behind links in past API answers",
     "mcp-state": "MCP servers' running state",

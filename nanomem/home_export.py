@@ -43,7 +43,7 @@ from nanomem.locks import LockBusy
 # a run holds it for minutes; its journal is replaced atomically and written before the memory
 # it changes, so any copy of it beside the frozen memory is a state a crash could leave, and
 # the next run finishes it.
-LOCKS = ("config", "memory", "history", "schedules", "shell-allowlist")
+LOCKS = ("config", "memory", "history", "schedules", "shell-allowlist", "usage")
 LOCK_WAIT_S = 30.0
 MEMORY_PARTS = ("SOUL.md", "USER.md", "memory")  # of the workspace: under the memory locks
 _CHUNK = 1 << 20
