@@ -17,6 +17,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 MINIMUM = (3, 11)
 RECORD = "nanomem-install.json"  # in the venv: that it is ours, and where it came from
@@ -24,6 +25,7 @@ RECORD_VERSION = 1
 LOCK = "install.lock"  # beside the venv: one install, update or uninstall at a time
 PIP = ("-m", "pip", "--disable-pip-version-check")
 RECORD_KEYS = ("clone", "link")
+MAX_LINKS = 100  # a record read back is bounded, whatever wrote it
 
 
 class InstallError(Exception):
@@ -43,14 +45,29 @@ def bin_dir() -> Path:
 def read_record(venv: Path) -> dict[str, str] | None:
     """What the install recorded in `venv` (clone, link), or None when `venv` is not ours. The
     file is small and ours; a damaged one reads as not ours rather than as a crash."""
+    data = _load_record(venv)
+    if data is None or not all(isinstance(data.get(k), str) for k in RECORD_KEYS):
+        return None
+    return {k: data[k] for k in RECORD_KEYS}
+
+
+def recorded_links(venv: Path) -> list[Path]:
+    """Every link an install into `venv` made, the newest last: an install with another --bin
+    keeps the earlier one, which uninstall removes too."""
+    data = _load_record(venv) or {}
+    earlier = data.get("links")
+    found = [*(earlier if isinstance(earlier, list) else []), data.get("link")]
+    links = [Path(link) for link in found if isinstance(link, str) and link]
+    return list(dict.fromkeys(links))[-MAX_LINKS:]
+
+
+def _load_record(venv: Path) -> dict[str, Any] | None:
     try:
         with (venv / RECORD).open("rb") as fh:
             data = json.loads(fh.read(64 * 1024))
     except (OSError, ValueError):
         return None
-    if not isinstance(data, dict) or not all(isinstance(data.get(k), str) for k in RECORD_KEYS):
-        return None
-    return {k: data[k] for k in RECORD_KEYS}
+    return data if isinstance(data, dict) else None
 
 
 def is_our_link(link: Path, venv: Path) -> bool:
@@ -120,7 +137,8 @@ def _install_project(python: Path, clone: Path) -> None:
 def _record(venv: Path, clone: Path, link: Path) -> None:
     from nanomem.durable import atomic_write_text
 
-    record = {"version": RECORD_VERSION, "clone": str(clone), "link": str(link)}
+    links = [str(p) for p in recorded_links(venv) if p != link] + [str(link)]
+    record = {"version": RECORD_VERSION, "clone": str(clone), "link": str(link), "links": links}
     atomic_write_text(venv / RECORD, json.dumps(record, indent=2) + "\n")
 
 
@@ -201,6 +219,8 @@ def main(argv: list[str] | None = None) -> int:
         print("\nnanomem install: stopped; run it again to finish", file=sys.stderr)
         return 130
     say(f"Installed: {link} -> {venv} (from {clone}).")
+    if earlier := [p for p in recorded_links(venv) if p != link and is_our_link(p, venv)]:
+        say(f"Kept the earlier link {', '.join(map(str, earlier))} (uninstall removes it too).")
     say("Update: nanomem self update. Uninstall: nanomem self uninstall (keeps ~/.nanomem).")
     advice = path_advice(folder)
     if advice:

@@ -84,6 +84,9 @@ def test_everything_fine_beside_a_running_gateway(home: Home) -> None:
 def test_an_unreachable_model_names_the_url_tried(home: Home) -> None:
     base = f"http://127.0.0.1:{closed_port()}/v1"
     env = cli_env(home, NANOMEM_LLM__MODEL="openai/fake", NANOMEM_LLM__API_BASE=base)
+    assert "the log is" not in run_cli_here("doctor", env=env).stdout  # none written yet
+    home.logs.mkdir(exist_ok=True)
+    (home.logs / "nanomem.log").write_text("an earlier chat's log\n")
     done = run_cli_here("doctor", env=env)
     assert done.returncode == 1
     model = lines(done.stdout)["model"]
@@ -188,3 +191,21 @@ def test_what_chat_would_stop_on_is_a_config_failure(home: Home, tmp_path: Path)
     assert line.startswith(f"✗ config error: agent.workspace: the folder {missing} does not exist")
     assert "(environment variable NANOMEM_AGENT__WORKSPACE)" in line
     assert not missing.exists() and done.returncode == 1  # the doctor changes nothing
+
+
+@pytest.mark.parametrize("made", [True, False], ids=["empty-folder", "no-folder"])
+def test_a_folder_that_is_not_a_home_is_named_so_and_left_as_it_was(
+    home: Home, tmp_path: Path, made: bool
+) -> None:
+    typo = tmp_path / "nanomme"
+    if made:
+        typo.mkdir(mode=0o755)
+    done = run_cli("--home", str(typo), "doctor", env=cli_env(home))  # a typo beside a home
+    assert done.returncode == 1, done.stderr
+    assert lines(done.stdout) == {
+        "home": f"✗ {typo} is not a nanomem home (no config.toml, no workspace) → "
+        f"`nanomem onboard --home {typo}`, or check --home / NANOMEM_HOME"
+    }
+    assert "chmod" not in done.stdout and "nanomem.log" not in done.stdout
+    assert "Traceback" not in done.stderr
+    assert (sorted(typo.iterdir()) == []) if made else not typo.exists()

@@ -96,6 +96,29 @@ def test_a_typed_name_without_provider_is_explained_and_asked_again(tmp_path: Pa
     assert llm_table(home) == {"model": "ollama/llama3.1"}
 
 
+def test_a_typed_name_with_spaces_is_refused_before_the_base_url_question(tmp_path: Path) -> None:
+    home = Home(tmp_path / "home")
+    child, seen = spawn(bare_env(home), "onboard")
+    child.expect_exact("Model (")
+    child.sendline("ls -la")
+    child.expect_exact("is not a model name")
+    child.expect_exact("Model (")
+    assert "Base URL" not in seen.getvalue()  # asked again at once, not after the server
+    child.sendline("openai/gpt-4o-mini")
+    child.expect_exact("Base URL")
+    child.sendline("http://localhost:11434/v1")
+    child.expect_exact("empty if the server needs none")
+    child.sendline("")
+    child.expect_exact("Connect Telegram now? [y/N]")
+    child.sendline("")
+    child.expect(pexpect.EOF)
+    assert seen.getvalue().count("Base URL") == 1
+    assert llm_table(home) == {
+        "model": "openai/gpt-4o-mini",
+        "api_base": "http://localhost:11434/v1",
+    }
+
+
 def test_ctrl_d_at_a_question_writes_nothing(tmp_path: Path) -> None:
     home = Home(tmp_path / "home")
     child, seen = spawn(bare_env(home), "onboard")

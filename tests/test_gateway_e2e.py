@@ -306,7 +306,25 @@ def test_a_second_signal_stops_at_once(
     process.proc.send_signal(signal.SIGTERM)
     process.wait_for_line("a second signal stops at once")
     # Neither the turn nor the grace period would end within WAIT_S: the second signal did.
-    assert process.stop(signal.SIGINT) == 0, "".join(process.lines)
+    assert process.stop(signal.SIGINT) == 130, "".join(process.lines)
     process.wait_for_line("gateway: stopping at once")
     session = load_session(home, "telegram:1013")
     assert session.messages[0]["content"].endswith("SLOW and patient")
+
+
+@pytest.mark.parametrize("spacing_s", [0.1, 0.5, 1.0])
+def test_a_second_signal_to_an_idle_gateway_exits_130_at_any_moment(
+    tmp_path: Path, spacing_s: float
+) -> None:
+    with FakeOpenAI() as llm:
+        process = GatewayProcess(Home(tmp_path / "home"), None, llm)
+        process.proc.send_signal(signal.SIGTERM)
+        time.sleep(spacing_s)
+        if process.proc.poll() is not None:  # gone before the second: the first one's exit
+            assert process.stop(None) == 0, "".join(process.lines)
+            return
+        process.proc.send_signal(signal.SIGTERM)
+        sent = time.monotonic()
+        code = process.stop(None)
+    assert code == 130, "".join(process.lines)
+    assert time.monotonic() - sent < 3.0  # at once: not after the workers or the interpreter

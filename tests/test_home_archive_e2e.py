@@ -126,6 +126,9 @@ def test_a_home_moves_whole_and_without_its_secrets(
     assert "\n# api_key = … (left out by nanomem export)\n" in restored
 
     new_env = {**env, "NANOMEM_HOME": str(new.root)}
+    old_usage, new_usage = (run_cli_here("usage", "--json", env=e) for e in (env, new_env))
+    assert new_usage.returncode == 0 and new_usage.stdout == old_usage.stdout
+    assert json.loads(new_usage.stdout)["total"]["calls"] >= 3, new_usage.stdout
     fake_llm.reply("Green tea, Ada.")
     again = run_cli_here("chat", "-m", "what do I drink?", "--session", "tea", env=new_env)
     assert again.returncode == 0 and again.stdout.strip() == "Green tea, Ada."
@@ -192,6 +195,25 @@ def test_a_just_onboarded_home_is_replaced_without_force(home: Home, tmp_path: P
     done = run_cli_here("import-home", str(archive), env=cli_env(home))
     assert done.returncode == 0, done.stderr  # onboarding's files are no one's memory yet
     assert (home.workspace / "USER.md").read_text() == "# User\n- Name: Ada\n"
+
+
+def test_what_a_running_gateway_leaves_in_the_home_stays_behind_with_its_reason(
+    home: Home, tmp_path: Path
+) -> None:
+    for name in ("inbox.sqlite3", "inbox.sqlite3-wal", "inbox.sqlite3-shm", "gateway.json"):
+        (home.root / name).write_bytes(b"of this machine")
+    home.unread.mkdir()
+    (home.unread / "cli%3Adirect.jsonl").write_text('{"text": "tea time"}\n')
+    archive = tmp_path / "a.tar.gz"
+    done = run_cli_here("export", str(archive), env=cli_env(home))
+    assert done.returncode == 0, done.stderr
+    left = done.stdout.split("Not archived:")[1]
+    assert "not part of a home nanomem knows" not in left, left
+    inbox = "the gateway's inbox (messages in flight on this machine)"
+    for name in ("inbox.sqlite3", "inbox.sqlite3-wal", "inbox.sqlite3-shm"):
+        assert f"{name}: {inbox}" in left
+    assert "unread: what the gateway left for a terminal chat" in left
+    assert not any(n.startswith(("inbox", "unread")) for n in members(archive.read_bytes()))
 
 
 def test_no_import_while_a_gateway_runs_on_the_home(home: Home, tmp_path: Path) -> None:

@@ -17,6 +17,7 @@ import pexpect
 import pytest
 
 from tests.conftest import NANOMEM
+from tests.helpers import wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
 # The project's own files; what a checkout accumulates (venvs, caches) is no part of a clone.
@@ -67,6 +68,13 @@ def a_clone(tmp_path: Path) -> tuple[Path, Path]:
         run(["git", "-C", str(origin), *command], env, tmp_path)
     run(["git", "clone", "-q", str(origin), str(clone)], env, tmp_path)
     return origin, clone
+
+
+def read(path: Path) -> str | None:
+    try:
+        return path.read_text()
+    except OSError:
+        return None
 
 
 def system_python(env: dict[str, str]) -> str:
@@ -121,8 +129,21 @@ def test_install_update_and_uninstall_leave_nanomem_on_the_path_then_only_the_ho
     pyproject = origin / "pyproject.toml"
     pyproject.write_text(pyproject.read_text().replace('version = "0.1.0"', 'version = "0.1.1"'))
     run(["git", "-C", str(origin), "commit", "-qam", "0.1.1"], {**env, **GIT_PERSON}, tmp_path)
-    said = run(["nanomem", "self", "update"], env, tmp_path)
-    assert "Installed:" in said and "html_clean" not in said
+    # With a gateway on the home: updated, and told it runs the old code until restarted.
+    serving = {"NANOMEM_GATEWAY__PORT": "0", "NANOMEM_DREAM__ENABLED": "false",
+               "OPENAI_API_KEY": "sk-not-used-0123456789"}  # fmt: skip
+    gateway = subprocess.Popen(["nanomem", "gateway"], env=env | serving, cwd=tmp_path,
+                               stderr=subprocess.DEVNULL)  # fmt: skip
+    announced = home / ".nanomem" / "gateway.json"
+    try:
+        wait_until(lambda: '"port": 0' not in (read(announced) or '"port": 0'), timeout=120)
+        said = run(["nanomem", "self", "update"], env, tmp_path)
+        assert "Installed:" in said and "html_clean" not in said
+        assert f"a gateway runs on this home (pid {gateway.pid}, port" in said
+        assert "restart it to use the update" in said and f"kill -TERM {gateway.pid}" in said
+    finally:
+        gateway.terminate()
+        assert gateway.wait(60) == 0
     assert run(["nanomem", "--version"], env, tmp_path).strip() == "nanomem 0.1.1"
 
     said = failing(["nanomem", "self", "uninstall", "--purge"], env, tmp_path)  # no terminal

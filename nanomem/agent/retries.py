@@ -208,16 +208,18 @@ class Retries:
             if due > now:
                 wait = min(wait, (due - now).total_seconds())
                 continue
-            logger.info(
-                "retrying message {} ({}:{}), attempt {}",
-                pending.seq,
-                pending.channel,
-                pending.chat,
-                pending.attempts + 1,
-            )
             try:
+                # Said once taken: a channel still starting refuses it, and the sweep when it
+                # runs hands it in again (the line was written twice at every start).
                 if await readmit(pending):
                     self._handed.add(key)
+                    logger.info(
+                        "retrying message {} ({}:{}), attempt {}",
+                        pending.seq,
+                        pending.channel,
+                        pending.chat,
+                        pending.attempts + 1,
+                    )
             except Exception as exc:  # it cannot even be read back: an attempt like any other
                 logger.exception("retries: {} could not take {}", pending.channel, pending.seq)
                 where = f"{pending.channel}:{pending.chat}"

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from nanomem.config import Settings
     from nanomem.doctor.finding import Finding
+    from nanomem.home import Home
 
 # After a configuration error at the start of these commands, the next step.
 HINTED = frozenset({"chat", "gateway"})
@@ -47,6 +48,8 @@ def run(args: argparse.Namespace) -> int:
 
     register_environment_secrets()  # a server may echo a key it was sent: masked below
     home = _home(args)
+    if args.config is None and not home.config.exists() and not home.workspace.exists():
+        return _not_a_home(home)  # a typo in --home: no advice for a folder that is not one
     try:
         config = _config_path(args, home)
     except CliError as exc:
@@ -68,8 +71,19 @@ def run(args: argparse.Namespace) -> int:
         print(finding.line(width))
     failed = sum(finding.level == "fail" for finding in findings)
     if failed:
-        print(f"\n{failed} of {len(findings)} checks failed; the log is {home.logs}/nanomem.log")
+        log = home.logs / "nanomem.log"
+        where = f"; the log is {log}" if log.exists() else ""
+        print(f"\n{failed} of {len(findings)} checks failed{where}")
     return 1 if failed else 0
+
+
+def _not_a_home(home: Home) -> int:
+    from nanomem.doctor.finding import Finding
+
+    found = f"{home.root} is not a nanomem home (no config.toml, no workspace)"
+    fix = f"`nanomem onboard --home {home.root}`, or check --home / NANOMEM_HOME"
+    print(Finding.fail("home", found, fix).line(len("home")))
+    return 1
 
 
 def _usable(settings: Settings, config: Path) -> Finding:

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from nanomem.providers import key_variable, model_name_problem, route
+from nanomem.providers import key_variable, model_name_problem, model_shape_problem, route
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -55,6 +55,11 @@ def ask_missing(
             break
         if not model:
             say(NEEDED)
+            continue
+        if shape := model_shape_problem(model):  # no server's name: said before the base URL
+            if choices.model:
+                raise ValueError(shape)
+            say(shape)
             continue
         api_base, typed_base = choices.api_base or known.api_base or "", ""
         if not api_base and (model.startswith("openai/") or "/" not in model):

@@ -454,7 +454,7 @@ def cmd_gateway(args: argparse.Namespace) -> int:
     from nanomem.cli.onboard import ensure_api_key
     from nanomem.config import ConfigError
     from nanomem.gateway.claim import AlreadyRunning, claim
-    from nanomem.gateway.service import Gateway, serve
+    from nanomem.gateway.service import Gateway, finish, serve
 
     # A fresh container volume is onboarded silently and configured by environment variables.
     home, settings = _configured(args, needs_model=True)
@@ -463,9 +463,10 @@ def cmd_gateway(args: argparse.Namespace) -> int:
             if ensure_api_key(settings, _config_path(args, home), home):  # never keyless
                 settings = _settings(args, home)
             app = _build(home, settings, args.log_level, durable=True, config=args.config)
-            return serve(Gateway.from_app(app), listening=held.announce)
+            code = serve(Gateway.from_app(app), listening=held.announce)
     except (ConfigError, AlreadyRunning) as exc:
         raise CliError(str(exc), EXIT_CONFIG) from None
+    finish(code)  # no interpreter teardown: a signal then would exit 143
 
 
 def _app(args: argparse.Namespace, *, needs_model: bool, stderr_level: str | None) -> App:

@@ -34,7 +34,8 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 def run(args: argparse.Namespace) -> int:
     from nanomem.cli.main import CliError, _home
-    from nanomem.install import read_record
+    from nanomem.gateway_state import running
+    from nanomem.install import read_record, recorded_links
 
     venv = Path(sys.prefix)
     record = read_record(venv)
@@ -43,9 +44,29 @@ def run(args: argparse.Namespace) -> int:
             f"this nanomem (in {venv}) was not installed by `python3 -m nanomem.install`; "
             "update or remove it the way it was installed (pipx, uv tool, pip)"
         )
+    home = _home(args)
     if args.self_command == "update":
-        return update(Path(record["clone"]), venv, Path(record["link"]))
-    return uninstall(venv, Path(record["link"]), _home(args), purge=args.purge)
+        code = update(Path(record["clone"]), venv, Path(record["link"]))
+        if code == 0 and (gateway := running(home)) is not None:
+            by_pid = f"kill -TERM {gateway.pid}" if gateway.pid else "stop it"
+            print(
+                f"nanomem: a gateway runs on this home ({gateway.describe()}): restart it to "
+                f"use the update (`systemctl --user restart nanomem` when it runs as a "
+                f"service; else {by_pid} and start `nanomem gateway` again)",
+                file=sys.stderr,
+            )
+        return code
+    if (gateway := running(home)) is not None:  # it would lose its program mid-message
+        raise CliError(
+            f"a gateway runs on {home.root} ({gateway.describe()}): stop it "
+            f"first ({_stop_hint(gateway.pid)}), then uninstall again. Nothing was removed."
+        )
+    return uninstall(venv, recorded_links(venv), home, purge=args.purge)
+
+
+def _stop_hint(pid: int | None) -> str:
+    by_pid = f"`kill -TERM {pid}`" if pid else "stop it"
+    return f"{by_pid}, or `systemctl --user stop nanomem` when it runs as a service"
 
 
 def update(clone: Path, venv: Path, link: Path) -> int:
@@ -90,7 +111,7 @@ def _git(clone: Path, *args: str) -> str:
     return done.stdout
 
 
-def uninstall(venv: Path, link: Path, home: Home, *, purge: bool) -> int:
+def uninstall(venv: Path, links: list[Path], home: Home, *, purge: bool) -> int:
     import shutil
 
     from nanomem.cli.main import CliError
@@ -107,9 +128,10 @@ def uninstall(venv: Path, link: Path, home: Home, *, purge: bool) -> int:
         shutil.rmtree(home.root)
         print(f"deleted {home.root}")
     try:
-        if is_our_link(link, venv):
-            link.unlink()
-            print(f"removed {link}")
+        for link in links:
+            if is_our_link(link, venv):
+                link.unlink()
+                print(f"removed {link}")
         shutil.rmtree(venv)  # this process runs from it: the files it has open stay readable
         print(f"removed {venv}")
         (venv.parent / LOCK).unlink(missing_ok=True)
@@ -129,10 +151,7 @@ def uninstall(venv: Path, link: Path, home: Home, *, purge: bool) -> int:
 def _may_purge(home: Home) -> bool:
     """Asks, at a terminal only, before the home is deleted; CliError for anything but yes."""
     from nanomem.cli.main import CliError
-    from nanomem.gateway.claim import running
 
-    if (gateway := running(home)) is not None:
-        raise CliError(f"a gateway runs on {home.root} ({gateway.describe()}); stop it first")
     if not sys.stdin.isatty():
         raise CliError("--purge deletes your memory and asks first: run it at a terminal")
     try:

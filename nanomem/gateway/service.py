@@ -117,10 +117,21 @@ class Gateway:
             await self._shutdown(dispatcher, settings.grace_s)
         finally:
             await runner.cleanup()
-            for sig in SIGNALS:
-                loop.remove_signal_handler(sig)
+            self._handle_signals_to_the_end(loop)
         logger.info("gateway: stopped")
         return self._exit_code
+
+    def _handle_signals_to_the_end(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Off the loop; in `serve`, a plain handler in its place until the process is gone
+        (the default would kill it: exit 143, not 130), swapped with both signals blocked."""
+        held = signal.pthread_sigmask(signal.SIG_BLOCK, SIGNALS)
+        try:
+            for sig in SIGNALS:
+                loop.remove_signal_handler(sig)
+                if self.owns_process:
+                    signal.signal(sig, _stop_at_once)
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, held)
 
     async def _start_features(self) -> None:
         """The features' background work (Dream's schedule and review notices, scheduled
@@ -190,7 +201,7 @@ class Gateway:
                 loop.call_later(bound, lambda: leave(self._exit_code, why))
         elif not self._forced:
             logger.warning("gateway: stopping at once")
-            self._forced = True
+            self._forced, self._exit_code = True, 130
             self._cancelling = asyncio.gather(
                 self.app.loop.close(grace_s=0), self.app.stop_features(grace_s=0)
             )
@@ -308,6 +319,24 @@ def serve(gateway: Gateway, listening: Callable[[int], None] | None = None) -> i
 
 def _busy_workers() -> list[threading.Thread]:
     return [t for t in threading.enumerate() if t.name.startswith(WORKERS) and t.is_alive()]
+
+
+def finish(code: int) -> NoReturn:
+    """End `nanomem gateway`'s process once the gateway and its claim are done: the
+    interpreter's own exit (module teardown) runs with no signal handler, and a second signal
+    during it would kill the process instead of ending it with 130."""
+    logger.remove()  # closes the sinks: the log file is flushed
+    with contextlib.suppress(Exception):
+        sys.stdout.flush()
+        sys.stderr.flush()
+    os._exit(code)
+
+
+def _stop_at_once(_signal: int, _frame: object) -> None:
+    """A signal after the gateway stopped, while its process still ends (workers, the lock)."""
+    with contextlib.suppress(RuntimeError):  # loguru refuses: the interrupted code was logging
+        leave(130, "a signal while the process ends")
+    os._exit(130)
 
 
 def leave(code: int, why: str) -> NoReturn:

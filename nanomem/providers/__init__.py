@@ -19,7 +19,7 @@ if TYPE_CHECKING:
         Purpose,
         charged_to,
     )
-    from nanomem.providers.model_names import model_name_problem
+    from nanomem.providers.model_names import model_name_problem, model_shape_problem
     from nanomem.providers.openai_http import OpenAIHTTPProvider
     from nanomem.providers.provider import (
         Provider,
@@ -60,6 +60,7 @@ __all__ = [
     "key_source",
     "key_variable",
     "model_name_problem",
+    "model_shape_problem",
     "route",
     "supports_images",
 ]
@@ -76,7 +77,7 @@ __getattr__ = lazy_exports(
             "Purpose",
             "charged_to",
         ),
-        "model_names": ("model_name_problem",),
+        "model_names": ("model_name_problem", "model_shape_problem"),
         "openai_http": ("OpenAIHTTPProvider",),
         "provider": (
             "Provider",

@@ -52,14 +52,22 @@ HOSTED = {
 LOCAL = ("llama", "qwen", "phi", "gemma", "mistral", "mixtral", "deepseek", "smollm", "tinyllama")
 
 
-def model_name_problem(model: str, api_base: str | None, key: str = "llm.model") -> str | None:
-    """What is wrong with `model` and what to write instead, or None when a client can place it.
-    With an api_base every name is the server's own, passed to it as it is (none has spaces)."""
+def model_shape_problem(model: str, key: str = "llm.model") -> str | None:
+    """What makes `model` no model name on any server (spaces), or None; needs no api_base, so
+    a question can ask again at once."""
     if any(character.isspace() for character in model.strip()):
         return (
             f"{key} `{model}` is not a model name: a name has no spaces "
             "(e.g. openai/gpt-4o-mini, or ollama/llama3.1)"
         )
+    return None
+
+
+def model_name_problem(model: str, api_base: str | None, key: str = "llm.model") -> str | None:
+    """What is wrong with `model` and what to write instead, or None when a client can place it.
+    With an api_base every name is the server's own, passed to it as it is (none has spaces)."""
+    if shape := model_shape_problem(model, key):
+        return shape
     if not model or api_base:
         return None
     prefix, slash, _ = model.partition("/")

@@ -164,6 +164,9 @@ def test_a_retry_due_while_the_gateway_was_down_runs_at_start(
     assert replies[1]["text"].endswith("the dentist is at nine")
     wait_until(lambda: stored(home, 1004) == [], what="the message to leave the inbox")
     assert process.stop() == 0, "".join(process.lines)
+    # Taken once: the line once, though the channel was still starting at the first sweep.
+    said = [line for line in process.lines if "retrying message" in line]
+    assert len(said) == 1 and "(telegram:1004), attempt" in said[0], said
 
 
 # Siblings: where else a stored message could leave the inbox unanswered.

@@ -106,3 +106,21 @@ def test_a_second_signal_ends_the_gateway_at_once_with_a_thread_stuck(
         stopped_within(process, 1.0 + SLACK_S)
         assert process.stop(None) == 130, "".join(process.lines)
     assert "Traceback" not in "".join(process.lines)
+
+
+@pytest.mark.slow
+def test_a_signal_after_the_gateway_stopped_still_ends_the_process_at_once(
+    servers: tuple[FakeTelegram, FakeOpenAI], home: Home
+) -> None:
+    """The gateway has stopped and its process waits for the stuck worker: a signal then ends
+    it with 130 (the handler stays to the end), not the default's kill."""
+    telegram, llm = servers
+    process = GatewayProcess(home, telegram, llm, NANOMEM_GATEWAY__GRACE_S="0.5")
+    with schedules_locked(home):
+        stuck_turn(telegram, llm)
+        process.proc.send_signal(signal.SIGTERM)
+        process.wait_for_line(r"gateway: stopped")  # then up to THREADS_S for the worker
+        stopped_within(process, 1.0 + SLACK_S)
+        assert process.stop(None) == 130, "".join(process.lines)
+    log = "".join(process.lines)
+    assert "a signal while the process ends" in log and "Traceback" not in log
