@@ -27,6 +27,7 @@ from nanomem.importers.found import (
     text_field,
 )
 from nanomem.importers.source import SourceTree, clean
+from nanomem.text.plural import plural
 
 NAME = "hermes"
 DEFAULT_PATH = Path("~/.hermes")
@@ -116,9 +117,23 @@ def sessions(found: Found, db: Path) -> None:
     try:
         connection.set_progress_handler(lambda: int(time.monotonic() > deadline), 10_000)
         # Each text and id cut in SQLite itself: a hostile row of a gigabyte is never loaded.
+        # Only the terminal's sessions: state.db tags a session by its platform alone, so a
+        # Telegram or Discord session may be a group's, whose members' words must not become
+        # the owner's personal history.
+        others = connection.execute(
+            "SELECT count(*), group_concat(DISTINCT substr(source, 1, 20)) FROM sessions "
+            "WHERE source IS NOT 'cli'"
+        ).fetchone()
+        if others and others[0]:
+            found.skip(
+                rel,
+                f"{plural(others[0], 'session')} of {others[1]} not imported: state.db does not "
+                "say which were group chats, and a group's words stay out of your own history",
+            )
         cursor = connection.execute(
             "SELECT substr(m.session_id, 1, 80), m.role, substr(m.content, 1, ?), m.timestamp "
-            "FROM messages m WHERE m.role IN ('user', 'assistant') AND m.content IS NOT NULL "
+            "FROM messages m JOIN sessions s ON s.id = m.session_id WHERE s.source = 'cli' "
+            "AND m.role IN ('user', 'assistant') AND m.content IS NOT NULL "
             "ORDER BY m.session_id, m.timestamp, m.id LIMIT ?",
             (MAX_MESSAGE_CHARS, MAX_ROWS + 1),
         )

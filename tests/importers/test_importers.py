@@ -71,12 +71,13 @@ def test_hermes_entries_bundled_skills_scripts_and_sessions(tmp_path: Path) -> N
     assert memory["memory/MEMORY.md"].split("\n\n")[-1] == "Ada prefers metric units."
     assert [s.name for s in result.skills] == ["standup"]  # arxiv ships with Hermes
     assert [(j.every_minutes, j.text[:10]) for j in result.jobs] == [(1440, "Check the ")]
-    assert [h.kind for h in result.history] == ["raw", "raw"]
-    first = result.history[0]
-    assert first.timestamp == "2025-11-20T06:15:02+00:00"
-    assert first.content == (
-        "user: What rye ratio did we settle on?\nassistant: 70% rye, 30% wheat, 75% hydration."
-    )  # tool rows are not part of the transcript
+    # The terminal's session alone: a Telegram session may have been a group's.
+    assert [(h.kind, h.content) for h in result.history] == [
+        ("raw", "user: Remind me: oven service Monday.")
+    ]
+    assert result.history[0].timestamp == "2025-11-21T17:30:00+00:00"
+    refused = {s.source: s.reason for s in result.skipped}
+    assert refused["state.db"].startswith("1 session of telegram not imported")
 
 
 def test_applied_history_keeps_its_times_and_is_marked(home: Home, tmp_path: Path) -> None:

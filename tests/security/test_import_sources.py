@@ -106,7 +106,7 @@ def test_a_state_db_that_is_not_sqlite_or_not_hermes(home: Home, tmp_path: Path)
     before = (other / "state.db").read_bytes()
     result = run_cli_here("import", "hermes", str(other), env=cli_env(home))
     assert result.returncode == 0, result.stderr
-    assert "state.db: not readable as Hermes' sessions (no such table: messages)" in result.stdout
+    assert "state.db: not readable as Hermes' sessions (no such table: sessions)" in result.stdout
     assert sorted(os.listdir(other)) == ["state.db"]  # read-only: no journal, no -wal, no -shm
     assert (other / "state.db").read_bytes() == before
 
@@ -245,6 +245,10 @@ def test_a_giant_message_in_state_db_is_cut_in_sqlite(home: Home, tmp_path: Path
 
     path = source(tmp_path, "hermes")
     db = sqlite3.connect(path / "state.db")
+    db.execute(
+        "INSERT INTO sessions (id, source, started_at) VALUES (?, 'cli', ?)",
+        ("20261122_090000_ffffff", 1763802000.0),
+    )
     db.execute(
         "INSERT INTO messages (session_id, role, content, timestamp) VALUES (?, 'user', ?, ?)",
         ("20261122_090000_ffffff", "x" * 3_000_000, 1763802000.0),
