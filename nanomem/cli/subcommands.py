@@ -11,14 +11,14 @@ from pathlib import Path
 from types import ModuleType
 
 # Modules of nanomem.cli; their top level imports nothing heavy (every command parses them all).
-MODULES: tuple[str, ...] = (
-    "parked",
-    "import_command",
+MODULES: tuple[str, ...] = (  # in the order `nanomem --help` lists them
+    "config_command",
+    "doctor",
     "usage_command",
+    "parked",
     "export_command",
     "import_home",
-    "doctor",
-    "config_command",
+    "import_command",
     "self_command",
 )
 
