@@ -173,7 +173,13 @@ def make_app(home: Home, provider: ScriptedProvider, **sections: dict[str, objec
 
 
 def cli_env(home: Home, server: FakeOpenAI | None = None, **extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("NANOMEM_")}
+    # COLUMNS and LINES describe the runner's terminal (pytest-xdist's workers set 80x24), not
+    # a child's pseudo-terminal: rich would wrap a 200-column screen at 80.
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("NANOMEM_") and k not in ("COLUMNS", "LINES")
+    }
     env.update(NANOMEM_HOME=str(home.root), LITELLM_LOCAL_MODEL_COST_MAP="True")
     if server is not None:
         env.update(
