@@ -492,6 +492,17 @@ def change(config: Path, lock: FileLock, edit: Any) -> bool:
     return True
 
 
+def set_values(config: Path, lock: FileLock, table: str, values: Mapping[str, Any]) -> bool:
+    """Each `key = value` under `[table]`, placed as `set_value` places one, in one write."""
+
+    def edit(text: str) -> str:
+        for key, value in values.items():
+            text = with_value(text, (table, key), value)
+        return text
+
+    return change(config, lock, edit)
+
+
 def set_value(config: Path, lock: FileLock, target: Setting, value: Any) -> bool:
     return change(config, lock, lambda old: with_value(old, target.path, value))
 

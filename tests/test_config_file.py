@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from nanomem.cli.main import CliError
 from nanomem.config import ConfigError, load_settings
 from nanomem.config_file import (
     changed_settings,
@@ -248,12 +249,14 @@ def test_the_settings_an_edit_changed_are_named() -> None:
     assert changed_settings("[llm", new) == []
 
 
-def test_onboardings_writer_places_a_toml_value_as_config_set_does(home: Home) -> None:
-    from nanomem.cli.onboard import with_config_value
+def test_onboardings_writer_places_a_value_as_config_set_does(home: Home) -> None:
+    from nanomem.cli.onboard import set_config_values
 
     text = home.config.read_text()
-    new = with_config_value(text, "telegram", "token", '"123:abc"')
-    assert changed_lines(text, new) == ['-# token = ""', '+token = "123:abc"']
-    # A layout that cannot take it in place is handed back as it was, for the caller to say.
-    odd = 'telegram = "not a table"\n'
-    assert with_config_value(odd, "telegram", "enabled", "true") == odd
+    set_config_values(home.config, "telegram", {"token": "123:abc"}, home.lock("config"))
+    assert changed_lines(text, home.config.read_text()) == ['-# token = ""', '+token = "123:abc"']
+    # A layout that cannot take it in place is left as it was, and said.
+    home.config.write_text('telegram = "not a table"\n')
+    with pytest.raises(CliError, match="cannot be changed in place"):
+        set_config_values(home.config, "telegram", {"enabled": True}, home.lock("config"))
+    assert home.config.read_text() == 'telegram = "not a table"\n'

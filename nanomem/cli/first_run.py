@@ -130,21 +130,13 @@ def ask_model_now(
 ) -> bool:
     """A later run's question for the model `config` lacks, checked as the first run's is;
     what was answered is saved in `config` once valid. False: nothing valid, nothing saved."""
-    import json
-
-    from nanomem.cli.onboard import set_config_value
+    from nanomem.cli.onboard import set_config_values
 
     choices = ask_missing(
         known, Choices(), ask=ask, ask_secret=ask_secret, say=say, question=NOW_QUESTION
     )
     if not choices.model:
         return False
-    with lock.hold_sync():
-        for key, value in (
-            ("model", choices.model),
-            ("api_base", choices.api_base),
-            ("api_key", choices.api_key),
-        ):
-            if value:
-                set_config_value(config, "llm", key, json.dumps(value))
+    answers = {"model": choices.model, "api_base": choices.api_base, "api_key": choices.api_key}
+    set_config_values(config, "llm", {k: v for k, v in answers.items() if v}, lock)
     return True

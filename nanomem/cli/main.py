@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
-import json
 import os
 import sys
 from pathlib import Path
@@ -232,7 +231,7 @@ def _first_run(args: argparse.Namespace, home: Home, given: Choices) -> bool:
     """Onboard `home`; `given` (onboard's flags) is written. A new config is completed by
     questions on a terminal, never elsewhere. Returns whether questions were asked."""
     from nanomem.cli.first_run import ask_missing
-    from nanomem.cli.onboard import ensure_api_key, onboard, set_config_value
+    from nanomem.cli.onboard import ensure_api_key, onboard, set_config_values
     from nanomem.cli.telegram_setup import ask_telegram, save_telegram
     from nanomem.providers import model_name_problem
 
@@ -257,11 +256,10 @@ def _first_run(args: argparse.Namespace, home: Home, given: Choices) -> bool:
     if telegram is not None:
         print(save_telegram(home.config, home.lock("config"), telegram))
     ensure_api_key(_settings(args, home), _config_path(args, home), home)
-    if not fresh:  # an explicit flag is a request to change the existing file
-        for key, value in (("model", given.model), ("api_base", given.api_base)):
-            if value:
-                set_config_value(home.config, "llm", key, json.dumps(value), home.lock("config"))
-                print(f"set llm.{key} in {home.config}")
+    chosen = {k: v for k, v in (("model", given.model), ("api_base", given.api_base)) if v}
+    if chosen and not fresh:  # an explicit flag is a request to change the existing file
+        set_config_values(home.config, "llm", chosen, home.lock("config"))
+        print("\n".join(f"set llm.{key} in {home.config}" for key in chosen))
     tightened = [p for p in report.tightened if p not in report.created and p != home.root]
     if tightened:
         print(f"made {plural(len(tightened), *FILES)} in {home.root} private (owner only)")

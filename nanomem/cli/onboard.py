@@ -6,6 +6,7 @@ import os
 import shutil
 import sys
 import tomllib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -67,40 +68,19 @@ def onboard(
     return report
 
 
-def set_config_value(
-    path: Path, section: str, key: str, toml_value: str, lock: FileLock | None = None
+def set_config_values(
+    path: Path, section: str, values: Mapping[str, object], lock: FileLock
 ) -> None:
-    """Set `key = toml_value` under `[section]` as `nanomem config set` does (comments kept, a
-    commented default uncommented in place, nothing invalid written), under `lock` if given
-    (a caller may hold it already)."""
+    """Set each `key = value` under `[section]` in one write under `lock`, as `nanomem config
+    set` places it (comments kept, a commented default uncommented in place, nothing invalid
+    written); CliError (exit 2) when it cannot be."""
     from nanomem.cli.main import EXIT_CONFIG, CliError
-    from nanomem.config_file import change, current_text, with_value, write_checked
+    from nanomem.config_file import set_values
 
     try:
-        if lock is None:
-            old = current_text(path)
-            new = with_value(old, (section, key), _value_of(toml_value))
-            if new != old:
-                write_checked(path, new)
-        else:
-            change(path, lock, lambda old: with_value(old, (section, key), _value_of(toml_value)))
+        set_values(path, lock, section, values)
     except ConfigError as exc:
         raise CliError(str(exc), EXIT_CONFIG) from None
-
-
-def with_config_value(text: str, section: str, key: str, toml_value: str) -> str:
-    """`text` with `key = toml_value` under `[section]`, placed as `nanomem config set` places
-    it; `text` unchanged when that cannot be done in place (the caller checks the result)."""
-    from nanomem.config_file import with_value
-
-    try:
-        return with_value(text, (section, key), _value_of(toml_value))
-    except (ConfigError, tomllib.TOMLDecodeError):
-        return text
-
-
-def _value_of(toml_value: str) -> object:
-    return tomllib.loads(f"value = {toml_value}")["value"]
 
 
 def ensure_api_key(settings: Settings, config: Path, home: Home) -> bool:

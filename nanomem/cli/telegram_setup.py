@@ -118,21 +118,15 @@ def save_telegram(config: Path, lock: FileLock, choices: TelegramChoices) -> str
     writes a setting: under the config's lock, checked before it replaces the file; what to
     tell the person."""
     from nanomem.config import ConfigError
-    from nanomem.config_file import change, with_value
+    from nanomem.config_file import set_values
 
     values: dict[str, object] = {"enabled": True}
     if choices.token:
         values["token"] = choices.token
     if choices.owner is not None:
         values["owner"] = choices.owner
-
-    def edit(text: str) -> str:
-        for key, value in values.items():
-            text = with_value(text, ("telegram", key), value)
-        return text
-
     try:
-        change(config, lock, edit)
+        set_values(config, lock, "telegram", values)
     except ConfigError:  # e.g. a hand-written `token = """...` over lines: not ours to rewrite
         return _text("later", reason=" ([telegram] could not be set in place)", config=config)
     return _text("done", bot=choices.bot, owner=choices.owner, config=config)
