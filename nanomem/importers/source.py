@@ -81,6 +81,14 @@ class SourceTree:
             return False
         return True
 
+    def _folder_of(self, rel: str, parent: str) -> int | None:
+        """The descriptor of `rel`'s folder `parent`; None, with a Skipped, when it cannot be."""
+        try:
+            return self._open_folder(parent)
+        except OSError:
+            self.skip(rel, "its folder is a link or cannot be opened; not read")
+            return None
+
     def _open_folder(self, rel: str) -> int:
         """A descriptor of root/rel, reached without following any link on the way."""
         if any(part in ("..", "/") for part in Path(rel).parts):
@@ -119,10 +127,7 @@ class SourceTree:
         if self.read_files >= MAX_FILES or self.read_bytes >= MAX_TOTAL_BYTES:
             self.skip(rel, f"past the limits of one import ({MAX_FILES} files, 64 MiB)")
             return None
-        try:
-            folder = self._open_folder(parent)
-        except OSError:
-            self.skip(rel, "its folder is a link or cannot be opened; not read")
+        if (folder := self._folder_of(rel, parent)) is None:
             return None
         try:
             flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
@@ -169,10 +174,7 @@ class SourceTree:
         if not self.exists(rel):
             return None
         parent, name = os.path.split(rel)
-        try:
-            folder = self._open_folder(parent)
-        except OSError:
-            self.skip(rel, "its folder is a link or cannot be opened; not read")
+        if (folder := self._folder_of(rel, parent)) is None:
             return None
         try:
             info = os.stat(name, dir_fd=folder, follow_symlinks=False)
