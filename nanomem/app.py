@@ -22,7 +22,7 @@ from nanomem.agent import (
     Templates,
     retry_delay,
 )
-from nanomem.config import LLMSettings, Settings, WebSettings
+from nanomem.config import LLMSettings, ScheduleSettings, Settings, WebSettings
 from nanomem.features.consolidation import build as consolidation
 from nanomem.features.dream import build as dream
 from nanomem.features.mcp import build as mcp
@@ -34,7 +34,6 @@ from nanomem.features.usage import build as usage
 from nanomem.features.voice import build as voice
 from nanomem.features.web import build as web
 from nanomem.home import Home
-from nanomem.importers.undo import undo_import
 from nanomem.memory import (
     TRACKED,
     BpeTokenizer,
@@ -43,6 +42,7 @@ from nanomem.memory import (
     GitStore,
     HistoryStore,
     SessionStore,
+    Version,
 )
 from nanomem.providers import (
     AfterCall,
@@ -173,7 +173,7 @@ def build_app(
         log_file=home.logs / "nanomem.log",
     )
     git = GitStore(home.memory_git, workspace, lock=home.lock("memory"))
-    git.after_restore.append(functools.partial(undo_import, home, workspace, settings.schedule))
+    git.after_restore.append(functools.partial(_undo_import, home, workspace, settings.schedule))
     app = App(
         settings,
         home,
@@ -199,6 +199,15 @@ def build_app(
         answer = OFF.format(what=what, name=name, setting=setting)
         loop.commands.fallback(_saying(name, answer, owner_only))
     return app
+
+
+def _undo_import(
+    home: Home, workspace: Path, limits: ScheduleSettings, undone: Version
+) -> list[str]:
+    """What a restore of an import also takes back; imported only when a version is restored."""
+    from nanomem.importers.undo import undo_import
+
+    return undo_import(home, workspace, limits, undone)
 
 
 def _saying(name: str, answer: str, owner_only: bool) -> Command:
