@@ -22,6 +22,7 @@ from nanomem.audience import Sender
 from nanomem.thread_batch import ThreadBatch
 
 if TYPE_CHECKING:  # sqlite and loguru stay off `nanomem chat`'s way to its prompt
+    from nanomem.agent.client_turn import ClientTurn
     from nanomem.agent.inbox import Inbox, Pending
 
 # Failed attempts so far → seconds until the next attempt, or None: park the message.
@@ -61,6 +62,8 @@ class InboundMessage:
     # voice.max_minutes.
     lengths: Mapping[str, float] = field(default_factory=dict, hash=False)
     prepare: Prepare | None = field(default=None, compare=False, repr=False)
+    # What an API client's request adds to this turn (its tools, instructions, options).
+    client: ClientTurn | None = field(default=None, compare=False, repr=False)
 
     @property
     def session_key(self) -> str:

@@ -48,6 +48,7 @@ class Text:
     command: str = ""  # the command whose answer this is
     category: str = ""  # a model failure's category (auth, quota, timeout, ...)
     cut_short: bool = False  # a reply a model failure ended early: what was shown, and a note
+    truncated: bool = False  # the model stopped at the turn's max_tokens (finish_reason length)
 
 
 @dataclass(frozen=True)

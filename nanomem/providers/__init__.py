@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from nanomem.providers.model_names import model_name_problem, model_shape_problem
     from nanomem.providers.openai_http import OpenAIHTTPProvider
     from nanomem.providers.provider import (
+        ModelOptions,
         Provider,
         ProviderError,
         Reply,
@@ -43,6 +44,7 @@ __all__ = [
     "LiteLLMProvider",
     "MeteredProvider",
     "ModelCall",
+    "ModelOptions",
     "OpenAIHTTPProvider",
     "Provider",
     "ProviderError",
@@ -80,6 +82,7 @@ __getattr__ = lazy_exports(
         "model_names": ("model_name_problem", "model_shape_problem"),
         "openai_http": ("OpenAIHTTPProvider",),
         "provider": (
+            "ModelOptions",
             "Provider",
             "ProviderError",
             "Reply",

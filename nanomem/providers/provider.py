@@ -155,6 +155,23 @@ def _tokens(value: Any) -> int | None:
 
 
 @dataclass(frozen=True)
+class ModelOptions:
+    """What a caller asks of every model call of a turn beyond the messages (an API client's
+    request): None or empty leaves the setting to nanomem's config and the model."""
+
+    max_tokens: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    stop: tuple[str, ...] = ()
+    seed: int | None = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    parallel_tool_calls: bool | None = None
+    # OpenAI's shape: {"type": "json_object"} or {"type": "json_schema", "json_schema": {...}}.
+    response_format: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
 class Reply:
     content: str | None
     tool_calls: tuple[ToolCall, ...] = ()
