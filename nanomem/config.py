@@ -338,6 +338,8 @@ class ApiSettings(_Section):
     # Content parts (text, image_url, input_audio) in the message a request sends: each file is
     # saved and shown to the model, so a flood of them is refused before any is.
     max_parts: int = Field(16, ge=1, le=500)
+    # A turn paused on a client's tool waits this long for its result, then is closed.
+    tool_wait_s: float = Field(600.0, ge=1, le=86400)
 
 
 class DreamSettings(_Section):
