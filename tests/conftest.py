@@ -29,6 +29,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 # Fixtures shared by test files that live with their helpers (test files never import each other).
 pytest_plugins = [
     "tests.helpers.api",
+    "tests.helpers.clients",
     "tests.helpers.terminal",
     "tests.helpers.loopback",
     "tests.helpers.mcp",
