@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from channels.api.wire import BadRequest, valid_session_id
-from nanomem.providers import ModelOptions
+from nanomem.agent import ModelOptions
 
 MAX_TOOLS = 128  # OpenAI's own limit
 # One schema's JSON text (a tool's parameters, a response_format): far beyond a real one, and

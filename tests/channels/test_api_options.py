@@ -21,7 +21,7 @@ from channels.api.options import (
     session_from,
 )
 from channels.api.wire import BadRequest
-from nanomem.providers import ModelOptions
+from nanomem.agent import ModelOptions
 
 WEATHER = {
     "type": "function",
