@@ -77,6 +77,10 @@ class ChatRequest:
         return len(self.text) + FILE_PART_CHARS * len(self.uploads)
 
 
+def valid_session_id(value: str) -> bool:
+    return _SESSION_ID.fullmatch(value) is not None
+
+
 def error_body(
     message: str, kind: str = "invalid_request_error", code: str | None = None, param: Any = None
 ) -> dict[str, Any]:

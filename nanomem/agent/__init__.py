@@ -26,6 +26,14 @@ if TYPE_CHECKING:
         save_media,
         shaped,
     )
+    from nanomem.agent.client_turn import (
+        CLIENT_REQUEST,
+        SCHEMA_UNMET,
+        ClientTurn,
+        ModelOptions,
+        Paused,
+        ToolResult,
+    )
     from nanomem.agent.commands import STOPPED, Answer, Command, CommandSet, fenced, parse_command
     from nanomem.agent.context import ContextBuilder
     from nanomem.agent.feature import (
@@ -73,8 +81,10 @@ if TYPE_CHECKING:
     from nanomem.agent.unread import Unread
 
 __all__ = [
+    "CLIENT_REQUEST",
     "GIVEN_UP",
     "RETRYING",
+    "SCHEMA_UNMET",
     "STOPPED",
     "STOPPING",
     "STOPPING_NOTE",
@@ -87,6 +97,7 @@ __all__ = [
     "Channel",
     "ChannelDown",
     "ChatQueues",
+    "ClientTurn",
     "Command",
     "CommandSet",
     "ContextBuilder",
@@ -101,9 +112,11 @@ __all__ = [
     "InboundMessage",
     "MediaText",
     "MessageBus",
+    "ModelOptions",
     "OutboundMessage",
     "OwnerAway",
     "Part",
+    "Paused",
     "Pending",
     "Progress",
     "Question",
@@ -116,6 +129,7 @@ __all__ = [
     "TellOwner",
     "Templates",
     "Text",
+    "ToolResult",
     "Unread",
     "Unreadable",
     "anyone",
@@ -156,6 +170,14 @@ __getattr__ = lazy_exports(
             "save_media",
             "forms",
             "shaped",
+        ),
+        "client_turn": (
+            "CLIENT_REQUEST",
+            "SCHEMA_UNMET",
+            "ClientTurn",
+            "ModelOptions",
+            "Paused",
+            "ToolResult",
         ),
         "commands": ("Answer", "Command", "CommandSet", "STOPPED", "fenced", "parse_command"),
         "context": ("ContextBuilder",),
