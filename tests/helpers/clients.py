@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import json
+import re
 from collections.abc import AsyncIterator, Callable, Iterator
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import pytest
+from pydantic import BaseModel, Field
 
 from nanomem.app import build_app
 from nanomem.channel_registry import load_channel
@@ -28,7 +31,36 @@ from tests.helpers.gateway import API_KEY
 
 T = TypeVar("T")
 # What the model fills a schema's properties of these names with: the conversation's values.
-VALUES = {"city": "Paris", "name": "Ada", "temperature_c": 21}
+VALUES = {"city": "Paris", "name": "Ada", "temperature_c": 21, "summary": "sunny"}
+_RUNTIME = re.compile(r"^\[runtime [^\]\n]*\]\n\n")  # the block nanomem puts before a message
+
+
+class Forecast(BaseModel):
+    """What the frameworks' structured-output tests ask for."""
+
+    city: str
+    temperature_c: int = Field(ge=-60, le=60)
+    summary: Literal["sunny", "cloudy", "rain"]
+
+
+def weather(city: str) -> str:
+    """The client's own tool: the weather in a city."""
+    return f"sunny, 21 C in {city}"
+
+
+# The same tool as OpenAI's chat-completions wire spells it.
+WEATHER_TOOL: dict[str, Any] = {
+    "type": "function",
+    "function": {
+        "name": "weather",
+        "description": "The weather in a city.",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string"}},
+            "required": ["city"],
+        },
+    },
+}
 
 
 class Agent:
@@ -39,9 +71,7 @@ class Agent:
 
     async def call(self, fn: Callable[..., T], *args: Any, **kw: Any) -> T:
         """A blocking client call, in a thread: the gateway serves on this loop meanwhile."""
-        return await asyncio.wait_for(
-            asyncio.to_thread(functools.partial(fn, *args, **kw)), WAIT_S
-        )
+        return await asyncio.wait_for(asyncio.to_thread(functools.partial(fn, *args, **kw)), WAIT_S)
 
     async def messages(self, session: str) -> list[dict[str, Any]]:
         """What the session `api:<session>` holds on disk (a fresh store reads the file, not
@@ -49,8 +79,14 @@ class Agent:
         return list((await SessionStore(self.home.sessions).get(f"api:{session}")).messages)
 
     async def said(self, session: str) -> list[str]:
-        """The person's words the session holds, in order."""
-        return [str(m.get("content")) for m in await self.messages(session) if m["role"] == "user"]
+        """The person's words the session holds, in order (without nanomem's runtime block)."""
+        messages = await self.messages(session)
+        return [_RUNTIME.sub("", str(m.get("content"))) for m in messages if m["role"] == "user"]
+
+    async def file_text(self, session: str) -> str:
+        """The session's file as it is on disk."""
+        path = (await SessionStore(self.home.sessions).get(f"api:{session}")).path
+        return path.read_text(encoding="utf-8")
 
     async def tool_results(self, session: str) -> list[str]:
         return [str(m.get("content")) for m in await self.messages(session) if m["role"] == "tool"]
@@ -58,6 +94,10 @@ class Agent:
     def model_saw(self, index: int = -1) -> list[dict[str, Any]]:
         """The messages of one request the model received (the last by default)."""
         return list(self.model.requests[index]["messages"])
+
+    def model_texts(self, index: int = -1) -> str:
+        """All the text of one request the model received, for `in` checks."""
+        return json.dumps(self.model_saw(index), ensure_ascii=False)
 
 
 @pytest.fixture(scope="module")

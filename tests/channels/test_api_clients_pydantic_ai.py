@@ -1,0 +1,64 @@
+"""pydantic-ai drives /v1 as its users do: an Agent runs its own tool through nanomem's turn
+while nanomem remembers the conversation, typed output (NativeOutput, ToolOutput,
+PromptedOutput) comes back as the model, and `instructions` steer without being saved."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic_ai import Agent as PydanticAgent
+from pydantic_ai import NativeOutput, PromptedOutput, ToolOutput
+from pydantic_ai.models.openai import OpenAIChatModel
+from pydantic_ai.providers.openai import OpenAIProvider
+
+from tests.helpers.clients import Agent, Forecast, weather
+
+ASK = 'What should I wear? use weather {"city": "Paris"}'
+FORECAST = Forecast(city="Paris", temperature_c=21, summary="sunny")
+
+
+def pydantic_agent(agent: Agent, session: str, **kw: Any) -> PydanticAgent[None, Any]:
+    provider = OpenAIProvider(base_url=agent.base, api_key=agent.key)
+    model = OpenAIChatModel("nanomem", provider=provider)
+    return PydanticAgent(model, model_settings={"extra_body": {"session_id": session}}, **kw)
+
+
+async def test_an_agent_runs_its_tool_and_nanomem_remembers_the_conversation(
+    agent: Agent,
+) -> None:
+    assistant = pydantic_agent(agent, "outfit", tools=[weather])
+    first = await assistant.run(ASK)
+    assert first.output == "tool said: sunny, 21 C in Paris"
+    assert await agent.tool_results("outfit") == ["sunny, 21 C in Paris"]
+    # A second run without the first's messages: nanomem's session holds them.
+    await assistant.run("And tomorrow?")
+    assert "sunny, 21 C in Paris" in agent.model_texts() and ASK in agent.model_texts()
+    assert await agent.said("outfit") == [ASK, "And tomorrow?"]
+
+
+async def test_native_output_is_typed(agent: Agent) -> None:
+    forecaster = pydantic_agent(agent, "native", output_type=NativeOutput(Forecast))
+    result = await forecaster.run("The forecast for Paris")
+    assert result.output == FORECAST
+    assert agent.model.requests[-1]["response_format"]["type"] == "json_schema"
+
+
+async def test_tool_output_is_typed(agent: Agent) -> None:
+    forecaster = pydantic_agent(agent, "tooled", output_type=ToolOutput(Forecast))
+    result = await forecaster.run("The forecast for Paris")
+    assert result.output == FORECAST
+    assert await agent.said("tooled") == ["The forecast for Paris"]
+
+
+async def test_prompted_output_and_instructions_are_the_clients_not_the_persons(
+    agent: Agent,
+) -> None:
+    rule = "Always answer about the weather in Paris."
+    forecaster = pydantic_agent(
+        agent, "prompted", output_type=PromptedOutput(Forecast), instructions=rule
+    )
+    result = await forecaster.run("The forecast, please")
+    assert result.output == FORECAST
+    assert rule in agent.model_texts()
+    assert rule not in await agent.file_text("prompted")
+    assert await agent.said("prompted") == ["The forecast, please"]
