@@ -138,6 +138,21 @@ def test_tool_choice_forces_a_call_and_plain_text_is_echoed(fake: FakeOpenAI) ->
     )
 
 
+def test_unasked_tools_are_called_once_a_turn() -> None:
+    with FakeOpenAI() as fake:
+        fake.set_fallback(SchemaModel({"city": "Rome"}, unasked={"get_weather"}))
+        first = ask(fake, "What should I wear?", tools=[WEATHER, CLOCK]).choices[0].message
+        (call,) = first.tool_calls or []
+        assert json.loads(call.function.arguments) == {"city": "Rome", "days": 1}
+        history: list[Any] = [
+            {"role": "user", "content": "What should I wear?"},
+            first.model_dump(exclude_none=True),
+            {"role": "tool", "tool_call_id": call.id, "content": "rain"},
+        ]
+        then = ask(fake, "", messages=history, tools=[WEATHER, CLOCK]).choices[0].message
+        assert then.content == "tool said: rain"
+
+
 def test_a_model_without_structured_output_refuses_response_format() -> None:
     with FakeOpenAI() as fake:
         fake.set_fallback(SchemaModel(native=False))

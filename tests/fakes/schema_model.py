@@ -8,7 +8,8 @@ when they are pointed at nanomem's `/v1` (tests/channels/test_api_clients_*).
 - Tools: the last user message says which to call, `use NAME {"arg": ...}` (the arguments may
   be left out: they are filled from the tool's `parameters`); `use A {...} and B` is one step
   calling both, each further `use` clause the next step, counted by the tool-call steps since
-  that user message. `tool_choice` `required` or naming a function forces a call too.
+  that user message. `tool_choice` `required` or naming a function forces a call too, and
+  the tools named `unasked` are called once a turn whenever they are offered.
 - After a tool's result with no call left to make: a reply quoting every result of the last
   step, `tool said: ...`, so a test sees the result came back through the loop.
 - Otherwise the echo of the last user message, as `echo_step`.
@@ -21,7 +22,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 import jsonschema
@@ -237,9 +238,18 @@ class SchemaModel:
     With `native=False` a request carrying response_format is refused with a 400 naming it,
     as a model without structured output answers."""
 
-    def __init__(self, values: Mapping[str, Any] | None = None, *, native: bool = True) -> None:
+    def __init__(
+        self,
+        values: Mapping[str, Any] | None = None,
+        *,
+        native: bool = True,
+        unasked: Collection[str] = (),
+    ) -> None:
         self.values = dict(values or {})
         self.native = native
+        # Tools called once a turn whenever they are offered, without a `use` clause: a
+        # documentation example asks as a person would ("What should I wear in Paris?").
+        self.unasked = frozenset(unasked)
 
     def __call__(self, request: dict[str, Any]) -> Step:
         messages = [m for m in request.get("messages") or [] if isinstance(m, dict)]
@@ -258,8 +268,11 @@ class SchemaModel:
         plan = planned_steps(asked, set(tools))
         if done < len(plan):
             return self._calls(plan[done], tools)
-        if (forced := self._forced(request.get("tool_choice"), tools, since)) is not None:
+        if (forced := self._forced(request.get("tool_choice"), tools)) is not None:
             return self._calls([(forced, None)], tools)
+        unasked = [(name, None) for name in tools if name in self.unasked]
+        if unasked and not done:
+            return self._calls(unasked, tools)
         if form is not None or self._prompted(messages) is not None:
             return Step.reply(json.dumps(self._structured(form, messages)))
         results = _last_results(since)
@@ -282,7 +295,7 @@ class SchemaModel:
         return Step.tool_calls(calls)
 
     @staticmethod
-    def _forced(choice: Any, tools: dict[str, Any], since: list[dict[str, Any]]) -> str | None:
+    def _forced(choice: Any, tools: dict[str, Any]) -> str | None:
         if isinstance(choice, dict):
             name = (choice.get("function") or {}).get("name")
             return name if name in tools else None
