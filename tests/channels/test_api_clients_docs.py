@@ -54,3 +54,5 @@ async def test_the_example_runs(agent: Agent, where: str, code: str, tmp_path: P
     out, err = await asyncio.wait_for(process.communicate(), WAIT_S)
     assert process.returncode == 0, f"{where}: exit {process.returncode}\n{err.decode()[-3000:]}"
     assert agent.model.requests, f"{where}: the model was never asked"
+    if "def weather" in code:  # the client's tool ran, and its result came back through the turn
+        assert "tool said: sunny" in out.decode(), f"{where} printed\n{out.decode()}"

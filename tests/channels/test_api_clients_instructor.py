@@ -22,7 +22,9 @@ async def test_each_mode_gives_the_typed_object(agent: Agent, mode: instructor.M
         messages=[{"role": "user", "content": "The forecast for Paris"}],
         user=session,
     )
-    assert forecast == Forecast(city="Paris", temperature_c=21, summary="sunny")
+    # instructor answers with a model of its own deriving from Forecast
+    assert isinstance(forecast, Forecast)
+    assert forecast.model_dump() == {"city": "Paris", "temperature_c": 21, "summary": "sunny"}
     assert await agent.said(session) == ["The forecast for Paris"]
     # instructor's own system message (JSON mode's schema) is the client's, never saved.
     assert "json_schema" not in await agent.file_text(session)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import json
 import re
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any, Literal, TypeVar
@@ -25,7 +24,7 @@ from nanomem.home import Home
 from nanomem.memory.session import SessionStore
 from tests.conftest import TEST_KEY, settings_for
 from tests.fakes.openai_server import FakeOpenAI
-from tests.fakes.schema_model import SchemaModel
+from tests.fakes.schema_model import SchemaModel, text_of
 from tests.helpers import WAIT_S, until
 from tests.helpers.gateway import API_KEY
 
@@ -96,8 +95,8 @@ class Agent:
         return list(self.model.requests[index]["messages"])
 
     def model_texts(self, index: int = -1) -> str:
-        """All the text of one request the model received, for `in` checks."""
-        return json.dumps(self.model_saw(index), ensure_ascii=False)
+        """All the text of one request the model received, its messages' contents one a line."""
+        return "\n".join(text_of(m.get("content")) for m in self.model_saw(index))
 
 
 @pytest.fixture(scope="module")
