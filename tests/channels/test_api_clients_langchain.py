@@ -53,3 +53,18 @@ async def test_structured_output_is_typed_in_each_method(agent: Agent, method: s
         result = await structured.ainvoke(asked)
     assert result == FORECAST
     assert await agent.said(f"lc-{method}") == [asked]
+
+
+async def test_a_streaming_agent_on_the_responses_api(agent: Agent) -> None:
+    model = ChatOpenAI(
+        model="nanomem",
+        base_url=agent.base,
+        api_key=agent.key,
+        use_responses_api=True,
+        streaming=True,
+        default_headers={"X-Session-Id": "lc-responses"},
+    )
+    assistant = create_agent(model, tools=[tool(weather)])
+    state = await assistant.ainvoke({"messages": [{"role": "user", "content": ASK}]})
+    assert state["messages"][-1].text == "tool said: sunny, 21 C in Paris"
+    assert await agent.tool_results("lc-responses") == ["sunny, 21 C in Paris"]

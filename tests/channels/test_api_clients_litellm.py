@@ -51,3 +51,17 @@ async def test_response_format_gives_json_of_the_schema(agent: Agent) -> None:
     forecast = Forecast.model_validate_json(reply.choices[0].message.content)
     assert forecast == Forecast(city="Paris", temperature_c=21, summary="sunny")
     assert await agent.said("lite-json") == ["The forecast for Paris"]
+
+
+async def test_a_streamed_tool_call_is_assembled(agent: Agent) -> None:
+    messages = [{"role": "user", "content": ASK}]
+    stream = await litellm.acompletion(
+        messages=messages, tools=[WEATHER_TOOL], stream=True, **through(agent, "lite-stream")
+    )
+    built: Any = litellm.stream_chunk_builder([chunk async for chunk in stream])
+    (call,) = built.choices[0].message.tool_calls
+    assert (call.function.name, json.loads(call.function.arguments)) == (
+        "weather",
+        {"city": "Paris"},
+    )
+    assert built.choices[0].finish_reason == "tool_calls"

@@ -8,7 +8,7 @@ from typing import Any
 
 from pydantic_ai import Agent as PydanticAgent
 from pydantic_ai import NativeOutput, PromptedOutput, ToolOutput
-from pydantic_ai.models.openai import OpenAIChatModel
+from pydantic_ai.models.openai import OpenAIChatModel, OpenAIResponsesModel
 from pydantic_ai.providers.openai import OpenAIProvider
 
 from tests.helpers.clients import Agent, Forecast, weather
@@ -62,3 +62,37 @@ async def test_prompted_output_and_instructions_are_the_clients_not_the_persons(
     assert rule in agent.model_texts()
     assert rule not in await agent.file_text("prompted")
     assert await agent.said("prompted") == ["The forecast, please"]
+
+
+async def test_a_step_calling_ours_and_theirs_runs_ours_and_pauses_for_theirs(
+    agent: Agent,
+) -> None:
+    both = 'use list_dir {"path": "."} and weather {"city": "Paris"}'
+    result = await pydantic_agent(agent, "mixed", tools=[weather]).run(both)
+    # The client saw only its own call; the agent's list_dir ran inside the turn.
+    called = [
+        p.tool_name for m in result.all_messages() for p in m.parts if p.part_kind == "tool-call"
+    ]
+    assert called == ["weather"]
+    assert result.output.startswith("tool said: ") and "sunny, 21 C in Paris" in result.output
+    results = await agent.tool_results("mixed")
+    assert len(results) == 2 and results[1] == "sunny, 21 C in Paris"
+
+
+async def test_a_streamed_run_assembles_the_tool_call(agent: Agent) -> None:
+    async with pydantic_agent(agent, "streamed", tools=[weather]).run_stream(ASK) as run:
+        output = await run.get_output()
+    assert output == "tool said: sunny, 21 C in Paris"
+    assert agent.model.requests[-1]["stream"] is True  # streamed all the way to the model
+
+
+async def test_the_responses_model_runs_tools_and_typed_output(agent: Agent) -> None:
+    provider = OpenAIProvider(base_url=agent.base, api_key=agent.key)
+    model = OpenAIResponsesModel("nanomem", provider=provider)
+    settings: Any = {"extra_headers": {"X-Session-Id": "responses"}}
+    assistant = PydanticAgent(model, tools=[weather], model_settings=settings)
+    assert (await assistant.run(ASK)).output == "tool said: sunny, 21 C in Paris"
+    typed = PydanticAgent(model, output_type=NativeOutput(Forecast), model_settings=settings)
+    assert (await typed.run("And as a forecast?")).output == FORECAST
+    assert await agent.said("responses") == [ASK, "And as a forecast?"]
+    assert await agent.tool_results("responses") == ["sunny, 21 C in Paris"]
