@@ -163,3 +163,10 @@ def test_a_model_without_structured_output_refuses_response_format() -> None:
 def test_planned_steps_reads_clauses_and_arguments() -> None:
     text = 'please use a {"x": 1} and b, then use c; use zzz'
     assert planned_steps(text, {"a", "b", "c"}) == [[("a", {"x": 1}), ("b", None)], [("c", None)]]
+
+
+def test_a_text_past_max_tokens_is_cut_with_finish_reason_length(fake: FakeOpenAI) -> None:
+    cut = ask(fake, "a long story about the sea", max_tokens=2).choices[0]
+    assert (cut.message.content, cut.finish_reason) == ("echo: a ", "length")
+    whole = ask(fake, "short", max_tokens=100).choices[0]
+    assert (whole.message.content, whole.finish_reason) == ("echo: short", "stop")

@@ -148,3 +148,17 @@ async def test_responses_parse_and_function_tools(agent: Agent) -> None:
     assert second.output_text == "tool said: sunny, 21 C in Paris"
     assert await agent.tool_results("rtools") == [output]
     assert await agent.said("rtools") == [ASK]
+
+
+async def test_max_tokens_reaches_the_model_and_a_cut_answer_says_so(agent: Agent) -> None:
+    said: list[Any] = [{"role": "user", "content": "Tell me everything"}]
+    cut = await client(agent).chat.completions.create(
+        model="nanomem", messages=said, max_tokens=5, user="cut"
+    )
+    assert agent.model.requests[-1]["max_tokens"] == 5
+    assert cut.choices[0].finish_reason == "length" and len(cut.choices[0].message.content) <= 20
+    short = await client(agent).responses.create(
+        model="nanomem", input="And the rest?", max_output_tokens=16, user="cut"
+    )
+    assert short.status == "incomplete"
+    assert short.incomplete_details and short.incomplete_details.reason == "max_output_tokens"

@@ -12,7 +12,8 @@ when they are pointed at nanomem's `/v1` (tests/channels/test_api_clients_*).
   the tools named `unasked` are called once a turn whenever they are offered.
 - After a tool's result with no call left to make: a reply quoting every result of the last
   step, `tool said: ...`, so a test sees the result came back through the loop.
-- Otherwise the echo of the last user message, as `echo_step`.
+- Otherwise the echo of the last user message, as `echo_step`; a text longer than the
+  request's max_tokens (four characters a token) is cut there, `finish_reason: "length"`.
 
 Values a test passes in (`SchemaModel({"city": "Paris"})`) fill the properties of that name
 wherever they fit, so assertions are about the conversation's values, not "example".
@@ -23,6 +24,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Collection, Mapping
+from dataclasses import replace
 from typing import Any
 
 import jsonschema
@@ -276,9 +278,8 @@ class SchemaModel:
         if form is not None or self._prompted(messages) is not None:
             return Step.reply(json.dumps(self._structured(form, messages)))
         results = _last_results(since)
-        if results:
-            return Step.reply("tool said: " + " | ".join(results))
-        return echo_step(request)
+        step = Step.reply("tool said: " + " | ".join(results)) if results else echo_step(request)
+        return _within(step, request)
 
     def _calls(self, step: list[tuple[str, dict[str, Any] | None]], tools: dict[str, Any]) -> Step:
         calls = [
@@ -334,6 +335,15 @@ def _looks_like_schema(found: dict[str, Any]) -> bool:
     if isinstance(props, dict):
         return all(isinstance(v, dict) for v in props.values())
     return "$defs" in found or found.get("type") in ("object", "array")
+
+
+def _within(step: Step, request: dict[str, Any]) -> Step:
+    """A text cut at the request's max_tokens (four characters a token), as a model stops."""
+    limit = request.get("max_completion_tokens") or request.get("max_tokens")
+    text = step.text or ""
+    if not isinstance(limit, int) or len(text) <= 4 * limit:
+        return step
+    return replace(step, text=text[: 4 * limit], finish="length")
 
 
 def _last_results(since: list[dict[str, Any]]) -> list[str]:
