@@ -162,3 +162,14 @@ async def test_max_tokens_reaches_the_model_and_a_cut_answer_says_so(agent: Agen
     )
     assert short.status == "incomplete"
     assert short.incomplete_details and short.incomplete_details.reason == "max_output_tokens"
+
+
+async def test_the_sdks_own_retries_save_the_message_once(agent: Agent) -> None:
+    for _ in range(3):  # the model fails at the SDK's first attempt and both its retries
+        agent.model.error(500, "upstream broke")
+    retrying = openai.AsyncOpenAI(base_url=agent.base, api_key=agent.key)  # 2 retries, default
+    said: list[Any] = [{"role": "user", "content": "Book the table"}]
+    with pytest.raises(openai.APIStatusError) as failed:
+        await retrying.chat.completions.create(model="nanomem", messages=said, user="retried")
+    assert failed.value.status_code == 502 and len(agent.model.requests) == 3
+    assert await agent.said("retried") == ["Book the table"]  # three attempts, one message

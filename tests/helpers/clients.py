@@ -112,7 +112,8 @@ async def agent(home: Home, clients_model: FakeOpenAI) -> AsyncIterator[Agent]:
     model.set_fallback(SchemaModel(VALUES))
     settings = settings_for(
         home,
-        llm={"api_base": model.base_url, "api_key": TEST_KEY, "timeout_s": 30},
+        # No retries of the model's failures: a test of the clients' own retries sees each.
+        llm={"api_base": model.base_url, "api_key": TEST_KEY, "timeout_s": 30, "max_retries": 0},
         gateway={"port": 0},
         api={"enabled": True, "keys": [API_KEY], "max_body_mb": 1},
         dream={"enabled": False},
