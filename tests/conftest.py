@@ -46,6 +46,7 @@ SLOW_FILES = {
     "test_api_e2e.py",
     "test_api_clients_llm.py",  # the llm CLI in a process of its own, each call ~1.5 s
     "test_api_clients_docs.py",  # each example in a Python process of its own, ~3 s
+    "test_api_clients_e2e.py",  # the real `nanomem gateway` in a process of its own
     "test_approvals_terminal.py",
     "test_dream_review_e2e.py",
     "test_shell_approval_e2e.py",
