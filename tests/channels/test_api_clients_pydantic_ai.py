@@ -47,7 +47,11 @@ async def test_tool_output_is_typed(agent: Agent) -> None:
     forecaster = pydantic_agent(agent, "tooled", output_type=ToolOutput(Forecast))
     result = await forecaster.run("The forecast for Paris")
     assert result.output == FORECAST
-    assert await agent.said("tooled") == ["The forecast for Paris"]
+    # The next run sends the output tool's own result back before its prompt: the new prompt
+    # is the turn (the call was answered by the run ending, and the turn closed).
+    again = await forecaster.run("And Rome?", message_history=result.all_messages())
+    assert again.output == FORECAST
+    assert await agent.said("tooled") == ["The forecast for Paris", "And Rome?"]
 
 
 async def test_prompted_output_and_instructions_are_the_clients_not_the_persons(
