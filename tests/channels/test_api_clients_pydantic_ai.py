@@ -96,7 +96,11 @@ async def test_the_responses_model_runs_tools_and_typed_output(agent: Agent) -> 
     settings: Any = {"extra_headers": {"X-Session-Id": "responses"}}
     assistant = PydanticAgent(model, tools=[weather], model_settings=settings)
     assert (await assistant.run(ASK)).output == "tool said: sunny, 21 C in Paris"
-    typed = PydanticAgent(model, output_type=NativeOutput(Forecast), model_settings=settings)
-    assert (await typed.run("And as a forecast?")).output == FORECAST
-    assert await agent.said("responses") == [ASK, "And as a forecast?"]
-    assert await agent.tool_results("responses") == ["sunny, 21 C in Paris"]
+    for output in (NativeOutput(Forecast), ToolOutput(Forecast), PromptedOutput(Forecast)):
+        typed = PydanticAgent(model, output_type=output, model_settings=settings)
+        assert (await typed.run("And as a forecast?")).output == FORECAST
+    assert await agent.said("responses") == [ASK] + ["And as a forecast?"] * 3
+    results = await agent.tool_results("responses")
+    # The output tool's call is the run's answer: the next prompt closed it with nanomem's note.
+    assert results[0] == "sunny, 21 C in Paris"
+    assert len(results) == 2 and results[1].startswith("[nanomem: ")
