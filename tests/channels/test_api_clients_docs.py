@@ -35,7 +35,14 @@ def examples() -> list[tuple[str, str]]:
 
 def test_the_pages_have_examples_for_every_client() -> None:
     code = "\n".join(block for _where, block in examples())
-    for client in ("from openai", "pydantic_ai", "langchain_openai", "litellm", "instructor"):
+    for client in (
+        "from openai",
+        "pydantic_ai",
+        "langchain_openai",
+        "litellm",
+        "instructor",
+        "agents",
+    ):
         assert client in code
 
 
