@@ -4,14 +4,37 @@ goes on. The channel builds a ClientTurn from the request (channels/api); the co
 
 A turn that calls a client's tool pauses: the core answers with `Paused` (the calls), keeps
 the turn in the session, and goes on when the client's next request brings the results.
+
+In the session a paused turn is its assistant message with the calls, marked with the ids of
+the client's calls it waits for (`waits`) and until when (`until`, Unix time); the client's
+results follow it as tool messages marked `client`. A paused turn nobody goes on with gets a
+result for each call saying none came (`closed`): when its time is up (a timer), when another
+message arrives in the session first, and, after a restart, whichever of those comes first.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
+import asyncio
+import json
+import time
+from collections.abc import Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any, cast
 
-from nanomem.providers import ModelOptions, ToolCall
+from nanomem.agent import structured
+from nanomem.agent.outbound import OutboundMessage, Paused, Text
+from nanomem.agent.react_loop import ReactResult, ShowImages, StepText, react
+from nanomem.agent.replay import REPLAY_SEARCH, last_user, open_pause, waiting
+from nanomem.providers import ModelOptions, Provider, ProviderError, ToolCall, ToolChoice
+
+if TYPE_CHECKING:
+    from nanomem.agent.bus import InboundMessage
+    from nanomem.agent.templates import Templates
+    from nanomem.memory import Budget, Session, SessionStore
+    from nanomem.tools import ToolContext, ToolRegistry
+
+__all__ = ["CLIENT_REQUEST", "SCHEMA_UNMET", "ClientTurn", "ClientTurns", "Paused", "ToolResult"]
 
 # Error categories of a turn the client's request made impossible (OutboundMessage Text with
 # style "error"): CLIENT_REQUEST is a 400 (a tool named like ours, a result for an unknown or
@@ -51,10 +74,360 @@ class ClientTurn:
     follows: str = ""
 
 
-@dataclass(frozen=True)
-class Paused:
-    """An OutboundMessage part: the turn waits for the client's tools. `text` is what the
-    model wrote beside the calls; `calls` are the client's calls only (ours have run)."""
+# The chat's lock and session lease, held around a timer's closing (AgentLoop.between_turns).
+Hold = Callable[[str], AbstractAsyncContextManager[None]]
 
-    text: str
-    calls: tuple[ToolCall, ...]
+
+class ClientTurns:
+    """The core's side of API clients' turns: a request checked against its session before
+    anything is saved, a continuation's results saved, a turn run with the client's tools,
+    instructions and options, and paused turns closed that nobody went on with."""
+
+    def __init__(self, sessions: SessionStore, templates: Templates, hold: Hold) -> None:
+        self.sessions, self.templates, self._hold = sessions, templates, hold
+        self._timers: dict[str, asyncio.Task[None]] = {}
+        # response_format goes to the model until it says it cannot; then into the prompt.
+        self.native = True
+
+    async def before(
+        self, msg: InboundMessage, offered: Callable[[], set[str]]
+    ) -> OutboundMessage | None:
+        """Anything but None answers the message before anything of it is saved: a refusal of
+        what the client asked. A paused turn the message does not go on with is closed."""
+        session = await self.sessions.get(msg.session_key)
+        messages, client = session.messages, msg.client
+        if client is not None:
+            if (problem := _refusal(client, messages, offered)) is not None:
+                return refusal(msg, problem)
+            if client.results:
+                problem = await self._unfit(msg, session)
+                return refusal(msg, problem) if problem is not None else None
+        pause = open_pause(messages)
+        if pause is None:
+            return None
+        user = last_user(messages)
+        again = msg.replayed and user is not None and messages[user].get("in") == msg.id
+        if not again or _expired(messages[pause]):
+            await self.close(session, pause)  # the client moved on (or its time was up)
+        elif msg.session_key not in self._timers:  # a retry after a restart
+            self._arm(msg.session_key, messages[pause])
+        return None
+
+    async def _unfit(self, msg: InboundMessage, session: Session) -> str | None:
+        """Why a continuation's results do not fit the session's paused turn (None: they do,
+        or a retried request's results were saved already)."""
+        assert msg.client is not None
+        messages, ids = session.messages, [r.call_id for r in msg.client.results]
+        if (twice := next((i for n, i in enumerate(ids) if i in ids[:n]), None)) is not None:
+            return f"two results for the tool call {twice!r}"
+        given = _results(messages, ids)
+        if msg.replayed and all(i in given and not given[i].get("closed") for i in ids):
+            return None  # a retry: the turn's outcome is answered (AgentLoop._stoppable_turn)
+        pause = open_pause(messages)
+        pending = waiting(messages, pause) if pause is not None else []
+        if pause is not None and _expired(messages[pause]):
+            await self.close(session, pause)
+            pause, given = None, _results(messages, ids)
+        for call_id in ids:
+            if call_id in pending:
+                continue
+            if given.get(call_id, {}).get("closed"):
+                return f"the tool call {call_id!r} was closed: its result came too late"
+            if pause is not None and call_id in _call_names(messages[pause]):
+                return f"the tool call {call_id!r} is not a call of your tools"
+            return f"no tool call {call_id!r} waits for a result in this session"
+        missing = [call_id for call_id in pending if call_id not in ids]
+        return f"no result for the tool call {missing[0]!r}" if missing else None
+
+    async def go_on(self, msg: InboundMessage, session: Session) -> tuple[Session, int | None]:
+        """A continuation's results saved (unless a retry's were already); the paused turn's
+        user message, where the turn goes on from."""
+        assert msg.client is not None
+        messages = session.messages
+        pause = open_pause(messages)
+        pending = waiting(messages, pause) if pause is not None else []
+        if pause is not None and all(r.call_id in pending for r in msg.client.results):
+            names = _call_names(messages[pause])
+            results = [
+                {
+                    "role": "tool",
+                    "tool_call_id": result.call_id,
+                    "name": names[result.call_id],
+                    "content": result.content,
+                    "client": True,
+                }
+                for result in msg.client.results
+            ]
+            await self.sessions.append(session, results)
+            self._disarm(session.key)
+        return session, last_user(messages)
+
+    def paused(self, session: Session, at: int) -> Paused | None:
+        """The calls the turn that began at `at` still waits for, if it is paused."""
+        pause = open_pause(session.messages)
+        if pause is None or pause < at:
+            return None
+        message = session.messages[pause]
+        pending = waiting(session.messages, pause)
+        calls = tuple(
+            ToolCall(c["id"], c["function"]["name"], c["function"]["arguments"])
+            for c in message["tool_calls"]
+            if c["id"] in pending
+        )
+        return Paused(str(message.get("content") or ""), calls)
+
+    def run_for(self, msg: InboundMessage, first: bool) -> ClientRun | None:
+        """What a client's request adds to its turn's model calls (None: nothing)."""
+        if msg.client is None:
+            return None
+        return ClientRun(msg.client, self, first=first)
+
+    def outcome(
+        self, msg: InboundMessage, run: ClientRun, result: ReactResult
+    ) -> Paused | Text | None:
+        """The answer when the turn paused or its answer missed the asked form; None: the
+        loop answers as for any turn."""
+        if result.pending:
+            last = next(m for m in reversed(result.messages) if m.get("role") == "assistant")
+            self._arm(msg.session_key, last)
+            return Paused(result.text or "", result.pending)
+        if run.unmet is not None:
+            reason = f"the answer does not fit response_format: {run.unmet}"
+            return Text(reason, "error", category=SCHEMA_UNMET)
+        return None
+
+    async def close(self, session: Session, pause: int) -> None:
+        """Every call the paused turn at `pause` waits for gets a result saying none came."""
+        names = _call_names(session.messages[pause])
+        note = self.templates.render("client_tool_closed.md.j2")
+        closed = [
+            {
+                "role": "tool",
+                "tool_call_id": call_id,
+                "name": names[call_id],
+                "content": note,
+                "client": True,
+                "closed": True,
+            }
+            for call_id in waiting(session.messages, pause)
+        ]
+        await self.sessions.append(session, closed)
+        self._disarm(session.key)
+
+    def _arm(self, key: str, message: dict[str, Any]) -> None:
+        self._disarm(key)
+        self._timers[key] = asyncio.ensure_future(self._expire(key, message))
+
+    def _disarm(self, key: str) -> None:
+        timer = self._timers.pop(key, None)
+        if timer is not None and timer is not asyncio.current_task():
+            timer.cancel()
+
+    async def _expire(self, key: str, message: dict[str, Any]) -> None:
+        """Close the paused turn whose assistant message is `message` when its time is up,
+        if it is still the session's paused turn then."""
+        await asyncio.sleep(max(0.0, float(message["until"]) - time.time()))
+        try:
+            async with self._hold(key):
+                self._disarm(key)  # this timer's own entry: never cancels itself
+                session = await self.sessions.get(key)
+                pause = open_pause(session.messages)
+                if pause is not None and session.messages[pause]["waits"] == message["waits"]:
+                    await self.close(session, pause)
+        except Exception:
+            from loguru import logger
+
+            logger.exception("a paused turn of {} could not be closed", key)
+
+    async def stop(self) -> None:
+        """Forget the timers (a paused turn's `until` is on disk: the next start closes it)."""
+        timers = list(self._timers.values())
+        self._timers.clear()
+        for timer in timers:
+            timer.cancel()
+        if timers:
+            await asyncio.wait(timers, timeout=2.0)
+
+
+@dataclass
+class ClientRun:
+    """One request's part in its turn: the client's tools offered beside ours, its
+    instructions after our system prompt, its options on every model call, and its
+    response_format asked of the model (natively, or by prompt) and checked."""
+
+    client: ClientTurn
+    turns: ClientTurns
+    first: bool  # the turn's first request: tool_choice applies to its first model call
+    unmet: str | None = None  # why the answer missed response_format after the re-ask
+
+    @property
+    def form(self) -> dict[str, Any] | None:
+        return self.client.options.response_format
+
+    def system(self) -> list[dict[str, Any]]:
+        """The client's instructions (and the asked form, when it goes by prompt) as one
+        system message; never saved in the session."""
+        prompted = self.form is not None and not self.turns.native
+        if not self.client.instructions and not prompted:
+            return []
+        schema = structured.schema_text(self.form) if self.form is not None and prompted else None
+        text = self.turns.templates.render(
+            "client_instructions.md.j2", instructions=list(self.client.instructions), schema=schema
+        )
+        return [{"role": "system", "content": text}]
+
+    def tokens(self, budget: Budget) -> int:
+        """What the turn's every prompt carries for the client, in tokens."""
+        tools = budget.count_tools(json.dumps(self.client.tools)) if self.client.tools else 0
+        return tools + sum(budget.count(message) for message in self.system())
+
+    def options(self) -> ModelOptions:
+        if self.form is None or self.turns.native:
+            return self.client.options
+        return replace(self.client.options, response_format=None)
+
+    async def react(
+        self,
+        provider: Provider,
+        messages: list[dict[str, Any]],
+        tools: ToolRegistry | None,
+        max_iterations: int,
+        *,
+        context: ToolContext,
+        out: ReactResult,
+        on_tool_call: Callable[[ToolCall], Awaitable[None]] | None = None,
+        on_text: StepText | None = None,
+        show_images: ShowImages | None = None,
+    ) -> ReactResult:
+        """react() for the turn (`messages` begin with our system prompt), with the answer
+        checked against response_format and re-asked once; marked for the session."""
+        head, rest = messages[:1], messages[1:]
+
+        async def run(prompt: list[dict[str, Any]], into: ReactResult, first: bool) -> None:
+            await react(
+                provider,
+                [*head, *self.system(), *prompt],
+                tools,
+                max_iterations,
+                context=context,
+                out=into,
+                on_tool_call=on_tool_call,
+                # A checked answer is shown once it is checked, never a wrong one first.
+                on_text=on_text if self.form is None else None,
+                show_images=show_images,
+                client_tools=self.client.tools,
+                first_choice=cast(ToolChoice, self.client.tool_choice) if first else None,
+                options=self.options(),
+            )
+
+        try:
+            await run(rest, out, self.first)
+        except ProviderError as exc:
+            if self.form is None or not self.turns.native or not _names_format(exc):
+                raise
+            self.turns.native = False  # the model cannot: the form goes into the prompt
+            await run([*rest, *out.messages], out, self.first and not out.messages)
+        checked = self.form is not None and not out.pending and out.text is not None
+        if checked and (wrong := structured.problem(out.text or "", self.form or {})):
+            await self._ask_again(run, rest, out, wrong)
+        self._mark(out)
+        return out
+
+    async def _ask_again(
+        self,
+        run: Callable[[list[dict[str, Any]], ReactResult, bool], Awaitable[None]],
+        rest: list[dict[str, Any]],
+        out: ReactResult,
+        wrong: str,
+    ) -> None:
+        """Once: the wrong answer and what was wrong with it go to the model (neither is
+        saved), and its next answer stands, or is unmet."""
+        assert self.form is not None
+        answer = out.messages.pop()
+        note = self.turns.templates.render(
+            "schema_reask.md.j2", problem=wrong, schema=structured.schema_text(self.form)
+        )
+        again = ReactResult(text=None)
+        await run([*rest, *out.messages, answer, {"role": "user", "content": note}], again, False)
+        out.messages.extend(again.messages)
+        out.usage.extend(again.usage)
+        out.text, out.pending, out.finish_reason = again.text, again.pending, again.finish_reason
+        if not out.pending and out.text is not None:
+            self.unmet = structured.problem(out.text, self.form)
+
+    def _mark(self, out: ReactResult) -> None:
+        """The turn's last assistant message, as the session keeps it: what it waits for and
+        until when, the Responses API's id of the answer, a cut at max_tokens, an unmet form."""
+        at = next(
+            (
+                i
+                for i in range(len(out.messages) - 1, -1, -1)
+                if out.messages[i]["role"] == "assistant"
+            ),
+            None,
+        )
+        if at is None:
+            return
+        marks: dict[str, Any] = {}
+        if out.pending:
+            marks["waits"] = [call.id for call in out.pending]
+            marks["until"] = round(time.time() + self.client.wait_s, 3)
+        if self.client.reply_id:
+            marks["reply_id"] = self.client.reply_id
+        if out.finish_reason == "length":
+            marks["truncated"] = True
+        if self.unmet is not None:
+            marks["failed"] = SCHEMA_UNMET  # a retry asks afresh; later turns see what it said
+        if marks:
+            out.messages[at] = {**out.messages[at], **marks}
+
+
+def refusal(msg: InboundMessage, problem: str) -> OutboundMessage:
+    return OutboundMessage.answering(msg, Text(problem, "error", category=CLIENT_REQUEST))
+
+
+def _refusal(
+    client: ClientTurn, messages: list[dict[str, Any]], offered: Callable[[], set[str]]
+) -> str | None:
+    """What makes the request impossible whatever the paused turn (None: nothing)."""
+    if client.tools:
+        names = {tool["function"]["name"] for tool in client.tools}
+        if clash := sorted(names & offered()):
+            return f"tools: {', '.join(clash)} {'is' if len(clash) == 1 else 'are'} nanomem's own"
+    if client.follows and not _answered(messages, client.follows):
+        return f"previous_response_id {client.follows!r} is not an answer in this session"
+    if client.options.response_format is not None:
+        return structured.refused(client.options.response_format)
+    return None
+
+
+def _answered(messages: list[dict[str, Any]], reply_id: str) -> bool:
+    """Whether an answer with this Responses API id is among the session's last messages."""
+    start = max(-1, len(messages) - 1 - REPLAY_SEARCH)
+    return any(messages[i].get("reply_id") == reply_id for i in range(len(messages) - 1, start, -1))
+
+
+def _results(messages: list[dict[str, Any]], ids: list[str]) -> dict[str, dict[str, Any]]:
+    """The client's results (or closing notes) for these ids in the session's last turn."""
+    wanted, found = set(ids), {}
+    for index in range(len(messages) - 1, max(-1, len(messages) - 1 - REPLAY_SEARCH), -1):
+        message = messages[index]
+        if message.get("role") == "user":
+            break
+        if message.get("client") and message.get("tool_call_id") in wanted:
+            found[message["tool_call_id"]] = message
+    return found
+
+
+def _call_names(message: dict[str, Any]) -> dict[str, str]:
+    return {call["id"]: call["function"]["name"] for call in message.get("tool_calls") or ()}
+
+
+def _expired(message: dict[str, Any]) -> bool:
+    return float(message.get("until") or 0) <= time.time()
+
+
+def _names_format(exc: ProviderError) -> bool:
+    """A refusal of response_format itself (the model or its server cannot do it)."""
+    text = str(exc).lower()
+    return exc.category == "bad_request" and ("response_format" in text or "json_schema" in text)
