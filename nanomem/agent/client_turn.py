@@ -127,7 +127,7 @@ class ClientTurns:
         pending = waiting(messages, pause) if pause is not None else []
         if pause is not None and _expired(messages[pause]):
             await self.close(session, pause)
-            pause, given = None, _results(messages, ids)
+            pause, pending, given = None, [], _results(messages, ids)
         for call_id in ids:
             if call_id in pending:
                 continue
