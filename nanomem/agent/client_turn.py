@@ -326,7 +326,7 @@ class ClientRun:
             if self.form is None or not self.turns.native or not _names_format(exc):
                 raise
             self.turns.native = False  # the model cannot: the form goes into the prompt
-            await run([*rest, *out.messages], out, self.first and not out.messages)
+            await run(rest, out, self.first and not out.messages)  # `out` goes on
         checked = self.form is not None and not out.pending and out.text is not None
         if checked and (wrong := structured.problem(out.text or "", self.form or {})):
             await self._ask_again(run, rest, out, wrong)

@@ -58,7 +58,7 @@ def refused(response_format: dict[str, Any]) -> str | None:
 def problem(text: str, response_format: dict[str, Any]) -> str | None:
     """Why `text` does not fit `response_format`, briefly (None: it fits)."""
     try:
-        value = untrusted_json.loads(_unfenced(text))
+        value = untrusted_json.loads(text)
     except ValueError as exc:
         return f"the answer is not JSON ({_short(str(exc))})"
     schema = schema_of(response_format)
@@ -72,14 +72,6 @@ def problem(text: str, response_format: dict[str, Any]) -> str | None:
     if error is None:
         return None
     return f"at {error.json_path}: {_short(error.message)}"
-
-
-def _unfenced(text: str) -> str:
-    """The JSON inside a Markdown code fence, which models add even when told not to."""
-    stripped = text.strip()
-    if stripped.startswith("```") and stripped.endswith("```") and "\n" in stripped:
-        return stripped[stripped.index("\n") + 1 : -3]
-    return stripped
 
 
 def _first(error: Any) -> tuple[int, str]:

@@ -103,7 +103,9 @@ async def test_tool_calls_are_never_split_from_their_results(home: Home) -> None
     app = app_with(home, model)
     calls = 0
 
-    async def with_tools(messages, tools=None, *, max_tokens=None, tool_choice=None, on_text=None, **_):  # type: ignore[no-untyped-def]
+    async def with_tools(  # type: ignore[no-untyped-def]
+        messages, tools=None, *, max_tokens=None, tool_choice=None, on_text=None, **_
+    ):
         nonlocal calls
         calls += 1
         last = messages[-1]
