@@ -83,8 +83,11 @@ class ClientTurns:
     anything is saved, a continuation's results saved, a turn run with the client's tools,
     instructions and options, and paused turns closed that nobody went on with."""
 
-    def __init__(self, sessions: SessionStore, templates: Templates, hold: Hold) -> None:
+    def __init__(
+        self, sessions: SessionStore, templates: Templates, hold: Hold, max_chars: int
+    ) -> None:
         self.sessions, self.templates, self._hold = sessions, templates, hold
+        self.max_chars = max_chars  # of one tool result, as of a message (agent.max_message_chars)
         self._timers: dict[str, asyncio.Task[None]] = {}
         # response_format goes to the model until it says it cannot; then into the prompt.
         self.native = True
@@ -120,6 +123,10 @@ class ClientTurns:
         messages, ids = session.messages, [r.call_id for r in msg.client.results]
         if (twice := next((i for n, i in enumerate(ids) if i in ids[:n]), None)) is not None:
             return f"two results for the tool call {twice!r}"
+        for result in msg.client.results:
+            if len(result.content) > self.max_chars:
+                size = f"{len(result.content)} characters; limit {self.max_chars}"
+                return f"the result of the tool call {result.call_id!r} is too long ({size})"
         given = _results(messages, ids)
         if msg.replayed and all(i in given and not given[i].get("closed") for i in ids):
             return None  # a retry: the turn's outcome is answered (AgentLoop._stoppable_turn)

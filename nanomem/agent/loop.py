@@ -110,7 +110,8 @@ class AgentLoop:
         self._stop_before_start: set[str] = set()
         self._tasks: set[asyncio.Task[Any]] = set()
         self._draining = False
-        self.clients = ClientTurns(sessions, templates, self.between_turns)  # the API's turns
+        longest = settings.agent.max_message_chars
+        self.clients = ClientTurns(sessions, templates, self.between_turns, longest)  # the API's
         self.intake = Intake(sessions, context, templates, settings, self.clients, self.read_media)
         self._register_builtin_commands()
 

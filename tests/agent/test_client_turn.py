@@ -4,6 +4,7 @@ session, going on with the client's results, closing a turn nobody went on with.
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from typing import Any
 
@@ -163,6 +164,33 @@ async def test_results_that_do_not_fit_the_paused_turn_are_refused_and_nothing_i
     assert await answer(app, results(("theirs_1", "a"), ("theirs_2", "b"))) == Text("Done.")
     # Now they are answered: the same ids again are refused.
     refused(await answer(app, results(("theirs_1", "a"), ("theirs_2", "b"))), "theirs_1")
+
+
+async def test_a_result_longer_than_a_message_may_be_is_refused(home: Home) -> None:
+    app = make_app(
+        home, ScriptedProvider([Reply(None, (THEIRS,))]), agent={"max_message_chars": 100}
+    )
+    await answer(app, ask("Weather?"))
+    before = list(await messages(app))
+    refused(await answer(app, results(("theirs_1", "x" * 101))), "theirs_1", "too long")
+    assert await messages(app) == before
+
+
+async def test_a_retried_continuation_that_paused_again_gets_the_new_calls(home: Home) -> None:
+    again = ToolCall("theirs_2", "get_weather", '{"city": "Lyon"}')
+    provider = ScriptedProvider([Reply(None, (THEIRS,)), Reply("And Lyon.", (again,))])
+    app = make_app(home, provider)
+    await answer(app, ask("Paris and Lyon?"))
+    paused = await answer(app, results(("theirs_1", "sun"), id="api-2"))
+    assert paused == Paused("And Lyon.", (again,))
+    assert await answer(app, results(("theirs_1", "sun"), id="api-2", replayed=True)) == paused
+    assert len(provider.calls) == 2
+    assert [m["role"] for m in await messages(app)] == ["user", "assistant", "tool", "assistant"]
+
+
+def test_a_paused_answer_is_stored_and_read_back_whole() -> None:
+    reply = OutboundMessage("api", "s1", Paused("Looking.", (THEIRS,)), "in-1", 7)
+    assert OutboundMessage.from_dict(json.loads(json.dumps(reply.to_dict())), 7) == reply
 
 
 async def test_a_paused_turn_is_closed_when_its_time_is_up(home: Home) -> None:
