@@ -12,8 +12,8 @@ from nanomem.agent.replay import find_message, finished_reply, last_user, turn_a
 
 if TYPE_CHECKING:
     from nanomem.agent.bus import InboundMessage
-    from nanomem.agent.client_turn import ClientTurns
     from nanomem.agent.context import ContextBuilder
+    from nanomem.agent.paused_turns import ClientTurns
     from nanomem.agent.templates import Templates
     from nanomem.config import Settings
     from nanomem.memory import Session, SessionStore

@@ -15,7 +15,7 @@ from loguru import logger
 from nanomem.agent.answering import Answering
 from nanomem.agent.bus import InboundMessage, MessageBus
 from nanomem.agent.channel import ChatQueues
-from nanomem.agent.client_turn import ClientRun, ClientTurns
+from nanomem.agent.client_turn import ClientRun
 from nanomem.agent.commands import (
     NOTHING_TO_STOP,
     STOPPED,
@@ -38,6 +38,7 @@ from nanomem.agent.outbound import (
     describe_call,
     file_outlet,
 )
+from nanomem.agent.paused_turns import ClientTurns
 from nanomem.agent.react_loop import ReactResult, StepText, react, seal_tool_calls
 from nanomem.agent.replay import finished_reply
 from nanomem.agent.retries import count_attempt, keep_for_retry
