@@ -415,3 +415,24 @@ async def test_a_client_turns_work_does_not_grow_with_the_session(home: Home) ->
 
     small, large = await reads(10, "small"), await reads(6000, "large")
     assert large <= small + 20, (small, large)
+
+
+async def test_the_clients_instructions_count_in_the_turns_budget(home: Home) -> None:
+    provider = ScriptedProvider()
+    window = {"context_window_tokens": 8192, "max_tokens": 1024}
+    never = {"consolidate_at": 1.0, "consolidate_to": 0.99}  # the budget alone decides
+    app = make_app(home, provider, llm=window, memory=never)
+    for chat in ("plain", "told"):
+        session = await app.sessions.get(f"api:{chat}")
+        filler: list[dict[str, Any]] = []
+        for n in range(20):
+            filler += [
+                {"role": "user", "content": f"q{n} " + "word " * 60},
+                {"role": "assistant", "content": "answer " * 60},
+            ]
+        await app.sessions.append(session, filler)
+    await answer(app, ask("Hello", chat="plain"))
+    await answer(app, ask("Hello", chat="told", instructions=("Be brief. " * 700,)))
+    plain, told = provider.calls
+    assert len(plain) == 42  # the whole history fits
+    assert len(told) < len(plain) - 4  # the instructions took the room of older turns
