@@ -436,3 +436,26 @@ async def test_the_clients_instructions_count_in_the_turns_budget(home: Home) ->
     plain, told = provider.calls
     assert len(plain) == 42  # the whole history fits
     assert len(told) < len(plain) - 4  # the instructions took the room of older turns
+
+
+async def test_an_aside_saved_while_a_turn_waits_goes_after_the_clients_results(
+    home: Home,
+) -> None:
+    provider = ScriptedProvider([both(), text("Sunny."), text("Later.")])
+    app = make_app(home, provider)
+    await answer(app, ask("Weather?"))
+    async with app.loop.between_turns("api:s1"):  # as a background task's result is saved
+        session = await app.sessions.get("api:s1")
+        aside = {"role": "assistant", "content": "Task done.", "aside": True}
+        await app.sessions.append(session, [aside])
+    assert await answer(app, results(("theirs_1", "sun"))) == Text("Sunny.")
+    await answer(app, ask("And later?"))
+    for sent in provider.calls[1:]:
+        shape = [(m["role"], m.get("tool_call_id")) for m in sent[2:6]]
+        assert shape == [
+            ("assistant", None),
+            ("tool", "ours_1"),
+            ("tool", "theirs_1"),
+            ("assistant", None),
+        ], shape
+        assert sent[5]["content"] == "Task done."
