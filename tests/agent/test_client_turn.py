@@ -459,3 +459,20 @@ async def test_an_aside_saved_while_a_turn_waits_goes_after_the_clients_results(
             ("assistant", None),
         ], shape
         assert sent[5]["content"] == "Task done."
+
+
+def test_a_paused_turn_is_neither_sealed_nor_finished() -> None:
+    from nanomem.agent.react_loop import seal_tool_calls
+    from nanomem.agent.replay import finished_reply, open_pause
+
+    user = {"role": "user", "content": "Weather?"}
+    paused = {**both().as_message(), "waits": ["theirs_1"], "until": time.time() + 60}
+    ours = {"role": "tool", "tool_call_id": "ours_1", "name": "list_dir", "content": "[]"}
+    aside = {"role": "assistant", "content": "Task done.", "aside": True}
+    turn = [user, paused, ours, aside]
+    assert seal_tool_calls(turn[1:]) == turn[1:]  # the client's call is left for its result
+    assert finished_reply(turn, 0) is None
+    assert open_pause(turn) == 1
+    unmarked = [user, both().as_message(), ours]
+    assert seal_tool_calls(unmarked[1:])[-1]["tool_call_id"] == "theirs_1"  # cut short: sealed
+    assert open_pause(unmarked) is None
