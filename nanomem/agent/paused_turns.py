@@ -23,6 +23,7 @@ from nanomem.agent.outbound import OutboundMessage, Paused, Text
 from nanomem.agent.react_loop import ReactResult
 from nanomem.agent.replay import REPLAY_SEARCH, last_user, open_pause, waiting
 from nanomem.providers import ToolCall
+from nanomem.text.masking import redact_message
 
 if TYPE_CHECKING:
     from nanomem.agent.bus import InboundMessage
@@ -129,14 +130,7 @@ class ClientTurns:
         pause = open_pause(session.messages)
         if pause is None or pause < at:
             return None
-        message = session.messages[pause]
-        pending = waiting(session.messages, pause)
-        calls = tuple(
-            ToolCall(c["id"], c["function"]["name"], c["function"]["arguments"])
-            for c in message["tool_calls"]
-            if c["id"] in pending
-        )
-        return Paused(str(message.get("content") or ""), calls)
+        return _paused(session.messages[pause], waiting(session.messages, pause))
 
     def run_for(self, msg: InboundMessage, first: bool) -> ClientRun | None:
         """What a client's request adds to its turn's model calls (None: nothing)."""
@@ -152,7 +146,7 @@ class ClientTurns:
         if result.pending:
             last = next(m for m in reversed(result.messages) if m.get("role") == "assistant")
             self._arm(msg.session_key, last)
-            return Paused(result.text or "", result.pending)
+            return _paused(redact_message(last))  # as saved: no known secret in it
         if run.unmet is not None:
             reason = f"the answer does not fit response_format: {run.unmet}"
             return Text(reason, "error", category=SCHEMA_UNMET)
@@ -246,6 +240,17 @@ def _results(messages: list[dict[str, Any]], ids: list[str]) -> dict[str, dict[s
         if message.get("client") and message.get("tool_call_id") in wanted:
             found[message["tool_call_id"]] = message
     return found
+
+
+def _paused(message: dict[str, Any], pending: list[str] | None = None) -> Paused:
+    """The answer of a paused turn from its assistant message: the calls it waits for."""
+    waits = message["waits"] if pending is None else pending
+    calls = tuple(
+        ToolCall(c["id"], c["function"]["name"], c["function"]["arguments"])
+        for c in message["tool_calls"]
+        if c["id"] in waits
+    )
+    return Paused(str(message.get("content") or ""), calls)
 
 
 def _call_names(message: dict[str, Any]) -> dict[str, str]:

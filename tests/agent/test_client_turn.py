@@ -476,3 +476,16 @@ def test_a_paused_turn_is_neither_sealed_nor_finished() -> None:
     unmarked = [user, both().as_message(), ours]
     assert seal_tool_calls(unmarked[1:])[-1]["tool_call_id"] == "theirs_1"  # cut short: sealed
     assert open_pause(unmarked) is None
+
+
+async def test_a_known_secret_never_reaches_the_client_in_a_paused_answer(home: Home) -> None:
+    from nanomem.log import register_secrets
+
+    secret = "sk-live-abcdefghijklmnop1234"
+    register_secrets([secret])
+    leaky = ToolCall("theirs_1", "get_weather", json.dumps({"city": f"Paris {secret}"}))
+    app = make_app(home, ScriptedProvider([Reply(f"Using {secret}", (leaky,))]))
+    part = await answer(app, ask("Weather?"))
+    assert isinstance(part, Paused)
+    assert secret not in part.text and secret not in part.calls[0].arguments
+    assert secret not in (await app.sessions.get("api:s1")).path.read_text()
