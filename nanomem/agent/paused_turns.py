@@ -23,7 +23,7 @@ from nanomem.agent.outbound import OutboundMessage, Paused, Text
 from nanomem.agent.react_loop import ReactResult
 from nanomem.agent.replay import REPLAY_SEARCH, last_user, open_pause, waiting
 from nanomem.providers import ToolCall
-from nanomem.text.masking import redact_message
+from nanomem.text.masking import redact, redact_message
 
 if TYPE_CHECKING:
     from nanomem.agent.bus import InboundMessage
@@ -148,7 +148,7 @@ class ClientTurns:
             self._arm(msg.session_key, last)
             return _paused(redact_message(last))  # as saved: no known secret in it
         if run.unmet is not None:
-            reason = f"the answer does not fit response_format: {run.unmet}"
+            reason = redact(f"the answer does not fit response_format: {run.unmet}")
             return Text(reason, "error", category=SCHEMA_UNMET)
         return None
 
