@@ -75,6 +75,11 @@ class ClientRun:
     turns: ClientTurns
     first: bool  # the turn's first request: tool_choice applies to its first model call
     unmet: str | None = None  # why the answer missed response_format after the re-ask
+    prompted: bool = False  # the model refused this turn's response_format: asked by prompt
+
+    @property
+    def native(self) -> bool:
+        return self.turns.native and not self.prompted
 
     @property
     def form(self) -> dict[str, Any] | None:
@@ -83,7 +88,7 @@ class ClientRun:
     def system(self) -> list[dict[str, Any]]:
         """The client's instructions (and the asked form, when it goes by prompt) as one
         system message; never saved in the session."""
-        prompted = self.form is not None and not self.turns.native
+        prompted = self.form is not None and not self.native
         if not self.client.instructions and not prompted:
             return []
         schema = structured.schema_text(self.form) if self.form is not None and prompted else None
@@ -98,7 +103,7 @@ class ClientRun:
         return tools + sum(budget.count(message) for message in self.system())
 
     def options(self) -> ModelOptions:
-        if self.form is None or self.turns.native:
+        if self.form is None or self.native:
             return self.client.options
         return replace(self.client.options, response_format=None)
 
@@ -139,9 +144,11 @@ class ClientRun:
         try:
             await run(rest, out, self.first)
         except ProviderError as exc:
-            if self.form is None or not self.turns.native or not _names_format(exc):
+            if self.form is None or not self.native or not _names_format(exc):
                 raise
-            self.turns.native = False  # the model cannot: the form goes into the prompt
+            self.prompted = True  # the form goes into the prompt, for this turn; and for
+            # every later one when the model cannot do it at all (not just this schema)
+            self.turns.native = self.turns.native and not _unsupported(exc)
             await run(rest, out, self.first and not out.messages)  # `out` goes on
         checked = self.form is not None and not out.pending and out.text is not None
         if checked and (wrong := structured.problem(out.text or "", self.form or {})):
@@ -196,6 +203,11 @@ class ClientRun:
             marks["failed"] = SCHEMA_UNMET  # a retry asks afresh; later turns see what it said
         if marks:
             out.messages[at] = {**out.messages[at], **marks}
+
+
+def _unsupported(exc: ProviderError) -> bool:
+    text = str(exc).lower()
+    return "support" in text or "unknown" in text or "unrecognized" in text
 
 
 def _names_format(exc: ProviderError) -> bool:

@@ -162,3 +162,16 @@ async def test_a_refusal_after_a_tool_step_goes_on_from_that_step(home: Home) ->
     roles = [m["role"] for m in provider.calls[2]]
     assert roles == ["system", "system", "user", "assistant", "tool"]  # the step once, as it was
     assert [m["role"] for m in await saved(app)] == ["user", "assistant", "tool", "assistant"]
+
+
+async def test_a_refusal_of_one_schema_asks_by_prompt_for_that_turn_only(home: Home) -> None:
+    refusal = ProviderError(
+        "bad_request",
+        "HTTP 400: Invalid schema for response_format 'weather': 'required' is missing",
+    )
+    provider = ScriptedProvider([refusal, text(GOOD), text(GOOD)])
+    app = make_app(home, provider)
+    assert (await answer(app, ask("Weather in Paris?")))[0] == Text(GOOD)
+    assert provider.options_seen[1].response_format is None  # type: ignore[union-attr]
+    await answer(app, ask("And now?"))
+    assert provider.options_seen[2].response_format == SCHEMA  # type: ignore[union-attr]
