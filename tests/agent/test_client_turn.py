@@ -489,3 +489,15 @@ async def test_a_known_secret_never_reaches_the_client_in_a_paused_answer(home: 
     assert isinstance(part, Paused)
     assert secret not in part.text and secret not in part.calls[0].arguments
     assert secret not in (await app.sessions.get("api:s1")).path.read_text()
+
+
+async def test_a_timer_never_closes_the_pause_that_came_after_its_own(home: Home) -> None:
+    again = ToolCall("theirs_2", "get_weather", '{"city": "Lyon"}')
+    app = make_app(home, ScriptedProvider([Reply(None, (THEIRS,)), Reply(None, (again,))]))
+    await answer(app, ask("Paris and Lyon?", wait_s=0.3))
+    assert await answer(app, results(("theirs_1", "sun"), wait_s=60)) == Paused("", (again,))
+    await asyncio.sleep(0.6)  # past the first pause's time
+    assert not (await messages(app))[-1].get("closed")
+    part = await answer(app, results(("theirs_2", "rain")))  # still open: it goes on
+    assert isinstance(part, Text) and part.style == "reply"
+    await app.loop.close(1)
