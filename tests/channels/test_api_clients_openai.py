@@ -11,7 +11,8 @@ import openai
 import pytest
 from pydantic import BaseModel
 
-from tests.helpers.clients import WEATHER_TOOL, Agent, Forecast, weather
+from tests.fakes.schema_model import SchemaModel
+from tests.helpers.clients import VALUES, WEATHER_TOOL, Agent, Forecast, weather
 
 ASK = 'What should I wear? use weather {"city": "Paris"}'
 
@@ -173,3 +174,19 @@ async def test_the_sdks_own_retries_save_the_message_once(agent: Agent) -> None:
         await retrying.chat.completions.create(model="nanomem", messages=said, user="retried")
     assert failed.value.status_code == 502 and len(agent.model.requests) == 3
     assert await agent.said("retried") == ["Book the table"]  # three attempts, one message
+
+
+async def test_a_model_without_response_format_is_asked_by_prompt(agent: Agent) -> None:
+    agent.model.set_fallback(SchemaModel(VALUES, native=False))
+    parsed = await client(agent).chat.completions.parse(
+        model="nanomem",
+        messages=[{"role": "user", "content": "The forecast for Paris, please"}],
+        response_format=Forecast,
+        user="prompted",
+    )
+    assert parsed.choices[0].message.parsed == Forecast(
+        city="Paris", temperature_c=21, summary="sunny"
+    )
+    refused, asked = agent.model.requests[-2:]
+    assert "response_format" in refused and "response_format" not in asked
+    assert '"temperature_c"' in agent.model_texts()  # the schema, in the turn's instructions
