@@ -30,6 +30,7 @@ async def test_bind_tools_gives_the_tool_call(agent: Agent) -> None:
     reply = await chat_model(agent, "bound").bind_tools([weather]).ainvoke(ASK)
     assert [(c["name"], c["args"]) for c in reply.tool_calls] == [("weather", {"city": "Paris"})]
     assert reply.response_metadata["finish_reason"] == "tool_calls"
+    assert await agent.said("bound") == [ASK]
 
 
 async def test_an_agent_runs_its_tool_and_the_session_keeps_the_result(agent: Agent) -> None:

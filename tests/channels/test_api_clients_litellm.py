@@ -65,3 +65,4 @@ async def test_a_streamed_tool_call_is_assembled(agent: Agent) -> None:
         {"city": "Paris"},
     )
     assert built.choices[0].finish_reason == "tool_calls"
+    assert await agent.said("lite-stream") == [ASK]

@@ -56,6 +56,7 @@ async def test_streamed_tool_calls_are_assembled_by_the_sdk(agent: Agent) -> Non
     assert choice.finish_reason == "tool_calls"
     (call,) = choice.message.tool_calls or []
     assert call.function.parsed_arguments == Weather(city="Paris")
+    assert await agent.said("streamed") == [ASK.replace("weather", "Weather")]
 
 
 async def test_parse_gives_the_pydantic_model(agent: Agent) -> None:
