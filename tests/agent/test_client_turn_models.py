@@ -1,0 +1,66 @@
+"""An API client's turn with a model that misbehaves: call ids it repeats, a client's tool it
+calls although the client said tool_choice "none", a structured answer it cuts at max_tokens."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from nanomem.agent.bus import InboundMessage
+from nanomem.agent.client_turn import ClientTurn, Paused, ToolResult
+from nanomem.agent.outbound import OutboundMessage, Text
+from nanomem.app import App
+from nanomem.audience import Sender
+from nanomem.home import Home
+from nanomem.memory import to_wire
+from nanomem.providers.provider import Reply, ToolCall
+from nanomem.providers.scripted import ScriptedProvider, text
+from tests.conftest import make_app
+
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+    },
+}
+
+
+def ask(content: str, **client: Any) -> InboundMessage:
+    client.setdefault("tools", (WEATHER,))
+    sender = Sender("s1", is_owner=True)
+    return InboundMessage("api", "s1", content, sender, client=ClientTurn(**client))
+
+
+async def answer(app: App, msg: InboundMessage) -> Any:
+    async def show(out: OutboundMessage) -> None:
+        pass
+
+    reply = await app.loop.answer(msg, show)
+    assert reply is not None
+    return reply.part
+
+
+async def messages(app: App) -> list[dict[str, Any]]:
+    return (await app.sessions.get("api:s1")).messages
+
+
+async def test_a_call_id_the_model_gives_twice_in_a_step_still_pauses_and_goes_on(
+    home: Home,
+) -> None:
+    ours = ToolCall("call_1", "list_dir", '{"path": "memory"}')
+    theirs = ToolCall("call_1", "get_weather", '{"city": "Paris"}')
+    twice = ToolCall("call_1", "get_weather", '{"city": "Lyon"}')
+    provider = ScriptedProvider([Reply(None, (ours, theirs, twice)), text("Sunny, then rain.")])
+    app = make_app(home, provider)
+    paused = await answer(app, ask("Paris and Lyon?"))
+    assert isinstance(paused, Paused) and [c.name for c in paused.calls] == ["get_weather"] * 2
+    ids = [call.id for call in paused.calls]
+    assert len(set(ids)) == 2 and "call_1" not in ids  # ours kept the model's own id
+    results = tuple(ToolResult(i, r) for i, r in zip(ids, ("sunny", "rain"), strict=True))
+    assert await answer(app, ask("", results=results)) == Text("Sunny, then rain.")
+    # What the model was sent: each call once, each with its own result.
+    sent = provider.calls[1]
+    calls = [c["id"] for c in sent[2]["tool_calls"]]
+    assert calls == ["call_1", *ids]
+    assert [m["tool_call_id"] for m in sent[3:]] == calls
+    assert to_wire(await messages(app))[1]["tool_calls"] == sent[2]["tool_calls"]
