@@ -50,7 +50,8 @@ class ClientTurn:
     # {"type": "function", "function": {"name", "description", "parameters", "strict"}}.
     tools: tuple[dict[str, Any], ...] = ()
     # "auto" | "none" | "required" | {"type": "function", "function": {"name": ...}}; it
-    # applies to the turn's first model call only (never a loop of forced calls).
+    # applies to the turn's first model call only (never a loop of forced calls). With
+    # "none" the client's tools are not offered to any of this request's model calls.
     tool_choice: str | dict[str, Any] | None = None
     # The request's system and developer messages, in order: added after nanomem's own
     # prompt, marked as the client's; never saved as the person's words.
@@ -84,6 +85,12 @@ class ClientRun:
         return self.turns.native and not self.prompted
 
     @property
+    def tools(self) -> tuple[dict[str, Any], ...]:
+        """The client's tools offered to the model: none when it said tool_choice "none", so
+        a model that calls one anyway is told it is unknown instead of pausing the turn."""
+        return () if self.client.tool_choice == "none" else self.client.tools
+
+    @property
     def form(self) -> dict[str, Any] | None:
         return self.client.options.response_format
 
@@ -101,7 +108,7 @@ class ClientRun:
 
     def tokens(self, budget: Budget) -> int:
         """What the turn's every prompt carries for the client, in tokens."""
-        tools = budget.count_tools(json.dumps(self.client.tools)) if self.client.tools else 0
+        tools = budget.count_tools(json.dumps(self.tools)) if self.tools else 0
         return tools + sum(budget.count(message) for message in self.system())
 
     def options(self) -> ModelOptions:
@@ -138,7 +145,7 @@ class ClientRun:
                 # A checked answer is shown once it is checked, never a wrong one first.
                 on_text=on_text if self.form is None else None,
                 show_images=show_images,
-                client_tools=self.client.tools,
+                client_tools=self.tools,
                 first_choice=cast(ToolChoice, self.client.tool_choice) if first else None,
                 options=self.options(),
             )

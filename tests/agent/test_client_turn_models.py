@@ -64,3 +64,18 @@ async def test_a_call_id_the_model_gives_twice_in_a_step_still_pauses_and_goes_o
     assert calls == ["call_1", *ids]
     assert [m["tool_call_id"] for m in sent[3:]] == calls
     assert to_wire(await messages(app))[1]["tool_calls"] == sent[2]["tool_calls"]
+
+
+async def test_a_client_tool_the_model_calls_despite_tool_choice_none_never_pauses(
+    home: Home,
+) -> None:
+    theirs = ToolCall("theirs_1", "get_weather", '{"city": "Paris"}')
+    provider = ScriptedProvider([Reply(None, (theirs,)), text("I cannot look it up.")])
+    app = make_app(home, provider)
+    assert await answer(app, ask("Weather?", tool_choice="none")) == Text("I cannot look it up.")
+    assert provider.tool_choices[0] == "none"
+    offered = [t["function"]["name"] for t in provider.tools_seen[0] or ()]
+    assert "get_weather" not in offered
+    saved = await messages(app)
+    assert not any(m.get("waits") for m in saved)
+    assert saved[2]["tool_call_id"] == "theirs_1" and "unknown tool" in saved[2]["content"]
