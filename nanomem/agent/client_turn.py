@@ -159,7 +159,10 @@ class ClientRun:
             # every later one when the model cannot do it at all (not just this schema)
             self.turns.native = self.turns.native and not _unsupported(exc)
             await run(rest, out, self.first and not out.messages)  # `out` goes on
+        # An answer cut at max_tokens is sent as cut (finish_reason "length"), never re-asked:
+        # a second answer within the same limit would be cut too.
         checked = self.form is not None and not out.pending and out.text is not None
+        checked = checked and out.finish_reason != "length"
         if checked and (wrong := structured.problem(out.text or "", self.form or {})):
             await self._ask_again(run, rest, out, wrong)
         self._mark(out)
@@ -184,7 +187,7 @@ class ClientRun:
         out.messages.extend(again.messages)
         out.usage.extend(again.usage)
         out.text, out.pending, out.finish_reason = again.text, again.pending, again.finish_reason
-        if not out.pending and out.text is not None:
+        if not out.pending and out.text is not None and out.finish_reason != "length":
             self.unmet = structured.problem(out.text, self.form)
 
     def _mark(self, out: ReactResult) -> None:

@@ -12,6 +12,7 @@ from nanomem.app import App
 from nanomem.audience import Sender
 from nanomem.home import Home
 from nanomem.memory import to_wire
+from nanomem.providers import ModelOptions
 from nanomem.providers.provider import Reply, ToolCall
 from nanomem.providers.scripted import ScriptedProvider, text
 from tests.conftest import make_app
@@ -79,3 +80,20 @@ async def test_a_client_tool_the_model_calls_despite_tool_choice_none_never_paus
     saved = await messages(app)
     assert not any(m.get("waits") for m in saved)
     assert saved[2]["tool_call_id"] == "theirs_1" and "unknown tool" in saved[2]["content"]
+
+
+async def test_a_structured_answer_cut_at_max_tokens_is_truncated_not_asked_again(
+    home: Home,
+) -> None:
+    options = ModelOptions(max_tokens=5, response_format={"type": "json_object"})
+    provider = ScriptedProvider([Reply('{"city": "Par', finish_reason="length")])
+    app = make_app(home, provider)
+    part = await answer(app, ask("Weather?", options=options))
+    assert part == Text('{"city": "Par', truncated=True)
+    assert len(provider.calls) == 1
+    last = (await messages(app))[-1]
+    assert last["truncated"] and "failed" not in last
+    # Asked again (the first answer was not JSON), the second answer is cut: sent as cut.
+    provider.add(text("Paris, 21 degrees."), Reply('{"city": "Par', finish_reason="length"))
+    assert await answer(app, ask("Again?", options=options)) == part
+    assert len(provider.calls) == 3
