@@ -9,6 +9,7 @@ the turn in the session, and goes on when the client's next request brings the r
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from collections.abc import Awaitable, Callable
@@ -163,7 +164,7 @@ class ClientRun:
         # a second answer within the same limit would be cut too.
         checked = self.form is not None and not out.pending and out.text is not None
         checked = checked and out.finish_reason != "length"
-        if checked and (wrong := structured.problem(out.text or "", self.form or {})):
+        if checked and (wrong := await _problem(out.text or "", self.form or {})):
             await self._ask_again(run, rest, out, wrong)
         self._mark(out)
         return out
@@ -188,7 +189,7 @@ class ClientRun:
         out.usage.extend(again.usage)
         out.text, out.pending, out.finish_reason = again.text, again.pending, again.finish_reason
         if not out.pending and out.text is not None and out.finish_reason != "length":
-            self.unmet = structured.problem(out.text, self.form)
+            self.unmet = await _problem(out.text, self.form)
 
     def _mark(self, out: ReactResult) -> None:
         """The turn's last assistant message, as the session keeps it: what it waits for and
@@ -215,6 +216,11 @@ class ClientRun:
             marks["failed"] = SCHEMA_UNMET  # a retry asks afresh; later turns see what it said
         if marks:
             out.messages[at] = {**out.messages[at], **marks}
+
+
+async def _problem(text: str, form: dict[str, Any]) -> str | None:
+    """structured.problem, in a thread: a check may take up to its time budget."""
+    return await asyncio.to_thread(structured.problem, text, form)
 
 
 def _unsupported(exc: ProviderError) -> bool:

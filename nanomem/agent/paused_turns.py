@@ -56,7 +56,10 @@ class ClientTurns:
         session = await self.sessions.get(msg.session_key)
         messages, client = session.messages, msg.client
         if client is not None:
-            if (problem := _refusal(client, messages, offered)) is not None:
+            problem = _refusal(client, messages, offered)
+            if problem is None and (form := client.options.response_format) is not None:
+                problem = await asyncio.to_thread(structured.refused, form)  # its time bounded
+            if problem is not None:
                 return refusal(msg, problem)
             if client.results:
                 problem = await self._unfit(msg, session)
@@ -212,15 +215,14 @@ def refusal(msg: InboundMessage, problem: str) -> OutboundMessage:
 def _refusal(
     client: ClientTurn, messages: list[dict[str, Any]], offered: Callable[[], set[str]]
 ) -> str | None:
-    """What makes the request impossible whatever the paused turn (None: nothing)."""
+    """What makes the request impossible whatever the paused turn (None: nothing), but for
+    its response_format (structured.refused, in a thread)."""
     if client.tools:
         names = {tool["function"]["name"] for tool in client.tools}
         if clash := sorted(names & offered()):
             return f"tools: {', '.join(clash)} {'is' if len(clash) == 1 else 'are'} nanomem's own"
     if client.follows and not _answered(messages, client.follows):
         return f"previous_response_id {client.follows!r} is not an answer in this session"
-    if client.options.response_format is not None:
-        return structured.refused(client.options.response_format)
     return None
 
 
