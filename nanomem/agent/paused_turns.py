@@ -80,7 +80,7 @@ class ClientTurns:
         or a retried request's results were saved already)."""
         assert msg.client is not None
         messages, ids = session.messages, [r.call_id for r in msg.client.results]
-        if (twice := next((i for n, i in enumerate(ids) if i in ids[:n]), None)) is not None:
+        if (twice := _twice(ids)) is not None:
             return f"two results for the tool call {twice!r}"
         for result in msg.client.results:
             if len(result.content) > self.max_chars:
@@ -242,6 +242,16 @@ def _results(messages: list[dict[str, Any]], ids: list[str]) -> dict[str, dict[s
         if message.get("client") and message.get("tool_call_id") in wanted:
             found[message["tool_call_id"]] = message
     return found
+
+
+def _twice(ids: list[str]) -> str | None:
+    """The first id given twice (in one pass: a request may carry any number of results)."""
+    seen: set[str] = set()
+    for call_id in ids:
+        if call_id in seen:
+            return call_id
+        seen.add(call_id)
+    return None
 
 
 def _paused(message: dict[str, Any], pending: list[str] | None = None) -> Paused:

@@ -1,0 +1,52 @@
+"""An API client's turn against a client that sends what no framework would (found by an attack
+pass on the core's client turns): tens of thousands of tool results in one request. Each is a
+short refusal, at once, with nothing saved."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from nanomem.agent.bus import InboundMessage
+from nanomem.agent.client_turn import CLIENT_REQUEST, ClientTurn, Paused, ToolResult
+from nanomem.agent.outbound import OutboundMessage, Text
+from nanomem.app import App
+from nanomem.audience import Sender
+from nanomem.home import Home
+from nanomem.providers.provider import Reply, ToolCall
+from nanomem.providers.scripted import ScriptedProvider
+from tests.conftest import make_app
+
+WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {}}}
+THEIRS = ToolCall("theirs_1", "get_weather", '{"city": "Paris"}')
+
+
+async def answer(app: App, msg: InboundMessage) -> Any:
+    async def show(out: OutboundMessage) -> None:
+        pass
+
+    reply = await app.loop.answer(msg, show)
+    assert reply is not None
+    return reply.part
+
+
+def refused(part: Any, *words: str) -> None:
+    assert isinstance(part, Text) and part.category == CLIENT_REQUEST, part
+    assert all(word in part.text for word in words), part.text
+
+
+async def test_tens_of_thousands_of_results_are_refused_at_once(home: Home) -> None:
+    app = make_app(home, ScriptedProvider([Reply(None, (THEIRS,))]))
+    sender = Sender("s1", is_owner=True)
+    ask = ClientTurn(tools=(WEATHER,))
+    assert await answer(app, InboundMessage("api", "s1", "Weather?", sender, client=ask)) == Paused(
+        "", (THEIRS,)
+    )
+    before = list((await app.sessions.get("api:s1")).messages)
+    flood = tuple(ToolResult(f"forged_{n}", "x") for n in range(40_000))
+    client = ClientTurn(tools=(WEATHER,), results=(ToolResult("theirs_1", "sun"), *flood))
+    started = time.monotonic()
+    part = await answer(app, InboundMessage("api", "s1", "", sender, client=client))
+    assert time.monotonic() - started < 2
+    refused(part, "forged_0")
+    assert (await app.sessions.get("api:s1")).messages == before
