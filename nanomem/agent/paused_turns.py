@@ -22,6 +22,7 @@ from nanomem.agent.client_turn import CLIENT_REQUEST, SCHEMA_UNMET, ClientRun, C
 from nanomem.agent.outbound import OutboundMessage, Paused, Text
 from nanomem.agent.react_loop import ReactResult
 from nanomem.agent.replay import REPLAY_SEARCH, last_user, open_pause, waiting
+from nanomem.audience import is_shared_room
 from nanomem.providers import ToolCall
 from nanomem.text.masking import redact, redact_message
 
@@ -57,6 +58,9 @@ class ClientTurns:
         messages, client = session.messages, msg.client
         if client is not None:
             problem = _refusal(client, messages, offered)
+            carries = client.tools or client.instructions or client.results
+            if carries and (msg.sender.shared_room or is_shared_room(msg.session_key)):
+                problem = "a client's tools and instructions are not taken in a group chat"
             if problem is None and (form := client.options.response_format) is not None:
                 problem = await asyncio.to_thread(structured.refused, form)  # its time bounded
             if problem is not None:

@@ -1,11 +1,14 @@
 """An API client's turn against a client that sends what no framework would (found by an attack
-pass on the core's client turns): tens of thousands of tool results in one request. Each is a
-short refusal, at once, with nothing saved."""
+pass on the core's client turns): tens of thousands of tool results in one request, and a
+client's tools or instructions for a group chat's session. Each is a short refusal, at once,
+with nothing saved."""
 
 from __future__ import annotations
 
 import time
 from typing import Any
+
+import pytest
 
 from nanomem.agent.bus import InboundMessage
 from nanomem.agent.client_turn import CLIENT_REQUEST, ClientTurn, Paused, ToolResult
@@ -50,3 +53,21 @@ async def test_tens_of_thousands_of_results_are_refused_at_once(home: Home) -> N
     assert time.monotonic() - started < 2
     refused(part, "forged_0")
     assert (await app.sessions.get("api:s1")).messages == before
+
+
+@pytest.mark.parametrize(
+    "client",
+    [ClientTurn(tools=(WEATHER,)), ClientTurn(instructions=("Answer in French.",))],
+    ids=["tools", "instructions"],
+)
+async def test_a_group_chats_session_never_takes_a_clients_tools_or_instructions(
+    home: Home, client: ClientTurn
+) -> None:
+    provider = ScriptedProvider()
+    app = make_app(home, provider)
+    member = Sender("42", is_owner=True, shared_room=True)
+    for chat, sender in (("-100123", Sender("42", is_owner=True)), ("room", member)):
+        msg = InboundMessage("api", chat, "Hello", sender, client=client)
+        refused(await answer(app, msg), "group")
+        assert (await app.sessions.get(f"api:{chat}")).messages == []
+    assert provider.calls == []
