@@ -7,7 +7,7 @@ from typing import Any
 
 from nanomem.agent.bus import InboundMessage
 from nanomem.agent.client_turn import ClientTurn, Paused, ToolResult
-from nanomem.agent.outbound import OutboundMessage, Text
+from nanomem.agent.outbound import Text
 from nanomem.app import App
 from nanomem.audience import Sender
 from nanomem.home import Home
@@ -16,6 +16,7 @@ from nanomem.providers import ModelOptions
 from nanomem.providers.provider import Reply, ToolCall
 from nanomem.providers.scripted import ScriptedProvider, text
 from tests.conftest import make_app
+from tests.helpers.client_turns import answer
 
 WEATHER = {
     "type": "function",
@@ -30,15 +31,6 @@ def ask(content: str, **client: Any) -> InboundMessage:
     client.setdefault("tools", (WEATHER,))
     sender = Sender("s1", is_owner=True)
     return InboundMessage("api", "s1", content, sender, client=ClientTurn(**client))
-
-
-async def answer(app: App, msg: InboundMessage) -> Any:
-    async def show(out: OutboundMessage) -> None:
-        pass
-
-    reply = await app.loop.answer(msg, show)
-    assert reply is not None
-    return reply.part
 
 
 async def messages(app: App) -> list[dict[str, Any]]:

@@ -6,36 +6,20 @@ with nothing saved."""
 from __future__ import annotations
 
 import time
-from typing import Any
 
 import pytest
 
 from nanomem.agent.bus import InboundMessage
-from nanomem.agent.client_turn import CLIENT_REQUEST, ClientTurn, Paused, ToolResult
-from nanomem.agent.outbound import OutboundMessage, Text
-from nanomem.app import App
+from nanomem.agent.client_turn import ClientTurn, Paused, ToolResult
 from nanomem.audience import Sender
 from nanomem.home import Home
 from nanomem.providers.provider import Reply, ToolCall
 from nanomem.providers.scripted import ScriptedProvider
 from tests.conftest import make_app
+from tests.helpers.client_turns import answer, refused
 
 WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {}}}
 THEIRS = ToolCall("theirs_1", "get_weather", '{"city": "Paris"}')
-
-
-async def answer(app: App, msg: InboundMessage) -> Any:
-    async def show(out: OutboundMessage) -> None:
-        pass
-
-    reply = await app.loop.answer(msg, show)
-    assert reply is not None
-    return reply.part
-
-
-def refused(part: Any, *words: str) -> None:
-    assert isinstance(part, Text) and part.category == CLIENT_REQUEST, part
-    assert all(word in part.text for word in words), part.text
 
 
 async def test_tens_of_thousands_of_results_are_refused_at_once(home: Home) -> None:

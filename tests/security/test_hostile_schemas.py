@@ -17,15 +17,15 @@ from typing import Any
 import pytest
 
 from nanomem.agent.bus import InboundMessage
-from nanomem.agent.client_turn import CLIENT_REQUEST, ClientTurn
-from nanomem.agent.outbound import OutboundMessage, Text
-from nanomem.app import App
+from nanomem.agent.client_turn import ClientTurn
+from nanomem.agent.outbound import Text
 from nanomem.audience import Sender
 from nanomem.home import Home
 from nanomem.providers import ModelOptions
 from nanomem.providers.provider import Reply
 from nanomem.providers.scripted import ScriptedProvider, last_user_text, text
 from tests.conftest import make_app
+from tests.helpers.client_turns import answer, refused
 
 
 def form(schema: dict[str, Any]) -> dict[str, Any]:
@@ -35,20 +35,6 @@ def form(schema: dict[str, Any]) -> dict[str, Any]:
 def ask(content: str, schema: dict[str, Any]) -> InboundMessage:
     client = ClientTurn(options=ModelOptions(response_format=form(schema)))
     return InboundMessage("api", "s1", content, Sender("s1", is_owner=True), client=client)
-
-
-async def answer(app: App, msg: InboundMessage) -> Any:
-    async def show(out: OutboundMessage) -> None:
-        pass
-
-    reply = await app.loop.answer(msg, show)
-    assert reply is not None
-    return reply.part
-
-
-def refused(part: Any, *words: str) -> None:
-    assert isinstance(part, Text) and part.category == CLIENT_REQUEST, part
-    assert all(word in part.text for word in words), part.text
 
 
 def doubling(levels: int) -> dict[str, Any]:
