@@ -9,7 +9,6 @@ the turn in the session, and goes on when the client's next request brings the r
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 from collections.abc import Awaitable, Callable
@@ -19,6 +18,7 @@ from typing import TYPE_CHECKING, Any, cast
 from nanomem.agent import structured
 from nanomem.agent.outbound import Paused
 from nanomem.agent.react_loop import ReactResult, ShowImages, StepText, react
+from nanomem.pools import CLIENT_SCHEMAS
 from nanomem.providers import ModelOptions, Provider, ProviderError, ToolCall, ToolChoice
 
 if TYPE_CHECKING:
@@ -225,8 +225,8 @@ class ClientRun:
 
 
 async def _problem(text: str, form: dict[str, Any]) -> str | None:
-    """structured.problem, in a thread: a check may take up to its time budget."""
-    return await asyncio.to_thread(structured.problem, text, form)
+    """structured.problem, in its pool's thread: a check may take up to its time budget."""
+    return await CLIENT_SCHEMAS.run(structured.problem, text, form)
 
 
 def _unsupported(exc: ProviderError) -> bool:

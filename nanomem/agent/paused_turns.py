@@ -23,6 +23,7 @@ from nanomem.agent.outbound import OutboundMessage, Paused, Text
 from nanomem.agent.react_loop import ReactResult
 from nanomem.agent.replay import REPLAY_SEARCH, last_user, open_pause, waiting
 from nanomem.audience import is_shared_room
+from nanomem.pools import CLIENT_SCHEMAS
 from nanomem.providers import ToolCall
 from nanomem.text.masking import redact, redact_message
 
@@ -62,7 +63,7 @@ class ClientTurns:
             if carries and (msg.sender.shared_room or is_shared_room(msg.session_key)):
                 problem = "a client's tools and instructions are not taken in a group chat"
             if problem is None and (form := client.options.response_format) is not None:
-                problem = await asyncio.to_thread(structured.refused, form)  # its time bounded
+                problem = await CLIENT_SCHEMAS.run(structured.refused, form)  # time-bounded
             if problem is not None:
                 return refusal(msg, problem)
             if client.results:
@@ -220,7 +221,7 @@ def _refusal(
     client: ClientTurn, messages: list[dict[str, Any]], offered: Callable[[], set[str]]
 ) -> str | None:
     """What makes the request impossible whatever the paused turn (None: nothing), but for
-    its response_format (structured.refused, in a thread)."""
+    its response_format (structured.refused, in a pool's thread)."""
     if client.tools:
         names = {tool["function"]["name"] for tool in client.tools}
         if clash := sorted(names & offered()):

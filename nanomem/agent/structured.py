@@ -9,7 +9,8 @@ Python's `re` can backtrack for ever on `(a+)+$`). A `$ref` resolves within the 
 nothing is fetched or read (jsonschema would open any URL or file a `$ref` names). A schema
 referring to itself without end is refused. `patternProperties` is refused outright: jsonschema
 matches those with `re` in several places, none of which can be bounded. The checks take up to
-the budget, so callers run them in a thread; jsonschema is imported here only, when one runs.
+the budget, so callers run them in a pool's threads (nanomem/pools.py: CLIENT_SCHEMAS), never
+on the event loop; jsonschema is imported here only, when one runs.
 """
 
 from __future__ import annotations
