@@ -91,9 +91,9 @@ class ClientTurns:
             if len(result.content) > self.max_chars:
                 size = f"{len(result.content)} characters; limit {self.max_chars}"
                 return f"the result of the tool call {result.call_id!r} is too long ({size})"
-        given = _results(messages, ids)
-        if msg.replayed and all(i in given and not given[i].get("closed") for i in ids):
+        if msg.replayed and _saved_from(messages, msg.id):
             return None  # a retry: the turn's outcome is answered (AgentLoop._stoppable_turn)
+        given = _results(messages, ids)
         pause = open_pause(messages)
         pending = waiting(messages, pause) if pause is not None else []
         if pause is not None and _expired(messages[pause]):
@@ -117,7 +117,12 @@ class ClientTurns:
         messages = session.messages
         pause = open_pause(messages)
         pending = waiting(messages, pause) if pause is not None else []
-        if pause is not None and all(r.call_id in pending for r in msg.client.results):
+        saved = msg.replayed and _saved_from(messages, msg.id)
+        if (
+            pause is not None
+            and not saved
+            and all(r.call_id in pending for r in msg.client.results)
+        ):
             names = _call_names(messages[pause])
             results = [
                 {
@@ -126,6 +131,7 @@ class ClientTurns:
                     "name": names[result.call_id],
                     "content": result.content,
                     "client": True,
+                    "in": msg.id,  # how a retry of this request finds them (not by call id)
                 }
                 for result in msg.client.results
             ]
@@ -247,6 +253,18 @@ def _results(messages: list[dict[str, Any]], ids: list[str]) -> dict[str, dict[s
         if message.get("client") and message.get("tool_call_id") in wanted:
             found[message["tool_call_id"]] = message
     return found
+
+
+def _saved_from(messages: list[dict[str, Any]], request: str) -> bool:
+    """Whether this request's results were saved in the session's last turn: call ids do not
+    tell (a model server without ids names every step's first call "call_0")."""
+    for index in range(len(messages) - 1, max(-1, len(messages) - 1 - REPLAY_SEARCH), -1):
+        message = messages[index]
+        if message.get("role") == "user":
+            return False
+        if message.get("client") and message.get("in") == request:
+            return True
+    return False
 
 
 def _twice(ids: list[str]) -> str | None:

@@ -27,10 +27,12 @@ WEATHER = {
 }
 
 
-def ask(content: str, **client: Any) -> InboundMessage:
+def ask(content: str, *, id: str = "", replayed: bool = False, **client: Any) -> InboundMessage:
     client.setdefault("tools", (WEATHER,))
     sender = Sender("s1", is_owner=True)
-    return InboundMessage("api", "s1", content, sender, client=ClientTurn(**client))
+    extra = {"id": id} if id else {}
+    turn = ClientTurn(**client)
+    return InboundMessage("api", "s1", content, sender, replayed=replayed, client=turn, **extra)
 
 
 async def messages(app: App) -> list[dict[str, Any]]:
@@ -89,3 +91,25 @@ async def test_a_structured_answer_cut_at_max_tokens_is_truncated_not_asked_agai
     provider.add(text("Paris, 21 degrees."), Reply('{"city": "Par', finish_reason="length"))
     assert await answer(app, ask("Again?", options=options)) == part
     assert len(provider.calls) == 3
+
+
+async def test_a_retried_continuation_is_not_taken_for_the_next_pause_with_the_same_id(
+    home: Home,
+) -> None:
+    # A model server that gives no call ids: each step's first call is "call_0".
+    paris = ToolCall("call_0", "get_weather", '{"city": "Paris"}')
+    lyon = ToolCall("call_0", "get_weather", '{"city": "Lyon"}')
+    provider = ScriptedProvider([Reply(None, (paris,)), Reply(None, (lyon,)), text("Done.")])
+    app = make_app(home, provider)
+    assert await answer(app, ask("Paris and Lyon?")) == Paused("", (paris,))
+    sun = (ToolResult("call_0", "sun"),)
+    assert await answer(app, ask("", results=sun, id="api-2")) == Paused("", (lyon,))
+    saved = list(await messages(app))
+    # The same request again (the client never got the answer): the same answer, not Paris's
+    # weather taken for Lyon's.
+    retry = ask("", results=sun, id="api-2", replayed=True)
+    assert await answer(app, retry) == Paused("", (lyon,))
+    assert await messages(app) == saved and len(provider.calls) == 2
+    rain = (ToolResult("call_0", "rain"),)
+    assert await answer(app, ask("", results=rain, id="api-3")) == Text("Done.")
+    assert [m["content"] for m in await messages(app) if m["role"] == "tool"] == ["sun", "rain"]
