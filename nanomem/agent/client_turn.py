@@ -10,6 +10,7 @@ the turn in the session, and goes on when the client's next request brings the r
 from __future__ import annotations
 
 import json
+import secrets
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
@@ -86,6 +87,7 @@ class ClientRun:
     first: bool  # the turn's first request: tool_choice applies to its first model call
     unmet: str | None = None  # why the answer missed response_format after the re-ask
     prompted: bool = False  # the model refused this turn's response_format: asked by prompt
+    tag: str = field(default_factory=lambda: secrets.token_hex(4))  # its instructions' markers
 
     @property
     def native(self) -> bool:
@@ -109,7 +111,10 @@ class ClientRun:
             return []
         schema = structured.schema_text(self.form) if self.form is not None and prompted else None
         text = self.turns.templates.render(
-            "client_instructions.md.j2", instructions=list(self.client.instructions), schema=schema
+            "client_instructions.md.j2",
+            instructions=list(self.client.instructions),
+            schema=schema,
+            tag=self.tag,  # not known to the client: its text cannot close its block early
         )
         return [{"role": "system", "content": text}]
 
