@@ -26,6 +26,7 @@ from nanomem.audience import is_shared_room
 from nanomem.pools import CLIENT_SCHEMAS
 from nanomem.providers import ToolCall
 from nanomem.text.masking import redact, redact_message
+from nanomem.tools import untrusted
 
 if TYPE_CHECKING:
     from nanomem.agent.bus import InboundMessage
@@ -129,7 +130,11 @@ class ClientTurns:
                     "role": "tool",
                     "tool_call_id": result.call_id,
                     "name": names[result.call_id],
-                    "content": result.content,
+                    # Text from the client's program, maybe from a page it read: data for
+                    # the model, like an MCP server's answer, never the owner's instructions.
+                    "content": untrusted(
+                        f"the API client's tool {names[result.call_id]}", result.content
+                    ),
                     "client": True,
                     "in": msg.id,  # how a retry of this request finds them (not by call id)
                 }
