@@ -4,6 +4,7 @@ calls although the client said tool_choice "none", a structured answer it cuts a
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from typing import Any
 
 from nanomem.agent.bus import InboundMessage
@@ -16,6 +17,7 @@ from nanomem.memory import to_wire
 from nanomem.providers import ModelOptions
 from nanomem.providers.provider import Reply, ToolCall
 from nanomem.providers.scripted import ScriptedProvider, text
+from tests.agent.test_images import PNG
 from tests.conftest import make_app
 from tests.helpers.client_turns import answer
 
@@ -128,3 +130,18 @@ async def test_the_clients_instructions_cannot_close_their_block_early(home: Hom
     )
     assert block is not None and block.group(2) == forged, theirs
     assert block.group(1) not in forged
+
+
+async def test_a_continuation_shows_the_model_the_turns_images_again(home: Home) -> None:
+    theirs = ToolCall("theirs_1", "get_weather", '{"city": "Paris"}')
+    provider = ScriptedProvider([Reply(None, (theirs,)), text("A sunny street.")])
+    app = make_app(home, provider, llm={"supports_images": True})
+    (app.workspace / "media").mkdir()
+    (app.workspace / "media" / "photo.png").write_bytes(PNG)
+    photo = replace(ask("Where is this, and the weather there?"), media=("media/photo.png",))
+    assert await answer(app, photo) == Paused("", (theirs,))
+    sun = (ToolResult("theirs_1", "sunny"),)
+    assert await answer(app, ask("", results=sun)) == Text("A sunny street.")
+    for sent in provider.calls:
+        user = next(m for m in sent if m["role"] == "user")
+        assert isinstance(user["content"], list) and user["content"][1]["type"] == "image_url"
