@@ -3,6 +3,7 @@ calls although the client said tool_choice "none", a structured answer it cuts a
 
 from __future__ import annotations
 
+import base64
 import re
 from dataclasses import replace
 from typing import Any
@@ -17,10 +18,12 @@ from nanomem.memory import to_wire
 from nanomem.providers import ModelOptions
 from nanomem.providers.provider import Reply, ToolCall
 from nanomem.providers.scripted import ScriptedProvider, text
-from tests.agent.test_images import PNG
 from tests.conftest import make_app
 from tests.helpers.client_turns import answer
 
+PNG = base64.b64decode(  # one pixel
+    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
+)
 WEATHER = {
     "type": "function",
     "function": {
