@@ -63,4 +63,6 @@ DOCUMENTS = Pool("documents", 2)
 MCP_SCHEMAS = Pool("mcp-schemas", 2)
 # Parsing a search provider's answer (DuckDuckGo's HTML page: up to tools.web.max_bytes).
 SEARCH = Pool("search", 2)
-POOLS = (DOCUMENTS, MCP_SCHEMAS, SEARCH)
+# Checking an API client's response_format schema, and a model's answer against it.
+CLIENT_SCHEMAS = Pool("client-schemas", 2)
+POOLS = (DOCUMENTS, MCP_SCHEMAS, SEARCH, CLIENT_SCHEMAS)

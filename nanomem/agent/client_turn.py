@@ -10,6 +10,7 @@ the turn in the session, and goes on when the client's next request brings the r
 from __future__ import annotations
 
 import json
+import secrets
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
@@ -18,6 +19,7 @@ from typing import TYPE_CHECKING, Any, cast
 from nanomem.agent import structured
 from nanomem.agent.outbound import Paused
 from nanomem.agent.react_loop import ReactResult, ShowImages, StepText, react
+from nanomem.pools import CLIENT_SCHEMAS
 from nanomem.providers import ModelOptions, Provider, ProviderError, ToolCall, ToolChoice
 
 if TYPE_CHECKING:
@@ -56,7 +58,8 @@ class ClientTurn:
     # {"type": "function", "function": {"name", "description", "parameters", "strict"}}.
     tools: tuple[dict[str, Any], ...] = ()
     # "auto" | "none" | "required" | {"type": "function", "function": {"name": ...}}; it
-    # applies to the turn's first model call only (never a loop of forced calls).
+    # applies to the turn's first model call only (never a loop of forced calls). With
+    # "none" the client's tools are not offered to any of this request's model calls.
     tool_choice: str | dict[str, Any] | None = None
     # The request's system and developer messages, in order: added after nanomem's own
     # prompt, marked as the client's; never saved as the person's words.
@@ -84,10 +87,17 @@ class ClientRun:
     first: bool  # the turn's first request: tool_choice applies to its first model call
     unmet: str | None = None  # why the answer missed response_format after the re-ask
     prompted: bool = False  # the model refused this turn's response_format: asked by prompt
+    tag: str = field(default_factory=lambda: secrets.token_hex(4))  # its instructions' markers
 
     @property
     def native(self) -> bool:
         return self.turns.native and not self.prompted
+
+    @property
+    def tools(self) -> tuple[dict[str, Any], ...]:
+        """The client's tools offered to the model: none when it said tool_choice "none", so
+        a model that calls one anyway is told it is unknown instead of pausing the turn."""
+        return () if self.client.tool_choice == "none" else self.client.tools
 
     @property
     def form(self) -> dict[str, Any] | None:
@@ -101,13 +111,16 @@ class ClientRun:
             return []
         schema = structured.schema_text(self.form) if self.form is not None and prompted else None
         text = self.turns.templates.render(
-            "client_instructions.md.j2", instructions=list(self.client.instructions), schema=schema
+            "client_instructions.md.j2",
+            instructions=list(self.client.instructions),
+            schema=schema,
+            tag=self.tag,  # not known to the client: its text cannot close its block early
         )
         return [{"role": "system", "content": text}]
 
     def tokens(self, budget: Budget) -> int:
         """What the turn's every prompt carries for the client, in tokens."""
-        tools = budget.count_tools(json.dumps(self.client.tools)) if self.client.tools else 0
+        tools = budget.count_tools(json.dumps(self.tools)) if self.tools else 0
         return tools + sum(budget.count(message) for message in self.system())
 
     def options(self) -> ModelOptions:
@@ -144,7 +157,7 @@ class ClientRun:
                 # A checked answer is shown once it is checked, never a wrong one first.
                 on_text=on_text if self.form is None else None,
                 show_images=show_images,
-                client_tools=self.client.tools,
+                client_tools=self.tools,
                 first_choice=cast(ToolChoice, self.client.tool_choice) if first else None,
                 options=self.options(),
             )
@@ -158,8 +171,11 @@ class ClientRun:
             # every later one when the model cannot do it at all (not just this schema)
             self.turns.native = self.turns.native and not _unsupported(exc)
             await run(rest, out, self.first and not out.messages)  # `out` goes on
+        # An answer cut at max_tokens is sent as cut (finish_reason "length"), never re-asked:
+        # a second answer within the same limit would be cut too.
         checked = self.form is not None and not out.pending and out.text is not None
-        if checked and (wrong := structured.problem(out.text or "", self.form or {})):
+        checked = checked and out.finish_reason != "length"
+        if checked and (wrong := await _problem(out.text or "", self.form or {})):
             await self._ask_again(run, rest, out, wrong)
         self._mark(out)
         return out
@@ -183,8 +199,8 @@ class ClientRun:
         out.messages.extend(again.messages)
         out.usage.extend(again.usage)
         out.text, out.pending, out.finish_reason = again.text, again.pending, again.finish_reason
-        if not out.pending and out.text is not None:
-            self.unmet = structured.problem(out.text, self.form)
+        if not out.pending and out.text is not None and out.finish_reason != "length":
+            self.unmet = await _problem(out.text, self.form)
 
     def _mark(self, out: ReactResult) -> None:
         """The turn's last assistant message, as the session keeps it: what it waits for and
@@ -211,6 +227,11 @@ class ClientRun:
             marks["failed"] = SCHEMA_UNMET  # a retry asks afresh; later turns see what it said
         if marks:
             out.messages[at] = {**out.messages[at], **marks}
+
+
+async def _problem(text: str, form: dict[str, Any]) -> str | None:
+    """structured.problem, in its pool's thread: a check may take up to its time budget."""
+    return await CLIENT_SCHEMAS.run(structured.problem, text, form)
 
 
 def _unsupported(exc: ProviderError) -> bool:

@@ -74,6 +74,8 @@ class Intake:
         user = self.context.user_message(msg, documents=documents)
         if msg.seq is not None or msg.client is not None:
             user["in"] = msg.id  # how a replay (or a client's retried request) finds it again
+        if msg.client is not None and msg.media:
+            user["media"] = list(msg.media)  # shown again when a paused turn goes on
         try:  # a voice note's transcript too, made once (Feature.read_media)
             read = await read_media(self.read_media, msg)
         except Unreadable as exc:  # kept with its files named, for /retry to read again

@@ -329,7 +329,9 @@ class AgentLoop:
             system = await self._system_message(session)
         user = to_wire([session.messages[at]])[0]
         # Counted as sent, images included: they take room, and usage counts them.
-        sent = await self.context.with_images(user, msg.media)
+        # A paused turn going on shows the model again the images its request brought.
+        media = msg.media or tuple(session.messages[at].get("media") or ())
+        sent = await self.context.with_images(user, media)
         # A turn a crash interrupted goes on from where it was, its tool results included.
         partial = session.messages[at + 1 :]
         if seals := seal_tool_calls(partial)[len(partial) :]:

@@ -22,8 +22,11 @@ from nanomem.agent.client_turn import CLIENT_REQUEST, SCHEMA_UNMET, ClientRun, C
 from nanomem.agent.outbound import OutboundMessage, Paused, Text
 from nanomem.agent.react_loop import ReactResult
 from nanomem.agent.replay import REPLAY_SEARCH, last_user, open_pause, waiting
+from nanomem.audience import is_shared_room
+from nanomem.pools import CLIENT_SCHEMAS
 from nanomem.providers import ToolCall
 from nanomem.text.masking import redact, redact_message
+from nanomem.tools import untrusted
 
 if TYPE_CHECKING:
     from nanomem.agent.bus import InboundMessage
@@ -56,7 +59,13 @@ class ClientTurns:
         session = await self.sessions.get(msg.session_key)
         messages, client = session.messages, msg.client
         if client is not None:
-            if (problem := _refusal(client, messages, offered)) is not None:
+            problem = _refusal(client, messages, offered)
+            carries = client.tools or client.instructions or client.results
+            if carries and (msg.sender.shared_room or is_shared_room(msg.session_key)):
+                problem = "a client's tools and instructions are not taken in a group chat"
+            if problem is None and (form := client.options.response_format) is not None:
+                problem = await CLIENT_SCHEMAS.run(structured.refused, form)  # time-bounded
+            if problem is not None:
                 return refusal(msg, problem)
             if client.results:
                 problem = await self._unfit(msg, session)
@@ -77,15 +86,15 @@ class ClientTurns:
         or a retried request's results were saved already)."""
         assert msg.client is not None
         messages, ids = session.messages, [r.call_id for r in msg.client.results]
-        if (twice := next((i for n, i in enumerate(ids) if i in ids[:n]), None)) is not None:
+        if (twice := _twice(ids)) is not None:
             return f"two results for the tool call {twice!r}"
         for result in msg.client.results:
             if len(result.content) > self.max_chars:
                 size = f"{len(result.content)} characters; limit {self.max_chars}"
                 return f"the result of the tool call {result.call_id!r} is too long ({size})"
-        given = _results(messages, ids)
-        if msg.replayed and all(i in given and not given[i].get("closed") for i in ids):
+        if msg.replayed and _saved_from(messages, msg.id):
             return None  # a retry: the turn's outcome is answered (AgentLoop._stoppable_turn)
+        given = _results(messages, ids)
         pause = open_pause(messages)
         pending = waiting(messages, pause) if pause is not None else []
         if pause is not None and _expired(messages[pause]):
@@ -109,15 +118,25 @@ class ClientTurns:
         messages = session.messages
         pause = open_pause(messages)
         pending = waiting(messages, pause) if pause is not None else []
-        if pause is not None and all(r.call_id in pending for r in msg.client.results):
+        saved = msg.replayed and _saved_from(messages, msg.id)
+        if (
+            pause is not None
+            and not saved
+            and all(r.call_id in pending for r in msg.client.results)
+        ):
             names = _call_names(messages[pause])
             results = [
                 {
                     "role": "tool",
                     "tool_call_id": result.call_id,
                     "name": names[result.call_id],
-                    "content": result.content,
+                    # Text from the client's program, maybe from a page it read: data for
+                    # the model, like an MCP server's answer, never the owner's instructions.
+                    "content": untrusted(
+                        f"the API client's tool {names[result.call_id]}", result.content
+                    ),
                     "client": True,
+                    "in": msg.id,  # how a retry of this request finds them (not by call id)
                 }
                 for result in msg.client.results
             ]
@@ -212,15 +231,14 @@ def refusal(msg: InboundMessage, problem: str) -> OutboundMessage:
 def _refusal(
     client: ClientTurn, messages: list[dict[str, Any]], offered: Callable[[], set[str]]
 ) -> str | None:
-    """What makes the request impossible whatever the paused turn (None: nothing)."""
+    """What makes the request impossible whatever the paused turn (None: nothing), but for
+    its response_format (structured.refused, in a pool's thread)."""
     if client.tools:
         names = {tool["function"]["name"] for tool in client.tools}
         if clash := sorted(names & offered()):
             return f"tools: {', '.join(clash)} {'is' if len(clash) == 1 else 'are'} nanomem's own"
     if client.follows and not _answered(messages, client.follows):
         return f"previous_response_id {client.follows!r} is not an answer in this session"
-    if client.options.response_format is not None:
-        return structured.refused(client.options.response_format)
     return None
 
 
@@ -240,6 +258,28 @@ def _results(messages: list[dict[str, Any]], ids: list[str]) -> dict[str, dict[s
         if message.get("client") and message.get("tool_call_id") in wanted:
             found[message["tool_call_id"]] = message
     return found
+
+
+def _saved_from(messages: list[dict[str, Any]], request: str) -> bool:
+    """Whether this request's results were saved in the session's last turn: call ids do not
+    tell (a model server without ids names every step's first call "call_0")."""
+    for index in range(len(messages) - 1, max(-1, len(messages) - 1 - REPLAY_SEARCH), -1):
+        message = messages[index]
+        if message.get("role") == "user":
+            return False
+        if message.get("client") and message.get("in") == request:
+            return True
+    return False
+
+
+def _twice(ids: list[str]) -> str | None:
+    """The first id given twice (in one pass: a request may carry any number of results)."""
+    seen: set[str] = set()
+    for call_id in ids:
+        if call_id in seen:
+            return call_id
+        seen.add(call_id)
+    return None
 
 
 def _paused(message: dict[str, Any], pending: list[str] | None = None) -> Paused:

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import secrets
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from nanomem.providers import ModelOptions, Provider, ToolCall, ToolChoice, Usage
+from nanomem.providers import ModelOptions, Provider, Reply, ToolCall, ToolChoice, Usage
 from nanomem.tools import Image, ToolContext, ToolOutput, ToolRegistry
 
 CANCELLED_RESULT = "Cancelled: the turn was stopped before this tool finished."
@@ -80,6 +81,7 @@ async def react(
             options=options,
         )
         result.streamed = ""  # now part of the messages
+        reply = _unique_ids(reply)
         result.finish_reason = reply.finish_reason
         shown = []
         if reply.usage:
@@ -113,6 +115,21 @@ async def react(
         if images and show_images is not None and (message := await show_images(images)):
             shown = [message]
     return result
+
+
+def _unique_ids(reply: Reply) -> Reply:
+    """A call id the model gave twice in one step made unique, so each call gets its own
+    result (and a client's call, paused on by its id, is never taken for one of ours)."""
+    if len({call.id for call in reply.tool_calls}) == len(reply.tool_calls):
+        return reply
+    seen: set[str] = set()
+    calls: list[ToolCall] = []
+    for call in reply.tool_calls:
+        if call.id in seen:
+            call = replace(call, id=f"call_{secrets.token_hex(8)}")
+        seen.add(call.id)
+        calls.append(call)
+    return replace(reply, tool_calls=tuple(calls))
 
 
 def _tool_message(call: ToolCall, output: ToolOutput) -> dict[str, Any]:

@@ -1,25 +1,33 @@
 """Structured output: whether an answer has the form an API client's response_format asks
 for (a JSON object, or JSON valid against a JSON Schema), and why not.
 
-The schema comes from a client and the answer from a model, so the check is bounded: the JSON
-is parsed depth-bounded, and a schema's `pattern` is matched by the `regex` module with a time
-limit (Python's `re` can backtrack for ever on a pattern like `(a+)+$`), all patterns of one
-check sharing one budget. `patternProperties` is refused outright: jsonschema matches those
-with `re` in several places, none of which can be bounded. jsonschema is imported here only,
-when an answer is checked.
+The schema comes from a client and the answer from a model, so the check is bounded: the
+schema's size is limited, the JSON is parsed depth-bounded, and every keyword of one check
+shares one time budget (a schema whose `allOf`s refer to each other doubles the work at every
+level; `pattern` is matched by the `regex` module, whose matching stops at the time left, since
+Python's `re` can backtrack for ever on `(a+)+$`). A `$ref` resolves within the schema only:
+nothing is fetched or read (jsonschema would open any URL or file a `$ref` names). A schema
+referring to itself without end is refused. `patternProperties` is refused outright: jsonschema
+matches those with `re` in several places, none of which can be bounded. The checks take up to
+the budget, so callers run them in a pool's threads (nanomem/pools.py: CLIENT_SCHEMAS), never
+on the event loop; jsonschema is imported here only, when one runs.
 """
 
 from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from nanomem.text import untrusted_json
 
-PATTERN_BUDGET_S = 1.0  # all of one answer's `pattern` matches together
+CHECK_BUDGET_S = 1.0  # one check of a schema, or of an answer against it: every keyword
+MAX_SCHEMA_CHARS = 100_000  # a schema, as JSON (OpenAI's own limits are far below)
 _SHORT = 160  # a reason's message, in characters (a model echoes long values)
+# Keywords whose values are data (a `$ref` in them is a value, not a reference).
+_DATA = frozenset({"const", "enum", "default", "examples"})
+_TRIALS: tuple[Any, ...] = (None, True, 0, "", [], {})  # what a broken schema fails on
 
 
 class SchemaRefused(ValueError):
@@ -46,17 +54,25 @@ def refused(response_format: dict[str, Any]) -> str | None:
     schema = schema_of(response_format)
     if schema is None:
         return None
+    size = len(json.dumps(schema))
+    if size > MAX_SCHEMA_CHARS:
+        limit = MAX_SCHEMA_CHARS
+        return f"response_format: the schema is too large ({size} characters; limit {limit})"
     if any(key == "patternProperties" for key in _keys(schema)):
         return "response_format: patternProperties is not supported (use properties or pattern)"
     try:
-        _validator(schema, time.monotonic() + PATTERN_BUDGET_S)
+        validator = _validator(schema, time.monotonic() + CHECK_BUDGET_S, meta=True)
+        _resolve(schema)
+        for trial in _TRIALS:  # a reference without end, or endless work, shows on any value
+            _errors(validator, trial)
     except SchemaRefused as exc:
         return f"response_format: {exc}"
     return None
 
 
 def problem(text: str, response_format: dict[str, Any]) -> str | None:
-    """Why `text` does not fit `response_format`, briefly (None: it fits)."""
+    """Why `text` does not fit `response_format`, briefly (None: it fits). The schema is one
+    `refused` let through."""
     try:
         value = untrusted_json.loads(text)
     except ValueError as exc:
@@ -65,10 +81,10 @@ def problem(text: str, response_format: dict[str, Any]) -> str | None:
     if schema is None:
         return None if isinstance(value, dict) else "the answer is not a JSON object"
     try:
-        validator = _validator(schema, time.monotonic() + PATTERN_BUDGET_S)
-        error = next(iter(sorted(validator.iter_errors(value), key=_first)), None)
+        errors = _errors(_validator(schema, time.monotonic() + CHECK_BUDGET_S), value)
     except SchemaRefused as exc:
         return str(exc)
+    error = min(errors, key=_first, default=None)
     if error is None:
         return None
     return f"at {error.json_path}: {_short(error.message)}"
@@ -94,18 +110,69 @@ def _keys(schema: Any) -> Iterator[str]:
             stack.extend(node)
 
 
-def _validator(schema: dict[str, Any], deadline: float) -> Any:
+def _resolve(schema: dict[str, Any]) -> None:
+    """Every `$ref` of the schema (not those in its data: `const`, `enum`...) found in it.
+    Looked up from the schema's root: a `$ref` relative to a nested `$id` may be refused."""
+    from referencing import Registry
+    from referencing.exceptions import Unresolvable
+    from referencing.jsonschema import DRAFT202012
+
+    resolver = Registry().resolver_with_root(DRAFT202012.create_resource(schema))
+    stack: list[Any] = [schema]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            for ref in (node.get("$ref"), node.get("$dynamicRef")):
+                try:
+                    if isinstance(ref, str):
+                        resolver.lookup(ref)
+                except Unresolvable:
+                    raise SchemaRefused(
+                        f"$ref {_short(repr(ref))} does not point inside the schema"
+                    ) from None
+            stack.extend(value for key, value in node.items() if key not in _DATA)
+        elif isinstance(node, list):
+            stack.extend(node)
+
+
+def _errors(validator: Any, value: Any) -> list[Any]:
+    """Every way `value` misses the schema, within the check's budget."""
+    from referencing.exceptions import Unresolvable
+
+    try:
+        return list(validator.iter_errors(value))
+    except RecursionError:
+        raise SchemaRefused("the schema refers to itself without end") from None
+    except Unresolvable as exc:
+        raise SchemaRefused(
+            f"a $ref does not point inside the schema ({_short(str(exc))})"
+        ) from None
+
+
+def _validator(schema: dict[str, Any], deadline: float, *, meta: bool = False) -> Any:
+    """A Draft 2020-12 validator whose every keyword keeps to `deadline`, its `$ref`s to the
+    schema itself; with `meta`, the schema is first checked against the meta-schema."""
     import jsonschema
     import regex
+    from referencing import Registry
+
+    def left() -> float:
+        if (remaining := deadline - time.monotonic()) <= 0:
+            raise SchemaRefused("the schema took too long to check")
+        return remaining
+
+    def timed(keyword: Callable[..., Any]) -> Callable[..., Any]:
+        def check(validator: Any, value: Any, instance: Any, schema: Any) -> Any:
+            left()
+            return keyword(validator, value, instance, schema)
+
+        return check
 
     def pattern(validator: Any, patrn: Any, instance: Any, schema: Any) -> Iterator[Any]:
         if not validator.is_type(instance, "string"):
             return
-        left = deadline - time.monotonic()
         try:
-            if left <= 0:
-                raise TimeoutError
-            found = regex.search(patrn, instance, timeout=left)
+            found = regex.search(patrn, instance, timeout=left())
         except TimeoutError:
             raise SchemaRefused(
                 f"the pattern {_short(repr(patrn))} took too long to match"
@@ -115,10 +182,36 @@ def _validator(schema: dict[str, Any], deadline: float) -> Any:
         if found is None:
             yield jsonschema.ValidationError(f"{instance!r} does not match {patrn!r}")
 
+    def unique_items(validator: Any, unique: Any, instance: Any, schema: Any) -> Iterator[Any]:
+        if not unique or not validator.is_type(instance, "array"):
+            return
+        seen: set[Any] = set()
+        for item in instance:  # in one pass: jsonschema compares every pair of objects
+            left()
+            if (key := _hashable(item)) in seen:
+                yield jsonschema.ValidationError(f"{_short(repr(item))} is not unique")
+                return
+            seen.add(key)
+
     base = jsonschema.Draft202012Validator
-    try:
-        base.check_schema(schema)
-    except jsonschema.SchemaError as exc:
-        raise SchemaRefused(f"the schema is invalid: {_short(exc.message)}") from None
-    bounded = jsonschema.validators.extend(base, {"pattern": pattern})
-    return bounded(schema)
+    keywords = {name: timed(keyword) for name, keyword in base.VALIDATORS.items()}
+    keywords.update(pattern=pattern, uniqueItems=unique_items)
+    bounded = jsonschema.validators.extend(base, keywords)
+    if meta:  # as base.check_schema does, within the budget
+        checker = bounded(base.META_SCHEMA, format_checker=base.FORMAT_CHECKER)
+        invalid = next(checker.iter_errors(schema), None)
+        if invalid is not None:
+            raise SchemaRefused(f"the schema is invalid: {_short(invalid.message)}")
+    return bounded(schema, registry=Registry())  # nothing outside the schema: no fetching
+
+
+def _hashable(value: Any) -> Any:
+    """A JSON value as a set can hold it, equal where JSON Schema calls values equal (1 and
+    1.0 are; true and 1 are not). Depth-bounded, as the parsed answer is."""
+    if isinstance(value, bool):
+        return (bool, value)
+    if isinstance(value, list):
+        return (list, tuple(_hashable(item) for item in value))
+    if isinstance(value, dict):
+        return (dict, frozenset((key, _hashable(item)) for key, item in value.items()))
+    return value

@@ -9,7 +9,7 @@ import time
 from typing import Any
 
 from nanomem.agent.bus import InboundMessage
-from nanomem.agent.client_turn import CLIENT_REQUEST, ClientTurn, Paused, ToolResult
+from nanomem.agent.client_turn import ClientTurn, Paused, ToolResult
 from nanomem.agent.outbound import OutboundMessage, Text
 from nanomem.app import App
 from nanomem.audience import Sender
@@ -19,6 +19,7 @@ from nanomem.providers.provider import Reply, ToolCall
 from nanomem.providers.scripted import ScriptedProvider, call, text
 from tests.conftest import make_app
 from tests.helpers import until
+from tests.helpers.client_turns import answer, refused
 
 WEATHER = {
     "type": "function",
@@ -56,28 +57,12 @@ def results(*pairs: tuple[str, str], **client: Any) -> InboundMessage:
     return ask("", results=tuple(ToolResult(i, c) for i, c in pairs), **client)
 
 
-async def answer(app: App, msg: InboundMessage) -> Any:
-    shown: list[OutboundMessage] = []
-
-    async def show(out: OutboundMessage) -> None:
-        shown.append(out)
-
-    reply = await app.loop.answer(msg, show)
-    assert reply is not None
-    return reply.part
-
-
 async def messages(app: App, chat: str = "s1") -> list[dict[str, Any]]:
     return (await app.sessions.get(f"api:{chat}")).messages
 
 
 def both(content: str | None = "Let me look.") -> Reply:
     return Reply(content, (OURS, THEIRS), finish_reason="tool_calls")
-
-
-def refused(part: Any, *words: str) -> None:
-    assert isinstance(part, Text) and part.style == "error" and part.category == CLIENT_REQUEST
-    assert all(word in part.text for word in words), part.text
 
 
 async def test_a_step_with_ours_and_the_clients_runs_ours_and_pauses(home: Home) -> None:
@@ -104,11 +89,8 @@ async def test_the_clients_results_go_on_with_the_same_turn(home: Home) -> None:
     assert part == Text("It is sunny in Paris.")
     saved = await messages(app)
     assert [m["role"] for m in saved] == ["user", "assistant", "tool", "tool", "assistant"]
-    assert saved[3] == saved[3] | {
-        "tool_call_id": "theirs_1",
-        "content": "sunny, 21 C",
-        "client": True,
-    }
+    assert saved[3] == saved[3] | {"tool_call_id": "theirs_1", "client": True}
+    assert "\nsunny, 21 C\n" in saved[3]["content"]  # as outside text
     # The model went on from the same turn: the person's message once, both results after it.
     sent = provider.calls[1]
     assert [m["role"] for m in sent[1:]] == ["user", "assistant", "tool", "tool"]

@@ -1,0 +1,28 @@
+"""An API client's turn through AgentLoop.answer, as the API channel runs it: the reply's part,
+and the check that a request was refused (CLIENT_REQUEST) for the reasons named."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from nanomem.agent.bus import InboundMessage
+from nanomem.agent.client_turn import CLIENT_REQUEST
+from nanomem.agent.outbound import OutboundMessage, Text
+from nanomem.app import App
+
+
+async def answer(app: App, msg: InboundMessage) -> Any:
+    """The reply's part (what was shown meanwhile is dropped)."""
+
+    async def show(out: OutboundMessage) -> None:
+        pass
+
+    reply = await app.loop.answer(msg, show)
+    assert reply is not None
+    return reply.part
+
+
+def refused(part: Any, *words: str) -> None:
+    assert isinstance(part, Text) and part.style == "error", part
+    assert part.category == CLIENT_REQUEST, part
+    assert all(word in part.text for word in words), part.text
