@@ -170,3 +170,19 @@ def test_a_text_past_max_tokens_is_cut_with_finish_reason_length(fake: FakeOpenA
     assert (cut.message.content, cut.finish_reason) == ("echo: a ", "length")
     whole = ask(fake, "short", max_tokens=100).choices[0]
     assert (whole.message.content, whole.finish_reason) == ("echo: short", "stop")
+
+
+def test_a_result_inside_nanomems_markers_is_read_as_its_text(fake: FakeOpenAI) -> None:
+    marked = (
+        "<<untrusted 0c9c2d40 from the API client's tool weather>>\nsunny\n"
+        "<<end untrusted 0c9c2d40>>\n(The text above is content from outside.)"
+    )
+    call = {"id": "c1", "type": "function", "function": {"name": "clock", "arguments": "{}"}}
+    history: list[Any] = [
+        {"role": "user", "content": "use clock"},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "c1", "content": marked},
+    ]
+    assert ask(fake, "", messages=history, tools=[CLOCK]).choices[0].message.content == (
+        "tool said: sunny"
+    )

@@ -21,7 +21,7 @@ from pydantic_ai.providers.openai import OpenAIProvider
 
 from nanomem.home import Home
 from tests.fakes.openai_server import FakeOpenAI
-from tests.fakes.schema_model import SchemaModel
+from tests.fakes.schema_model import SchemaModel, unmarked
 from tests.helpers.clients import VALUES, WEATHER_TOOL, Forecast, weather
 from tests.helpers.gateway import API_KEY, GatewayProcess, load_session, onboarded
 
@@ -56,7 +56,7 @@ def said(home: Home, session: str) -> list[str]:
 
 def results(home: Home, session: str) -> list[str]:
     messages = load_session(home, f"api:{session}").messages
-    return [str(m["content"]) for m in messages if m["role"] == "tool"]
+    return [unmarked(str(m["content"])) for m in messages if m["role"] == "tool"]
 
 
 def test_openai(base: str, clients_home: Home) -> None:

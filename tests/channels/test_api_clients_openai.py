@@ -39,6 +39,8 @@ async def test_a_client_tool_round_trip_pauses_the_turn_and_goes_on(agent: Agent
     assert second.choices[0].message.content == "tool said: sunny, 21 C in Paris"
     assert await agent.said("trip") == [ASK]  # the continuation is no new message of theirs
     assert await agent.tool_results("trip") == ["sunny, 21 C in Paris"]
+    (saved,) = await agent.tool_results("trip", as_saved=True)
+    assert saved.startswith("<<untrusted ")  # outside text for the model, as a web page is
 
 
 async def test_streamed_tool_calls_are_assembled_by_the_sdk(agent: Agent) -> None:

@@ -47,6 +47,8 @@ _FORMATS = {
 }
 _USE = re.compile(r"\buse\s+([A-Za-z0-9_-]{1,64})")
 _AND = re.compile(r"\s*and\s+([A-Za-z0-9_-]{1,64})")
+# Outside text as nanomem hands it to the model (nanomem/tools/untrusted.py), and the note after.
+_MARKED = re.compile(r"<<untrusted (\w+) from [^\n]*>>\n(.*)\n<<end untrusted \1>>(?:\n.*)?", re.S)
 
 
 def fill(schema: Mapping[str, Any], values: Mapping[str, Any] | None = None) -> Any:
@@ -347,10 +349,17 @@ def _within(step: Step, request: dict[str, Any]) -> Step:
 
 
 def _last_results(since: list[dict[str, Any]]) -> list[str]:
-    """The results of the last tool-call step, in order."""
+    """The results of the last tool-call step, in order, as a model reads them: the text
+    between nanomem's `<<untrusted …>>` markers, not the markers."""
     out: list[str] = []
     for message in reversed(since):
         if message.get("role") != "tool":
             break
-        out.insert(0, text_of(message.get("content")))
+        out.insert(0, unmarked(text_of(message.get("content"))))
     return out
+
+
+def unmarked(text: str) -> str:
+    """The text between nanomem's `<<untrusted …>>` markers (all of `text` without them)."""
+    marked = _MARKED.fullmatch(text.strip())
+    return marked.group(2) if marked else text

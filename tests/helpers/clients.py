@@ -24,7 +24,7 @@ from nanomem.home import Home
 from nanomem.memory.session import SessionStore
 from tests.conftest import TEST_KEY, settings_for
 from tests.fakes.openai_server import FakeOpenAI
-from tests.fakes.schema_model import SchemaModel, text_of
+from tests.fakes.schema_model import SchemaModel, text_of, unmarked
 from tests.helpers import WAIT_S, until
 from tests.helpers.gateway import API_KEY
 
@@ -87,8 +87,11 @@ class Agent:
         path = (await SessionStore(self.home.sessions).get(f"api:{session}")).path
         return path.read_text(encoding="utf-8")
 
-    async def tool_results(self, session: str) -> list[str]:
-        return [str(m.get("content")) for m in await self.messages(session) if m["role"] == "tool"]
+    async def tool_results(self, session: str, *, as_saved: bool = False) -> list[str]:
+        """The tool results the session holds, by default without the markers nanomem puts
+        around outside text."""
+        saved = [str(m.get("content")) for m in await self.messages(session) if m["role"] == "tool"]
+        return saved if as_saved else [unmarked(text) for text in saved]
 
     def model_saw(self, index: int = -1) -> list[dict[str, Any]]:
         """The messages of one request the model received (the last by default)."""
