@@ -26,6 +26,13 @@ if TYPE_CHECKING:
         save_media,
         shaped,
     )
+    from nanomem.agent.client_turn import (
+        CLIENT_REQUEST,
+        SCHEMA_UNMET,
+        ClientTurn,
+        Paused,
+        ToolResult,
+    )
     from nanomem.agent.commands import STOPPED, Answer, Command, CommandSet, fenced, parse_command
     from nanomem.agent.context import ContextBuilder
     from nanomem.agent.feature import (
@@ -73,8 +80,10 @@ if TYPE_CHECKING:
     from nanomem.agent.unread import Unread
 
 __all__ = [
+    "CLIENT_REQUEST",
     "GIVEN_UP",
     "RETRYING",
+    "SCHEMA_UNMET",
     "STOPPED",
     "STOPPING",
     "STOPPING_NOTE",
@@ -87,6 +96,7 @@ __all__ = [
     "Channel",
     "ChannelDown",
     "ChatQueues",
+    "ClientTurn",
     "Command",
     "CommandSet",
     "ContextBuilder",
@@ -104,6 +114,7 @@ __all__ = [
     "OutboundMessage",
     "OwnerAway",
     "Part",
+    "Paused",
     "Pending",
     "Progress",
     "Question",
@@ -116,6 +127,7 @@ __all__ = [
     "TellOwner",
     "Templates",
     "Text",
+    "ToolResult",
     "Unread",
     "Unreadable",
     "anyone",
@@ -157,6 +169,7 @@ __getattr__ = lazy_exports(
             "forms",
             "shaped",
         ),
+        "client_turn": ("CLIENT_REQUEST", "SCHEMA_UNMET", "ClientTurn", "Paused", "ToolResult"),
         "commands": ("Answer", "Command", "CommandSet", "STOPPED", "fenced", "parse_command"),
         "context": ("ContextBuilder",),
         "feature": (
