@@ -26,17 +26,23 @@ from loguru import logger
 
 from channels.api.files import SentFiles
 from channels.api.replies import Answer, Pieces, streamed, whole
+from channels.api.request import ChatRequest, parse_request
 from channels.api.wire import (
     FILE_PART_CHARS,
     MODEL_ID,
     BadRequest,
-    ChatRequest,
     Upload,
     error_body,
     image_suffix,
-    parse_request,
 )
-from nanomem.agent import BaseChannel, Capabilities, InboundMessage, OutboundMessage, save_media
+from nanomem.agent import (
+    BaseChannel,
+    Capabilities,
+    ClientTurn,
+    InboundMessage,
+    OutboundMessage,
+    save_media,
+)
 from nanomem.app import FetchFailed, fetch_guarded
 from nanomem.audience import Sender
 from nanomem.config import ENV_DELIMITER, ENV_PREFIX, ApiSettings, ConfigError
@@ -180,7 +186,7 @@ class ApiChannel(BaseChannel):
             body = await self._read_body(request)
             # A big body takes a while to check and parse: not on the loop /health answers from.
             big = len(body) > PARSE_IN_THREAD_BYTES
-            parse = functools.partial(parse_request, body, self.settings.max_parts)
+            parse = functools.partial(parse_request, body, self.settings.max_parts, request.headers)
             parsed = await asyncio.to_thread(parse) if big else parse()
             if parsed.size > self.max_message_chars:
                 files = f" with its {plural(len(parsed.uploads), 'file')}" if parsed.uploads else ""
@@ -188,6 +194,12 @@ class ApiChannel(BaseChannel):
                     f"the message is too long ({parsed.size} characters{files}, "
                     f"{FILE_PART_CHARS} a file; limit {self.max_message_chars}, "
                     "agent.max_message_chars)"
+                )
+            if (told := sum(map(len, parsed.instructions))) > self.max_message_chars:
+                raise BadRequest(
+                    f"the system and developer messages are too long ({told} characters; "
+                    f"limit {self.max_message_chars}, agent.max_message_chars)",
+                    param="messages",
                 )
             media = await self._media(parsed) if parsed.uploads else ()
         except BadRequest as exc:
@@ -197,7 +209,16 @@ class ApiChannel(BaseChannel):
             if exc.status == 415:  # what it could send instead (RFC 7694)
                 refusal.headers["Accept-Encoding"] = ", ".join(READ)
             return refusal
-        msg = InboundMessage(self.name, parsed.session_id, parsed.text, self._sender(parsed), media)
+        msg = InboundMessage(
+            self.name,
+            parsed.session_id,
+            parsed.text,
+            self._sender(parsed),
+            media,
+            id=parsed.message_id,
+            replayed=parsed.replayed,
+            client=self._client_turn(parsed),
+        )
         pieces = Pieces(self._answer, msg, functools.partial(self.files.link, request))
         try:
             if parsed.stream:
@@ -210,6 +231,13 @@ class ApiChannel(BaseChannel):
         if (refused := self._refused(request)) is not None:
             return refused
         return await self.files.response(request.match_info["file_id"])
+
+    def _client_turn(self, parsed: ChatRequest) -> ClientTurn:
+        return ClientTurn(
+            instructions=parsed.instructions,
+            results=parsed.results,
+            wait_s=self.settings.tool_wait_s,
+        )
 
     @staticmethod
     def _sender(parsed: ChatRequest) -> Sender:

@@ -10,11 +10,11 @@ from typing import Any
 
 from aiohttp import web
 
+from channels.api.request import ChatRequest
 from channels.api.wire import (
     DONE,
     ERROR_STATUS,
     UPSTREAM,
-    ChatRequest,
     chunk,
     completion,
     completion_id,

@@ -4,16 +4,17 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
 import json
 import re
 import time
 import uuid
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from nanomem.agent import Button
 from nanomem.agent import image_suffix as told_suffix
-from nanomem.text import untrusted_json
 
 MODEL_ID = "nanomem"
 # Personal sessions only: a leading "-" would make `api:-1` look like a group (a shared room),
@@ -63,82 +64,29 @@ class Upload:
     url: str = ""
 
 
-@dataclass
-class ChatRequest:
-    session_id: str
-    text: str
-    uploads: list[Upload] = field(default_factory=list)  # the files, in the parts' order
-    stream: bool = False
-    include_usage: bool = False
-
-    @property
-    def size(self) -> int:
-        """Its length as agent.max_message_chars counts it: the text and each file's line."""
-        return len(self.text) + FILE_PART_CHARS * len(self.uploads)
-
-
 def error_body(
     message: str, kind: str = "invalid_request_error", code: str | None = None, param: Any = None
 ) -> dict[str, Any]:
     return {"error": {"message": message, "type": kind, "param": param, "code": code}}
 
 
-def parse_request(raw: bytes, max_parts: int) -> ChatRequest:
-    """The new turn of a chat-completions body: only the last message counts (our session holds
-    the conversation), and it must be the user's; at most `max_parts` content parts."""
-    try:
-        body = untrusted_json.loads(raw)
-    except untrusted_json.TooDeep:
-        raise BadRequest(
-            f"the request body nests deeper than {untrusted_json.MAX_DEPTH} levels"
-        ) from None
-    except ValueError:  # UnicodeDecodeError among them
-        raise BadRequest("the request body is not valid JSON") from None
-    if not isinstance(body, dict):
-        raise BadRequest("the request body must be a JSON object")
-    messages = body.get("messages")
-    if not isinstance(messages, list) or not messages:
-        raise BadRequest("'messages' must be a non-empty list", param="messages")
-    last = messages[-1]
-    if not isinstance(last, dict) or last.get("role") != "user":
-        raise BadRequest(
-            "the last message must be the user's: the agent keeps the conversation itself, "
-            "so only the new user message is read",
-            param="messages",
-        )
-    where = f"messages[{len(messages) - 1}].content"
-    content = last.get("content")
-    if isinstance(content, list) and len(content) > max_parts:
-        raise BadRequest(
-            f"{where} has {len(content)} content parts; limit {max_parts}, api.max_parts",
-            param=where,
-        )
-    text, uploads = _content(content, where)
-    if not text.strip() and not uploads:
-        raise BadRequest("the last user message is empty", param="messages")
-    options = body.get("stream_options")
-    return ChatRequest(
-        session_id=_session_id(body),
-        text=text,
-        uploads=uploads,
-        stream=body.get("stream") is True,
-        include_usage=isinstance(options, dict) and options.get("include_usage") is True,
+def turn_id(headers: Mapping[str, str], session_id: str, new: Any) -> tuple[str, bool]:
+    """A request's message id, and whether it may be a retry of a turn already stored.
+
+    The SDKs retry a request that failed (a 500 from the model, a dropped connection) with
+    the same body and `x-stainless-retry-count` > 0; a client may also send an
+    `Idempotency-Key`. The id is the same at every attempt (from the key, or from the
+    session and the new messages), so the core finds the message the first one saved and
+    answers from its turn instead of saving it again."""
+    if key := headers.get("Idempotency-Key", ""):
+        digest = hashlib.sha256(b"key\0" + key.encode("utf-8", "surrogateescape"))
+        return f"api-{digest.hexdigest()[:32]}", True
+    retries = headers.get("x-stainless-retry-count", "0").strip()
+    canonical = json.dumps(
+        [session_id, new], ensure_ascii=False, sort_keys=True, separators=(",", ":")
     )
-
-
-def _session_id(body: dict[str, Any]) -> str:
-    for name in ("session_id", "user"):
-        value = body.get(name)
-        if value is None or value == "":
-            continue
-        if not isinstance(value, str) or not _SESSION_ID.fullmatch(value):
-            raise BadRequest(
-                f"'{name}' must be 1-128 letters, digits or _.@+=- and start with a letter or "
-                "digit",
-                param=name,
-            )
-        return value
-    return "default"
+    digest = hashlib.sha256(b"turn\0" + canonical.encode("utf-8", "surrogatepass"))
+    return f"api-{digest.hexdigest()[:32]}", retries.isdigit() and int(retries[:9]) > 0
 
 
 def _content(content: Any, where: str) -> tuple[str, list[Upload]]:
