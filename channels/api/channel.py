@@ -25,6 +25,7 @@ from aiohttp import web
 from loguru import logger
 
 from channels.api.files import SentFiles
+from channels.api.http_errors import openai_errors
 from channels.api.replies import Answer, Pieces, streamed, whole
 from channels.api.request import ChatRequest, parse_request
 from channels.api.wire import (
@@ -63,6 +64,20 @@ MIN_BODY_RATE = 64 * 1024
 # Not even on loopback: every program of this machine's users reaches it there, a shell
 # command the agent runs for a group included. `nanomem gateway` makes a key where none is.
 WITHOUT_KEYS = "api.keys is empty: the agent API always needs a key (api.keys, NANOMEM_API__KEYS)"
+
+
+def _json_or_nothing(request: web.Request) -> None:
+    """A body said to be JSON, or said to be nothing in particular (read as JSON). Another
+    type is a 415 as OpenAI's error JSON: `curl -d` sends a form's type unless told."""
+    if "Content-Type" not in request.headers:
+        return
+    kind = request.content_type
+    if kind == "application/json" or (kind.startswith("application/") and kind.endswith("+json")):
+        return
+    raise BadRequest(
+        f"the request body is {kind[:80]}; send JSON, with Content-Type: application/json",
+        status=415,
+    )
 
 
 def _error(
@@ -120,8 +135,10 @@ class ApiChannel(BaseChannel):
         )
 
     def routes(self, web_app: web.Application) -> None:
+        web_app.middlewares.append(openai_errors)
         web_app.router.add_post("/v1/chat/completions", self._chat)
         web_app.router.add_get("/v1/models", self._models)
+        web_app.router.add_get("/v1/models/{model_id}", self._model)
         web_app.router.add_get("/v1/files/{file_id}", self._file)
 
     def listens(self, server: str) -> str:
@@ -167,22 +184,33 @@ class ApiChannel(BaseChannel):
             found |= hmac.compare_digest(given, key)
         return found
 
-    async def _models(self, request: web.Request) -> web.Response:
-        if (refused := self._refused(request)) is not None:
-            return refused
-        model = {
+    def _model_json(self) -> dict[str, Any]:
+        return {
             "id": MODEL_ID,
             "object": "model",
             "created": self._created,
             "owned_by": "nanomem",
             "description": f"the nanomem agent (memory and tools) on {self.chat_model}",
         }
-        return web.json_response({"object": "list", "data": [model]})
+
+    async def _models(self, request: web.Request) -> web.Response:
+        if (refused := self._refused(request)) is not None:
+            return refused
+        return web.json_response({"object": "list", "data": [self._model_json()]})
+
+    async def _model(self, request: web.Request) -> web.Response:
+        if (refused := self._refused(request)) is not None:
+            return refused
+        if (asked := request.match_info["model_id"]) != MODEL_ID:
+            message = f"The model '{asked[:100]}' does not exist; this server has '{MODEL_ID}'"
+            return _error(404, message, "invalid_request_error", "model_not_found", "model")
+        return web.json_response(self._model_json())
 
     async def _chat(self, request: web.Request) -> web.StreamResponse:
         if (refused := self._refused(request)) is not None:
             return refused
         try:
+            _json_or_nothing(request)
             body = await self._read_body(request)
             # A big body takes a while to check and parse: not on the loop /health answers from.
             big = len(body) > PARSE_IN_THREAD_BYTES
@@ -206,8 +234,7 @@ class ApiChannel(BaseChannel):
             refusal = _error(exc.status, str(exc), "invalid_request_error", None, exc.param)
             if exc.status == 408:
                 refusal.force_close()  # the rest of that body is not waited for
-            if exc.status == 415:  # what it could send instead (RFC 7694)
-                refusal.headers["Accept-Encoding"] = ", ".join(READ)
+            refusal.headers.update(exc.headers)
             return refusal
         msg = InboundMessage(
             self.name,
@@ -259,6 +286,7 @@ class ApiChannel(BaseChannel):
                 f"the request body is in an encoding nanomem does not read ({exc}); "
                 f"send it as it is, or in {' or '.join(READ)}",
                 status=415,
+                headers={"Accept-Encoding": ", ".join(READ)},  # what it could send (RFC 7694)
             ) from None
         body = bytearray()
         # A body that stops arriving would hold its connection for ever, and so would one

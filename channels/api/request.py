@@ -66,6 +66,11 @@ class ChatRequest:
         results = sum(len(result.content) for result in self.results)
         return len(self.text) + FILE_PART_CHARS * len(self.uploads) + results
 
+    @property
+    def said(self) -> str:
+        """What the request adds to the conversation, as its prompt tokens are counted."""
+        return "\n\n".join([self.text, *(result.content for result in self.results)])
+
 
 def parse_request(raw: bytes, max_parts: int, headers: Mapping[str, str]) -> ChatRequest:
     """A chat-completions body: its new turn, at most `max_parts` content parts, and what the

@@ -13,8 +13,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from nanomem.agent import Button
+from nanomem.agent import CLIENT_REQUEST, SCHEMA_UNMET, Button
 from nanomem.agent import image_suffix as told_suffix
+from nanomem.providers import ToolCall
 
 MODEL_ID = "nanomem"
 # Personal sessions only: a leading "-" would make `api:-1` look like a group (a shared room),
@@ -43,14 +44,27 @@ ERROR_STATUS: dict[str, tuple[int, str, str]] = {
     "context_too_long": (400, "invalid_request_error", "context_length_exceeded"),
 }
 UPSTREAM = (502, "api_error", "upstream_error")  # auth, not_found, bad_request, server, empty
+# A turn the client's request made impossible (agent/client_turn.py), with the core's reason.
+CLIENT_ERRORS: dict[str, tuple[int, str, str | None]] = {
+    CLIENT_REQUEST: (400, "invalid_request_error", None),
+    SCHEMA_UNMET: (422, "invalid_request_error", "response_format_unmet"),
+}
+ARGUMENT_PIECE = 512  # characters of a tool call's arguments in one streamed chunk
 
 
 class BadRequest(Exception):
-    """A request we refuse before anything reaches the model; carries its HTTP status."""
+    """A request we refuse before anything reaches the model; carries its HTTP status, and
+    any header the refusal needs."""
 
-    def __init__(self, message: str, status: int = 400, param: str | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        status: int = 400,
+        param: str | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
         super().__init__(message)
-        self.status, self.param = status, param
+        self.status, self.param, self.headers = status, param, dict(headers or {})
 
 
 @dataclass(frozen=True)
@@ -182,9 +196,25 @@ def usage(prompt: int, completion: int) -> dict[str, int]:
 
 
 def completion(
-    cid: str, text: str, used: dict[str, int], buttons: tuple[Button, ...] = ()
+    cid: str,
+    text: str,
+    used: dict[str, int],
+    buttons: tuple[Button, ...] = (),
+    calls: tuple[ToolCall, ...] = (),
+    finish: str = "stop",
 ) -> dict[str, Any]:
-    message: dict[str, Any] = {"role": "assistant", "content": text}
+    """A chat.completion; with `calls` (the client's tools the turn waits for) its message
+    carries them, and no content unless the model wrote some beside them."""
+    message: dict[str, Any] = {"role": "assistant", "content": text or (None if calls else "")}
+    if calls:
+        message["tool_calls"] = [
+            {
+                "id": call.id,
+                "type": "function",
+                "function": {"name": call.name, "arguments": call.arguments},
+            }
+            for call in calls
+        ]
     if buttons:  # nanomem's own field (clients ignore it): what a button would send
         message["buttons"] = [{"label": b.label, "command": b.command} for b in buttons]
     return {
@@ -192,20 +222,39 @@ def completion(
         "object": "chat.completion",
         "created": int(time.time()),
         "model": MODEL_ID,
-        "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
+        "choices": [{"index": 0, "message": message, "finish_reason": finish}],
         "usage": used,
     }
 
 
-def chunk(cid: str, delta: dict[str, Any], finish: str | None = None) -> bytes:
-    body = {
+def chunk(
+    cid: str, delta: dict[str, Any], finish: str | None = None, *, usage_later: bool = False
+) -> bytes:
+    """A chat.completion.chunk; `usage_later`: a usage chunk ends the stream (include_usage),
+    and every chunk before it says `"usage": null`, as OpenAI's do."""
+    body: dict[str, Any] = {
         "id": cid,
         "object": "chat.completion.chunk",
         "created": int(time.time()),
         "model": MODEL_ID,
         "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
     }
+    if usage_later:
+        body["usage"] = None
     return event(body)
+
+
+def call_deltas(calls: tuple[ToolCall, ...]) -> list[dict[str, Any]]:
+    """The deltas of tool calls streamed as OpenAI streams them: per call, one with its index,
+    id, type and name (arguments ""), then its arguments in pieces; a client joins them."""
+    deltas: list[dict[str, Any]] = []
+    for index, call in enumerate(calls):
+        function = {"name": call.name, "arguments": ""}
+        deltas.append({"index": index, "id": call.id, "type": "function", "function": function})
+        for start in range(0, len(call.arguments), ARGUMENT_PIECE):
+            piece = call.arguments[start : start + ARGUMENT_PIECE]
+            deltas.append({"index": index, "function": {"arguments": piece}})
+    return [{"tool_calls": [delta]} for delta in deltas]
 
 
 def usage_chunk(cid: str, used: dict[str, int]) -> bytes:
