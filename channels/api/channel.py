@@ -261,7 +261,10 @@ class ApiChannel(BaseChannel):
 
     def _client_turn(self, parsed: ChatRequest) -> ClientTurn:
         return ClientTurn(
+            tools=parsed.tools,
+            tool_choice=parsed.tool_choice,
             instructions=parsed.instructions,
+            options=parsed.options,
             results=parsed.results,
             wait_s=self.settings.tool_wait_s,
         )

@@ -14,10 +14,43 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from channels.api.wire import _SESSION_ID, FILE_PART_CHARS, BadRequest, Upload, _content, turn_id
-from nanomem.agent import ToolResult
+from channels.api.options import (
+    checked_response_format,
+    checked_tool_choice,
+    checked_tools,
+    model_options,
+    refuse_unsupported,
+    retry_identity,
+    session_from,
+)
+from channels.api.wire import FILE_PART_CHARS, BadRequest, Upload, _content
+from nanomem.agent import ModelOptions, ToolResult
 from nanomem.text import untrusted_json
 
+# What a chat-completions request may set; anything else is a 400 naming it, unless it is at
+# the value that asks for nothing (options.NO_OP: n 1, logprobs false, ...).
+HONOURED = frozenset(
+    {
+        "model",  # any name: the agent answers (GET /v1/models lists it as nanomem)
+        "messages",
+        "stream",
+        "stream_options",
+        "session_id",
+        "user",
+        "tools",
+        "tool_choice",
+        "parallel_tool_calls",
+        "response_format",
+        "max_tokens",
+        "max_completion_tokens",
+        "temperature",
+        "top_p",
+        "stop",
+        "seed",
+        "presence_penalty",
+        "frequency_penalty",
+    }
+)
 INSTRUCTING = ("system", "developer")
 # A tool call's id as a client echoes it back: ours are short; 256 leaves room for anyone's.
 _CALL_ID = re.compile(r"[\x21-\x7e]{1,256}")
@@ -42,10 +75,6 @@ class NewTurn:
     # What follows the last assistant message, as sent: a retried request's identity.
     new: list[dict[str, Any]] = field(default_factory=list)
 
-    @property
-    def results_size(self) -> int:
-        return sum(len(result.content) for result in self.results)
-
 
 @dataclass
 class ChatRequest:
@@ -56,7 +85,10 @@ class ChatRequest:
     include_usage: bool = False
     instructions: tuple[str, ...] = ()  # the client's: its system and developer messages
     results: tuple[ToolResult, ...] = ()  # its tools' results, continuing a paused turn
-    message_id: str = ""  # the same at every attempt of a request (wire.turn_id)
+    tools: tuple[dict[str, Any], ...] = ()  # the client's own, in chat's shape
+    tool_choice: str | dict[str, Any] | None = None
+    options: ModelOptions = field(default_factory=ModelOptions)
+    message_id: str = ""  # the same at every attempt of a request (options.retry_identity)
     replayed: bool = False  # a retry, or a request with an Idempotency-Key
 
     @property
@@ -85,36 +117,29 @@ def parse_request(raw: bytes, max_parts: int, headers: Mapping[str, str]) -> Cha
         raise BadRequest("the request body is not valid JSON") from None
     if not isinstance(body, dict):
         raise BadRequest("the request body must be a JSON object")
+    refuse_unsupported(body, HONOURED)
     turn = new_turn(body.get("messages"), max_parts)
-    options = body.get("stream_options")
-    session_id = _session_id(body)
-    message_id, replayed = turn_id(headers, session_id, turn.new)
+    tools = checked_tools(body.get("tools"))
+    tool_choice = checked_tool_choice(body.get("tool_choice"), tools)
+    response_format = checked_response_format(body.get("response_format"))
+    stream_options = body.get("stream_options")
+    session_id = session_from(body, headers)
+    message_id, replayed = retry_identity(headers, session_id, turn.new)
     return ChatRequest(
         session_id=session_id,
         text=turn.text,
         uploads=turn.uploads,
         instructions=turn.instructions,
         results=turn.results,
+        tools=tools,
+        tool_choice=tool_choice,
+        options=model_options(body, response_format=response_format),
         message_id=message_id,
         replayed=replayed,
         stream=body.get("stream") is True,
-        include_usage=isinstance(options, dict) and options.get("include_usage") is True,
+        include_usage=isinstance(stream_options, dict)
+        and stream_options.get("include_usage") is True,
     )
-
-
-def _session_id(body: dict[str, Any]) -> str:
-    for name in ("session_id", "user"):
-        value = body.get(name)
-        if value is None or value == "":
-            continue
-        if not isinstance(value, str) or not _SESSION_ID.fullmatch(value):
-            raise BadRequest(
-                f"'{name}' must be 1-128 letters, digits or _.@+=- and start with a letter or "
-                "digit",
-                param=name,
-            )
-        return value
-    return "default"
 
 
 def new_turn(messages: Any, max_parts: int) -> NewTurn:

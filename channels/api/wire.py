@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import hashlib
 import json
 import re
 import time
@@ -78,29 +77,14 @@ class Upload:
     url: str = ""
 
 
+def valid_session_id(value: str) -> bool:
+    return _SESSION_ID.fullmatch(value) is not None
+
+
 def error_body(
     message: str, kind: str = "invalid_request_error", code: str | None = None, param: Any = None
 ) -> dict[str, Any]:
     return {"error": {"message": message, "type": kind, "param": param, "code": code}}
-
-
-def turn_id(headers: Mapping[str, str], session_id: str, new: Any) -> tuple[str, bool]:
-    """A request's message id, and whether it may be a retry of a turn already stored.
-
-    The SDKs retry a request that failed (a 500 from the model, a dropped connection) with
-    the same body and `x-stainless-retry-count` > 0; a client may also send an
-    `Idempotency-Key`. The id is the same at every attempt (from the key, or from the
-    session and the new messages), so the core finds the message the first one saved and
-    answers from its turn instead of saving it again."""
-    if key := headers.get("Idempotency-Key", ""):
-        digest = hashlib.sha256(b"key\0" + key.encode("utf-8", "surrogateescape"))
-        return f"api-{digest.hexdigest()[:32]}", True
-    retries = headers.get("x-stainless-retry-count", "0").strip()
-    canonical = json.dumps(
-        [session_id, new], ensure_ascii=False, sort_keys=True, separators=(",", ":")
-    )
-    digest = hashlib.sha256(b"turn\0" + canonical.encode("utf-8", "surrogatepass"))
-    return f"api-{digest.hexdigest()[:32]}", retries.isdigit() and int(retries[:9]) > 0
 
 
 def _content(content: Any, where: str) -> tuple[str, list[Upload]]:

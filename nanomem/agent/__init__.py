@@ -30,6 +30,7 @@ if TYPE_CHECKING:
         CLIENT_REQUEST,
         SCHEMA_UNMET,
         ClientTurn,
+        ModelOptions,
         Paused,
         ToolResult,
     )
@@ -111,6 +112,7 @@ __all__ = [
     "InboundMessage",
     "MediaText",
     "MessageBus",
+    "ModelOptions",
     "OutboundMessage",
     "OwnerAway",
     "Part",
@@ -169,7 +171,14 @@ __getattr__ = lazy_exports(
             "forms",
             "shaped",
         ),
-        "client_turn": ("CLIENT_REQUEST", "SCHEMA_UNMET", "ClientTurn", "Paused", "ToolResult"),
+        "client_turn": (
+            "CLIENT_REQUEST",
+            "SCHEMA_UNMET",
+            "ClientTurn",
+            "ModelOptions",
+            "Paused",
+            "ToolResult",
+        ),
         "commands": ("Answer", "Command", "CommandSet", "STOPPED", "fenced", "parse_command"),
         "context": ("ContextBuilder",),
         "feature": (

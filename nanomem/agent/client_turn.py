@@ -13,6 +13,8 @@ from typing import Any
 
 from nanomem.providers import ModelOptions, ToolCall
 
+__all__ = ["CLIENT_REQUEST", "SCHEMA_UNMET", "ClientTurn", "ModelOptions", "Paused", "ToolResult"]
+
 # Error categories of a turn the client's request made impossible (OutboundMessage Text with
 # style "error"): CLIENT_REQUEST is a 400 (a tool named like ours, a result for an unknown or
 # expired call), SCHEMA_UNMET a 422 (the answer did not fit response_format after a re-ask).
