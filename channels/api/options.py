@@ -14,12 +14,16 @@ from typing import Any
 
 from channels.api.wire import BadRequest, valid_session_id
 from nanomem.agent import ModelOptions
+from nanomem.text import untrusted_json
 
 MAX_TOOLS = 128  # OpenAI's own limit
 # One schema's JSON text (a tool's parameters, a response_format): far beyond a real one, and
 # every model call of the turn carries it.
 MAX_SCHEMA_CHARS = 100_000
 MAX_TOOLS_CHARS = 400_000  # all of a request's tools together
+# Levels of JSON nesting in one schema: pydantic's and zod's nest through $defs and stay far
+# below; the core validates answers against it, and a deep one only makes that slower.
+MAX_SCHEMA_DEPTH = 32
 MAX_DESCRIPTION_CHARS = 10_000
 MAX_STOP = 4
 MAX_STOP_CHARS = 200
@@ -127,8 +131,11 @@ def _function(function: dict[str, Any], at: str) -> dict[str, Any]:
 def _schema(schema: Any, at: str) -> dict[str, Any]:
     if not isinstance(schema, dict):
         raise BadRequest(f"{at} must be a JSON Schema object", param=at)
-    if len(json.dumps(schema)) > MAX_SCHEMA_CHARS:
+    text = json.dumps(schema)
+    if len(text) > MAX_SCHEMA_CHARS:
         raise BadRequest(f"{at} is larger than {MAX_SCHEMA_CHARS} characters of JSON", param=at)
+    if untrusted_json.depth_exceeds(text, MAX_SCHEMA_DEPTH):
+        raise BadRequest(f"{at} nests deeper than {MAX_SCHEMA_DEPTH} levels", param=at)
     return schema
 
 
