@@ -211,7 +211,8 @@ async def streamed(
         if isinstance(reply, Text) and reply.style == "error" and reply.category:
             if response is None:
                 return model_error(reply) or web.Response()
-            await write(event(error_body(reply.text, "api_error", reply.category)))
+            _, kind, code = CLIENT_ERRORS.get(reply.category, (0, "api_error", reply.category))
+            await write(event(error_body(reply.text, kind, code)))
             await write(DONE)
             return response
         final = "" if reply is None else reply.text
