@@ -17,6 +17,7 @@ from channels.api.wire import (
     DONE,
     ERROR_STATUS,
     UPSTREAM,
+    Call,
     call_deltas,
     chunk,
     completion,
@@ -38,7 +39,6 @@ from nanomem.agent import (
     Text,
 )
 from nanomem.config import ApiSettings
-from nanomem.providers import ToolCall
 
 SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
 Count = Callable[[str], int]
@@ -128,11 +128,11 @@ def _finish(reply: Text | Paused | None) -> str:
     return "length" if reply is not None and reply.truncated else "stop"
 
 
-def _calls(reply: Text | Paused | None) -> tuple[ToolCall, ...]:
+def _calls(reply: Text | Paused | None) -> tuple[Call, ...]:
     return reply.calls if isinstance(reply, Paused) else ()
 
 
-def _said(calls: tuple[ToolCall, ...]) -> str:
+def _said(calls: tuple[Call, ...]) -> str:
     """The calls as the completion's tokens count them: their names and arguments."""
     return "".join(call.name + call.arguments for call in calls)
 

@@ -10,11 +10,10 @@ import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from nanomem.agent import CLIENT_REQUEST, SCHEMA_UNMET, Button
 from nanomem.agent import image_suffix as told_suffix
-from nanomem.providers import ToolCall
 
 MODEL_ID = "nanomem"
 # Personal sessions only: a leading "-" would make `api:-1` look like a group (a shared room),
@@ -49,6 +48,19 @@ CLIENT_ERRORS: dict[str, tuple[int, str, str | None]] = {
     SCHEMA_UNMET: (422, "invalid_request_error", "response_format_unmet"),
 }
 ARGUMENT_PIECE = 512  # characters of a tool call's arguments in one streamed chunk
+
+
+class Call(Protocol):
+    """A tool call of the client's that a turn waits for (Paused.calls), as the wire shows it."""
+
+    @property
+    def id(self) -> str: ...
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def arguments(self) -> str: ...
 
 
 class BadRequest(Exception):
@@ -184,7 +196,7 @@ def completion(
     text: str,
     used: dict[str, int],
     buttons: tuple[Button, ...] = (),
-    calls: tuple[ToolCall, ...] = (),
+    calls: tuple[Call, ...] = (),
     finish: str = "stop",
 ) -> dict[str, Any]:
     """A chat.completion; with `calls` (the client's tools the turn waits for) its message
@@ -228,7 +240,7 @@ def chunk(
     return event(body)
 
 
-def call_deltas(calls: tuple[ToolCall, ...]) -> list[dict[str, Any]]:
+def call_deltas(calls: tuple[Call, ...]) -> list[dict[str, Any]]:
     """The deltas of tool calls streamed as OpenAI streams them: per call, one with its index,
     id, type and name (arguments ""), then its arguments in pieces; a client joins them."""
     deltas: list[dict[str, Any]] = []
