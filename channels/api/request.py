@@ -201,7 +201,13 @@ def new_turn(messages: Any, max_parts: int) -> NewTurn:
             param="messages",
         )
     if not text.strip() and not uploads and not results and not feedback:
-        raise BadRequest("the last user message is empty", param="messages")
+        if "user" in roles[last_answer + 1 :]:
+            raise BadRequest("the last user message is empty", param="messages")
+        raise BadRequest(
+            "the new turn is empty: no user message or tool result follows the last assistant "
+            "message",
+            param="messages",
+        )
     return NewTurn(
         text=text,
         uploads=uploads,
