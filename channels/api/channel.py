@@ -1,8 +1,9 @@
 """The agent API: an OpenAI-compatible chat-completions endpoint on the gateway's HTTP server.
 
-Each request is one turn of the session `api:<session_id>`: the channel calls the core
-directly (`AgentLoop.answer`) and writes the reply, and the pieces before it, to the waiting
-request (channels/api/replies.py). No bus, no inbox: an HTTP client waits on its connection,
+Each request is one turn of the session `api:<session_id>`, or the next step of a turn that
+waits for the client's own tools (the request brings their results): the channel calls the
+core directly (`AgentLoop.answer`) and writes the reply, and the pieces before it, to the
+waiting request (channels/api/replies.py). No bus, no inbox: an HTTP client waits on its connection,
 and after a crash nobody would be there to receive a replayed answer (the user's message is
 still saved in the session before the model is asked). A client that hangs up cancels its
 handler, and so its turn.
