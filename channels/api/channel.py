@@ -237,6 +237,13 @@ class ApiChannel(BaseChannel):
                 refusal.force_close()  # the rest of that body is not waited for
             refusal.headers.update(exc.headers)
             return refusal
+        if parsed.superseded:
+            logger.info(
+                "api: {} before the new message in api:{} not read (the new message ends "
+                "the turn that waited for them)",
+                plural(parsed.superseded, "tool result"),
+                parsed.session_id,
+            )
         msg = InboundMessage(
             self.name,
             parsed.session_id,

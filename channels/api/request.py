@@ -72,6 +72,7 @@ class NewTurn:
     uploads: list[Upload] = field(default_factory=list)
     instructions: tuple[str, ...] = ()
     results: tuple[ToolResult, ...] = ()
+    superseded: int = 0  # tool results before the person's new message, not read
     # What follows the last assistant message, as sent: a retried request's identity.
     new: list[dict[str, Any]] = field(default_factory=list)
 
@@ -85,6 +86,7 @@ class ChatRequest:
     include_usage: bool = False
     instructions: tuple[str, ...] = ()  # the client's: its system and developer messages
     results: tuple[ToolResult, ...] = ()  # its tools' results, continuing a paused turn
+    superseded: int = 0  # results before the person's new message: not read (NewTurn)
     tools: tuple[dict[str, Any], ...] = ()  # the client's own, in chat's shape
     tool_choice: str | dict[str, Any] | None = None
     options: ModelOptions = field(default_factory=ModelOptions)
@@ -131,6 +133,7 @@ def parse_request(raw: bytes, max_parts: int, headers: Mapping[str, str]) -> Cha
         uploads=turn.uploads,
         instructions=turn.instructions,
         results=turn.results,
+        superseded=turn.superseded,
         tools=tools,
         tool_choice=tool_choice,
         options=model_options(body, response_format=response_format),
@@ -165,13 +168,19 @@ def new_turn(messages: Any, max_parts: int) -> NewTurn:
     results: list[ToolResult] = []
     answered: set[str] = set()
     feedback: list[str] = []
-    parts = 0
+    parts = superseded = 0
     for number in range(last_answer + 1, len(messages)):
         message, role, where = messages[number], roles[number], f"messages[{number}]"
         content = message.get("content")
         if role in INSTRUCTING:
             continue
         if role == "tool":
+            if texts or uploads:
+                raise BadRequest(
+                    f"{where}: a tool result after the user's new message; results come "
+                    "before it, right after the assistant message that called the tools",
+                    param=where,
+                )
             results.append(_result(message, number, answered))
         elif role != "user":
             raise BadRequest(
@@ -182,6 +191,11 @@ def new_turn(messages: Any, max_parts: int) -> NewTurn:
         elif _is_feedback(content):
             feedback.append(content)
         else:
+            # Results, then the person's new message: the results belong to a turn this message
+            # ends (pydantic-ai sends its output tool's "Final result processed." so); the core
+            # closes that turn as the new message comes, so they are not read.
+            superseded += len(results)
+            results.clear()
             parts += len(content) if isinstance(content, list) else 0
             if parts > max_parts:
                 raise BadRequest(
@@ -193,13 +207,6 @@ def new_turn(messages: Any, max_parts: int) -> NewTurn:
             texts.append(text)
             uploads += found
     text = "\n\n".join(t for t in texts if t)
-    if results and (text.strip() or uploads):
-        raise BadRequest(
-            "the new messages hold both tool results and a user message: the results continue "
-            "the turn that called the tools, which ends first; send the results, then the new "
-            "message",
-            param="messages",
-        )
     if not text.strip() and not uploads and not results and not feedback:
         if "user" in roles[last_answer + 1 :]:
             raise BadRequest("the last user message is empty", param="messages")
@@ -213,6 +220,7 @@ def new_turn(messages: Any, max_parts: int) -> NewTurn:
         uploads=uploads,
         instructions=(*instructions, *feedback),
         results=tuple(results),
+        superseded=superseded,
         new=messages[last_answer + 1 :],
     )
 

@@ -139,7 +139,7 @@ def test_an_idempotency_key_names_the_turn_whatever_the_body() -> None:
             "messages[2].content[0]",
             "text parts",
         ),
-        ((user("hi"), CALLED, tool("call_1", "x"), user("and now?")), "messages", "both tool"),
+        ((user("hi"), CALLED, user("and"), tool("call_1", "x")), "messages[3]", "after the user"),
         ((user("hi"), answer(), {"role": "function", "content": "x"}), "messages[2].role", "role"),
         ((user("hi"), "not a message"), "messages[1]", "not a message"),
         (({"role": "system", "content": "only rules"},), "messages", "empty"),
@@ -155,6 +155,12 @@ def test_an_unreadable_turn_is_a_400_naming_the_message(
 ) -> None:
     error = refused(*messages)
     assert error.param == param and words in str(error)
+
+
+def test_results_before_the_persons_new_message_belong_to_the_turn_it_ends() -> None:
+    # pydantic-ai's next run sends its output tool's result back before the new prompt.
+    request = parsed(user("hi"), CALLED, tool("call_1", "Final result processed."), user("next"))
+    assert request.text == "next" and request.results == () and request.superseded == 1
 
 
 def test_content_parts_count_across_the_new_messages() -> None:
