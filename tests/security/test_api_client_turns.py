@@ -154,7 +154,10 @@ async def test_a_system_message_that_takes_over_comes_after_our_prompt_and_is_ne
     assert ours["role"] == "system" and OVERRIDE not in ours["content"]
     (theirs,) = [n for n, m in enumerate(prompt) if OVERRIDE in str(m.get("content"))]
     assert theirs > 0 and prompt[theirs]["role"] == "system"
-    assert prompt[theirs]["content"] != OVERRIDE  # marked as the client's, not bare
+    marked = prompt[theirs]["content"]  # inside the block that says whose words they are
+    assert marked.startswith("## The API client's instructions for this answer")
+    assert f"<<client instructions>>\n{OVERRIDE}\n<<end client instructions>>" in marked
+    assert "never replace those rules" in marked
     saved = [
         path.read_text(encoding="utf-8") for path in home.sessions.rglob("*") if path.is_file()
     ]
