@@ -14,6 +14,7 @@ import pytest
 
 from nanomem.providers import ProviderError, Reply
 from nanomem.providers.scripted import call, text
+from tests.conftest import log_lines
 from tests.helpers import WAIT_S
 from tests.helpers.api import Served
 from tests.helpers.gateway import API_KEY
@@ -303,10 +304,12 @@ async def test_a_new_message_after_a_result_the_turn_never_got_starts_a_new_turn
     asked += [called(first.choices[0].message)]
     asked += [{"role": "tool", "tool_call_id": "call_final", "content": "Final result processed."}]
     asked += [{"role": "user", "content": "And after Lima?"}]
-    second = await served.client().chat.completions.create(
-        model="nanomem", messages=asked, tools=[final], extra_body={"session_id": "moved-on"}
-    )
+    with log_lines("INFO") as logged:
+        second = await served.client().chat.completions.create(
+            model="nanomem", messages=asked, tools=[final], extra_body={"session_id": "moved-on"}
+        )
     assert second.choices[0].message.content == "Cusco next."
+    assert any("1 tool result before the new message in api:moved-on" in line for line in logged)
     session = await saved(served, "moved-on")
     users = [m for m in session if m["role"] == "user"]
     assert len(users) == 2 and users[-1]["content"].endswith("And after Lima?")
