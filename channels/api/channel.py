@@ -217,6 +217,12 @@ class ApiChannel(BaseChannel):
             big = len(body) > PARSE_IN_THREAD_BYTES
             parse = functools.partial(parse_request, body, self.settings.max_parts, request.headers)
             parsed = await asyncio.to_thread(parse) if big else parse()
+            if parsed.results and parsed.size > self.max_message_chars:
+                raise BadRequest(
+                    f"the tool results are too long ({parsed.size} characters; limit "
+                    f"{self.max_message_chars}, agent.max_message_chars)",
+                    param="messages",
+                )
             if parsed.size > self.max_message_chars:
                 files = f" with its {plural(len(parsed.uploads), 'file')}" if parsed.uploads else ""
                 raise BadRequest(

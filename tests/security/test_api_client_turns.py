@@ -163,3 +163,19 @@ async def test_a_system_message_that_takes_over_comes_after_our_prompt_and_is_ne
     ]
     assert saved and not any("Ignore previous instructions" in text for text in saved)
     assert [m["role"] for m in await session(served, "override")] == ["user", "assistant"]
+
+
+async def test_results_or_instructions_past_the_message_limit_are_refused_unsaved(
+    served: Served,
+) -> None:
+    history = await paused_turn(served, "flood")
+    before, asked_model = await session(served, "flood"), len(served.provider.calls)
+    flood = "r" * 40_000  # agent.max_message_chars is 32000 here
+    result = {"role": "tool", "tool_call_id": "call_real", "content": flood}
+    error = await refused(served, messages=[*history, result], session_id="flood")
+    assert "tool results are too long (40000 characters" in error.message
+    system = {"role": "system", "content": flood}
+    error = await refused(served, messages=[system, {"role": "user", "content": "hi"}])
+    assert "system and developer messages are too long" in error.message
+    assert await session(served, "flood") == before and await session(served, "hostile") == []
+    assert len(served.provider.calls) == asked_model
