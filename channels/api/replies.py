@@ -118,8 +118,7 @@ def _final(final: Final) -> Text | Paused | None:
     reply = final.reply
     if reply is None:
         return None
-    part: Any = reply.part  # Paused is the API's own part (agent/client_turn.py)
-    return part if isinstance(part, Text | Paused) else Text(reply.content)
+    return reply.part if isinstance(reply.part, Text | Paused) else Text(reply.content)
 
 
 def _finish(reply: Text | Paused | None) -> str:
