@@ -28,11 +28,12 @@ from loguru import logger
 from channels.api.files import SentFiles
 from channels.api.http_errors import openai_errors
 from channels.api.replies import Answer, Pieces, streamed, whole
-from channels.api.request import ChatRequest, parse_request
+from channels.api.request import parse_request
 from channels.api.wire import (
     FILE_PART_CHARS,
     MODEL_ID,
     BadRequest,
+    ChatRequest,
     Upload,
     error_body,
     image_suffix,

@@ -11,13 +11,13 @@ from typing import Any
 
 from aiohttp import web
 
-from channels.api.request import ChatRequest
 from channels.api.wire import (
     CLIENT_ERRORS,
     DONE,
     ERROR_STATUS,
     UPSTREAM,
     Call,
+    ChatRequest,
     call_deltas,
     chunk,
     completion,

@@ -23,8 +23,8 @@ from channels.api.options import (
     retry_identity,
     session_from,
 )
-from channels.api.wire import FILE_PART_CHARS, BadRequest, Upload, _content
-from nanomem.agent import ModelOptions, ToolResult
+from channels.api.wire import BadRequest, ChatRequest, Upload, _content
+from nanomem.agent import ToolResult
 from nanomem.text import untrusted_json
 
 # What a chat-completions request may set; anything else is a 400 naming it, unless it is at
@@ -75,35 +75,6 @@ class NewTurn:
     superseded: int = 0  # tool results before the person's new message, not read
     # What follows the last assistant message, as sent: a retried request's identity.
     new: list[dict[str, Any]] = field(default_factory=list)
-
-
-@dataclass
-class ChatRequest:
-    session_id: str
-    text: str  # the person's new message(s), text parts joined
-    uploads: list[Upload] = field(default_factory=list)  # the files, in the parts' order
-    stream: bool = False
-    include_usage: bool = False
-    instructions: tuple[str, ...] = ()  # the client's: its system and developer messages
-    results: tuple[ToolResult, ...] = ()  # its tools' results, continuing a paused turn
-    superseded: int = 0  # results before the person's new message: not read (NewTurn)
-    tools: tuple[dict[str, Any], ...] = ()  # the client's own, in chat's shape
-    tool_choice: str | dict[str, Any] | None = None
-    options: ModelOptions = field(default_factory=ModelOptions)
-    message_id: str = ""  # the same at every attempt of a request (options.retry_identity)
-    replayed: bool = False  # a retry, or a request with an Idempotency-Key
-
-    @property
-    def size(self) -> int:
-        """Its length as agent.max_message_chars counts it: the text, each file's line and
-        the tool results."""
-        results = sum(len(result.content) for result in self.results)
-        return len(self.text) + FILE_PART_CHARS * len(self.uploads) + results
-
-    @property
-    def said(self) -> str:
-        """What the request adds to the conversation, as its prompt tokens are counted."""
-        return "\n\n".join([self.text, *(result.content for result in self.results)])
 
 
 def parse_request(raw: bytes, max_parts: int, headers: Mapping[str, str]) -> ChatRequest:

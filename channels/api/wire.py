@@ -9,10 +9,10 @@ import re
 import time
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from nanomem.agent import CLIENT_REQUEST, SCHEMA_UNMET, Button
+from nanomem.agent import CLIENT_REQUEST, SCHEMA_UNMET, Button, ModelOptions, ToolResult
 from nanomem.agent import image_suffix as told_suffix
 
 MODEL_ID = "nanomem"
@@ -87,6 +87,35 @@ class Upload:
     suffix: str = ""  # ".png", ".wav"
     data: bytes = b""
     url: str = ""
+
+
+@dataclass
+class ChatRequest:
+    session_id: str
+    text: str  # the person's new message(s), text parts joined
+    uploads: list[Upload] = field(default_factory=list)  # the files, in the parts' order
+    stream: bool = False
+    include_usage: bool = False
+    instructions: tuple[str, ...] = ()  # the client's: its system and developer messages
+    results: tuple[ToolResult, ...] = ()  # its tools' results, continuing a paused turn
+    superseded: int = 0  # results before the person's new message: not read (NewTurn)
+    tools: tuple[dict[str, Any], ...] = ()  # the client's own, in chat's shape
+    tool_choice: str | dict[str, Any] | None = None
+    options: ModelOptions = field(default_factory=ModelOptions)
+    message_id: str = ""  # the same at every attempt of a request (options.retry_identity)
+    replayed: bool = False  # a retry, or a request with an Idempotency-Key
+
+    @property
+    def size(self) -> int:
+        """Its length as agent.max_message_chars counts it: the text, each file's line and
+        the tool results."""
+        results = sum(len(result.content) for result in self.results)
+        return len(self.text) + FILE_PART_CHARS * len(self.uploads) + results
+
+    @property
+    def said(self) -> str:
+        """What the request adds to the conversation, as its prompt tokens are counted."""
+        return "\n\n".join([self.text, *(result.content for result in self.results)])
 
 
 def valid_session_id(value: str) -> bool:

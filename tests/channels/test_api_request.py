@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from channels.api.request import ChatRequest, parse_request
-from channels.api.wire import BadRequest
+from channels.api.request import parse_request
+from channels.api.wire import BadRequest, ChatRequest
 from nanomem.agent import ToolResult
 
 # What pydantic-ai 2.x sends after an answer that failed its output validation
