@@ -332,21 +332,20 @@ def _session(value: Any, name: str) -> str:
 
 def retry_identity(headers: Mapping[str, str], session_id: str, new: Any) -> tuple[str, bool]:
     """The id a request's message is saved under, and whether it may be a retry of one saved
-    before. The same for every attempt of one request: its Idempotency-Key, else the session
-    and the new messages themselves. A retry is what the SDKs mark as one (their retry count
-    header), or any request with a key (whose first attempt may have reached us unanswered)."""
+    before. The same for every attempt of one request: the session and the new messages
+    themselves, with its Idempotency-Key when it has one (a key sent again with other messages
+    is another request: a client that sends one key with everything is not answered its first
+    reply for ever). A retry is what the SDKs mark as one (their retry count header), or any
+    request with a key (whose first attempt may have reached us unanswered)."""
     key = headers.get(IDEMPOTENCY_HEADER, "")
     if len(key) > MAX_IDEMPOTENCY_KEY:
         raise BadRequest(
             f"'{IDEMPOTENCY_HEADER}' is longer than {MAX_IDEMPOTENCY_KEY} characters",
             param=IDEMPOTENCY_HEADER,
         )
-    if key:
-        basis = f"key\0{session_id}\0{key}"
-    else:
-        basis = f"body\0{session_id}\0" + json.dumps(
-            new, sort_keys=True, ensure_ascii=False, separators=(",", ":")
-        )
+    basis = f"{key}\0{session_id}\0" + json.dumps(
+        new, sort_keys=True, ensure_ascii=False, separators=(",", ":")
+    )
     digest = hashlib.sha256(basis.encode("utf-8", "surrogatepass")).hexdigest()[:32]
     return f"api-{digest}", bool(key) or _retry_count(headers) > 0
 

@@ -336,3 +336,24 @@ async def test_a_retried_continuation_saves_its_results_once(served: Served) -> 
     session = await saved(served, "kyiv")
     assert [m.get("content") for m in session if m["role"] == "tool"] == ["5"]
     assert [m["role"] for m in session].count("user") == 1
+
+
+async def test_an_idempotency_key_reused_for_another_message_is_another_turn(
+    served: Served,
+) -> None:
+    # A client that sends one key with every request (a default header) must not be answered
+    # its first reply for ever, its later messages never reaching the agent.
+    served.provider.add(text("first answer"), text("second answer"))
+    client = served.client().with_options(default_headers={"Idempotency-Key": "constant"})
+    for words in ("one", "two"):
+        await client.chat.completions.create(
+            model="nanomem",
+            messages=[{"role": "user", "content": words}],
+            extra_body={"session_id": "one-key"},
+        )
+    assert len(served.provider.calls) == 2
+    session = await saved(served, "one-key")
+    assert [m["content"] for m in session if m["role"] == "assistant"] == [
+        "first answer",
+        "second answer",
+    ]

@@ -238,6 +238,7 @@ def test_every_attempt_of_one_request_has_one_identity() -> None:
     assert retry_identity({}, "other", new)[0] != first  # another session: another message
     keyed, is_retry = retry_identity({"Idempotency-Key": "k1"}, "s", new)
     assert is_retry and keyed != first
-    assert retry_identity({"Idempotency-Key": "k1"}, "s", [{"changed": 1}])[0] == keyed
+    assert retry_identity({"Idempotency-Key": "k1"}, "s", json.loads(json.dumps(new)))[0] == keyed
+    assert retry_identity({"Idempotency-Key": "k1"}, "s", [{"changed": 1}])[0] != keyed
     assert retry_identity({"x-stainless-retry-count": "zero"}, "s", new)[1] is False
     assert refused(retry_identity, {"Idempotency-Key": "k" * 257}, "s", new).status == 400

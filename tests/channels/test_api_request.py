@@ -116,11 +116,13 @@ def test_a_retried_request_keeps_its_id_and_says_it_may_be_one() -> None:
     assert other.message_id != first.message_id
 
 
-def test_an_idempotency_key_names_the_turn_whatever_the_body() -> None:
+def test_an_idempotency_key_names_one_request_with_its_messages() -> None:
     one = parsed(user("a"), headers={"Idempotency-Key": "k-1"})
-    two = parsed(user("b"), headers={"Idempotency-Key": "k-1"})
-    assert one.replayed and two.replayed and one.message_id == two.message_id
+    again = parsed(user("a"), headers={"Idempotency-Key": "k-1"})
+    assert one.replayed and again.replayed and one.message_id == again.message_id
+    assert parsed(user("b"), headers={"Idempotency-Key": "k-1"}).message_id != one.message_id
     assert parsed(user("a"), headers={"Idempotency-Key": "k-2"}).message_id != one.message_id
+    assert parsed(user("a")).message_id != one.message_id
 
 
 @pytest.mark.parametrize(
