@@ -15,9 +15,7 @@ import pytest
 from nanomem.providers import ProviderError, Reply
 from nanomem.providers.scripted import call, text
 from tests.conftest import log_lines
-from tests.helpers import WAIT_S
 from tests.helpers.api import Served
-from tests.helpers.gateway import API_KEY
 
 WEATHER: Any = {
     "type": "function",
@@ -186,9 +184,7 @@ async def test_the_sdks_retries_after_a_model_failure_save_the_message_once(
     served: Served,
 ) -> None:
     served.provider.add(ProviderError("server", "scripted upstream 500"), text("second time lucky"))
-    client = openai.AsyncOpenAI(
-        base_url=served.base, api_key=API_KEY, timeout=WAIT_S
-    )  # the SDK's default: 2 retries
+    client = served.client(max_retries=2)  # the SDK's default
     reply = await client.chat.completions.create(
         model="nanomem",
         messages=[{"role": "user", "content": "are you there?"}],
@@ -322,7 +318,7 @@ async def test_a_retried_continuation_saves_its_results_once(served: Served) -> 
         ProviderError("server", "scripted upstream 500"),
         text("Kyiv: 5 °C."),
     )
-    client = openai.AsyncOpenAI(base_url=served.base, api_key=API_KEY, timeout=WAIT_S)
+    client = served.client(max_retries=2)  # the SDK's default
     asked: list[Any] = [{"role": "user", "content": "Kyiv?"}]
     first = await client.chat.completions.create(
         model="nanomem", messages=asked, tools=[WEATHER], extra_body={"session_id": "kyiv"}
