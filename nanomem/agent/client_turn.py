@@ -25,9 +25,15 @@ if TYPE_CHECKING:
     from nanomem.memory import Budget
     from nanomem.tools import ToolContext, ToolRegistry
 
-__all__ = ["CLIENT_REQUEST", "SCHEMA_UNMET", "ClientRun", "ClientTurn", "Paused", "ToolResult"]
-
-__all__ = ["CLIENT_REQUEST", "SCHEMA_UNMET", "ClientTurn", "ModelOptions", "Paused", "ToolResult"]
+__all__ = [
+    "CLIENT_REQUEST",
+    "SCHEMA_UNMET",
+    "ClientRun",
+    "ClientTurn",
+    "ModelOptions",
+    "Paused",
+    "ToolResult",
+]
 
 # Error categories of a turn the client's request made impossible (OutboundMessage Text with
 # style "error"): CLIENT_REQUEST is a 400 (a tool named like ours, a result for an unknown or
