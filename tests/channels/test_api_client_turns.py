@@ -353,3 +353,28 @@ async def test_an_idempotency_key_reused_for_another_message_is_another_turn(
         "first answer",
         "second answer",
     ]
+
+
+async def test_a_continuation_streams_its_answer(served: Served) -> None:
+    # Longer than what the stream holds back while it might be the start of a secret.
+    windy = "Baku is windy today, as it is most days: take a coat and hold on to your hat."
+    served.provider.add(call("weather", {"city": "Baku"}, "call_baku"), text(windy))
+    asked: list[Any] = [{"role": "user", "content": "Baku?"}]
+    first = await served.client().chat.completions.create(
+        model="nanomem", messages=asked, tools=[WEATHER], extra_body={"session_id": "baku"}
+    )
+    asked += [called(first.choices[0].message)]
+    asked += [{"role": "tool", "tool_call_id": "call_baku", "content": "windy"}]
+    stream = await served.client().chat.completions.create(
+        model="nanomem",
+        messages=asked,
+        tools=[WEATHER],
+        stream=True,
+        stream_options={"include_usage": True},
+        extra_body={"session_id": "baku"},
+    )
+    chunks = [chunk async for chunk in stream]
+    pieces = [c.choices[0].delta.content or "" for c in chunks if c.choices]
+    assert "".join(pieces) == windy and len([p for p in pieces if p]) >= 2
+    assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "stop"
+    assert chunks[-1].usage is not None and chunks[-1].usage.prompt_tokens > 0  # the result
