@@ -26,6 +26,7 @@ from loguru import logger
 
 from channels.api.files import SentFiles
 from channels.api.replies import Answer, Pieces, streamed, whole
+from channels.api.responses import respond
 from channels.api.wire import (
     FILE_PART_CHARS,
     MODEL_ID,
@@ -115,6 +116,7 @@ class ApiChannel(BaseChannel):
 
     def routes(self, web_app: web.Application) -> None:
         web_app.router.add_post("/v1/chat/completions", self._chat)
+        web_app.router.add_post("/v1/responses", functools.partial(respond, self))
         web_app.router.add_get("/v1/models", self._models)
         web_app.router.add_get("/v1/files/{file_id}", self._file)
 
