@@ -58,7 +58,7 @@ FUNCTION_FIELDS = ("type", "name", "description", "parameters", "strict")
 INCLUDE_NOTHING = ("reasoning.encrypted_content",)
 TRUNCATION = ("disabled", "auto")  # the session keeps its context in the window either way
 METADATA = (16, 64, 512)  # OpenAI's bounds: pairs, key length, value length
-# resp_<the session id, base64url without padding>_<32 random hex digits>
+# resp_<the session id, base64url without padding>_<32 hex digits of the request's identity>
 _RESPONSE_ID = re.compile(r"resp_([A-Za-z0-9_-]{1,172})_([0-9a-f]{32})")
 MAX_RESPONSE_ID = 5 + 172 + 1 + 32
 
@@ -114,9 +114,9 @@ def session_of(value: Any) -> str:
 def parse_responses(raw: bytes, headers: Mapping[str, str], max_parts: int) -> ResponsesRequest:
     body = _body(raw)
     refuse_unsupported(body, HONOURED)
-    follows = body.get("previous_response_id") or ""
+    follows = body.get("previous_response_id")
     session = session_from(body, headers)
-    if follows:
+    if follows is not None:
         named = session_of(follows)
         explicit = body.get("session_id") or body.get("user") or headers.get(SESSION_HEADER)
         if explicit and named != session:
@@ -155,7 +155,7 @@ def parse_responses(raw: bytes, headers: Mapping[str, str], max_parts: int) -> R
         tool_choice=tool_choice,
         options=options,
         stream=stream is True,
-        follows=follows,
+        follows=follows or "",
         echo=_echo(body, text),
         message_id=message_id,
         replayed=replayed,

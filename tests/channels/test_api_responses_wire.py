@@ -244,13 +244,16 @@ def test_a_response_id_carries_its_session() -> None:
         response_id("chat", "0" * 32) + "0",
         response_id("-1", "0" * 32),  # no session id starts with -
         "resp_" + "x" * 10_000,
+        "",
         7,
+        {},
     ],
 )
 def test_what_no_response_id_is_is_refused(forged: Any) -> None:
     with pytest.raises(BadRequest) as caught:
         session_of(forged)
     assert caught.value.param == "previous_response_id"
+    assert refused({"input": "hi", "previous_response_id": forged}).param == "previous_response_id"
 
 
 def test_previous_response_id_chooses_the_session_unless_another_is_named() -> None:
