@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import base64
+import re
 from typing import Any
 
 import openai
@@ -11,7 +12,7 @@ import pytest
 
 from nanomem.home import Home
 from nanomem.providers import ProviderError, Reply, ToolCall
-from nanomem.providers.scripted import text
+from nanomem.providers.scripted import call, text
 from tests.helpers.api import Served
 
 # A real 1x1 PNG.
@@ -249,3 +250,18 @@ async def test_what_is_not_supported_is_a_400_naming_it(
         await served.client().responses.create(model="nanomem", extra_body=body)
     assert refused.value.param == param, refused.value.body
     assert served.provider.calls == []
+
+
+async def test_a_file_the_turn_sends_is_linked_in_the_text(served: Served, home: Home) -> None:
+    (home.workspace / "report.csv").write_text("plant,water at\nbasil,18:00\n")
+    for stream in (False, True):
+        served.provider.add(call("send_file", {"path": "report.csv"}), text("Here it is."))
+        body: dict[str, Any] = {"model": "nanomem", "input": "the report please"}
+        if stream:
+            events = [e async for e in await served.client().responses.create(stream=True, **body)]
+            assert events[-1].type == "response.completed"
+            said = events[-1].response.output_text
+        else:
+            said = (await served.client().responses.create(**body)).output_text
+        assert re.search(r"\[report\.csv\]\(http://127\.0\.0\.1:\d+/v1/files/[\w-]{32}\)", said)
+        assert "Here it is." in said
