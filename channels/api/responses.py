@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 
 from channels.api.replies import Pieces
+from channels.api.responses_input import NewTurn
 from channels.api.responses_output import Shapes, streamed, whole
 from channels.api.responses_wire import parse_responses
 from channels.api.wire import FILE_PART_CHARS, BadRequest, ChatRequest, error_body
@@ -40,7 +41,7 @@ async def respond(channel: ApiChannel, request: web.Request) -> web.StreamRespon
         parsed = await asyncio.to_thread(parse) if len(body) > PARSE_IN_THREAD_BYTES else parse()
         turn = parsed.turn
         message = ChatRequest(parsed.session_id, turn.text, turn.uploads)
-        _fits(message, sum(len(result.content) for result in turn.results), channel)
+        _fits(message, turn, channel)
         media = await channel._media(message) if turn.uploads else ()
     except BadRequest as exc:
         return refusal(exc)
@@ -88,16 +89,26 @@ def refusal(exc: BadRequest) -> web.Response:
     return response
 
 
-def _fits(message: ChatRequest, results: int, channel: ApiChannel) -> None:
-    """The new turn within agent.max_message_chars: its text, a line for each file, and the
-    results of the client's calls."""
-    size = message.size + results
-    if size <= channel.max_message_chars:
-        return
-    files = f" with its {plural(len(message.uploads), 'file')}" if message.uploads else ""
-    what = "the function_call_output items are" if results else "the message is"
-    raise BadRequest(
-        f"{what} too long ({size} characters{files}, {FILE_PART_CHARS} a file; limit "
-        f"{channel.max_message_chars}, agent.max_message_chars)",
-        param="input",
-    )
+def _fits(message: ChatRequest, turn: NewTurn, channel: ApiChannel) -> None:
+    """The new turn within agent.max_message_chars: its text and a line for each file, or the
+    results of the client's calls; and so the client's instructions for it."""
+    limit = channel.max_message_chars
+    if (size := message.size) > limit:
+        files = f" with its {plural(len(message.uploads), 'file')}" if message.uploads else ""
+        raise BadRequest(
+            f"the message is too long ({size} characters{files}, {FILE_PART_CHARS} a file; "
+            f"limit {limit}, agent.max_message_chars)",
+            param="input",
+        )
+    if (results := sum(len(result.content) for result in turn.results)) > limit:
+        raise BadRequest(
+            f"the function_call_output items are too long ({results} characters; limit "
+            f"{limit}, agent.max_message_chars)",
+            param="input",
+        )
+    if (told := sum(map(len, turn.instructions))) > limit:
+        raise BadRequest(
+            f"the instructions and system and developer messages are too long ({told} "
+            f"characters; limit {limit}, agent.max_message_chars)",
+            param="instructions",
+        )
