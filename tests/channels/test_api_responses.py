@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import re
 from typing import Any
@@ -13,6 +14,7 @@ import pytest
 from nanomem.home import Home
 from nanomem.providers import ProviderError, Reply, ToolCall
 from nanomem.providers.scripted import call, text
+from tests.helpers import WAIT_S, until
 from tests.helpers.api import Served
 
 # A real 1x1 PNG.
@@ -265,3 +267,30 @@ async def test_a_file_the_turn_sends_is_linked_in_the_text(served: Served, home:
             said = (await served.client().responses.create(**body)).output_text
         assert re.search(r"\[report\.csv\]\(http://127\.0\.0\.1:\d+/v1/files/[\w-]{32}\)", said)
         assert "Here it is." in said
+
+
+async def test_a_client_that_hangs_up_mid_stream_stops_the_turn(served: Served) -> None:
+    looking = "Let me look in the workspace first, then I will answer your question properly."
+
+    async def held(messages: list[dict[str, Any]]) -> Reply:
+        await asyncio.sleep(3600)  # only the hang-up ends this step
+        return text("the held answer")
+
+    look = ToolCall("call_look", "list_dir", '{"path": "."}')
+    served.provider.add(Reply(looking, (look,), finish_reason="tool_calls"), held)
+    stream = await served.client().responses.create(
+        model="nanomem", input="hold on", stream=True, extra_body={"session_id": "hangup"}
+    )
+    async for event in stream:
+        if event.type == "response.output_text.delta":
+            break
+    await until(lambda: len(served.provider.calls) == 2, what="the held second model call")
+    await stream.close()
+
+    # Without the stop, nothing but the person's message is saved until the held answer.
+    deadline = asyncio.get_running_loop().time() + WAIT_S
+    while len(messages := await saved(served, "hangup")) < 2:
+        assert asyncio.get_running_loop().time() < deadline, "the stopped turn was not saved"
+        await asyncio.sleep(0.01)
+    assert [m["role"] for m in messages[:3]] == ["user", "assistant", "tool"]
+    assert not any("the held answer" in str(m.get("content")) for m in messages)
