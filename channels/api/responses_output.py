@@ -114,7 +114,7 @@ class Shapes:
                 written += self.count(item["arguments"])
         return {
             "input_tokens": given,
-            "input_tokens_details": {"cached_tokens": 0},
+            "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
             "output_tokens": written,
             "output_tokens_details": {"reasoning_tokens": 0},
             "total_tokens": given + written,

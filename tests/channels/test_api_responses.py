@@ -46,6 +46,8 @@ async def test_a_plain_response_is_the_agents_answer_and_is_saved(served: Served
     assert message.type == "message" and message.role == "assistant"
     assert response.usage is not None and response.usage.output_tokens > 0
     assert response.usage.total_tokens == response.usage.input_tokens + response.usage.output_tokens
+    assert response.usage.input_tokens_details.cached_tokens == 0
+    assert response.usage.output_tokens_details.reasoning_tokens == 0
     assert "hello responses" in served.provider.calls[0][-1]["content"]
     assert [m["role"] for m in await saved(served, "plain")] == ["user", "assistant"]
 
