@@ -335,7 +335,6 @@ def _echo(body: dict[str, Any], text: dict[str, Any]) -> dict[str, Any]:
         "max_output_tokens": None,
         "parallel_tool_calls": True,
         "previous_response_id": None,
-        "store": True,
         "truncation": "disabled",
         "reasoning": None,
         "user": None,
@@ -344,4 +343,5 @@ def _echo(body: dict[str, Any], text: dict[str, Any]) -> dict[str, Any]:
         name: default if body.get(name) is None else body[name] for name, default in given.items()
     }
     echo["text"] = {"format": text.get("format") or {"type": "text"}, "verbosity": "medium"}
+    echo["store"] = True  # what was done: the session keeps every turn, whatever was asked
     return echo

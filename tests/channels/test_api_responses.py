@@ -222,7 +222,8 @@ async def test_metadata_and_the_parameters_are_echoed(served: Served) -> None:
     )
     assert response.metadata == {"ticket": "T-1"} and response.instructions == "Be brief."
     assert (response.temperature, response.top_p, response.max_output_tokens) == (0.2, 0.9, 300)
-    assert response.store is False and response.tool_choice == "auto" and response.tools == []
+    assert response.store is True  # the session keeps the turn, whatever was asked
+    assert response.tool_choice == "auto" and response.tools == []
     assert response.model == "nanomem" and response.text.format.type == "text"  # type: ignore[union-attr]
 
 
