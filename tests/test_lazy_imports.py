@@ -32,6 +32,7 @@ NOT_FOR_A_PLAIN_TURN = {
     "httpx": "the lean client speaks through httpcore alone",
     "importlib.metadata": "pydantic's plugin loader, with plugins off (cli/pydantic_plugins.py)",
     "sqlite3": "the gateway's inbox and the history index, with no inbox and no search",
+    "jsonschema": "an API client's response_format, checked only in that client's turn",
 }
 
 

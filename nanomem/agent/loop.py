@@ -15,6 +15,7 @@ from loguru import logger
 from nanomem.agent.answering import Answering
 from nanomem.agent.bus import InboundMessage, MessageBus
 from nanomem.agent.channel import ChatQueues
+from nanomem.agent.client_turn import ClientRun
 from nanomem.agent.commands import (
     NOTHING_TO_STOP,
     STOPPED,
@@ -24,7 +25,8 @@ from nanomem.agent.commands import (
     UnknownCommand,
 )
 from nanomem.agent.context import ContextBuilder
-from nanomem.agent.feature import ReadMedia, Unreadable, read_media
+from nanomem.agent.feature import ReadMedia, Unreadable
+from nanomem.agent.intake import Intake
 from nanomem.agent.outbound import (
     STOPPING,
     STOPPING_NOTE,
@@ -36,8 +38,9 @@ from nanomem.agent.outbound import (
     describe_call,
     file_outlet,
 )
+from nanomem.agent.paused_turns import ClientTurns
 from nanomem.agent.react_loop import ReactResult, StepText, react, seal_tool_calls
-from nanomem.agent.replay import find_message, finished_reply, turn_after
+from nanomem.agent.replay import finished_reply
 from nanomem.agent.retries import count_attempt, keep_for_retry
 from nanomem.agent.templates import Templates
 from nanomem.audience import audience_of, owner_alone
@@ -108,6 +111,9 @@ class AgentLoop:
         self._stop_before_start: set[str] = set()
         self._tasks: set[asyncio.Task[Any]] = set()
         self._draining = False
+        longest = settings.agent.max_message_chars
+        self.clients = ClientTurns(sessions, templates, self.between_turns, longest)  # the API's
+        self.intake = Intake(sessions, context, templates, settings, self.clients, self.read_media)
         self._register_builtin_commands()
 
     async def run(self) -> None:
@@ -240,6 +246,8 @@ class AgentLoop:
             self._turn_slots,
         ):
             self._check_taking()
+            if (refused := await self.clients.before(msg, lambda: self._offered(msg))) is not None:
+                return refused
             if found and found[0].handler is None:  # /retry: a whole turn, not a line of text
                 return await self._stoppable_turn(msg, progress, finished, retry=True)
             if found:
@@ -264,7 +272,8 @@ class AgentLoop:
         # shutdown can lose it: the turn may be cut short, the message never is.
         key = msg.session_key
         self._starting.add(key)
-        saving = asyncio.ensure_future(self._retried(msg) if retry else self._acknowledge(msg))
+        intake = self.intake.retried(msg) if retry else self.intake.acknowledge(msg)
+        saving = asyncio.ensure_future(intake)
         try:
             session, at = await asyncio.shield(saving)
         except asyncio.CancelledError:
@@ -287,6 +296,8 @@ class AgentLoop:
             return OutboundMessage.answering(
                 msg, Text(prefaced(session.messages[at], earlier_reply))
             )
+        if (paused := self.clients.paused(session, at)) is not None:
+            return OutboundMessage.answering(msg, paused)  # a retried request that paused
         task = asyncio.create_task(self._turn(msg, session, at, progress, finished))
         self._running[key] = task
         try:
@@ -325,11 +336,13 @@ class AgentLoop:
             await self.sessions.append(session, seals)
         # A failed attempt's note is for later turns: a retry asks the model afresh.
         resumed = to_wire([m for m in session.messages[at + 1 :] if not m.get("failed")])
-        fixed = self._fixed(system["content"], [sent, *resumed])
+        # An API client's tools, instructions and options (None: any other message).
+        run = self.clients.run_for(msg, first=not (msg.client and msg.client.results))
+        fixed = self._fixed(system["content"], [sent, *resumed], run)
         whole = fixed + session.tokens_between(session.replay_from, at)
         if not self.budget.settled(self.budget.calibration.apply(whole)):
             session.system_tokens = self.budget.count_system(system["content"])
-            fixed = self._fixed(system["content"], [sent, *resumed])
+            fixed = self._fixed(system["content"], [sent, *resumed], run)
         history, history_tokens = session.history(self.budget.prompt_limit - fixed, end=at)
         exact = self.budget.exact  # how `fixed` and the history were counted
 
@@ -342,7 +355,7 @@ class AgentLoop:
         limits = self.settings.agent
         try:
             with charged_to(msg.session_key, "turn", secrets.token_hex(6)):
-                await react(
+                await (react if run is None else run.react)(
                     self.provider,
                     [system, *history, sent, *resumed],
                     self.tools,
@@ -365,13 +378,16 @@ class AgentLoop:
             actual = result.usage[0].prompt_tokens
             self.budget.observe(fixed + history_tokens, actual, exact=exact)
         finished.append((session, turn))
+        if run is not None and (answer := self.clients.outcome(msg, run, result)) is not None:
+            return OutboundMessage.answering(msg, answer)
         if result.text is None:
             text = self.templates.render(
                 "iteration_limit.md.j2", max_iterations=limits.max_iterations
             )
             return OutboundMessage.answering(msg, Text(text, "error"))
         reply = prefaced(session.messages[at], redact(result.text))
-        return OutboundMessage.answering(msg, Text(reply))
+        cut = result.finish_reason == "length"  # the model stopped at max_tokens
+        return OutboundMessage.answering(msg, Text(reply, truncated=cut))
 
     def _context_of(self, msg: InboundMessage) -> ToolContext:
         """Whom a turn works for: handed to every tool call and hook, never read from ambient
@@ -379,13 +395,18 @@ class AgentLoop:
         groups_see_personal = self.settings.memory.groups_see_personal
         return ToolContext(msg.sender, audience_of(msg.session_key, groups_see_personal))
 
-    def _fixed(self, system: str, messages: list[dict[str, Any]]) -> int:
+    def _fixed(self, system: str, messages: list[dict[str, Any]], run: ClientRun | None) -> int:
         """Tokens of what every prompt of the turn carries besides the replayed history."""
         return (
             self.budget.count_system(system)  # remembered by text: a lookup
             + sum(self.budget.count(m) for m in messages)
             + self.budget.count_tools(self.tools.schema_text)
+            + (run.tokens(self.budget) if run is not None else 0)
         )
+
+    def _offered(self, msg: InboundMessage) -> set[str]:
+        """The names of our tools offered to the message's chat."""
+        return {schema["function"]["name"] for schema in self.tools.schemas(self._context_of(msg))}
 
     def _streamer(self, msg: InboundMessage, progress: Show | None) -> StepText | None:
         """Pieces of the reply go out as they arrive, each with the step's text so far."""
@@ -446,66 +467,6 @@ class AgentLoop:
         session.system_tokens = self.budget.count_system(text)
         return {"role": "system", "content": text}
 
-    async def _retried(self, msg: InboundMessage) -> tuple[Session, int | None]:
-        """The chat's last message, when it is still unanswered (None otherwise)."""
-        session = await self.sessions.get(msg.session_key)
-        last = next(
-            (
-                i
-                for i in range(len(session.messages) - 1, -1, -1)
-                if session.messages[i].get("role") == "user"
-            ),
-            None,
-        )
-        if last is None or last < session.replay_from:
-            return session, None
-        if finished_reply(session.messages, last) is not None:
-            return session, None
-        if session.messages[last].get("unread"):  # its files could not be read
-            return session, await self._reread(msg, session, last)
-        return session, last
-
-    async def _reread(self, msg: InboundMessage, session: Session, at: int) -> int:
-        """A message whose files could not be read, read again and saved anew (Unreadable:
-        still not, and nothing is saved); where it is now."""
-        user = session.messages[at]
-        files = replace(msg, media=tuple(user["unread"]), lengths=user.get("lengths") or {})
-        read = await read_media(self.read_media, files)
-        await self.sessions.append(session, [read.into(user)])
-        return len(session.messages) - 1
-
-    async def _acknowledge(self, msg: InboundMessage) -> tuple[Session, int | None]:
-        """The session and the index of the message in it: saved now, or found there when a
-        replayed message had been saved before a crash."""
-        session = await self.sessions.get(msg.session_key)
-        if msg.replayed and (found := find_message(session.messages, msg.id)) is not None:
-            messages = session.messages
-            if finished_reply(messages, found) is not None:
-                return session, found  # answered before the crash: that answer is sent
-            if len(turn_after(messages, found)) == len(messages) - found - 1:
-                if messages[found].get("unread"):  # never a turn without its files' text
-                    return session, await self._reread(msg, session, found)
-                return session, found  # still the session's last turn: it goes on
-            # Other turns came after it (another process on this session): asked afresh.
-        # Documents become text once, here, and the session keeps it (agent/documents.py).
-        room = self.settings.agent.max_message_chars - len(msg.content)
-        documents = await self.context.documents(msg.media, room, msg.session_key)
-        user = self.context.user_message(msg, documents=documents)
-        if msg.seq is not None:
-            user["in"] = msg.id  # how a replay finds it again
-        try:  # a voice note's transcript too, made once (Feature.read_media)
-            read = await read_media(self.read_media, msg)
-        except Unreadable as exc:  # kept with its files named, for /retry to read again
-            note = self.templates.render("media_unread.md.j2", line=exc.line)
-            failed = {"role": "assistant", "content": note, "failed": "media"}
-            unread = {**user, "unread": list(msg.media)}
-            if msg.lengths:  # what the channel said of them, for /retry to hold to the limit
-                unread["lengths"] = dict(msg.lengths)
-            await self.sessions.append(session, [unread, failed])
-            raise
-        await self.sessions.append(session, [read.into(user)])
-        return session, len(session.messages) - 1
-
     def _spawn(self, coro: Awaitable[Any]) -> asyncio.Task[Any]:
         task = asyncio.ensure_future(coro)
         self._tasks.add(task)
@@ -532,6 +493,7 @@ class AgentLoop:
         if still:
             await asyncio.wait(still, timeout=2.0)
         await self._chats.cancel()
+        await self.clients.stop()
 
     def _register_builtin_commands(self) -> None:
         register = self.commands.register

@@ -2,8 +2,9 @@
 
 `Text` is a whole message (the model's reply, an error, a command's own text); `Delta` a piece
 of a reply while the model writes it, `DeltaEnd` the end of a step's pieces; `Question` asks the
-person to choose; `Progress` says which tool runs; `File` hands over a file. The core picks the
-form a channel gets from its Capabilities (agent/channel.py: `shaped`).
+person to choose; `Progress` says which tool runs; `File` hands over a file; `Paused` ends an
+API client's request whose turn waits for the client's own tools (agent/client_turn.py). The
+core picks the form a channel gets from its Capabilities (agent/channel.py: `shaped`).
 """
 
 from __future__ import annotations
@@ -100,7 +101,16 @@ class File:
         return workspace / path if workspace is not None and not path.is_absolute() else path
 
 
-Part = Text | Delta | DeltaEnd | Question | Progress | File
+@dataclass(frozen=True)
+class Paused:
+    """The turn waits for the API client's tools. `text` is what the model wrote beside the
+    calls; `calls` are the client's calls only (ours have run)."""
+
+    text: str
+    calls: tuple[ToolCall, ...]
+
+
+Part = Text | Delta | DeltaEnd | Question | Progress | File | Paused
 _TYPES: dict[str, type[Any]] = {
     "text": Text,
     "delta": Delta,
@@ -108,6 +118,7 @@ _TYPES: dict[str, type[Any]] = {
     "question": Question,
     "progress": Progress,
     "file": File,
+    "paused": Paused,
 }
 
 
@@ -127,7 +138,7 @@ class OutboundMessage:
     def content(self) -> str:
         """The words it carries, whatever its part."""
         part = self.part
-        if isinstance(part, Text | Question):
+        if isinstance(part, Text | Question | Paused):
             return part.text
         if isinstance(part, Delta):
             return part.piece
@@ -147,7 +158,7 @@ class OutboundMessage:
     @property
     def is_answer(self) -> bool:
         """A whole message (not a piece, a progress line or a question): ends what it answers."""
-        return isinstance(self.part, Text | File)
+        return isinstance(self.part, Text | File | Paused)
 
     def to_dict(self) -> dict[str, Any]:
         kind = next(name for name, cls in _TYPES.items() if isinstance(self.part, cls))
@@ -155,6 +166,8 @@ class OutboundMessage:
         for key in ("buttons", "choices"):
             if key in fields:
                 fields[key] = [[b.label, b.command] for b in fields[key]]
+        if "calls" in fields:
+            fields["calls"] = [[c.id, c.name, c.arguments] for c in fields["calls"]]
         return {
             "version": 2,
             "channel": self.channel,
@@ -174,6 +187,10 @@ class OutboundMessage:
         for key in ("buttons", "choices"):
             if key in fields:
                 fields[key] = _buttons(fields[key])
+        if "calls" in fields:
+            from nanomem.providers import ToolCall
+
+            fields["calls"] = tuple(ToolCall(*map(str, call)) for call in fields["calls"])
         return cls(channel, chat, kind(**fields), reply_to, seq)
 
 

@@ -7,7 +7,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from nanomem.providers import Provider, ToolCall, ToolChoice, Usage
+from nanomem.providers import ModelOptions, Provider, ToolCall, ToolChoice, Usage
 from nanomem.tools import Image, ToolContext, ToolOutput, ToolRegistry
 
 CANCELLED_RESULT = "Cancelled: the turn was stopped before this tool finished."
@@ -19,6 +19,9 @@ class ReactResult:
     messages: list[dict[str, Any]] = field(default_factory=list)
     usage: list[Usage] = field(default_factory=list)
     streamed: str = ""  # the current step's text shown so far (kept if the turn is cut short)
+    # The client's tools the last step called: the turn waits for their results (ours ran).
+    pending: tuple[ToolCall, ...] = ()
+    finish_reason: str | None = None  # the last model call's ("length": cut at max_tokens)
 
 
 # Receives each piece of streamed text with the number of the model call it belongs to.
@@ -40,13 +43,23 @@ async def react(
     tool_choice: ToolChoice | None = None,
     on_text: StepText | None = None,
     show_images: ShowImages | None = None,
+    client_tools: tuple[dict[str, Any], ...] = (),
+    first_choice: ToolChoice | None = None,
+    options: ModelOptions | None = None,
 ) -> ReactResult:
     """Run until the model answers without tool calls; new messages accumulate in `out`
     as they happen, so a caller that is cancelled still holds the partial turn. Every tool
     call works for `context`. With `on_text`, each model call streams its text into it. With
-    `show_images`, images tools return go to the next model call (and only to it)."""
+    `show_images`, images tools return go to the next model call (and only to it).
+
+    `client_tools` (an API client's) are offered beside ours; a step that calls one runs our
+    own calls, then ends the loop with the client's in `pending`. `first_choice` is the first
+    model call's tool_choice only; `options` go with every call."""
     result = out if out is not None else ReactResult(text=None)
     schemas = tools.schemas(context) if tools else None  # those offered to this chat
+    theirs = {tool["function"]["name"] for tool in client_tools}
+    if client_tools:
+        schemas = [*(schemas or ()), *client_tools]
     shown: list[dict[str, Any]] = []  # sent with one model call, never kept in `out`
     for step in range(max_iterations):
         result.streamed = ""
@@ -62,10 +75,12 @@ async def react(
             [*messages, *result.messages, *shown],
             schemas,
             max_tokens=max_tokens,
-            tool_choice=tool_choice,
+            tool_choice=first_choice if step == 0 and first_choice is not None else tool_choice,
             on_text=sink,
+            options=options,
         )
         result.streamed = ""  # now part of the messages
+        result.finish_reason = reply.finish_reason
         shown = []
         if reply.usage:
             result.usage.append(reply.usage)
@@ -73,11 +88,12 @@ async def react(
         if not reply.tool_calls:
             result.text = reply.content or ""
             return result
+        calls = tuple(c for c in reply.tool_calls if c.name not in theirs)
+        result.pending = tuple(c for c in reply.tool_calls if c.name in theirs)
         if on_tool_call is not None:
-            for call in reply.tool_calls:
+            for call in calls:
                 await on_tool_call(call)
         registry = tools or ToolRegistry()  # a hallucinated call gets an "unknown tool" answer
-        calls = reply.tool_calls
         outputs: list[ToolOutput] = []
         if all(registry.is_read_only(c.name) for c in calls):
             outputs += await asyncio.gather(
@@ -90,6 +106,9 @@ async def react(
             for call in calls:
                 outputs.append(await registry.run(call.name, call.arguments, context))
                 result.messages.append(_tool_message(call, outputs[-1]))
+        if result.pending:
+            result.text = reply.content or ""
+            return result
         images = tuple(image for output in outputs for image in output.images)
         if images and show_images is not None and (message := await show_images(images)):
             shown = [message]
@@ -101,8 +120,10 @@ def _tool_message(call: ToolCall, output: ToolOutput) -> dict[str, Any]:
 
 
 def seal_tool_calls(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Give every tool call a result, so an interrupted turn is consistent when saved."""
+    """Give every tool call a result, so an interrupted turn is consistent when saved. A
+    paused turn's calls of the client's tools (`waits`) are left for the client's results."""
     answered = {m.get("tool_call_id") for m in messages if m.get("role") == "tool"}
+    answered.update(i for m in messages for i in m.get("waits") or ())
     sealed = list(messages)
     for message in messages:
         for call in message.get("tool_calls") or ():

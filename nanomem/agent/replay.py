@@ -32,8 +32,40 @@ def finished_reply(messages: list[dict[str, Any]], at: int) -> str | None:
     What was said in the chat between turns (`aside`: a background task's result) is not."""
     turn = [m for m in turn_after(messages, at) if not m.get("aside")]
     last = turn[-1] if turn else None
+    # A turn paused on an API client's tools is not finished either: it waits (open_pause).
     if last is None or last.get("role") != "assistant" or last.get("tool_calls"):
         return None
     if last.get("failed"):
         return None  # a failed attempt: worth another
     return str(last.get("content") or "")
+
+
+def last_user(messages: list[dict[str, Any]]) -> int | None:
+    """Where the session's last user message is (within the search bound)."""
+    for index in range(len(messages) - 1, max(-1, len(messages) - 1 - REPLAY_SEARCH), -1):
+        if messages[index].get("role") == "user":
+            return index
+    return None
+
+
+def open_pause(messages: list[dict[str, Any]]) -> int | None:
+    """Where the assistant message of a turn paused on an API client's tools is, while some
+    call it waits for has no result: it is the session's last message but for tool results
+    and asides, so this looks at the end only."""
+    for index in range(len(messages) - 1, max(-1, len(messages) - 1 - REPLAY_SEARCH), -1):
+        message = messages[index]
+        if message.get("role") == "tool" or message.get("aside"):
+            continue
+        if message.get("role") == "assistant" and waiting(messages, index):
+            return index
+        return None
+    return None
+
+
+def waiting(messages: list[dict[str, Any]], at: int) -> list[str]:
+    """The ids of the client's calls the assistant message at `at` still waits for."""
+    waits = messages[at].get("waits") or ()
+    if not waits:
+        return []
+    answered = {m.get("tool_call_id") for m in messages[at + 1 :] if m.get("role") == "tool"}
+    return [call_id for call_id in waits if call_id not in answered]

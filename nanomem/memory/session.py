@@ -158,7 +158,36 @@ def wire_forms(messages: list[dict[str, Any]]) -> list[WireMessage | None]:
         orphan_result = out.get("role") == "tool" and out.get("tool_call_id") not in called
         orphan = (orphan_call and not out.get("content")) or orphan_result
         forms.append(None if orphan else WireMessage(out))
-    return forms
+    return _asides_after_results(messages, forms, answered)
+
+
+def _asides_after_results(
+    messages: list[dict[str, Any]], forms: list[WireMessage | None], answered: set[Any]
+) -> list[WireMessage | None]:
+    """An aside (a background task's result) saved while a turn waited for an API client's
+    tool results goes after those results: a model takes nothing between a call and its
+    result. Only moved within the turn, so each turn keeps its length."""
+    if not any(m.get("aside") for m in messages):
+        return forms
+    order: list[int] = []
+    held: list[int] = []
+    due: set[Any] = set()  # the calls of the last assistant message whose results come later
+    for index, message in enumerate(messages):
+        if message.get("aside") and due:
+            held.append(index)
+            continue
+        if message.get("role") == "tool":
+            due.discard(message.get("tool_call_id"))
+        elif held:  # anything else ends the results
+            order += held
+            held, due = [], set()
+        order.append(index)
+        if message.get("tool_calls"):
+            due = {c.get("id") for c in message["tool_calls"]} & answered
+        if held and not due:
+            order += held
+            held = []
+    return [forms[i] for i in order + held]
 
 
 def to_wire(messages: list[dict[str, Any]]) -> list[WireMessage]:

@@ -16,12 +16,14 @@ from loguru import logger
 from nanomem.config import LLMSettings
 from nanomem.providers.provider import (
     ErrorCategory,
+    ModelOptions,
     ProviderError,
     Reply,
     TextSink,
     ToolCall,
     ToolChoice,
     categorize,
+    sampling,
     usage_of,
 )
 from nanomem.providers.reply_stream import ReplyStream
@@ -87,6 +89,7 @@ class LiteLLMProvider:
     def __init__(self, settings: LLMSettings, *, model: str | None = None) -> None:
         self.settings = settings
         self.model = model or settings.model
+        self._schemas: bool | None = None  # whether litellm says the model follows a schema
 
     async def complete(
         self,
@@ -96,9 +99,11 @@ class LiteLLMProvider:
         max_tokens: int | None = None,
         tool_choice: ToolChoice | None = None,
         on_text: TextSink | None = None,
+        options: ModelOptions | None = None,
     ) -> Reply:
         # Never wait for the import on the event loop: Ctrl-C and other chats must stay live.
         litellm = _module if _module is not None else await asyncio.to_thread(import_litellm)
+        asked = options.max_tokens if options is not None else None
         kwargs: dict[str, Any] = {
             "model": self.model,
             # Copies: some of litellm's provider adapters edit messages in place, and a
@@ -106,7 +111,7 @@ class LiteLLMProvider:
             "messages": [dict(message) for message in messages],
             "timeout": self.settings.timeout_s,
             "max_retries": 0,  # we retry ourselves, on categories, with backoff
-            "max_tokens": max_tokens or self.settings.max_tokens,
+            "max_tokens": asked or max_tokens or self.settings.max_tokens,
         }
         if tools:
             kwargs["tools"] = tools
@@ -122,6 +127,14 @@ class LiteLLMProvider:
             raise ProviderError("auth", "Missing credentials: no API key for an OpenAI model")
         if self.settings.temperature is not None:
             kwargs["temperature"] = self.settings.temperature
+        if options is not None:
+            fields = sampling(options, tools=bool(tools))
+            if _schema_format(fields) and not self._follows_schemas(litellm):
+                # Said before anything is sent: the caller asks for the answer by prompt.
+                raise ProviderError(
+                    "bad_request", f"response_format json_schema is not supported by {self.model}"
+                )
+            kwargs.update(fields)
         if on_text is not None:
             kwargs["stream"] = True
             kwargs["stream_options"] = {"include_usage": True}  # usage in the last chunk
@@ -143,6 +156,19 @@ class LiteLLMProvider:
                 error.category, error.detail = "server", f"the answer was cut: {error.detail}"
             raise error from None
         return await stream.finish(ended=False)
+
+    def _follows_schemas(self, litellm: ModuleType) -> bool:
+        if self._schemas is None:
+            try:
+                self._schemas = bool(litellm.supports_response_schema(model=self.model))
+            except Exception:  # an unknown model: litellm cannot say, so it is not assumed
+                self._schemas = False
+        return self._schemas
+
+
+def _schema_format(fields: dict[str, Any]) -> bool:
+    answer = fields.get("response_format")
+    return isinstance(answer, dict) and answer.get("type") == "json_schema"
 
 
 async def _apply(chunk: Any, stream: ReplyStream) -> None:

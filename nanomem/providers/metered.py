@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 from loguru import logger
 
-from nanomem.providers.provider import Provider, Reply, TextSink, ToolChoice, Usage
+from nanomem.providers.provider import ModelOptions, Provider, Reply, TextSink, ToolChoice, Usage
 
 # What a call was made for. "other": nothing said (a call outside the work named here).
 Purpose = Literal["turn", "consolidation", "dream", "task", "other"]
@@ -75,9 +75,15 @@ class MeteredProvider:
         max_tokens: int | None = None,
         tool_choice: ToolChoice | None = None,
         on_text: TextSink | None = None,
+        options: ModelOptions | None = None,
     ) -> Reply:
         reply = await self.inner.complete(
-            messages, tools, max_tokens=max_tokens, tool_choice=tool_choice, on_text=on_text
+            messages,
+            tools,
+            max_tokens=max_tokens,
+            tool_choice=tool_choice,
+            on_text=on_text,
+            options=options,
         )
         if reply.usage is not None and self.hooks:
             call = ModelCall(self.model, reply.usage, _CHARGE.get() or _NOBODY, time.time())

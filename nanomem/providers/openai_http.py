@@ -22,6 +22,7 @@ from nanomem.config import LLMSettings
 from nanomem.providers import connection
 from nanomem.providers.connection import Body, Connection, ConnectionFailed
 from nanomem.providers.provider import (
+    ModelOptions,
     ProviderError,
     Reply,
     TextSink,
@@ -29,6 +30,7 @@ from nanomem.providers.provider import (
     ToolChoice,
     categorize,
     encode_messages,
+    sampling,
     usage_of,
 )
 from nanomem.providers.reply_stream import ReplyStream
@@ -75,6 +77,7 @@ class OpenAIHTTPProvider:
         max_tokens: int | None = None,
         tool_choice: ToolChoice | None = None,
         on_text: TextSink | None = None,
+        options: ModelOptions | None = None,
     ) -> Reply:
         if problem := _header_problem(self._key):
             # The only header of the person's making is the key's.
@@ -83,9 +86,10 @@ class OpenAIHTTPProvider:
             # A hosted API would answer 401 anyway; a local server may legitimately need no key.
             variable = self.route.key_variable or "llm.api_key"
             raise ProviderError("auth", f"Missing credentials: no API key (set {variable})")
+        asked = options.max_tokens if options is not None else None
         body: dict[str, Any] = {
             "model": self.model,
-            self.route.max_tokens_field: max_tokens or self.settings.max_tokens,
+            self.route.max_tokens_field: asked or max_tokens or self.settings.max_tokens,
         }
         if on_text is not None:
             body["stream"] = True
@@ -94,6 +98,8 @@ class OpenAIHTTPProvider:
             body["tool_choice"] = tool_choice
         if self.settings.temperature is not None:
             body["temperature"] = self.settings.temperature
+        if options is not None:
+            body.update(sampling(options, tools=bool(tools)))
         # The replayed history is most of the request, and its messages arrive encoded; the
         # tools' schemas (a few KB) are encoded once for as long as they stay the same.
         head = json.dumps(body)[:-1] + (f', "tools": {self._encoded(tools)}' if tools else "")

@@ -28,8 +28,9 @@ ErrorCategory = Literal[
     "malformed",  # an answer came (HTTP 200) that is not a chat completion
 ]
 # "none": answer in text even though tools are offered (summaries keep the chat's tool list so
-# the provider's prompt cache serves them); "auto" is every API's default.
-ToolChoice = Literal["none", "auto", "required"]
+# the provider's prompt cache serves them); "auto" is every API's default. An API client may
+# also name one function: {"type": "function", "function": {"name": ...}}.
+ToolChoice = Literal["none", "auto", "required"] | dict[str, Any]
 # Receives the assistant's text piece by piece as the model writes it (streaming).
 TextSink = Callable[[str], Awaitable[None]]
 # A malformed answer may be a proxy's or a server's bad moment: worth the configured retries.
@@ -171,6 +172,23 @@ class ModelOptions:
     response_format: dict[str, Any] | None = None
 
 
+def sampling(options: ModelOptions, *, tools: bool) -> dict[str, Any]:
+    """The request fields `options` set, besides max_tokens (whose name depends on the API),
+    in OpenAI's names; parallel_tool_calls only beside tools (OpenAI refuses it alone)."""
+    fields: dict[str, Any] = {
+        name: value
+        for name in ("temperature", "top_p", "seed", "presence_penalty", "frequency_penalty")
+        if (value := getattr(options, name)) is not None
+    }
+    if options.stop:
+        fields["stop"] = list(options.stop)
+    if tools and options.parallel_tool_calls is not None:
+        fields["parallel_tool_calls"] = options.parallel_tool_calls
+    if options.response_format is not None:
+        fields["response_format"] = options.response_format
+    return fields
+
+
 @dataclass(frozen=True)
 class Reply:
     content: str | None
@@ -248,10 +266,12 @@ class Provider(Protocol):
         max_tokens: int | None = None,
         tool_choice: ToolChoice | None = None,
         on_text: TextSink | None = None,
+        options: ModelOptions | None = None,
     ) -> Reply:
         """One model call. With `on_text`, stream: each piece of the reply's text is awaited
         into it as it arrives (the Reply still holds it all); a failure after some text was
-        given to it raises ProviderError with that text in `shown`."""
+        given to it raises ProviderError with that text in `shown`. `options` (an API
+        client's) go to the model as they are, over the configured ones."""
         ...
 
 
@@ -281,6 +301,7 @@ class RetryingProvider:
         max_tokens: int | None = None,
         tool_choice: ToolChoice | None = None,
         on_text: TextSink | None = None,
+        options: ModelOptions | None = None,
     ) -> Reply:
         shown: list[str] = []
 
@@ -299,6 +320,7 @@ class RetryingProvider:
                     max_tokens=max_tokens,
                     tool_choice=tool_choice,
                     on_text=show if on_text is not None else None,
+                    options=options,
                 )
             except ProviderError as exc:
                 exc.attempts = attempt

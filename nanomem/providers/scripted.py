@@ -10,7 +10,14 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
-from nanomem.providers.provider import ProviderError, Reply, TextSink, ToolCall, ToolChoice
+from nanomem.providers.provider import (
+    ModelOptions,
+    ProviderError,
+    Reply,
+    TextSink,
+    ToolCall,
+    ToolChoice,
+)
 
 Step = Reply | ProviderError | Callable[[list[dict[str, Any]]], Reply | Awaitable[Reply]]
 
@@ -37,6 +44,7 @@ class ScriptedProvider:
         self.calls: list[list[dict[str, Any]]] = []
         self.tools_seen: list[list[dict[str, Any]] | None] = []
         self.tool_choices: list[ToolChoice | None] = []
+        self.options_seen: list[ModelOptions | None] = []
 
     def add(self, *steps: Step) -> None:
         self.steps.extend(steps)
@@ -49,7 +57,9 @@ class ScriptedProvider:
         max_tokens: int | None = None,
         tool_choice: ToolChoice | None = None,
         on_text: TextSink | None = None,
+        options: ModelOptions | None = None,
     ) -> Reply:
+        self.options_seen.append(options)
         reply = await self._next(messages, tools, tool_choice)
         if on_text is not None and reply.content:
             for piece in re.findall(r"\S*\s*", reply.content):  # word by word, as models do

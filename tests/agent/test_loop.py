@@ -385,7 +385,7 @@ class HalfThenFail:
         self.calls = 0
 
     async def complete(
-        self, messages, tools=None, *, max_tokens=None, tool_choice=None, on_text=None
+        self, messages, tools=None, *, max_tokens=None, tool_choice=None, on_text=None, **_
     ) -> Reply:  # type: ignore[no-untyped-def]
         self.calls += 1
         if on_text is not None:
@@ -416,7 +416,14 @@ async def test_stopping_mid_stream_keeps_the_part_that_was_shown(home: Home) -> 
 
     class Slow:
         async def complete(
-            self, messages, tools=None, *, max_tokens=None, tool_choice=None, on_text=None
+            self,
+            messages,
+            tools=None,
+            *,
+            max_tokens=None,
+            tool_choice=None,
+            on_text=None,
+            options=None,
         ) -> Reply:  # type: ignore[no-untyped-def]
             assert on_text is not None
             await on_text("The first part")

@@ -65,6 +65,9 @@ SAMPLES = {
     },
     "iteration_limit.md.j2": {"max_iterations": 20},
     "turn_failed.md.j2": {"category": "unreachable"},
+    "client_instructions.md.j2": {"instructions": ["Answer in French."], "schema": "{}"},
+    "client_tool_closed.md.j2": {},
+    "schema_reask.md.j2": {"problem": "at $.city: 'x' is not of type 'integer'", "schema": "{}"},
     "media_unread.md.j2": {"line": "Voice notes are off."},
     "scheduled_turn.md.j2": {
         "id": "3f2a9c1e",

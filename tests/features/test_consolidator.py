@@ -32,7 +32,7 @@ class Model:
         self.tool_choices: list[str | None] = []
 
     async def complete(
-        self, messages, tools=None, *, max_tokens=None, tool_choice=None, on_text=None
+        self, messages, tools=None, *, max_tokens=None, tool_choice=None, on_text=None, **_
     ) -> Reply:  # type: ignore[no-untyped-def]
         self.calls.append(messages)
         self.tool_choices.append(tool_choice)
@@ -103,7 +103,9 @@ async def test_tool_calls_are_never_split_from_their_results(home: Home) -> None
     app = app_with(home, model)
     calls = 0
 
-    async def with_tools(messages, tools=None, *, max_tokens=None, tool_choice=None, on_text=None):  # type: ignore[no-untyped-def]
+    async def with_tools(  # type: ignore[no-untyped-def]
+        messages, tools=None, *, max_tokens=None, tool_choice=None, on_text=None, **_
+    ):
         nonlocal calls
         calls += 1
         last = messages[-1]
@@ -280,7 +282,7 @@ class HeldModel(Model):
         self.gate = asyncio.Event()
 
     async def complete(
-        self, messages, tools=None, *, max_tokens=None, tool_choice=None, on_text=None
+        self, messages, tools=None, *, max_tokens=None, tool_choice=None, on_text=None, **_
     ) -> Reply:  # type: ignore[no-untyped-def]
         if SUMMARY_MARK in str(messages[-1].get("content")):
             self.summarising.set()

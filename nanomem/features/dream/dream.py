@@ -40,6 +40,7 @@ from nanomem.memory import (
     clean_temp_files,
 )
 from nanomem.providers import (
+    ModelOptions,
     Provider,
     ProviderError,
     Reply,
@@ -169,11 +170,17 @@ class TokenCap:
         max_tokens: int | None = None,
         tool_choice: ToolChoice | None = None,
         on_text: TextSink | None = None,
+        options: ModelOptions | None = None,
     ) -> Reply:
         if self.used >= self.limit:
             raise DreamAborted(f"the token cap ({self.limit}) was reached")
         reply = await self.inner.complete(
-            messages, tools, max_tokens=max_tokens, tool_choice=tool_choice, on_text=on_text
+            messages,
+            tools,
+            max_tokens=max_tokens,
+            tool_choice=tool_choice,
+            on_text=on_text,
+            options=options,
         )
         if reply.usage is not None:
             self.used += reply.usage.prompt_tokens + reply.usage.completion_tokens
