@@ -297,3 +297,15 @@ async def test_a_client_that_hangs_up_mid_stream_stops_the_turn(served: Served) 
         await asyncio.sleep(0.01)
     assert [m["role"] for m in messages[:3]] == ["user", "assistant", "tool"]
     assert not any("the held answer" in str(m.get("content")) for m in messages)
+
+
+async def test_an_image_url_is_fetched_through_the_guard(served: Served, home: Home) -> None:
+    part = {"type": "input_image", "image_url": "http://127.0.0.1:9/cat.png"}
+    with pytest.raises(openai.BadRequestError) as refused:
+        await served.client().responses.create(
+            model="nanomem",
+            input=[{"role": "user", "content": [{"type": "input_text", "text": "see"}, part]}],
+        )
+    assert refused.value.param == "input[0].content[1]"
+    assert "could not be fetched" in refused.value.message
+    assert served.provider.calls == [] and not (home.workspace / "media").exists()
