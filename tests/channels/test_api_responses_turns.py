@@ -187,6 +187,9 @@ async def test_the_sdk_s_retry_after_a_failure_saves_the_message_once(served: Se
     assert len(served.provider.calls) == 2
     messages = await saved(served, "retried")
     assert len([m for m in messages if m["role"] == "user"]) == 1
+    # Every attempt of a request has the same response id: the one its answer is saved with.
+    replies = [m for m in messages if m["role"] == "assistant" and "failed" not in m]
+    assert [m.get("reply_id") for m in replies] == [response.id]
 
 
 async def test_an_idempotency_key_seen_before_answers_from_the_stored_turn(served: Served) -> None:
