@@ -29,6 +29,7 @@ from channels.api.files import SentFiles
 from channels.api.http_errors import openai_errors
 from channels.api.replies import Answer, Pieces, streamed, whole
 from channels.api.request import parse_request
+from channels.api.responses import respond
 from channels.api.wire import (
     FILE_PART_CHARS,
     MODEL_ID,
@@ -139,6 +140,7 @@ class ApiChannel(BaseChannel):
     def routes(self, web_app: web.Application) -> None:
         web_app.middlewares.append(openai_errors)
         web_app.router.add_post("/v1/chat/completions", self._chat)
+        web_app.router.add_post("/v1/responses", functools.partial(respond, self))
         web_app.router.add_get("/v1/models", self._models)
         web_app.router.add_get("/v1/models/{model_id}", self._model)
         web_app.router.add_get("/v1/files/{file_id}", self._file)
