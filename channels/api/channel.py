@@ -1,8 +1,9 @@
 """The agent API: an OpenAI-compatible chat-completions endpoint on the gateway's HTTP server.
 
-Each request is one turn of the session `api:<session_id>`: the channel calls the core
-directly (`AgentLoop.answer`) and writes the reply, and the pieces before it, to the waiting
-request (channels/api/replies.py). No bus, no inbox: an HTTP client waits on its connection,
+Each request is one turn of the session `api:<session_id>`, or the next step of a turn that
+waits for the client's own tools (the request brings their results): the channel calls the
+core directly (`AgentLoop.answer`) and writes the reply, and the pieces before it, to the
+waiting request (channels/api/replies.py). No bus, no inbox: an HTTP client waits on its connection,
 and after a crash nobody would be there to receive a replayed answer (the user's message is
 still saved in the session before the model is asked). A client that hangs up cancels its
 handler, and so its turn.
@@ -25,7 +26,10 @@ from aiohttp import web
 from loguru import logger
 
 from channels.api.files import SentFiles
+from channels.api.http_errors import openai_errors
 from channels.api.replies import Answer, Pieces, streamed, whole
+from channels.api.request import parse_request
+from channels.api.responses import respond
 from channels.api.wire import (
     FILE_PART_CHARS,
     MODEL_ID,
@@ -34,9 +38,15 @@ from channels.api.wire import (
     Upload,
     error_body,
     image_suffix,
-    parse_request,
 )
-from nanomem.agent import BaseChannel, Capabilities, InboundMessage, OutboundMessage, save_media
+from nanomem.agent import (
+    BaseChannel,
+    Capabilities,
+    ClientTurn,
+    InboundMessage,
+    OutboundMessage,
+    save_media,
+)
 from nanomem.app import FetchFailed, fetch_guarded
 from nanomem.audience import Sender
 from nanomem.config import ENV_DELIMITER, ENV_PREFIX, ApiSettings, ConfigError
@@ -57,6 +67,20 @@ MIN_BODY_RATE = 64 * 1024
 # Not even on loopback: every program of this machine's users reaches it there, a shell
 # command the agent runs for a group included. `nanomem gateway` makes a key where none is.
 WITHOUT_KEYS = "api.keys is empty: the agent API always needs a key (api.keys, NANOMEM_API__KEYS)"
+
+
+def _json_or_nothing(request: web.Request) -> None:
+    """A body said to be JSON, or said to be nothing in particular (read as JSON). Another
+    type is a 415 as OpenAI's error JSON: `curl -d` sends a form's type unless told."""
+    if "Content-Type" not in request.headers:
+        return
+    kind = request.content_type
+    if kind == "application/json" or (kind.startswith("application/") and kind.endswith("+json")):
+        return
+    raise BadRequest(
+        f"the request body is {kind[:80]}; send JSON, with Content-Type: application/json",
+        status=415,
+    )
 
 
 def _error(
@@ -114,8 +138,11 @@ class ApiChannel(BaseChannel):
         )
 
     def routes(self, web_app: web.Application) -> None:
+        web_app.middlewares.append(openai_errors)
         web_app.router.add_post("/v1/chat/completions", self._chat)
+        web_app.router.add_post("/v1/responses", functools.partial(respond, self))
         web_app.router.add_get("/v1/models", self._models)
+        web_app.router.add_get("/v1/models/{model_id}", self._model)
         web_app.router.add_get("/v1/files/{file_id}", self._file)
 
     def listens(self, server: str) -> str:
@@ -161,27 +188,44 @@ class ApiChannel(BaseChannel):
             found |= hmac.compare_digest(given, key)
         return found
 
-    async def _models(self, request: web.Request) -> web.Response:
-        if (refused := self._refused(request)) is not None:
-            return refused
-        model = {
+    def _model_json(self) -> dict[str, Any]:
+        return {
             "id": MODEL_ID,
             "object": "model",
             "created": self._created,
             "owned_by": "nanomem",
             "description": f"the nanomem agent (memory and tools) on {self.chat_model}",
         }
-        return web.json_response({"object": "list", "data": [model]})
+
+    async def _models(self, request: web.Request) -> web.Response:
+        if (refused := self._refused(request)) is not None:
+            return refused
+        return web.json_response({"object": "list", "data": [self._model_json()]})
+
+    async def _model(self, request: web.Request) -> web.Response:
+        if (refused := self._refused(request)) is not None:
+            return refused
+        if (asked := request.match_info["model_id"]) != MODEL_ID:
+            message = f"The model '{asked[:100]}' does not exist; this server has '{MODEL_ID}'"
+            return _error(404, message, "invalid_request_error", "model_not_found", "model")
+        return web.json_response(self._model_json())
 
     async def _chat(self, request: web.Request) -> web.StreamResponse:
         if (refused := self._refused(request)) is not None:
             return refused
         try:
+            _json_or_nothing(request)
             body = await self._read_body(request)
             # A big body takes a while to check and parse: not on the loop /health answers from.
             big = len(body) > PARSE_IN_THREAD_BYTES
-            parse = functools.partial(parse_request, body, self.settings.max_parts)
+            parse = functools.partial(parse_request, body, self.settings.max_parts, request.headers)
             parsed = await asyncio.to_thread(parse) if big else parse()
+            if parsed.results and parsed.size > self.max_message_chars:
+                raise BadRequest(
+                    f"the tool results are too long ({parsed.size} characters; limit "
+                    f"{self.max_message_chars}, agent.max_message_chars)",
+                    param="messages",
+                )
             if parsed.size > self.max_message_chars:
                 files = f" with its {plural(len(parsed.uploads), 'file')}" if parsed.uploads else ""
                 raise BadRequest(
@@ -189,15 +233,36 @@ class ApiChannel(BaseChannel):
                     f"{FILE_PART_CHARS} a file; limit {self.max_message_chars}, "
                     "agent.max_message_chars)"
                 )
+            if (told := sum(map(len, parsed.instructions))) > self.max_message_chars:
+                raise BadRequest(
+                    f"the system and developer messages are too long ({told} characters; "
+                    f"limit {self.max_message_chars}, agent.max_message_chars)",
+                    param="messages",
+                )
             media = await self._media(parsed) if parsed.uploads else ()
         except BadRequest as exc:
             refusal = _error(exc.status, str(exc), "invalid_request_error", None, exc.param)
             if exc.status == 408:
                 refusal.force_close()  # the rest of that body is not waited for
-            if exc.status == 415:  # what it could send instead (RFC 7694)
-                refusal.headers["Accept-Encoding"] = ", ".join(READ)
+            refusal.headers.update(exc.headers)
             return refusal
-        msg = InboundMessage(self.name, parsed.session_id, parsed.text, self._sender(parsed), media)
+        if parsed.superseded:
+            logger.info(
+                "api: {} before the new message in api:{} not read (the new message ends "
+                "the turn that waited for them)",
+                plural(parsed.superseded, "tool result"),
+                parsed.session_id,
+            )
+        msg = InboundMessage(
+            self.name,
+            parsed.session_id,
+            parsed.text,
+            self._sender(parsed),
+            media,
+            id=parsed.message_id,
+            replayed=parsed.replayed,
+            client=self._client_turn(parsed),
+        )
         pieces = Pieces(self._answer, msg, functools.partial(self.files.link, request))
         try:
             if parsed.stream:
@@ -210,6 +275,16 @@ class ApiChannel(BaseChannel):
         if (refused := self._refused(request)) is not None:
             return refused
         return await self.files.response(request.match_info["file_id"])
+
+    def _client_turn(self, parsed: ChatRequest) -> ClientTurn:
+        return ClientTurn(
+            tools=parsed.tools,
+            tool_choice=parsed.tool_choice,
+            instructions=parsed.instructions,
+            options=parsed.options,
+            results=parsed.results,
+            wait_s=self.settings.tool_wait_s,
+        )
 
     @staticmethod
     def _sender(parsed: ChatRequest) -> Sender:
@@ -231,6 +306,7 @@ class ApiChannel(BaseChannel):
                 f"the request body is in an encoding nanomem does not read ({exc}); "
                 f"send it as it is, or in {' or '.join(READ)}",
                 status=415,
+                headers={"Accept-Encoding": ", ".join(READ)},  # what it could send (RFC 7694)
             ) from None
         body = bytearray()
         # A body that stops arriving would hold its connection for ever, and so would one

@@ -14,12 +14,16 @@ from typing import Any
 
 from channels.api.wire import BadRequest, valid_session_id
 from nanomem.agent import ModelOptions
+from nanomem.text import untrusted_json
 
 MAX_TOOLS = 128  # OpenAI's own limit
 # One schema's JSON text (a tool's parameters, a response_format): far beyond a real one, and
 # every model call of the turn carries it.
 MAX_SCHEMA_CHARS = 100_000
 MAX_TOOLS_CHARS = 400_000  # all of a request's tools together
+# Levels of JSON nesting in one schema: pydantic's and zod's nest through $defs and stay far
+# below; the core validates answers against it, and a deep one only makes that slower.
+MAX_SCHEMA_DEPTH = 32
 MAX_DESCRIPTION_CHARS = 10_000
 MAX_STOP = 4
 MAX_STOP_CHARS = 200
@@ -127,8 +131,11 @@ def _function(function: dict[str, Any], at: str) -> dict[str, Any]:
 def _schema(schema: Any, at: str) -> dict[str, Any]:
     if not isinstance(schema, dict):
         raise BadRequest(f"{at} must be a JSON Schema object", param=at)
-    if len(json.dumps(schema)) > MAX_SCHEMA_CHARS:
+    text = json.dumps(schema)
+    if len(text) > MAX_SCHEMA_CHARS:
         raise BadRequest(f"{at} is larger than {MAX_SCHEMA_CHARS} characters of JSON", param=at)
+    if untrusted_json.depth_exceeds(text, MAX_SCHEMA_DEPTH):
+        raise BadRequest(f"{at} nests deeper than {MAX_SCHEMA_DEPTH} levels", param=at)
     return schema
 
 
@@ -325,21 +332,20 @@ def _session(value: Any, name: str) -> str:
 
 def retry_identity(headers: Mapping[str, str], session_id: str, new: Any) -> tuple[str, bool]:
     """The id a request's message is saved under, and whether it may be a retry of one saved
-    before. The same for every attempt of one request: its Idempotency-Key, else the session
-    and the new messages themselves. A retry is what the SDKs mark as one (their retry count
-    header), or any request with a key (whose first attempt may have reached us unanswered)."""
+    before. The same for every attempt of one request: the session and the new messages
+    themselves, with its Idempotency-Key when it has one (a key sent again with other messages
+    is another request: a client that sends one key with everything is not answered its first
+    reply for ever). A retry is what the SDKs mark as one (their retry count header), or any
+    request with a key (whose first attempt may have reached us unanswered)."""
     key = headers.get(IDEMPOTENCY_HEADER, "")
     if len(key) > MAX_IDEMPOTENCY_KEY:
         raise BadRequest(
             f"'{IDEMPOTENCY_HEADER}' is longer than {MAX_IDEMPOTENCY_KEY} characters",
             param=IDEMPOTENCY_HEADER,
         )
-    if key:
-        basis = f"key\0{session_id}\0{key}"
-    else:
-        basis = f"body\0{session_id}\0" + json.dumps(
-            new, sort_keys=True, ensure_ascii=False, separators=(",", ":")
-        )
+    basis = f"{key}\0{session_id}\0" + json.dumps(
+        new, sort_keys=True, ensure_ascii=False, separators=(",", ":")
+    )
     digest = hashlib.sha256(basis.encode("utf-8", "surrogatepass")).hexdigest()[:32]
     return f"api-{digest}", bool(key) or _retry_count(headers) > 0
 

@@ -4,6 +4,7 @@ one JSON completion or as server-sent events in OpenAI's chunk format."""
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -11,10 +12,13 @@ from typing import Any
 from aiohttp import web
 
 from channels.api.wire import (
+    CLIENT_ERRORS,
     DONE,
     ERROR_STATUS,
     UPSTREAM,
+    Call,
     ChatRequest,
+    call_deltas,
     chunk,
     completion,
     completion_id,
@@ -30,6 +34,7 @@ from nanomem.agent import (
     File,
     InboundMessage,
     OutboundMessage,
+    Paused,
     Progress,
     Text,
 )
@@ -95,20 +100,40 @@ def _error(status: int, message: str, kind: str, code: str | None = None) -> web
 
 
 def model_error(reply: Text) -> web.Response | None:
-    """The HTTP error for a turn that failed (the model's fault, or a stop); None otherwise."""
+    """The HTTP error for a turn that failed (the model's fault, the client's request, or a
+    stop); None otherwise."""
     if reply.style != "error" or not reply.category:
         return None
     if reply.category == STOPPING:
         return _error(503, reply.text, "api_error", "gateway_stopping")
+    if reply.category in CLIENT_ERRORS:
+        status, kind, code = CLIENT_ERRORS[reply.category]
+        return _error(status, reply.text, kind, code)
     status, kind, code = ERROR_STATUS.get(reply.category, UPSTREAM)
     return _error(status, reply.text, kind, code)
 
 
-def _final_text(final: Final) -> Text | None:
+def _final(final: Final) -> Text | Paused | None:
+    """The turn's reply: a Text, the client's calls it waits for, or None (a /stop)."""
     reply = final.reply
     if reply is None:
-        return None  # stopped
-    return reply.part if isinstance(reply.part, Text) else Text(reply.content)
+        return None
+    return reply.part if isinstance(reply.part, Text | Paused) else Text(reply.content)
+
+
+def _finish(reply: Text | Paused | None) -> str:
+    if isinstance(reply, Paused):
+        return "tool_calls"
+    return "length" if reply is not None and reply.truncated else "stop"
+
+
+def _calls(reply: Text | Paused | None) -> tuple[Call, ...]:
+    return reply.calls if isinstance(reply, Paused) else ()
+
+
+def _said(calls: tuple[Call, ...]) -> str:
+    """The calls as the completion's tokens count them: their names and arguments."""
+    return "".join(call.name + call.arguments for call in calls)
 
 
 async def whole(pieces: Pieces, parsed: ChatRequest, count: Count) -> web.Response:
@@ -122,13 +147,15 @@ async def whole(pieces: Pieces, parsed: ChatRequest, count: Count) -> web.Respon
             if piece.step != step:
                 step, step_text = piece.step, ""
             step_text += piece.piece
-    reply = _final_text(item)
-    if reply is not None and (failed := model_error(reply)) is not None:
+    reply = _final(item)
+    if isinstance(reply, Text) and (failed := model_error(reply)) is not None:
         return failed
     text = "\n\n".join([step_text if reply is None else reply.text, *links]).strip()
-    used = usage(count(parsed.text), count(text))
-    buttons = () if reply is None else reply.buttons
-    return web.json_response(completion(completion_id(), text, used, buttons))
+    calls = _calls(reply)
+    used = usage(count(parsed.said), count(text + _said(calls)))
+    buttons = reply.buttons if isinstance(reply, Text) else ()
+    answer = completion(completion_id(), text, used, buttons, calls, _finish(reply))
+    return web.json_response(answer)
 
 
 def _rest(final: str, step_text: str, sent_any: bool) -> str:
@@ -147,13 +174,14 @@ async def streamed(
     response: web.StreamResponse | None = None
     step: int | None = None
     step_text, shown = "", ""
+    piece = functools.partial(chunk, cid, usage_later=parsed.include_usage)
 
     async def write(data: bytes) -> None:
         nonlocal response
         if response is None:
             response = web.StreamResponse(headers=SSE_HEADERS)
             await response.prepare(request)
-            await response.write(chunk(cid, {"role": "assistant", "content": ""}))
+            await response.write(piece({"role": "assistant", "content": ""}))
         await response.write(data)
 
     try:
@@ -162,35 +190,39 @@ async def streamed(
                 line = ("\n\n" if shown else "") + item.markdown
                 shown += line
                 step, step_text = None, ""
-                await write(chunk(cid, {"content": line}))
+                await write(piece({"content": line}))
                 continue
             part = item.part
             if isinstance(part, Delta):
-                piece = part.piece
+                text = part.piece
                 if part.step != step:
                     step, step_text = part.step, ""
-                    piece = ("\n\n" if shown else "") + piece  # a later step's text
+                    text = ("\n\n" if shown else "") + text  # a later step's text
                 step_text += part.piece
-                shown += piece
-                await write(chunk(cid, {"content": piece}))
+                shown += text
+                await write(piece({"content": text}))
             elif isinstance(part, Progress) and settings.show_progress:
                 line = ("\n\n" if shown else "") + f"`{part.line}`"
                 shown += line
                 step, step_text = None, ""
-                await write(chunk(cid, {"content": line}))
-        reply = _final_text(item)
-        if reply is not None and reply.style == "error" and reply.category:
+                await write(piece({"content": line}))
+        reply = _final(item)
+        if isinstance(reply, Text) and reply.style == "error" and reply.category:
             if response is None:
                 return model_error(reply) or web.Response()
-            await write(event(error_body(reply.text, "api_error", reply.category)))
+            _, kind, code = CLIENT_ERRORS.get(reply.category, (0, "api_error", reply.category))
+            await write(event(error_body(reply.text, kind, code)))
             await write(DONE)
             return response
         final = "" if reply is None else reply.text
         if rest := _rest(final, step_text, bool(shown)):
-            await write(chunk(cid, {"content": rest}))
-        await write(chunk(cid, {}, "stop"))
+            await write(piece({"content": rest}))
+        calls = _calls(reply)
+        for delta in call_deltas(calls):
+            await write(piece(delta))
+        await write(piece({}, _finish(reply)))
         if parsed.include_usage:
-            used = usage(count(parsed.text), count(shown + rest))
+            used = usage(count(parsed.said), count(shown + rest + _said(calls)))
             await write(usage_chunk(cid, used))
         await write(DONE)
         assert response is not None

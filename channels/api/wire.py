@@ -8,12 +8,12 @@ import json
 import re
 import time
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
-from nanomem.agent import Button
+from nanomem.agent import CLIENT_REQUEST, SCHEMA_UNMET, Button, ModelOptions, ToolResult
 from nanomem.agent import image_suffix as told_suffix
-from nanomem.text import untrusted_json
 
 MODEL_ID = "nanomem"
 # Personal sessions only: a leading "-" would make `api:-1` look like a group (a shared room),
@@ -42,14 +42,40 @@ ERROR_STATUS: dict[str, tuple[int, str, str]] = {
     "context_too_long": (400, "invalid_request_error", "context_length_exceeded"),
 }
 UPSTREAM = (502, "api_error", "upstream_error")  # auth, not_found, bad_request, server, empty
+# A turn the client's request made impossible (agent/client_turn.py), with the core's reason.
+CLIENT_ERRORS: dict[str, tuple[int, str, str | None]] = {
+    CLIENT_REQUEST: (400, "invalid_request_error", None),
+    SCHEMA_UNMET: (422, "invalid_request_error", "response_format_unmet"),
+}
+ARGUMENT_PIECE = 512  # characters of a tool call's arguments in one streamed chunk
+
+
+class Call(Protocol):
+    """A tool call of the client's that a turn waits for (Paused.calls), as the wire shows it."""
+
+    @property
+    def id(self) -> str: ...
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def arguments(self) -> str: ...
 
 
 class BadRequest(Exception):
-    """A request we refuse before anything reaches the model; carries its HTTP status."""
+    """A request we refuse before anything reaches the model; carries its HTTP status, and
+    any header the refusal needs."""
 
-    def __init__(self, message: str, status: int = 400, param: str | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        status: int = 400,
+        param: str | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
         super().__init__(message)
-        self.status, self.param = status, param
+        self.status, self.param, self.headers = status, param, dict(headers or {})
 
 
 @dataclass(frozen=True)
@@ -66,15 +92,30 @@ class Upload:
 @dataclass
 class ChatRequest:
     session_id: str
-    text: str
+    text: str  # the person's new message(s), text parts joined
     uploads: list[Upload] = field(default_factory=list)  # the files, in the parts' order
     stream: bool = False
     include_usage: bool = False
+    instructions: tuple[str, ...] = ()  # the client's: its system and developer messages
+    results: tuple[ToolResult, ...] = ()  # its tools' results, continuing a paused turn
+    superseded: int = 0  # results before the person's new message: not read (NewTurn)
+    tools: tuple[dict[str, Any], ...] = ()  # the client's own, in chat's shape
+    tool_choice: str | dict[str, Any] | None = None
+    options: ModelOptions = field(default_factory=ModelOptions)
+    message_id: str = ""  # the same at every attempt of a request (options.retry_identity)
+    replayed: bool = False  # a retry, or a request with an Idempotency-Key
 
     @property
     def size(self) -> int:
-        """Its length as agent.max_message_chars counts it: the text and each file's line."""
-        return len(self.text) + FILE_PART_CHARS * len(self.uploads)
+        """Its length as agent.max_message_chars counts it: the text, each file's line and
+        the tool results."""
+        results = sum(len(result.content) for result in self.results)
+        return len(self.text) + FILE_PART_CHARS * len(self.uploads) + results
+
+    @property
+    def said(self) -> str:
+        """What the request adds to the conversation, as its prompt tokens are counted."""
+        return "\n\n".join([self.text, *(result.content for result in self.results)])
 
 
 def valid_session_id(value: str) -> bool:
@@ -85,64 +126,6 @@ def error_body(
     message: str, kind: str = "invalid_request_error", code: str | None = None, param: Any = None
 ) -> dict[str, Any]:
     return {"error": {"message": message, "type": kind, "param": param, "code": code}}
-
-
-def parse_request(raw: bytes, max_parts: int) -> ChatRequest:
-    """The new turn of a chat-completions body: only the last message counts (our session holds
-    the conversation), and it must be the user's; at most `max_parts` content parts."""
-    try:
-        body = untrusted_json.loads(raw)
-    except untrusted_json.TooDeep:
-        raise BadRequest(
-            f"the request body nests deeper than {untrusted_json.MAX_DEPTH} levels"
-        ) from None
-    except ValueError:  # UnicodeDecodeError among them
-        raise BadRequest("the request body is not valid JSON") from None
-    if not isinstance(body, dict):
-        raise BadRequest("the request body must be a JSON object")
-    messages = body.get("messages")
-    if not isinstance(messages, list) or not messages:
-        raise BadRequest("'messages' must be a non-empty list", param="messages")
-    last = messages[-1]
-    if not isinstance(last, dict) or last.get("role") != "user":
-        raise BadRequest(
-            "the last message must be the user's: the agent keeps the conversation itself, "
-            "so only the new user message is read",
-            param="messages",
-        )
-    where = f"messages[{len(messages) - 1}].content"
-    content = last.get("content")
-    if isinstance(content, list) and len(content) > max_parts:
-        raise BadRequest(
-            f"{where} has {len(content)} content parts; limit {max_parts}, api.max_parts",
-            param=where,
-        )
-    text, uploads = _content(content, where)
-    if not text.strip() and not uploads:
-        raise BadRequest("the last user message is empty", param="messages")
-    options = body.get("stream_options")
-    return ChatRequest(
-        session_id=_session_id(body),
-        text=text,
-        uploads=uploads,
-        stream=body.get("stream") is True,
-        include_usage=isinstance(options, dict) and options.get("include_usage") is True,
-    )
-
-
-def _session_id(body: dict[str, Any]) -> str:
-    for name in ("session_id", "user"):
-        value = body.get(name)
-        if value is None or value == "":
-            continue
-        if not isinstance(value, str) or not _SESSION_ID.fullmatch(value):
-            raise BadRequest(
-                f"'{name}' must be 1-128 letters, digits or _.@+=- and start with a letter or "
-                "digit",
-                param=name,
-            )
-        return value
-    return "default"
 
 
 def _content(content: Any, where: str) -> tuple[str, list[Upload]]:
@@ -238,9 +221,25 @@ def usage(prompt: int, completion: int) -> dict[str, int]:
 
 
 def completion(
-    cid: str, text: str, used: dict[str, int], buttons: tuple[Button, ...] = ()
+    cid: str,
+    text: str,
+    used: dict[str, int],
+    buttons: tuple[Button, ...] = (),
+    calls: tuple[Call, ...] = (),
+    finish: str = "stop",
 ) -> dict[str, Any]:
-    message: dict[str, Any] = {"role": "assistant", "content": text}
+    """A chat.completion; with `calls` (the client's tools the turn waits for) its message
+    carries them, and no content unless the model wrote some beside them."""
+    message: dict[str, Any] = {"role": "assistant", "content": text or (None if calls else "")}
+    if calls:
+        message["tool_calls"] = [
+            {
+                "id": call.id,
+                "type": "function",
+                "function": {"name": call.name, "arguments": call.arguments},
+            }
+            for call in calls
+        ]
     if buttons:  # nanomem's own field (clients ignore it): what a button would send
         message["buttons"] = [{"label": b.label, "command": b.command} for b in buttons]
     return {
@@ -248,20 +247,39 @@ def completion(
         "object": "chat.completion",
         "created": int(time.time()),
         "model": MODEL_ID,
-        "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
+        "choices": [{"index": 0, "message": message, "finish_reason": finish}],
         "usage": used,
     }
 
 
-def chunk(cid: str, delta: dict[str, Any], finish: str | None = None) -> bytes:
-    body = {
+def chunk(
+    cid: str, delta: dict[str, Any], finish: str | None = None, *, usage_later: bool = False
+) -> bytes:
+    """A chat.completion.chunk; `usage_later`: a usage chunk ends the stream (include_usage),
+    and every chunk before it says `"usage": null`, as OpenAI's do."""
+    body: dict[str, Any] = {
         "id": cid,
         "object": "chat.completion.chunk",
         "created": int(time.time()),
         "model": MODEL_ID,
         "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
     }
+    if usage_later:
+        body["usage"] = None
     return event(body)
+
+
+def call_deltas(calls: tuple[Call, ...]) -> list[dict[str, Any]]:
+    """The deltas of tool calls streamed as OpenAI streams them: per call, one with its index,
+    id, type and name (arguments ""), then its arguments in pieces; a client joins them."""
+    deltas: list[dict[str, Any]] = []
+    for index, call in enumerate(calls):
+        function = {"name": call.name, "arguments": ""}
+        deltas.append({"index": index, "id": call.id, "type": "function", "function": function})
+        for start in range(0, len(call.arguments), ARGUMENT_PIECE):
+            piece = call.arguments[start : start + ARGUMENT_PIECE]
+            deltas.append({"index": index, "function": {"arguments": piece}})
+    return [{"tool_calls": [delta]} for delta in deltas]
 
 
 def usage_chunk(cid: str, used: dict[str, int]) -> bytes:

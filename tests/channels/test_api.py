@@ -7,7 +7,8 @@ import json
 
 import pytest
 
-from channels.api.wire import BadRequest, completion, parse_request, usage
+from channels.api.request import parse_request
+from channels.api.wire import BadRequest, completion, usage
 from nanomem.agent.outbound import Button
 from nanomem.config import ConfigError, is_loopback
 from nanomem.gateway.service import Gateway, enabled_channels
@@ -34,15 +35,15 @@ def test_only_the_last_user_message_is_the_new_turn() -> None:
             ]
         }
     ).encode()
-    parsed = parse_request(raw, 16)
+    parsed = parse_request(raw, 16, {})
     assert parsed.text == "the new turn" and parsed.session_id == "default"
     assert not parsed.stream and not parsed.include_usage
 
 
 def test_the_session_comes_from_session_id_then_user() -> None:
-    assert parse_request(body(session_id="s1", user="u1"), 16).session_id == "s1"
-    assert parse_request(body(user="ada@example.org"), 16).session_id == "ada@example.org"
-    streamed = parse_request(body(stream=True, stream_options={"include_usage": True}), 16)
+    assert parse_request(body(session_id="s1", user="u1"), 16, {}).session_id == "s1"
+    assert parse_request(body(user="ada@example.org"), 16, {}).session_id == "ada@example.org"
+    streamed = parse_request(body(stream=True, stream_options={"include_usage": True}), 16, {})
     assert streamed.stream and streamed.include_usage
 
 
@@ -50,7 +51,7 @@ def test_the_session_comes_from_session_id_then_user() -> None:
 def test_unsafe_session_ids_are_refused(bad: object) -> None:
     """A leading '-' would make the session a group's shared room; ids end up in file names."""
     with pytest.raises(BadRequest, match="session_id") as refused:
-        parse_request(body(session_id=bad), 16)
+        parse_request(body(session_id=bad), 16, {})
     assert refused.value.status == 400
 
 
@@ -60,20 +61,21 @@ def test_unsafe_session_ids_are_refused(bad: object) -> None:
         (b"{oops", "not valid JSON"),
         (b"[]", "JSON object"),
         (b'{"messages": []}', "non-empty list"),
-        (b'{"messages": [{"role": "assistant", "content": "x"}]}', "must be the user's"),
+        (b'{"messages": [{"role": "assistant", "content": "x"}]}', "is the assistant"),
         (b'{"messages": [{"role": "user", "content": ""}]}', "empty"),
         (b'{"messages": [{"role": "user", "content": [{"type": "audio"}]}]}', "'audio' part"),
     ],
 )
 def test_malformed_requests_are_400(raw: bytes, words: str) -> None:
     with pytest.raises(BadRequest, match=words):
-        parse_request(raw, 16)
+        parse_request(raw, 16, {})
 
 
 def last_parts(*parts: object) -> bytes:
     messages = [
         {"role": "system", "content": "be brief"},
         {"role": "user", "content": [{"type": "image_url", "image_url": {"url": "http://x/"}}]},
+        {"role": "assistant", "content": "a cat"},  # the session holds that turn already
         {"role": "user", "content": list(parts)},
     ]
     return json.dumps({"messages": messages}).encode()
@@ -90,12 +92,13 @@ def test_a_content_array_gives_text_images_and_audio_in_order() -> None:
             {"type": "input_audio", "input_audio": {"data": wav, "format": "wav"}},
         ),
         16,
+        {},
     )
     assert parsed.text == "what is this\n\nand this"
     png, remote, audio = parsed.uploads
     assert (png.suffix, png.data, png.url) == (".png", b"\x89PNG\r\n\x1a\nfake", "")
     assert remote.url == "https://example.org/cat.png" and not remote.data
-    assert remote.where == "messages[2].content[3]"  # the earlier message's URL is not read
+    assert remote.where == "messages[3].content[3]"  # the earlier message's URL is not read
     assert audio.suffix == ".voice.wav" and audio.data.startswith(b"RIFF")
 
 
@@ -103,7 +106,7 @@ def test_the_image_type_is_read_from_its_bytes() -> None:
     jpeg = base64.b64encode(b"\xff\xd8\xff\xe0rest").decode()
     url = f"data:image/png;base64,{jpeg}"  # declared png, is a jpeg
     image = {"type": "image_url", "image_url": {"url": url}}
-    (upload,) = parse_request(last_parts(image), 16).uploads
+    (upload,) = parse_request(last_parts(image), 16, {}).uploads
     assert upload.suffix == ".jpg"
 
 
@@ -132,10 +135,10 @@ HTML = base64.b64encode(b"<html>not an image</html>").decode()
 )
 def test_a_bad_part_is_a_400_naming_it(part: object, words: str) -> None:
     with pytest.raises(BadRequest, match=words) as refused:
-        parse_request(last_parts({"type": "text", "text": "look"}, part), 16)
+        parse_request(last_parts({"type": "text", "text": "look"}, part), 16, {})
     assert refused.value.status == 400
-    assert refused.value.param == "messages[2].content[1]"
-    assert str(refused.value).startswith("messages[2].content[1]")
+    assert refused.value.param == "messages[3].content[1]"
+    assert str(refused.value).startswith("messages[3].content[1]")
 
 
 def test_the_api_counts_as_a_channel(home: Home) -> None:

@@ -212,6 +212,28 @@ def test_a_model_error_is_a_short_categorised_openai_error(gateway: GatewayProce
     assert "Traceback" not in failed.value.message
 
 
+def test_the_sdks_retries_after_a_model_failure_save_the_message_once(
+    gateway: GatewayProcess, llm: FakeOpenAI
+) -> None:
+    # The model fails past nanomem's own retries (llm.max_retries: 3), so the client gets a
+    # 502; the SDK asks again (max_retries 2, its default) and the model answers that time.
+    for _ in range(4):
+        llm.add(Step.error(500, "upstream hiccup", retry_after=0))
+    sdk = openai.OpenAI(base_url=f"http://127.0.0.1:{gateway.port}/v1", api_key=API_KEY)
+    reply = sdk.chat.completions.create(
+        model="nanomem",
+        messages=[{"role": "user", "content": "are you there after a hiccup"}],
+        extra_body={"session_id": "flaky"},
+    )
+    assert (reply.choices[0].message.content or "").endswith("are you there after a hiccup")
+    saved = load_session(gateway.home, "api:flaky").messages
+    assert [m["role"] for m in saved].count("user") == 1, saved
+    assert (
+        saved[-1]["role"] == "assistant"
+        and saved[-1]["content"] == reply.choices[0].message.content
+    )
+
+
 def test_a_client_that_hangs_up_mid_stream_stops_the_turn(
     gateway: GatewayProcess, llm: FakeOpenAI
 ) -> None:

@@ -11,6 +11,7 @@ import pytest
 
 from channels.api.options import (
     MAX_SCHEMA_CHARS,
+    MAX_SCHEMA_DEPTH,
     MAX_TOOLS,
     checked_response_format,
     checked_tool_choice,
@@ -97,6 +98,26 @@ def test_too_many_or_too_large_tools_are_refused_quickly() -> None:
         {"type": "function", "function": {"name": f"f{i}", "parameters": near}} for i in range(5)
     ]
     assert "come to more than" in str(refused(checked_tools, several))
+
+
+def nested(levels: int) -> dict[str, Any]:
+    """A schema of `levels` levels of JSON nesting (each property adds two)."""
+    schema: dict[str, Any] = {"type": "string"}
+    for _ in range(levels // 2 - 1):
+        schema = {"type": "object", "properties": {"x": schema}}
+    return schema
+
+
+def test_a_schema_nested_too_deep_is_refused_where_it_is() -> None:
+    fine = [{"type": "function", "function": {"name": "f", "parameters": nested(MAX_SCHEMA_DEPTH)}}]
+    assert checked_tools(fine)[0]["function"]["parameters"] == nested(MAX_SCHEMA_DEPTH)
+    deep = nested(MAX_SCHEMA_DEPTH + 2)
+    tools = [{"type": "function", "function": {"name": "f", "parameters": deep}}]
+    error = refused(checked_tools, tools)
+    assert error.param == "tools[0].function.parameters" and "deeper than 32" in str(error)
+    wanted = {"type": "json_schema", "json_schema": {"name": "N", "schema": deep}}
+    error = refused(checked_response_format, wanted)
+    assert error.param == "response_format.json_schema.schema"
 
 
 def test_tool_choice_is_a_mode_or_one_of_the_clients_tools() -> None:
@@ -217,6 +238,7 @@ def test_every_attempt_of_one_request_has_one_identity() -> None:
     assert retry_identity({}, "other", new)[0] != first  # another session: another message
     keyed, is_retry = retry_identity({"Idempotency-Key": "k1"}, "s", new)
     assert is_retry and keyed != first
-    assert retry_identity({"Idempotency-Key": "k1"}, "s", [{"changed": 1}])[0] == keyed
+    assert retry_identity({"Idempotency-Key": "k1"}, "s", json.loads(json.dumps(new)))[0] == keyed
+    assert retry_identity({"Idempotency-Key": "k1"}, "s", [{"changed": 1}])[0] != keyed
     assert retry_identity({"x-stainless-retry-count": "zero"}, "s", new)[1] is False
     assert refused(retry_identity, {"Idempotency-Key": "k" * 257}, "s", new).status == 400

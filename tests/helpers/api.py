@@ -24,9 +24,16 @@ class Served:
     def __init__(self, gateway: Gateway, provider: ScriptedProvider) -> None:
         self.gateway, self.provider = gateway, provider
         self.base = ""
+        self.clients: list[openai.AsyncOpenAI] = []
 
-    def client(self, key: str = API_KEY) -> openai.AsyncOpenAI:
-        return openai.AsyncOpenAI(base_url=self.base, api_key=key, max_retries=0, timeout=WAIT_S)
+    def client(self, key: str = API_KEY, max_retries: int = 0) -> openai.AsyncOpenAI:
+        """An SDK client, closed with the fixture: left to the garbage collector, it would
+        close itself on a later test's event loop, and that loop log the error."""
+        client = openai.AsyncOpenAI(
+            base_url=self.base, api_key=key, max_retries=max_retries, timeout=WAIT_S
+        )
+        self.clients.append(client)
+        return client
 
     async def post(self, body: bytes, key: str | None = API_KEY) -> tuple[int, dict[str, Any]]:
         headers = {"Content-Type": "application/json"}
@@ -60,5 +67,7 @@ async def served(home: Home) -> AsyncIterator[Served]:
     await until(lambda: gateway.port and up(gateway))
     served.base = f"http://127.0.0.1:{gateway.port}/v1"
     yield served
+    for client in served.clients:
+        await client.close()
     gateway.request_stop()
     assert await asyncio.wait_for(task, WAIT_S) == 0

@@ -42,11 +42,13 @@ async def test_an_unreadable_or_deeply_nested_body_is_a_clean_400(
 
 
 async def test_nesting_within_the_bound_is_still_read(served: Served) -> None:
+    # 63 levels: the body, its messages, an earlier message the client sent back (not read:
+    # the session holds it) and 60 levels of its content; then the new one.
     inner = b'{"a": ' * 60 + b"1" + b"}" * 60
     body = (
-        b'{"messages": [{"role": "user", "content": "nested but fine"}], "metadata": '
+        b'{"messages": [{"role": "assistant", "content": '
         + inner
-        + b"}"
+        + b'}, {"role": "user", "content": "nested but fine"}]}'
     )
     status, answer = await served.post(body)
     assert status == 200, answer
