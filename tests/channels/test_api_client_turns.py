@@ -16,6 +16,7 @@ from nanomem.providers import ProviderError, Reply
 from nanomem.providers.scripted import call, text
 from tests.conftest import log_lines
 from tests.helpers.api import Served
+from tests.helpers.client_turns import client_result
 
 WEATHER: Any = {
     "type": "function",
@@ -94,12 +95,12 @@ async def test_a_turn_pauses_on_the_clients_tool_goes_on_with_its_result_and_pau
     assert last.choices[0].message.content == "Paris 18 °C, Rome 24 °C."
     # The model saw both results; the session holds one question, and each result once.
     seen = served.provider.calls[-1]
-    assert [m["content"] for m in seen if m["role"] == "tool"][-2:] == ["18", "24"]
+    assert [client_result(m["content"]) for m in seen if m["role"] == "tool"][-2:] == ["18", "24"]
     offered = served.provider.tools_seen[0] or []
     assert "weather" in [tool["function"]["name"] for tool in offered]
     session = await saved(served, "trip")
     assert [m["role"] for m in session].count("user") == 1
-    assert [m.get("content") for m in session if m["role"] == "tool"] == ["18", "24"]
+    assert [client_result(m["content"]) for m in session if m["role"] == "tool"] == ["18", "24"]
 
 
 async def test_streamed_tool_calls_are_assembled_by_the_sdks_stream_helper(
@@ -330,7 +331,7 @@ async def test_a_retried_continuation_saves_its_results_once(served: Served) -> 
     )
     assert last.choices[0].message.content == "Kyiv: 5 °C."
     session = await saved(served, "kyiv")
-    assert [m.get("content") for m in session if m["role"] == "tool"] == ["5"]
+    assert [client_result(m["content"]) for m in session if m["role"] == "tool"] == ["5"]
     assert [m["role"] for m in session].count("user") == 1
 
 

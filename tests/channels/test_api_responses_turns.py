@@ -15,6 +15,7 @@ from nanomem.providers import ProviderError, Reply, ToolCall
 from nanomem.providers.scripted import call, text
 from tests.helpers import WAIT_S
 from tests.helpers.api import Served
+from tests.helpers.client_turns import client_result
 from tests.helpers.gateway import API_KEY
 
 WEATHER = {
@@ -66,7 +67,7 @@ async def test_a_function_tool_round_trip_goes_on_with_the_result(served: Served
     )
     assert second.output_text == "Sunny in Paris."
     seen = served.provider.calls[-1]
-    assert said(seen, "tool") == ["sunny, 24 C"]
+    assert [client_result(text) for text in said(seen, "tool")] == ["sunny, 24 C"]
     assert any(t["function"]["name"] == "get_weather" for t in served.provider.tools_seen[0] or [])
     messages = await saved(served, "tools")
     assert [m["role"] for m in messages] == ["user", "assistant", "tool", "assistant"]

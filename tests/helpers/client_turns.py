@@ -3,6 +3,7 @@ and the check that a request was refused (CLIENT_REQUEST) for the reasons named.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from nanomem.agent.bus import InboundMessage
@@ -26,3 +27,16 @@ def refused(part: Any, *words: str) -> None:
     assert isinstance(part, Text) and part.style == "error", part
     assert part.category == CLIENT_REQUEST, part
     assert all(word in part.text for word in words), part.text
+
+
+_CLIENT_RESULT = re.compile(
+    r"<<untrusted (\w+) from the API client's tool [\w-]+>>\n(.*)\n<<end untrusted \1>>\n.*", re.S
+)
+
+
+def client_result(content: str) -> str:
+    """A client tool's result as the client sent it: the model and the session get it inside
+    untrusted markers (nanomem/tools/untrusted.py), which this checks are there."""
+    block = _CLIENT_RESULT.fullmatch(content)
+    assert block is not None, content
+    return block.group(2)

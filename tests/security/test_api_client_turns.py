@@ -6,6 +6,7 @@ Each is refused before anything is saved, or kept out of the session and below o
 from __future__ import annotations
 
 import json
+import re
 import time
 from typing import Any
 
@@ -156,7 +157,9 @@ async def test_a_system_message_that_takes_over_comes_after_our_prompt_and_is_ne
     assert theirs > 0 and prompt[theirs]["role"] == "system"
     marked = prompt[theirs]["content"]  # inside the block that says whose words they are
     assert marked.startswith("## The API client's instructions for this answer")
-    assert f"<<client instructions>>\n{OVERRIDE}\n<<end client instructions>>" in marked
+    block = r"<<client instructions (\w+)>>\n(.*)\n<<end client instructions \1>>"
+    found = re.search(block, marked, re.S)
+    assert found is not None and found.group(2) == OVERRIDE, marked
     assert "never replace those rules" in marked
     saved = [
         path.read_text(encoding="utf-8") for path in home.sessions.rglob("*") if path.is_file()

@@ -20,6 +20,7 @@ from channels.api.responses_wire import response_id
 from nanomem.home import Home
 from nanomem.providers.scripted import call, text
 from tests.helpers.api import Served
+from tests.helpers.client_turns import client_result
 from tests.helpers.gateway import API_KEY
 
 PNG = base64.b64decode(
@@ -171,8 +172,8 @@ async def test_a_tool_s_output_that_reads_as_instructions_stays_a_tool_result(
     )
     assert status == 200, answer
     seen = served.provider.calls[-1]
-    assert [m["content"] for m in seen if m["role"] == "tool"] == [PLANTED]
+    assert [client_result(m["content"]) for m in seen if m["role"] == "tool"] == [PLANTED]
     assert not any(PLANTED in str(m["content"]) for m in seen if m["role"] != "tool")
     messages = (await served.gateway.app.sessions.get("api:planted")).messages
-    assert [m["content"] for m in messages if m["role"] == "tool"] == [PLANTED]
+    assert [client_result(m["content"]) for m in messages if m["role"] == "tool"] == [PLANTED]
     assert not any("SYSTEM: ignore" in str(m["content"]) for m in messages if m["role"] == "user")
