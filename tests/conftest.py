@@ -29,6 +29,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 # Fixtures shared by test files that live with their helpers (test files never import each other).
 pytest_plugins = [
     "tests.helpers.api",
+    "tests.helpers.clients",
     "tests.helpers.terminal",
     "tests.helpers.loopback",
     "tests.helpers.mcp",
@@ -43,6 +44,9 @@ TEST_KEY = "sk-test-very-secret-key-0123456789"
 # file name, not path, so the rule survives moving files into folders.
 SLOW_FILES = {
     "test_api_e2e.py",
+    "test_api_clients_llm.py",  # the llm CLI in a process of its own, each call ~1.5 s
+    "test_api_clients_docs.py",  # each example in a Python process of its own, ~3 s
+    "test_api_clients_e2e.py",  # the real `nanomem gateway` in a process of its own
     "test_approvals_terminal.py",
     "test_dream_review_e2e.py",
     "test_shell_approval_e2e.py",

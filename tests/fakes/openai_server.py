@@ -47,6 +47,7 @@ class Step:
     # waits for it before any answer.
     hold_after: int | None = None
     content_type: str = "application/json"  # of a raw body
+    finish: str | None = None  # the finish_reason instead of "stop" / "tool_calls" ("length")
 
     @classmethod
     def reply(
@@ -536,6 +537,7 @@ class FakeOpenAI:
         if step.kind == "tool_calls":
             message["tool_calls"] = [self._call_json(*call) for call in step.calls]
             finish = "tool_calls"
+        finish = step.finish or finish
         usage = step.usage or self._estimate_usage(len(raw), message)
         head = {
             "id": f"chatcmpl-{uuid.uuid4().hex[:24]}",
