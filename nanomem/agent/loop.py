@@ -246,13 +246,12 @@ class AgentLoop:
             self._turn_slots,
         ):
             self._check_taking()
-            if (refused := await self.clients.before(msg, lambda: self._offered(msg))) is not None:
-                return refused
-            if found and found[0].handler is None:  # /retry: a whole turn, not a line of text
-                return await self._stoppable_turn(msg, progress, finished, retry=True)
-            if found:
+            if found and found[0].handler is not None:  # a command: a line of text
+                if (refused := await self._admitted(msg)) is not None:
+                    return refused
                 return await command_reply(msg, *found)
-            return await self._stoppable_turn(msg, progress, finished)
+            # /retry is a whole turn too
+            return await self._stoppable_turn(msg, progress, finished, retry=bool(found))
 
     @asynccontextmanager
     async def between_turns(self, key: str) -> AsyncIterator[None]:
@@ -271,14 +270,17 @@ class AgentLoop:
         # What the person said is saved before the turn exists, so neither a /stop nor a
         # shutdown can lose it: the turn may be cut short, the message never is.
         key = msg.session_key
-        self._starting.add(key)
-        intake = self.intake.retried(msg) if retry else self.intake.acknowledge(msg)
-        saving = asyncio.ensure_future(intake)
+        self._starting.add(key)  # from here a /stop stops the turn before it begins
         try:
-            session, at = await asyncio.shield(saving)
-        except asyncio.CancelledError:
-            await saving
-            raise
+            if (refused := await self._admitted(msg)) is not None:
+                return refused
+            intake = self.intake.retried(msg) if retry else self.intake.acknowledge(msg)
+            saving = asyncio.ensure_future(intake)
+            try:
+                session, at = await asyncio.shield(saving)
+            except asyncio.CancelledError:
+                await saving
+                raise
         except Unreadable as exc:  # kept in the session: /retry reads its files again
             return OutboundMessage.answering(msg, Text(exc.line, "error"))
         finally:
@@ -405,6 +407,11 @@ class AgentLoop:
             + self.budget.count_tools(self.tools.schema_text)
             + (run.tokens(self.budget) if run is not None else 0)
         )
+
+    async def _admitted(self, msg: InboundMessage) -> OutboundMessage | None:
+        """None, or the refusal of what an API client asked; a paused turn the message does
+        not go on with is closed (agent/paused_turns.py)."""
+        return await self.clients.before(msg, lambda: self._offered(msg))
 
     def _offered(self, msg: InboundMessage) -> set[str]:
         """The names of our tools offered to the message's chat."""
