@@ -26,7 +26,7 @@ from aiohttp import web
 from loguru import logger
 
 from channels.api.files import SentFiles
-from channels.api.http_errors import openai_errors
+from channels.api.http_errors import openai_errors, refusal
 from channels.api.replies import Answer, Pieces, streamed, whole
 from channels.api.request import parse_request
 from channels.api.responses import respond
@@ -214,7 +214,6 @@ class ApiChannel(BaseChannel):
         if (refused := self._refused(request)) is not None:
             return refused
         try:
-            _json_or_nothing(request)
             body = await self._read_body(request)
             # A big body takes a while to check and parse: not on the loop /health answers from.
             big = len(body) > PARSE_IN_THREAD_BYTES
@@ -241,11 +240,7 @@ class ApiChannel(BaseChannel):
                 )
             media = await self._media(parsed) if parsed.uploads else ()
         except BadRequest as exc:
-            refusal = _error(exc.status, str(exc), "invalid_request_error", None, exc.param)
-            if exc.status == 408:
-                refusal.force_close()  # the rest of that body is not waited for
-            refusal.headers.update(exc.headers)
-            return refusal
+            return refusal(exc)
         if parsed.superseded:
             logger.info(
                 "api: {} before the new message in api:{} not read (the new message ends "
@@ -293,6 +288,8 @@ class ApiChannel(BaseChannel):
         return Sender(parsed.session_id, is_owner=True)
 
     async def _read_body(self, request: web.Request) -> bytes:
+        """The body of a request to either route, as it was sent (inflated), or a refusal."""
+        _json_or_nothing(request)
         too_big = BadRequest(
             f"the request body is larger than {self.settings.max_body_mb} MB (api.max_body_mb)",
             status=413,

@@ -12,10 +12,7 @@ from typing import Any
 from aiohttp import web
 
 from channels.api.wire import (
-    CLIENT_ERRORS,
     DONE,
-    ERROR_STATUS,
-    UPSTREAM,
     Call,
     ChatRequest,
     call_deltas,
@@ -24,6 +21,7 @@ from channels.api.wire import (
     completion_id,
     error_body,
     event,
+    failure,
     usage,
     usage_chunk,
 )
@@ -102,14 +100,9 @@ def _error(status: int, message: str, kind: str, code: str | None = None) -> web
 def model_error(reply: Text) -> web.Response | None:
     """The HTTP error for a turn that failed (the model's fault, the client's request, or a
     stop); None otherwise."""
-    if reply.style != "error" or not reply.category:
+    if (failed := failure(reply)) is None:
         return None
-    if reply.category == STOPPING:
-        return _error(503, reply.text, "api_error", "gateway_stopping")
-    if reply.category in CLIENT_ERRORS:
-        status, kind, code = CLIENT_ERRORS[reply.category]
-        return _error(status, reply.text, kind, code)
-    status, kind, code = ERROR_STATUS.get(reply.category, UPSTREAM)
+    status, kind, code = failed
     return _error(status, reply.text, kind, code)
 
 
@@ -207,10 +200,10 @@ async def streamed(
                 step, step_text = None, ""
                 await write(piece({"content": line}))
         reply = _final(item)
-        if isinstance(reply, Text) and reply.style == "error" and reply.category:
+        if isinstance(reply, Text) and (failed := failure(reply)) is not None:
             if response is None:
                 return model_error(reply) or web.Response()
-            _, kind, code = CLIENT_ERRORS.get(reply.category, (0, "api_error", reply.category))
+            _, kind, code = failed
             await write(event(error_body(reply.text, kind, code)))
             await write(DONE)
             return response

@@ -14,13 +14,13 @@ from typing import TYPE_CHECKING
 
 from aiohttp import web
 
+from channels.api.http_errors import refusal
 from channels.api.replies import Pieces
 from channels.api.responses_input import NewTurn
 from channels.api.responses_output import Shapes, streamed, whole
 from channels.api.responses_wire import parse_responses
-from channels.api.wire import FILE_PART_CHARS, BadRequest, ChatRequest, error_body
+from channels.api.wire import FILE_PART_CHARS, BadRequest, ChatRequest
 from nanomem.agent import ClientTurn, InboundMessage
-from nanomem.text.inflate import READ
 from nanomem.text.plural import plural
 
 if TYPE_CHECKING:
@@ -75,18 +75,6 @@ async def respond(channel: ApiChannel, request: web.Request) -> web.StreamRespon
         return await whole(pieces, shapes)
     finally:
         pieces.cancel()  # the client hung up (its handler is cancelled), or it is over
-
-
-def refusal(exc: BadRequest) -> web.Response:
-    """A request refused before its turn began, in OpenAI's error JSON."""
-    response = web.json_response(
-        error_body(str(exc), "invalid_request_error", None, exc.param), status=exc.status
-    )
-    if exc.status == 408:
-        response.force_close()  # the rest of that body is not waited for
-    if exc.status == 415:  # what it could send instead (RFC 7694)
-        response.headers["Accept-Encoding"] = ", ".join(READ)
-    return response
 
 
 def _fits(message: ChatRequest, turn: NewTurn, channel: ApiChannel) -> None:

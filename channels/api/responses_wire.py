@@ -22,9 +22,8 @@ from channels.api.options import (
     session_from,
 )
 from channels.api.responses_input import NewTurn, new_turn
-from channels.api.wire import BadRequest, valid_session_id
+from channels.api.wire import BadRequest, json_object, valid_session_id
 from nanomem.agent import ModelOptions
-from nanomem.text import untrusted_json
 
 # Read and honoured (`store`: the session keeps every turn, whatever it says; `include`,
 # `reasoning`, `truncation`, `prompt_cache_key`, `stream_options` at what changes nothing).
@@ -112,7 +111,7 @@ def session_of(value: Any) -> str:
 
 
 def parse_responses(raw: bytes, headers: Mapping[str, str], max_parts: int) -> ResponsesRequest:
-    body = _body(raw)
+    body = json_object(raw)
     refuse_unsupported(body, HONOURED)
     follows = body.get("previous_response_id")
     session = session_from(body, headers)
@@ -160,20 +159,6 @@ def parse_responses(raw: bytes, headers: Mapping[str, str], max_parts: int) -> R
         message_id=message_id,
         replayed=replayed,
     )
-
-
-def _body(raw: bytes) -> dict[str, Any]:
-    try:
-        body = untrusted_json.loads(raw)
-    except untrusted_json.TooDeep:
-        raise BadRequest(
-            f"the request body nests deeper than {untrusted_json.MAX_DEPTH} levels"
-        ) from None
-    except ValueError:  # UnicodeDecodeError among them
-        raise BadRequest("the request body is not valid JSON") from None
-    if not isinstance(body, dict):
-        raise BadRequest("the request body must be a JSON object")
-    return body
 
 
 def _renamed(exc: BadRequest, *names: tuple[str, str]) -> BadRequest:

@@ -12,8 +12,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from nanomem.agent import CLIENT_REQUEST, SCHEMA_UNMET, Button, ModelOptions, ToolResult
+from nanomem.agent import (
+    CLIENT_REQUEST,
+    SCHEMA_UNMET,
+    STOPPING,
+    Button,
+    ModelOptions,
+    Text,
+    ToolResult,
+)
 from nanomem.agent import image_suffix as told_suffix
+from nanomem.text import untrusted_json
 
 MODEL_ID = "nanomem"
 # Personal sessions only: a leading "-" would make `api:-1` look like a group (a shared room),
@@ -42,10 +51,12 @@ ERROR_STATUS: dict[str, tuple[int, str, str]] = {
     "context_too_long": (400, "invalid_request_error", "context_length_exceeded"),
 }
 UPSTREAM = (502, "api_error", "upstream_error")  # auth, not_found, bad_request, server, empty
-# A turn the client's request made impossible (agent/client_turn.py), with the core's reason.
+# A turn the client's request made impossible (agent/client_turn.py), with the core's reason,
+# or one a stopping gateway ended.
 CLIENT_ERRORS: dict[str, tuple[int, str, str | None]] = {
     CLIENT_REQUEST: (400, "invalid_request_error", None),
     SCHEMA_UNMET: (422, "invalid_request_error", "response_format_unmet"),
+    STOPPING: (503, "api_error", "gateway_stopping"),
 }
 ARGUMENT_PIECE = 512  # characters of a tool call's arguments in one streamed chunk
 
@@ -126,6 +137,28 @@ def error_body(
     message: str, kind: str = "invalid_request_error", code: str | None = None, param: Any = None
 ) -> dict[str, Any]:
     return {"error": {"message": message, "type": kind, "param": param, "code": code}}
+
+
+def failure(reply: Text) -> tuple[int, str, str | None] | None:
+    """(HTTP status, OpenAI error type, code) of a turn that failed; None for an answer."""
+    if reply.style != "error" or not reply.category:
+        return None
+    return CLIENT_ERRORS.get(reply.category) or ERROR_STATUS.get(reply.category, UPSTREAM)
+
+
+def json_object(raw: bytes) -> dict[str, Any]:
+    """A request body as the JSON object it must be (bounded in depth), or a BadRequest."""
+    try:
+        body = untrusted_json.loads(raw)
+    except untrusted_json.TooDeep:
+        raise BadRequest(
+            f"the request body nests deeper than {untrusted_json.MAX_DEPTH} levels"
+        ) from None
+    except ValueError:  # UnicodeDecodeError among them
+        raise BadRequest("the request body is not valid JSON") from None
+    if not isinstance(body, dict):
+        raise BadRequest("the request body must be a JSON object")
+    return body
 
 
 def _content(content: Any, where: str) -> tuple[str, list[Upload]]:
