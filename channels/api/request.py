@@ -23,7 +23,7 @@ from channels.api.options import (
     retry_identity,
     session_from,
 )
-from channels.api.wire import BadRequest, ChatRequest, Upload, _content, json_object
+from channels.api.wire import BadRequest, ChatRequest, Upload, json_object, message_content
 from nanomem.agent import ToolResult
 
 # What a chat-completions request may set; anything else is a 400 naming it, unless it is at
@@ -164,7 +164,7 @@ def new_turn(messages: Any, max_parts: int) -> NewTurn:
                     f"limit {max_parts}, api.max_parts",
                     param=f"{where}.content",
                 )
-            text, found = _content(content, f"{where}.content")
+            text, found = message_content(content, f"{where}.content")
             texts.append(text)
             uploads += found
     text = "\n\n".join(t for t in texts if t)

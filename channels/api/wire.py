@@ -8,7 +8,7 @@ import json
 import re
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -161,8 +161,13 @@ def json_object(raw: bytes) -> dict[str, Any]:
     return body
 
 
-def _content(content: Any, where: str) -> tuple[str, list[Upload]]:
-    """The text (text parts joined by a blank line) and the files of a message's content."""
+# Reads one content part (its type, the part, where it stands): its text, or its file.
+ReadPart = Callable[[str, dict[str, Any], str], str | Upload]
+
+
+def content_parts(content: Any, where: str, read: ReadPart) -> tuple[str, list[Upload]]:
+    """The text (text parts joined by a blank line) and the files of a message's content,
+    each part read by `read`, either API's."""
     if isinstance(content, str):
         return content, []
     if not isinstance(content, list):
@@ -174,19 +179,31 @@ def _content(content: Any, where: str) -> tuple[str, list[Upload]]:
         kind = part.get("type") if isinstance(part, dict) else None
         if not isinstance(part, dict) or not isinstance(kind, str):
             raise BadRequest(f"{at} is not a content part (an object with a type)", param=at)
-        if kind == "text":
-            if not isinstance(part.get("text"), str):
-                raise BadRequest(f"{at}: a text part needs 'text', a string", param=at)
-            texts.append(part["text"])
-        elif kind == "image_url":
-            uploads.append(_image(part.get("image_url"), at))
-        elif kind == "input_audio":
-            uploads.append(_audio(part.get("input_audio"), at))
-        else:
-            raise BadRequest(
-                f"{at} is a {kind[:40]!r} part; the agent API reads {PARTS_READ} parts", param=at
-            )
+        match read(kind, part, at):
+            case str() as text:
+                texts.append(text)
+            case Upload() as upload:
+                uploads.append(upload)
     return "\n\n".join(texts), uploads
+
+
+def message_content(content: Any, where: str) -> tuple[str, list[Upload]]:
+    """A chat message's content: its text and its files."""
+    return content_parts(content, where, _chat_part)
+
+
+def _chat_part(kind: str, part: dict[str, Any], at: str) -> str | Upload:
+    if kind == "text":
+        if not isinstance(text := part.get("text"), str):
+            raise BadRequest(f"{at}: a text part needs 'text', a string", param=at)
+        return text
+    if kind == "image_url":
+        return _image(part.get("image_url"), at)
+    if kind == "input_audio":
+        return _audio(part.get("input_audio"), at)
+    raise BadRequest(
+        f"{at} is a {kind[:40]!r} part; the agent API reads {PARTS_READ} parts", param=at
+    )
 
 
 def _image(image: Any, at: str) -> Upload:
