@@ -106,7 +106,7 @@ def model_error(reply: Text) -> web.Response | None:
     return _error(status, reply.text, kind, code)
 
 
-def _final(final: Final) -> Text | Paused | None:
+def final_reply(final: Final) -> Text | Paused | None:
     """The turn's reply: a Text, the client's calls it waits for, or None (a /stop)."""
     reply = final.reply
     if reply is None:
@@ -129,8 +129,9 @@ def _said(calls: tuple[Call, ...]) -> str:
     return "".join(call.name + call.arguments for call in calls)
 
 
-async def whole(pieces: Pieces, parsed: ChatRequest, count: Count) -> web.Response:
-    """One JSON completion: the reply, or what was written before a /stop."""
+async def gathered(pieces: Pieces) -> tuple[Text | Paused | None, str, list[str]]:
+    """A reply written whole, either API's: the turn's reply (None: a /stop), the text of its
+    last step so far (what a /stop leaves of it) and the links to the files it sent."""
     step, step_text = None, ""
     links: list[str] = []
     while not isinstance(item := await pieces.next(), Final):
@@ -140,7 +141,12 @@ async def whole(pieces: Pieces, parsed: ChatRequest, count: Count) -> web.Respon
             if piece.step != step:
                 step, step_text = piece.step, ""
             step_text += piece.piece
-    reply = _final(item)
+    return final_reply(item), step_text, links
+
+
+async def whole(pieces: Pieces, parsed: ChatRequest, count: Count) -> web.Response:
+    """One JSON completion: the reply, or what was written before a /stop."""
+    reply, step_text, links = await gathered(pieces)
     if isinstance(reply, Text) and (failed := model_error(reply)) is not None:
         return failed
     text = "\n\n".join([step_text if reply is None else reply.text, *links]).strip()
@@ -199,7 +205,7 @@ async def streamed(
                 shown += line
                 step, step_text = None, ""
                 await write(piece({"content": line}))
-        reply = _final(item)
+        reply = final_reply(item)
         if isinstance(reply, Text) and (failed := failure(reply)) is not None:
             if response is None:
                 return model_error(reply) or web.Response()

@@ -13,7 +13,15 @@ from typing import Any
 
 from aiohttp import web
 
-from channels.api.replies import SSE_HEADERS, Final, Link, Pieces, model_error
+from channels.api.replies import (
+    SSE_HEADERS,
+    Final,
+    Link,
+    Pieces,
+    final_reply,
+    gathered,
+    model_error,
+)
 from channels.api.responses_wire import ResponsesRequest
 from channels.api.wire import MODEL_ID, failure
 from nanomem.agent import Button, Delta, Paused, Text
@@ -116,25 +124,9 @@ def _ending(reply: Text | Paused | None) -> tuple[str, str | None]:
     return "completed", None
 
 
-def _answer(final: Final) -> Text | Paused | None:
-    if final.reply is None:
-        return None
-    part = final.reply.part
-    return part if isinstance(part, Text | Paused) else Text(final.reply.content)
-
-
 async def whole(pieces: Pieces, shapes: Shapes) -> web.Response:
     """One response object: the reply, or what was written before a /stop."""
-    step, step_text = None, ""
-    links: list[str] = []
-    while not isinstance(item := await pieces.next(), Final):
-        if isinstance(item, Link):
-            links.append(item.markdown)
-        elif isinstance(piece := item.part, Delta):
-            if piece.step != step:
-                step, step_text = piece.step, ""
-            step_text += piece.piece
-    reply = _answer(item)
+    reply, step_text, links = await gathered(pieces)
     if isinstance(reply, Text) and (refused := model_error(reply)) is not None:
         return refused
     said = step_text if reply is None else reply.text
@@ -280,7 +272,7 @@ async def streamed(request: web.Request, pieces: Pieces, shapes: Shapes) -> web.
                 await stream.write(piece)
             # Progress lines are not the answer's text, and the Responses API has no event
             # for a tool of the server's own that is not OpenAI's: they are not shown here.
-        reply = _answer(item)
+        reply = final_reply(item)
         if isinstance(reply, Text) and (failed := failure(reply)) is not None:
             if stream.events.response is None:
                 return model_error(reply) or web.Response()
