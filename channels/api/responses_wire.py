@@ -230,23 +230,13 @@ def _text(value: Any) -> dict[str, Any]:
     return value
 
 
-def _response_format(value: Any) -> dict[str, Any] | None:
-    """text.format in the chat shape (response_format)."""
-    if value is None:
-        return None
-    kind = value.get("type") if isinstance(value, dict) else None
-    if kind == "text":
-        return None
-    if kind == "json_object":
-        return {"type": "json_object"}
-    if kind == "json_schema" and isinstance(value, dict):
+def _response_format(value: Any) -> Any:
+    """text.format in the chat shape (response_format), for options.checked_response_format:
+    a json_schema format's fields go under "json_schema"."""
+    if isinstance(value, dict) and value.get("type") == "json_schema":
         schema = {key: item for key, item in value.items() if key != "type"}
         return {"type": "json_schema", "json_schema": schema}
-    raise BadRequest(
-        'text.format must be {"type": "text"}, {"type": "json_object"} or '
-        '{"type": "json_schema", "name": ..., "schema": {...}}',
-        param="text.format",
-    )
+    return value
 
 
 def _no_ops(body: dict[str, Any]) -> None:
