@@ -23,6 +23,7 @@ from nanomem.agent import (
 )
 from nanomem.agent import image_suffix as told_suffix
 from nanomem.text import untrusted_json
+from nanomem.text.plural import plural
 
 MODEL_ID = "nanomem"
 # Personal sessions only: a leading "-" would make `api:-1` look like a group (a shared room),
@@ -137,6 +138,40 @@ def error_body(
     message: str, kind: str = "invalid_request_error", code: str | None = None, param: Any = None
 ) -> dict[str, Any]:
     return {"error": {"message": message, "type": kind, "param": param, "code": code}}
+
+
+@dataclass(frozen=True)
+class Names:
+    """How a route's refusals name the parts of a request."""
+
+    turn: str  # the parameter that brings the new turn: messages, input
+    results: str  # the client's tools' results in it
+    instructions: str  # the client's instructions
+    instructions_param: str  # the parameter that brings them
+
+
+def fits(parsed: ChatRequest, limit: int, names: Names) -> None:
+    """The new turn within agent.max_message_chars (`limit`): the results of the client's
+    calls, or its text and a line for each file; and so the client's instructions."""
+    if parsed.results and parsed.size > limit:
+        raise BadRequest(
+            f"the {names.results} are too long ({parsed.size} characters; limit {limit}, "
+            "agent.max_message_chars)",
+            param=names.turn,
+        )
+    if parsed.size > limit:
+        files = f" with its {plural(len(parsed.uploads), 'file')}" if parsed.uploads else ""
+        raise BadRequest(
+            f"the message is too long ({parsed.size} characters{files}, {FILE_PART_CHARS} a "
+            f"file; limit {limit}, agent.max_message_chars)",
+            param=names.turn,
+        )
+    if (told := sum(map(len, parsed.instructions))) > limit:
+        raise BadRequest(
+            f"the {names.instructions} are too long ({told} characters; limit {limit}, "
+            "agent.max_message_chars)",
+            param=names.instructions_param,
+        )
 
 
 def failure(reply: Text) -> tuple[int, str, str | None] | None:
