@@ -19,20 +19,8 @@ from nanomem.providers.provider import Reply, ToolCall
 from nanomem.providers.scripted import ScriptedProvider, call, text
 from tests.conftest import make_app
 from tests.helpers import until
-from tests.helpers.client_turns import answer, refused
+from tests.helpers.client_turns import WEATHER, answer, refused
 
-WEATHER = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "description": "The weather in a city",
-        "parameters": {
-            "type": "object",
-            "properties": {"city": {"type": "string"}},
-            "required": ["city"],
-        },
-    },
-}
 OURS = ToolCall("ours_1", "list_dir", '{"path": "memory"}')
 THEIRS = ToolCall("theirs_1", "get_weather", '{"city": "Paris"}')
 

@@ -14,14 +14,8 @@ from nanomem.home import Home
 from nanomem.providers import ModelOptions
 from tests.conftest import TEST_KEY, settings_for
 from tests.fakes.openai_server import FakeOpenAI
+from tests.helpers.client_turns import WEATHER
 
-WEATHER = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
-    },
-}
 FORM = {
     "type": "json_schema",
     "json_schema": {
