@@ -257,22 +257,15 @@ async def test_tool_choice_forces_each_requests_first_model_call_only(served: Se
         text("Lima is mild."),
     )
     asked: list[Any] = [{"role": "user", "content": "Lima?"}]
-    first = await served.client().chat.completions.create(
-        model="nanomem",
-        messages=asked,
-        tools=[WEATHER],
-        tool_choice="required",
-        extra_body={"session_id": "forced"},
+    client = served.client()
+    first = await client.chat.completions.create(
+        model="nanomem", messages=asked, tools=[WEATHER], tool_choice="required", user="forced"
     )
     (lima,) = first.choices[0].message.tool_calls or []
     asked += [called(first.choices[0].message)]
     asked += [{"role": "tool", "tool_call_id": lima.id, "content": "19"}]
-    last = await served.client().chat.completions.create(
-        model="nanomem",
-        messages=asked,
-        tools=[WEATHER],
-        tool_choice="required",
-        extra_body={"session_id": "forced"},
+    last = await client.chat.completions.create(
+        model="nanomem", messages=asked, tools=[WEATHER], tool_choice="required", user="forced"
     )
     assert last.choices[0].message.content == "Lima is mild."
     assert served.provider.tool_choices == ["required", "required", None]

@@ -10,7 +10,6 @@ import pytest
 from pydantic import SecretStr
 
 from nanomem.config import LLMSettings
-from nanomem.providers.litellm_provider import LiteLLMProvider
 from nanomem.providers.metered import MeteredProvider
 from nanomem.providers.openai_http import OpenAIHTTPProvider
 from nanomem.providers.provider import ModelOptions, Provider, ProviderError, RetryingProvider
@@ -114,15 +113,15 @@ async def test_the_client_max_tokens_takes_the_routes_field(fake_llm: FakeOpenAI
     )
 
 
+SCHEMA = {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object"}}}
+
+
 async def test_litellm_says_before_sending_that_a_model_cannot_follow_a_schema(
     fake_llm: FakeOpenAI,
 ) -> None:
-    settings = LLMSettings(
-        model="openai/fake", api_base=fake_llm.base_url, api_key=SecretStr(TEST_KEY), timeout_s=10
-    )
-    schema = {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object"}}}
-    with pytest.raises(ProviderError) as err:
-        await LiteLLMProvider(settings).complete(USER, options=ModelOptions(response_format=schema))
+    async with transports("litellm", fake_llm.base_url) as make:
+        with pytest.raises(ProviderError) as err:
+            await make().complete(USER, options=ModelOptions(response_format=SCHEMA))
     assert err.value.category == "bad_request" and "response_format" in str(err.value)
     assert fake_llm.requests == []
 
@@ -130,18 +129,11 @@ async def test_litellm_says_before_sending_that_a_model_cannot_follow_a_schema(
 async def test_the_lean_client_sends_a_schema_and_reports_a_refusal_of_it(
     fake_llm: FakeOpenAI,
 ) -> None:
-    settings = LLMSettings(
-        model="openai/fake", api_base=fake_llm.base_url, api_key=SecretStr(TEST_KEY), timeout_s=10
-    )
-    schema = {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object"}}}
     fake_llm.error(
         400, "Invalid parameter: 'response_format' of type 'json_schema' is not supported"
     )
-    provider = OpenAIHTTPProvider(settings)
-    try:
+    async with transports("direct", fake_llm.base_url) as make:
         with pytest.raises(ProviderError) as err:
-            await provider.complete(USER, options=ModelOptions(response_format=schema))
-    finally:
-        await provider.close()
-    assert fake_llm.requests[0]["response_format"] == schema
+            await make().complete(USER, options=ModelOptions(response_format=SCHEMA))
+    assert fake_llm.requests[0]["response_format"] == SCHEMA
     assert err.value.category == "bad_request" and "response_format" in str(err.value)
