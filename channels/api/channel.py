@@ -20,23 +20,24 @@ import uuid
 from collections.abc import Awaitable, Callable
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from aiohttp import web
 from loguru import logger
 
 from channels.api.files import SentFiles
-from channels.api.http_errors import openai_errors
+from channels.api.http_errors import openai_errors, refusal
 from channels.api.replies import Answer, Pieces, streamed, whole
 from channels.api.request import parse_request
 from channels.api.responses import respond
 from channels.api.wire import (
-    FILE_PART_CHARS,
     MODEL_ID,
     BadRequest,
     ChatRequest,
+    Names,
     Upload,
     error_body,
+    fits,
     image_suffix,
 )
 from nanomem.agent import (
@@ -61,6 +62,8 @@ if TYPE_CHECKING:
 # (nanomem.app) when it cannot or may not be fetched. The gateway's: nanomem.app.fetch_guarded.
 Fetch = Callable[[str, int], Awaitable[tuple[str, bytes]]]
 PARSE_IN_THREAD_BYTES = 256 * 1024
+Parsed = TypeVar("Parsed")
+NAMES = Names("messages", "tool results", "system and developer messages", "messages")
 # The slowest a request body may come on average (after gateway.read_timeout_s of grace): a
 # 20 MB body gets about 5 minutes, one of a few KB a few seconds more than the timeout.
 MIN_BODY_RATE = 64 * 1024
@@ -214,38 +217,13 @@ class ApiChannel(BaseChannel):
         if (refused := self._refused(request)) is not None:
             return refused
         try:
-            _json_or_nothing(request)
             body = await self._read_body(request)
-            # A big body takes a while to check and parse: not on the loop /health answers from.
-            big = len(body) > PARSE_IN_THREAD_BYTES
             parse = functools.partial(parse_request, body, self.settings.max_parts, request.headers)
-            parsed = await asyncio.to_thread(parse) if big else parse()
-            if parsed.results and parsed.size > self.max_message_chars:
-                raise BadRequest(
-                    f"the tool results are too long ({parsed.size} characters; limit "
-                    f"{self.max_message_chars}, agent.max_message_chars)",
-                    param="messages",
-                )
-            if parsed.size > self.max_message_chars:
-                files = f" with its {plural(len(parsed.uploads), 'file')}" if parsed.uploads else ""
-                raise BadRequest(
-                    f"the message is too long ({parsed.size} characters{files}, "
-                    f"{FILE_PART_CHARS} a file; limit {self.max_message_chars}, "
-                    "agent.max_message_chars)"
-                )
-            if (told := sum(map(len, parsed.instructions))) > self.max_message_chars:
-                raise BadRequest(
-                    f"the system and developer messages are too long ({told} characters; "
-                    f"limit {self.max_message_chars}, agent.max_message_chars)",
-                    param="messages",
-                )
+            parsed = await self._parse(body, parse)
+            fits(parsed, self.max_message_chars, NAMES)
             media = await self._media(parsed) if parsed.uploads else ()
         except BadRequest as exc:
-            refusal = _error(exc.status, str(exc), "invalid_request_error", None, exc.param)
-            if exc.status == 408:
-                refusal.force_close()  # the rest of that body is not waited for
-            refusal.headers.update(exc.headers)
-            return refusal
+            return refusal(exc)
         if parsed.superseded:
             logger.info(
                 "api: {} before the new message in api:{} not read (the new message ends "
@@ -253,16 +231,7 @@ class ApiChannel(BaseChannel):
                 plural(parsed.superseded, "tool result"),
                 parsed.session_id,
             )
-        msg = InboundMessage(
-            self.name,
-            parsed.session_id,
-            parsed.text,
-            self._sender(parsed),
-            media,
-            id=parsed.message_id,
-            replayed=parsed.replayed,
-            client=self._client_turn(parsed),
-        )
+        msg = self._inbound(parsed, media)
         pieces = Pieces(self._answer, msg, functools.partial(self.files.link, request))
         try:
             if parsed.stream:
@@ -276,14 +245,36 @@ class ApiChannel(BaseChannel):
             return refused
         return await self.files.response(request.match_info["file_id"])
 
-    def _client_turn(self, parsed: ChatRequest) -> ClientTurn:
-        return ClientTurn(
+    @staticmethod
+    async def _parse(body: bytes, parse: Callable[[], Parsed]) -> Parsed:
+        """A request parsed; a big body in a thread: it takes a while to check and parse, and
+        not on the loop /health answers from."""
+        return await asyncio.to_thread(parse) if len(body) > PARSE_IN_THREAD_BYTES else parse()
+
+    def _inbound(
+        self, parsed: ChatRequest, media: tuple[str, ...], reply_id: str = "", follows: str = ""
+    ) -> InboundMessage:
+        """The core's message for a request to either route, with what the client adds to
+        its turn (`reply_id` and `follows`: the Responses API's)."""
+        client = ClientTurn(
             tools=parsed.tools,
             tool_choice=parsed.tool_choice,
             instructions=parsed.instructions,
             options=parsed.options,
             results=parsed.results,
             wait_s=self.settings.tool_wait_s,
+            reply_id=reply_id,
+            follows=follows,
+        )
+        return InboundMessage(
+            self.name,
+            parsed.session_id,
+            parsed.text,
+            self._sender(parsed),
+            media,
+            id=parsed.message_id,
+            replayed=parsed.replayed,
+            client=client,
         )
 
     @staticmethod
@@ -293,6 +284,8 @@ class ApiChannel(BaseChannel):
         return Sender(parsed.session_id, is_owner=True)
 
     async def _read_body(self, request: web.Request) -> bytes:
+        """The body of a request to either route, as it was sent (inflated), or a refusal."""
+        _json_or_nothing(request)
         too_big = BadRequest(
             f"the request body is larger than {self.settings.max_body_mb} MB (api.max_body_mb)",
             status=413,

@@ -7,7 +7,7 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
-from channels.api.wire import error_body
+from channels.api.wire import BadRequest, error_body
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 # The routes' own errors; every other status is answered by the handler that chose it.
@@ -39,3 +39,14 @@ async def openai_errors(request: web.Request, handler: Handler) -> web.StreamRes
         if "Allow" in exc.headers:
             response.headers["Allow"] = exc.headers["Allow"]
         return response
+
+
+def refusal(exc: BadRequest) -> web.Response:
+    """A request refused before its turn began, in OpenAI's error JSON, on either route."""
+    response = web.json_response(
+        error_body(str(exc), "invalid_request_error", None, exc.param), status=exc.status
+    )
+    if exc.status == 408:
+        response.force_close()  # the rest of that body is not waited for
+    response.headers.update(exc.headers)  # a 415's Accept-Encoding (RFC 7694)
+    return response

@@ -12,10 +12,7 @@ from typing import Any
 from aiohttp import web
 
 from channels.api.wire import (
-    CLIENT_ERRORS,
     DONE,
-    ERROR_STATUS,
-    UPSTREAM,
     Call,
     ChatRequest,
     call_deltas,
@@ -24,6 +21,7 @@ from channels.api.wire import (
     completion_id,
     error_body,
     event,
+    failure,
     usage,
     usage_chunk,
 )
@@ -102,18 +100,13 @@ def _error(status: int, message: str, kind: str, code: str | None = None) -> web
 def model_error(reply: Text) -> web.Response | None:
     """The HTTP error for a turn that failed (the model's fault, the client's request, or a
     stop); None otherwise."""
-    if reply.style != "error" or not reply.category:
+    if (failed := failure(reply)) is None:
         return None
-    if reply.category == STOPPING:
-        return _error(503, reply.text, "api_error", "gateway_stopping")
-    if reply.category in CLIENT_ERRORS:
-        status, kind, code = CLIENT_ERRORS[reply.category]
-        return _error(status, reply.text, kind, code)
-    status, kind, code = ERROR_STATUS.get(reply.category, UPSTREAM)
+    status, kind, code = failed
     return _error(status, reply.text, kind, code)
 
 
-def _final(final: Final) -> Text | Paused | None:
+def final_reply(final: Final) -> Text | Paused | None:
     """The turn's reply: a Text, the client's calls it waits for, or None (a /stop)."""
     reply = final.reply
     if reply is None:
@@ -136,8 +129,9 @@ def _said(calls: tuple[Call, ...]) -> str:
     return "".join(call.name + call.arguments for call in calls)
 
 
-async def whole(pieces: Pieces, parsed: ChatRequest, count: Count) -> web.Response:
-    """One JSON completion: the reply, or what was written before a /stop."""
+async def gathered(pieces: Pieces) -> tuple[Text | Paused | None, str, list[str]]:
+    """A reply written whole, either API's: the turn's reply (None: a /stop), the text of its
+    last step so far (what a /stop leaves of it) and the links to the files it sent."""
     step, step_text = None, ""
     links: list[str] = []
     while not isinstance(item := await pieces.next(), Final):
@@ -147,7 +141,12 @@ async def whole(pieces: Pieces, parsed: ChatRequest, count: Count) -> web.Respon
             if piece.step != step:
                 step, step_text = piece.step, ""
             step_text += piece.piece
-    reply = _final(item)
+    return final_reply(item), step_text, links
+
+
+async def whole(pieces: Pieces, parsed: ChatRequest, count: Count) -> web.Response:
+    """One JSON completion: the reply, or what was written before a /stop."""
+    reply, step_text, links = await gathered(pieces)
     if isinstance(reply, Text) and (failed := model_error(reply)) is not None:
         return failed
     text = "\n\n".join([step_text if reply is None else reply.text, *links]).strip()
@@ -206,11 +205,11 @@ async def streamed(
                 shown += line
                 step, step_text = None, ""
                 await write(piece({"content": line}))
-        reply = _final(item)
-        if isinstance(reply, Text) and reply.style == "error" and reply.category:
+        reply = final_reply(item)
+        if isinstance(reply, Text) and (failed := failure(reply)) is not None:
             if response is None:
                 return model_error(reply) or web.Response()
-            _, kind, code = CLIENT_ERRORS.get(reply.category, (0, "api_error", reply.category))
+            _, kind, code = failed
             await write(event(error_body(reply.text, kind, code)))
             await write(DONE)
             return response

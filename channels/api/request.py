@@ -23,9 +23,8 @@ from channels.api.options import (
     retry_identity,
     session_from,
 )
-from channels.api.wire import BadRequest, ChatRequest, Upload, _content
+from channels.api.wire import BadRequest, ChatRequest, Upload, json_object, message_content
 from nanomem.agent import ToolResult
-from nanomem.text import untrusted_json
 
 # What a chat-completions request may set; anything else is a 400 naming it, unless it is at
 # the value that asks for nothing (options.NO_OP: n 1, logprobs false, ...).
@@ -80,16 +79,7 @@ class NewTurn:
 def parse_request(raw: bytes, max_parts: int, headers: Mapping[str, str]) -> ChatRequest:
     """A chat-completions body: its new turn, at most `max_parts` content parts, and what the
     client asks of it."""
-    try:
-        body = untrusted_json.loads(raw)
-    except untrusted_json.TooDeep:
-        raise BadRequest(
-            f"the request body nests deeper than {untrusted_json.MAX_DEPTH} levels"
-        ) from None
-    except ValueError:  # UnicodeDecodeError among them
-        raise BadRequest("the request body is not valid JSON") from None
-    if not isinstance(body, dict):
-        raise BadRequest("the request body must be a JSON object")
+    body = json_object(raw)
     refuse_unsupported(body, HONOURED)
     turn = new_turn(body.get("messages"), max_parts)
     tools = checked_tools(body.get("tools"))
@@ -174,7 +164,7 @@ def new_turn(messages: Any, max_parts: int) -> NewTurn:
                     f"limit {max_parts}, api.max_parts",
                     param=f"{where}.content",
                 )
-            text, found = _content(content, f"{where}.content")
+            text, found = message_content(content, f"{where}.content")
             texts.append(text)
             uploads += found
     text = "\n\n".join(t for t in texts if t)

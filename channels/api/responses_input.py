@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from channels.api.wire import BadRequest, Upload, _image
+from channels.api.wire import BadRequest, Upload, _image, content_parts
 from nanomem.agent import ToolResult
 
 # Items a request may hold: a long conversation sent back whole (the Agents SDK does without
@@ -134,34 +134,24 @@ def _instruction(content: Any, where: str) -> str:
 
 
 def _content(content: Any, where: str) -> tuple[str, list[Upload]]:
-    """The text (text parts joined by a blank line) and the files of a user message."""
-    if isinstance(content, str):
-        return content, []
-    if not isinstance(content, list):
-        raise BadRequest(f"{where} must be a string or a list of parts", param=where)
-    texts: list[str] = []
-    uploads: list[Upload] = []
-    for number, part in enumerate(content):
-        at = f"{where}[{number}]"
-        kind = part.get("type") if isinstance(part, dict) else None
-        if not isinstance(part, dict) or not isinstance(kind, str):
-            raise BadRequest(f"{at} is not a content part (an object with a type)", param=at)
-        if kind == "input_text":
-            texts.append(_text(part, at))
-        elif kind == "input_image":
-            uploads.append(_input_image(part, at))
-        elif kind == "input_file":
-            raise BadRequest(
-                f"{at} is an input_file part: files are not read here; send an image as "
-                "input_image, or the text as input_text",
-                param=at,
-            )
-        else:
-            raise BadRequest(
-                f"{at} is a {kind[:40]!r} part; a user message reads {PARTS_READ} parts",
-                param=at,
-            )
-    return "\n\n".join(texts), uploads
+    """The text and the files of a user message."""
+    return content_parts(content, where, _input_part)
+
+
+def _input_part(kind: str, part: dict[str, Any], at: str) -> str | Upload:
+    if kind == "input_text":
+        return _text(part, at)
+    if kind == "input_image":
+        return _input_image(part, at)
+    if kind == "input_file":
+        raise BadRequest(
+            f"{at} is an input_file part: files are not read here; send an image as "
+            "input_image, or the text as input_text",
+            param=at,
+        )
+    raise BadRequest(
+        f"{at} is a {kind[:40]!r} part; a user message reads {PARTS_READ} parts", param=at
+    )
 
 
 def _text(part: dict[str, Any], at: str) -> str:

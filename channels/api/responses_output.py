@@ -13,26 +13,20 @@ from typing import Any
 
 from aiohttp import web
 
-from channels.api.replies import SSE_HEADERS, Final, Link, Pieces
+from channels.api.replies import (
+    SSE_HEADERS,
+    Final,
+    Link,
+    Pieces,
+    final_reply,
+    gathered,
+    model_error,
+)
 from channels.api.responses_wire import ResponsesRequest
-from channels.api.wire import ERROR_STATUS, MODEL_ID, UPSTREAM, error_body
-from nanomem.agent import CLIENT_REQUEST, SCHEMA_UNMET, STOPPING, Button, Delta, Paused, Text
+from channels.api.wire import MODEL_ID, failure
+from nanomem.agent import Button, Delta, Paused, Text
 
 Count = Callable[[str], int]
-# Error categories → (HTTP status, OpenAI error type, code): the model's (wire.py) and those
-# the client's own request made impossible.
-CLIENT_ERRORS: dict[str, tuple[int, str, str | None]] = {
-    CLIENT_REQUEST: (400, "invalid_request_error", None),
-    SCHEMA_UNMET: (422, "invalid_request_error", "response_format_unmet"),
-    STOPPING: (503, "api_error", "gateway_stopping"),
-}
-
-
-def failure(reply: Text) -> tuple[int, str, str | None] | None:
-    """(status, type, code) of a turn that failed; None for an answer."""
-    if reply.style != "error" or not reply.category:
-        return None
-    return CLIENT_ERRORS.get(reply.category) or ERROR_STATUS.get(reply.category, UPSTREAM)
 
 
 class Shapes:
@@ -121,10 +115,6 @@ class Shapes:
         }
 
 
-def _error(status: int, message: str, kind: str, code: str | None) -> web.Response:
-    return web.json_response(error_body(message, kind, code), status=status)
-
-
 def _ending(reply: Text | Paused | None) -> tuple[str, str | None]:
     """(status, incomplete reason) of a turn's answer."""
     if reply is None:
@@ -134,27 +124,11 @@ def _ending(reply: Text | Paused | None) -> tuple[str, str | None]:
     return "completed", None
 
 
-def _answer(final: Final) -> Text | Paused | None:
-    if final.reply is None:
-        return None
-    part = final.reply.part
-    return part if isinstance(part, Text | Paused) else Text(final.reply.content)
-
-
 async def whole(pieces: Pieces, shapes: Shapes) -> web.Response:
     """One response object: the reply, or what was written before a /stop."""
-    step, step_text = None, ""
-    links: list[str] = []
-    while not isinstance(item := await pieces.next(), Final):
-        if isinstance(item, Link):
-            links.append(item.markdown)
-        elif isinstance(piece := item.part, Delta):
-            if piece.step != step:
-                step, step_text = piece.step, ""
-            step_text += piece.piece
-    reply = _answer(item)
-    if isinstance(reply, Text) and (failed := failure(reply)) is not None:
-        return _error(failed[0], reply.text, failed[1], failed[2])
+    reply, step_text, links = await gathered(pieces)
+    if isinstance(reply, Text) and (refused := model_error(reply)) is not None:
+        return refused
     said = step_text if reply is None else reply.text
     text = "\n\n".join([said, *links]).strip()
     status, reason = _ending(reply)
@@ -298,10 +272,10 @@ async def streamed(request: web.Request, pieces: Pieces, shapes: Shapes) -> web.
                 await stream.write(piece)
             # Progress lines are not the answer's text, and the Responses API has no event
             # for a tool of the server's own that is not OpenAI's: they are not shown here.
-        reply = _answer(item)
+        reply = final_reply(item)
         if isinstance(reply, Text) and (failed := failure(reply)) is not None:
             if stream.events.response is None:
-                return _error(failed[0], reply.text, failed[1], failed[2])
+                return model_error(reply) or web.Response()
             return await stream.fail(reply, failed)
         if reply is not None:
             final = reply.text

@@ -22,9 +22,8 @@ from channels.api.options import (
     session_from,
 )
 from channels.api.responses_input import NewTurn, new_turn
-from channels.api.wire import BadRequest, valid_session_id
+from channels.api.wire import BadRequest, json_object, valid_session_id
 from nanomem.agent import ModelOptions
-from nanomem.text import untrusted_json
 
 # Read and honoured (`store`: the session keeps every turn, whatever it says; `include`,
 # `reasoning`, `truncation`, `prompt_cache_key`, `stream_options` at what changes nothing).
@@ -112,7 +111,7 @@ def session_of(value: Any) -> str:
 
 
 def parse_responses(raw: bytes, headers: Mapping[str, str], max_parts: int) -> ResponsesRequest:
-    body = _body(raw)
+    body = json_object(raw)
     refuse_unsupported(body, HONOURED)
     follows = body.get("previous_response_id")
     session = session_from(body, headers)
@@ -160,20 +159,6 @@ def parse_responses(raw: bytes, headers: Mapping[str, str], max_parts: int) -> R
         message_id=message_id,
         replayed=replayed,
     )
-
-
-def _body(raw: bytes) -> dict[str, Any]:
-    try:
-        body = untrusted_json.loads(raw)
-    except untrusted_json.TooDeep:
-        raise BadRequest(
-            f"the request body nests deeper than {untrusted_json.MAX_DEPTH} levels"
-        ) from None
-    except ValueError:  # UnicodeDecodeError among them
-        raise BadRequest("the request body is not valid JSON") from None
-    if not isinstance(body, dict):
-        raise BadRequest("the request body must be a JSON object")
-    return body
 
 
 def _renamed(exc: BadRequest, *names: tuple[str, str]) -> BadRequest:
@@ -245,23 +230,13 @@ def _text(value: Any) -> dict[str, Any]:
     return value
 
 
-def _response_format(value: Any) -> dict[str, Any] | None:
-    """text.format in the chat shape (response_format)."""
-    if value is None:
-        return None
-    kind = value.get("type") if isinstance(value, dict) else None
-    if kind == "text":
-        return None
-    if kind == "json_object":
-        return {"type": "json_object"}
-    if kind == "json_schema" and isinstance(value, dict):
+def _response_format(value: Any) -> Any:
+    """text.format in the chat shape (response_format), for options.checked_response_format:
+    a json_schema format's fields go under "json_schema"."""
+    if isinstance(value, dict) and value.get("type") == "json_schema":
         schema = {key: item for key, item in value.items() if key != "type"}
         return {"type": "json_schema", "json_schema": schema}
-    raise BadRequest(
-        'text.format must be {"type": "text"}, {"type": "json_object"} or '
-        '{"type": "json_schema", "name": ..., "schema": {...}}',
-        param="text.format",
-    )
+    return value
 
 
 def _no_ops(body: dict[str, Any]) -> None:

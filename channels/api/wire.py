@@ -8,12 +8,22 @@ import json
 import re
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from nanomem.agent import CLIENT_REQUEST, SCHEMA_UNMET, Button, ModelOptions, ToolResult
+from nanomem.agent import (
+    CLIENT_REQUEST,
+    SCHEMA_UNMET,
+    STOPPING,
+    Button,
+    ModelOptions,
+    Text,
+    ToolResult,
+)
 from nanomem.agent import image_suffix as told_suffix
+from nanomem.text import untrusted_json
+from nanomem.text.plural import plural
 
 MODEL_ID = "nanomem"
 # Personal sessions only: a leading "-" would make `api:-1` look like a group (a shared room),
@@ -42,10 +52,12 @@ ERROR_STATUS: dict[str, tuple[int, str, str]] = {
     "context_too_long": (400, "invalid_request_error", "context_length_exceeded"),
 }
 UPSTREAM = (502, "api_error", "upstream_error")  # auth, not_found, bad_request, server, empty
-# A turn the client's request made impossible (agent/client_turn.py), with the core's reason.
+# A turn the client's request made impossible (agent/client_turn.py), with the core's reason,
+# or one a stopping gateway ended.
 CLIENT_ERRORS: dict[str, tuple[int, str, str | None]] = {
     CLIENT_REQUEST: (400, "invalid_request_error", None),
     SCHEMA_UNMET: (422, "invalid_request_error", "response_format_unmet"),
+    STOPPING: (503, "api_error", "gateway_stopping"),
 }
 ARGUMENT_PIECE = 512  # characters of a tool call's arguments in one streamed chunk
 
@@ -128,8 +140,69 @@ def error_body(
     return {"error": {"message": message, "type": kind, "param": param, "code": code}}
 
 
-def _content(content: Any, where: str) -> tuple[str, list[Upload]]:
-    """The text (text parts joined by a blank line) and the files of a message's content."""
+@dataclass(frozen=True)
+class Names:
+    """How a route's refusals name the parts of a request."""
+
+    turn: str  # the parameter that brings the new turn: messages, input
+    results: str  # the client's tools' results in it
+    instructions: str  # the client's instructions
+    instructions_param: str  # the parameter that brings them
+
+
+def fits(parsed: ChatRequest, limit: int, names: Names) -> None:
+    """The new turn within agent.max_message_chars (`limit`): the results of the client's
+    calls, or its text and a line for each file; and so the client's instructions."""
+    if parsed.results and parsed.size > limit:
+        raise BadRequest(
+            f"the {names.results} are too long ({parsed.size} characters; limit {limit}, "
+            "agent.max_message_chars)",
+            param=names.turn,
+        )
+    if parsed.size > limit:
+        files = f" with its {plural(len(parsed.uploads), 'file')}" if parsed.uploads else ""
+        raise BadRequest(
+            f"the message is too long ({parsed.size} characters{files}, {FILE_PART_CHARS} a "
+            f"file; limit {limit}, agent.max_message_chars)",
+            param=names.turn,
+        )
+    if (told := sum(map(len, parsed.instructions))) > limit:
+        raise BadRequest(
+            f"the {names.instructions} are too long ({told} characters; limit {limit}, "
+            "agent.max_message_chars)",
+            param=names.instructions_param,
+        )
+
+
+def failure(reply: Text) -> tuple[int, str, str | None] | None:
+    """(HTTP status, OpenAI error type, code) of a turn that failed; None for an answer."""
+    if reply.style != "error" or not reply.category:
+        return None
+    return CLIENT_ERRORS.get(reply.category) or ERROR_STATUS.get(reply.category, UPSTREAM)
+
+
+def json_object(raw: bytes) -> dict[str, Any]:
+    """A request body as the JSON object it must be (bounded in depth), or a BadRequest."""
+    try:
+        body = untrusted_json.loads(raw)
+    except untrusted_json.TooDeep:
+        raise BadRequest(
+            f"the request body nests deeper than {untrusted_json.MAX_DEPTH} levels"
+        ) from None
+    except ValueError:  # UnicodeDecodeError among them
+        raise BadRequest("the request body is not valid JSON") from None
+    if not isinstance(body, dict):
+        raise BadRequest("the request body must be a JSON object")
+    return body
+
+
+# Reads one content part (its type, the part, where it stands): its text, or its file.
+ReadPart = Callable[[str, dict[str, Any], str], str | Upload]
+
+
+def content_parts(content: Any, where: str, read: ReadPart) -> tuple[str, list[Upload]]:
+    """The text (text parts joined by a blank line) and the files of a message's content,
+    each part read by `read`, either API's."""
     if isinstance(content, str):
         return content, []
     if not isinstance(content, list):
@@ -141,19 +214,31 @@ def _content(content: Any, where: str) -> tuple[str, list[Upload]]:
         kind = part.get("type") if isinstance(part, dict) else None
         if not isinstance(part, dict) or not isinstance(kind, str):
             raise BadRequest(f"{at} is not a content part (an object with a type)", param=at)
-        if kind == "text":
-            if not isinstance(part.get("text"), str):
-                raise BadRequest(f"{at}: a text part needs 'text', a string", param=at)
-            texts.append(part["text"])
-        elif kind == "image_url":
-            uploads.append(_image(part.get("image_url"), at))
-        elif kind == "input_audio":
-            uploads.append(_audio(part.get("input_audio"), at))
-        else:
-            raise BadRequest(
-                f"{at} is a {kind[:40]!r} part; the agent API reads {PARTS_READ} parts", param=at
-            )
+        match read(kind, part, at):
+            case str() as text:
+                texts.append(text)
+            case Upload() as upload:
+                uploads.append(upload)
     return "\n\n".join(texts), uploads
+
+
+def message_content(content: Any, where: str) -> tuple[str, list[Upload]]:
+    """A chat message's content: its text and its files."""
+    return content_parts(content, where, _chat_part)
+
+
+def _chat_part(kind: str, part: dict[str, Any], at: str) -> str | Upload:
+    if kind == "text":
+        if not isinstance(text := part.get("text"), str):
+            raise BadRequest(f"{at}: a text part needs 'text', a string", param=at)
+        return text
+    if kind == "image_url":
+        return _image(part.get("image_url"), at)
+    if kind == "input_audio":
+        return _audio(part.get("input_audio"), at)
+    raise BadRequest(
+        f"{at} is a {kind[:40]!r} part; the agent API reads {PARTS_READ} parts", param=at
+    )
 
 
 def _image(image: Any, at: str) -> Upload:

@@ -58,8 +58,10 @@ class ClientTurn:
     # {"type": "function", "function": {"name", "description", "parameters", "strict"}}.
     tools: tuple[dict[str, Any], ...] = ()
     # "auto" | "none" | "required" | {"type": "function", "function": {"name": ...}}; it
-    # applies to the turn's first model call only (never a loop of forced calls). With
-    # "none" the client's tools are not offered to any of this request's model calls.
+    # applies to this request's first model call only (never a loop of forced calls), a
+    # continuation's as much as the turn's first request's: OpenAI applies a request's
+    # tool_choice to its model call. With "none" the client's tools are not offered to any
+    # of this request's model calls.
     tool_choice: str | dict[str, Any] | None = None
     # The request's system and developer messages, in order: added after nanomem's own
     # prompt, marked as the client's; never saved as the person's words.
@@ -84,7 +86,6 @@ class ClientRun:
 
     client: ClientTurn
     turns: ClientTurns
-    first: bool  # the turn's first request: tool_choice applies to its first model call
     unmet: str | None = None  # why the answer missed response_format after the re-ask
     prompted: bool = False  # the model refused this turn's response_format: asked by prompt
     tag: str = field(default_factory=lambda: secrets.token_hex(4))  # its instructions' markers
@@ -145,6 +146,7 @@ class ClientRun:
         checked against response_format and re-asked once; marked for the session."""
         head, rest = messages[:1], messages[1:]
 
+        # `first`: this call is the request's first model call, where its tool_choice applies.
         async def run(prompt: list[dict[str, Any]], into: ReactResult, first: bool) -> None:
             await react(
                 provider,
@@ -163,14 +165,14 @@ class ClientRun:
             )
 
         try:
-            await run(rest, out, self.first)
+            await run(rest, out, True)
         except ProviderError as exc:
             if self.form is None or not self.native or not _names_format(exc):
                 raise
             self.prompted = True  # the form goes into the prompt, for this turn; and for
             # every later one when the model cannot do it at all (not just this schema)
             self.turns.native = self.turns.native and not _unsupported(exc)
-            await run(rest, out, self.first and not out.messages)  # `out` goes on
+            await run(rest, out, not out.messages)  # `out` goes on
         # An answer cut at max_tokens is sent as cut (finish_reason "length"), never re-asked:
         # a second answer within the same limit would be cut too.
         checked = self.form is not None and not out.pending and out.text is not None

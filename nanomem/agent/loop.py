@@ -341,7 +341,7 @@ class AgentLoop:
         # A failed attempt's note is for later turns: a retry asks the model afresh.
         resumed = to_wire([m for m in session.messages[at + 1 :] if not m.get("failed")])
         # An API client's tools, instructions and options (None: any other message).
-        run = self.clients.run_for(msg, first=not (msg.client and msg.client.results))
+        run = self.clients.run_for(msg)
         fixed = self._fixed(system["content"], [sent, *resumed], run)
         whole = fixed + session.tokens_between(session.replay_from, at)
         if not self.budget.settled(self.budget.calibration.apply(whole)):

@@ -151,11 +151,11 @@ class ClientTurns:
             return None
         return _paused(session.messages[pause], waiting(session.messages, pause))
 
-    def run_for(self, msg: InboundMessage, first: bool) -> ClientRun | None:
+    def run_for(self, msg: InboundMessage) -> ClientRun | None:
         """What a client's request adds to its turn's model calls (None: nothing)."""
         if msg.client is None:
             return None
-        return ClientRun(msg.client, self, first=first)
+        return ClientRun(msg.client, self)
 
     def outcome(
         self, msg: InboundMessage, run: ClientRun, result: ReactResult

@@ -19,20 +19,8 @@ from nanomem.providers.provider import Reply, ToolCall
 from nanomem.providers.scripted import ScriptedProvider, call, text
 from tests.conftest import make_app
 from tests.helpers import until
-from tests.helpers.client_turns import answer, refused
+from tests.helpers.client_turns import WEATHER, answer, refused
 
-WEATHER = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "description": "The weather in a city",
-        "parameters": {
-            "type": "object",
-            "properties": {"city": {"type": "string"}},
-            "required": ["city"],
-        },
-    },
-}
 OURS = ToolCall("ours_1", "list_dir", '{"path": "memory"}')
 THEIRS = ToolCall("theirs_1", "get_weather", '{"city": "Paris"}')
 
@@ -273,16 +261,22 @@ async def test_a_client_tool_named_like_ours_is_refused_before_anything_is_saved
     assert provider.calls == [] and await messages(app) == []
 
 
-async def test_tool_choice_applies_to_the_first_model_call_only(home: Home) -> None:
+async def test_tool_choice_applies_to_each_requests_first_model_call_only(home: Home) -> None:
     provider = ScriptedProvider([call("list_dir", {"path": "memory"}), text("Listed.")])
     app = make_app(home, provider)
     await answer(app, ask("List", tool_choice="required"))
     assert provider.tool_choices == ["required", None]
+    # A continuation brings its own tool_choice (pydantic-ai sends "required" with every
+    # request of a run with an output tool): it forces that request's first call, no more.
     named = {"type": "function", "function": {"name": "get_weather"}}
-    provider.add(Reply(None, (THEIRS,)), text("Sunny."))
+    provider.add(Reply(None, (THEIRS,)), call("list_dir", {"path": "memory"}), text("Sunny."))
     await answer(app, ask("Weather", tool_choice=named))
-    await answer(app, results(("theirs_1", "sun"), tool_choice=named))
-    assert provider.tool_choices[2:] == [named, None]  # not on the turn's continuation
+    assert await answer(app, results(("theirs_1", "sun"), tool_choice="required")) == Text("Sunny.")
+    assert provider.tool_choices[2:] == [named, "required", None]
+    provider.add(Reply(None, (THEIRS,)), text("Rain."))
+    await answer(app, ask("And tomorrow?", tool_choice=named))
+    await answer(app, results(("theirs_1", "rain")))  # none sent: the model chooses
+    assert provider.tool_choices[5:] == [named, None]
 
 
 async def test_options_reach_every_model_call_of_the_turn(home: Home) -> None:

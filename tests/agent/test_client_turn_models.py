@@ -19,18 +19,11 @@ from nanomem.providers import ModelOptions
 from nanomem.providers.provider import Reply, ToolCall
 from nanomem.providers.scripted import ScriptedProvider, text
 from tests.conftest import make_app
-from tests.helpers.client_turns import answer
+from tests.helpers.client_turns import WEATHER, answer
 
 PNG = base64.b64decode(  # one pixel
     "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
 )
-WEATHER = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
-    },
-}
 
 
 def ask(content: str, *, id: str = "", replayed: bool = False, **client: Any) -> InboundMessage:

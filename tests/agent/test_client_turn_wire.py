@@ -14,14 +14,8 @@ from nanomem.home import Home
 from nanomem.providers import ModelOptions
 from tests.conftest import TEST_KEY, settings_for
 from tests.fakes.openai_server import FakeOpenAI
+from tests.helpers.client_turns import WEATHER
 
-WEATHER = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
-    },
-}
 FORM = {
     "type": "json_schema",
     "json_schema": {
@@ -79,14 +73,13 @@ async def test_a_paused_and_continued_turn_on_the_wire(home: Home, fake_llm: Fak
     fake_llm.reply(json.dumps({"summary": "sunny"}))
     going_on = ClientTurn(
         tools=(WEATHER,),
-        tool_choice="required",
         options=options,
         results=(ToolResult("call_w1", "sunny, 21 C"),),
     )
     part = await answer(app, going_on)
     assert part == Text('{"summary": "sunny"}')
     second = fake_llm.requests[1]
-    assert "tool_choice" not in second  # the turn's first call only
+    assert "tool_choice" not in second  # this request sent none: the first's is not kept
     assert second["response_format"] == FORM
     tail = second["messages"][-2:]
     assert tail[0]["role"] == "assistant" and tail[0]["tool_calls"][0]["id"] == "call_w1"

@@ -249,28 +249,26 @@ async def test_an_answer_that_never_fits_the_schema_is_a_422(served: Served) -> 
     assert len(served.provider.calls) == 2  # asked once more, then refused
 
 
-async def test_a_named_tool_choice_forces_the_first_model_call_only(served: Served) -> None:
-    served.provider.add(call("weather", {"city": "Lima"}, "call_lima"), text("Lima is mild."))
-    forced = {"type": "function", "function": {"name": "weather"}}
+async def test_tool_choice_forces_each_requests_first_model_call_only(served: Served) -> None:
+    # As pydantic-ai with an output tool: "required" with every request of the run.
+    served.provider.add(
+        call("weather", {"city": "Lima"}, "call_lima"),
+        call("list_dir", {"path": "memory"}, "call_ours"),
+        text("Lima is mild."),
+    )
     asked: list[Any] = [{"role": "user", "content": "Lima?"}]
-    first = await served.client().chat.completions.create(
-        model="nanomem",
-        messages=asked,
-        tools=[WEATHER],
-        tool_choice=forced,
-        extra_body={"session_id": "forced"},
+    client = served.client()
+    first = await client.chat.completions.create(
+        model="nanomem", messages=asked, tools=[WEATHER], tool_choice="required", user="forced"
     )
     (lima,) = first.choices[0].message.tool_calls or []
     asked += [called(first.choices[0].message)]
     asked += [{"role": "tool", "tool_call_id": lima.id, "content": "19"}]
-    await served.client().chat.completions.create(
-        model="nanomem",
-        messages=asked,
-        tools=[WEATHER],
-        tool_choice=forced,
-        extra_body={"session_id": "forced"},
+    last = await client.chat.completions.create(
+        model="nanomem", messages=asked, tools=[WEATHER], tool_choice="required", user="forced"
     )
-    assert served.provider.tool_choices == [forced, None]
+    assert last.choices[0].message.content == "Lima is mild."
+    assert served.provider.tool_choices == ["required", "required", None]
 
 
 async def test_a_streamed_structured_answer_shows_only_the_answer_that_fits(

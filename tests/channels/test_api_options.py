@@ -23,20 +23,7 @@ from channels.api.options import (
 )
 from channels.api.wire import BadRequest
 from nanomem.agent import ModelOptions
-
-WEATHER = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "description": "The weather in a city",
-        "parameters": {
-            "type": "object",
-            "properties": {"city": {"type": "string"}},
-            "required": ["city"],
-        },
-        "strict": True,
-    },
-}
+from tests.helpers.client_turns import WEATHER
 
 
 def refused(call: Any, *args: Any, **kwargs: Any) -> BadRequest:

@@ -15,21 +15,8 @@ from nanomem.providers import ProviderError, Reply, ToolCall
 from nanomem.providers.scripted import call, text
 from tests.helpers import WAIT_S
 from tests.helpers.api import Served
-from tests.helpers.client_turns import client_result
+from tests.helpers.client_turns import FLAT_WEATHER, client_result
 from tests.helpers.gateway import API_KEY
-
-WEATHER = {
-    "type": "function",
-    "name": "get_weather",
-    "description": "The weather in a city.",
-    "parameters": {
-        "type": "object",
-        "properties": {"city": {"type": "string"}},
-        "required": ["city"],
-        "additionalProperties": False,
-    },
-    "strict": True,
-}
 
 
 class Weather(BaseModel):
@@ -45,13 +32,23 @@ def said(messages: list[dict[str, Any]], role: str) -> list[str]:
     return [str(m["content"]) for m in messages if m["role"] == role]
 
 
+async def streamed_with_tools(served: Served, question: str, session: str) -> tuple[list[Any], Any]:
+    """A streamed response to `question` with the client's tool: its events, and the
+    response the SDK's stream helper assembled from them."""
+    async with served.client().responses.stream(
+        model="nanomem", input=question, tools=[FLAT_WEATHER], extra_body={"session_id": session}
+    ) as stream:
+        events = [event async for event in stream]
+        return events, await stream.get_final_response()
+
+
 async def test_a_function_tool_round_trip_goes_on_with_the_result(served: Served) -> None:
     served.provider.add(call("get_weather", {"city": "Paris"}, "call_w"), text("Sunny in Paris."))
     client = served.client()
     first = await client.responses.create(
         model="nanomem",
         input="weather in Paris?",
-        tools=[WEATHER],  # type: ignore[list-item]
+        tools=[FLAT_WEATHER],
         extra_body={"session_id": "tools"},
     )
     [item] = first.output
@@ -63,7 +60,7 @@ async def test_a_function_tool_round_trip_goes_on_with_the_result(served: Served
         model="nanomem",
         previous_response_id=first.id,
         input=[{"type": "function_call_output", "call_id": "call_w", "output": "sunny, 24 C"}],
-        tools=[WEATHER],  # type: ignore[list-item]
+        tools=[FLAT_WEATHER],
     )
     assert second.output_text == "Sunny in Paris."
     seen = served.provider.calls[-1]
@@ -81,7 +78,7 @@ async def test_the_whole_conversation_sent_again_goes_on_as_well(served: Served)
     first = await client.responses.create(
         model="nanomem",
         input=history,
-        tools=[WEATHER],  # type: ignore[list-item]
+        tools=[FLAT_WEATHER],
         extra_body={"session_id": "again"},
     )
     history += [item.model_dump(exclude_none=True) for item in first.output]
@@ -89,7 +86,7 @@ async def test_the_whole_conversation_sent_again_goes_on_as_well(served: Served)
     second = await client.responses.create(
         model="nanomem",
         input=history,
-        tools=[WEATHER],  # type: ignore[list-item]
+        tools=[FLAT_WEATHER],
         extra_body={"session_id": "again"},
     )
     assert second.output_text == "Rain in Rome."
@@ -98,17 +95,8 @@ async def test_the_whole_conversation_sent_again_goes_on_as_well(served: Served)
 
 async def test_a_streamed_function_call_is_assembled_by_the_sdk(served: Served) -> None:
     served.provider.add(call("get_weather", {"city": "Oslo"}, "call_o"))
-    kinds = []
-    async with served.client().responses.stream(
-        model="nanomem",
-        input="weather in Oslo?",
-        tools=[WEATHER],  # type: ignore[list-item]
-        extra_body={"session_id": "streamed-call"},
-    ) as stream:
-        async for event in stream:
-            kinds.append(event.type)
-        final = await stream.get_final_response()
-    assert kinds == [
+    events, final = await streamed_with_tools(served, "weather in Oslo?", "streamed-call")
+    assert [event.type for event in events] == [
         "response.created",
         "response.in_progress",
         "response.output_item.added",
@@ -212,14 +200,7 @@ async def test_an_idempotency_key_seen_before_answers_from_the_stored_turn(serve
 async def test_text_beside_a_call_is_a_message_before_the_call_item(served: Served) -> None:
     check = ToolCall("call_c", "get_weather", '{"city": "Lima"}')
     served.provider.add(Reply("Let me check the weather.", (check,), finish_reason="tool_calls"))
-    async with served.client().responses.stream(
-        model="nanomem",
-        input="weather in Lima?",
-        tools=[WEATHER],  # type: ignore[list-item]
-        extra_body={"session_id": "beside"},
-    ) as stream:
-        events = [event async for event in stream]
-        final = await stream.get_final_response()
+    events, final = await streamed_with_tools(served, "weather in Lima?", "beside")
     assert [item.type for item in final.output] == ["message", "function_call"]
     assert final.output_text == "Let me check the weather."
     added = [e for e in events if e.type == "response.output_item.added"]
@@ -241,7 +222,7 @@ async def test_an_answer_that_never_fits_the_schema_is_a_422(served: Served) -> 
 async def test_a_client_tool_named_like_one_of_ours_is_a_400_with_nothing_saved(
     served: Served,
 ) -> None:
-    ours = {**WEATHER, "name": "read_file"}
+    ours = {**FLAT_WEATHER, "name": "read_file"}
     with pytest.raises(openai.BadRequestError) as refused:
         await served.client().responses.create(
             model="nanomem",

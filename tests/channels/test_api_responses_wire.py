@@ -13,19 +13,7 @@ from channels.api.responses_input import MAX_ITEMS, new_turn
 from channels.api.responses_wire import ResponsesRequest, parse_responses, response_id, session_of
 from channels.api.wire import BadRequest
 from nanomem.agent.client_turn import ToolResult
-
-WEATHER = {
-    "type": "function",
-    "name": "get_weather",
-    "description": "The weather in a city.",
-    "parameters": {
-        "type": "object",
-        "properties": {"city": {"type": "string"}},
-        "required": ["city"],
-        "additionalProperties": False,
-    },
-    "strict": True,
-}
+from tests.helpers.client_turns import FLAT_WEATHER
 
 
 def parse(body: dict[str, Any], headers: dict[str, str] | None = None) -> ResponsesRequest:
@@ -152,14 +140,14 @@ def test_function_tools_take_the_chat_shape() -> None:
     parsed = parse(
         {
             "input": "hi",
-            "tools": [WEATHER],
+            "tools": [FLAT_WEATHER],
             "tool_choice": {"type": "function", "name": "get_weather"},
         }
     )
     [tool] = parsed.tools
     assert tool == {
         "type": "function",
-        "function": {k: v for k, v in WEATHER.items() if k != "type"},
+        "function": {k: v for k, v in FLAT_WEATHER.items() if k != "type"},
     }
     assert parsed.tool_choice == {"type": "function", "function": {"name": "get_weather"}}
 
@@ -168,8 +156,8 @@ def test_function_tools_take_the_chat_shape() -> None:
     ("tools", "param"),
     [
         ([{"type": "web_search"}], "tools[0].type"),
-        ([WEATHER, {"type": "mcp", "server_label": "x"}], "tools[1].type"),
-        ([{**WEATHER, "defer_loading": True}], "tools[0].defer_loading"),
+        ([FLAT_WEATHER, {"type": "mcp", "server_label": "x"}], "tools[1].type"),
+        ([{**FLAT_WEATHER, "defer_loading": True}], "tools[0].defer_loading"),
         (["get_weather"], "tools[0].type"),
     ],
 )
@@ -217,7 +205,7 @@ def test_what_the_agents_sdk_sends_by_default_is_taken() -> None:
             "model": "gpt-4.1",
             "input": [{"content": "hi", "role": "user"}],
             "include": [],
-            "tools": [WEATHER],
+            "tools": [FLAT_WEATHER],
             "instructions": "You are a helpful agent.",
             "store": False,
             "truncation": "auto",

@@ -87,12 +87,17 @@ async def test_routes_outside_v1_keep_their_own_form(served: Served) -> None:
 @pytest.mark.parametrize(
     "kind", ["text/plain", "application/x-www-form-urlencoded", "multipart/form-data; boundary=x"]
 )
+@pytest.mark.parametrize(
+    ("path", "sent"),
+    [
+        pytest.param("/v1/chat/completions", BODY, id="chat"),
+        pytest.param("/v1/responses", json.dumps({"input": "hello"}).encode(), id="responses"),
+    ],
+)
 async def test_a_body_that_is_not_json_is_a_415_with_nothing_saved(
-    served: Served, home: Home, kind: str
+    served: Served, home: Home, kind: str, path: str, sent: bytes
 ) -> None:
-    status, _, body = await fetch(
-        served, "POST", "/v1/chat/completions", BODY, {"Content-Type": kind}
-    )
+    status, _, body = await fetch(served, "POST", path, sent, {"Content-Type": kind})
     assert status == 415, body
     message = body["error"]["message"]
     assert kind.split(";")[0] in message and "Content-Type: application/json" in message

@@ -1,5 +1,6 @@
 """An API client's turn through AgentLoop.answer, as the API channel runs it: the reply's part,
-and the check that a request was refused (CLIENT_REQUEST) for the reasons named."""
+the check that a request was refused (CLIENT_REQUEST) for the reasons named, and a client's
+own tool as either API sends it."""
 
 from __future__ import annotations
 
@@ -10,6 +11,23 @@ from nanomem.agent.bus import InboundMessage
 from nanomem.agent.client_turn import CLIENT_REQUEST
 from nanomem.agent.outbound import OutboundMessage, Text
 from nanomem.app import App
+
+# A client's own tool, as chat completions send it; and flat, as the Responses API does.
+WEATHER: Any = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "The weather in a city.",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string"}},
+            "required": ["city"],
+            "additionalProperties": False,
+        },
+        "strict": True,
+    },
+}
+FLAT_WEATHER: Any = {"type": "function", **WEATHER["function"]}
 
 
 async def answer(app: App, msg: InboundMessage) -> Any:

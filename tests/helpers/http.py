@@ -1,5 +1,6 @@
-"""What the provider tests send, a raw HTTP/1.1 server that answers each request with chosen
-bytes, and the lean client's pooled connection to it."""
+"""What the provider tests send, providers of either transport for the loopback fake, a raw
+HTTP/1.1 server that answers each request with chosen bytes, and the lean client's pooled
+connection to it."""
 
 from __future__ import annotations
 
@@ -7,8 +8,16 @@ import asyncio
 import ssl
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from typing import Any
 
+from pydantic import SecretStr
+
+from nanomem.config import LLMSettings
 from nanomem.providers.connection import Connection
+from nanomem.providers.litellm_provider import LiteLLMProvider
+from nanomem.providers.openai_http import OpenAIHTTPProvider
+from nanomem.providers.provider import Provider
+from tests.conftest import TEST_KEY
 
 USER = [{"role": "user", "content": "hi"}]
 Answer = Callable[[int], bytes]  # the raw answer to the n-th request on one connection
@@ -24,6 +33,38 @@ TOOLS = [
         },
     }
 ]
+
+
+@asynccontextmanager
+async def transports(
+    transport: str, base_url: str, **llm: Any
+) -> AsyncIterator[Callable[[], Provider]]:
+    """Makes providers of one transport ("direct", the lean client; or "litellm") for the
+    fake model at `base_url`, with `llm` over the test settings; the lean client's sessions
+    are closed after."""
+    made: list[OpenAIHTTPProvider] = []
+    settings = LLMSettings(
+        **{
+            "model": "openai/fake",
+            "api_base": base_url,
+            "api_key": SecretStr(TEST_KEY),
+            "timeout_s": 10,
+            "transport": transport,
+            **llm,
+        }
+    )
+
+    def build() -> Provider:
+        if transport == "litellm":
+            return LiteLLMProvider(settings)
+        made.append(OpenAIHTTPProvider(settings))
+        return made[-1]
+
+    try:
+        yield build
+    finally:
+        for provider in made:
+            await provider.close()
 
 
 @asynccontextmanager

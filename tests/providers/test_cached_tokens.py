@@ -7,15 +7,10 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
-from pydantic import SecretStr
 
-from nanomem.config import LLMSettings
-from nanomem.providers.litellm_provider import LiteLLMProvider
-from nanomem.providers.openai_http import OpenAIHTTPProvider
 from nanomem.providers.provider import Provider, Usage, usage_of
-from tests.conftest import TEST_KEY
 from tests.fakes.openai_server import FakeOpenAI
-from tests.helpers.http import USER
+from tests.helpers.http import USER, transports
 
 Make = Callable[[], Provider]
 
@@ -37,24 +32,8 @@ ANTHROPIC = {
 
 @pytest.fixture(params=["direct", "litellm"])
 async def make(request: pytest.FixtureRequest, fake_llm: FakeOpenAI) -> AsyncIterator[Make]:
-    made: list[OpenAIHTTPProvider] = []
-
-    def build() -> Provider:
-        settings = LLMSettings(
-            model="openai/fake",
-            api_base=fake_llm.base_url,
-            api_key=SecretStr(TEST_KEY),
-            timeout_s=10,
-            transport=request.param,
-        )
-        if request.param == "litellm":
-            return LiteLLMProvider(settings)
-        made.append(OpenAIHTTPProvider(settings))
-        return made[-1]
-
-    yield build
-    for provider in made:
-        await provider.close()
+    async with transports(request.param, fake_llm.base_url) as build:
+        yield build
 
 
 async def _ignore(piece: str) -> None:

@@ -4,21 +4,19 @@ HTTP; and finish_reason "length" read from plain and streamed answers alike."""
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Callable, Iterator
-from typing import Any
+from collections.abc import AsyncIterator, Callable
 
 import pytest
 from pydantic import SecretStr
 
 from nanomem.config import LLMSettings
-from nanomem.providers.litellm_provider import LiteLLMProvider
 from nanomem.providers.metered import MeteredProvider
 from nanomem.providers.openai_http import OpenAIHTTPProvider
 from nanomem.providers.provider import ModelOptions, Provider, ProviderError, RetryingProvider
 from nanomem.providers.routing import Route
 from tests.conftest import TEST_KEY
 from tests.fakes.openai_server import FakeOpenAI, Step
-from tests.helpers.http import TOOLS, USER
+from tests.helpers.http import TOOLS, USER, transports
 
 Make = Callable[..., Provider]
 OPTIONS = ModelOptions(
@@ -44,61 +42,34 @@ SENT = {
 }
 
 
-@pytest.fixture
-def srv() -> Iterator[FakeOpenAI]:
-    with FakeOpenAI() as server:
-        yield server
-
-
 @pytest.fixture(params=["direct", "litellm"])
-async def make(request: pytest.FixtureRequest, srv: FakeOpenAI) -> AsyncIterator[Make]:
-    """Providers of one transport for `srv`, wrapped as the app wraps them."""
-    made: list[OpenAIHTTPProvider] = []
-
-    def build(**llm: Any) -> Provider:
-        values: dict[str, Any] = {
-            "model": "openai/fake",
-            "api_base": srv.base_url,
-            "api_key": SecretStr(TEST_KEY),
-            "timeout_s": 10,
-            "transport": request.param,
-            "temperature": 1.0,
-        }
-        settings = LLMSettings(**{**values, **llm})
-        inner: Provider
-        if request.param == "litellm":
-            inner = LiteLLMProvider(settings)
-        else:
-            made.append(OpenAIHTTPProvider(settings))
-            inner = made[-1]
-        return MeteredProvider(RetryingProvider(inner, 0), settings.model, [])
-
-    yield build
-    for provider in made:
-        await provider.close()
+async def make(request: pytest.FixtureRequest, fake_llm: FakeOpenAI) -> AsyncIterator[Make]:
+    """Providers of one transport for the fake, wrapped as the app wraps them."""
+    async with transports(request.param, fake_llm.base_url, temperature=1.0) as build:
+        yield lambda: MeteredProvider(RetryingProvider(build(), 0), "openai/fake", [])
 
 
 async def test_options_go_into_the_request_over_the_configured_ones(
-    srv: FakeOpenAI, make: Make
+    fake_llm: FakeOpenAI, make: Make
 ) -> None:
     await make().complete(USER, options=OPTIONS)
-    body = srv.requests[0]
+    body = fake_llm.requests[0]
     assert {key: body.get(key) for key in SENT} == SENT  # temperature 0.3 beats the config's
     assert "parallel_tool_calls" not in body  # alone, OpenAI refuses it
 
 
 async def test_beside_tools_parallel_tool_calls_and_a_named_choice_go_too(
-    srv: FakeOpenAI, make: Make
+    fake_llm: FakeOpenAI, make: Make
 ) -> None:
     named = {"type": "function", "function": {"name": TOOLS[0]["function"]["name"]}}
     await make().complete(USER, TOOLS, tool_choice=named, options=OPTIONS)
-    body = srv.requests[0]
+    body = fake_llm.requests[0]
     assert body["parallel_tool_calls"] is False and body["tool_choice"] == named
 
 
-async def test_without_options_nothing_new_is_sent(srv: FakeOpenAI, make: Make) -> None:
+async def test_without_options_nothing_new_is_sent(fake_llm: FakeOpenAI, make: Make) -> None:
     await make().complete(USER, max_tokens=50)
-    body = srv.requests[0]
+    body = fake_llm.requests[0]
     assert body["max_tokens"] == 50 and body["temperature"] == 1.0
     assert not {"top_p", "stop", "seed", "response_format", "parallel_tool_calls"} & set(body)
 
@@ -113,8 +84,8 @@ def _cut(stream: bool) -> Step:
 
 
 @pytest.mark.parametrize("stream", [False, True])
-async def test_finish_reason_length_is_read(srv: FakeOpenAI, make: Make, stream: bool) -> None:
-    srv.add(_cut(stream))
+async def test_finish_reason_length_is_read(fake_llm: FakeOpenAI, make: Make, stream: bool) -> None:
+    fake_llm.add(_cut(stream))
 
     async def sink(piece: str) -> None:
         pass
@@ -123,44 +94,46 @@ async def test_finish_reason_length_is_read(srv: FakeOpenAI, make: Make, stream:
         USER, options=ModelOptions(max_tokens=3), on_text=sink if stream else None
     )
     assert (reply.content, reply.finish_reason) == ("It was the", "length")
-    assert srv.requests[0]["max_tokens"] == 3
+    assert fake_llm.requests[0]["max_tokens"] == 3
 
 
-async def test_the_client_max_tokens_takes_the_routes_field(srv: FakeOpenAI) -> None:
+async def test_the_client_max_tokens_takes_the_routes_field(fake_llm: FakeOpenAI) -> None:
     settings = LLMSettings(model="openai/gpt-5", api_key=SecretStr(TEST_KEY), timeout_s=10)
-    path = Route("direct", "test", "gpt-5", srv.base_url, max_tokens_field="max_completion_tokens")
+    path = Route(
+        "direct", "test", "gpt-5", fake_llm.base_url, max_tokens_field="max_completion_tokens"
+    )
     provider = OpenAIHTTPProvider(settings, path)
     try:
         await provider.complete(USER, options=ModelOptions(max_tokens=9))
     finally:
         await provider.close()
-    assert srv.requests[0]["max_completion_tokens"] == 9 and "max_tokens" not in srv.requests[0]
+    assert (
+        fake_llm.requests[0]["max_completion_tokens"] == 9
+        and "max_tokens" not in fake_llm.requests[0]
+    )
+
+
+SCHEMA = {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object"}}}
 
 
 async def test_litellm_says_before_sending_that_a_model_cannot_follow_a_schema(
-    srv: FakeOpenAI,
+    fake_llm: FakeOpenAI,
 ) -> None:
-    settings = LLMSettings(
-        model="openai/fake", api_base=srv.base_url, api_key=SecretStr(TEST_KEY), timeout_s=10
-    )
-    schema = {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object"}}}
-    with pytest.raises(ProviderError) as err:
-        await LiteLLMProvider(settings).complete(USER, options=ModelOptions(response_format=schema))
-    assert err.value.category == "bad_request" and "response_format" in str(err.value)
-    assert srv.requests == []
-
-
-async def test_the_lean_client_sends_a_schema_and_reports_a_refusal_of_it(srv: FakeOpenAI) -> None:
-    settings = LLMSettings(
-        model="openai/fake", api_base=srv.base_url, api_key=SecretStr(TEST_KEY), timeout_s=10
-    )
-    schema = {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object"}}}
-    srv.error(400, "Invalid parameter: 'response_format' of type 'json_schema' is not supported")
-    provider = OpenAIHTTPProvider(settings)
-    try:
+    async with transports("litellm", fake_llm.base_url) as make:
         with pytest.raises(ProviderError) as err:
-            await provider.complete(USER, options=ModelOptions(response_format=schema))
-    finally:
-        await provider.close()
-    assert srv.requests[0]["response_format"] == schema
+            await make().complete(USER, options=ModelOptions(response_format=SCHEMA))
+    assert err.value.category == "bad_request" and "response_format" in str(err.value)
+    assert fake_llm.requests == []
+
+
+async def test_the_lean_client_sends_a_schema_and_reports_a_refusal_of_it(
+    fake_llm: FakeOpenAI,
+) -> None:
+    fake_llm.error(
+        400, "Invalid parameter: 'response_format' of type 'json_schema' is not supported"
+    )
+    async with transports("direct", fake_llm.base_url) as make:
+        with pytest.raises(ProviderError) as err:
+            await make().complete(USER, options=ModelOptions(response_format=SCHEMA))
+    assert fake_llm.requests[0]["response_format"] == SCHEMA
     assert err.value.category == "bad_request" and "response_format" in str(err.value)
