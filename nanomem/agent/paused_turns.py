@@ -75,8 +75,9 @@ class ClientTurns:
             return None
         user = last_user(messages)
         again = msg.replayed and user is not None and messages[user].get("in") == msg.id
-        if not again or _expired(messages[pause]):
-            await self.close(session, pause)  # the client moved on (or its time was up)
+        expired = _expired(messages[pause])
+        if not again or expired:
+            await self.close(session, pause, expired=expired)  # or the client moved on
         elif msg.session_key not in self._timers:  # a retry after a restart
             self._arm(msg.session_key, messages[pause])
         return None
@@ -171,10 +172,11 @@ class ClientTurns:
             return Text(reason, "error", category=SCHEMA_UNMET)
         return None
 
-    async def close(self, session: Session, pause: int) -> None:
-        """Every call the paused turn at `pause` waits for gets a result saying none came."""
+    async def close(self, session: Session, pause: int, *, expired: bool = True) -> None:
+        """Every call the paused turn at `pause` waits for gets a result saying none came:
+        its time was up (`expired`), or the client went on with a new message."""
         names = _call_names(session.messages[pause])
-        note = self.templates.render("client_tool_closed.md.j2")
+        note = self.templates.render("client_tool_closed.md.j2", expired=expired)
         closed = [
             {
                 "role": "tool",

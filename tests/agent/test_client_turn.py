@@ -208,6 +208,7 @@ async def test_a_new_message_closes_a_paused_turn_at_once(home: Home) -> None:
     saved = await messages(app)
     assert [m["role"] for m in saved] == ["user", "assistant", "tool", "tool", "user", "assistant"]
     assert saved[3]["closed"] and saved[3]["tool_call_id"] == "theirs_1"
+    assert "went on with a new message" in saved[3]["content"]  # not "in time": it did not wait
     wire = provider.calls[1]
     assert [c["id"] for c in wire[2]["tool_calls"]] == ["ours_1", "theirs_1"]  # all answered
     refused(await answer(app, results(("theirs_1", "late"))), "theirs_1")

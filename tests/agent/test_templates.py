@@ -70,7 +70,7 @@ SAMPLES = {
         "schema": "{}",
         "tag": "3f2a9c1e",
     },
-    "client_tool_closed.md.j2": {},
+    "client_tool_closed.md.j2": {"expired": False},
     "schema_reask.md.j2": {"problem": "at $.city: 'x' is not of type 'integer'", "schema": "{}"},
     "media_unread.md.j2": {"line": "Voice notes are off."},
     "scheduled_turn.md.j2": {
