@@ -15,6 +15,7 @@ on the event loop; jsonschema is imported here only, when one runs.
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 from collections.abc import Callable, Iterator
@@ -54,7 +55,15 @@ def refused(response_format: dict[str, Any]) -> str | None:
     schema = schema_of(response_format)
     if schema is None:
         return None
-    size = len(json.dumps(schema))
+    return _refused(json.dumps(schema, sort_keys=True))
+
+
+# A framework sends the same schema with every request: its verdict is kept (a few ms of
+# meta-schema check and trials each time; the channel bounds a schema to 100,000 characters).
+@functools.lru_cache(maxsize=64)
+def _refused(text: str) -> str | None:
+    schema = json.loads(text)
+    size = len(text)
     if size > MAX_SCHEMA_CHARS:
         limit = MAX_SCHEMA_CHARS
         return f"response_format: the schema is too large ({size} characters; limit {limit})"

@@ -117,14 +117,23 @@ class ModelServer:
     """The loopback fake model in a process of its own, as a real model server would be:
     its CPU is not charged to the process under measurement."""
 
-    def __init__(self, latency: float = 0.0) -> None:
+    def __init__(self, latency: float = 0.0, *, schema_model: bool = False) -> None:
         self.latency = latency
         self.base_url = ""
         self._process: subprocess.Popen[str] | None = None
+        # Answers as a model would (tools called when asked, response_format filled).
+        self._behaviour = ["--schema-model"] if schema_model else []
 
     def __enter__(self) -> ModelServer:
         self._process = subprocess.Popen(
-            [sys.executable, "-m", "tests.fakes.openai_server", "--latency", str(self.latency)],
+            [
+                sys.executable,
+                "-m",
+                "tests.fakes.openai_server",
+                "--latency",
+                str(self.latency),
+                *self._behaviour,
+            ],
             cwd=REPO,
             stdout=subprocess.PIPE,
             text=True,

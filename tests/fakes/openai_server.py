@@ -698,15 +698,23 @@ def memory_aware(
 
 
 def main() -> None:
-    """Serve the echo fallback from a process of its own (benchmarks: the model's CPU is then
-    not charged to the process being measured). Prints the base URL, then serves until killed."""
+    """Serve the echo fallback (or SchemaModel's answers) from a process of its own
+    (benchmarks: the model's CPU is then not charged to the process being measured). Prints
+    the base URL, then serves until killed."""
     import argparse
     import signal
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--latency", type=float, default=0.0)
+    parser.add_argument(
+        "--schema-model", action="store_true", help="answer as tests/fakes/schema_model.py does"
+    )
     args = parser.parse_args()
     server = FakeOpenAI(model_latency=args.latency).start()
+    if args.schema_model:
+        from tests.fakes.schema_model import SchemaModel
+
+        server.set_fallback(SchemaModel())
     print(server.base_url, flush=True)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
