@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from contextlib import AbstractAsyncContextManager
 from typing import TYPE_CHECKING, Any
 
@@ -21,7 +21,7 @@ from nanomem.agent import structured
 from nanomem.agent.client_turn import CLIENT_REQUEST, SCHEMA_UNMET, ClientRun, ClientTurn
 from nanomem.agent.outbound import OutboundMessage, Paused, Text
 from nanomem.agent.react_loop import ReactResult
-from nanomem.agent.replay import REPLAY_SEARCH, last_user, open_pause, waiting
+from nanomem.agent.replay import last_user, newest_first, open_pause, waiting
 from nanomem.audience import is_shared_room
 from nanomem.pools import CLIENT_SCHEMAS
 from nanomem.providers import ToolCall
@@ -246,18 +246,24 @@ def _refusal(
 
 def _answered(messages: list[dict[str, Any]], reply_id: str) -> bool:
     """Whether an answer with this Responses API id is among the session's last messages."""
-    start = max(-1, len(messages) - 1 - REPLAY_SEARCH)
-    return any(messages[i].get("reply_id") == reply_id for i in range(len(messages) - 1, start, -1))
+    return any(messages[i].get("reply_id") == reply_id for i in newest_first(messages))
+
+
+def _client_results(messages: list[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+    """The client's results (and closing notes) in the session's last turn, newest first."""
+    for index in newest_first(messages):
+        message = messages[index]
+        if message.get("role") == "user":
+            return
+        if message.get("client"):
+            yield message
 
 
 def _results(messages: list[dict[str, Any]], ids: list[str]) -> dict[str, dict[str, Any]]:
     """The client's results (or closing notes) for these ids in the session's last turn."""
     wanted, found = set(ids), {}
-    for index in range(len(messages) - 1, max(-1, len(messages) - 1 - REPLAY_SEARCH), -1):
-        message = messages[index]
-        if message.get("role") == "user":
-            break
-        if message.get("client") and message.get("tool_call_id") in wanted:
+    for message in _client_results(messages):
+        if message.get("tool_call_id") in wanted:
             found[message["tool_call_id"]] = message
     return found
 
@@ -265,13 +271,7 @@ def _results(messages: list[dict[str, Any]], ids: list[str]) -> dict[str, dict[s
 def _saved_from(messages: list[dict[str, Any]], request: str) -> bool:
     """Whether this request's results were saved in the session's last turn: call ids do not
     tell (a model server without ids names every step's first call "call_0")."""
-    for index in range(len(messages) - 1, max(-1, len(messages) - 1 - REPLAY_SEARCH), -1):
-        message = messages[index]
-        if message.get("role") == "user":
-            return False
-        if message.get("client") and message.get("in") == request:
-            return True
-    return False
+    return any(message.get("in") == request for message in _client_results(messages))
 
 
 def _twice(ids: list[str]) -> str | None:

@@ -8,9 +8,15 @@ from typing import Any
 REPLAY_SEARCH = 2000  # a replayed message is among the last messages of its session
 
 
+def newest_first(messages: list[dict[str, Any]]) -> range:
+    """The indexes of the session's last REPLAY_SEARCH messages, newest first: how far back
+    anything a turn looks for is searched, so a turn's work does not grow with its session."""
+    return range(len(messages) - 1, max(-1, len(messages) - 1 - REPLAY_SEARCH), -1)
+
+
 def find_message(messages: list[dict[str, Any]], message_id: str) -> int | None:
     """Where a user message with this inbox id was saved, if it was."""
-    for index in range(len(messages) - 1, max(-1, len(messages) - 1 - REPLAY_SEARCH), -1):
+    for index in newest_first(messages):
         message = messages[index]
         if message.get("role") == "user" and message.get("in") == message_id:
             return index
@@ -42,7 +48,7 @@ def finished_reply(messages: list[dict[str, Any]], at: int) -> str | None:
 
 def last_user(messages: list[dict[str, Any]]) -> int | None:
     """Where the session's last user message is (within the search bound)."""
-    for index in range(len(messages) - 1, max(-1, len(messages) - 1 - REPLAY_SEARCH), -1):
+    for index in newest_first(messages):
         if messages[index].get("role") == "user":
             return index
     return None
@@ -52,7 +58,7 @@ def open_pause(messages: list[dict[str, Any]]) -> int | None:
     """Where the assistant message of a turn paused on an API client's tools is, while some
     call it waits for has no result: it is the session's last message but for tool results
     and asides, so this looks at the end only."""
-    for index in range(len(messages) - 1, max(-1, len(messages) - 1 - REPLAY_SEARCH), -1):
+    for index in newest_first(messages):
         message = messages[index]
         if message.get("role") == "tool" or message.get("aside"):
             continue
