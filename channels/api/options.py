@@ -241,18 +241,7 @@ def _number(body: Mapping[str, Any], name: str, low: float, high: float) -> floa
         return None
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
         raise BadRequest(f"Invalid '{name}': expected a number", param=name)
-    if value < low:
-        raise BadRequest(
-            f"Invalid '{name}': decimal below minimum value. Expected a value >= {low:g}, "
-            f"but got {value:g} instead.",
-            param=name,
-        )
-    if value > high:
-        raise BadRequest(
-            f"Invalid '{name}': decimal above maximum value. Expected a value <= {high:g}, "
-            f"but got {value:g} instead.",
-            param=name,
-        )
+    _within(name, value, low, high, "decimal")
     return float(value)
 
 
@@ -262,19 +251,25 @@ def _integer(body: Mapping[str, Any], name: str, low: int, high: int | None) -> 
         return None
     if isinstance(value, bool) or not isinstance(value, int):
         raise BadRequest(f"Invalid '{name}': expected an integer", param=name)
-    if value < low:
-        raise BadRequest(
-            f"Invalid '{name}': integer below minimum value. Expected a value >= {low}, "
-            f"but got {value} instead.",
-            param=name,
-        )
-    if high is not None and value > high:
-        raise BadRequest(
-            f"Invalid '{name}': integer above maximum value. Expected a value <= {high}, "
-            f"but got {value} instead.",
-            param=name,
-        )
+    _within(name, value, low, high, "integer")
     return value
+
+
+def _within(name: str, value: float, low: float, high: float | None, kind: str) -> None:
+    """A 400 in OpenAI's words when `value` is outside [low, high] (no upper bound: None)."""
+    # Decimals as OpenAI prints them (2, 2.5); integers whole (a seed's 2**63 is not 9.2e+18).
+    shown = (lambda number: f"{number:g}") if kind == "decimal" else str
+    if value < low:
+        side, expected = "below minimum", f">= {shown(low)}"
+    elif high is not None and value > high:
+        side, expected = "above maximum", f"<= {shown(high)}"
+    else:
+        return
+    raise BadRequest(
+        f"Invalid '{name}': {kind} {side} value. Expected a value {expected}, "
+        f"but got {shown(value)} instead.",
+        param=name,
+    )
 
 
 def _stop(value: Any) -> tuple[str, ...]:
