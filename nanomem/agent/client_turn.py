@@ -173,11 +173,11 @@ class ClientRun:
             # every later one when the model cannot do it at all (not just this schema)
             self.turns.native = self.turns.native and not _unsupported(exc)
             await run(rest, out, not out.messages)  # `out` goes on
-        # An answer cut at max_tokens is sent as cut (finish_reason "length"), never re-asked:
-        # a second answer within the same limit would be cut too.
-        checked = self.form is not None and not out.pending and out.text is not None
-        checked = checked and out.finish_reason != "length"
-        if checked and (wrong := await _problem(out.text or "", self.form or {})):
+        if (
+            self.form is not None
+            and _whole(out)
+            and (wrong := await _problem(out.text or "", self.form))
+        ):
             await self._ask_again(run, rest, out, wrong)
         self._mark(out)
         return out
@@ -201,8 +201,8 @@ class ClientRun:
         out.messages.extend(again.messages)
         out.usage.extend(again.usage)
         out.text, out.pending, out.finish_reason = again.text, again.pending, again.finish_reason
-        if not out.pending and out.text is not None and out.finish_reason != "length":
-            self.unmet = await _problem(out.text, self.form)
+        if _whole(out):
+            self.unmet = await _problem(out.text or "", self.form)
 
     def _mark(self, out: ReactResult) -> None:
         """The turn's last assistant message, as the session keeps it: what it waits for and
@@ -229,6 +229,13 @@ class ClientRun:
             marks["failed"] = SCHEMA_UNMET  # a retry asks afresh; later turns see what it said
         if marks:
             out.messages[at] = {**out.messages[at], **marks}
+
+
+def _whole(out: ReactResult) -> bool:
+    """An answer to check against response_format: not a pause, not the iteration limit's
+    end, and not cut at max_tokens (sent as cut, never re-asked: a second answer within the
+    same limit would be cut too)."""
+    return not out.pending and out.text is not None and out.finish_reason != "length"
 
 
 async def _problem(text: str, form: dict[str, Any]) -> str | None:
