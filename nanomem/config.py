@@ -22,6 +22,13 @@ from pydantic import (
     model_validator,
 )
 
+from nanomem.channel_settings import DiscordSettings as DiscordSettings
+from nanomem.channel_settings import MatrixSettings as MatrixSettings
+from nanomem.channel_settings import SlackSettings as SlackSettings
+from nanomem.channel_settings import TelegramSettings as TelegramSettings
+from nanomem.config_section import SECTION
+from nanomem.config_section import blank_is_unset as blank_is_unset
+from nanomem.config_section import http_url as http_url
 from nanomem.setting_source import ENV_DELIMITER as ENV_DELIMITER
 from nanomem.setting_source import ENV_PREFIX as ENV_PREFIX
 from nanomem.setting_source import declared_twice, describe_errors, from_environment, source_in
@@ -32,26 +39,7 @@ MIN_PROMPT_TOKENS = 2048
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_default=True)
-
-
-def http_url(value: str, example: str) -> str:
-    """`value` if it is an http(s) URL with a host; a URL no client can use stops the start."""
-    from urllib.parse import urlsplit
-
-    try:
-        parts = urlsplit(value)
-        parts.port  # noqa: B018  (raises for a port that is not a number in range)
-    except ValueError as exc:
-        raise ValueError(f"not a URL ({exc}); e.g. {example}") from None
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ValueError(f"not an http:// or https:// URL with a host, e.g. {example}")
-    return value
-
-
-def blank_is_unset(value: object) -> object:
-    """A blank string setting means unset (an empty variable in a compose file)."""
-    return (value.strip() or None) if isinstance(value, str) else value
+    model_config = SECTION
 
 
 class LLMSettings(_Section):
@@ -243,63 +231,6 @@ class MemorySettings(_Section):
         return self
 
 
-class TelegramSettings(_Section):
-    enabled: bool = False
-    token: SecretStr | None = None
-    # Not default_factory=list: pydantic reads a factory's signature, and for a builtin that
-    # means tokenizing text (a regex compile of ~10 ms at every start); defaults are copied.
-    allow_from: list[int | str] = []
-    # The owner's numeric user id: only they run owner commands, approve shell commands and
-    # memory changes, and Dream reviews go to their private chat. Unset: the first user id in
-    # allow_from, as before this setting existed (logged once at start).
-    owner: int | None = Field(None, gt=0)
-    base_url: str = "https://api.telegram.org/bot"
-    base_file_url: str = "https://api.telegram.org/file/bot"
-    proxy: str | None = None
-    group_policy: Literal["mention", "open"] = "mention"
-    max_file_mb: int = Field(20, ge=1, le=2000)
-    stream: bool = True  # private chats see a reply grow while the model writes it
-    stream_groups: bool = False  # groups too (edits of one message; drafts are private-only)
-    album_wait_s: float = Field(1.0, gt=0, le=10)  # an album is one message: its parts' wait
-
-    @property
-    def owner_id(self) -> int | None:
-        """The owner's user id (and private chat): `owner`, else the first user in allow_from."""
-        if self.owner is not None:
-            return self.owner
-        return self.assumed_owner
-
-    @property
-    def assumed_owner(self) -> int | None:
-        """Who old configs without `owner` meant: the first positive id in allow_from."""
-        if self.owner is not None:
-            return None
-        return next((v for v in self.allow_from if isinstance(v, int) and v > 0), None)
-
-    @field_validator("owner", mode="before")
-    @classmethod
-    def _a_user_id(cls, value: Any) -> Any:
-        if isinstance(value, str) and not value.strip():
-            return None  # NANOMEM_TELEGRAM__OWNER="" unsets it
-        if isinstance(value, bool) or (isinstance(value, str) and not value.strip().isdigit()):
-            raise ValueError(f"{value!r} is not a numeric Telegram user id (a positive number)")
-        return value
-
-    @field_validator("allow_from")
-    @classmethod
-    def _numeric_ids(cls, values: list[int | str]) -> list[int | str]:
-        """Usernames can change hands; only numeric user ids (or "*") grant access."""
-        checked: list[int | str] = []
-        for value in values:
-            if value == "*" or isinstance(value, int):
-                checked.append(value)
-            elif isinstance(value, str) and value.strip().lstrip("-").isdigit():
-                checked.append(int(value))
-            else:
-                raise ValueError(f'{value!r} is not a numeric Telegram user id (or "*")')
-        return checked
-
-
 class GatewaySettings(_Section):
     host: str = "127.0.0.1"
     port: int = Field(18790, ge=0, le=65535)
@@ -471,6 +402,9 @@ class Settings(BaseModel):
     memory: MemorySettings = MemorySettings()
     dream: DreamSettings = DreamSettings()
     telegram: TelegramSettings = TelegramSettings()
+    matrix: MatrixSettings = MatrixSettings()
+    discord: DiscordSettings = DiscordSettings()
+    slack: SlackSettings = SlackSettings()
     gateway: GatewaySettings = GatewaySettings()
     api: ApiSettings = ApiSettings()
     schedule: ScheduleSettings = ScheduleSettings()

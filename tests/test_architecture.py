@@ -45,7 +45,9 @@ LAYERS: dict[str, int] = {
 BASE_MODULES = {
     "__init__",
     "audience",
+    "channel_settings",
     "config",
+    "config_section",
     "durable",
     "exports",
     "gateway_state",
@@ -61,7 +63,9 @@ BASE_MODULES = {
 CHANNEL_MAY_IMPORT = {
     "agent",
     "audience",  # the Sender a channel vouches for
+    "channel_settings",
     "config",
+    "config_section",
     "durable",  # crash-safe writes of what a channel keeps (the agent API's sent files)
     "log",
     "text",

@@ -160,7 +160,7 @@ def test_a_value_of_the_wrong_kind_is_refused(key: str, raw: str, says: str) -> 
     ("key", "suggested"),
     [
         ("llm.api_bse", "did you mean llm.api_base or"),
-        ("api_bse", "did you mean llm.api_base or voice.api_base?"),
+        ("api_bse", "did you mean llm.api_base or voice.api_base or slack.api_base?"),
         ("telegram.tokn", "did you mean telegram.token"),
         ("mcp.servers.files.comand", "did you mean mcp.servers.files.command"),
         ("lm.model", "did you mean llm.model"),

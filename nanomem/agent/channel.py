@@ -50,6 +50,10 @@ class Capabilities:
     # paragraph, line or word boundaries. Not for a channel that renders markup itself
     # ("html"): only it knows how long its rendering is, so it splits that.
     max_chars: int = 0
+    # How a message's length is counted against max_chars, when not in characters: bytes of
+    # the event a channel sends, UTF-16 units, the length of its rendering. Given the text in
+    # the channel's markup, as the core would send it.
+    measure: Callable[[str], int] | None = None
     # How it shows the model's Markdown: "markdown" (as written, or rendered by the channel
     # from Markdown), "html" (rendered by the channel into its own HTML), "plain" (the core
     # sends readable plain text: no markers, links as `text (url)`).
@@ -57,6 +61,7 @@ class Capabilities:
     pushes: bool = False  # sends a message nobody asked for (a scheduled turn's reply)
     reaches_owner: bool = False  # reaches the owner privately (notices for the owner)
     same_connection: bool = False  # answers on the connection that asked (the agent API)
+    turns: bool = False  # is told when a turn starts and ends (TurnStarted, TurnEnded)
 
 
 def _logger() -> Any:
@@ -192,7 +197,12 @@ class ChannelDown(Exception):
 
 class DeliveryLater(Exception):
     """A reply could not be delivered now (network down); it stays in the inbox and is sent
-    again at the next start."""
+    again at the next start, or, with `retry_in_s` (a rate limit's wait), again within the
+    run after that many seconds, the chat's later messages waiting behind it."""
+
+    def __init__(self, message: str = "", retry_in_s: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_in_s = retry_in_s
 
 
 class ChatQueues:
