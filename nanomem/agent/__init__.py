@@ -64,6 +64,8 @@ if TYPE_CHECKING:
         Progress,
         Question,
         Text,
+        TurnEnded,
+        TurnStarted,
     )
     from nanomem.agent.react_loop import ReactResult, react, seal_tool_calls
     from nanomem.agent.retries import (
@@ -130,6 +132,8 @@ __all__ = [
     "Templates",
     "Text",
     "ToolResult",
+    "TurnEnded",
+    "TurnStarted",
     "Unread",
     "Unreadable",
     "anyone",
@@ -209,6 +213,8 @@ __getattr__ = lazy_exports(
             "Progress",
             "Question",
             "Text",
+            "TurnEnded",
+            "TurnStarted",
         ),
         "react_loop": ("ReactResult", "react", "seal_tool_calls"),
         "retries": (

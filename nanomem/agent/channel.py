@@ -24,6 +24,8 @@ from nanomem.agent.outbound import (
     Progress,
     Question,
     Text,
+    TurnEnded,
+    TurnStarted,
 )
 from nanomem.audience import media_folder
 from nanomem.durable import write_below
@@ -251,6 +253,8 @@ def shaped(msg: OutboundMessage, can: Capabilities) -> OutboundMessage | None:
     """The form of a message this channel can show; None when it shows nothing of it (the whole
     reply always follows a piece, so a channel that does not stream loses nothing)."""
     part = msg.part
+    if isinstance(part, TurnStarted | TurnEnded):
+        return msg if can.turns else None
     if isinstance(part, Delta | DeltaEnd):
         return msg if can.streams else None
     if isinstance(part, Progress):

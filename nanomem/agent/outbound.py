@@ -3,7 +3,8 @@
 `Text` is a whole message (the model's reply, an error, a command's own text); `Delta` a piece
 of a reply while the model writes it, `DeltaEnd` the end of a step's pieces; `Question` asks the
 person to choose; `Progress` says which tool runs; `File` hands over a file; `Paused` ends an
-API client's request whose turn waits for the client's own tools (agent/client_turn.py). The
+API client's request whose turn waits for the client's own tools (agent/client_turn.py);
+`TurnStarted` and `TurnEnded` mark a turn's life for a channel that shows it (typing). The
 core picks the form a channel gets from its Capabilities (agent/channel.py: `shaped`).
 """
 
@@ -110,7 +111,23 @@ class Paused:
     calls: tuple[ToolCall, ...]
 
 
-Part = Text | Delta | DeltaEnd | Question | Progress | File | Paused
+@dataclass(frozen=True)
+class TurnStarted:
+    """The core began on the message `reply_to` names (after the channel's `prepare`): its
+    person now waits for an answer. Only for a channel with `Capabilities.turns`."""
+
+    command: str = ""  # the command it runs ("" for a model turn)
+
+
+@dataclass(frozen=True)
+class TurnEnded:
+    """The core is done with the message `reply_to` names; its answer, if any, went before
+    this. `stopped`: /stop cut the turn short (what was shown of it stays shown)."""
+
+    stopped: bool = False
+
+
+Part = Text | Delta | DeltaEnd | Question | Progress | File | Paused | TurnStarted | TurnEnded
 _TYPES: dict[str, type[Any]] = {
     "text": Text,
     "delta": Delta,
@@ -119,6 +136,8 @@ _TYPES: dict[str, type[Any]] = {
     "progress": Progress,
     "file": File,
     "paused": Paused,
+    "turn_started": TurnStarted,
+    "turn_ended": TurnEnded,
 }
 
 
