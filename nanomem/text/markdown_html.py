@@ -14,10 +14,17 @@ from dataclasses import dataclass
 from html import escape, unescape
 from typing import TYPE_CHECKING
 
+from nanomem.text.markdown_parse import (
+    WEB_SCHEMES,
+    aligned_table,
+    markdown_parser,
+    plain_inline,
+    safe_url,
+    table_rows,
+)
 from nanomem.text.measure import json_bytes, utf16_units
 
 if TYPE_CHECKING:
-    from markdown_it import MarkdownIt
     from markdown_it.token import Token
 
 __all__ = [
@@ -25,15 +32,11 @@ __all__ = [
     "TELEGRAM_HTML",
     "HtmlSubset",
     "html_text",
-    "markdown_parser",
     "matrix_content",
     "matrix_event_bytes",
     "render_html",
-    "safe_url",
     "telegram_units",
 ]
-
-WEB_SCHEMES = frozenset({"http", "https", "mailto"})
 
 
 @dataclass(frozen=True)
@@ -59,32 +62,8 @@ MATRIX_HTML = HtmlSubset(
     )
 )
 
-_SCHEME = re.compile(r"([a-zA-Z][a-zA-Z0-9+.-]*):")
 _LANG_JUNK = re.compile(r"[^\w+#.-]")
 _TAG = re.compile(r"</?[A-Za-z][\w-]*[^<>]*>")
-_PARSER: list[MarkdownIt] = []
-
-
-def markdown_parser() -> MarkdownIt:
-    """The model's Markdown as the renderers read it: CommonMark with tables and
-    strikethrough, raw HTML recognised (to be shown as text), every link parsed (each
-    renderer vets its scheme, instead of markdown-it printing a refused one as source)."""
-    if not _PARSER:
-        from markdown_it import MarkdownIt  # loaded by the first reply rendered
-
-        class Parser(MarkdownIt):
-            def validateLink(self, url: str) -> bool:
-                return True
-
-        _PARSER.append(Parser("commonmark", {"html": True}).enable(["strikethrough", "table"]))
-    return _PARSER[0]
-
-
-def safe_url(url: object, schemes: frozenset[str] = WEB_SCHEMES) -> str | None:
-    """`url` when its scheme is one of `schemes`, else None (javascript:, data:, relative)."""
-    text = str(url or "")
-    match = _SCHEME.match(text)
-    return text if match and match.group(1).lower() in schemes else None
 
 
 def _esc(text: str) -> str:
@@ -93,19 +72,6 @@ def _esc(text: str) -> str:
 
 def _attr(text: str) -> str:
     return _esc(text).replace('"', "&quot;")
-
-
-def plain_inline(tokens: Sequence[Token] | None) -> str:
-    """The visible text of inline tokens, formatting dropped (table cells, alt text)."""
-    parts: list[str] = []
-    for tok in tokens or ():
-        if tok.type in ("text", "code_inline", "html_inline"):
-            parts.append(tok.content)
-        elif tok.type in ("softbreak", "hardbreak"):
-            parts.append(" ")
-        elif tok.type == "image":
-            parts.append(plain_inline(tok.children) or tok.content)
-    return "".join(parts)
 
 
 class _Renderer:
@@ -168,24 +134,21 @@ class _Renderer:
         return f"<pre><code>{body}</code></pre>" if self.blocks else f"<pre>{body}</pre>"
 
     def table(self, tokens: Sequence[Token], i: int) -> tuple[str, int]:
-        rows: list[list[str]] = []
-        aligns: list[str] = []
+        if "table" not in self.subset.tags:
+            rows, aligns, header_rows, i = table_rows(tokens, i)
+            return f"<pre>{_esc(aligned_table(rows, aligns, header_rows))}</pre>", i
+        cells: list[list[str]] = []
         header_rows = 0
         while tokens[i].type != "table_close":
             tok = tokens[i]
             if tok.type == "tr_open":
-                rows.append([])
-            elif tok.type == "th_open":
-                aligns.append(str(tok.attrGet("style") or "").removeprefix("text-align:"))
+                cells.append([])
             elif tok.type == "inline":
-                cell = self.inline(tok.children) if "table" in self.subset.tags else None
-                rows[-1].append(cell if cell is not None else plain_inline(tok.children).strip())
+                cells[-1].append(self.inline(tok.children))
             elif tok.type == "thead_close":
-                header_rows = len(rows)
+                header_rows = len(cells)
             i += 1
-        if "table" in self.subset.tags:
-            return _html_table(rows, header_rows), i + 1
-        return f"<pre>{_esc(_aligned(rows, aligns, header_rows))}</pre>", i + 1
+        return _html_table(cells, header_rows), i + 1
 
     def render(
         self, tokens: Sequence[Token], i: int, stop: str, quoted: bool
@@ -259,24 +222,6 @@ def _indent(text: str, prefix: str) -> str:
         opened, closed = line.rfind("<pre>"), line.rfind("</pre>")
         in_pre = opened > closed if max(opened, closed) >= 0 else in_pre
     return "\n".join(out)
-
-
-def _aligned(rows: list[list[str]], aligns: list[str], header_rows: int) -> str:
-    """A table as aligned monospace text, for a platform without table markup."""
-    ncols = max(len(row) for row in rows)
-    rows = [row + [""] * (ncols - len(row)) for row in rows]
-    aligns = aligns + [""] * (ncols - len(aligns))
-    widths = [max(len(row[c]) for row in rows) for c in range(ncols)]
-    pad = {"right": str.rjust, "center": str.center}
-    lines = [
-        " | ".join(
-            pad.get(a, str.ljust)(cell, w) for cell, w, a in zip(row, widths, aligns, strict=True)
-        ).rstrip()
-        for row in rows
-    ]
-    if header_rows:
-        lines.insert(header_rows, "-+-".join("-" * w for w in widths))
-    return "\n".join(lines)
 
 
 def _html_table(rows: list[list[str]], header_rows: int) -> str:
