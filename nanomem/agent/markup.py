@@ -131,12 +131,13 @@ class _Splitter:
     def _fit(self, start: int) -> int:
         """The furthest end whose piece fits: a few measures guessed by proportion (exact for
         a measure that counts characters), bisecting after two guesses that did not halve the
-        range; `start` when not even one character fits."""
+        range, until within 0.4% of it; `start` when not even one character fits."""
         n, limit = len(self.text), self.limit
         lo, lo_size = start, 0
         hi: int | None = None
         hi_size, slow = 0, 0
-        while hi is None or hi - lo > 1:
+        # Near enough: a break is looked for before it anyway, and each measure may render.
+        while lo_size < limit and (hi is None or hi - lo > max(1, (lo - start) // 256)):
             if hi is None:  # no misfit yet: grow by the proportion seen, at most doubling
                 seen = lo - start
                 grow = min(seen * limit // max(lo_size, 1), 2 * seen) if seen else limit
