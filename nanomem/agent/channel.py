@@ -48,13 +48,14 @@ class Capabilities:
     drafts: bool = False  # shows a reply growing as a draft before it is sent
     buttons: bool = False  # shows choices as buttons a person presses
     files: bool = False  # sends a file
-    # The longest text it takes in one message (0: no limit); the core splits a longer one at
-    # paragraph, line or word boundaries. Not for a channel that renders markup itself
-    # ("html"): only it knows how long its rendering is, so it splits that.
+    # The longest text it takes in one message (0: no limit), in `measure`'s units; the core
+    # splits a longer one at paragraph, line or word boundaries, keeping code blocks whole.
+    # An "html" channel that gives none renders and splits the whole reply itself.
     max_chars: int = 0
     # How a message's length is counted against max_chars, when not in characters: bytes of
-    # the event a channel sends, UTF-16 units, the length of its rendering. Given the text in
-    # the channel's markup, as the core would send it.
+    # the event a channel sends, UTF-16 units, the length of its rendering. Given a piece in
+    # the channel's markup (the model's Markdown, or plain), as the core would send it; the
+    # channel may render it first (nanomem/text has renderers and their measures).
     measure: Callable[[str], int] | None = None
     # How it shows the model's Markdown: "markdown" (as written, or rendered by the channel
     # from Markdown), "html" (rendered by the channel into its own HTML), "plain" (the core
@@ -273,20 +274,20 @@ def shaped(msg: OutboundMessage, can: Capabilities) -> OutboundMessage | None:
 
 def forms(msg: OutboundMessage, can: Capabilities) -> list[OutboundMessage]:
     """What the channel is sent for one message, in order: its `shaped` form, the model's
-    words in the channel's markup, split within its longest message (buttons under the last
-    part). Empty when it shows nothing of it."""
+    words in the channel's markup, split within its longest message by its measure, code
+    blocks kept whole (buttons under the last part). Empty when it shows nothing of it."""
     form = shaped(msg, can)
     if form is None:
         return []
     part = form.part
-    if not isinstance(part, Text) or can.markup == "html":
-        return [form]
+    if not isinstance(part, Text) or (can.markup == "html" and not can.max_chars):
+        return [form]  # an "html" channel without a limit renders and splits itself
     text = part.text
     if can.markup == "plain" and part.style == "reply":  # commands and errors are plain already
         text = plain_text(text)
-    if not can.max_chars or len(text) <= can.max_chars:
+    if not can.max_chars or (can.measure is None and len(text) <= can.max_chars):
         return [form if text == part.text else replace(form, part=replace(part, text=text))]
-    pieces = split_text(text, can.max_chars)
+    pieces = split_text(text, can.max_chars, can.measure, fences=can.markup != "plain")
     last = len(pieces) - 1
     return [
         replace(form, part=replace(part, text=piece, buttons=part.buttons if n == last else ()))
