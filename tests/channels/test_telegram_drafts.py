@@ -273,3 +273,22 @@ def test_preview_shows_the_newest_part_rendered_and_balanced() -> None:
     newest = preview(LONG, html=True)
     assert newest == render_chunks(LONG)[-1]
     assert preview("a < b & c", html=False) == "a < b & c"
+
+
+async def test_a_reply_telegram_rate_limits_again_and_again_is_delivered_within_the_run_once(
+    fake: FakeTelegram, tmp_path: Path
+) -> None:
+    """Six flood waits in a row (the core's DeliveryLater with retry_in_s each time; Telegram
+    once gave up after six tries, until the next start): the reply arrives within the run,
+    every part once, in order, while another chat's reply goes at once."""
+    async with live(fake, tmp_path, stream=False) as chat:
+        mine = await chat.ask(OWNER, "tell me a lot")
+        theirs = await chat.ask(FRIEND, "and me")
+        final = render_chunks(LONG)
+        fake.fail_next("sendMessage", retry_after=1, times=6, chat_id=OWNER)
+        await chat.reply(mine, LONG)
+        await chat.reply(theirs, "at once")
+        (other,) = await fake.wait_for_messages_async(FRIEND, 1)
+        sent = await fake.wait_for_messages_async(OWNER, len(final), timeout=30)
+    assert other["text"] == "at once" and len(fake.sent_messages(OWNER)) == len(final)
+    assert html_of(sent) == final  # nothing twice, nothing lost, in order
