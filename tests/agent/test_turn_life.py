@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from dataclasses import replace
+from typing import Any
 
 import pytest
 
@@ -15,10 +16,31 @@ from nanomem.agent.commands import STOPPED
 from nanomem.agent.outbound import OutboundMessage, Text, TurnEnded, TurnStarted
 from nanomem.audience import Sender
 from nanomem.home import Home
-from tests.agent.test_order import Gate
+from nanomem.providers.provider import Reply
+from nanomem.providers.scripted import ScriptedProvider, text
 from tests.conftest import make_app
 from tests.helpers import until
 from tests.helpers.channels import FakeChannel
+
+
+class Gate:
+    """A model that answers each message with its own words, holding the turns of chosen
+    words until they are let go."""
+
+    def __init__(self, *held: str) -> None:
+        self.held = {word: asyncio.Event() for word in held}
+        self.started: list[str] = []
+
+    async def __call__(self, messages: list[dict[str, Any]]) -> Reply:
+        said = str(next(m["content"] for m in reversed(messages) if m["role"] == "user"))
+        said = said.rsplit("\n", 1)[-1]
+        self.started.append(said)
+        if (held := self.held.get(said)) is not None:
+            await held.wait()
+        return text(f"re: {said}")
+
+    def provider(self) -> ScriptedProvider:
+        return ScriptedProvider([self] * 16)
 
 
 def shown(msg: OutboundMessage) -> str:
@@ -111,8 +133,8 @@ async def test_the_turn_starts_after_the_channel_s_own_work_on_the_message(
         await bus.publish_outbound(note)
         return None if msg.content == "answered here" else msg
 
-    for text in ("answered here", "a photo"):
-        msg = InboundMessage("fake", "1", text, Sender("u"))
+    for said in ("answered here", "a photo"):
+        msg = InboundMessage("fake", "1", said, Sender("u"))
         await bus.publish_inbound(replace(msg, prepare=prepare))
     await until(lambda: "end" in life(running))
     assert life(running) == ["downloading", "downloading", "start:", "re: a photo", "end"]
