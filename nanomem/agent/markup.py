@@ -82,6 +82,7 @@ class _Splitter:
         self.fences = fences
         self.starts = [f.start for f in fences]
         self.fits: dict[int, bool] = {}  # fence start → fits one piece whole
+        self.last_lines: dict[int, int] = {}  # fence start → its last code line's start
 
     def pieces(self) -> list[str]:
         text, n = self.text, len(self.text)
@@ -223,8 +224,10 @@ class _Splitter:
 
     def _last_line(self, fence: _Fence) -> int:
         """Where its last code line with anything on it starts."""
-        last = fence.body + len(self.text[fence.body : fence.end].rstrip("\n"))
-        return self.text.rfind("\n", fence.body, last) + 1 or fence.body
+        if fence.start not in self.last_lines:
+            last = fence.body + len(self.text[fence.body : fence.end].rstrip("\n"))
+            self.last_lines[fence.start] = self.text.rfind("\n", fence.body, last) + 1 or fence.body
+        return self.last_lines[fence.start]
 
     def _hard(self, start: int, fit: int) -> int:
         """`fit`, moved back off a cut that would break a character, an escape or an entity."""
