@@ -146,6 +146,7 @@ class SlackChannel(BaseChannel):
         self.bot_user = str(me.get("user_id", ""))
         self._intake = Intake(bus, self.name)
         await self._intake.load()
+        await self.delivery.load(bus)
         await self._replay()
         self._intake.run()
         if self.settings.mode == "socket":

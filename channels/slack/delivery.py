@@ -5,6 +5,7 @@ streams, files by Slack's external upload. A rate limit is a `DeliveryLater` wit
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -24,6 +25,7 @@ from nanomem.agent import (
     DeltaEnd,
     File,
     FileGone,
+    MessageBus,
     OutboundMessage,
     Question,
     Text,
@@ -34,6 +36,10 @@ SECTION_LIMIT = 3000  # a Block Kit section's text
 LABEL_LIMIT = 75  # a button's text
 VALUE_LIMIT = 2000  # a button's value
 CHOOSE = "Choose:"
+# The inbox's record of replies growing now ({reply_to: [chat, ts]}): after a crash, the
+# message a reply had begun to grow in is finished, not left half-written beside a second one.
+GROWN = "slack.grown"
+GROWN_KEPT = 200
 
 
 @dataclass
@@ -78,6 +84,40 @@ class Delivery:
         self._streams_in = streams_in  # does this chat see replies grow (DMs, or groups too)?
         self.stream_every_s = stream_every_s  # chat.update is Tier 3: about 50 a minute
         self._streams: dict[tuple[str, str | None], _Stream] = {}
+        self.bus: MessageBus | None = None
+        self._grown: dict[str, list[str]] = {}  # a stored message's reply_to → [chat, ts]
+
+    async def load(self, bus: MessageBus) -> None:
+        self.bus = bus
+        try:
+            grown = json.loads(await bus.position(GROWN) or "{}")
+        except ValueError:
+            grown = {}
+        if isinstance(grown, dict):
+            self._grown = {
+                str(k): v for k, v in grown.items() if isinstance(v, list) and len(v) == 2
+            }
+
+    async def _keep_grown(self, reply_to: str, chat: str, ts: str | None) -> None:
+        """Record (or, with None, forget) where a stored message's reply grows."""
+        if ts is None:
+            if self._grown.pop(reply_to, None) is None:
+                return
+        else:
+            self._grown[reply_to] = [chat, ts]
+            while len(self._grown) > GROWN_KEPT:
+                self._grown.pop(next(iter(self._grown)))
+        if self.bus is not None:
+            await self.bus.receive("slack", [], (GROWN, json.dumps(self._grown)))
+
+    def _stream_of(self, msg: OutboundMessage) -> _Stream | None:
+        """The message this reply grows in: this run's, or one a run before began."""
+        key = (msg.chat_id, msg.reply_to)
+        if key not in self._streams and msg.seq is not None and msg.reply_to in self._grown:
+            chat, ts = self._grown[msg.reply_to]
+            if chat == msg.chat_id:
+                self._streams[key] = _Stream(ts, "", 0.0)
+        return self._streams.get(key)
 
     async def send(self, msg: OutboundMessage) -> None:
         part = msg.part
@@ -101,12 +141,15 @@ class Delivery:
 
     async def _text(self, msg: OutboundMessage, part: Text) -> None:
         shown = mrkdwn.escape(part.text) if part.style == "error" else mrkdwn.render(part.text)
-        stream = self._streams.pop((msg.chat_id, msg.reply_to), None)
+        stream = self._stream_of(msg)
+        self._streams.pop((msg.chat_id, msg.reply_to), None)
         if stream is not None and not part.buttons:  # the grown message becomes the reply
             if stream.shown != shown:
                 await self._update(msg.chat_id, stream.ts, shown)
-            return
-        await self._post(msg.chat_id, shown, part.buttons)
+        else:
+            await self._post(msg.chat_id, shown, part.buttons)
+        if msg.reply_to is not None and msg.seq is not None:
+            await self._keep_grown(msg.reply_to, msg.chat_id, None)
 
     async def _post(self, chat: str, text: str, buttons: tuple[Button, ...] = ()) -> str:
         channel, thread = target(chat)
@@ -134,10 +177,12 @@ class Delivery:
             return
         key, now = (msg.chat_id, msg.reply_to), time.monotonic()
         shown = mrkdwn.render(so_far)
-        stream = self._streams.get(key)
+        stream = self._stream_of(msg)
         if stream is None:
             ts = await self._post(msg.chat_id, shown)
             self._streams[key] = _Stream(ts, shown, now)
+            if msg.reply_to is not None and msg.seq is not None:
+                await self._keep_grown(msg.reply_to, msg.chat_id, ts)
         elif now - stream.at >= self.stream_every_s and shown != stream.shown:
             await self._update(msg.chat_id, stream.ts, shown)
             stream.shown, stream.at = shown, now

@@ -1,0 +1,226 @@
+"""Slack end to end: the real `nanomem gateway` in a subprocess, slack-bolt's Socket Mode app
+against the loopback Slack (tests/fakes/slack_server.py), the model over HTTP."""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from nanomem.home import Home
+from tests.fakes.openai_server import FakeOpenAI, Step
+from tests.fakes.slack_server import FakeSlack
+from tests.helpers import wait_until
+from tests.helpers.gateway import GatewayProcess, load_session, onboarded, user_texts
+from tests.helpers.slack import (
+    DM,
+    GENERAL,
+    MEMBER,
+    MENTION,
+    OWNER,
+    STRANGER,
+    STRANGER_DM,
+    blocks_message,
+    replies,
+    reply_count,
+    slack_fake,
+    slack_gateway,
+)
+
+pytestmark = pytest.mark.slow
+ACK_S = 3.0  # Slack's deadline for an envelope's acknowledgement
+
+
+def answer(request: dict[str, Any]) -> Step:
+    """The model says back what it was told last (its reply names the message it answers)."""
+    said = user_texts(request)[-1] if user_texts(request) else ""
+    return Step.reply(f"answer to: {said.splitlines()[-1][:80]}")
+
+
+@pytest.fixture(scope="module")
+def running(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[tuple[Home, FakeSlack, FakeOpenAI, GatewayProcess]]:
+    home = onboarded(tmp_path_factory, "slack")
+    fake = slack_fake()
+    with FakeOpenAI() as llm:
+        llm.set_fallback(answer)
+        with slack_gateway(home, fake, llm) as gateway:
+            yield home, fake, llm, gateway
+    fake.stop()
+
+
+def test_a_dm_is_answered_in_mrkdwn_and_acked_at_once(running: Any) -> None:
+    home, fake, _, _ = running
+    envelope = fake.send_message(DM, OWNER, "hello **there**")
+    wait_until(lambda: reply_count(fake, DM, "answer to: hello") == 1, what="the DM's reply")
+    assert envelope.ack_s is not None and envelope.ack_s < ACK_S
+    assert "answer to: hello *there*" in replies(fake, DM)[-1]  # the Markdown as mrkdwn
+    assert load_session(home, f"slack:{DM}").messages  # a session of its own
+
+
+def test_a_channel_message_is_answered_only_with_a_mention(running: Any) -> None:
+    _, fake, llm, _ = running
+    asked = len(llm.requests)
+    quiet = fake.send_message(GENERAL, OWNER, "talking among ourselves")
+    wait_until(lambda: fake.acked(quiet), what="the unaddressed message's ack")
+    # Slack sends both a `message` and an `app_mention` for one mention: answered once.
+    addressed = fake.send_message(GENERAL, MEMBER, f"{MENTION} what time is it")
+    fake.mention(GENERAL, MEMBER, f"{MENTION} what time is it", ts=addressed.payload["event"]["ts"])
+    wait_until(lambda: reply_count(fake, GENERAL, "what time is it") >= 1, what="the reply")
+    wait_until(lambda: all(e.acked_at for e in fake.envelopes), what="every ack")
+    assert reply_count(fake, GENERAL, "what time is it") == 1
+    assert not any("among ourselves" in text for text in replies(fake, GENERAL))
+    assert len(llm.requests) == asked + 1
+
+
+def test_a_thread_is_its_own_session_answered_in_the_thread(running: Any) -> None:
+    home, fake, _, _ = running
+    top = fake.send_message(GENERAL, OWNER, f"{MENTION} start a thread")
+    thread = top.payload["event"]["ts"]
+    wait_until(lambda: reply_count(fake, GENERAL, "start a thread"), what="the top reply")
+    fake.send_message(GENERAL, OWNER, f"{MENTION} inside the thread", thread_ts=thread)
+    wait_until(lambda: replies(fake, GENERAL, thread), what="the reply in the thread")
+    assert "inside the thread" in replies(fake, GENERAL, thread)[0]
+    session = load_session(home, f"slack:{GENERAL}:{thread}")
+    said = [str(m.get("content")) for m in session.messages]
+    assert any("inside the thread" in s for s in said)
+    assert not any("start a thread" in s for s in said)
+
+
+def test_a_redelivered_envelope_is_answered_once(running: Any) -> None:
+    _, fake, llm, _ = running
+    envelope = fake.send_message(DM, OWNER, "only once please")
+    wait_until(lambda: reply_count(fake, DM, "only once please"), what="the reply")
+    asked = len(llm.requests)
+    fake.redeliver(envelope)  # Slack's retry: the same event_id, retry_attempt 1
+    wait_until(lambda: envelope.attempts == 1 and fake.acked(envelope), what="the retry's ack")
+    follow = fake.send_message(DM, OWNER, "and a next one")
+    wait_until(lambda: reply_count(fake, DM, "and a next one"), what="the next reply")
+    assert reply_count(fake, DM, "only once please") == 1
+    assert len(llm.requests) == asked + 1 and follow.ack_s is not None
+
+
+def test_a_stranger_is_ignored_silently(running: Any) -> None:
+    _, fake, llm, gateway = running
+    asked = len(llm.requests)
+    envelope = fake.send_message(STRANGER_DM, STRANGER, "let me in")
+    fake.send_message(STRANGER_DM, STRANGER, "please")
+    wait_until(lambda: all(e.acked_at for e in fake.envelopes), what="the acks")
+    gateway.wait_for_line(rf"refused Slack member {STRANGER}")
+    assert fake.acked(envelope) and replies(fake, STRANGER_DM) == []
+    assert len(llm.requests) == asked
+    assert sum(f"refused Slack member {STRANGER}" in line for line in gateway.lines) == 1
+
+
+def test_a_command_and_a_press_are_acked_while_a_long_turn_runs(running: Any) -> None:
+    _, fake, llm, _ = running
+    llm.add(Step.reply("long answer", hold_after=0))
+    fake.send_message(DM, OWNER, "think hard")
+    wait_until(lambda: llm.held, what="the long turn to reach the model")
+    command = fake.command(DM, OWNER, "help")
+    wait_until(lambda: fake.acked(command), timeout=ACK_S, what="the command's ack")
+    wait_until(lambda: any("/nanomem" in t or "help" in t.lower() for t in replies(fake, DM)[-1:]),
+               what="the help, not behind the turn")  # fmt: skip
+    shown = {"ts": replies_ts(fake), "channel": DM, "text": "pick", "thread_ts": None}
+    shown["blocks"] = [
+        {"type": "actions", "elements": [{"type": "button", "action_id": "nanomem-0",
+                                          "text": {"type": "plain_text", "text": "Stop"},
+                                          "value": "/stop"}]}
+    ]  # fmt: skip
+    press = fake.press(shown, "Stop", OWNER)
+    wait_until(lambda: fake.acked(press), timeout=ACK_S, what="the press's ack")
+    assert command.ack_s is not None and command.ack_s < ACK_S
+    assert press.ack_s is not None and press.ack_s < ACK_S
+    llm.release()
+
+
+def replies_ts(fake: FakeSlack) -> str:
+    return str(fake.messages_in(DM)[-1]["ts"])
+
+
+def test_a_shell_command_is_approved_with_a_button(tmp_path: Any) -> None:
+    home = onboarded_home(tmp_path)
+    fake = slack_fake()
+
+    def model(request: dict[str, Any]) -> Step:
+        last = request["messages"][-1]
+        if last["role"] == "tool":
+            return Step.reply(f"tool said: {last['content'][:60]}")
+        return Step.tool_call("exec", {"command": "echo approved-by-button"})
+
+    try:
+        with FakeOpenAI() as llm:
+            llm.set_fallback(model)
+            with slack_gateway(home, fake, llm, NANOMEM_TOOLS__SHELL_ENABLED="true"):
+                fake.send_message(DM, OWNER, "run it")
+                wait_until(lambda: _has_button(fake, "Allow once"), what="the approval question")
+                press = fake.press(blocks_message(fake, DM, "Allow once"), "Allow once", OWNER)
+                wait_until(lambda: reply_count(fake, DM, "tool said:"), what="the command's result")
+                assert "approved-by-button" in replies(fake, DM)[-1]
+                assert press.ack_s is not None and press.ack_s < ACK_S
+                # The buttons went once pressed: nobody presses them twice.
+                cleared = [
+                    u
+                    for u in fake.updates
+                    if u.get("ts") == press.payload["container"]["message_ts"]
+                ]
+                assert cleared and all(b["type"] != "actions" for b in cleared[-1]["blocks"])
+    finally:
+        fake.stop()
+
+
+def _has_button(fake: FakeSlack, label: str) -> bool:
+    try:
+        blocks_message(fake, DM, label)
+    except AssertionError:
+        return False
+    return True
+
+
+def onboarded_home(tmp_path: Any) -> Home:
+    from nanomem.cli.onboard import onboard
+
+    home = Home(tmp_path / "home")
+    onboard(home)
+    return home
+
+
+def test_a_rate_limited_reply_is_delivered_within_the_run(tmp_path: Any) -> None:
+    home, fake = onboarded_home(tmp_path), slack_fake()
+    try:
+        with FakeOpenAI() as llm:
+            llm.set_fallback(answer)
+            with slack_gateway(home, fake, llm, NANOMEM_SLACK__STREAM="false"):
+                fake.fail("chat.postMessage", "ratelimited", status=429, retry_after=1)
+                fake.send_message(DM, OWNER, "despite the limit")
+                wait_until(lambda: reply_count(fake, DM, "despite the limit"), timeout=20,
+                           what="the reply after Slack's wait")  # fmt: skip
+                limited = [c for c in fake.calls if c[0] == "chat.postMessage"]
+                assert len(limited) == 2  # refused once, then sent after Retry-After
+    finally:
+        fake.stop()
+
+
+def test_a_sigkill_mid_reply_loses_nothing_and_doubles_nothing(tmp_path: Any) -> None:
+    """Killed while the reply grows in the DM (streamed): after the restart the same message
+    is finished, once; nothing else is posted for it."""
+    home, fake = onboarded_home(tmp_path), slack_fake()
+    try:
+        with FakeOpenAI() as llm:
+            story = " ".join(f"word{n}" for n in range(80))  # longer than a secret held back
+            llm.add(Step.reply(story, pieces=8, hold_after=4))
+            gateway = slack_gateway(home, fake, llm)
+            fake.send_message(DM, OWNER, "a long story")
+            wait_until(lambda: llm.held and replies(fake, DM), what="the reply to start growing")
+            gateway.stop(signal.SIGKILL)
+            llm.clear()
+            llm.set_fallback(lambda r: Step.reply("the whole story, told again"))
+            with slack_gateway(home, fake, llm):
+                wait_until(lambda: reply_count(fake, DM, "told again"), what="the replayed reply")
+                wait_until(lambda: not any(e.acked_at is None for e in fake.envelopes), what="acks")
+            assert replies(fake, DM) == ["the whole story, told again"]
+    finally:
+        fake.stop()
