@@ -14,6 +14,7 @@ import asyncio
 import functools
 import logging
 import re
+import time
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -21,7 +22,10 @@ from urllib.parse import urlsplit
 
 from loguru import logger
 from slack_bolt.adapter.socket_mode.aiohttp import AsyncSocketModeHandler
+from slack_bolt.adapter.socket_mode.async_internals import run_async_bolt_app, send_async_response
 from slack_bolt.async_app import AsyncApp
+from slack_bolt.response import BoltResponse
+from slack_sdk.socket_mode.request import SocketModeRequest
 
 from channels.slack import events, mrkdwn
 from channels.slack.delivery import Delivery
@@ -150,7 +154,7 @@ class SlackChannel(BaseChannel):
         await self._replay()
         self._intake.run()
         if self.settings.mode == "socket":
-            self._socket = AsyncSocketModeHandler(self.app, self._app_token)
+            self._socket = _Acking(self.app, self._app_token)
             try:
                 await asyncio.wait_for(self._socket.connect_async(), STEP_S * 3)
             except Exception as exc:
@@ -216,14 +220,14 @@ class SlackChannel(BaseChannel):
             wanted = self.settings.group_policy == "open"
             if not wanted and not events.addressed(found.text, self.bot_user):
                 return
-        await self._store(found, {"kind": "event", "body": body})
+        await self._store(found)
 
     async def _on_command(self, body: dict[str, Any], ack: Any) -> None:
         found = events.read_command(body)
         if found is not None and self._admitted(found, None):
             hint = _hint(body.get("channel_name"))
             found = replace(found, shared=await self._is_shared(found.channel, hint))
-            await self._store(found, {"kind": "command", "body": body})
+            await self._store(found)
         await ack()
 
     async def _on_press(self, body: dict[str, Any], ack: Any) -> None:
@@ -235,7 +239,7 @@ class SlackChannel(BaseChannel):
             channel = body.get("channel")
             hint = _hint(channel.get("name") if isinstance(channel, dict) else None)
             found = replace(found, shared=await self._is_shared(found.channel, hint))
-            await self._store(found, {"kind": "press", "body": body})
+            await self._store(found)
         await ack()
 
     def _admitted(self, found: Incoming, press: dict[str, Any] | None) -> bool:
@@ -268,13 +272,14 @@ class SlackChannel(BaseChannel):
         self._shared[channel] = hint
         return hint
 
-    async def _store(self, found: Incoming, payload: dict[str, Any]) -> None:
+    async def _store(self, found: Incoming) -> None:
         assert self._intake is not None
         sender = self._sender(found)
         found = replace(found, sender=sender)
         if not found.shared and sender.is_owner and found.kind == "event":
             self._owner_dm = found.channel
-        seq = await self._intake.store(found.chat, found.keys, payload, sender)
+        stored = events.stored_form(found)
+        seq = await self._intake.store(found.chat, found.keys, stored, sender)
         if seq is not False:
             self._intake.hand_in(self._message(replace(found, seq=seq)))
 
@@ -304,7 +309,7 @@ class SlackChannel(BaseChannel):
 
     async def _hand_in(self, pending: Pending, *, retry: bool) -> None:
         assert self._bus is not None and self._intake is not None
-        found = _read_stored(pending.payload, self.bot_user)
+        found = events.from_stored(pending.payload)
         if found is None or not self._allowed(found.user):
             await self._bus.forget(pending.seq)
             return
@@ -417,12 +422,19 @@ def _hint(channel_name: Any) -> bool | None:
     return False if channel_name == "directmessage" else None
 
 
-def _read_stored(payload: dict[str, Any], bot_user: str) -> Incoming | None:
-    body, kind = payload.get("body"), payload.get("kind")
-    if not isinstance(body, dict):
-        return None
-    if kind == "command":
-        return events.read_command(body)
-    if kind == "press":
-        return events.read_press(body)
-    return events.read_event(body, bot_user)
+class _Acking(AsyncSocketModeHandler):
+    """Bolt's Socket Mode handler, acknowledging every envelope once bolt is done with it:
+    bolt leaves one it has no listener for (or cannot read) unacknowledged, and Slack would
+    send it again and again. What we keep is stored before this (a store is retried until it
+    is done); only a process that dies first leaves an envelope for Slack to send again."""
+
+    async def handle(self, client: Any, req: SocketModeRequest) -> None:  # type: ignore[override]
+        started = time.time()
+        try:
+            answer = await run_async_bolt_app(self.app, req)
+        except Exception:
+            logger.exception("slack: an envelope of type {} failed", req.type)
+            answer = BoltResponse(status=500)
+        if answer.status != 200:
+            answer = BoltResponse(status=200, body="")
+        await send_async_response(client, req, answer, started)

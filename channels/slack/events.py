@@ -173,3 +173,49 @@ def without_mention(text: str, bot_user: str) -> str:
 def file_label(file: dict[str, Any]) -> str:
     name = file.get("name")
     return f"[file: {name[:200]}]" if isinstance(name, str) and name else "[file]"
+
+
+_FILE_FIELDS = ("id", "name", "size", "url_private", "url_private_download")
+
+
+def stored_form(found: Incoming) -> dict[str, Any]:
+    """What the inbox keeps of it: the fields read, bounded, never the whole (untrusted) body."""
+    files = [
+        {k: f[k] for k in _FILE_FIELDS if isinstance(f.get(k), str | int)} for f in found.files
+    ]
+    for file in files:
+        for key, value in file.items():
+            if isinstance(value, str):
+                file[key] = value[:2048]
+    return {
+        "version": 1,
+        "kind": found.kind,
+        "channel": found.channel,
+        "thread": found.thread,
+        "user": found.user,
+        "text": found.text,
+        "shared": found.shared,
+        "keys": list(found.keys),
+        "files": files,
+        "pressed_ts": found.pressed_ts,
+    }
+
+
+def from_stored(payload: dict[str, Any]) -> Incoming | None:
+    """An `Incoming` again, from what `stored_form` kept (None for anything else)."""
+    kind, channel, user = payload.get("kind"), _id(payload.get("channel")), _id(payload.get("user"))
+    if kind not in ("event", "command", "press") or not channel or not user:
+        return None
+    files = payload.get("files")
+    keys = payload.get("keys")
+    return Incoming(
+        kind,
+        channel,
+        _ts(payload.get("thread")),
+        user,
+        _text(payload.get("text")),
+        bool(payload.get("shared")),
+        tuple(str(k) for k in keys) if isinstance(keys, list) else (),
+        tuple(f for f in files if isinstance(f, dict)) if isinstance(files, list) else (),
+        _ts(payload.get("pressed_ts")) or "",
+    )
