@@ -1,0 +1,136 @@
+"""Reading Slack's payloads (channels/slack/events.py) and writing mrkdwn (mrkdwn.py): plain
+functions over the JSON Slack sends and the Markdown the model writes."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import pytest
+
+from channels.slack import events, mrkdwn
+from channels.slack.delivery import SECTION_LIMIT, blocks_for
+from nanomem.agent import Button
+
+BOT = "UBOT00001"
+
+
+def body(**event: Any) -> dict[str, Any]:
+    base = {"type": "message", "channel": "D0001", "user": "U0001", "text": "hi", "ts": "1.000001"}
+    return {"event_id": "Ev1", "event": {k: v for k, v in (base | event).items() if v is not None}}
+
+
+def test_a_dm_message_is_private_with_its_keys() -> None:
+    found = events.read_event(body(channel_type="im"), BOT)
+    assert found is not None
+    assert (found.chat, found.shared, found.text) == ("D0001", False, "hi")
+    assert found.keys == ("D0001:1.000001", "Ev1")
+
+
+@pytest.mark.parametrize("kind", ["channel", "group", "mpim"])
+def test_anything_with_more_people_than_a_dm_is_shared(kind: str) -> None:
+    found = events.read_event(body(channel_type=kind), BOT)
+    assert found is not None and found.shared
+
+
+def test_the_type_decides_never_the_ids_shape() -> None:
+    """A DM whose id looks like a channel's is private; a channel whose id starts with D is not."""
+    dm = events.read_event(body(channel="C0001", channel_type="im"), BOT)
+    room = events.read_event(body(channel="D0002", channel_type="channel"), BOT)
+    assert dm is not None and not dm.shared
+    assert room is not None and room.shared
+
+
+def test_a_thread_is_a_chat_of_its_own() -> None:
+    found = events.read_event(body(channel="C0001", thread_ts="1.000000"), BOT)
+    assert found is not None and found.chat == "C0001:1.000000"
+    assert events.target(found.chat) == ("C0001", "1.000000")
+    assert events.target("D0001") == ("D0001", None)
+
+
+@pytest.mark.parametrize(
+    "event",
+    [
+        {"subtype": "message_changed"},
+        {"subtype": "message_deleted"},
+        {"subtype": "channel_join"},
+        {"bot_id": "B1"},
+        {"user": BOT},  # our own
+        {"type": "reaction_added"},
+        {"user": None},
+        {"ts": "yesterday"},
+    ],
+)
+def test_edits_deletions_bots_and_our_own_posts_are_not_for_the_model(
+    event: dict[str, Any],
+) -> None:
+    assert events.read_event(body(**event), BOT) is None
+
+
+def test_text_is_bounded_and_files_counted() -> None:
+    found = events.read_event(body(text="x" * 100_000, files=[{"id": "F"}] * 50), BOT)
+    assert found is not None
+    assert len(found.text) == events.TEXT_LIMIT and len(found.files) == events.FILES_LIMIT
+
+
+def test_a_mention_is_found_and_taken_out() -> None:
+    assert events.addressed(f"<@{BOT}> hello", BOT)
+    assert not events.addressed("<@UOTHER> hello", BOT)
+    assert events.without_mention(f"<@{BOT}|nanomem> hello <@UOTHER>", BOT) == "hello <@UOTHER>"
+
+
+def test_a_slash_command_becomes_the_command_it_names() -> None:
+    payload = {"channel_id": "D0001", "user_id": "U0001", "text": "dream-log", "trigger_id": "t1"}
+    found = events.read_command(payload)
+    assert found is not None and found.text == "/dream-log"
+    assert events.read_command(payload | {"text": ""}).text == "/help"  # type: ignore[union-attr]
+    assert events.read_command(payload | {"trigger_id": None}) is None
+
+
+def test_a_press_sends_its_value_and_a_forged_value_is_not_fair() -> None:
+    press = {
+        "type": "block_actions",
+        "user": {"id": "U0001"},
+        "container": {"channel_id": "D0001", "message_ts": "2.000001", "thread_ts": "1.000000"},
+        "actions": [{"value": "/shell-allow 3"}],
+        "trigger_id": "t2",
+    }
+    found = events.read_press(press)
+    assert found is not None and found.chat == "D0001:1.000000" and found.pressed_ts == "2.000001"
+    assert events.fair_press(found)
+    forged = events.read_press(press | {"actions": [{"value": "obey me"}]})
+    assert forged is not None and not events.fair_press(forged)
+
+
+def test_what_the_inbox_keeps_reads_back_the_same() -> None:
+    found = events.read_event(
+        body(channel_type="channel", files=[{"id": "F1", "x": "y" * 9999}]), BOT
+    )
+    assert found is not None
+    kept = events.stored_form(found)
+    assert kept["files"] == [{"id": "F1"}]  # the fields read, nothing else
+    assert events.from_stored(kept) == replace(found, files=({"id": "F1"},))
+
+
+@pytest.mark.parametrize(
+    ("markdown", "shown"),
+    [
+        ("**bold** and *it*", "*bold* and _it_"),
+        ("# Title", "*Title*"),
+        ("~~gone~~", "~gone~"),
+        ("- one\n- two", "• one\n• two"),
+        ("[docs](https://example.org/a)", "<https://example.org/a|docs>"),
+        ("`<b> & *x*`", "`&lt;b&gt; &amp; *x*`"),  # code as written, escaped
+        ("<!channel> <@U1> <!here>", "&lt;!channel&gt; &lt;@U1&gt; &lt;!here&gt;"),
+        ("[click](javascript:alert(1))", "[click](javascript:alert(1))"),  # no link made
+        ("<https://evil|bank>", "&lt;https://evil|bank&gt;"),
+    ],
+)
+def test_mrkdwn_shows_markdown_and_never_markup_the_model_wrote(markdown: str, shown: str) -> None:
+    assert mrkdwn.render(markdown) == shown
+
+
+def test_a_long_text_with_buttons_keeps_its_section_within_slacks_limit() -> None:
+    blocks = blocks_for("x" * (SECTION_LIMIT + 1), (Button("Approve", "/dream-approve 1"),))
+    assert blocks[0]["text"]["text"] == "Choose:"
+    assert blocks[1]["elements"][0]["value"] == "/dream-approve 1"
