@@ -428,7 +428,7 @@ class _Acking(AsyncSocketModeHandler):
     send it again and again. What we keep is stored before this (a store is retried until it
     is done); only a process that dies first leaves an envelope for Slack to send again."""
 
-    async def handle(self, client: Any, req: SocketModeRequest) -> None:  # type: ignore[override]
+    async def handle(self, client: Any, req: SocketModeRequest) -> None:
         started = time.time()
         try:
             answer = await run_async_bolt_app(self.app, req)
