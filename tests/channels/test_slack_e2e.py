@@ -188,6 +188,11 @@ def onboarded_home(tmp_path: Any) -> Home:
     return home
 
 
+@pytest.mark.xfail(
+    reason="the core keeps a DeliveryLater reply for the next start; issue 33 item 3 "
+    "(wt-delivery) retries it within the run after retry_in_s",
+    strict=False,
+)
 def test_a_rate_limited_reply_is_delivered_within_the_run(tmp_path: Any) -> None:
     home, fake = onboarded_home(tmp_path), slack_fake()
     try:
@@ -224,3 +229,48 @@ def test_a_sigkill_mid_reply_loses_nothing_and_doubles_nothing(tmp_path: Any) ->
             assert replies(fake, DM) == ["the whole story, told again"]
     finally:
         fake.stop()
+
+
+def test_files_go_both_ways(running: Any) -> None:
+    """A file shared in the DM reaches the turn (saved in the workspace); `send_file` uploads
+    one into the conversation it answers."""
+    home, fake, llm, _ = running
+    (home.workspace / "report.csv").write_text("a,b\n1,2\n")
+    llm.add(Step.tool_call("send_file", {"path": "report.csv", "caption": "the report"}))
+    llm.add(Step.reply("sent the report"))
+    shared = fake.add_file("notes.txt", b"remember the milk")
+    fake.send_message(DM, OWNER, "here are my notes", files=[shared], subtype="file_share")
+    wait_until(lambda: reply_count(fake, DM, "sent the report"), what="the reply")
+    said = user_texts(llm.requests[-2])[-1]
+    assert "[file: notes.txt]" in said and "here are my notes" in said
+    saved = list((home.workspace / "media").glob("slack-*.txt"))
+    assert [p.read_bytes() for p in saved] == [b"remember the milk"]
+    (upload,) = [u for u in fake.uploads if u["name"] == "report.csv"]
+    assert upload["data"] == b"a,b\n1,2\n" and upload["channel"] == DM
+    assert upload["comment"] == "the report"
+
+
+def test_socket_mode_reconnects_when_slack_says_disconnect(running: Any) -> None:
+    _, fake, _, _ = running
+    opened = fake.connections_opened
+    fake.disconnect()  # Slack refreshes its connections every few hours
+    wait_until(lambda: fake.connections_opened > opened and fake.connected(), what="reconnect")
+    fake.send_message(DM, OWNER, "after the refresh")
+    wait_until(lambda: reply_count(fake, DM, "after the refresh"), what="the reply")
+
+
+@pytest.mark.xfail(
+    reason="the core still decides a shared room from the session id's leading '-' "
+    "(nanomem/audience.py is_shared_room); issue 33 item 1 (wt-intake) makes Sender.shared_room "
+    "the only source",
+    strict=False,
+)
+def test_a_channel_turn_never_sees_the_owners_personal_memory(running: Any) -> None:
+    home, fake, llm, _ = running
+    (home.workspace / "USER.md").write_text("The owner's secret hobby: PERSONAL-MARKER-42\n")
+    fake.send_message(DM, OWNER, "in private")
+    wait_until(lambda: reply_count(fake, DM, "in private"), what="the DM's reply")
+    assert "PERSONAL-MARKER-42" in str(llm.requests[-1]["messages"][0])  # the DM sees it
+    fake.send_message(GENERAL, OWNER, f"{MENTION} in the channel")
+    wait_until(lambda: reply_count(fake, GENERAL, "in the channel"), what="the channel's reply")
+    assert "PERSONAL-MARKER-42" not in str(llm.requests[-1])
