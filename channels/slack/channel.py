@@ -15,6 +15,7 @@ import functools
 import logging
 import re
 import time
+from collections.abc import Collection
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -69,7 +70,12 @@ class SlackChannel(BaseChannel):
     name = "slack"
 
     def __init__(
-        self, settings: SlackSettings, *, workspace: Path, stream_every_s: float = 1.2
+        self,
+        settings: SlackSettings,
+        *,
+        workspace: Path,
+        commands: Collection[str] = (),
+        stream_every_s: float = 1.2,
     ) -> None:
         token = settings.bot_token.get_secret_value() if settings.bot_token else ""
         app_token = settings.app_token.get_secret_value() if settings.app_token else ""
@@ -81,7 +87,7 @@ class SlackChannel(BaseChannel):
         if settings.mode == "http" and not secret:
             raise ConfigError(NO_SECRET)
         register_secrets([s for s in (token, app_token, secret) if s])
-        self.settings, self.workspace = settings, workspace
+        self.settings, self.workspace, self._commands = settings, workspace, set(commands)
         self._token, self._app_token = token, app_token
         self.client = web_client(token, settings.api_base)
         self._shared: dict[str, bool] = {}  # conversation → shared, as Slack said
@@ -101,7 +107,8 @@ class SlackChannel(BaseChannel):
             reaches_owner=settings.owner is not None,
         )
         quiet = logging.getLogger("nanomem.slack")  # bolt's own log: warnings only
-        quiet.setLevel(logging.WARNING)
+        for name in ("nanomem.slack", "slack_bolt", "slack_sdk"):
+            logging.getLogger(name).setLevel(logging.WARNING)
         self.app = AsyncApp(
             client=self.client,
             signing_secret=secret or "unused-in-socket-mode",
@@ -123,7 +130,8 @@ class SlackChannel(BaseChannel):
 
     @classmethod
     def from_app(cls, app: App) -> SlackChannel:
-        return cls(app.settings.slack, workspace=app.workspace)
+        names = {c.name for c in app.loop.commands.all()}
+        return cls(app.settings.slack, workspace=app.workspace, commands=names)
 
     def listens(self, server: str) -> str:
         if self.settings.mode == "http":
@@ -403,6 +411,10 @@ class SlackChannel(BaseChannel):
     # Outbound: one chat at a time, in order, from the core.
 
     async def send(self, msg: OutboundMessage) -> None:
+        part = msg.part
+        if isinstance(part, Text) and part.command:  # /help and the like: as a person types it
+            spelled = events.in_slack_spelling(part.text, self._commands)
+            msg = replace(msg, part=replace(part, text=spelled))
         await self.delivery.send(msg)
 
     async def _whisper(self, channel: str, user: str, text: str) -> None:

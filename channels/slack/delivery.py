@@ -133,10 +133,11 @@ class Delivery:
             elif isinstance(part, File):
                 await self._file(msg, part)
         except SendError as exc:
+            if isinstance(part, Delta | DeltaEnd):  # the whole reply follows: a piece is no loss
+                logger.debug("slack: a piece of a reply to {} was not shown: {}", msg.chat_id, exc)
+                return
             if exc.transient:
                 raise DeliveryLater(str(exc), retry_in_s=exc.retry_in_s) from None
-            if isinstance(part, Delta | DeltaEnd):
-                return  # the whole reply follows; a piece refused is no loss
             logger.warning("slack: a message to {} was refused for good: {}", msg.chat_id, exc)
 
     async def _text(self, msg: OutboundMessage, part: Text) -> None:

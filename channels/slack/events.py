@@ -219,3 +219,11 @@ def from_stored(payload: dict[str, Any]) -> Incoming | None:
         tuple(f for f in files if isinstance(f, dict)) if isinstance(files, list) else (),
         _ts(payload.get("pressed_ts")) or "",
     )
+
+
+def in_slack_spelling(text: str, names: set[str]) -> str:
+    """Our own text (a command's answer) naming commands as a person types them in Slack,
+    `/nanomem stop`: Slack takes a message starting with `/stop` for a slash command of its own."""
+    for name in sorted(names, key=len, reverse=True):
+        text = re.sub(rf"(?<![\w/])/{re.escape(name)}\b", f"{COMMAND} {name}", text)
+    return text

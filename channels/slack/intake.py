@@ -84,7 +84,11 @@ class Intake:
             await self._ready.wait()
             self._ready.clear()
             while self._queue:
-                await self.bus.publish_inbound(self._queue.popleft())
+                msg = self._queue.popleft()
+                try:
+                    await self.bus.publish_inbound(msg)
+                except Exception:  # it stays in the inbox: answered at the next start
+                    logger.exception("slack: could not hand in a message for {}", msg.chat_id)
 
     async def stop(self) -> None:
         task, self._task = self._task, None

@@ -3,6 +3,7 @@ against the loopback Slack (tests/fakes/slack_server.py), the model over HTTP.""
 
 from __future__ import annotations
 
+import contextlib
 import signal
 from collections.abc import Iterator
 from typing import Any
@@ -209,6 +210,14 @@ def test_a_rate_limited_reply_is_delivered_within_the_run(tmp_path: Any) -> None
         fake.stop()
 
 
+def grown(home: Home) -> bool:
+    import sqlite3
+
+    with contextlib.closing(sqlite3.connect(home.inbox)) as db:
+        row = db.execute("SELECT value FROM positions WHERE name = 'slack.grown'").fetchone()
+    return row is not None and row[0] not in ("{}", "")
+
+
 def test_a_sigkill_mid_reply_loses_nothing_and_doubles_nothing(tmp_path: Any) -> None:
     """Killed while the reply grows in the DM (streamed): after the restart the same message
     is finished, once; nothing else is posted for it."""
@@ -220,6 +229,9 @@ def test_a_sigkill_mid_reply_loses_nothing_and_doubles_nothing(tmp_path: Any) ->
             gateway = slack_gateway(home, fake, llm)
             fake.send_message(DM, OWNER, "a long story")
             wait_until(lambda: llm.held and replies(fake, DM), what="the reply to start growing")
+            # Where it grows is stored just after Slack answers the post (a kill in between, a
+            # few milliseconds, would leave the half beside the whole: docs/slack.md says so).
+            wait_until(lambda: grown(home), what="the growing message's record")
             gateway.stop(signal.SIGKILL)
             llm.clear()
             llm.set_fallback(lambda r: Step.reply("the whole story, told again"))

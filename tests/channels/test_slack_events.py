@@ -134,3 +134,11 @@ def test_a_long_text_with_buttons_keeps_its_section_within_slacks_limit() -> Non
     blocks = blocks_for("x" * (SECTION_LIMIT + 1), (Button("Approve", "/dream-approve 1"),))
     assert blocks[0]["text"]["text"] == "Choose:"
     assert blocks[1]["elements"][0]["value"] == "/dream-approve 1"
+
+
+def test_commands_in_our_own_text_are_spelled_as_typed_in_slack() -> None:
+    text = "/stop ends it; /dream-log shows more; see /stopwatch and a/stop"
+    shown = events.in_slack_spelling(text, {"stop", "dream-log"})
+    assert (
+        shown == "/nanomem stop ends it; /nanomem dream-log shows more; see /stopwatch and a/stop"
+    )
