@@ -286,3 +286,16 @@ def test_a_channel_turn_never_sees_the_owners_personal_memory(running: Any) -> N
     fake.send_message(GENERAL, OWNER, f"{MENTION} in the channel")
     wait_until(lambda: reply_count(fake, GENERAL, "in the channel"), what="the channel's reply")
     assert "PERSONAL-MARKER-42" not in str(llm.requests[-1])
+
+
+def test_a_dm_reply_grows_by_edits_at_a_bounded_rate(running: Any) -> None:
+    _, fake, llm, _ = running
+    story = " ".join(f"piece{n}" for n in range(120))
+    llm.add(Step.reply(story, pieces=30, pause=0.1))  # about 3 s of pieces
+    fake.send_message(DM, OWNER, "tell it slowly")
+    wait_until(lambda: reply_count(fake, DM, "piece119"), what="the whole reply")
+    (grown,) = [m for m in fake.messages_in(DM) if "piece119" in m["text"]]
+    edits = [u["at"] for u in fake.updates if u.get("ts") == grown["ts"]]
+    assert len(edits) >= 3  # it grew, edit by edit, then became the whole reply
+    gaps = [b - a for a, b in zip(edits, edits[1:], strict=False)][:-1]  # the last: the whole
+    assert all(gap >= 1.0 for gap in gaps), gaps

@@ -144,3 +144,11 @@ def test_the_bot_token_goes_to_no_other_host(running: Any) -> None:
     fake.send_message(DM, OWNER, "read this", files=[shared], subtype="file_share")
     wait_until(lambda: reply_count(fake, DM, "could not download"), what="the refusal")
     assert BOT_TOKEN not in "".join(gateway.lines)
+
+
+def test_a_strangers_slash_command_is_acked_and_ignored(running: Any) -> None:
+    fake, llm, _ = running
+    asked, posted = len(llm.requests), len(fake.posted)
+    command = fake.command(GENERAL, STRANGER, "dream-log")
+    settled(fake)
+    assert fake.acked(command) and len(llm.requests) == asked and len(fake.posted) == posted
