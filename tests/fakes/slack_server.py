@@ -97,6 +97,7 @@ class FakeSlack:
         self.users: dict[str, JSONDict] = {}
         self.conversations: dict[str, JSONDict] = {}
         self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)  # a message was posted
         self._faults: dict[str, list[_Fault]] = {}
         self._ts = itertools.count(1)
         self._ids = itertools.count(1)
@@ -271,6 +272,7 @@ class FakeSlack:
         message = {"channel": channel, "ts": ts, "text": text or "", "blocks": params.get("blocks")}
         message |= {"thread_ts": params.get("thread_ts"), "at": time.monotonic()}
         self.posted.append(message)
+        self._changed.notify_all()
         return {"channel": channel, "ts": ts, "message": {"text": text, "ts": ts}}
 
     def _api_chat_update(self, params: JSONDict) -> JSONDict:
@@ -535,6 +537,12 @@ class FakeSlack:
                 for m in self.posted
                 if m["channel"] == channel and (thread_ts is None or m["thread_ts"] == thread_ts)
             ]
+
+    def wait_posted(self, count: int, timeout: float) -> int:
+        """Wait (woken by each post, not by polling) until `count` messages were posted."""
+        with self._changed:
+            self._changed.wait_for(lambda: len(self.posted) >= count, timeout)
+            return len(self.posted)
 
     def acked(self, envelope: Envelope) -> bool:
         with self._lock:
