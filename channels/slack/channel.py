@@ -28,7 +28,7 @@ from slack_bolt.async_app import AsyncApp
 from slack_bolt.response import BoltResponse
 from slack_sdk.socket_mode.request import SocketModeRequest
 
-from channels.slack import events, mrkdwn
+from channels.slack import events
 from channels.slack.delivery import Delivery
 from channels.slack.events import COMMAND, REFUSED_PRESS, Incoming
 from channels.slack.intake import Intake
@@ -50,6 +50,7 @@ from nanomem.audience import Sender
 from nanomem.config import ConfigError, SlackSettings
 from nanomem.log import register_secrets
 from nanomem.text.masking import shown_url
+from nanomem.text.mrkdwn import mrkdwn_length
 from nanomem.text.utf8 import clean_text
 
 if TYPE_CHECKING:
@@ -100,11 +101,12 @@ class SlackChannel(BaseChannel):
             edits=True,
             buttons=True,
             files=True,
-            markup="markdown",  # rendered into mrkdwn here (channels/slack/mrkdwn.py)
+            markup="markdown",  # rendered into mrkdwn here (nanomem/text/mrkdwn.py)
             max_chars=3900,  # Slack advises under 4,000 characters a message
-            measure=mrkdwn.measure,
+            measure=mrkdwn_length,
             pushes=True,
             reaches_owner=settings.owner is not None,
+            turns=True,  # which reply grows for which message (agent/chat_turns.py)
         )
         quiet = logging.getLogger("nanomem.slack")  # bolt's own log: warnings only
         for name in ("nanomem.slack", "slack_bolt", "slack_sdk"):

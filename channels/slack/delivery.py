@@ -1,12 +1,13 @@
 """What the core sends, posted to Slack: whole messages in mrkdwn (in the thread they answer),
 choices as Block Kit buttons, a reply growing by `chat.update` at a bounded rate where it
-streams, files by Slack's external upload. A rate limit is a `DeliveryLater` with Slack's wait."""
+streams, files by Slack's external upload. The turns' bookkeeping is the core's `Turns`, the
+rate limits its `RateGate`; a whole message Slack refuses with 429 is a `DeliveryLater` with
+Slack's wait, which the core sends again within the run."""
 
 from __future__ import annotations
 
 import asyncio
 import json
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,7 +16,6 @@ from typing import Any
 from loguru import logger
 from slack_sdk.web.async_client import AsyncWebClient
 
-from channels.slack import mrkdwn
 from channels.slack.events import target
 from channels.slack.web import SendError, call, upload
 from nanomem.agent import (
@@ -28,9 +28,14 @@ from nanomem.agent import (
     MessageBus,
     OutboundMessage,
     Question,
+    RateGate,
     Text,
+    TurnEnded,
+    Turns,
+    TurnStarted,
     file_bytes,
 )
+from nanomem.text.mrkdwn import render_mrkdwn
 
 SECTION_LIMIT = 3000  # a Block Kit section's text
 LABEL_LIMIT = 75  # a button's text
@@ -42,13 +47,17 @@ GROWN = "slack.grown"
 GROWN_KEPT = 200
 
 
-@dataclass
+@dataclass(eq=False)
 class _Stream:
-    """A reply growing in one message: where it is, what it shows, when it last changed."""
+    """A reply growing in one message: where it is (no ts before its first post), what it shows."""
 
-    ts: str
-    shown: str
-    at: float
+    ts: str = ""
+    shown: str = ""
+
+
+def escape(text: str) -> str:
+    """Plain text as Slack shows it literally (its only three control characters)."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
 def blocks_for(text: str, buttons: tuple[Button, ...]) -> list[dict[str, Any]]:
@@ -83,7 +92,8 @@ class Delivery:
         self.client, self.workspace = client, workspace
         self._streams_in = streams_in  # does this chat see replies grow (DMs, or groups too)?
         self.stream_every_s = stream_every_s  # chat.update is Tier 3: about 50 a minute
-        self._streams: dict[tuple[str, str | None], _Stream] = {}
+        self.gate = RateGate()
+        self.turns: Turns[_Stream] = Turns()  # no typing: Slack gives apps none
         self.bus: MessageBus | None = None
         self._grown: dict[str, list[str]] = {}  # a stored message's reply_to → [chat, ts]
 
@@ -98,59 +108,50 @@ class Delivery:
                 str(k): v for k, v in grown.items() if isinstance(v, list) and len(v) == 2
             }
 
-    async def _keep_grown(self, reply_to: str, chat: str, ts: str | None) -> None:
-        """Record (or, with None, forget) where a stored message's reply grows."""
-        if ts is None:
-            if self._grown.pop(reply_to, None) is None:
-                return
-        else:
-            self._grown[reply_to] = [chat, ts]
-            while len(self._grown) > GROWN_KEPT:
-                self._grown.pop(next(iter(self._grown)))
-        if self.bus is not None:
-            await self.bus.receive("slack", [], (GROWN, json.dumps(self._grown)))
-
-    def _stream_of(self, msg: OutboundMessage) -> _Stream | None:
-        """The message this reply grows in: this run's, or one a run before began."""
-        key = (msg.chat_id, msg.reply_to)
-        if key not in self._streams and msg.seq is not None and msg.reply_to in self._grown:
-            chat, ts = self._grown[msg.reply_to]
-            if chat == msg.chat_id:
-                self._streams[key] = _Stream(ts, "", 0.0)
-        return self._streams.get(key)
-
     async def send(self, msg: OutboundMessage) -> None:
         part = msg.part
+        if isinstance(part, TurnStarted):
+            self.turns.started(msg)
+            return
+        if isinstance(part, TurnEnded):  # a reply /stop cut short stays as it was shown
+            if self.turns.ended(msg) is not None:
+                await self._keep_grown(msg, None)
+            self.turns.forget_if_idle(msg.chat_id)
+            return
         try:
             if isinstance(part, Text):
                 await self._text(msg, part)
             elif isinstance(part, Question):
-                await self._post(msg.chat_id, mrkdwn.escape(part.text), part.choices)
+                await self._post(msg.chat_id, escape(part.text), part.choices)
             elif isinstance(part, Delta):
                 await self._grow(msg, part.so_far)
-            elif isinstance(part, DeltaEnd):
-                await self._settle(msg)
+            elif isinstance(part, DeltaEnd):  # a tool runs next: its words stay in their message
+                chat = self.turns.chat(msg.chat_id)
+                if chat.streams.pop(msg.reply_to or "", None) is not None:
+                    await self._keep_grown(msg, None)
             elif isinstance(part, File):
                 await self._file(msg, part)
         except SendError as exc:
-            if isinstance(part, Delta | DeltaEnd):  # the whole reply follows: a piece is no loss
+            if isinstance(part, Delta):  # the whole reply follows: a piece is no loss
                 logger.debug("slack: a piece of a reply to {} was not shown: {}", msg.chat_id, exc)
                 return
+            if exc.retry_in_s is not None:
+                self.gate.block(msg.chat_id, exc.retry_in_s)
             if exc.transient:
                 raise DeliveryLater(str(exc), retry_in_s=exc.retry_in_s) from None
             logger.warning("slack: a message to {} was refused for good: {}", msg.chat_id, exc)
 
     async def _text(self, msg: OutboundMessage, part: Text) -> None:
-        shown = mrkdwn.escape(part.text) if part.style == "error" else mrkdwn.render(part.text)
-        stream = self._stream_of(msg)
-        self._streams.pop((msg.chat_id, msg.reply_to), None)
-        if stream is not None and not part.buttons:  # the grown message becomes the reply
+        shown = escape(part.text) if part.style == "error" else render_mrkdwn(part.text)
+        stream = self.turns.answering(msg) or self._grown_before(msg)
+        if stream is not None and stream.ts and not part.buttons:  # the grown message: the reply
             if stream.shown != shown:
-                await self._update(msg.chat_id, stream.ts, shown)
+                async with self.gate.reply(msg.chat_id):
+                    await self._update(msg.chat_id, stream.ts, shown)
         else:
-            await self._post(msg.chat_id, shown, part.buttons)
-        if msg.reply_to is not None and msg.seq is not None:
-            await self._keep_grown(msg.reply_to, msg.chat_id, None)
+            async with self.gate.reply(msg.chat_id):
+                await self._post(msg.chat_id, shown, part.buttons)
+        await self._keep_grown(msg, None)
 
     async def _post(self, chat: str, text: str, buttons: tuple[Button, ...] = ()) -> str:
         channel, thread = target(chat)
@@ -172,25 +173,43 @@ class Delivery:
         await call(self.client, "chat.update", **params)
 
     async def _grow(self, msg: OutboundMessage, so_far: str) -> None:
-        """A piece of the reply: shown by editing one message, at most once per interval (the
-        whole text so far goes each time, so a piece skipped is shown by the next one)."""
+        """A piece of the reply (the core merges those that wait): shown by editing one
+        message, at most once per interval; a piece due sooner is skipped, the next one shows
+        the whole text so far."""
         if not self._streams_in(msg.chat_id) or not so_far.strip():
             return
-        key, now = (msg.chat_id, msg.reply_to), time.monotonic()
-        shown = mrkdwn.render(so_far)
-        stream = self._stream_of(msg)
-        if stream is None:
-            ts = await self._post(msg.chat_id, shown)
-            self._streams[key] = _Stream(ts, shown, now)
-            if msg.reply_to is not None and msg.seq is not None:
-                await self._keep_grown(msg.reply_to, msg.chat_id, ts)
-        elif now - stream.at >= self.stream_every_s and shown != stream.shown:
+        stream = self.turns.growing(msg, lambda: self._grown_before(msg) or _Stream())
+        if stream is None or self.gate.edit_in_s(msg.chat_id) > 0:
+            return
+        shown = render_mrkdwn(so_far)
+        if shown == stream.shown:
+            return
+        self.gate.edited(msg.chat_id, self.stream_every_s)
+        if stream.ts:
             await self._update(msg.chat_id, stream.ts, shown)
-            stream.shown, stream.at = shown, now
+        else:
+            stream.ts = await self._post(msg.chat_id, shown)
+            await self._keep_grown(msg, stream.ts)
+        stream.shown = shown
 
-    async def _settle(self, msg: OutboundMessage) -> None:
-        """A step's words are complete (a tool runs next): the next step grows a new message."""
-        self._streams.pop((msg.chat_id, msg.reply_to), None)
+    def _grown_before(self, msg: OutboundMessage) -> _Stream | None:
+        """The message a run before this one began to grow this reply in."""
+        found = self._grown.get(msg.reply_to or "") if msg.seq is not None else None
+        return _Stream(found[1]) if found and found[0] == msg.chat_id else None
+
+    async def _keep_grown(self, msg: OutboundMessage, ts: str | None) -> None:
+        """Record (or, with None, forget) where a stored message's reply grows, in the inbox."""
+        if msg.reply_to is None or msg.seq is None:
+            return
+        if ts is None:
+            if self._grown.pop(msg.reply_to, None) is None:
+                return
+        else:
+            self._grown[msg.reply_to] = [msg.chat_id, ts]
+            while len(self._grown) > GROWN_KEPT:
+                self._grown.pop(next(iter(self._grown)))
+        if self.bus is not None:
+            await self.bus.receive("slack", [], (GROWN, json.dumps(self._grown)))
 
     async def _file(self, msg: OutboundMessage, part: File) -> None:
         channel, thread = target(msg.chat_id)
@@ -198,16 +217,14 @@ class Delivery:
         try:
             data = await asyncio.to_thread(file_bytes, self.workspace, part.path)
         except FileGone as exc:
-            await self._post(
-                msg.chat_id, mrkdwn.escape(f"The file {name} could not be sent: {exc}")
-            )
+            await self._post(msg.chat_id, escape(f"The file {name} could not be sent: {exc}"))
             return
         try:
-            await upload(self.client, channel, thread, name, data, part.caption)
+            async with self.gate.reply(msg.chat_id):
+                await upload(self.client, channel, thread, name, data, part.caption)
         except SendError as exc:
             # A file is in no inbox: said in one line rather than dropped unseen.
-            note = f"The file {name} could not be sent now: {exc}"
-            await self._post(msg.chat_id, mrkdwn.escape(note))
+            await self._post(msg.chat_id, escape(f"The file {name} could not be sent now: {exc}"))
 
     async def clear_buttons(self, chat: str, ts: str, text: str) -> None:
         """A choice was made: the buttons go, so nobody presses them twice."""

@@ -4,6 +4,7 @@ against the loopback Slack (tests/fakes/slack_server.py), the model over HTTP.""
 from __future__ import annotations
 
 import contextlib
+import itertools
 import signal
 from collections.abc import Iterator
 from typing import Any
@@ -189,11 +190,6 @@ def onboarded_home(tmp_path: Any) -> Home:
     return home
 
 
-@pytest.mark.xfail(
-    reason="the core keeps a DeliveryLater reply for the next start; issue 33 item 3 "
-    "(wt-delivery) retries it within the run after retry_in_s",
-    strict=False,
-)
 def test_a_rate_limited_reply_is_delivered_within_the_run(tmp_path: Any) -> None:
     home, fake = onboarded_home(tmp_path), slack_fake()
     try:
@@ -297,5 +293,5 @@ def test_a_dm_reply_grows_by_edits_at_a_bounded_rate(running: Any) -> None:
     (grown,) = [m for m in fake.messages_in(DM) if "piece119" in m["text"]]
     edits = [u["at"] for u in fake.updates if u.get("ts") == grown["ts"]]
     assert len(edits) >= 3  # it grew, edit by edit, then became the whole reply
-    gaps = [b - a for a, b in zip(edits, edits[1:], strict=False)][:-1]  # the last: the whole
+    gaps = [b - a for a, b in itertools.pairwise(edits)][:-1]  # the last: the whole
     assert all(gap >= 1.0 for gap in gaps), gaps

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from channels.slack import events, mrkdwn
-from channels.slack.delivery import SECTION_LIMIT, blocks_for
+from channels.slack import events
+from channels.slack.delivery import SECTION_LIMIT, blocks_for, escape
 from nanomem.agent import Button
 
 BOT = "UBOT00001"
@@ -112,22 +112,8 @@ def test_what_the_inbox_keeps_reads_back_the_same() -> None:
     assert events.from_stored(kept) == replace(found, files=({"id": "F1"},))
 
 
-@pytest.mark.parametrize(
-    ("markdown", "shown"),
-    [
-        ("**bold** and *it*", "*bold* and _it_"),
-        ("# Title", "*Title*"),
-        ("~~gone~~", "~gone~"),
-        ("- one\n- two", "• one\n• two"),
-        ("[docs](https://example.org/a)", "<https://example.org/a|docs>"),
-        ("`<b> & *x*`", "`&lt;b&gt; &amp; *x*`"),  # code as written, escaped
-        ("<!channel> <@U1> <!here>", "&lt;!channel&gt; &lt;@U1&gt; &lt;!here&gt;"),
-        ("[click](javascript:alert(1))", "[click](javascript:alert(1))"),  # no link made
-        ("<https://evil|bank>", "&lt;https://evil|bank&gt;"),
-    ],
-)
-def test_mrkdwn_shows_markdown_and_never_markup_the_model_wrote(markdown: str, shown: str) -> None:
-    assert mrkdwn.render(markdown) == shown
+def test_plain_notes_are_escaped_never_markup() -> None:
+    assert escape("<!channel> & <@U1>") == "&lt;!channel&gt; &amp; &lt;@U1&gt;"
 
 
 def test_a_long_text_with_buttons_keeps_its_section_within_slacks_limit() -> None:
