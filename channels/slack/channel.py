@@ -127,7 +127,6 @@ class SlackChannel(BaseChannel):
         self.bot_user = ""
         self._refused: set[str] = set()
         self._owner_dm: str | None = None
-        self._problem: str | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
 
     @classmethod
@@ -190,9 +189,6 @@ class SlackChannel(BaseChannel):
                 await asyncio.wait_for(socket.close_async(), STEP_S)
             except Exception as exc:
                 logger.debug("slack: closing Socket Mode failed: {}", exc)
-
-    def problem(self) -> str | None:
-        return self._problem
 
     def owner_chat(self) -> str | None:
         """The owner's DM with the app: its id once they wrote there, else their member id
@@ -296,7 +292,7 @@ class SlackChannel(BaseChannel):
     def _sender(self, found: Incoming) -> Sender:
         return Sender(
             found.user,
-            found.user,
+            found.name or found.user,
             is_owner=found.user == self.settings.owner,
             can_answer=True,
             shared_room=found.shared,

@@ -37,6 +37,7 @@ class Incoming:
     keys: tuple[str, ...]  # what a re-sent copy of it shares with it (event_id, channel:ts)
     files: tuple[dict[str, Any], ...] = ()
     pressed_ts: str = ""  # a press: the message whose button it was
+    name: str = ""  # how Slack shows them (a message's user_profile), for the model in a room
     sender: Sender = field(default_factory=Sender)
     seq: int | None = None
     replayed: bool = False
@@ -103,9 +104,21 @@ def read_event(body: dict[str, Any], bot_user: str) -> Incoming | None:
     keys = (f"{channel}:{ts}",) + ((str(event_id)[:64],) if isinstance(event_id, str) else ())
     thread = _ts(event.get("thread_ts"))
     shared = shared_from_type(event.get("channel_type"))
+    text = _text(event.get("text"))
     return Incoming(
-        "event", channel, thread, user, _text(event.get("text")), bool(shared), keys, files
+        "event", channel, thread, user, text, bool(shared), keys, files, name=_name(event)
     )
+
+
+def _name(event: dict[str, Any]) -> str:
+    """The display name a message's `user_profile` carries (Slack adds it to people's posts)."""
+    profile = event.get("user_profile")
+    if not isinstance(profile, dict):
+        return ""
+    for key in ("display_name", "real_name", "name"):
+        if isinstance(found := profile.get(key), str) and found.strip():
+            return " ".join(found.split())[:80]
+    return ""
 
 
 def names_type(body: dict[str, Any]) -> bool:
@@ -198,6 +211,7 @@ def stored_form(found: Incoming) -> dict[str, Any]:
         "keys": list(found.keys),
         "files": files,
         "pressed_ts": found.pressed_ts,
+        "name": found.name,
     }
 
 
@@ -218,6 +232,7 @@ def from_stored(payload: dict[str, Any]) -> Incoming | None:
         tuple(str(k) for k in keys) if isinstance(keys, list) else (),
         tuple(f for f in files if isinstance(f, dict)) if isinstance(files, list) else (),
         _ts(payload.get("pressed_ts")) or "",
+        name=_text(payload.get("name"))[:80],
     )
 
 

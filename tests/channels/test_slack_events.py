@@ -73,6 +73,14 @@ def test_text_is_bounded_and_files_counted() -> None:
     assert len(found.text) == events.TEXT_LIMIT and len(found.files) == events.FILES_LIMIT
 
 
+def test_the_name_slack_shows_is_taken_bounded_and_on_one_line() -> None:
+    profile = {"display_name": "  Ada\nLovelace  " + "x" * 200, "real_name": "A. L."}
+    found = events.read_event(body(user_profile=profile), BOT)
+    assert found is not None and found.name.startswith("Ada Lovelace") and len(found.name) == 80
+    plain = events.read_event(body(user_profile={"display_name": "", "real_name": "A. L."}), BOT)
+    assert plain is not None and plain.name == "A. L."
+
+
 def test_a_mention_is_found_and_taken_out() -> None:
     assert events.addressed(f"<@{BOT}> hello", BOT)
     assert not events.addressed("<@UOTHER> hello", BOT)
