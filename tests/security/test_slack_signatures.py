@@ -99,3 +99,33 @@ def test_a_forged_or_stale_request_is_refused_and_nothing_stored(served: Any, fo
     assert len(llm.requests) == asked + 1
     said = json.dumps(llm.requests[-1])
     assert "forged" not in said and "genuine after forgery" in said
+
+
+def test_a_signed_slash_command_and_press_over_http_are_answered(served: Any) -> None:
+    """Slack posts these form-encoded (a press as `payload=<json>`); signed, each is taken."""
+    import urllib.parse
+
+    fake, llm, gateway = served
+    asked = len(llm.requests)
+    fields = {
+        "command": "/nanomem",
+        "text": "help",
+        "channel_id": DM,
+        "channel_name": "directmessage",
+    }
+    fields |= {"user_id": OWNER, "trigger_id": "trig-http-1", "team_id": "T0000TEAM"}
+    body = urllib.parse.urlencode(fields).encode()
+    form = {"Content-Type": "application/x-www-form-urlencoded"}
+    status, _ = post(gateway, body, signed(SIGNING_SECRET, body) | form)
+    assert status == 200
+    wait_until(lambda: reply_count(fake, DM, "/nanomem"), what="the help, spelled for Slack")
+    message = {"channel": DM, "ts": "1700000000.000200", "text": "pick", "thread_ts": None}
+    button = {"type": "button", "action_id": "nanomem-0", "value": "/help"}
+    message["blocks"] = [{"type": "actions", "elements": [button | {"text": {"text": "Help"}}]}]
+    before = reply_count(fake, DM, "/nanomem")
+    press = fake.press(message, "Help", OWNER).payload  # the payload only: sent over HTTP here
+    body = urllib.parse.urlencode({"payload": json.dumps(press)}).encode()
+    assert post(gateway, body, signed("forged", body) | form)[0] == 401
+    assert post(gateway, body, signed(SIGNING_SECRET, body) | form)[0] == 200
+    wait_until(lambda: reply_count(fake, DM, "/nanomem") > before, what="the press's answer")
+    assert len(llm.requests) == asked  # commands: no model turn
