@@ -65,6 +65,8 @@ NO_SECRET = "slack.signing_secret is not set: the Events API over HTTP needs it 
 TOO_BIG = "That file is {size:.1f} MB; I accept up to {limit} MB (slack.max_file_mb)."
 NO_DOWNLOAD = "I could not download that file; please send it again."
 STEP_S = 10.0
+WATCH_S = 1.0  # how often the Socket Mode connection is looked at
+DOWN_AFTER_S = 15.0  # without one this long, /health says so (a refresh takes a second or two)
 
 
 class SlackChannel(BaseChannel):
@@ -128,6 +130,8 @@ class SlackChannel(BaseChannel):
         self._refused: set[str] = set()
         self._owner_dm: str | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
+        self._down_since: float | None = None  # the Socket Mode connection lost (monotonic)
+        self._watch: asyncio.Task[None] | None = None
 
     @classmethod
     def from_app(cls, app: App) -> SlackChannel:
@@ -163,15 +167,24 @@ class SlackChannel(BaseChannel):
         await self._replay()
         self._intake.run()
         if self.settings.mode == "socket":
-            self._socket = _Acking(self.app, self._app_token)
+            # slack-sdk logs each failed reconnection with a traceback: /health and one line
+            # here say it instead (_watch_socket).
+            socket_log = logging.getLogger("nanomem.slack.socket")
+            socket_log.setLevel(logging.CRITICAL)
+            self._socket = _Acking(self.app, self._app_token, logger=socket_log)
             try:
                 await asyncio.wait_for(self._socket.connect_async(), STEP_S * 3)
             except Exception as exc:
                 await self._close_socket()
                 raise ChannelDown(f"slack: Socket Mode could not connect: {exc}") from None
+            self._watch = asyncio.create_task(self._watch_socket(), name="slack-watch")
         logger.info("slack: connected as {} ({} mode)", self.bot_user, self.settings.mode)
 
     async def stop_receiving(self) -> None:
+        watch, self._watch = self._watch, None
+        if watch is not None:
+            watch.cancel()
+            await asyncio.gather(watch, return_exceptions=True)
         await self._close_socket()
         if self._intake is not None:
             await self._intake.stop()
@@ -189,6 +202,30 @@ class SlackChannel(BaseChannel):
                 await asyncio.wait_for(socket.close_async(), STEP_S)
             except Exception as exc:
                 logger.debug("slack: closing Socket Mode failed: {}", exc)
+
+    async def _watch_socket(self) -> None:
+        """slack-sdk reconnects by itself; this only notes how long it has been without a
+        connection, for /health (`problem`), and says so once in the log."""
+        told = False
+        while (socket := self._socket) is not None:
+            if await socket.client.is_connected():
+                if told:
+                    logger.info("slack: Socket Mode connected again")
+                self._down_since, told = None, False
+            elif self._down_since is None:
+                self._down_since = time.monotonic()
+            elif not told and (problem := self.problem()) is not None:
+                logger.warning("{}", problem)
+                told = True
+            await asyncio.sleep(WATCH_S)
+
+    def problem(self) -> str | None:
+        down = self._down_since
+        if down is None or time.monotonic() - down < DOWN_AFTER_S:
+            return None
+        return (
+            f"slack: no Socket Mode connection for {time.monotonic() - down:.0f} s (reconnecting)"
+        )
 
     def owner_chat(self) -> str | None:
         """The owner's DM with the app: its id once they wrote there, else their member id

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import json
 import signal
 from collections.abc import Iterator
 from typing import Any
@@ -295,3 +296,24 @@ def test_a_dm_reply_grows_by_edits_at_a_bounded_rate(running: Any) -> None:
     assert len(edits) >= 3  # it grew, edit by edit, then became the whole reply
     gaps = [b - a for a, b in itertools.pairwise(edits)][:-1]  # the last: the whole
     assert all(gap >= 1.0 for gap in gaps), gaps
+
+
+def test_health_says_when_socket_mode_stays_down_and_recovers(tmp_path: Any) -> None:
+    home, fake = onboarded_home(tmp_path), slack_fake()
+    try:
+        with FakeOpenAI() as llm, slack_gateway(home, fake, llm) as gateway:
+            assert gateway.health()[0] == 200
+            fake.fail("apps.connections.open", "internal_error", times=10_000)
+            fake.drop()
+            wait_until(lambda: gateway.health()[0] != 200, timeout=40, what="/health to say")
+            _, body = gateway.health()
+            assert "no Socket Mode connection" in json.dumps(body)
+            fake.clear_faults()
+            wait_until(lambda: gateway.health()[0] == 200, timeout=40, what="/health again")
+            fake.send_message(DM, OWNER, "back again")
+            wait_until(lambda: reply_count(fake, DM, "back again"), what="the reply")
+            said = "".join(gateway.lines)
+            assert said.count("no Socket Mode connection") == 1 and "Traceback" not in said
+            assert "slack: Socket Mode connected again" in said
+    finally:
+        fake.stop()

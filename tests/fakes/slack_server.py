@@ -202,6 +202,10 @@ class FakeSlack:
         with self._lock:
             self._faults.setdefault(method, []).append(_Fault(error, times, status, retry_after))
 
+    def clear_faults(self) -> None:
+        with self._lock:
+            self._faults.clear()
+
     def _fault(self, method: str) -> web.Response | None:
         faults = self._faults.get(method)
         if not faults:
@@ -422,6 +426,15 @@ class FakeSlack:
                 await ws.send_str(json.dumps({"type": "disconnect", "reason": reason}))
 
         self._run(tell())
+
+    def drop(self) -> None:
+        """Close every Socket Mode connection (Slack gone, or a network fault)."""
+
+        async def close() -> None:
+            for ws in list(self._sockets):
+                await ws.close()
+
+        self._run(close())
 
     # What people do.
 
