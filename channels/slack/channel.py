@@ -32,7 +32,7 @@ from channels.slack import events
 from channels.slack.delivery import Delivery
 from channels.slack.events import COMMAND, REFUSED_PRESS, Incoming
 from channels.slack.intake import Intake
-from channels.slack.web import SendError, call, web_client
+from channels.slack.web import SendError, call, download, web_client
 from nanomem.agent import (
     GIVEN_UP,
     RETRYING,
@@ -45,6 +45,7 @@ from nanomem.agent import (
     Pending,
     Text,
     record_failure,
+    save_media,
 )
 from nanomem.audience import Sender
 from nanomem.config import ConfigError, SlackSettings
@@ -402,7 +403,8 @@ class SlackChannel(BaseChannel):
     async def _inbound(self, found: Incoming, msg: InboundMessage) -> InboundMessage | str | None:
         assert self._bus is not None
         if found.kind == "press" and not found.shared and found.pressed_ts:
-            await self.delivery.clear_buttons(found.chat, found.pressed_ts, f"✓ {found.text}")
+            shown = "\n\n".join(filter(None, [found.pressed_text, f"✓ {found.text}"]))
+            await self.delivery.clear_buttons(found.chat, found.pressed_ts, shown)
         limit = self.settings.max_file_mb * 2**20
         for file in found.files:
             if (size := file.get("size")) and isinstance(size, int) and size > limit:
@@ -422,9 +424,6 @@ class SlackChannel(BaseChannel):
         return replace(msg, content=text, media=tuple(media))
 
     async def _download(self, file: dict[str, Any], limit: int, chat: str) -> str:
-        from channels.slack.web import download
-        from nanomem.agent import save_media
-
         url = file.get("url_private_download") or file.get("url_private")
         if not isinstance(url, str) or not self._slack_url(url):
             raise OSError("the file has no Slack address")

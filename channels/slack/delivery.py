@@ -11,10 +11,9 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from loguru import logger
-from slack_sdk.web.async_client import AsyncWebClient
 
 from channels.slack.events import target
 from channels.slack.web import SendError, call, upload
@@ -36,6 +35,9 @@ from nanomem.agent import (
     file_bytes,
 )
 from nanomem.text.mrkdwn import render_mrkdwn
+
+if TYPE_CHECKING:
+    from slack_sdk.web.async_client import AsyncWebClient
 
 SECTION_LIMIT = 3000  # a Block Kit section's text
 LABEL_LIMIT = 75  # a button's text

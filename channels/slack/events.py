@@ -37,6 +37,7 @@ class Incoming:
     keys: tuple[str, ...]  # what a re-sent copy of it shares with it (event_id, channel:ts)
     files: tuple[dict[str, Any], ...] = ()
     pressed_ts: str = ""  # a press: the message whose button it was
+    pressed_text: str = ""  # ... and its text (mrkdwn), kept when its buttons go
     name: str = ""  # how Slack shows them (a message's user_profile), for the model in a room
     sender: Sender = field(default_factory=Sender)
     seq: int | None = None
@@ -164,7 +165,12 @@ def read_press(body: dict[str, Any]) -> Incoming | None:
     value = _text(actions[0].get("value"))[:2000]
     keys = (f"trigger:{trigger[:80]}",)
     thread = _ts(container.get("thread_ts"))
-    return Incoming("press", channel, thread, presser, value, False, keys, pressed_ts=pressed)
+    message = body.get("message")
+    shown = _text(message.get("text"))[:2900] if isinstance(message, dict) else ""
+    return Incoming(
+        "press", channel, thread, presser, value, False, keys, pressed_ts=pressed,
+        pressed_text=shown,
+    )  # fmt: skip
 
 
 def fair_press(found: Incoming) -> bool:
@@ -211,6 +217,7 @@ def stored_form(found: Incoming) -> dict[str, Any]:
         "keys": list(found.keys),
         "files": files,
         "pressed_ts": found.pressed_ts,
+        "pressed_text": found.pressed_text,
         "name": found.name,
     }
 
@@ -232,6 +239,7 @@ def from_stored(payload: dict[str, Any]) -> Incoming | None:
         tuple(str(k) for k in keys) if isinstance(keys, list) else (),
         tuple(f for f in files if isinstance(f, dict)) if isinstance(files, list) else (),
         _ts(payload.get("pressed_ts")) or "",
+        pressed_text=_text(payload.get("pressed_text"))[:2900],
         name=_text(payload.get("name"))[:80],
     )
 

@@ -171,6 +171,7 @@ def test_a_shell_command_is_approved_with_a_button(tmp_path: Any) -> None:
                     if u.get("ts") == press.payload["container"]["message_ts"]
                 ]
                 assert cleared and all(b["type"] != "actions" for b in cleared[-1]["blocks"])
+                assert "Run this command?" in cleared[-1]["text"]  # the question stays
     finally:
         fake.stop()
 
