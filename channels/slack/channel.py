@@ -161,7 +161,7 @@ class SlackChannel(BaseChannel):
             me = await call(self.client, "auth.test")
         except SendError as exc:
             raise ChannelDown(f"slack: the bot token was not accepted ({exc})") from None
-        self.bot_user = str(me.get("user_id", ""))
+        self.bot_user = self.delivery.bot_user = str(me.get("user_id", ""))
         self._intake = Intake(bus, self.name)
         await self._intake.load()
         await self.delivery.load(bus)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -55,6 +56,7 @@ class _Stream:
 
     ts: str = ""
     shown: str = ""
+    looked: bool = False  # for the message a run before began it in
 
 
 def escape(text: str) -> str:
@@ -97,7 +99,10 @@ class Delivery:
         self.gate = RateGate()
         self.turns: Turns[_Stream] = Turns()  # no typing: Slack gives apps none
         self.bus: MessageBus | None = None
-        self._grown: dict[str, list[str]] = {}  # a stored message's reply_to → [chat, ts]
+        # A stored message's reply_to → [chat, ts, after]: ts "" while its first post is on
+        # its way (sent after `after`, a Slack timestamp).
+        self._grown: dict[str, list[str]] = {}
+        self.bot_user = ""  # our own member id (auth.test): whose posts are ours
 
     async def load(self, bus: MessageBus) -> None:
         self.bus = bus
@@ -107,7 +112,9 @@ class Delivery:
             grown = {}
         if isinstance(grown, dict):
             self._grown = {
-                str(k): v for k, v in grown.items() if isinstance(v, list) and len(v) == 2
+                str(k): [str(x) for x in v]
+                for k, v in grown.items()
+                if isinstance(v, list) and len(v) == 3
             }
 
     async def send(self, msg: OutboundMessage) -> None:
@@ -145,7 +152,7 @@ class Delivery:
 
     async def _text(self, msg: OutboundMessage, part: Text) -> None:
         shown = escape(part.text) if part.style == "error" else render_mrkdwn(part.text)
-        stream = self.turns.answering(msg) or self._grown_before(msg)
+        stream = self.turns.answering(msg) or await self._grown_before(msg)
         if stream is not None and stream.ts and not part.buttons:  # the grown message: the reply
             if stream.shown != shown:
                 async with self.gate.reply(msg.chat_id):
@@ -180,26 +187,57 @@ class Delivery:
         the whole text so far."""
         if not self._streams_in(msg.chat_id) or not so_far.strip():
             return
-        stream = self.turns.growing(msg, lambda: self._grown_before(msg) or _Stream())
+        stream = self.turns.growing(msg, _Stream)
         if stream is None or self.gate.edit_in_s(msg.chat_id) > 0:
             return
+        if not stream.looked:
+            stream.looked = True
+            if (before := await self._grown_before(msg)) is not None:
+                stream.ts = before.ts
         shown = render_mrkdwn(so_far)
         if shown == stream.shown:
             return
         self.gate.edited(msg.chat_id, self.stream_every_s)
         if stream.ts:
             await self._update(msg.chat_id, stream.ts, shown)
-        else:
+        else:  # noted before and after: a crash between leaves a message we can find again
+            await self._keep_grown(msg, "", after=f"{time.time() - 1:.6f}")
             stream.ts = await self._post(msg.chat_id, shown)
             await self._keep_grown(msg, stream.ts)
         stream.shown = shown
 
-    def _grown_before(self, msg: OutboundMessage) -> _Stream | None:
-        """The message a run before this one began to grow this reply in."""
+    async def _grown_before(self, msg: OutboundMessage) -> _Stream | None:
+        """The message a run before this one began to grow this reply in: as noted, or, when
+        it died while Slack took the first post, our first post in the chat since then."""
         found = self._grown.get(msg.reply_to or "") if msg.seq is not None else None
-        return _Stream(found[1]) if found and found[0] == msg.chat_id else None
+        if not found or found[0] != msg.chat_id:
+            return None
+        chat, ts, after = found
+        if not ts:
+            ts = await self._ours_since(chat, after)
+        return _Stream(ts) if ts else None
 
-    async def _keep_grown(self, msg: OutboundMessage, ts: str | None) -> None:
+    async def _ours_since(self, chat: str, after: str) -> str:
+        """The ts of our first post in this chat (its thread) after `after`, "" if none."""
+        channel, thread = target(chat)
+        method, params = "conversations.history", {"channel": channel, "oldest": after}
+        if thread is not None:
+            method, params = "conversations.replies", params | {"ts": thread}
+        try:
+            answer = await call(self.client, method, **params, limit=50)
+        except SendError as exc:
+            logger.debug("slack: could not look for a reply begun in {}: {}", chat, exc)
+            return ""
+        said = answer.get("messages")
+        messages: list[Any] = said if isinstance(said, list) else []
+        ours = [
+            str(m["ts"])
+            for m in messages
+            if isinstance(m, dict) and m.get("user") == self.bot_user and m.get("ts") != thread
+        ]
+        return min(ours, key=float, default="")
+
+    async def _keep_grown(self, msg: OutboundMessage, ts: str | None, after: str = "") -> None:
         """Record (or, with None, forget) where a stored message's reply grows, in the inbox."""
         if msg.reply_to is None or msg.seq is None:
             return
@@ -207,7 +245,9 @@ class Delivery:
             if self._grown.pop(msg.reply_to, None) is None:
                 return
         else:
-            self._grown[msg.reply_to] = [msg.chat_id, ts]
+            kept = self._grown.get(msg.reply_to)
+            since = after or (kept[2] if kept else "")
+            self._grown[msg.reply_to] = [msg.chat_id, ts, since]
             while len(self._grown) > GROWN_KEPT:
                 self._grown.pop(next(iter(self._grown)))
         if self.bus is not None:

@@ -99,6 +99,7 @@ class FakeSlack:
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)  # a message was posted
         self._faults: dict[str, list[_Fault]] = {}
+        self._slow: dict[str, float] = {}  # method → seconds its answer waits (after it acts)
         self._ts = itertools.count(1)
         self._ids = itertools.count(1)
         self._files: dict[str, JSONDict] = {}  # id → file (its bytes under "data")
@@ -135,6 +136,7 @@ class FakeSlack:
         self.stop()
 
     async def _serve(self) -> int:
+        self._stopping = asyncio.Event()
         app = web.Application(client_max_size=64 * 2**20)
         app.router.add_route("*", "/api/{method}", self._method)
         app.router.add_get("/socket", self._socket)
@@ -146,6 +148,7 @@ class FakeSlack:
         return int(self._runner.addresses[0][1])
 
     async def _shutdown(self) -> None:
+        self._stopping.set()
         for ws in list(self._sockets):
             await ws.close()
         if self._runner is not None:
@@ -205,6 +208,12 @@ class FakeSlack:
     def clear_faults(self) -> None:
         with self._lock:
             self._faults.clear()
+            self._slow.clear()
+
+    def slow(self, method: str, seconds: float) -> None:
+        """`method` does its work at once but answers only after `seconds`."""
+        with self._lock:
+            self._slow[method] = seconds
 
     def _fault(self, method: str) -> web.Response | None:
         faults = self._faults.get(method)
@@ -247,6 +256,10 @@ class FakeSlack:
                 result = handler(params)
             except _Refused as exc:
                 return web.json_response({"ok": False, "error": str(exc)})
+            slow = self._slow.get(method, 0.0)
+        if slow:  # cut short when the fake stops: nothing left pending at its loop's end
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), slow)
         return web.json_response({"ok": True, **result})
 
     def _api_auth_test(self, _: JSONDict) -> JSONDict:
@@ -297,6 +310,30 @@ class FakeSlack:
         if found is None:
             raise _Refused("channel_not_found")
         return {"channel": found}
+
+    def _api_conversations_history(self, params: JSONDict) -> JSONDict:
+        return {"messages": self._history(params, None), "has_more": False}
+
+    def _api_conversations_replies(self, params: JSONDict) -> JSONDict:
+        return {"messages": self._history(params, str(params.get("ts", ""))), "has_more": False}
+
+    def _history(self, params: JSONDict, thread: str | None) -> list[JSONDict]:
+        """What the app posted in a conversation (a thread) after `oldest`, newest first."""
+        channel, oldest = str(params.get("channel", "")), float(params.get("oldest") or 0)
+        if channel not in self.conversations:
+            raise _Refused("channel_not_found")
+        found = [
+            {
+                "type": "message",
+                "user": BOT_USER,
+                "bot_id": BOT_ID,
+                "ts": m["ts"],
+                "text": m["text"],
+            }
+            for m in self.posted
+            if m["channel"] == channel and float(m["ts"]) > oldest and m["thread_ts"] == thread
+        ]
+        return found[::-1][: int(params.get("limit") or 100)]
 
     def _api_conversations_open(self, params: JSONDict) -> JSONDict:
         user = str(params.get("users", ""))
