@@ -340,3 +340,25 @@ def test_a_sigkill_while_slack_takes_the_first_post_doubles_nothing(tmp_path: An
             assert replies(fake, DM) == ["the whole story, told again"]
     finally:
         fake.stop()
+
+
+def test_a_copy_slack_sends_after_a_restart_is_known(tmp_path: Any) -> None:
+    """The keys of what was stored are stored with it: Slack's retry of an envelope whose ack
+    it missed, arriving after a restart, is still answered once."""
+    home, fake = onboarded_home(tmp_path), slack_fake()
+    try:
+        with FakeOpenAI() as llm:
+            llm.set_fallback(answer)
+            with slack_gateway(home, fake, llm):
+                envelope = fake.send_message(DM, OWNER, "before the restart")
+                wait_until(lambda: reply_count(fake, DM, "before the restart"), what="the reply")
+            asked = len(llm.requests)
+            with slack_gateway(home, fake, llm):
+                fake.redeliver(envelope)
+                wait_until(lambda: envelope.attempts == 1 and fake.acked(envelope), what="ack")
+                fake.send_message(DM, OWNER, "after it")
+                wait_until(lambda: reply_count(fake, DM, "after it"), what="the next reply")
+            assert reply_count(fake, DM, "before the restart") == 1
+            assert len(llm.requests) == asked + 1
+    finally:
+        fake.stop()
