@@ -44,6 +44,7 @@ from nanomem.agent import (
     OutboundMessage,
     Pending,
     Text,
+    parse_command,
     record_failure,
     save_media,
 )
@@ -65,6 +66,7 @@ NO_APP_TOKEN = "slack.app_token (xapp-…) is not set: Socket Mode needs it (doc
 NO_SECRET = "slack.signing_secret is not set: the Events API over HTTP needs it (docs/slack.md)"
 TOO_BIG = "That file is {size:.1f} MB; I accept up to {limit} MB (slack.max_file_mb)."
 NO_DOWNLOAD = "I could not download that file; please send it again."
+OWNER_PRESS = "Only the owner can make this choice."
 STEP_S = 10.0
 WATCH_S = 1.0  # how often the Socket Mode connection is looked at
 DOWN_AFTER_S = 15.0  # without one this long, /health says so (a refresh takes a second or two)
@@ -79,6 +81,7 @@ class SlackChannel(BaseChannel):
         *,
         workspace: Path,
         commands: Collection[str] = (),
+        owner_only: Collection[str] = (),
         stream_every_s: float = 1.2,
     ) -> None:
         token = settings.bot_token.get_secret_value() if settings.bot_token else ""
@@ -92,6 +95,7 @@ class SlackChannel(BaseChannel):
             raise ConfigError(NO_SECRET)
         register_secrets([s for s in (token, app_token, secret) if s])
         self.settings, self.workspace, self._commands = settings, workspace, set(commands)
+        self._owner_only = set(owner_only)  # a press of one by anyone else is refused at once
         self._token, self._app_token = token, app_token
         self.client = web_client(token, settings.api_base)
         self._shared: dict[str, bool] = {}  # conversation → shared, as Slack said
@@ -136,8 +140,11 @@ class SlackChannel(BaseChannel):
 
     @classmethod
     def from_app(cls, app: App) -> SlackChannel:
-        names = {c.name for c in app.loop.commands.all()}
-        return cls(app.settings.slack, workspace=app.workspace, commands=names)
+        commands = app.loop.commands.all()
+        names, owner_only = {c.name for c in commands}, {c.name for c in commands if c.owner_only}
+        return cls(
+            app.settings.slack, workspace=app.workspace, commands=names, owner_only=owner_only
+        )
 
     def listens(self, server: str) -> str:
         if self.settings.mode == "http":
@@ -280,11 +287,22 @@ class SlackChannel(BaseChannel):
             logger.warning("slack: refused a forged button press by {}", found.user)
             found = None
         if found is not None and self._admitted(found, body):
+            if not self._may_press(found):
+                self._spawn(self._whisper(found.channel, found.user, OWNER_PRESS))
+                await ack()
+                return
             channel = body.get("channel")
             hint = _hint(channel.get("name") if isinstance(channel, dict) else None)
             found = replace(found, shared=await self._is_shared(found.channel, hint))
             await self._store(found)
         await ack()
+
+    def _may_press(self, found: Incoming) -> bool:
+        """An owner's choice (an approval, a memory decision) is the owner's to press: anyone
+        else is told so privately, at once, and nothing reaches the chat."""
+        parsed = parse_command(found.text)
+        owner_only = parsed is not None and parsed[0] in self._owner_only
+        return not owner_only or found.user == self.settings.owner
 
     def _admitted(self, found: Incoming, press: dict[str, Any] | None) -> bool:
         """Strangers are refused silently and named once in the log; a stranger's press gets

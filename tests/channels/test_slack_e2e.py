@@ -160,7 +160,13 @@ def test_a_shell_command_is_approved_with_a_button(tmp_path: Any) -> None:
             with slack_gateway(home, fake, llm, NANOMEM_TOOLS__SHELL_ENABLED="true"):
                 fake.send_message(DM, OWNER, "run it")
                 wait_until(lambda: _has_button(fake, "Allow once"), what="the approval question")
-                press = fake.press(blocks_message(fake, DM, "Allow once"), "Allow once", OWNER)
+                question = blocks_message(fake, DM, "Allow once")
+                # Someone else's press of the owner's choice: refused to them alone, at once.
+                theirs = fake.press(question, "Allow once", MEMBER)
+                wait_until(lambda: fake.ephemerals, timeout=ACK_S, what="the refusal")
+                assert fake.ephemerals[-1]["user"] == MEMBER and fake.acked(theirs)
+                assert "Only the owner" in fake.ephemerals[-1]["text"]
+                press = fake.press(question, "Allow once", OWNER)
                 wait_until(lambda: reply_count(fake, DM, "tool said:"), what="the command's result")
                 assert "approved-by-button" in replies(fake, DM)[-1]
                 assert press.ack_s is not None and press.ack_s < ACK_S
