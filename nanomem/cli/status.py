@@ -44,6 +44,7 @@ def status_rows(
         ("gateway at", f"{gw.host}:{gw.port}, at most {gw.max_connections} connections"),
         ("agent api", _api_line(settings)),
         *_telegram_rows(settings),
+        *_slack_rows(settings),
         ("sessions", str(SessionStore(home.sessions).count())),
         ("schedules", ScheduleStore.of(home, settings.schedule).summary()),
         *_mcp_rows(home, settings, gateway.pid if gateway is not None else None),
@@ -88,6 +89,33 @@ def _telegram_rows(settings: Settings) -> list[tuple[str, str]]:
             ),
         )
     ]
+
+
+def _slack_rows(settings: Settings) -> list[tuple[str, str]]:
+    """Whether the Slack channel can start, and who it lets in (shown when enabled)."""
+    from nanomem.text.masking import masked, secret_of
+    from nanomem.text.plural import plural
+
+    slack = settings.slack
+    if not slack.enabled:
+        return []
+    token, app_token = secret_of(slack.bot_token), secret_of(slack.app_token)
+    mode = (
+        (
+            f"Socket Mode (app token {masked(app_token)})"
+            if app_token
+            else "Socket Mode: app_token missing"
+        )
+        if slack.mode == "socket"
+        else "Events API at /slack/events"
+    )
+    row = [
+        f"bot token set ({masked(token)})" if token else "bot token missing (slack.bot_token)",
+        f"owner {slack.owner}" if slack.owner else "no owner (slack.owner)",
+        f"{plural(len(slack.allow_from), 'member')} in allow_from",
+        mode,
+    ]
+    return [("slack", ", ".join(row))]
 
 
 def _sandbox_state(settings: Settings) -> str:
