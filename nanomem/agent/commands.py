@@ -94,6 +94,14 @@ class CommandSet:
             raise UnknownCommand(name)
         return command, args
 
+    def named(self, text: str) -> str:
+        """The name of the command a message runs ("" for ordinary text), known or not."""
+        try:
+            found = self.resolve(text)
+        except UnknownCommand as exc:
+            return exc.name
+        return found[0].name if found else ""
+
     def all(self) -> list[Command]:
         return list(self._registered().values())
 

@@ -171,7 +171,7 @@ class AgentLoop:
                         return  # the channel answered it itself
                     msg = replace(ready, prepare=None)
                 if msg.channel in self.bus.turns:
-                    await self._tell(msg, TurnStarted(self._named(msg.content)))
+                    await self._tell(msg, TurnStarted(self.commands.named(msg.content)))
                     started = True
                 reply = await self._handle(msg, self.bus.publish_outbound, finished)
                 if reply is None and started:  # cut short: told before /stop answers
@@ -201,14 +201,6 @@ class AgentLoop:
     async def _tell(self, msg: InboundMessage, part: TurnStarted | TurnEnded) -> None:
         """A turn's start or end, in order with its chat's messages (never stored)."""
         await self.bus.publish_outbound(OutboundMessage(msg.channel, msg.chat_id, part, msg.id))
-
-    def _named(self, content: str) -> str:
-        """The command a message runs, as TurnStarted names it ("" for a model turn)."""
-        try:
-            found = self.commands.resolve(content)
-        except UnknownCommand as exc:
-            return exc.name
-        return found[0].name if found else ""
 
     def _after(self, finished: Finished) -> None:
         for session, turn in finished:
