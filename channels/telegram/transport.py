@@ -15,6 +15,7 @@ import aiohttp
 from loguru import logger
 from telegram import (
     Bot,
+    BotCommand,
     InlineKeyboardButton,
     InlineKeyboardMarkup,
     InputFile,
@@ -408,3 +409,20 @@ async def bot_username(token: str, settings: TelegramSettings) -> str:
             "network, or telegram.base_url and telegram.proxy."
         ) from None
     return redact(username)
+
+
+async def quietly(step: Awaitable[Any], what: str, within_s: float = 10.0) -> None:
+    """A call whose failure changes nothing (an old press answered, a bot shut down)."""
+    try:
+        await asyncio.wait_for(step, within_s)
+    except (TelegramError, TimeoutError, RuntimeError) as exc:
+        logger.debug("telegram: {} failed: {}", what, exc)
+
+
+async def register_commands(bot: Bot, menu: list[tuple[str, str]], within_s: float) -> None:
+    """The command menu Telegram shows (setMyCommands); a failure is only a warning."""
+    commands = [BotCommand(name, about) for name, about in menu]
+    try:
+        await asyncio.wait_for(bot.set_my_commands(commands), within_s)
+    except (TelegramError, TimeoutError) as exc:
+        logger.warning("telegram: could not register the command menu: {}", exc)
