@@ -4,14 +4,15 @@ the gateway passes it on) and posts it again until it is answered 200, as Telegr
 
 from __future__ import annotations
 
+import re
 import signal
 import time
 from typing import Any
 
 import pytest
 
-from channels.telegram.webhook import SECRET_FILE
 from nanomem.home import Home
+from tests.conftest import cli_env, run_cli
 from tests.fakes.openai_server import FakeOpenAI, Step, echo_step
 from tests.fakes.telegram_server import FakeTelegram
 from tests.helpers import wait_until
@@ -46,7 +47,7 @@ def test_a_message_by_webhook_is_answered_and_a_restart_loses_nothing(
     home = onboarded(tmp_path_factory, "webhook")
     with hooked(home, telegram, llm) as gateway:
         hook = telegram.webhook()
-        kept = home.root / SECRET_FILE
+        kept = home.telegram_webhook_secret
         secret = kept.read_text().strip()
         assert hook is not None and hook["url"] == URL and hook["secret_token"] == secret
         assert hook["allowed_updates"] == ["message", "callback_query"]
@@ -55,6 +56,16 @@ def test_a_message_by_webhook_is_answered_and_a_restart_loses_nothing(
         telegram.send_text(1001, "hello by webhook")
         (reply,) = telegram.wait_for_messages(1001, 1)
         assert reply["text"].startswith("echo: ") and reply["text"].endswith("hello by webhook")
+        wait_until(home.telegram_webhook.exists, what="Telegram's word, as the gateway asked")
+        shown = (
+            run_cli("status", env=gateway.env).stdout + run_cli("doctor", env=gateway.env).stdout
+        )
+        assert re.search(r"telegram +.*, webhook at https://bot\.example\.org/telegram/hook", shown)
+        said = (
+            r"telegram webhook +Telegram at \S+: posts to https://bot\.example\.org/telegram/hook"
+        )
+        assert re.search(said, shown) and secret not in shown
+        assert "webhook https://bot.example.org/telegram/hook (0 waiting)" in shown  # doctor
     assert telegram.getupdates_count == 0 and [p["status"] for p in telegram.posts()] == [200]
     assert telegram.webhook() is not None  # kept: Telegram holds what comes while it is down
     telegram.send_text(1001, "while it was down")
@@ -87,6 +98,26 @@ def test_an_update_posted_again_after_a_kill_is_answered_once(
         again.wait_for_line(rf"update {update_id} came again; it was stored already")
     said = [m for m in load_session(home, "telegram:1002").messages if m["role"] == "user"]
     assert len(said) == 1 and "SLOW, then a kill" in str(said[0]["content"])
+
+
+def test_an_address_telegram_would_refuse_stops_the_gateway_at_start(
+    servers: tuple[FakeTelegram, FakeOpenAI], home: Home
+) -> None:
+    telegram, llm = servers
+    env = cli_env(
+        home,
+        llm,
+        NANOMEM_TELEGRAM__ENABLED="true",
+        NANOMEM_TELEGRAM__TOKEN=telegram.token,
+        NANOMEM_TELEGRAM__BASE_URL=telegram.base_url,
+        NANOMEM_TELEGRAM__MODE="webhook",
+        NANOMEM_TELEGRAM__WEBHOOK_URL="http://bot.example.org/telegram/hook",
+        NANOMEM_GATEWAY__PORT="0",
+    )
+    done = run_cli("gateway", env=env, timeout=60)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert "telegram.webhook_url must be an https:// address" in done.stderr
+    assert telegram.calls == [] and not home.telegram_webhook_secret.exists()
 
 
 def test_polling_again_removes_the_webhook_and_keeps_what_waits(

@@ -112,13 +112,13 @@ class TelegramChannel(BaseChannel):
         status_every_s: float = 3.0,
         watch_every_s: float = 1.0,
         stream_every_s: float = 1.0,
-        home: Path | None = None,  # where a webhook's secret is kept when none is set
+        webhook_files: tuple[Path, Path] | None = None,  # its secret, Telegram's word on it
     ) -> None:
         token = settings.token.get_secret_value() if settings.token else ""
         if not token:
             raise ConfigError(NO_TOKEN)
         register_secrets([token])  # PTB errors and file URLs carry the token
-        self._hook = made_webhook(settings, home) if settings.mode == "webhook" else None
+        self._hook = made_webhook(settings, webhook_files) if settings.mode == "webhook" else None
         self.settings, self.workspace, self._token = settings, workspace, token
         self._commands, self._our_commands = commands, {c.name for c in commands} | {"start"}
         self.poll_timeout_s, self.watch_every_s = poll_timeout_s, watch_every_s
@@ -164,8 +164,9 @@ class TelegramChannel(BaseChannel):
 
     @classmethod
     def from_app(cls, app: App) -> TelegramChannel:
-        settings, commands, home = app.settings.telegram, app.loop.commands.all(), app.home.root
-        return cls(settings, workspace=app.workspace, commands=commands, home=home)
+        settings, commands, home = app.settings.telegram, app.loop.commands.all(), app.home
+        files = (home.telegram_webhook_secret, home.telegram_webhook)
+        return cls(settings, workspace=app.workspace, commands=commands, webhook_files=files)
 
     def listens(self, server: str) -> str:
         polling = f"polling getUpdates from {shown_url(self.settings.base_url)} (no webhook)"
@@ -188,8 +189,9 @@ class TelegramChannel(BaseChannel):
             self._owner_noted = True  # once per run: restarts of the channel stay quiet
             logger.info(OWNER_ASSUMED, owner=assumed)
         await self._launch()
-        hook, every = self._hook, self.watch_every_s  # a webhook's: Telegram's view of posts
-        watch = hook.watch(lambda: self._bot) if hook else self._poll.run(self._relaunch, every)
+        every = self.watch_every_s  # a webhook's watch asks Telegram, so 60 times less often
+        hook = self._hook.watch(lambda: self._bot, every * 60) if self._hook else None
+        watch = hook or self._poll.run(self._relaunch, every)
         self._watchdog = asyncio.create_task(watch, name="telegram-watchdog")
 
     async def _launch(self) -> None:

@@ -15,6 +15,7 @@ import re
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -25,6 +26,7 @@ from loguru import logger
 from channels.telegram.incoming import UNREADABLE_KEPT
 from channels.telegram.transport import ALLOWED_UPDATES
 from nanomem.agent import MessageBus
+from nanomem.channel_settings import WEBHOOK_SECRET
 from nanomem.config import ConfigError, TelegramSettings
 from nanomem.durable import atomic_write_text
 from nanomem.text import untrusted_json
@@ -32,66 +34,31 @@ from nanomem.text.masking import register_secrets, shown_url
 
 WEBHOOK = "telegram.webhook"  # the inbox's record of the updates stored lately (their ids)
 SECRET_HEADER = "X-Telegram-Bot-Api-Secret-Token"
-SECRET_FILE = "telegram-webhook-secret"  # in the home, when telegram.webhook_secret is unset
 MAX_BODY = 1024 * 1024  # an update is a few KiB; a text message at most about 100
 BODY_S = 15.0  # the whole body, however it trickles in
 PARSE_IN_THREAD_BYTES = 64 * 1024
 SEEN_KEPT = 1000  # Telegram re-posts an update until it is answered: only the last few recur
 CHECK_EVERY_S = 60.0  # getWebhookInfo, for /health and the log
-# Telegram's rule for secret_token: 1 to 256 of these.
-_SECRET = re.compile(r"[A-Za-z0-9_-]{1,256}")
 # The update's id, found without parsing it (Telegram writes it first): an update nested too
 # deeply is still stored, and parked, as polling does.
 _FIRST_ID = re.compile(rb'\A\s*\{\s*"update_id"\s*:\s*(\d{1,18})\b')
-_OWN_ROUTES = ("/health", "/v1/")  # the gateway's own paths: never the webhook's
 Store = Callable[[list[Any], tuple[str, str]], Awaitable[None]]
 
 
 def webhook_path(settings: TelegramSettings) -> str:
-    """The path the gateway serves: webhook_url's, checked as Telegram will (https only);
-    ConfigError with a sentence for the person when it cannot work."""
-    url = (settings.webhook_url or "").strip()
-    where = 'telegram.mode is "webhook"'
-    if not url:
-        raise ConfigError(
-            f"{where} but telegram.webhook_url is not set: set it to the public https address "
-            "Telegram posts to (a reverse proxy in front of the gateway), or set "
-            'telegram.mode = "polling"'
-        )
-    try:
-        parts = urlsplit(url)
-        parts.port  # noqa: B018 (a port that is not a number raises here)
-    except ValueError:
-        raise ConfigError(f"telegram.webhook_url is not a URL: {shown_url(url)}") from None
-    if parts.scheme != "https" or not parts.hostname:
-        raise ConfigError(
-            f"telegram.webhook_url must be an https:// address (Telegram posts only over TLS), "
-            f"not {shown_url(url)}: put a reverse proxy with a certificate in front of the "
-            "gateway (docs/telegram.md, Webhook mode)"
-        )
-    if parts.fragment or parts.username or parts.password:
-        raise ConfigError("telegram.webhook_url may not hold a #fragment, a user or a password")
-    path = parts.path or "/"
-    if path == "/" or any(path == own.rstrip("/") or path.startswith(own) for own in _OWN_ROUTES):
-        raise ConfigError(
-            f"telegram.webhook_url's path {path!r} is the gateway's own (/, /health, /v1/...): "
-            "give it a path of its own, e.g. https://bot.example.org/telegram/webhook"
-        )
-    return path
+    """The path the gateway serves: webhook_url's; ConfigError with a sentence for the person
+    when the settings cannot work."""
+    if (problem := settings.webhook_problem()) is not None:
+        raise ConfigError(problem)
+    return urlsplit((settings.webhook_url or "").strip()).path
 
 
 def webhook_secret(settings: TelegramSettings, kept: Path | None) -> str:
     """telegram.webhook_secret, or the one made at a first start and kept in `kept` (so a
     restart answers Telegram's retries, which carry the secret of the run before). Written
     by the gateway alone, which holds the home's `gateway` lock (gateway/claim.py). Blocking."""
-    given = settings.webhook_secret.get_secret_value() if settings.webhook_secret else ""
-    if given:
-        if not _SECRET.fullmatch(given):
-            raise ConfigError(
-                "telegram.webhook_secret must be 1 to 256 letters, digits, _ or - "
-                "(Telegram's rule); leave it unset to have one made"
-            )
-        return given
+    if settings.webhook_secret is not None:  # checked with the rest (webhook_problem)
+        return settings.webhook_secret.get_secret_value()
     if kept is None:
         raise ConfigError("telegram.webhook_secret is not set, and there is no home to keep one")
     import secrets  # hmac and base64 under it: only webhook mode pays for it
@@ -100,19 +67,19 @@ def webhook_secret(settings: TelegramSettings, kept: Path | None) -> str:
         found = kept.read_text(encoding="utf-8").strip()
     except FileNotFoundError:
         found = ""
-    if not _SECRET.fullmatch(found):
+    if not WEBHOOK_SECRET.fullmatch(found):
         found = secrets.token_urlsafe(32)
         atomic_write_text(kept, found + "\n", mode=0o600)
     register_secrets([found])
     return found
 
 
-def made_webhook(settings: TelegramSettings, home: Path | None) -> Webhook:
-    """The webhook of these settings (ConfigError when they cannot work), its secret made
-    and kept in the `home` folder when none is set. Blocking."""
+def made_webhook(settings: TelegramSettings, files: tuple[Path, Path] | None) -> Webhook:
+    """The webhook of these settings (ConfigError when they cannot work); `files`: where its
+    secret is kept when none is set, and where Telegram's word on it is written. Blocking."""
     webhook_path(settings)  # a wrong address is told before a secret is made for it
-    kept = home / SECRET_FILE if home is not None else None
-    return Webhook(settings, webhook_secret(settings, kept))
+    kept, state = files if files is not None else (None, None)
+    return Webhook(settings, webhook_secret(settings, kept), state)
 
 
 class Seen:
@@ -161,16 +128,16 @@ class Webhook:
     """The route Telegram posts to, and the webhook's state at Telegram (setWebhook,
     getWebhookInfo)."""
 
-    def __init__(self, settings: TelegramSettings, secret: str) -> None:
+    def __init__(self, settings: TelegramSettings, secret: str, state: Path | None) -> None:
         self.url = (settings.webhook_url or "").strip()
         self.path = webhook_path(settings)
-        self._secret = secret
+        self._secret, self._state = secret, state
         self._store: Store | None = None
         self._seen = Seen(None)
         self._storing = asyncio.Lock()  # the record of stored ids is read, then written
         self._refused: set[str] = set()
         self.problem: str | None = None
-        self._last_stored = 0.0  # when an update was last stored (epoch seconds)
+        self._last_stored = 0.0  # when we opened, then when an update was last stored
 
     def routes(self, web_app: web.Application) -> None:
         web_app.router.add_post(self.path, self.handle)  # any other method: 405
@@ -193,6 +160,7 @@ class Webhook:
         stored lately (the inbox's record of them, read here)."""
         position = await bus.position(WEBHOOK) if bus is not None else None
         self._seen, self._store = Seen(position), store
+        self._last_stored = time.time()  # errors from before (we were down) are old news
 
     async def close(self) -> None:
         """Take no more posts (Telegram keeps them, and posts them to the next run); those
@@ -262,9 +230,11 @@ class Webhook:
 
     async def check(self, bot: Any) -> None:
         """getWebhookInfo: set again when it is not ours (someone deleted or replaced it);
-        Telegram's last delivery error is the problem while it is newer than our last
-        stored update and updates wait."""
+        Telegram's last delivery error is the problem while it is newer than our start and
+        our last stored update, and updates wait."""
         info = await bot.get_webhook_info()
+        if self._state is not None:
+            await asyncio.to_thread(write_state, self._state, info)
         if info.url != self.url:
             logger.warning(
                 "telegram: the webhook is {} at Telegram, not telegram.webhook_url; setting it "
@@ -282,25 +252,39 @@ class Webhook:
         self.problem = problem
 
     async def watch(self, bot: Callable[[], Any], every_s: float = CHECK_EVERY_S) -> None:
-        """`check` now and then, for as long as the channel runs."""
+        """`check` at once, then now and then, for as long as the channel runs."""
         while True:
+            if (current := bot()) is not None and self._store is not None:
+                try:
+                    await asyncio.wait_for(self.check(current), 10.0)
+                except Exception as exc:  # the Bot API down: told where messages are sent
+                    logger.debug("telegram: getWebhookInfo failed: {}", exc)
             await asyncio.sleep(every_s)
-            if (current := bot()) is None or self._store is None:
-                continue
-            try:
-                await asyncio.wait_for(self.check(current), 10.0)
-            except Exception as exc:  # the Bot API down: polling's watch has no more to say
-                logger.debug("telegram: getWebhookInfo failed: {}", exc)
+
+
+def write_state(path: Path, info: Any) -> None:
+    """Telegram's word on the webhook, for `nanomem status` (never the secret: Telegram does
+    not tell it). Blocking."""
+    when = info.last_error_date
+    state = {
+        "v": 1,
+        "checked_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "url": info.url,
+        "pending_update_count": info.pending_update_count,
+        "last_error_date": when.isoformat(timespec="seconds") if when is not None else None,
+        "last_error_message": info.last_error_message,
+    }
+    atomic_write_text(path, json.dumps(state) + "\n")
 
 
 def delivery_problem(info: Any, last_stored: float) -> str | None:
     """What Telegram says fails when it posts to us, while that is still so (an error newer
-    than the last update we stored, with updates waiting); None otherwise."""
+    than `last_stored`, with updates waiting); None otherwise."""
     error, when = info.last_error_message, info.last_error_date
     if not error or when is None or not info.pending_update_count:
         return None
     stamp = when.timestamp() if hasattr(when, "timestamp") else float(when)
-    if stamp < last_stored:
+    if stamp <= int(last_stored):  # Telegram tells whole seconds
         return None
     waiting = info.pending_update_count
     return f"telegram: Telegram cannot deliver to the webhook ({waiting} waiting): {error}"

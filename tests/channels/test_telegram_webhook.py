@@ -1,0 +1,89 @@
+"""Telegram by webhook: settings that cannot work are refused when the channel is made (before
+any secret is), a secret made is kept, and Telegram's word that it cannot deliver shows in
+/health until it delivers again (the real gateway and channel, in-process, with the fake Bot
+API posting to the gateway's route)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from channels.telegram.channel import TelegramChannel
+from nanomem.config import ConfigError, TelegramSettings
+from nanomem.home import Home
+from tests.conftest import log_lines
+from tests.fakes.openai_server import FakeOpenAI
+from tests.fakes.telegram_gateway import telegram_gateway
+from tests.fakes.telegram_server import FakeTelegram
+from tests.helpers import until
+
+URL = "https://bot.example.org/telegram/hook"
+OWNER = 1000
+
+
+def channel(tmp_path: Path, **telegram: Any) -> TelegramChannel:
+    settings = TelegramSettings(enabled=True, token="123:TOKEN", mode="webhook", **telegram)
+    files = (tmp_path / "secret", tmp_path / "said.json")
+    return TelegramChannel(settings, workspace=tmp_path, commands=[], webhook_files=files)
+
+
+@pytest.mark.parametrize(
+    ("url", "said"),
+    [
+        (None, "telegram.webhook_url is not set"),
+        ("", "telegram.webhook_url is not set"),
+        ("http://bot.example.org/hook", "must be an https:// address"),
+        ("bot.example.org/hook", "must be an https:// address"),
+        ("https://bot.example.org:99999/hook", "is not a URL"),
+        ("https://bot.example.org", "is the gateway's own"),
+        ("https://bot.example.org/health", "is the gateway's own"),
+        ("https://bot.example.org/v1/chat/completions", "is the gateway's own"),
+        ("https://me:pw@bot.example.org/hook", "may not hold"),
+    ],
+)
+def test_an_address_that_cannot_work_is_refused_before_a_secret_is_made(
+    tmp_path: Path, url: str | None, said: str
+) -> None:
+    with pytest.raises(ConfigError, match=said):
+        channel(tmp_path, webhook_url=url)
+    assert not (tmp_path / "secret").exists()
+
+
+@pytest.mark.parametrize("secret", ["has a space", "x" * 257, "ünïcode", "semi;colon"])
+def test_a_secret_telegram_would_refuse_is_refused(tmp_path: Path, secret: str) -> None:
+    with pytest.raises(ConfigError, match="1 to 256 letters, digits, _ or -"):
+        channel(tmp_path, webhook_url=URL, webhook_secret=secret)
+
+
+def test_a_made_secret_is_kept_for_the_next_start_and_never_logged(tmp_path: Path) -> None:
+    with log_lines("DEBUG") as lines:
+        channel(tmp_path, webhook_url=URL, webhook_secret="  ")  # blank: made
+        made = (tmp_path / "secret").read_text()
+        channel(tmp_path, webhook_url=URL)
+    assert (tmp_path / "secret").read_text() == made and len(made.strip()) >= 32
+    assert (tmp_path / "secret").stat().st_mode & 0o777 == 0o600
+    assert not any(made.strip() in line for line in lines)
+
+
+async def test_a_delivery_telegram_says_fails_shows_in_health_until_it_works(
+    home: Home, servers: tuple[FakeTelegram, FakeOpenAI]
+) -> None:
+    telegram, _ = servers
+    hooked = {"mode": "webhook", "webhook_url": URL, "webhook_secret": "s3cret-for-tests-123456"}
+    async with telegram_gateway(home, *servers, telegram=hooked | {"owner": OWNER}) as live:
+        telegram.forward_webhook_to("http://127.0.0.1:9")  # a reverse proxy passing it nowhere
+        telegram.send_text(OWNER, "through a broken proxy")
+
+        def problem() -> str:
+            return str(live.gateway.health.snapshot()[1]["channels"]["telegram"]["detail"])
+
+        await until(lambda: "cannot deliver" in problem(), what="the problem in /health")
+        status, body = await live.health()
+        assert status == 503 and "Connection failed" in body["channels"]["telegram"]["detail"]
+        telegram.forward_webhook_to(f"http://127.0.0.1:{live.gateway.port}")  # proxy mended
+        (reply,) = await telegram.wait_for_messages_async(OWNER, 1)
+        assert reply["text"].endswith("through a broken proxy")
+        await until(lambda: not problem(), what="/health well again at the next check")
+        assert (await live.health())[0] == 200
