@@ -58,7 +58,8 @@ def webhook_secret(settings: TelegramSettings, kept: Path | None) -> str:
     restart answers Telegram's retries, which carry the secret of the run before). Written
     by the gateway alone, which holds the home's `gateway` lock (gateway/claim.py). Blocking."""
     if settings.webhook_secret is not None:  # checked with the rest (webhook_problem)
-        return settings.webhook_secret.get_secret_value()
+        register_secrets([given := settings.webhook_secret.get_secret_value()])
+        return given
     if kept is None:
         raise ConfigError("telegram.webhook_secret is not set, and there is no home to keep one")
     import secrets  # hmac and base64 under it: only webhook mode pays for it
@@ -189,25 +190,24 @@ class Webhook:
             item = parsed(body)
         if item is None:
             return web.Response(status=400, text="not a Telegram update")
-        try:
-            await self._take(item)
-        except Exception:  # a full disk, say: Telegram holds it and posts it again
-            logger.exception("telegram: could not store update {}", item["update_id"])
-            return web.Response(status=503, headers={"Retry-After": "5"})
+        if not await self._take(item):  # stopped while it waited: posted again later
+            return web.Response(status=503, headers={"Retry-After": "1"})
         return web.Response(status=200)  # an empty body: no method call in the answer
 
-    async def _take(self, item: dict[str, Any]) -> None:
+    async def _take(self, item: dict[str, Any]) -> bool:
+        """Stored (a full disk is waited out: Telegram posts it again meanwhile, and finds
+        it stored), or stored before; False when the channel stopped taking updates."""
         update_id = item["update_id"]
         async with self._storing:
-            store = self._store
-            if store is None:
-                raise RuntimeError("the channel stopped taking updates")
+            if (store := self._store) is None:
+                return False
             if update_id in self._seen:  # stored before: our 200 never reached Telegram
                 logger.info("telegram: update {} came again; it was stored already", update_id)
-                return
+                return True
             await store([item], self._seen.position_with(update_id))
             self._seen.add(update_id)
             self._last_stored = time.time()
+            return True
 
     def _refuse(self, request: web.Request, *, missing: bool) -> web.Response:
         """401 without the header, 403 with a wrong one; the source is named once (never

@@ -87,3 +87,21 @@ async def test_a_delivery_telegram_says_fails_shows_in_health_until_it_works(
         assert reply["text"].endswith("through a broken proxy")
         await until(lambda: not problem(), what="/health well again at the next check")
         assert (await live.health())[0] == 200
+
+
+async def test_an_album_posted_part_by_part_is_one_turn(
+    home: Home, servers: tuple[FakeTelegram, FakeOpenAI]
+) -> None:
+    """Telegram posts each part of an album on its own: stored as polling stores them, then
+    gathered into one message."""
+    telegram, llm = servers
+    hooked = {"mode": "webhook", "webhook_url": URL, "webhook_secret": "s3cret-for-tests-123456"}
+    settings = hooked | {"owner": OWNER, "stream": False}
+    async with telegram_gateway(home, *servers, telegram=settings) as live:
+        telegram.forward_webhook_to(f"http://127.0.0.1:{live.gateway.port}")
+        photos = [b"\xff\xd8\xff\xe0 one", b"\xff\xd8\xff\xe0 two"]
+        reply = await live.reply(
+            OWNER, lambda: telegram.send_album(OWNER, photos, caption="both by webhook")
+        )
+    assert reply.startswith("echo:") and "both by webhook" in reply
+    assert len(llm.requests) == 1 and [p["status"] for p in telegram.posts()] == [200, 200]
