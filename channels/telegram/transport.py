@@ -230,7 +230,9 @@ async def poll(
             continue
         except TelegramError as exc:
             text = str(exc)
-            if isinstance(exc, Conflict):
+            if isinstance(exc, Conflict) and "webhook" in text.lower():  # set since we started
+                text = "a webhook is set for this bot token; polling removes it when it restarts"
+            elif isinstance(exc, Conflict):
                 text = "another program is polling with this bot token (only one may)"
             if text != watch.error:
                 logger.warning("telegram: polling failed: {}", text)

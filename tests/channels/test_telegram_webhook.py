@@ -105,3 +105,23 @@ async def test_an_album_posted_part_by_part_is_one_turn(
         )
     assert reply.startswith("echo:") and "both by webhook" in reply
     assert len(llm.requests) == 1 and [p["status"] for p in telegram.posts()] == [200, 200]
+
+
+async def test_a_webhook_set_by_another_program_while_polling_is_named_as_such(
+    home: Home, servers: tuple[FakeTelegram, FakeOpenAI]
+) -> None:
+    """Telegram refuses getUpdates (409) while a webhook is set: the log says that, not that
+    another program polls (the watch restarts polling, which removes the webhook)."""
+    import aiohttp
+
+    telegram, _ = servers
+    async with telegram_gateway(home, *servers, telegram={"owner": OWNER}):
+        with log_lines("WARNING") as lines:
+            form = {"url": URL, "secret_token": "someone-elses"}
+            async with aiohttp.ClientSession() as session:
+                await session.post(f"{telegram.base_url}{telegram.token}/setWebhook", data=form)
+            await until(lambda: any("polling failed" in line for line in lines))
+    said = [line for line in lines if "polling failed" in line]
+    assert said[0].endswith(
+        "a webhook is set for this bot token; polling removes it when it restarts"
+    )
