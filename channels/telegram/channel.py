@@ -279,11 +279,8 @@ class TelegramChannel(BaseChannel):
         assert self._bus is not None
         if self._offset is None and (stored := await self._bus.position(OFFSET)) is not None:
             self._offset = int(stored)
-        take = functools.partial(self._polled, bot)
-        url = f"{bot.base_url}/getUpdates"
-        await poll(
-            self._poll_request, url, self.poll_timeout_s, self._poll, lambda: self._offset, take
-        )
+        take, offset = functools.partial(self._polled, bot), lambda: self._offset
+        await poll(bot, self._poll_request, self.poll_timeout_s, self._poll, offset, take)
 
     async def _polled(self, bot: Bot, items: list[Any]) -> None:
         """A batch stored with the offset that confirms it."""

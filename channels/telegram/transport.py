@@ -211,8 +211,8 @@ async def fetch_updates(
 
 
 async def poll(
+    bot: Bot,
     request: BaseRequest,
-    url: str,
     poll_s: float,
     watch: PollWatch,
     offset: Callable[[], int | None],
@@ -220,7 +220,7 @@ async def poll(
 ) -> None:
     """Long-poll getUpdates for ever, each batch `store`d (which confirms it by moving the
     offset on); a batch that cannot be stored is fetched again."""
-    delay, one = 1.0, False
+    delay, one, url = 1.0, False, f"{bot.base_url}/getUpdates"
     while True:
         try:
             items = await fetch_updates(request, url, offset(), poll_s, one=one)
@@ -231,8 +231,13 @@ async def poll(
         except TelegramError as exc:
             text = str(exc)
             if isinstance(exc, Conflict) and "webhook" in text.lower():  # set since we started
-                text = "a webhook is set for this bot token; polling removes it when it restarts"
-            elif isinstance(exc, Conflict):
+                logger.warning(
+                    "telegram: a webhook was set for this bot token (by another program?); "
+                    "removing it, as telegram.mode is polling (its updates are kept)"
+                )
+                await quietly(bot.delete_webhook(drop_pending_updates=False), "delete a webhook")
+                continue
+            if isinstance(exc, Conflict):
                 text = "another program is polling with this bot token (only one may)"
             if text != watch.error:
                 logger.warning("telegram: polling failed: {}", text)

@@ -107,21 +107,21 @@ async def test_an_album_posted_part_by_part_is_one_turn(
     assert len(llm.requests) == 1 and [p["status"] for p in telegram.posts()] == [200, 200]
 
 
-async def test_a_webhook_set_by_another_program_while_polling_is_named_as_such(
+async def test_a_webhook_set_by_another_program_while_polling_is_removed(
     home: Home, servers: tuple[FakeTelegram, FakeOpenAI]
 ) -> None:
-    """Telegram refuses getUpdates (409) while a webhook is set: the log says that, not that
-    another program polls (the watch restarts polling, which removes the webhook)."""
+    """Telegram refuses getUpdates (409) while a webhook is set: in polling mode the channel
+    removes it, keeping what waits, and goes on polling."""
     import aiohttp
 
     telegram, _ = servers
-    async with telegram_gateway(home, *servers, telegram={"owner": OWNER}):
+    async with telegram_gateway(home, *servers, telegram={"owner": OWNER}) as live:
         with log_lines("WARNING") as lines:
             form = {"url": URL, "secret_token": "someone-elses"}
             async with aiohttp.ClientSession() as session:
                 await session.post(f"{telegram.base_url}{telegram.token}/setWebhook", data=form)
-            await until(lambda: any("polling failed" in line for line in lines))
-    said = [line for line in lines if "polling failed" in line]
-    assert said[0].endswith(
-        "a webhook is set for this bot token; polling removes it when it restarts"
-    )
+            reply = await live.say(OWNER, "sent while a webhook was set")
+        assert reply.endswith("sent while a webhook was set") and telegram.webhook() is None
+    removed = [params for method, params in telegram.calls if method == "deletewebhook"]
+    assert len(removed) == 1 and removed[0].get("drop_pending_updates") is not True
+    assert sum("a webhook was set for this bot token" in line for line in lines) == 1

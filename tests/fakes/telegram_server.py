@@ -343,6 +343,8 @@ class FakeTelegram:
                     self._updates = [u for u in self._updates if u["update_id"] >= offset]
                 if self._stopping:
                     return []
+                if self._webhook is not None:  # set while this poll waited
+                    raise ApiError(409, _WEBHOOK_ACTIVE)
                 if self._updates and not self._paused:
                     return self._updates[:limit]
             remaining = deadline - loop.time()
