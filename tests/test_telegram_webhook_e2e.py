@@ -100,24 +100,41 @@ def test_an_update_posted_again_after_a_kill_is_answered_once(
     assert len(said) == 1 and "SLOW, then a kill" in str(said[0]["content"])
 
 
-def test_an_address_telegram_would_refuse_stops_the_gateway_at_start(
-    servers: tuple[FakeTelegram, FakeOpenAI], home: Home
-) -> None:
-    telegram, llm = servers
-    env = cli_env(
+def webhook_env(home: Home, telegram: FakeTelegram, llm: FakeOpenAI, url: str) -> dict[str, str]:
+    return cli_env(
         home,
         llm,
         NANOMEM_TELEGRAM__ENABLED="true",
         NANOMEM_TELEGRAM__TOKEN=telegram.token,
         NANOMEM_TELEGRAM__BASE_URL=telegram.base_url,
+        NANOMEM_TELEGRAM__OWNER="1000",
         NANOMEM_TELEGRAM__MODE="webhook",
-        NANOMEM_TELEGRAM__WEBHOOK_URL="http://bot.example.org/telegram/hook",
+        NANOMEM_TELEGRAM__WEBHOOK_URL=url,
         NANOMEM_GATEWAY__PORT="0",
     )
+
+
+def test_an_address_telegram_would_refuse_stops_the_gateway_at_start(
+    servers: tuple[FakeTelegram, FakeOpenAI], home: Home
+) -> None:
+    telegram, llm = servers
+    env = webhook_env(home, telegram, llm, "http://bot.example.org/telegram/hook")
     done = run_cli("gateway", env=env, timeout=60)
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert "telegram.webhook_url must be an https:// address" in done.stderr
     assert telegram.calls == [] and not home.telegram_webhook_secret.exists()
+    doctor = run_cli("doctor", env=env).stdout
+    assert re.search(r"✗ telegram +telegram\.webhook_url must be an https:// address", doctor)
+
+
+def test_doctor_says_when_telegram_posts_nowhere_yet(
+    servers: tuple[FakeTelegram, FakeOpenAI], home: Home
+) -> None:
+    telegram, llm = servers
+    doctor = run_cli("doctor", env=webhook_env(home, telegram, llm, URL)).stdout
+    said = "! telegram +Telegram posts nowhere \\(no webhook set\\), not to https://bot\\.example"
+    assert re.search(said, doctor) and "start `nanomem gateway`" in doctor
+    assert [m for m, _ in telegram.calls] == ["getme", "getwebhookinfo"]  # it only asks
 
 
 def test_polling_again_removes_the_webhook_and_keeps_what_waits(
