@@ -305,6 +305,8 @@ def channel_down(exc: BaseException) -> ChannelDown | None:
     """The one line to report when the Bot API cannot be used; None for other errors."""
     if isinstance(exc, InvalidToken):
         return ChannelDown(NOT_FOUND if "not found" in str(exc).lower() else TOKEN_REJECTED)
+    if isinstance(exc, BadRequest):  # reached, and refused: setWebhook's address, say
+        return ChannelDown(f"telegram: the Bot API refused a call at start: {exc.message}")
     if isinstance(exc, TelegramError | TimeoutError | OSError):
         return ChannelDown(f"telegram: cannot reach the Bot API: {exc}")
     return None

@@ -125,3 +125,23 @@ async def test_a_webhook_set_by_another_program_while_polling_is_removed(
     removed = [params for method, params in telegram.calls if method == "deletewebhook"]
     assert len(removed) == 1 and removed[0].get("drop_pending_updates") is not True
     assert sum("a webhook was set for this bot token" in line for line in lines) == 1
+
+
+async def test_an_address_telegram_refuses_is_named_in_health_while_the_start_is_retried(
+    home: Home, servers: tuple[FakeTelegram, FakeOpenAI]
+) -> None:
+    telegram, _ = servers
+    port_refused = (
+        "Bad Request: bad webhook: Webhook can be set up only on ports 80, 88, 443 or 8443"
+    )
+    telegram.fail_next("setWebhook", error_code=400, description=port_refused)
+    hooked = {"mode": "webhook", "webhook_url": URL, "webhook_secret": "s3cret-for-tests-123456"}
+    with log_lines("ERROR") as lines:
+        async with telegram_gateway(home, *servers, telegram=hooked | {"owner": OWNER}) as live:
+            report = live.gateway.health.channels["telegram"]
+            assert report.restarts == 1  # down once, with the reason, then up at the retry
+            assert telegram.webhook() is not None
+    said = "telegram: the Bot API refused a call at start: Bad webhook: webhook can be set up"
+    assert any(line.startswith(said) for line in lines)
+    setting = [p for method, p in telegram.calls if method == "setwebhook"]
+    assert len(setting) == 2
