@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from nanomem.config import Settings
+from nanomem.config import Settings, TelegramSettings
 from nanomem.home import Home
 
 
@@ -43,7 +43,7 @@ def status_rows(
         ("gateway", "not running" if gateway is None else f"running ({gateway.describe()})"),
         ("gateway at", f"{gw.host}:{gw.port}, at most {gw.max_connections} connections"),
         ("agent api", _api_line(settings)),
-        *_telegram_rows(settings),
+        *_telegram_rows(settings, home),
         *_slack_rows(settings),
         ("sessions", str(SessionStore(home.sessions).count())),
         ("schedules", ScheduleStore.of(home, settings.schedule).summary()),
@@ -64,8 +64,9 @@ def _mcp_rows(home: Home, settings: Settings, gateway: int | None) -> list[tuple
     return status_lines(home.mcp_state, configured, gateway)
 
 
-def _telegram_rows(settings: Settings) -> list[tuple[str, str]]:
-    """Whether the Telegram channel can start, and who it lets in (shown when enabled)."""
+def _telegram_rows(settings: Settings, home: Home) -> list[tuple[str, str]]:
+    """Whether the Telegram channel can start, who it lets in, how updates come (shown when
+    enabled); by webhook, what Telegram last said of it, as the gateway checked."""
     from nanomem.text.masking import masked, secret_of
     from nanomem.text.plural import plural
 
@@ -84,10 +85,11 @@ def _telegram_rows(settings: Settings) -> list[tuple[str, str]]:
                     else "token missing (telegram.token / NANOMEM_TELEGRAM__TOKEN)",
                     f"owner {owner}" if owner is not None else "no owner (telegram.owner)",
                     f"{plural(len(telegram.allow_from), 'user')} in allow_from",
-                    "polling getUpdates",
+                    "polling getUpdates" if telegram.mode == "polling" else _webhook_mode(telegram),
                 )
             ),
-        )
+        ),
+        *([("telegram webhook", _webhook_said(home))] if telegram.mode == "webhook" else []),
     ]
 
 
@@ -116,6 +118,34 @@ def _slack_rows(settings: Settings) -> list[tuple[str, str]]:
         mode,
     ]
     return [("slack", ", ".join(row))]
+
+
+def _webhook_mode(telegram: TelegramSettings) -> str:
+    from nanomem.text.masking import shown_url
+
+    if problem := telegram.webhook_problem():
+        return f"webhook: cannot start: {problem}"
+    return f"webhook at {shown_url(telegram.webhook_url or '')}"
+
+
+def _webhook_said(home: Home) -> str:
+    """Telegram's word on the webhook (getWebhookInfo) when the gateway last checked it."""
+    import json
+
+    try:
+        said = json.loads(home.telegram_webhook.read_text(encoding="utf-8"))
+        checked, url, waiting = said["checked_at"], said["url"], said["pending_update_count"]
+    except (OSError, ValueError, TypeError, KeyError):
+        return "not checked yet (the gateway asks Telegram at start, then every minute)"
+    from nanomem.text.masking import shown_url
+
+    where = f"posts to {shown_url(url)}" if url else "no webhook set"
+    line = f"Telegram at {checked}: {where}, {waiting} waiting"
+    if error := said.get("last_error_message"):
+        line += f"; last delivery error at {said.get('last_error_date')}: {error}"
+    from nanomem.text.escapes import strip_escapes
+
+    return strip_escapes(line)  # what a server said: never a terminal escape
 
 
 def _sandbox_state(settings: Settings) -> str:
