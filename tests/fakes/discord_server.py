@@ -11,6 +11,7 @@ message (ours and the people's), the interactions and how each was answered.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import json
 import re
@@ -79,8 +80,14 @@ class FakeDiscord:
         self._ids = itertools.count(int(time.time() * 1000) << 22)
         self._sessions: dict[str, _Session] = {}
         self._channels: dict[str, JSONDict] = {
-            GENERAL: {"id": GENERAL, "type": GUILD_TEXT, "guild_id": GUILD_ID, "name": "general",
-                      "position": 0, "permission_overwrites": []},  # fmt: skip
+            GENERAL: {
+                "id": GENERAL,
+                "type": GUILD_TEXT,
+                "guild_id": GUILD_ID,
+                "name": "general",
+                "position": 0,
+                "permission_overwrites": [],
+            },
         }
         self._messages: dict[str, list[JSONDict]] = {}
         self._interactions: dict[str, _Interaction] = {}
@@ -131,8 +138,16 @@ class FakeDiscord:
         channel = self.dm_channel(user)
         return self._post_from(user, channel, text, **more)
 
-    def say(self, channel: str, user: str, text: str, *, mention: bool = False,
-            reply_to: str | None = None, **more: Any) -> JSONDict:  # fmt: skip
+    def say(
+        self,
+        channel: str,
+        user: str,
+        text: str,
+        *,
+        mention: bool = False,
+        reply_to: str | None = None,
+        **more: Any,
+    ) -> JSONDict:
         """`user` writes in a guild channel or thread; `mention` names the bot (<@id>)."""
         if mention:
             text = f"<@{BOT_ID}> {text}"
@@ -142,11 +157,22 @@ class FakeDiscord:
         """A public thread under `parent` (THREAD_CREATE dispatched); its channel id."""
         with self._lock:
             tid = self._next_id()
-            thread = {"id": tid, "type": PUBLIC_THREAD, "guild_id": GUILD_ID, "name": name,
-                      "parent_id": parent, "owner_id": "1", "message_count": 0,
-                      "member_count": 1, "thread_metadata": {"archived": False,
-                      "auto_archive_duration": 1440, "locked": False,
-                      "archive_timestamp": _iso(time.time())}}  # fmt: skip
+            thread = {
+                "id": tid,
+                "type": PUBLIC_THREAD,
+                "guild_id": GUILD_ID,
+                "name": name,
+                "parent_id": parent,
+                "owner_id": "1",
+                "message_count": 0,
+                "member_count": 1,
+                "thread_metadata": {
+                    "archived": False,
+                    "auto_archive_duration": 1440,
+                    "locked": False,
+                    "archive_timestamp": _iso(time.time()),
+                },
+            }
             self._channels[tid] = thread
         self._dispatch("THREAD_CREATE", thread | {"newly_created": True}, GUILDS)
         return tid
@@ -160,8 +186,12 @@ class FakeDiscord:
             if channel["type"] == DM and channel["recipients"][0]["id"] == user:
                 return cid
         cid = self._next_id()
-        self._channels[cid] = {"id": cid, "type": DM, "recipients": [_user(user, f"u{user}")],
-                               "last_message_id": None}  # fmt: skip
+        self._channels[cid] = {
+            "id": cid,
+            "type": DM,
+            "recipients": [_user(user, f"u{user}")],
+            "last_message_id": None,
+        }
         return cid
 
     def attach(self, name: str, data: bytes) -> JSONDict:
@@ -170,8 +200,14 @@ class FakeDiscord:
             aid = self._next_id()
             self._files[aid] = data
         url = f"http://127.0.0.1:{self.port}/attachments/{aid}/{name}"
-        return {"id": aid, "filename": name, "size": len(data), "url": url, "proxy_url": url,
-                "content_type": "application/octet-stream"}  # fmt: skip
+        return {
+            "id": aid,
+            "filename": name,
+            "size": len(data),
+            "url": url,
+            "proxy_url": url,
+            "content_type": "application/octet-stream",
+        }
 
     def slash(self, channel: str, user: str, name: str, value: str = "") -> str:
         """`user` runs `/name value` in `channel`; the interaction's id."""
@@ -226,18 +262,25 @@ class FakeDiscord:
     def wait(self, predicate: Any, timeout: float = 30.0) -> Any:
         """The first truthy value of `predicate()`, checked whenever the world changes."""
         deadline = time.monotonic() + timeout
-        with self._changed:
-            while not (found := predicate()):
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise AssertionError("the fake Discord never got there")
+        while not (found := predicate()):  # called unlocked: it may read the world
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise AssertionError("the fake Discord never got there")
+            with self._changed:
                 self._changed.wait(min(left, 0.2))
         return found
 
     # Inside: messages and interactions made by people.
 
-    def _post_from(self, user: str, channel: str, text: str, *, reply_to: str | None = None,
-                   attachments: list[JSONDict] | None = None) -> JSONDict:  # fmt: skip
+    def _post_from(
+        self,
+        user: str,
+        channel: str,
+        text: str,
+        *,
+        reply_to: str | None = None,
+        attachments: list[JSONDict] | None = None,
+    ) -> JSONDict:
         with self._changed:
             message = self._message(channel, _user(user, f"u{user}"), text)
             message["attachments"] = attachments or []
@@ -259,32 +302,62 @@ class FakeDiscord:
             raise _Refused(404, 10003, "Unknown Channel")
         mentions = [_user(BOT_ID, "nanomem", bot=True)] if f"<@{BOT_ID}>" in content else []
         message: JSONDict = {
-            "id": self._next_id(), "channel_id": channel, "author": author, "content": content,
-            "timestamp": _iso(time.time()), "edited_timestamp": None, "tts": False,
-            "mention_everyone": False, "mentions": mentions, "mention_roles": [],
-            "attachments": [], "embeds": [], "pinned": False, "type": 0, "components": [],
-        }  # fmt: skip
+            "id": self._next_id(),
+            "channel_id": channel,
+            "author": author,
+            "content": content,
+            "timestamp": _iso(time.time()),
+            "edited_timestamp": None,
+            "tts": False,
+            "mention_everyone": False,
+            "mentions": mentions,
+            "mention_roles": [],
+            "attachments": [],
+            "embeds": [],
+            "pinned": False,
+            "type": 0,
+            "components": [],
+        }
         if "guild_id" in found:
             message["guild_id"] = found["guild_id"]
         self._messages.setdefault(channel, []).append(message)
         return message
 
-    def _interact(self, channel: str, user: str, kind: int, data: JSONDict,
-                  message: JSONDict | None = None) -> str:  # fmt: skip
+    def _interact(
+        self, channel: str, user: str, kind: int, data: JSONDict, message: JSONDict | None = None
+    ) -> str:
         with self._lock:
             iid, token = self._next_id(), f"itoken-{self._next_id()}"
             self._interactions[iid] = _Interaction(iid, token, channel, time.monotonic())
             where = self._channels[channel]
         person = _user(user, f"u{user}")
-        payload: JSONDict = {"id": iid, "application_id": APP_ID, "type": kind, "data": data,
-                             "channel_id": channel, "token": token, "version": 1,
-                             "channel": where, "locale": "en-US", "entitlements": [],
-                             "attachment_size_limit": 10 * 2**20,
-                             "authorizing_integration_owners": {}}  # fmt: skip
+        payload: JSONDict = {
+            "id": iid,
+            "application_id": APP_ID,
+            "type": kind,
+            "data": data,
+            "channel_id": channel,
+            "token": token,
+            "version": 1,
+            "channel": where,
+            "locale": "en-US",
+            "entitlements": [],
+            "attachment_size_limit": 10 * 2**20,
+            "authorizing_integration_owners": {},
+        }
         if "guild_id" in where:
-            payload |= {"guild_id": where["guild_id"], "member": {"user": person, "roles": [],
-                        "joined_at": _iso(time.time()), "deaf": False, "mute": False,
-                        "permissions": "0", "flags": 0}}  # fmt: skip
+            payload |= {
+                "guild_id": where["guild_id"],
+                "member": {
+                    "user": person,
+                    "roles": [],
+                    "joined_at": _iso(time.time()),
+                    "deaf": False,
+                    "mute": False,
+                    "permissions": "0",
+                    "flags": 0,
+                },
+            }
         else:
             payload["user"] = person
         if message is not None:
@@ -316,26 +389,23 @@ class FakeDiscord:
             self._call(self._send_event(session, event, shown))
 
     def _call(self, coro: Any) -> None:
+        """Run `coro` on the server's loop (every public method is called from other threads)."""
         assert self._loop is not None
-        if threading.current_thread() is self._thread:
-            asyncio.ensure_future(coro)
-        else:
-            asyncio.run_coroutine_threadsafe(coro, self._loop).result(10)
+        asyncio.run_coroutine_threadsafe(coro, self._loop).result(10)
 
     async def _send_event(self, session: _Session, event: str, data: JSONDict) -> None:
         frame = {"op": 0, "t": event, "s": len(session.events) + 1, "d": data}
         session.events.append(frame)
         if session.ws is not None and not session.ws.closed:
-            try:
+            with contextlib.suppress(ConnectionError):  # gone: a RESUME replays it
                 await session.ws.send_str(json.dumps(frame))
-            except ConnectionError:
-                pass  # gone: a RESUME replays it
 
     async def _gateway(self, request: web.Request) -> web.StreamResponse:
         ws = web.WebSocketResponse(heartbeat=None)
         await ws.prepare(request)
-        await ws.send_json({"op": 10, "d": {"heartbeat_interval": _HEARTBEAT_MS}, "s": None,
-                            "t": None})  # fmt: skip
+        await ws.send_json(
+            {"op": 10, "d": {"heartbeat_interval": _HEARTBEAT_MS}, "s": None, "t": None}
+        )
         session: _Session | None = None
         async for frame in ws:
             if frame.type != WSMsgType.TEXT:
@@ -364,11 +434,17 @@ class FakeDiscord:
             session.ws = ws
             self._sessions[session.id] = session
             self._changed.notify_all()
-        ready = {"v": 10, "user": self.bot, "session_id": session.id, "guilds": [
-                 {"id": GUILD_ID, "unavailable": True}],
-                 "resume_gateway_url": f"ws://127.0.0.1:{self.port}/gateway",
-                 "application": {"id": APP_ID, "flags": 0}, "private_channels": [],
-                 "relationships": [], "shard": [0, 1]}  # fmt: skip
+        ready = {
+            "v": 10,
+            "user": self.bot,
+            "session_id": session.id,
+            "guilds": [{"id": GUILD_ID, "unavailable": True}],
+            "resume_gateway_url": f"ws://127.0.0.1:{self.port}/gateway",
+            "application": {"id": APP_ID, "flags": 0},
+            "private_channels": [],
+            "relationships": [],
+            "shard": [0, 1],
+        }
         await self._send_event(session, "READY", ready)
         await self._send_event(session, "GUILD_CREATE", self._guild())
         return session
@@ -390,15 +466,35 @@ class FakeDiscord:
         with self._lock:
             channels = [c for c in self._channels.values() if c["type"] == GUILD_TEXT]
             threads = [c for c in self._channels.values() if c["type"] == PUBLIC_THREAD]
-        return {"id": GUILD_ID, "name": "Test Guild", "owner_id": "1", "unavailable": False,
-                "member_count": 3, "large": False, "roles": [], "emojis": [], "stickers": [],
-                "features": [], "members": [], "channels": channels, "threads": threads,
-                "voice_states": [], "presences": [], "stage_instances": [],
-                "guild_scheduled_events": [], "soundboard_sounds": [],
-                "joined_at": _iso(time.time()), "verification_level": 0,
-                "default_message_notifications": 0, "explicit_content_filter": 0,
-                "mfa_level": 0, "premium_tier": 0, "preferred_locale": "en-US",
-                "nsfw_level": 0, "system_channel_flags": 0}  # fmt: skip
+        return {
+            "id": GUILD_ID,
+            "name": "Test Guild",
+            "owner_id": "1",
+            "unavailable": False,
+            "member_count": 3,
+            "large": False,
+            "roles": [],
+            "emojis": [],
+            "stickers": [],
+            "features": [],
+            "members": [],
+            "channels": channels,
+            "threads": threads,
+            "voice_states": [],
+            "presences": [],
+            "stage_instances": [],
+            "guild_scheduled_events": [],
+            "soundboard_sounds": [],
+            "joined_at": _iso(time.time()),
+            "verification_level": 0,
+            "default_message_notifications": 0,
+            "explicit_content_filter": 0,
+            "mfa_level": 0,
+            "premium_tier": 0,
+            "preferred_locale": "en-US",
+            "nsfw_level": 0,
+            "system_channel_flags": 0,
+        }
 
     async def _attachment(self, request: web.Request) -> web.Response:
         data = self._files.get(request.match_info["id"])
@@ -425,21 +521,37 @@ class FakeDiscord:
             self._changed.notify_all()
         return _json(answer)
 
-    async def _route(self, method: str, path: str, body: JSONDict, files: list[JSONDict],
-                     query: Any) -> Any:  # fmt: skip
+    async def _route(
+        self, method: str, path: str, body: JSONDict, files: list[JSONDict], query: Any
+    ) -> Any:
         parts = path.strip("/").split("/")
         match method, parts:
             case "GET", ["gateway", "bot"]:
-                return {"url": f"ws://127.0.0.1:{self.port}/gateway", "shards": 1,
-                        "session_start_limit": {"total": 1000, "remaining": 999,
-                                                "reset_after": 0, "max_concurrency": 1}}  # fmt: skip
+                return {
+                    "url": f"ws://127.0.0.1:{self.port}/gateway",
+                    "shards": 1,
+                    "session_start_limit": {
+                        "total": 1000,
+                        "remaining": 999,
+                        "reset_after": 0,
+                        "max_concurrency": 1,
+                    },
+                }
             case "GET", ["users", "@me"]:
                 return self.bot
             case "GET", ["applications" | "oauth2", "@me"] | ["oauth2", "applications", "@me"]:
-                return {"id": APP_ID, "name": "nanomem", "icon": None, "description": "",
-                        "bot_public": False, "bot_require_code_grant": False,
-                        "verify_key": "0" * 64, "flags": 0, "bot": self.bot,
-                        "owner": _user("1", "owner")}  # fmt: skip
+                return {
+                    "id": APP_ID,
+                    "name": "nanomem",
+                    "icon": None,
+                    "description": "",
+                    "bot_public": False,
+                    "bot_require_code_grant": False,
+                    "verify_key": "0" * 64,
+                    "flags": 0,
+                    "bot": self.bot,
+                    "owner": _user("1", "owner"),
+                }
             case "PUT", ["applications", app, "commands"]:
                 return self._overwrite_commands(app, body)
             case "POST", ["users", "@me", "channels"]:
@@ -511,24 +623,38 @@ class FakeDiscord:
         found = found[:limit] if after else found[-limit:]
         return [{k: v for k, v in m.items() if k != "guild_id"} for m in reversed(found)]
 
-    def _create(self, channel: str, body: JSONDict, files: list[JSONDict], *,
-                webhook: bool = False) -> JSONDict:  # fmt: skip
+    def _create(
+        self, channel: str, body: JSONDict, files: list[JSONDict], *, webhook: bool = False
+    ) -> JSONDict:
         """A message from the bot (the caller holds the lock)."""
         content = str(body.get("content") or "")
         if len(content) > TEXT_LIMIT:
-            raise _Refused(400, 50035, "Invalid Form Body: content: Must be 2000 or fewer in length.")
+            raise _Refused(
+                400, 50035, "Invalid Form Body: content: Must be 2000 or fewer in length."
+            )
         if not content and not files and not body.get("components"):
             raise _Refused(400, 50006, "Cannot send an empty message")
         nonce = str(body.get("nonce") or "")
         if nonce and body.get("enforce_nonce") and (channel, nonce) in self._nonces:
             return self._nonces[(channel, nonce)]  # a repeat: the first one, not a second post
         message = self._message(channel, self.bot, content)
-        message |= {"components": body.get("components") or [], "nonce": nonce or None,
-                    "allowed_mentions": body.get("allowed_mentions"),
-                    "flags": int(body.get("flags") or 0), "webhook": webhook,
-                    "mention_everyone": _pings_everyone(content, body.get("allowed_mentions")),
-                    "attachments": [{"id": self._next_id(), "filename": f["filename"],
-                                     "size": len(f["data"]), "data": f["data"]} for f in files]}  # fmt: skip
+        message |= {
+            "components": body.get("components") or [],
+            "nonce": nonce or None,
+            "allowed_mentions": body.get("allowed_mentions"),
+            "flags": int(body.get("flags") or 0),
+            "webhook": webhook,
+            "mention_everyone": _pings_everyone(content, body.get("allowed_mentions")),
+            "attachments": [
+                {
+                    "id": self._next_id(),
+                    "filename": f["filename"],
+                    "size": len(f["data"]),
+                    "data": f["data"],
+                }
+                for f in files
+            ],
+        }
         if body.get("message_reference"):
             message["message_reference"] = body["message_reference"]
         if nonce:
@@ -564,8 +690,12 @@ class FakeDiscord:
             found.responses.append(body | {"at": time.monotonic()})
             data, kind = body.get("data") or {}, body.get("type")
             flags = int(data.get("flags") or 0)
-            said: JSONDict = {"id": iid, "type": 2, "response_message_loading": kind == 5,
-                              "response_message_ephemeral": bool(flags & EPHEMERAL)}  # fmt: skip
+            said: JSONDict = {
+                "id": iid,
+                "type": 2,
+                "response_message_loading": kind == 5,
+                "response_message_ephemeral": bool(flags & EPHEMERAL),
+            }
             answer: JSONDict = {"interaction": said, "resource": {"type": kind}}
             if kind == 4:
                 message = self._create(found.channel_id, data, files, webhook=True)
@@ -595,8 +725,11 @@ class _Refused(Exception):
     def response(self) -> web.Response:
         if self.status == 429:
             body = {"message": self.message, "retry_after": self.retry_after, "global": False}
-            headers = {"Retry-After": str(self.retry_after), "Via": "1.1 google",
-                       "X-RateLimit-Scope": "user"}  # fmt: skip
+            headers = {
+                "Retry-After": str(self.retry_after),
+                "Via": "1.1 google",
+                "X-RateLimit-Scope": "user",
+            }
             return _json(body, 429, headers)
         return _json({"message": self.message, "code": self.code}, self.status)
 
@@ -638,8 +771,14 @@ def _pings_everyone(content: str, allowed: Any) -> bool:
 
 
 def _user(uid: str, name: str, *, bot: bool = False) -> JSONDict:
-    return {"id": uid, "username": name, "discriminator": "0", "global_name": name,
-            "avatar": None, "bot": bot}  # fmt: skip
+    return {
+        "id": uid,
+        "username": name,
+        "discriminator": "0",
+        "global_name": name,
+        "avatar": None,
+        "bot": bot,
+    }
 
 
 def _iso(moment: float) -> str:
