@@ -54,6 +54,7 @@ class _Interaction:
     responses: list[JSONDict] = field(default_factory=list)  # every callback, with its time
     original: str | None = None  # the message id of the deferred response, once edited
     ephemeral: list[JSONDict] = field(default_factory=list)  # what only the presser saw
+    message_id: str = ""  # a press's: the message whose button it was
 
 
 @dataclass
@@ -241,6 +242,9 @@ class FakeDiscord:
         with self._lock:
             return [dict(m) for m in self._messages.get(channel, [])]
 
+    def message(self, channel: str, message_id: str) -> JSONDict:
+        return next(m for m in self.messages(channel) if m["id"] == message_id)
+
     def sent(self, channel: str) -> list[JSONDict]:
         """The bot's messages in `channel`, as they read now (after edits)."""
         return [m for m in self.messages(channel) if m["author"]["id"] == BOT_ID]
@@ -328,7 +332,10 @@ class FakeDiscord:
     ) -> str:
         with self._lock:
             iid, token = self._next_id(), f"itoken-{self._next_id()}"
-            self._interactions[iid] = _Interaction(iid, token, channel, time.monotonic())
+            pressed = message["id"] if message is not None else ""
+            self._interactions[iid] = _Interaction(
+                iid, token, channel, time.monotonic(), message_id=pressed
+            )
             where = self._channels[channel]
         person = _user(user, f"u{user}")
         payload: JSONDict = {
@@ -697,6 +704,8 @@ class FakeDiscord:
                 "response_message_ephemeral": bool(flags & EPHEMERAL),
             }
             answer: JSONDict = {"interaction": said, "resource": {"type": kind}}
+            if kind == 7:  # the pressed message itself changes
+                self._edit(found.channel_id, found.message_id, data)
             if kind == 4:
                 message = self._create(found.channel_id, data, files, webhook=True)
                 said["response_message_id"] = message["id"]
