@@ -198,8 +198,16 @@ class FakeDiscord:
     def attach(self, name: str, data: bytes) -> JSONDict:
         """An attachment for a person's message (`attachments=[...]`), served by the fake."""
         with self._lock:
-            aid = self._next_id()
-            self._files[aid] = data
+            return self._keep_file(name, data)
+
+    def file(self, attachment: JSONDict) -> bytes:
+        """The bytes of an attachment (one the bot uploaded, say)."""
+        with self._lock:
+            return self._files[attachment["id"]]
+
+    def _keep_file(self, name: str, data: bytes) -> JSONDict:
+        aid = self._next_id()
+        self._files[aid] = data
         url = f"http://127.0.0.1:{self.port}/attachments/{aid}/{name}"
         return {
             "id": aid,
@@ -652,15 +660,7 @@ class FakeDiscord:
             "flags": int(body.get("flags") or 0),
             "webhook": webhook,
             "mention_everyone": _pings_everyone(content, body.get("allowed_mentions")),
-            "attachments": [
-                {
-                    "id": self._next_id(),
-                    "filename": f["filename"],
-                    "size": len(f["data"]),
-                    "data": f["data"],
-                }
-                for f in files
-            ],
+            "attachments": [self._keep_file(f["filename"], f["data"]) for f in files],
         }
         if body.get("message_reference"):
             message["message_reference"] = body["message_reference"]
