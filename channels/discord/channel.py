@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from loguru import logger
 
-from channels.discord.client import Gateway, SendError, point_at
+from channels.discord.client import NO_INTENT, TOKEN_REJECTED, Gateway, SendError, point_at
 from channels.discord.delivery import NOBODY, Asked, Delivery
 from channels.discord.incoming import (
     Incoming,
@@ -34,6 +34,7 @@ from nanomem.agent import (
     RETRYING,
     BaseChannel,
     Capabilities,
+    ChannelDown,
     Command,
     InboundMessage,
     MessageBus,
@@ -127,13 +128,7 @@ class DiscordChannel(BaseChannel):
                 "refused, and the log names each refused user id to add"
             )
         point_at(self.settings.api_base)
-        client = Gateway(lambda event, data: self._events.put_nowait((event, data)))
-        try:
-            self._bot_id = await client.sign_in(self._token)
-        except BaseException:
-            await client.close()
-            raise
-        self._client = client
+        client = self._client = await self._signed_in()
         self.delivery = Delivery(
             client,
             workspace=self.workspace,
@@ -153,9 +148,41 @@ class DiscordChannel(BaseChannel):
             self._replayed = True
         self._tasks = [
             asyncio.create_task(self._intake(), name="discord-intake"),
-            asyncio.create_task(client.run_connection(), name="discord-gateway"),
+            asyncio.create_task(self._keep_connected(), name="discord-gateway"),
         ]
         logger.info("discord: connected as {} ({})", client.user, self._bot_id)
+
+    async def _signed_in(self) -> Gateway:
+        client = Gateway(lambda event, data: self._events.put_nowait((event, data)))
+        try:
+            self._bot_id = await client.sign_in(self._token)
+        except BaseException:
+            await client.close()
+            raise
+        return client
+
+    async def _keep_connected(self) -> None:
+        """discord.py resumes and reconnects by itself, but an event it cannot read ends its
+        connection for good (and closes the client): a new client connects, after a pause
+        that doubles while it keeps failing. A rejected token or a missing intent stays the
+        problem /health shows until the settings change."""
+        delay = 1.0
+        while True:
+            assert self._client is not None and self.delivery is not None
+            await self._client.run_connection()
+            if self._client.problem in (TOKEN_REJECTED, NO_INTENT):
+                return
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 300.0)
+            try:
+                client = await self._signed_in()
+            except ChannelDown as exc:
+                self._client.problem = str(exc)
+                continue
+            with contextlib.suppress(Exception):
+                await self._client.close()
+            self._client = self.delivery.client = client
+            logger.info("discord: connected again")
 
     async def _register_commands(self, client: Gateway) -> None:
         """Our commands as slash commands (one bulk overwrite: Discord keeps the list)."""

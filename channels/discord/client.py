@@ -156,7 +156,8 @@ class Gateway(discord.AutoShardedClient):
         except discord.HTTPException as exc:
             transient = exc.status >= 500 or exc.status == 429
             raise SendError(_said(exc), transient=transient, status=exc.status) from None
-        except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+        except (aiohttp.ClientError, OSError, TimeoutError, RuntimeError) as exc:
+            # RuntimeError: the client was closed (its connection is being made anew)
             raise SendError(_said(exc), transient=True) from None
 
     async def download(self, url: str, limit: int) -> bytes:

@@ -237,6 +237,10 @@ class FakeDiscord:
         with self._lock:
             self._faults.append(_Fault(what, times, retry_after))
 
+    def dispatch_raw(self, event: str, data: Any) -> None:
+        """Any event, as given (a malformed one, say), to every connected session."""
+        self._dispatch(event, data, 0)
+
     def drop_connections(self) -> None:
         """Close every gateway websocket (as Discord does now and then): the client resumes."""
         with self._lock:
@@ -389,7 +393,7 @@ class FakeDiscord:
 
     # The gateway websocket.
 
-    def _dispatch(self, event: str, data: JSONDict, intent: int) -> None:
+    def _dispatch(self, event: str, data: Any, intent: int) -> None:
         """Sent to every identified session whose intents take it (kept for a RESUME); with
         no session connected, it is lost, as on Discord."""
         with self._lock:
@@ -408,7 +412,7 @@ class FakeDiscord:
         assert self._loop is not None
         asyncio.run_coroutine_threadsafe(coro, self._loop).result(10)
 
-    async def _send_event(self, session: _Session, event: str, data: JSONDict) -> None:
+    async def _send_event(self, session: _Session, event: str, data: Any) -> None:
         frame = {"op": 0, "t": event, "s": len(session.events) + 1, "d": data}
         session.events.append(frame)
         if session.ws is not None and not session.ws.closed:
