@@ -127,6 +127,8 @@ class Delivery:
         stream = state.streams.pop(msg.reply_to or "", None) if state is not None else None
         try:
             await self._reply(msg, stream)
+        except SendError as exc:  # refused for good (no access, the channel gone): not kept
+            logger.error("discord: gave up a reply to {}: {}", msg.chat_id, exc)
         finally:
             ended = [msg.reply_to or ""]
             if isinstance(part, Text) and part.text == STOPPED and state is not None:

@@ -266,6 +266,10 @@ class FakeDiscord:
         with self._lock:
             return list(self._interactions[interaction].responses)
 
+    def token_of(self, interaction: str) -> str:
+        with self._lock:
+            return self._interactions[interaction].token
+
     def ephemeral(self, interaction: str) -> list[str]:
         """What only the interaction's user was shown."""
         with self._lock:
