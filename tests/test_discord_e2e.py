@@ -21,6 +21,7 @@ from tests.helpers.gateway import load_session, onboarded, user_texts
 
 GROWING = "A reply that grows while the model writes it, " * 6
 PING = "@everyone look at this, and @here too"
+LONG = "\n\n".join(f"Paragraph {n:03d}: " + "lorem ipsum dolor sit amet" * 4 for n in range(60))
 
 
 def echo(request: dict[str, Any]) -> Step:
@@ -39,6 +40,8 @@ def scripted(request: dict[str, Any]) -> Step:
         return Step.reply("the held answer", hold_after=0)
     if "GROW" in text:
         return Step.reply(GROWING.strip(), pieces=16, pause=0.3)
+    if "LONG" in text:
+        return Step.reply(LONG)
     if "PING" in text:
         return Step.reply(PING)
     if "RUN " in text:
@@ -101,6 +104,26 @@ def test_a_guild_message_is_answered_only_when_mentioned(
     assert reply["message_reference"]["message_id"] == asking["id"]  # quoted: whom it answers
     assert len(fake.sent(GENERAL)) == seen + 1
     assert not asked(llm, "among ourselves")
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="the core still reads a group from the chat id's leading '-' (audience.is_shared_room);"
+    " issue 33 item 1 (wt-intake) makes Sender.shared_room, which this channel sets, the word",
+)
+def test_a_guild_channel_never_sees_the_owners_personal_memory(
+    gateway: DiscordGateway, fake: FakeDiscord, llm: FakeOpenAI
+) -> None:
+    (gateway.home.workspace / "USER.md").write_text("# User\n\nThe owner's secret: kumquat.\n")
+    dm = fake.dm_channel(OWNER)
+    fake.dm(OWNER, "what do you know of me")
+    said(fake, dm, "echo: what do you know of me")
+    fake.say(GENERAL, OWNER, "and here?", mention=True)
+    said(fake, GENERAL, "echo: and here?")
+    (private,) = asked(llm, "what do you know of me")
+    (shared,) = asked(llm, "and here?")
+    assert "kumquat" in str(private["messages"])  # the owner's own DM sees it
+    assert "kumquat" not in str(shared["messages"])  # a server channel never does
 
 
 def test_a_thread_is_a_session_of_its_own(
@@ -189,6 +212,18 @@ def test_a_rate_limited_reply_is_delivered_within_the_run(
     assert sent.count("echo: through the rate limit") == 1
 
 
+def test_a_long_reply_goes_in_parts_within_discords_limit(
+    gateway: DiscordGateway, fake: FakeDiscord, llm: FakeOpenAI
+) -> None:
+    dm = fake.dm_channel(FRIEND)
+    seen = len(fake.sent(dm))
+    fake.dm(FRIEND, "LONG one please")
+    fake.wait(lambda: any("Paragraph 059" in m["content"] for m in fake.sent(dm)[seen:]))
+    parts = [m["content"] for m in fake.sent(dm)[seen:]]
+    assert len(parts) >= 3 and all(len(p) <= 2000 for p in parts)
+    assert "\n\n".join(parts) == LONG  # split between paragraphs, nothing lost or doubled
+
+
 def test_everyone_in_the_models_text_pings_nobody(
     gateway: DiscordGateway, fake: FakeDiscord, llm: FakeOpenAI
 ) -> None:
@@ -267,3 +302,14 @@ def test_a_kill_mid_reply_loses_nothing_and_doubles_nothing(
             assert in_guild == ["echo: before", "echo: down, in the guild"]
             assert not asked(llm, "not for us")
             assert any("came in" in line for line in second.lines)
+
+
+def test_a_bot_without_the_content_intent_says_so_in_health(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    with FakeDiscord(content_intent=False) as fake, FakeOpenAI() as llm:
+        home = onboarded(tmp_path_factory, "discord-intent")
+        with DiscordGateway(home, fake, llm, connects=False) as gateway:
+            gateway.wait_for_line("discord: the bot may not read messages: turn on the MESSAGE")
+            status, health = gateway.health()
+            assert status == 503 and "MESSAGE CONTENT intent" in str(health)

@@ -67,8 +67,13 @@ class _Fault:
 class FakeDiscord:
     """In-process Discord bound to 127.0.0.1 on a random port."""
 
-    def __init__(self, token: str = TOKEN, *, interaction_expiry_s: float = 3.0) -> None:
+    def __init__(
+        self, token: str = TOKEN, *, interaction_expiry_s: float = 3.0, content_intent: bool = True
+    ) -> None:
         self.token, self.interaction_expiry_s = token, interaction_expiry_s
+        # Whether the Message Content intent is turned on for the bot in the Developer Portal:
+        # without it, an IDENTIFY asking for it is closed with 4014, as Discord does.
+        self.content_intent = content_intent
         self.port, self.api_base = 0, ""
         self.bot: JSONDict = _user(BOT_ID, "nanomem", bot=True)
         self.commands: list[JSONDict] = []
@@ -440,6 +445,9 @@ class FakeDiscord:
             elif op == 2:  # IDENTIFY
                 if data.get("token") not in (self.token, f"Bot {self.token}"):
                     await ws.close(code=4004, message=b"Authentication failed.")
+                    break
+                if int(data.get("intents", 0)) & MESSAGE_CONTENT and not self.content_intent:
+                    await ws.close(code=4014, message=b"Disallowed intent(s).")
                     break
                 session = await self._identify(ws, data)
             elif op == 6:  # RESUME

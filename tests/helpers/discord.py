@@ -21,7 +21,9 @@ STRANGER = "200000000000000099"
 class DiscordGateway(GatewayProcess):
     """The real gateway with Discord enabled (owner OWNER, FRIEND allowed), connected."""
 
-    def __init__(self, home: Home, fake: FakeDiscord, llm: FakeOpenAI, **env: str) -> None:
+    def __init__(
+        self, home: Home, fake: FakeDiscord, llm: FakeOpenAI, *, connects: bool = True, **env: str
+    ) -> None:
         settings = {
             "NANOMEM_DISCORD__ENABLED": "true",
             "NANOMEM_DISCORD__TOKEN": fake.token,
@@ -32,7 +34,8 @@ class DiscordGateway(GatewayProcess):
         sessions = len(fake.identifies)
         super().__init__(home, None, llm, **(settings | env))
         self.wait_for_line(r"discord: running")
-        fake.wait(lambda: len(fake.identifies) > sessions and fake.connected())
+        if connects:
+            fake.wait(lambda: len(fake.identifies) > sessions and fake.connected())
 
 
 def said(fake: FakeDiscord, channel: str, text: str, seen: int = 0) -> dict[str, Any]:
