@@ -227,8 +227,11 @@ def test_a_long_reply_goes_in_parts_within_discords_limit(
 def test_everyone_in_the_models_text_pings_nobody(
     gateway: DiscordGateway, fake: FakeDiscord, llm: FakeOpenAI
 ) -> None:
+    seen = len(fake.sent(GENERAL))
     fake.say(GENERAL, FRIEND, "PING them all", mention=True)
-    reply = said(fake, GENERAL, PING)
+    reply = fake.wait(lambda: next(iter(fake.sent(GENERAL)[seen:]), None))
+    assert reply["content"].replace("\u200b", "") == PING  # shown as written, to the eye
+    assert "@everyone" not in reply["content"] and "@here" not in reply["content"]
     assert reply["mention_everyone"] is False
     assert reply["allowed_mentions"] == {"parse": [], "replied_user": False}
 

@@ -47,6 +47,7 @@ from nanomem.agent import (
 from nanomem.audience import Sender
 from nanomem.config import ConfigError, DiscordSettings
 from nanomem.log import register_secrets
+from nanomem.text.discord_markdown import discord_length
 from nanomem.text.masking import shown_url
 from nanomem.text.plural import plural
 
@@ -94,8 +95,9 @@ class DiscordChannel(BaseChannel):
             edits=True,
             buttons=True,
             files=True,
-            max_chars=2000,
-            markup="markdown",  # Discord's own Markdown shows the model's as written
+            max_chars=2000,  # Discord's limit, of the rendered content
+            measure=discord_length,
+            markup="markdown",  # rendered as Discord's Markdown (nanomem/text/discord_markdown.py)
             pushes=True,
             reaches_owner=settings.owner is not None,
             turns=True,
@@ -457,7 +459,7 @@ class DiscordChannel(BaseChannel):
             return UNSUPPORTED
         token = found.token if not msg.replayed else ""  # a replayed one's token is stale
         asked = Asked(found.message_id, found.user, found.guild, token, found.at)
-        self.delivery.accepted(found.chat, msg.id, asked)
+        self.delivery.accepted(msg.id, asked)
         return replace(msg, content=text, media=tuple(media))
 
     # Outbound: one chat at a time, in order, from the core.

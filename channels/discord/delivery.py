@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import time
 from collections import OrderedDict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +19,6 @@ from loguru import logger
 
 from channels.discord.client import Gateway, SendError, components
 from nanomem.agent import (
-    STOPPED,
     DeliveryLater,
     Delta,
     File,
@@ -28,9 +27,12 @@ from nanomem.agent import (
     Question,
     Text,
     TurnEnded,
+    Turns,
     TurnStarted,
+    TypingPace,
     file_bytes,
 )
+from nanomem.text.discord_markdown import neutralise_mentions, render_discord
 
 NOBODY = {"parse": [], "replied_user": False}  # allowed_mentions: no ping, whatever the text
 LIMIT = 2000  # Discord's longest message, in characters
@@ -51,14 +53,6 @@ class Stream:
     message_id: str | None = None
     shown_at: float = 0.0
     task: asyncio.Task[None] | None = None  # the post or edit on its way (one at a time)
-
-
-@dataclass
-class ChatState:
-    waiting: list[str] = field(default_factory=list)  # inbound ids owed a reply, oldest first
-    streams: dict[str, Stream] = field(default_factory=dict)
-    typing: asyncio.Task[None] | None = None
-    active: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -89,19 +83,15 @@ class Delivery:
         self.stream_dms, self.stream_guilds = stream_dms, stream_guilds
         self.stream_every_s, self.typing_delay_s = stream_every_s, typing_delay_s
         self.max_bytes = max_file_mb * 2**20
-        self.chats: dict[str, ChatState] = {}
+        pace = TypingPace(delay_s=typing_delay_s, every_s=TYPING_EVERY_S, silent_max_s=TYPING_MAX_S)
+        self.turns: Turns[Stream] = Turns(self._typing, pace)
         self._asked: OrderedDict[str, Asked] = OrderedDict()  # inbound id → its message
         self._pressers: OrderedDict[str, str] = OrderedDict()  # buttons' message → who may press
         self._parts: OrderedDict[str, int] = OrderedDict()  # reply_to → parts sent so far
 
-    def accepted(self, chat: str, inbound_id: str, asked: Asked) -> None:
-        """A message went to the core: its answer is owed; typing shows while it waits."""
+    def accepted(self, inbound_id: str, asked: Asked) -> None:
+        """A message went to the core: where its answer goes, and who may press its buttons."""
         _keep(self._asked, inbound_id, asked)
-        state = self.chats.setdefault(chat, ChatState())
-        state.waiting.append(inbound_id)
-        state.active = time.monotonic()
-        if state.typing is None:
-            state.typing = asyncio.create_task(self._type(chat, state), name=f"typing:{chat}")
 
     def may_press(self, message_id: str, user: str) -> bool:
         """The owner, or the person whose message the buttons answer."""
@@ -109,34 +99,33 @@ class Delivery:
 
     async def send(self, msg: OutboundMessage) -> None:
         part = msg.part
-        state = self.chats.get(msg.chat_id)
         if isinstance(part, TurnStarted):
-            return  # typing began when the message was accepted
-        if isinstance(part, TurnEnded):
-            self._ended(msg.chat_id, [msg.reply_to or ""])
-            return
-        if isinstance(part, Delta):
-            if state is not None and msg.reply_to in state.waiting:
-                self._grow(msg.chat_id, state, msg.reply_to or "", part.so_far)
-            return
-        if isinstance(part, File):
+            self.turns.started(msg)  # typing shows until the answer
+        elif isinstance(part, TurnEnded):
+            if (cut := self.turns.ended(msg)) is not None:
+                await self._finish(cut)  # a turn /stop cut short: what was shown stays
+            self.turns.forget_if_idle(msg.chat_id)
+        elif isinstance(part, Delta):
+            self._grow(msg, part.so_far)
+        elif isinstance(part, File):
             await self._send_file(msg.chat_id, part)
-            return
-        if not isinstance(part, Text | Question):
-            return  # a step's end, a tool's progress: the growing reply says enough
-        stream = state.streams.pop(msg.reply_to or "", None) if state is not None else None
-        try:
-            await self._reply(msg, stream)
-        except SendError as exc:  # refused for good (no access, the channel gone): not kept
-            logger.error("discord: gave up a reply to {}: {}", msg.chat_id, exc)
-        finally:
-            ended = [msg.reply_to or ""]
-            if isinstance(part, Text) and part.text == STOPPED and state is not None:
-                ended = list(state.waiting)  # /stop: the turn it cut ends too
-            self._ended(msg.chat_id, ended)
+        elif isinstance(part, Text | Question):
+            stream = self.turns.answering(msg)
+            try:
+                await self._reply(msg, stream)
+            except SendError as exc:  # refused for good (no access, the channel gone)
+                logger.error("discord: gave up a reply to {}: {}", msg.chat_id, exc)
+            finally:
+                self.turns.forget_if_idle(msg.chat_id)
+        # A step's end, a tool's progress: the growing reply says enough.
 
     async def _reply(self, msg: OutboundMessage, stream: Stream | None) -> None:
+        part = msg.part
         text = msg.content or EMPTY
+        if isinstance(part, Text) and part.style == "error":  # a short plain note of ours
+            text = neutralise_mentions(text)
+        else:  # the model's Markdown, or the runtime's own, as Discord shows it
+            text = render_discord(text)
         payload: dict[str, Any] = {"content": text, "allowed_mentions": NOBODY}
         if msg.buttons:
             payload["components"] = components(msg.buttons)
@@ -215,19 +204,20 @@ class Delivery:
 
     # Growing replies: best effort, never retried, never waited for by the chat.
 
-    def _grow(self, chat: str, state: ChatState, inbound_id: str, so_far: str) -> None:
-        asked = self._asked.get(inbound_id)
+    def _grow(self, msg: OutboundMessage, so_far: str) -> None:
+        asked = self._asked.get(msg.reply_to or "")
         if asked is None or asked.token:  # a slash command answers through its interaction
             return
         if not (self.stream_guilds if asked.guild else self.stream_dms):
             return
-        stream = state.streams.setdefault(inbound_id, Stream())
-        stream.text = so_far
+        if (stream := self.turns.growing(msg, Stream)) is None:
+            return  # answered already
+        stream.text = render_discord(so_far)
         busy = stream.task is not None and not stream.task.done()
         if busy or time.monotonic() - stream.shown_at < self.stream_every_s or not so_far.strip():
             return  # skipped: the next piece, or the reply itself, shows it
         stream.shown_at = time.monotonic()
-        stream.task = asyncio.create_task(self._show(chat, stream), name=f"stream:{chat}")
+        stream.task = asyncio.create_task(self._show(msg.chat_id, stream), name="discord-stream")
 
     async def _show(self, chat: str, stream: Stream) -> None:
         text = stream.text if len(stream.text) <= LIMIT else stream.text[: LIMIT - 1] + "…"
@@ -270,35 +260,13 @@ class Delivery:
             with contextlib.suppress(SendError, DeliveryLater):
                 await self._post(chat, note)
 
-    def _ended(self, chat: str, inbound_ids: list[str]) -> None:
-        state = self.chats.get(chat)
-        if state is None:
-            return
-        state.active = time.monotonic()
-        state.waiting = [i for i in state.waiting if i not in inbound_ids]
-        if not state.waiting:
-            if state.typing is not None:
-                state.typing.cancel()
-            for stream in state.streams.values():  # a turn /stop cut short: left as shown
-                if stream.task is not None:
-                    stream.task.cancel()
-            del self.chats[chat]
-
-    async def _type(self, chat: str, state: ChatState) -> None:
-        try:
-            await asyncio.sleep(self.typing_delay_s)  # a quick answer needs no typing
-            while state.waiting and time.monotonic() - state.active < TYPING_MAX_S:
-                await self.client.call("POST", "/channels/{channel_id}/typing", channel_id=chat)
-                await asyncio.sleep(TYPING_EVERY_S)
-        except SendError as exc:  # any failure ends the indicator; the reply still comes
-            logger.debug("discord: typing in {} ended: {}", chat, exc)
-        finally:
-            if state.typing is asyncio.current_task():
-                state.typing = None
+    async def _typing(self, chat: str) -> None:
+        await self.client.call("POST", "/channels/{channel_id}/typing", channel_id=chat)
 
     async def close(self) -> None:
-        for chat in list(self.chats):
-            self._ended(chat, list(self.chats[chat].waiting))
+        for stream in self.turns.close():
+            if stream.task is not None:
+                stream.task.cancel()
 
 
 def _keep(kept: OrderedDict[str, Any], key: str, value: Any) -> None:

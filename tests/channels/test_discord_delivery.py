@@ -12,7 +12,7 @@ import pytest
 
 from channels.discord.client import Gateway, point_at
 from channels.discord.delivery import Asked, Delivery
-from nanomem.agent import DeliveryLater, Delta, OutboundMessage, Text
+from nanomem.agent import DeliveryLater, Delta, OutboundMessage, Text, TurnStarted
 from tests.fakes.discord_server import GENERAL, FakeDiscord
 from tests.helpers import until
 
@@ -77,7 +77,8 @@ async def test_a_refused_reply_is_given_up_not_kept(fake: FakeDiscord, delivery:
 async def test_a_growing_reply_skips_an_edit_that_is_rate_limited(
     fake: FakeDiscord, delivery: Delivery
 ) -> None:
-    delivery.accepted(GENERAL, "in-1", Asked("", PERSON, guild=True))
+    delivery.accepted("in-1", Asked("", PERSON, guild=True))
+    await delivery.send(OutboundMessage("discord", GENERAL, TurnStarted(), "in-1"))
     await delivery.send(OutboundMessage("discord", GENERAL, Delta("gr", "gr", 0), "in-1"))
     grown = (await until(lambda: fake.sent(GENERAL), 30))[0]
     fake.rate_limit("edit", times=1, retry_after=40.0)
@@ -95,7 +96,7 @@ async def test_a_slash_commands_answer_replaces_its_thinking_then_follows_up(
     await delivery.client.call(
         "POST", "/interactions/{i}/{t}/callback", {"type": 5}, i=iid, t=token
     )
-    delivery.accepted(GENERAL, "in-2", Asked("", PERSON, True, token, at=time.monotonic()))
+    delivery.accepted("in-2", Asked("", PERSON, True, token, at=time.monotonic()))
     await delivery.send(reply("first part", "in-2"))
     await delivery.send(reply("second part", "in-2"))
     sent = fake.sent(GENERAL)

@@ -11,7 +11,7 @@ import pytest
 
 from tests.fakes.discord_server import BOT_ID, GENERAL, FakeDiscord
 from tests.fakes.openai_server import FakeOpenAI, Step
-from tests.helpers.discord import FRIEND, OWNER, DiscordGateway, said
+from tests.helpers.discord import FRIEND, OWNER, DiscordGateway
 from tests.helpers.gateway import onboarded, user_texts
 
 PINGS = "@everyone @here <@&1234567890123> <@200000000000000002> look"
@@ -98,7 +98,10 @@ def test_mentions_the_model_writes_ping_nobody(
     gateway: DiscordGateway, fake: FakeDiscord, llm: FakeOpenAI
 ) -> None:
     fake.say(GENERAL, FRIEND, "MENTION everyone", mention=True)
-    reply = said(fake, GENERAL, PINGS)
+    reply = fake.wait(lambda: next(iter(fake.sent(GENERAL)), None))
+    assert reply["content"].replace("\u200b", "") == PINGS  # shown, to the eye, as written
+    for mention in ("@everyone", "@here", "<@&", "<@2"):  # and none of them a mention
+        assert mention not in reply["content"]
     assert reply["allowed_mentions"] == {"parse": [], "replied_user": False}
     assert reply["mention_everyone"] is False
     asked = [r for r in llm.requests if "MENTION" in user_texts(r)[-1]]
