@@ -80,9 +80,12 @@ async def test_a_growing_reply_skips_an_edit_that_is_rate_limited(
     delivery.accepted("in-1", Asked("", PERSON, guild=True))
     await delivery.send(OutboundMessage("discord", GENERAL, TurnStarted(), "in-1"))
     await delivery.send(OutboundMessage("discord", GENERAL, Delta("gr", "gr", 0), "in-1"))
-    grown = (await until(lambda: fake.sent(GENERAL), 30))[0]
+    stream = delivery.turns.chat(GENERAL).streams["in-1"]
+    await until(lambda: stream.message_id is not None, 30)  # posted: the next piece edits it
+    grown = fake.sent(GENERAL)[0]
     fake.rate_limit("edit", times=1, retry_after=40.0)
     await delivery.send(OutboundMessage("discord", GENERAL, Delta("ow", "grow", 0), "in-1"))
+    await until(lambda: fake.limited == 1, 30)  # that edit was refused, and is not waited for
     await delivery.send(reply("grown"))
     assert [m["content"] for m in fake.sent(GENERAL)] == ["grown"]
     assert fake.sent(GENERAL)[0]["id"] == grown["id"]  # the same message became the reply

@@ -81,6 +81,7 @@ class FakeDiscord:
         self.typing: list[tuple[str, float]] = []
         self.identifies: list[JSONDict] = []
         self.resumes = 0
+        self.limited = 0  # requests answered 429
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
         self._ids = itertools.count(int(time.time() * 1000) << 22)
@@ -631,6 +632,8 @@ class FakeDiscord:
             if fault is not None:
                 fault.times -= 1
         if fault is not None:
+            with self._lock:
+                self.limited += 1
             raise _Refused(429, 0, "You are being rate limited.", fault.retry_after)
 
     def _overwrite_commands(self, app: str, body: Any) -> list[JSONDict]:
