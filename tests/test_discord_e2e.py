@@ -106,11 +106,6 @@ def test_a_guild_message_is_answered_only_when_mentioned(
     assert not asked(llm, "among ourselves")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the core still reads a group from the chat id's leading '-' (audience.is_shared_room);"
-    " issue 33 item 1 (wt-intake) makes Sender.shared_room, which this channel sets, the word",
-)
 def test_a_guild_channel_never_sees_the_owners_personal_memory(
     gateway: DiscordGateway, fake: FakeDiscord, llm: FakeOpenAI
 ) -> None:
@@ -118,7 +113,7 @@ def test_a_guild_channel_never_sees_the_owners_personal_memory(
     dm = fake.dm_channel(OWNER)
     fake.dm(OWNER, "what do you know of me")
     said(fake, dm, "echo: what do you know of me")
-    fake.say(GENERAL, OWNER, "and here?", mention=True)
+    fake.say(GENERAL, OWNER, "and here?", mention=True)  # the owner, in a server channel
     said(fake, GENERAL, "echo: and here?")
     (private,) = asked(llm, "what do you know of me")
     (shared,) = asked(llm, "and here?")
@@ -259,8 +254,19 @@ def test_a_file_a_person_sends_reaches_the_turn(
     (request,) = asked(llm, "read this")
     assert "[file: notes.txt]" in user_texts(request)[-1]
     assert "the notes" in user_texts(request)[-1]  # the file itself, read for the model
-    saved = list((gateway.home.workspace / "media").glob("*notes.txt"))
+    saved = list((gateway.home.workspace / "media").glob("*notes.txt"))  # a DM's: personal
     assert [p.read_bytes() for p in saved] == [b"the notes"]
+
+
+def test_a_file_sent_in_a_server_channel_goes_to_its_own_folder(
+    gateway: DiscordGateway, fake: FakeDiscord, llm: FakeOpenAI
+) -> None:
+    plan = fake.attach("plan.txt", b"the room's plan")
+    fake.say(GENERAL, FRIEND, "see the plan", mention=True, attachments=[plan])
+    fake.wait(lambda: any("see the plan" in m["content"] for m in fake.sent(GENERAL)))
+    room = gateway.home.workspace / "rooms" / f"discord_{GENERAL}" / "media"
+    assert [p.read_bytes() for p in room.glob("*plan.txt")] == [b"the room's plan"]
+    assert not list((gateway.home.workspace / "media").glob("*plan.txt"))
 
 
 def test_a_kill_mid_reply_loses_nothing_and_doubles_nothing(

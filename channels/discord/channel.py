@@ -40,9 +40,15 @@ from nanomem.agent import (
     MessageBus,
     OutboundMessage,
     Pending,
+    Received,
+    Strangers,
     Text,
+    hand_in_each,
+    left_over,
+    receive_until_stored,
     record_failure,
-    save_media,
+    too_big,
+    vouched_again,
 )
 from nanomem.audience import Sender
 from nanomem.config import ConfigError, DiscordSettings
@@ -61,7 +67,6 @@ CATCH_UP_MESSAGES = 100  # and at most this many messages of each (one page of h
 NO_TOKEN = "discord.token is not set: create a bot in Discord's Developer Portal, then set it"
 REFUSED = "Only the people this bot serves can use it."
 NOT_YOURS = "Only the person who was asked can answer this."
-TOO_BIG = "That file is {size:.1f} MB; I accept up to {limit} MB (discord.max_file_mb)."
 NO_DOWNLOAD = "I could not download that file; please send it again."
 UNSUPPORTED = "I can read text and files, not this kind of message."
 DEFERRED, UPDATED, ANSWERED, EPHEMERAL = 5, 7, 4, 64  # interaction callback types, a flag
@@ -110,7 +115,7 @@ class DiscordChannel(BaseChannel):
         self._last: OrderedDict[str, str] = OrderedDict()  # channel → newest stored message id
         self._bot_id = ""
         self._owner_dm: str | None = None
-        self._refused: set[str] = set()
+        self._strangers = Strangers("Discord", "discord.allow_from")
         self._replayed = False
 
     @classmethod
@@ -299,13 +304,7 @@ class DiscordChannel(BaseChannel):
         """The owner and discord.allow_from; strangers are refused silently, logged once."""
         if is_allowed(self.settings.allow_from, found.user, self.settings.owner):
             return True
-        if found.user not in self._refused:
-            if len(self._refused) >= 10_000:  # a flood of strangers must not grow memory
-                self._refused.clear()
-            self._refused.add(found.user)
-            logger.warning(
-                "refused Discord user {} ({}); add it to discord.allow_from", found.user, found.name
-            )
+        self._strangers.refuse(found.user, found.name)
         return False
 
     async def _store(self, found: Incoming, *, advance: bool) -> int | None:
@@ -319,13 +318,10 @@ class DiscordChannel(BaseChannel):
             while len(last) > CHANNELS_KEPT:
                 last.popitem(last=False)
         item = (found.chat, as_payload(found), sender_of(found, self.settings.owner))
-        while True:
-            try:
-                (seq,) = await self._bus.receive(self.name, [item], (LAST, json.dumps(last)))
-                break
-            except Exception:
-                logger.exception("discord: could not store a message from {}; retrying", found.chat)
-                await asyncio.sleep(1.0)
+        what = f"a message from {found.chat}"
+        (seq,) = await receive_until_stored(
+            self._bus, self.name, [item], what, (LAST, json.dumps(last))
+        )
         self._last = last
         return seq
 
@@ -378,13 +374,9 @@ class DiscordChannel(BaseChannel):
     async def _replay(self) -> None:
         """Messages an earlier run stored but did not answer, handed in again in order."""
         assert self._bus is not None
-        left = await self._bus.unfinished(self.name)
-        if left:
-            logger.info(
-                "discord: {} from before the restart answered now", plural(len(left), "message")
-            )
-        for pending in left:
-            await self._hand_in(pending, retry=False)
+        hand_in = functools.partial(self._hand_in, retry=False)
+        left = await left_over(self._bus, self.name)
+        await hand_in_each(self._bus, self.name, left, hand_in, _stored_text)
 
     async def readmit(self, pending: Pending) -> bool:
         if self._client is None or self._bus is None:
@@ -394,16 +386,11 @@ class DiscordChannel(BaseChannel):
 
     async def _hand_in(self, pending: Pending, *, retry: bool) -> None:
         assert self._bus is not None
-        try:
-            found = from_payload(pending.payload)
-        except (KeyError, TypeError, ValueError) as exc:
-            where = f"{self.name}:{pending.chat}"
-            await record_failure(self._bus, pending.seq, exc, "a stored message", where, park=True)
-            return
-        if not is_allowed(self.settings.allow_from, found.user, self.settings.owner):
-            await self._bus.forget(pending.seq)  # no longer allowed
-            return
-        sender = pending.vouched(sender_of(found, self.settings.owner))
+        found = from_payload(pending.payload)
+        allowed = is_allowed(self.settings.allow_from, found.user, self.settings.owner)
+        derived = sender_of(found, self.settings.owner) if allowed else None
+        if (sender := await vouched_again(self._bus, pending, derived)) is None:
+            return  # no longer allowed: forgotten
         await self._publish(found, pending.seq, sender, replayed=True, retry=retry)
 
     # In the chat's order, just before the turn.
@@ -436,9 +423,12 @@ class DiscordChannel(BaseChannel):
     ) -> InboundMessage | str | None:
         assert self._bus is not None and self._client is not None and self.delivery is not None
         limit = self.settings.max_file_mb * 2**20
-        if (big := max((a.size for a in found.attachments), default=0)) > limit:
-            return TOO_BIG.format(size=big / 2**20, limit=self.settings.max_file_mb)
-        media, labels = [], []
+        sizes = [a.size for a in found.attachments]
+        if (
+            refusal := too_big(sizes, self.settings.max_file_mb, "discord.max_file_mb")
+        ) is not None:
+            return refusal
+        files = Received(self.workspace, f"{self.name}:{found.chat}", room=found.guild)
         for number, item in enumerate(found.attachments):
             try:
                 data = await self._client.download(item.url, limit)
@@ -448,11 +438,9 @@ class DiscordChannel(BaseChannel):
                 )
                 return NO_DOWNLOAD
             name = f"{time.strftime('%Y-%m-%d')}-{found.message_id}-{number}-{_safe(item.name)}"
-            session = f"{self.name}:{found.chat}"
-            media.append(await asyncio.to_thread(save_media, self.workspace, session, name, data))
-            labels.append(f"[file: {item.name}]")
-        text = "\n".join(filter(None, [*labels, msg.content]))
-        if not text:
+            await files.save(name, data, "file", item.name)
+        ready = files.into(msg, msg.content)
+        if not ready.content:
             if found.guild:  # a sticker, say: in a guild nobody asked us
                 await self._bus.forget(msg.seq)
                 return None
@@ -460,7 +448,7 @@ class DiscordChannel(BaseChannel):
         token = found.token if not msg.replayed else ""  # a replayed one's token is stale
         asked = Asked(found.message_id, found.user, found.guild, token, found.at)
         self.delivery.accepted(msg.id, asked)
-        return replace(msg, content=text, media=tuple(media))
+        return ready
 
     # Outbound: one chat at a time, in order, from the core.
 
@@ -470,6 +458,12 @@ class DiscordChannel(BaseChannel):
 
             raise DeliveryLater("the Discord channel is not running")
         await self.delivery.send(msg)
+
+
+def _stored_text(payload: dict[str, Any]) -> str:
+    """A stored message's words, for `nanomem inbox`, when it cannot be read otherwise."""
+    text = payload.get("text")
+    return text if isinstance(text, str) else ""
 
 
 def _safe(name: str) -> str:
