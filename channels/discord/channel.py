@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import functools
 import json
+import re
 import time
 from collections import OrderedDict
 from dataclasses import replace
@@ -27,7 +28,6 @@ from channels.discord.incoming import (
     read_message,
     sender_of,
     slash_commands,
-    strip_mention,
 )
 from nanomem.agent import (
     GIVEN_UP,
@@ -37,12 +37,14 @@ from nanomem.agent import (
     ChannelDown,
     Command,
     InboundMessage,
+    Mention,
     MessageBus,
     OutboundMessage,
     Pending,
     Received,
     Strangers,
     Text,
+    addressed,
     hand_in_each,
     left_over,
     receive_until_stored,
@@ -114,6 +116,8 @@ class DiscordChannel(BaseChannel):
         self._tasks: list[asyncio.Task[None]] = []
         self._last: OrderedDict[str, str] = OrderedDict()  # channel → newest stored message id
         self._bot_id = ""
+        self._mention: Mention | None = None  # <@bot id>, once signed in
+        self._our_commands = {c.name for c in commands}
         self._owner_dm: str | None = None
         self._strangers = Strangers("Discord", "discord.allow_from")
         self._replayed = False
@@ -163,6 +167,7 @@ class DiscordChannel(BaseChannel):
         client = Gateway(lambda event, data: self._events.put_nowait((event, data)))
         try:
             self._bot_id = await client.sign_in(self._token)
+            self._mention = Mention(re.compile(rf"<@!?{self._bot_id}>"))
         except BaseException:
             await client.close()
             raise
@@ -260,10 +265,20 @@ class DiscordChannel(BaseChannel):
             return
         if int(found.message_id) <= int(self._last.get(found.chat, "0")):
             return  # stored already (a resumed session, or the catch-up read it)
-        if found.guild and self.settings.group_policy == "mention" and not found.addressed:
+        if found.guild and self.settings.group_policy == "mention" and not self._for_us(found):
             return
         seq = await self._store(found, advance=True)
         await self._publish(found, seq, sender_of(found, self.settings.owner))
+
+    def _for_us(self, found: Incoming) -> bool:
+        """In a server channel that wants a mention: a mention or reply (Discord's facts), or
+        one of our commands typed as a message."""
+        return addressed(
+            found.text,
+            mention=self._mention,
+            replied_to_us=found.addressed,
+            commands=self._our_commands,
+        )
 
     async def _take_interaction(self, found: Incoming | None) -> None:
         """Stored, then acknowledged at once (Discord allows 3 s), never behind a chat's turn;
@@ -362,8 +377,8 @@ class DiscordChannel(BaseChannel):
     ) -> None:
         assert self._bus is not None
         text = found.text
-        if found.guild and found.kind == "message":
-            text = strip_mention(text, self._bot_id)
+        if found.guild and found.kind == "message" and self._mention is not None:
+            text = self._mention.stripped(text)
         prepare = functools.partial(self._prepare, found, retry)
         inbound = InboundMessage(self.name, found.chat, text, sender, (), found.kind == "press")
         inbound = replace(inbound, prepare=prepare, seq=seq, replayed=replayed)

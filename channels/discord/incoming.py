@@ -41,7 +41,7 @@ class Incoming:
     message_id: str = ""  # the person's message; for a press, the message with the buttons
     interaction: str = ""
     token: str = ""  # the interaction's, for its answer (valid 15 minutes)
-    addressed: bool = False  # mentions the bot or replies to it
+    addressed: bool = False  # mentions the bot or replies to it (Discord's own facts)
     attachments: tuple[Attachment, ...] = ()
     at: float = 0.0  # when an interaction came (monotonic): its token lives 15 minutes
 
@@ -131,12 +131,6 @@ def sender_of(incoming: Incoming, owner: str | None) -> Sender:
         can_answer=True,
         shared_room=incoming.guild,
     )
-
-
-def strip_mention(text: str, bot_id: str) -> str:
-    """Drop `<@bot>` from a guild message; one that is only the mention stays as it is."""
-    stripped = re.sub(rf"<@!?{re.escape(bot_id)}>[ \t]*", "", text).strip()
-    return stripped or text
 
 
 def slash_commands(commands: list[Command]) -> list[dict[str, Any]]:
