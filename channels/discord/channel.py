@@ -346,25 +346,39 @@ class DiscordChannel(BaseChannel):
         assert self._client is not None
         if self._owner_dm is None:
             await self._open_owner_dm(self._client)
-        channels = list(self._last.items())[-CATCH_UP_CHANNELS:]
-        for chat, after in channels:
+        for chat, after in list(self._last.items())[-CATCH_UP_CHANNELS:]:
             try:
                 about = await self._client.call("GET", "/channels/{c}", c=chat)
                 path = "/channels/{c}/messages?after={after}&limit={limit}"
-                found = await self._client.call(
+                page = await self._client.call(
                     "GET", path, c=chat, after=after, limit=CATCH_UP_MESSAGES
                 )
             except SendError as exc:
                 logger.warning("discord: could not read what came meanwhile in {}: {}", chat, exc)
                 continue
+            page = [m for m in page if isinstance(m, dict)] if isinstance(page, list) else []
             guild = isinstance(about, dict) and about.get("guild_id") is not None
-            read = [read_message(m, self._bot_id, guild) for m in reversed(found or [])]
-            if missed := [m for m in read if m is not None]:
+            read = [read_message(m, self._bot_id, guild) for m in page]
+            missed = sorted((m for m in read if m is not None), key=lambda m: int(m.message_id))
+            if missed:
                 logger.info(
                     "discord: {} came in {} meanwhile", plural(len(missed), "message"), chat
                 )
-            for message in sorted(missed, key=lambda m: int(m.message_id)):
+            for message in missed:
                 await self._take_message(message)
+            await self._seen_up_to(chat, page)
+
+    async def _seen_up_to(self, chat: str, page: list[dict[str, Any]]) -> None:
+        """Past what the catch-up read and left (the bot's own, or not addressed to it): the
+        next one starts after it, not at the same page again."""
+        assert self._bus is not None
+        ids = [int(m["id"]) for m in page if str(m.get("id", "")).isdigit()]
+        if not ids or max(ids) <= int(self._last.get(chat, "0")):
+            return
+        last = OrderedDict(self._last)
+        last[chat] = str(max(ids))
+        await receive_until_stored(self._bus, self.name, [], "a position", (LAST, json.dumps(last)))
+        self._last = last
 
     async def _publish(
         self,
