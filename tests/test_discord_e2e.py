@@ -292,6 +292,7 @@ def test_a_kill_mid_reply_loses_nothing_and_doubles_nothing(
         dm = fake.dm_channel(FRIEND)
         fake.dm(FRIEND, "HOLD the first")
         fake.wait(lambda: asked(llm, "HOLD the first"))
+        fake.wait(lambda: [c for c, _ in fake.typing if c == dm])  # "typing…" while it runs
         first.stop(signal.SIGKILL)
         fake.wait(lambda: not fake.connected())
         fake.dm(FRIEND, "while it was down")  # Discord never redelivers this one
