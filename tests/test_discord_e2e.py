@@ -44,6 +44,10 @@ def scripted(request: dict[str, Any]) -> Step:
         return Step.reply(LONG)
     if "PING" in text:
         return Step.reply(PING)
+    if "SEND " in text:
+        return Step.tool_call(
+            "send_file", {"path": text.split("SEND ", 1)[1].strip(), "caption": "here it is"}
+        )
     if "RUN " in text:
         return Step.tool_call("exec", {"command": text.split("RUN ", 1)[1].strip()})
     return echo(request)
@@ -256,6 +260,18 @@ def test_a_file_a_person_sends_reaches_the_turn(
     assert "the notes" in user_texts(request)[-1]  # the file itself, read for the model
     saved = list((gateway.home.workspace / "media").glob("*notes.txt"))  # a DM's: personal
     assert [p.read_bytes() for p in saved] == [b"the notes"]
+
+
+def test_a_file_the_agent_sends_arrives_as_an_attachment(
+    gateway: DiscordGateway, fake: FakeDiscord, llm: FakeOpenAI
+) -> None:
+    (gateway.home.workspace / "report.csv").write_text("a,b\n1,2\n")
+    dm = fake.dm_channel(OWNER)
+    fake.dm(OWNER, "SEND report.csv")
+    sent = fake.wait(lambda: [m for m in fake.sent(dm) if m["attachments"]])
+    (attachment,) = sent[0]["attachments"]
+    assert attachment["filename"] == "report.csv" and sent[0]["content"] == "here it is"
+    assert fake.file(attachment) == b"a,b\n1,2\n"
 
 
 def test_a_file_sent_in_a_server_channel_goes_to_its_own_folder(
