@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -43,6 +45,22 @@ class SendError(Exception):
     ) -> None:
         super().__init__(message)
         self.retry_after, self.transient, self.status = retry_after, transient, status
+
+
+class _NoInteractionTokens(logging.Filter):
+    """discord.py's warnings name the URL of a call it retries (a rate limit, a 5xx), and an
+    interaction's URL carries its token, which answers it for 15 minutes: masked."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.args, tuple):
+            record.args = tuple(
+                _TOKEN_IN_URL.sub(r"\1***", a) if isinstance(a, str) else a for a in record.args
+            )
+        return True
+
+
+_TOKEN_IN_URL = re.compile(r"(/(?:webhooks|interactions)/\d+/)[^/?\s]+")
+logging.getLogger("discord.http").addFilter(_NoInteractionTokens())
 
 
 def point_at(api_base: str) -> None:

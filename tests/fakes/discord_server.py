@@ -238,8 +238,9 @@ class FakeDiscord:
         return self._interact(channel, user, 3, data, message=message)
 
     def rate_limit(self, what: str = "create", times: int = 1, retry_after: float = 1.0) -> None:
-        """The next `times` message creations ("create"), edits ("edit") or interaction
-        callbacks ("callback") are answered 429 with `retry_after`."""
+        """The next `times` message creations ("create"), edits ("edit"), interaction
+        callbacks ("callback") or edits of an interaction's answer ("webhook") are answered
+        429 with `retry_after`."""
         with self._lock:
             self._faults.append(_Fault(what, times, retry_after))
 
@@ -617,6 +618,7 @@ class FakeDiscord:
                     found = self._by_token(app, token)
                     return self._create(found.channel_id, body, files, webhook=True)
             case "PATCH", ["webhooks", app, token, "messages", "@original"]:
+                self._fault("webhook")
                 with self._lock:
                     found = self._by_token(app, token)
                     if found.original is None:

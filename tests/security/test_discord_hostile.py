@@ -106,3 +106,16 @@ def test_mentions_the_model_writes_ping_nobody(
     assert reply["mention_everyone"] is False
     asked = [r for r in llm.requests if "MENTION" in user_texts(r)[-1]]
     assert f"<@{BOT_ID}>" not in user_texts(asked[0])[-1]  # the bot's own mention is dropped
+
+
+def test_an_interactions_token_never_reaches_the_log(
+    gateway: DiscordGateway, fake: FakeDiscord, llm: FakeOpenAI
+) -> None:
+    """discord.py names the URL of a call it retries; an interaction's carries its token."""
+    dm = fake.dm_channel(OWNER)
+    fake.rate_limit("webhook", times=1, retry_after=0.5)
+    interaction = fake.slash(dm, OWNER, "help")
+    fake.wait(lambda: [m for m in fake.sent(dm) if m.get("webhook")])  # answered, after a 429
+    token = fake.token_of(interaction)
+    gateway.wait_for_line(r"rate limited\. PATCH .*/webhooks/\d+/\*\*\*/messages/@original")
+    assert not [line for line in gateway.lines if token in line]
