@@ -60,7 +60,7 @@ class _NoInteractionTokens(logging.Filter):
 
 
 _TOKEN_IN_URL = re.compile(r"(/(?:webhooks|interactions)/\d+/)[^/?\s]+")
-logging.getLogger("discord.http").addFilter(_NoInteractionTokens())
+_MASKING = _NoInteractionTokens()
 
 
 def point_at(api_base: str) -> None:
@@ -78,6 +78,7 @@ class Gateway(discord.AutoShardedClient):
     def __init__(self, take: Take) -> None:
         # We never join voice: its missing libraries are not worth two warnings at each start.
         discord.VoiceClient.warn_nacl = discord.VoiceClient.warn_dave = False
+        logging.getLogger("discord.http").addFilter(_MASKING)  # once: the same filter object
         intents = discord.Intents.none()
         intents.guilds = intents.guild_messages = intents.dm_messages = True
         intents.message_content = True
