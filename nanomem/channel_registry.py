@@ -13,6 +13,7 @@ CHANNELS = {
     "telegram": "channels.telegram.channel:TelegramChannel",
     "api": "channels.api.channel:ApiChannel",
     "slack": "channels.slack.channel:SlackChannel",
+    "discord": "channels.discord.channel:DiscordChannel",
     "terminal-outbox": "channels.terminal.outbox:TerminalOutbox",
 }
 # Served by every gateway whatever the settings: what the agent says unasked in a terminal

@@ -45,6 +45,7 @@ def status_rows(
         ("agent api", _api_line(settings)),
         *_telegram_rows(settings, home),
         *_slack_rows(settings),
+        *_discord_rows(settings),
         ("sessions", str(SessionStore(home.sessions).count())),
         ("schedules", ScheduleStore.of(home, settings.schedule).summary()),
         *_mcp_rows(home, settings, gateway.pid if gateway is not None else None),
@@ -146,6 +147,23 @@ def _webhook_said(home: Home) -> str:
     from nanomem.text.escapes import strip_escapes
 
     return strip_escapes(line)  # what a server said: never a terminal escape
+
+
+def _discord_rows(settings: Settings) -> list[tuple[str, str]]:
+    """Whether the Discord channel can start, and who it lets in (shown when enabled)."""
+    from nanomem.text.masking import masked, secret_of
+    from nanomem.text.plural import plural
+
+    discord = settings.discord
+    if not discord.enabled:
+        return []
+    token = secret_of(discord.token)
+    said = [
+        f"token set ({masked(token)})" if token else "token missing (discord.token)",
+        f"owner {discord.owner}" if discord.owner else "no owner (discord.owner)",
+        f"{plural(len(discord.allow_from), 'user')} in allow_from",
+    ]
+    return [("discord", ", ".join(said))]
 
 
 def _sandbox_state(settings: Settings) -> str:
