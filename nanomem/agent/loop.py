@@ -263,8 +263,8 @@ class AgentLoop:
             self._turn_slots,
         ):
             self._check_taking()
-            msg = await self._as_stored(msg)
             if found and found[0].handler is not None:  # a command: a line of text
+                msg = await self._as_stored(msg)
                 if (refused := await self._admitted(msg)) is not None:
                     return refused
                 return await command_reply(msg, *found)
@@ -297,6 +297,7 @@ class AgentLoop:
         key = msg.session_key
         self._starting.add(key)  # from here a /stop stops the turn before it begins
         try:
+            msg = await self._as_stored(msg)
             if (refused := await self._admitted(msg)) is not None:
                 return refused
             intake = self.intake.retried(msg) if retry else self.intake.acknowledge(msg)
