@@ -12,6 +12,7 @@ CHANNELS = {
     "terminal": "channels.terminal.channel:TerminalChannel",
     "telegram": "channels.telegram.channel:TelegramChannel",
     "api": "channels.api.channel:ApiChannel",
+    "matrix": "channels.matrix.channel:MatrixChannel",
     "terminal-outbox": "channels.terminal.outbox:TerminalOutbox",
 }
 # Served by every gateway whatever the settings: what the agent says unasked in a terminal

@@ -1,0 +1,243 @@
+"""The Matrix channel end to end: the real `nanomem gateway` in a subprocess against a real
+Synapse, and people on it with matrix-nio as their client, through real rooms."""
+
+from __future__ import annotations
+
+import json
+import signal
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from nanomem.home import Home
+from tests.fakes.openai_server import FakeOpenAI, Step, echo_step
+from tests.helpers import wait_until
+from tests.helpers.gateway import GatewayProcess, onboarded
+from tests.helpers.matrix import Person, bodies, shown
+from tests.helpers.synapse import Synapse, User, synapse
+
+pytestmark = pytest.mark.slow
+__all__ = ["synapse"]  # the session's homeserver, a fixture
+
+
+class Cast:
+    """The bot's account and the people around it, new ones for each test (rooms too)."""
+
+    def __init__(self, server: Synapse, tag: str) -> None:
+        self.server = server
+        self.bot = server.register(f"bot{tag}")
+        self.owner = Person(server, server.register(f"owner{tag}"))
+        self.friend = Person(server, server.register(f"friend{tag}"))
+        self.stranger = Person(server, server.register(f"stranger{tag}"))
+
+    def env(self, **extra: str) -> dict[str, str]:
+        return {
+            "NANOMEM_MATRIX__ENABLED": "true",
+            "NANOMEM_MATRIX__HOMESERVER": self.server.url,
+            "NANOMEM_MATRIX__USER_ID": self.bot.user_id,
+            "NANOMEM_MATRIX__ACCESS_TOKEN": self.bot.token,
+            "NANOMEM_MATRIX__OWNER": self.owner.user.user_id,
+            "NANOMEM_MATRIX__ALLOW_FROM": json.dumps([self.friend.user.user_id]),
+            **extra,
+        }
+
+
+_tags = iter(range(1, 10_000))
+
+
+@pytest.fixture
+def cast(synapse: Synapse) -> Cast:
+    return Cast(synapse, str(next(_tags)))
+
+
+@pytest.fixture
+def llm() -> Iterator[FakeOpenAI]:
+    with FakeOpenAI() as server:
+        server.set_fallback(echo_step)
+        yield server
+
+
+def gateway(home: Home, cast: Cast, llm: FakeOpenAI, **extra: str) -> GatewayProcess:
+    process = GatewayProcess(home, None, llm, **cast.env(**extra))
+    process.wait_for_line(r"matrix: running")
+    return process
+
+
+def joined_by_bot(person: Person, room: str, bot: User) -> None:
+    wait_until(lambda: bot.user_id in person.joined(room), timeout=30, what="the bot to join")
+
+
+def replies(person: Person, room: str, bot: User, count: int) -> list[str]:
+    return wait_until(
+        lambda: (
+            (found := bodies(person.events(room), bot.user_id)) and len(found) >= count and found
+        ),
+        timeout=60,
+        what=f"{count} replies from the bot",
+    )
+
+
+def test_a_dm_is_answered_with_html_and_a_plain_body(
+    tmp_path_factory: pytest.TempPathFactory, cast: Cast, llm: FakeOpenAI
+) -> None:
+    """The owner invites the bot to a DM and writes: the reply is m.text with a plain body and
+    an HTML formatted_body in which the model's own angle brackets are text, not markup."""
+    home = onboarded(tmp_path_factory, "dm")
+    llm.set_fallback(lambda request: Step.reply("<b>not markup</b> & fine"))
+    with gateway(home, cast, llm):
+        room = cast.owner.room(cast.bot.user_id, direct=True)
+        joined_by_bot(cast.owner, room, cast.bot)
+        cast.owner.say(room, "hello there")
+        replies(cast.owner, room, cast.bot, 1)
+        content = shown(cast.owner.events(room), cast.bot.user_id)[-1]
+    assert content["msgtype"] == "m.text"
+    assert content["body"] == "<b>not markup</b> & fine"
+    assert content["format"] == "org.matrix.custom.html"
+    assert content["formatted_body"] == "&lt;b&gt;not markup&lt;/b&gt; &amp; fine"
+
+
+def test_a_group_room_is_answered_only_when_mentioned(
+    tmp_path_factory: pytest.TempPathFactory, cast: Cast, llm: FakeOpenAI
+) -> None:
+    """In a room of three, a message that does not name the bot is not answered; one that
+    mentions it is, and so is `!help` (Element keeps /help for itself)."""
+    home = onboarded(tmp_path_factory, "group")
+    with gateway(home, cast, llm):
+        room = cast.owner.room(cast.bot.user_id, cast.friend.user.user_id)
+        cast.friend.join(room)
+        joined_by_bot(cast.owner, room, cast.bot)
+        cast.friend.say(room, "just chatting among us")
+        cast.friend.say(room, f"{cast.bot.user_id}: what is two and two")
+        first = replies(cast.owner, room, cast.bot, 1)
+        cast.owner.say(room, "!help")
+        found = replies(cast.owner, room, cast.bot, 2)
+    assert first == ["echo: what is two and two"]
+    assert len(llm.requests) == 1  # the unaddressed message never reached the model
+    assert "!help" in found[1] or "!" in found[1]
+
+
+def test_an_open_group_room_answers_everything(
+    tmp_path_factory: pytest.TempPathFactory, cast: Cast, llm: FakeOpenAI
+) -> None:
+    home = onboarded(tmp_path_factory, "open")
+    with gateway(home, cast, llm, NANOMEM_MATRIX__GROUP_POLICY="open"):
+        room = cast.owner.room(cast.bot.user_id, cast.friend.user.user_id)
+        cast.friend.join(room)
+        joined_by_bot(cast.owner, room, cast.bot)
+        cast.friend.say(room, "no mention here")
+        assert replies(cast.owner, room, cast.bot, 1) == ["echo: no mention here"]
+
+
+def test_strangers_invites_and_messages_are_ignored(
+    tmp_path_factory: pytest.TempPathFactory, cast: Cast, llm: FakeOpenAI
+) -> None:
+    """A stranger's invite is not taken (and named once in the log); in a room the owner
+    brought the bot into, the stranger's messages are not answered, mention or not."""
+    home = onboarded(tmp_path_factory, "stranger")
+    with gateway(home, cast, llm, NANOMEM_MATRIX__GROUP_POLICY="open") as process:
+        theirs = cast.stranger.room(cast.bot.user_id, direct=True)
+        room = cast.owner.room(cast.bot.user_id, cast.stranger.user.user_id)
+        cast.stranger.join(room)
+        joined_by_bot(cast.owner, room, cast.bot)
+        cast.stranger.say(room, f"{cast.bot.user_id}: answer me")
+        cast.owner.say(room, "and me")
+        assert replies(cast.owner, room, cast.bot, 1) == ["echo: and me"]
+        assert cast.bot.user_id not in cast.stranger.joined(theirs)
+        process.wait_for_line(rf"refused an invite from {cast.stranger.user.user_id}")
+    refused = [line for line in process.lines if cast.stranger.user.user_id in line]
+    assert len([line for line in refused if "refused a message" in line]) == 1
+    assert all(cast.bot.token not in line for line in process.lines)
+
+
+def test_a_kill_mid_reply_loses_nothing_and_doubles_nothing(
+    tmp_path_factory: pytest.TempPathFactory, cast: Cast, llm: FakeOpenAI
+) -> None:
+    """The gateway is SIGKILLed while a slow model streams a reply into a DM: after the
+    restart each message has exactly one reply message, showing the whole reply."""
+    home = onboarded(tmp_path_factory, "kill")
+
+    def slow(request: dict[str, Any]) -> Step:
+        said = str(request["messages"][-1]["content"])
+        return Step.reply(f"answer to {said}: " + "words " * 30, pieces=15, pause=0.2)
+
+    llm.set_fallback(slow)
+    first = gateway(home, cast, llm)
+    room = cast.owner.room(cast.bot.user_id, direct=True)
+    joined_by_bot(cast.owner, room, cast.bot)
+    for n in range(3):
+        cast.owner.say(room, f"question {n}")
+    wait_until(
+        lambda: bodies(cast.owner.events(room), cast.bot.user_id),
+        timeout=60,
+        what="a reply to begin growing",
+    )
+    first.stop(signal.SIGKILL)
+    with gateway(home, cast, llm) as second:
+        try:
+            found = wait_until(
+                lambda: (
+                    (b := bodies(cast.owner.events(room), cast.bot.user_id))
+                    and len(b) >= 3
+                    and all(not x.endswith("…") for x in b)
+                    and b
+                ),
+                timeout=90,
+                what="three whole replies",
+            )
+        except AssertionError:
+            print(bodies(cast.owner.events(room), cast.bot.user_id))
+            print("".join(first.lines), "=====", "".join(second.lines))
+            raise
+    expected = [f"answer to question {n}: " + ("words " * 30).strip() for n in range(3)]
+    assert [x.strip() for x in found] == expected
+
+
+def test_a_long_reply_is_split_within_the_event_limit(
+    tmp_path_factory: pytest.TempPathFactory, cast: Cast, llm: FakeOpenAI
+) -> None:
+    """A reply of 150 kB goes as several messages, each within the homeserver's 64 KiB,
+    together the whole reply."""
+    home = onboarded(tmp_path_factory, "long")
+    paragraphs = "\n\n".join(f"paragraph {n} " + "é" * 3000 for n in range(50))
+    llm.set_fallback(lambda request: Step.reply(paragraphs))
+    with gateway(home, cast, llm, NANOMEM_MATRIX__STREAM="false"):
+        room = cast.owner.room(cast.bot.user_id, direct=True)
+        joined_by_bot(cast.owner, room, cast.bot)
+        cast.owner.say(room, "write a lot")
+        found = wait_until(
+            lambda: (
+                (b := bodies(cast.owner.events(room), cast.bot.user_id))
+                and "paragraph 49" in b[-1]
+                and b
+            ),
+            timeout=60,
+            what="the whole long reply",
+        )
+    assert len(found) >= 3
+    events = [e for e in cast.owner.events(room) if e.get("sender") == cast.bot.user_id]
+    assert all(len(json.dumps(e).encode()) <= 65_536 for e in events)
+    assert "\n\n".join(found).replace("\n", "") == paragraphs.replace("\n", "")
+
+
+def test_a_group_rooms_privacy_holds_after_a_restart(
+    tmp_path_factory: pytest.TempPathFactory, cast: Cast, llm: FakeOpenAI
+) -> None:
+    """A room of three stays a group after a restart (nio forgets rooms; the channel asks the
+    homeserver): a message stored before the kill and replayed after it is answered as a
+    group message, its turn never given the owner's personal memory."""
+    home = onboarded(tmp_path_factory, "privacy")
+    (home.workspace / "USER.md").write_text("The owner's secret: PERSONAL-7731\n")
+    first = gateway(home, cast, llm)
+    room = cast.owner.room(cast.bot.user_id, cast.friend.user.user_id)
+    cast.friend.join(room)
+    joined_by_bot(cast.owner, room, cast.bot)
+    llm.hang(120)
+    cast.owner.say(room, f"{cast.bot.user_id}: tell us")
+    wait_until(lambda: llm.requests, timeout=30, what="the turn to reach the model")
+    first.stop(signal.SIGKILL)
+    llm.clear()
+    with gateway(home, cast, llm):
+        replies(cast.owner, room, cast.bot, 1)
+    for request in llm.requests:
+        assert "PERSONAL-7731" not in json.dumps(request)
