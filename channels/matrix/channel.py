@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import logging
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -100,6 +101,7 @@ class MatrixChannel(BaseChannel):
         self._problem: str | None = None
         self._display = ""
         self._sizes: dict[str, int] = {}  # room → joined members, until its membership changes
+        self._groups: dict[str, bool] = {}  # room → a group, as its last message was taken
         self._refused: set[str] = set()
         self._told_encrypted: set[str] = set()
         self._replayed = False
@@ -135,6 +137,7 @@ class MatrixChannel(BaseChannel):
         if self.settings.e2e and not _olm():
             self._problem = NO_E2E
             logger.warning("matrix: {}", NO_E2E)
+        logging.getLogger("nio").setLevel(logging.WARNING)  # it logs every event at INFO
         self.client = await self._connected()
         self._display = await hs.display_name(self.client, self.settings.user_id)
         if not self._replayed:  # what an earlier run left goes first, in arrival order
@@ -189,8 +192,8 @@ class MatrixChannel(BaseChannel):
         return self.delivery.owner_room
 
     def known_group(self, room: str) -> bool:
-        """Whether a room was a group when last asked (unknown: taken as one)."""
-        return self._sizes.get(room, 3) > 2
+        """Whether a room was a group when a message from it was last taken (unknown: one)."""
+        return self._groups.get(room, True)
 
     def allowed(self, user: str) -> bool:
         allow = self.settings.allow_from
@@ -285,6 +288,7 @@ class MatrixChannel(BaseChannel):
             and not await self._addressed(room_id, message)
         ):
             return None
+        self._groups[room_id] = group
         if not group and sender == self.settings.owner:
             self.delivery.owner_room = room_id
         who = Sender(
@@ -377,8 +381,9 @@ class MatrixChannel(BaseChannel):
         """A stored message, admitted again under today's config, from whom it was then."""
         assert self._bus is not None
         payload = pending.payload
-        event = payload.get("event") if isinstance(payload.get("event"), dict) else {}
-        who = event.get("sender") if isinstance(event.get("sender"), str) else ""
+        found = payload.get("event")
+        event: dict[str, Any] = found if isinstance(found, dict) else {}
+        who = str(event.get("sender") or "")
         if not self.allowed(who) or said(event) is None:
             await self._bus.forget(pending.seq)
             return
@@ -389,7 +394,9 @@ class MatrixChannel(BaseChannel):
             can_answer=True,
             shared_room=payload.get("group") is not False,
         )
-        msg = self._message(pending.chat, payload, pending.vouched(derived), pending.seq)
+        sender = pending.vouched(derived)
+        self._groups[pending.chat] = sender.shared_room
+        msg = self._message(pending.chat, payload, sender, pending.seq)
         await self._bus.publish_inbound(replace(msg, replayed=True))
 
     async def _prepare(
@@ -403,16 +410,17 @@ class MatrixChannel(BaseChannel):
             return msg
         limit = self.settings.max_file_mb * 2**20
         if message.size is not None and message.size > limit:
-            return await self._answered(
-                msg, TOO_BIG.format(size=message.size / 2**20, limit=self.settings.max_file_mb)
-            )
+            size = message.size / 2**20
+            await self._answered(msg, TOO_BIG.format(size=size, limit=self.settings.max_file_mb))
+            return None
         try:
             data = await hs.download(self.settings.homeserver, self._access(), message.url, limit)
             name = message.file_name or FILE_TYPES[message.msgtype]
             saved = await asyncio.to_thread(save_media, self.workspace, msg.session_key, name, data)
         except ValueError as exc:
             logger.warning("matrix: a file in {} refused: {}", msg.chat_id, exc)
-            return await self._answered(msg, NO_DOWNLOAD)
+            await self._answered(msg, NO_DOWNLOAD)
+            return None
         except Exception as exc:  # kept and tried again, never dropped
             logger.warning("matrix: downloading a file in {} failed: {}", msg.chat_id, exc)
             if seq is not None:
@@ -431,7 +439,6 @@ class MatrixChannel(BaseChannel):
         answer = OutboundMessage(self.name, msg.chat_id, Text(note, "error"), msg.id, msg.seq)
         await self._bus.answer_for(msg.seq, answer)
         await self._bus.publish_outbound(answer)
-        return None
 
     def _access(self) -> str:
         assert self.client is not None

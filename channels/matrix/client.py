@@ -3,7 +3,6 @@ syncing, sending, and what an error response means for a reply."""
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 import httpx
@@ -106,7 +105,7 @@ async def send(client: AsyncClient, room_id: str, content: dict[str, Any], txn: 
     DeliveryLater (with the wait the homeserver asked for); a refusal is MatrixError."""
     try:
         response = await client.room_send(room_id, "m.room.message", content, tx_id=txn)
-    except (httpx.HTTPError, OSError, TimeoutError, asyncio.TimeoutError) as exc:
+    except (httpx.HTTPError, OSError, TimeoutError) as exc:
         raise DeliveryLater(f"the homeserver cannot be reached: {exc}") from exc
     except Exception as exc:  # aiohttp's errors, raised through nio
         if type(exc).__module__.startswith("aiohttp"):

@@ -93,12 +93,12 @@ class Delivery:
                 await self._send(msg.chat_id, edit(stream.event_id, piece), None)
                 continue
             event_id = await self._send(msg.chat_id, content(piece), txn_id(msg.seq, n))
-            if n == 0 and msg.seq is not None and self._streams_in(msg.chat_id):
+            if n == 0 and msg.seq is not None:
                 await self._finish_earlier(msg.chat_id, event_id, piece)
 
     async def _finish_earlier(self, room: str, event_id: str, piece: str) -> None:
-        """After a restart the part may have gone out as a growing message before the crash:
-        the homeserver then answers with that message, which is edited to the whole part."""
+        """The part may have gone out as a growing message before a crash (under this config or
+        an earlier one): the homeserver then answers with that message, edited to the whole."""
         client = self.channel.client
         if client is None:
             return
@@ -154,7 +154,7 @@ class Delivery:
             note = f"The file {name} could not be sent now: {exc}"
             await self._send(room, content(note), None)
             return
-        body = {
+        body: dict[str, object] = {
             "msgtype": "m.image" if image else "m.file",
             "body": part.caption or name,
             "filename": name,

@@ -9,7 +9,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from nanomem.agent.markup import split_text
+from nanomem.agent import split_text
 from nanomem.text.utf8 import clean_text
 
 # The homeserver refuses an event over 65,536 bytes of JSON; what we add around the content
@@ -64,8 +64,8 @@ def said(event: dict[str, Any]) -> Said | None:
     mentions = content.get("m.mentions")
     users = mentions.get("user_ids") if isinstance(mentions, dict) else None
     reply = relates.get("m.in_reply_to")
-    info = content.get("info") if isinstance(content.get("info"), dict) else {}
-    size = info.get("size")
+    info = content.get("info")
+    size = info.get("size") if isinstance(info, dict) else None
     return Said(
         event_id=_text(event.get("event_id")),
         sender=_text(event.get("sender")),
@@ -122,9 +122,9 @@ def without_mention(text: str, user_id: str, display_name: str) -> str:
 
 def from_bang(text: str, commands: set[str]) -> str:
     """`!help` as `/help`: Element keeps `/…` for itself, so our commands take `!` here."""
-    if text.startswith("!") and (name := text[1:].split(maxsplit=1)[0:1]):
-        if name[0].lower() in commands:
-            return "/" + text[1:]
+    name = text[1:].split(maxsplit=1)[0:1]
+    if text.startswith("!") and name and name[0].lower() in commands:
+        return "/" + text[1:]
     return text
 
 

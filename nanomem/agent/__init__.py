@@ -51,7 +51,7 @@ if TYPE_CHECKING:
     )
     from nanomem.agent.inbox import Pending, SqliteInbox, parked_in
     from nanomem.agent.loop import AgentLoop
-    from nanomem.agent.markup import plain_text
+    from nanomem.agent.markup import plain_text, split_text
     from nanomem.agent.outbound import (
         STOPPING,
         STOPPING_NOTE,
@@ -155,6 +155,7 @@ __all__ = [
     "save_media",
     "seal_tool_calls",
     "shaped",
+    "split_text",
 ]
 __getattr__ = lazy_exports(
     __name__,
@@ -200,7 +201,7 @@ __getattr__ = lazy_exports(
         ),
         "inbox": ("Pending", "SqliteInbox", "parked_in"),
         "loop": ("AgentLoop",),
-        "markup": ("plain_text",),
+        "markup": ("plain_text", "split_text"),
         "outbound": (
             "STOPPING",
             "STOPPING_NOTE",
