@@ -256,3 +256,25 @@ def test_a_group_rooms_privacy_holds_after_a_restart(
         replies(cast.owner, room, cast.bot, 1)
     for request in llm.requests:
         assert "PERSONAL-7731" not in json.dumps(request)
+
+
+def test_a_rate_limited_reply_is_delivered_within_the_run(
+    tmp_path_factory: pytest.TempPathFactory, cast: Cast, llm: FakeOpenAI
+) -> None:
+    """The homeserver holds the bot to one message a second: a reply of three parts
+    meets M_LIMIT_EXCEEDED, and every part still arrives, once, without a restart."""
+    home = onboarded(tmp_path_factory, "limited")
+    cast.server.limit_messages(cast.bot.user_id, 1, 1)
+    paragraphs = "\n\n".join(f"part {n} " + "x" * 20_000 for n in range(3))
+    llm.set_fallback(lambda request: Step.reply(paragraphs))
+    with gateway(home, cast, llm, NANOMEM_MATRIX__STREAM="false") as process:
+        room = cast.owner.room(cast.bot.user_id, direct=True)
+        joined_by_bot(cast.owner, room, cast.bot)
+        cast.owner.say(room, "three parts please")
+        found = wait_until(
+            lambda: (b := bodies(cast.owner.events(room), cast.bot.user_id)) and len(b) >= 3 and b,
+            timeout=60,
+            what="three parts",
+        )
+        process.wait_for_line(r"matrix: rate-limited in")
+    assert [part.split()[:2] for part in found] == [["part", "0"], ["part", "1"], ["part", "2"]]

@@ -35,6 +35,10 @@ if TYPE_CHECKING:
 TYPING_MS = 25_000  # each typing notice lasts this long; renewed every TYPING_EVERY_S
 TYPING_EVERY_S = 20.0
 GROWING = " …"  # after a reply still being written
+# A rate limit this short is waited out in the chat's delivery (its later messages wait behind
+# it, as the core would make them); longer, the reply is DeliveryLater with the wait.
+RATE_WAIT_S = 10.0
+RATE_TRIES = 4
 
 
 @dataclass
@@ -119,23 +123,35 @@ class Delivery:
             if stream is None:
                 if not shown:
                     return
-                event_id = await self._send(room, content(shown), txn_id(msg.seq, 0))
+                event_id = await self._send(room, content(shown), txn_id(msg.seq, 0), wait=False)
                 self._streams[room] = Stream(msg.reply_to, event_id, now, shown)
             elif now - stream.at >= self.stream_every_s and shown != stream.text:
-                await self._send(room, edit(stream.event_id, shown), None)
+                await self._send(room, edit(stream.event_id, shown), None, wait=False)
                 stream.at, stream.text = now, shown
         except DeliveryLater as exc:
             logger.debug("matrix: an edit in {} skipped: {}", room, exc)
 
-    async def _send(self, room: str, body: dict[str, object], txn: str | None) -> str:
-        client = self.channel.client
-        if client is None:
-            raise DeliveryLater("the Matrix channel is not running")
-        try:
-            return await hs.send(client, room, dict(body), txn)
-        except hs.MatrixError as exc:  # refused for good (not in the room, say): logged
-            logger.warning("matrix: the homeserver refused a message to {}: {}", room, exc)
-            return ""
+    async def _send(
+        self, room: str, body: dict[str, object], txn: str | None, *, wait: bool = True
+    ) -> str:
+        """Send one event; a short rate-limit wait is waited out here (`wait`), a longer one
+        is DeliveryLater with the homeserver's wait, as is a homeserver out of reach."""
+        attempt = 0
+        while True:
+            client = self.channel.client
+            if client is None:
+                raise DeliveryLater("the Matrix channel is not running")
+            try:
+                return await hs.send(client, room, dict(body), txn)
+            except hs.MatrixError as exc:  # refused for good (not in the room, say): logged
+                logger.warning("matrix: the homeserver refused a message to {}: {}", room, exc)
+                return ""
+            except DeliveryLater as exc:
+                retry, attempt = exc.retry_in_s, attempt + 1
+                if not wait or retry is None or retry > RATE_WAIT_S or attempt == RATE_TRIES:
+                    raise
+                logger.info("matrix: rate-limited in {}; sending again in {:.1f} s", room, retry)
+                await asyncio.sleep(retry)
 
     async def _file(self, msg: OutboundMessage, part: File) -> None:
         """A file from the workspace, uploaded; a file that cannot go is one line instead."""

@@ -46,6 +46,7 @@ class Synapse:
         self.url = f"http://127.0.0.1:{self.port}"
         self.secret = secrets.token_hex(16)
         self.proc: subprocess.Popen[bytes] | None = None
+        self._admin: User | None = None
 
     def start(self) -> Synapse:
         config = self.folder / "homeserver.yaml"
@@ -122,6 +123,14 @@ class Synapse:
                 return json.load(response)
         except urllib.error.HTTPError as exc:
             raise AssertionError(f"{method} {path}: {exc.code} {exc.read()[:500]!r}") from None
+
+    def limit_messages(self, user_id: str, per_second: int, burst: int) -> None:
+        """Hold one user to a message rate of its own (the admin API's override)."""
+        if self._admin is None:
+            self._admin = self.register("admin", admin=True)
+        path = f"/_synapse/admin/v1/users/{user_id}/override_ratelimit"
+        body = {"messages_per_second": per_second, "burst_count": burst}
+        self.call("POST", path, body, self._admin.token)
 
     def register(self, name: str, *, admin: bool = False) -> User:
         """A new user, through the shared-secret admin API (no register_new_matrix_user: 10 s)."""
