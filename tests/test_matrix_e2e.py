@@ -12,6 +12,7 @@ import pytest
 
 from nanomem.home import Home
 from tests.fakes.openai_server import FakeOpenAI, Step
+from tests.conftest import cli_env, run_cli_here
 from tests.helpers import wait_until
 from tests.helpers.gateway import GatewayProcess, onboarded
 from tests.helpers.matrix import Person, bodies, shown
@@ -278,3 +279,20 @@ def test_a_rate_limited_reply_is_delivered_within_the_run(
         )
         process.wait_for_line(r"matrix: rate-limited in")
     assert [part.split()[:2] for part in found] == [["part", "0"], ["part", "1"], ["part", "2"]]
+
+
+def test_doctor_and_status_check_the_bots_login(
+    tmp_path_factory: pytest.TempPathFactory, cast: Cast, llm: FakeOpenAI
+) -> None:
+    """`nanomem doctor` asks the homeserver whose the token is; a wrong token fails with the
+    fix, never printed whole; `nanomem status` shows the login masked."""
+    home = onboarded(tmp_path_factory, "doctor")
+    good = cli_env(home, llm, **cast.env())
+    bad = cli_env(home, llm, **cast.env(NANOMEM_MATRIX__ACCESS_TOKEN="syt_wrong_token_0000"))
+    ok, refused = run_cli_here("doctor", env=good), run_cli_here("doctor", env=bad)
+    status = run_cli_here("status", env=good)
+    assert f"{cast.bot.user_id} on {cast.server.url}, owner {cast.owner.user.user_id}" in ok.stdout
+    assert "refused the access token (***0000)" in refused.stdout
+    assert "syt_wrong_token_0000" not in refused.stdout + refused.stderr
+    assert f"access token set (***{cast.bot.token[-4:]})" in status.stdout
+    assert cast.bot.token not in status.stdout + ok.stdout

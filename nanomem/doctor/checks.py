@@ -11,6 +11,7 @@ from pathlib import Path
 from nanomem.config import Settings
 from nanomem.doctor import local, services
 from nanomem.doctor.finding import Finding, within
+from nanomem.doctor.matrix import matrix
 from nanomem.doctor.model import TIMEOUT_S, model
 from nanomem.home import Home
 
@@ -34,6 +35,8 @@ async def online(home: Home, settings: Settings) -> list[Finding]:
     if settings.telegram.enabled:
         timeout = services.HTTP_TIMEOUT_S + 5
         checks.append(("telegram", timeout, lambda: services.telegram(settings.telegram)))
+    if settings.matrix.enabled:
+        checks.append(("matrix", services.HTTP_TIMEOUT_S + 5, lambda: matrix(settings.matrix)))
     if settings.tools.shell_enabled:
         checks.append(("sandbox", SANDBOX_S, lambda: _sandbox(settings)))
     for name, server in settings.mcp.servers.items():
