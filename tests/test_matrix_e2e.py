@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from nanomem.home import Home
-from tests.fakes.openai_server import FakeOpenAI, Step
 from tests.conftest import cli_env, run_cli_here
+from tests.fakes.openai_server import FakeOpenAI, Step
 from tests.helpers import wait_until
 from tests.helpers.gateway import GatewayProcess, onboarded
 from tests.helpers.matrix import Person, bodies, shown

@@ -3,6 +3,7 @@ syncing, sending, and what an error response means for a reply."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import httpx
@@ -22,6 +23,8 @@ from nio import (
 
 from nanomem.agent import DeliveryLater
 
+# A server name and a media id as the spec allows them: nothing else reaches a URL path.
+_MXC = re.compile(r"mxc://([A-Za-z0-9.\-]+(?::[0-9]{1,5})?)/([A-Za-z0-9_\-]{1,255})")
 REQUEST_S = 30.0  # the longest one request other than a sync's long poll may take
 # Never sleep out a rate limit inside nio: a reply says "later" to the core instead.
 CONFIG = AsyncClientConfig(
@@ -138,9 +141,10 @@ async def upload(client: AsyncClient, data: bytes, mime: str, name: str) -> str:
 async def download(homeserver: str, token: str, mxc: str, limit: int) -> bytes:
     """A file from the media repository, read no further than `limit` bytes (the size a
     message claims may lie): ValueError past it."""
-    server, _, media = mxc.removeprefix("mxc://").partition("/")
-    if not server or not media or "/" in media or ".." in server:
+    found = _MXC.fullmatch(mxc)
+    if found is None:
         raise ValueError(f"not a media address: {mxc[:80]!r}")
+    server, media = found.groups()
     url = f"{homeserver.rstrip('/')}/_matrix/client/v1/media/download/{server}/{media}"
     headers = {"Authorization": f"Bearer {token}"}
     async with (

@@ -152,13 +152,15 @@ def _lines(text: str) -> str:
     return html.escape(text).replace("\n", "<br/>")
 
 
-def content(text: str, *, notice: bool = False) -> dict[str, Any]:
-    """An m.text event's content: a plain body and its HTML."""
+def content(text: str) -> dict[str, Any]:
+    """An m.text event's content: a plain body and its HTML. An empty m.mentions says it
+    mentions nobody: clients then ping no one for an `@room` or a name the model wrote."""
     return {
-        "msgtype": "m.notice" if notice else "m.text",
+        "msgtype": "m.text",
         "body": text,
         "format": "org.matrix.custom.html",
         "formatted_body": rendered(text),
+        "m.mentions": {},
     }
 
 
@@ -179,11 +181,15 @@ def measure(text: str) -> int:
 
 
 def split(text: str, limit: int = EVENT_LIMIT) -> list[str]:
-    """Parts of at most `limit` bytes each, cut where a reader would pause."""
-    if measure(text) <= limit:
+    """Parts of at most `limit` bytes each, cut where a reader would pause. A window in
+    characters is guessed from the text's bytes per character; a part that still weighs too
+    much (its characters cost more than the average) is split again."""
+    size = measure(text)
+    if size <= limit:
         return [text]
+    window = max(1, min(len(text) - 1, len(text) * limit * 9 // (size * 10)))
     parts: list[str] = []
-    for piece in split_text(text, max(1, min(len(text) - 1, limit // 2))):
+    for piece in split_text(text, window):
         parts.extend([piece] if measure(piece) <= limit else split(piece, limit))
     return parts
 

@@ -1,0 +1,100 @@
+"""What the Matrix channel reads from a room event and writes into one: mentions, commands
+typed with `!`, HTML from the model's text, parts within the event limit, transaction ids."""
+
+from __future__ import annotations
+
+import json
+
+from channels.matrix.events import (
+    EVENT_LIMIT,
+    content,
+    edit,
+    from_bang,
+    in_matrix_spelling,
+    inviter,
+    measure,
+    names_us,
+    rendered,
+    said,
+    split,
+    txn_id,
+    without_mention,
+)
+
+BOT = "@nanomem:example.org"
+
+
+def message(body: str, **extra: object) -> dict[str, object]:
+    return {
+        "type": "m.room.message",
+        "event_id": "$1",
+        "sender": "@ann:example.org",
+        "content": {"msgtype": "m.text", "body": body, **extra},
+    }
+
+
+def test_a_mention_is_the_bots_id_or_name_in_the_body_or_in_m_mentions() -> None:
+    assert names_us(said(message(f"{BOT}: hi")), BOT, "Nanomem")  # type: ignore[arg-type]
+    assert names_us(said(message("nanomem, hi")), BOT, "Nanomem")  # type: ignore[arg-type]
+    tagged = said(message("hi", **{"m.mentions": {"user_ids": [BOT]}}))
+    assert tagged is not None and names_us(tagged, BOT, "")
+    assert not names_us(said(message("nanomemories are nice")), BOT, "Nanomem")  # type: ignore[arg-type]
+    assert without_mention(f"{BOT}: what now", BOT, "Nanomem") == "what now"
+    assert without_mention("Nanomem, what now", BOT, "Nanomem") == "what now"
+
+
+def test_a_reply_names_the_event_it_answers_and_an_edit_is_not_a_new_message() -> None:
+    reply = said(message("yes", **{"m.relates_to": {"m.in_reply_to": {"event_id": "$0"}}}))
+    assert reply is not None and reply.reply_to == "$0"
+    assert said(message("* fixed", **{"m.relates_to": {"rel_type": "m.replace"}})) is None
+    assert said({**message("x"), "type": "m.reaction"}) is None
+
+
+def test_commands_are_typed_with_a_bang_and_written_with_one() -> None:
+    ours = {"help", "dream-log"}
+    assert from_bang("!help", ours) == "/help"
+    assert from_bang("!dream-log 3", ours) == "/dream-log 3"
+    assert from_bang("!nothing", ours) == "!nothing"
+    written = in_matrix_spelling("Send /help or /dream-log; see https://x.org/help", ours)
+    assert written == "Send !help or !dream-log; see https://x.org/help"
+
+
+def test_the_html_escapes_the_models_text_and_keeps_code_blocks() -> None:
+    html = rendered('<a href="x">y</a> & more\n```\nif a < b:\n```')
+    escaped = "&lt;a href=&quot;x&quot;&gt;y&lt;/a&gt; &amp; more<br/>"
+    assert html == escaped + "<pre><code>if a &lt; b:\n</code></pre>"
+    sent = content("@room look")
+    assert sent["body"] == "@room look" and sent["m.mentions"] == {}  # pings nobody
+    changed = edit("$9", "new")
+    assert changed["m.new_content"]["body"] == "new"
+    assert changed["m.relates_to"] == {"rel_type": "m.replace", "event_id": "$9"}
+
+
+def test_a_long_reply_is_split_into_parts_within_the_event_limit() -> None:
+    text = "\n\n".join(f"{n} " + "<é>" * 9000 for n in range(12))  # HTML escaping triples it
+    parts = split(text)
+    assert len(parts) > 1
+    assert all(measure(part) <= EVENT_LIMIT for part in parts)
+    assert all(
+        len(json.dumps(content(p), ensure_ascii=False).encode()) <= EVENT_LIMIT for p in parts
+    )
+
+    def words(t: str) -> str:  # cut between words, the space at a cut goes
+        return "".join(t.split())
+
+    assert words("".join(parts)) == words(text)
+    assert split("short") == ["short"]
+
+
+def test_a_part_keeps_its_transaction_id_across_restarts() -> None:
+    assert txn_id(7, 0) == txn_id(7, 0) != txn_id(7, 1) != txn_id(8, 1)
+    assert txn_id(None, 0) is None  # not in the inbox: the client makes one
+
+
+def test_the_inviter_is_read_from_the_invites_own_member_event() -> None:
+    state = [
+        {"type": "m.room.member", "state_key": "@eve:x", "sender": "@eve:x"},
+        {"type": "m.room.member", "state_key": BOT, "sender": "@ann:example.org"},
+    ]
+    assert inviter(state, BOT) == "@ann:example.org"
+    assert inviter([{"type": "m.room.name"}], BOT) == ""
