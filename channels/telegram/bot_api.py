@@ -1,12 +1,10 @@
-"""The Bot API as delivery sees it: the calls it makes, their errors, and a chat's flood wait.
+"""The Bot API as delivery sees it: the calls it makes and their errors.
 
 Free of python-telegram-bot: `channels/telegram/channel.py` implements the port, tests fake it.
 """
 
 from __future__ import annotations
 
-import time
-from dataclasses import dataclass
 from typing import Literal, Protocol
 
 from nanomem.agent import Button
@@ -68,16 +66,3 @@ class BotPort(Protocol):
         self, key: str, kind: FileKind, name: str, data: bytes, *, caption: str, html: bool
     ) -> int:
         """sendPhoto, sendVoice, sendAudio or sendDocument by `kind`; the message's id."""
-
-
-@dataclass
-class FloodGate:
-    """A chat's flood wait: nothing is sent to it before `blocked_until` (monotonic)."""
-
-    blocked_until: float = 0.0
-
-    def block(self, seconds: float) -> None:
-        self.blocked_until = max(self.blocked_until, time.monotonic() + seconds)
-
-    def wait_s(self) -> float:
-        return max(0.0, self.blocked_until - time.monotonic())

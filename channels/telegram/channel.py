@@ -149,6 +149,7 @@ class TelegramChannel(BaseChannel):
             markup="html",  # renders and splits itself: 4096 counts the rendered text
             pushes=True,
             reaches_owner=True,
+            turns=True,  # typing and growing replies follow each turn's life
         )
         self._refusals: set[asyncio.Task[Any]] = set()
         wait = settings.album_wait_s  # after an album's last part; 10 s at most after its first
@@ -517,7 +518,7 @@ class TelegramChannel(BaseChannel):
                 await self._bus.forget(incoming.seq)
                 return None
             return UNSUPPORTED
-        self.delivery.accepted(key, msg.id, message.message_id, command, late=incoming.retry)
+        self.delivery.accepted(key, msg.id, message.message_id, group=group, late=incoming.retry)
         return replace(msg, content=text, media=tuple(media), lengths=lengths)
 
     # Outbound: one chat at a time, in order, from the core; Delivery reaches the Bot API here.

@@ -2,7 +2,9 @@
 
 The core's per-chat outbound worker hands each message here, one chat at a time, in order, and
 chats concurrently (one chat waiting out a flood limit never delays another); nothing here
-queues or re-orders. The Bot API itself is reached through a small port.
+queues or re-orders. A turn's life comes from the core (TurnStarted, TurnEnded: the shared
+agent/chat_turns.py keeps it), the flood waits from the shared rate gate (agent/rate_gate.py).
+The Bot API itself is reached through a small port.
 """
 
 from __future__ import annotations
@@ -13,13 +15,13 @@ import re
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
 from loguru import logger
 
-from channels.telegram.bot_api import BotPort, FloodGate, SendError
+from channels.telegram.bot_api import BotPort, SendError
 from channels.telegram.drafts import Stream, Streamer
 from channels.telegram.files import send_file
 from channels.telegram.format import (
@@ -29,7 +31,6 @@ from channels.telegram.format import (
     too_long,
 )
 from nanomem.agent import (
-    STOPPED,
     Button,
     ChannelDown,
     Command,
@@ -39,10 +40,17 @@ from nanomem.agent import (
     File,
     OutboundMessage,
     Progress,
+    RateGate,
     Text,
+    TurnEnded,
+    Turns,
+    TurnStarted,
+    TypingPace,
 )
 
 T = TypeVar("T")
+K = TypeVar("K")
+V = TypeVar("V")
 Buttons = tuple[Button, ...]
 _COMMAND_NAME = re.compile(r"[a-z0-9_]{1,32}")
 TOKEN_REJECTED = "telegram: the bot token was rejected (check telegram.token)"
@@ -114,15 +122,9 @@ def chunks_of(msg: OutboundMessage) -> list[tuple[str, bool]]:
 
 
 @dataclass
-class ChatState(FloodGate):
-    """Which messages of one chat await an answer, its flood wait, its progress message, the
-    replies it sees growing."""
+class ChatState:
+    """A chat's tool-progress message (its turns are in `Delivery.turns`)."""
 
-    pending: list[str] = field(default_factory=list)  # inbound ids not answered yet, oldest first
-    commands: dict[str, str] = field(default_factory=dict)  # pending id → its command's name
-    streams: dict[str, Stream] = field(default_factory=dict)  # pending id → its growing reply
-    typing: asyncio.Task[None] | None = None
-    active: float = 0.0  # last sign of life of a turn (monotonic)
     status_id: int | None = None  # the tool-progress message being edited
     status_line: str = ""
     status_steps: int = 0
@@ -130,41 +132,9 @@ class ChatState(FloodGate):
     status_queued: bool = False
     status_task: asyncio.Task[None] | None = None  # the progress refresh on its way, if any
 
-    def accept(self, inbound_id: str, command: str | None) -> None:
-        """Note a message handed to the core: the person now waits for its answer."""
-        self.active = time.monotonic()
-        self.pending.append(inbound_id)
-        if command is not None:
-            self.commands[inbound_id] = command
-
-    def answer(self, msg: OutboundMessage) -> list[str]:
-        """Note a reply or error; a "Stopped." answer to /stop ends the running turn too.
-        The ids of the turns it ended."""
-        self.active = time.monotonic()
-        done = [msg.reply_to]
-        if self.commands.get(msg.reply_to or "") == "stop" and msg.content == STOPPED:
-            # The turn /stop cancelled: the oldest waiting message that is not a command.
-            done += [i for i in self.pending if i not in self.commands][:1]
-        ended = [i for i in done if i is not None and i in self.pending]
-        for inbound_id in done:
-            if inbound_id not in self.pending:
-                continue
-            self.pending.remove(inbound_id)
-            if self.commands.pop(inbound_id, None) is None:  # a turn ended: a new status next
-                self.status_id, self.status_steps, self.status_at = None, 0, 0.0
-        if not self.pending:
-            self.stop_typing()
-        return ended
-
-    def stop_typing(self) -> None:
-        if self.typing is not None:
-            self.typing.cancel()
-            self.typing = None
-
-    def progress(self, line: str) -> bool:
+    def progress(self, line: str, waiting: bool) -> bool:
         """Record a tool-progress line; True when a refresh of the status message should queue."""
-        self.active = time.monotonic()
-        if not self.pending:
+        if not waiting:
             return False  # the turn already ended
         self.status_line, self.status_steps = line, self.status_steps + 1
         if self.status_queued:
@@ -172,15 +142,20 @@ class ChatState(FloodGate):
         self.status_queued = True
         return True
 
-    def status_due(self, every_s: float) -> str | None:
-        """The status text to show now, or None (throttled, flood-blocked or turn over)."""
+    def status_due(self, every_s: float, waiting: bool, held: bool) -> str | None:
+        """The status text to show now, or None (throttled, held back by a flood wait or a
+        reply, or the turn is over)."""
         self.status_queued = False
         now = time.monotonic()
-        if not self.pending or now < self.blocked_until or now - self.status_at < every_s:
+        if not waiting or held or now - self.status_at < every_s:
             return None
         self.status_at = now
         steps = f" · {self.status_steps} steps" if self.status_steps > 1 else ""
         return f"⚙️ {self.status_line}{steps}"
+
+    def new_status(self) -> None:
+        """A turn ended: the next one's progress gets a message of its own."""
+        self.status_id, self.status_steps, self.status_at = None, 0, 0.0
 
 
 class Delivery:
@@ -200,65 +175,70 @@ class Delivery:
         workspace: Path = Path(),
     ) -> None:
         self.port, self.workspace = port, workspace
-        self.typing_every_s, self.status_every_s = typing_every_s, status_every_s
-        self.typing_delay_s = typing_delay_s
+        self.status_every_s = status_every_s
         self.backoff_s = backoff_s  # the first wait after a network error; doubles up to 30 s
         self.stream, self.stream_groups = stream, stream_groups
-        self.streamer = Streamer(port, stream_every_s)
+        self.gate = RateGate()  # Telegram's flood waits, per chat
+        pace = TypingPace(typing_delay_s, typing_every_s, TYPING_MAX_S)
+        self.turns: Turns[Stream] = Turns(self._typing, pace, self.gate.wait_s)
+        self.streamer = Streamer(port, self.gate, stream_every_s)
         self.chats: dict[str, ChatState] = {}
-        self._message_ids: OrderedDict[str, int] = OrderedDict()  # inbound id → Telegram id
+        # inbound id → (its Telegram message id, whether it came in a group)
+        self._asked: OrderedDict[str, tuple[int, bool]] = OrderedDict()
         self._late: OrderedDict[str, None] = OrderedDict()  # answered out of order: quoted
+        # A reply a flood wait cut mid-way → the parts delivered, so its retry goes on after them.
+        self._parts_sent: OrderedDict[tuple[str, str | None, int | None, str], int] = OrderedDict()
 
     def chat(self, key: str) -> ChatState:
         return self.chats.setdefault(key, ChatState())
 
     def accepted(
-        self, key: str, inbound_id: str, message_id: int, command: str | None, *, late: bool = False
+        self, key: str, inbound_id: str, message_id: int, *, group: bool, late: bool = False
     ) -> None:
-        """A message went to the core: remember its Telegram id, show typing while it waits.
-        A `late` one (tried again after a failure) keeps nobody waiting; its answer quotes it,
-        since the chat has moved on meanwhile."""
-        self._message_ids[inbound_id] = message_id
-        while len(self._message_ids) > 4096:
-            self._message_ids.popitem(last=False)
+        """A message goes to the core: remember its Telegram id (a group's answer quotes it)
+        and whether it came in a group (the channel's word). A `late` one (tried again after
+        a failure) keeps nobody waiting; its answer quotes it, since the chat has moved on."""
+        _remember(self._asked, inbound_id, (message_id, group))
         if late:
-            self._late[inbound_id] = None
-            while len(self._late) > 4096:
-                self._late.popitem(last=False)
-            return
-        chat = self.chat(key)
-        chat.accept(inbound_id, command)
-        if chat.typing is None:
-            chat.typing = asyncio.create_task(self._type(key, chat), name=f"typing:{key}")
+            _remember(self._late, inbound_id, None)
 
     async def send(self, msg: OutboundMessage) -> None:
         """Deliver one message; the core calls this for one chat at a time, in order (its
         per-chat outbound worker), so nothing here queues or re-orders. Raises DeliveryLater
-        when a reply cannot be delivered now."""
-        if isinstance(msg.part, Delta | DeltaEnd):  # best effort: never waited for, never raises
-            self._grow(msg)
-            return
-        if isinstance(msg.part, File):  # mid-turn: the turn, its typing and progress go on
+        when a reply cannot be delivered now (with `retry_in_s` for a flood wait)."""
+        part = msg.part
+        if isinstance(part, Delta | DeltaEnd):  # best effort: never waited for, never raises
+            return self._grow(msg)
+        if isinstance(part, TurnStarted):
+            if (msg.reply_to or "") not in self._late:  # a retry keeps nobody waiting
+                self.turns.started(msg)
+            return None
+        if isinstance(part, File):  # mid-turn: the turn, its typing and progress go on
             try:
-                await send_file(self, msg.chat_id, msg.part, kept=msg.seq is not None)
+                await send_file(self, msg.chat_id, part, kept=msg.seq is not None)
             finally:
                 self._forget_if_idle(msg.chat_id)
-            return
+            return None
         chat = self.chat(msg.chat_id)
-        if isinstance(msg.part, Progress):
-            if chat.progress(msg.content):  # shown soon, with the latest line by then
+        if isinstance(part, Progress):
+            self.turns.touch(msg.chat_id)
+            if chat.progress(msg.content, self.turns.waiting(msg.chat_id)):  # the latest line
                 chat.status_task = asyncio.create_task(self._show_status(msg.chat_id, chat))
-            return
+            return None
         if (refresh := chat.status_task) is not None:  # the progress line goes out first
             chat.status_task = None
             await asyncio.gather(refresh, return_exceptions=True)
-        stream = chat.streams.pop(msg.reply_to or "", None)
-        for ended in chat.answer(msg):
-            if (cut := chat.streams.pop(ended, None)) is not None and ended != msg.reply_to:
+        if self.turns.is_turn(msg.chat_id, msg.reply_to):
+            chat.new_status()
+        if isinstance(part, TurnEnded):  # after its answer, if any
+            if (cut := self.turns.ended(msg)) is not None:
                 await self._keep_shown(cut)
+            return self._forget_if_idle(msg.chat_id)
+        stream = self.turns.answering(msg)
         if stream is not None:
             self.streamer.stop(stream)  # nothing more is shown before the reply replaces it
         await self._deliver(msg, stream)
+        return None
 
     async def tell(self, key: str, text: str) -> None:
         """A short plain note outside any reply (a file that could not go); best effort."""
@@ -269,19 +249,16 @@ class Delivery:
 
     def _grow(self, msg: OutboundMessage) -> None:
         """A piece of a reply being written, shown (throttled) if this chat streams."""
-        chat = self.chats.get(msg.chat_id)
-        group = msg.chat_id.startswith("-")
-        if not self.stream or (group and not self.stream_groups):
-            return
-        if chat is None or msg.reply_to is None or msg.reply_to not in chat.pending:
-            return  # answered already (a piece can never outrun its reply, but be safe)
-        if not isinstance(piece := msg.part, Delta):
+        asked = self._asked.get(msg.reply_to or "")
+        if not self.stream or asked is None or not isinstance(piece := msg.part, Delta):
             return  # a step's end: the next step's first piece shows it
-        stream = chat.streams.get(msg.reply_to)
-        if stream is None:
-            quote = self._message_ids.get(msg.reply_to) if group else None
-            stream = chat.streams[msg.reply_to] = Stream(msg.chat_id, not group, quote)
-        self.streamer.piece(stream, chat, piece.step, piece.so_far or stream.text + piece.piece)
+        message_id, group = asked
+        if group and not self.stream_groups:
+            return
+        quote = message_id if group else None
+        stream = self.turns.growing(msg, lambda: Stream(msg.chat_id, not group, quote))
+        if stream is not None:  # None: answered already (a piece never outruns its reply)
+            self.streamer.piece(stream, piece.step, piece.so_far or stream.text + piece.piece)
 
     async def _keep_shown(self, stream: Stream) -> None:
         """A turn /stop cut short: what the person saw of it stays in the chat (the session
@@ -296,21 +273,23 @@ class Delivery:
     async def close(self) -> None:
         """Stop typing and growing replies; what was not delivered stays in the inbox for the
         next start (the core's outbound worker delivers, and drains on a graceful stop)."""
+        for stream in self.turns.close():
+            self.streamer.cancel(stream)
         for chat in self.chats.values():
-            chat.stop_typing()
             if chat.status_task is not None:
                 chat.status_task.cancel()
-            for stream in chat.streams.values():
-                self.streamer.cancel(stream)
 
     async def _deliver(self, msg: OutboundMessage, stream: Stream | None = None) -> None:
         chunks = chunks_of(msg)
-        in_group = msg.chat_id.startswith("-")  # quote the question only where it helps
-        late = (msg.reply_to or "") in self._late
+        asked = self._asked.get(msg.reply_to or "")
+        late = (msg.reply_to or "") in self._late  # quoted: the chat has moved on meanwhile
         if late:
             del self._late[msg.reply_to or ""]
-        reply_to = self._message_ids.get(msg.reply_to or "") if in_group or late else None
-        first = 1
+        reply_to = asked[0] if asked is not None and (asked[1] or late) else None
+        cut = (msg.chat_id, msg.reply_to, msg.seq, msg.content)
+        first = self._parts_sent.pop(cut, 0) + 1  # after a flood wait: the parts not yet sent
+        if first > 1:
+            reply_to = None
         try:
             if stream is not None:  # a draft is simply replaced by the reply; a message is not
                 await self.streamer.finished(stream)
@@ -324,11 +303,14 @@ class Delivery:
                         msg.chat_id, text, html=html, reply_to=reply_to, buttons=buttons
                     )
                 except SendError as exc:
+                    if exc.retry_after is not None:  # the core sends it again after the wait
+                        _remember(self._parts_sent, cut, number - 1)
+                        raise DeliveryLater(str(exc), exc.retry_after + 0.5) from exc
                     part = msg.part
                     kind = part.style if isinstance(part, Text) else type(part).__name__.lower()
                     where = f"{kind} part {number}/{len(chunks)} to chat {msg.chat_id}"
                     logger.error("telegram: gave up sending {}: {}", where, exc)
-                    if exc.transient or exc.retry_after is not None:
+                    if exc.transient:
                         raise DeliveryLater(str(exc)) from exc
                     return  # refused for good (blocked by the person, say): nothing to keep
                 reply_to = None
@@ -382,12 +364,13 @@ class Delivery:
         await self.html_or_plain(key, attempt, text, html)
 
     def _forget_if_idle(self, key: str) -> None:
-        """Drop an idle chat's state, so the map does not grow with every chat ever seen."""
+        """Drop an idle chat's state, so the maps do not grow with every chat ever seen."""
+        self.gate.forget(key)  # kept while its flood wait binds the next send
         chat = self.chats.get(key)  # later jobs start from a fresh one: that is what idle means
-        if chat is None or chat.pending or chat.commands or chat.typing or chat.status_queued:
+        if not self.turns.idle(key) or (chat is not None and chat.status_queued):
             return
-        if not chat.streams and not chat.wait_s():
-            del self.chats[key]
+        self.turns.forget_if_idle(key)
+        self.chats.pop(key, None)
 
     async def _send(
         self, key: str, text: str, *, html: bool, reply_to: int | None = None, buttons: Buttons = ()
@@ -397,7 +380,8 @@ class Delivery:
                 key, body, html=as_html, reply_to=reply_to, buttons=buttons
             )
 
-        await self.html_or_plain(key, attempt, text, html, said="resent as plain text")
+        said = "resent as plain text"
+        await self.html_or_plain(key, attempt, text, html, said=said, flood_later=True)
 
     async def html_or_plain(
         self,
@@ -407,11 +391,12 @@ class Delivery:
         html: bool,
         *,
         said: str = "",
+        flood_later: bool = False,
     ) -> T:
         """`attempt(text, html)`, retried; when Telegram refuses its HTML, once more as the
         same words in plain text (logged when `said` names what happened)."""
         try:
-            return await self.retrying(key, attempt(text, html))
+            return await self.retrying(key, attempt(text, html), flood_later=flood_later)
         except SendError as exc:
             if not (html and exc.bad_html):
                 raise
@@ -422,27 +407,34 @@ class Delivery:
                     exc,
                     said,
                 )
-            return await self.retrying(key, attempt(html_to_plain(text), False))
+            plain = attempt(html_to_plain(text), False)
+            return await self.retrying(key, plain, flood_later=flood_later)
 
-    async def retrying(self, key: str, call: Callable[[], Awaitable[T]]) -> T:
-        """Honour flood limits for this chat only; retry network errors and 5xx with backoff."""
-        chat, delay, attempt = self.chat(key), self.backoff_s, 0
+    async def retrying(
+        self, key: str, call: Callable[[], Awaitable[T]], *, flood_later: bool = False
+    ) -> T:
+        """A whole message's call, ahead of any edit (the rate gate); flood limits bind this
+        chat only, network errors and 5xx are retried with backoff. `flood_later`: a flood
+        wait is raised at once, for the core to send the reply again after it."""
+        delay, attempt = self.backoff_s, 0
         while True:
             attempt += 1
-            await asyncio.sleep(chat.wait_s())
             try:
-                return await call()
+                async with self.gate.reply(key):
+                    return await call()
             except SendError as exc:
-                if attempt >= SEND_ATTEMPTS or not (exc.retry_after is not None or exc.transient):
-                    raise
                 if exc.retry_after is not None:
-                    chat.block(exc.retry_after + 0.5)
+                    self.gate.block(key, exc.retry_after + 0.5)
                     logger.warning(
                         "telegram: flood control for chat {}: waiting {:.0f} s",
                         key,
                         exc.retry_after,
                     )
-                else:
+                    if flood_later:
+                        raise
+                if attempt >= SEND_ATTEMPTS or not (exc.retry_after is not None or exc.transient):
+                    raise
+                if exc.retry_after is None:
                     logger.warning(
                         "telegram: sending to chat {} failed ({}); retrying in {:.0f} s",
                         key,
@@ -452,25 +444,20 @@ class Delivery:
                     await asyncio.sleep(delay)
                     delay = min(delay * 2, 30.0)
 
-    async def _type(self, key: str, chat: ChatState) -> None:
+    async def _typing(self, key: str) -> None:
+        """One typing action (chat_turns repeats it while a turn waits); a failure ends it."""
         try:
-            # A reply (or its first words) within a second needs no typing action.
-            await asyncio.sleep(self.typing_delay_s)
-            while chat.pending and time.monotonic() - chat.active < TYPING_MAX_S:
-                if not chat.wait_s():
-                    await self.port.typing(key)
-                await asyncio.sleep(self.typing_every_s)
-        except SendError as exc:  # any failure ends the indicator; the reply still comes
+            await self.port.typing(key)
+        except SendError as exc:
             if exc.retry_after is not None:
-                chat.block(exc.retry_after)
-            logger.debug("telegram: the typing action in {} ended: {}", key, exc)
-        finally:
-            if chat.typing is asyncio.current_task():
-                chat.typing = None
+                self.gate.block(key, exc.retry_after)
+            raise
 
     async def _show_status(self, key: str, chat: ChatState) -> None:
-        """Tool progress as one edited message; best effort: never waits, never retries."""
-        if (text := chat.status_due(self.status_every_s)) is None:
+        """Tool progress as one edited message; best effort: never waits, never retries, and
+        gives way to a reply (the next line shows the newest)."""
+        held = self.gate.edit_in_s(key) > 0
+        if (text := chat.status_due(self.status_every_s, self.turns.waiting(key), held)) is None:
             return
         try:
             if chat.status_id is None:
@@ -479,8 +466,15 @@ class Delivery:
                 await self.port.edit_text(key, chat.status_id, text, html=False)
         except SendError as exc:
             if exc.retry_after is not None:
-                chat.block(exc.retry_after)
+                self.gate.block(key, exc.retry_after)
             logger.debug("telegram: progress in {} not shown: {}", key, exc)
+
+
+def _remember(memory: OrderedDict[K, V], key: K, value: V, most: int = 4096) -> None:
+    """Keep `value` under `key`, forgetting the oldest past `most`."""
+    memory[key] = value
+    while len(memory) > most:
+        memory.popitem(last=False)
 
 
 class PollWatch:

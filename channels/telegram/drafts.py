@@ -3,8 +3,9 @@
 A private chat sees a draft (`sendMessageDraft`, Bot API 9.3+). Where the server does not know
 drafts, and in groups, one message is sent with the first text and edited in place; Delivery
 turns it into the finished reply. Either way a chat is refreshed at most once per `every_s`
-(the first text after FIRST_SHOW_S), waits out its own flood limit only, and a failure here
-never costs the finished reply, which always follows.
+(the first text after FIRST_SHOW_S), waits out its own flood limit only and gives way to any
+whole message on its way to the chat (the shared rate gate), and a failure here never costs
+the finished reply, which always follows.
 """
 
 from __future__ import annotations
@@ -17,8 +18,9 @@ from dataclasses import dataclass, field
 
 from loguru import logger
 
-from channels.telegram.bot_api import BotPort, FloodGate, SendError
+from channels.telegram.bot_api import BotPort, SendError
 from channels.telegram.format import markdown_to_html, split_html, split_plain
+from nanomem.agent import RateGate
 from nanomem.text.utf8 import clean_text
 
 GROUP_SLOWER = 3
@@ -68,11 +70,13 @@ class Stream:
 class Streamer:
     """Keeps each stream's chat up to date from a task of its own, throttled per chat."""
 
-    def __init__(self, port: BotPort, every_s: float, renew_s: float = DRAFT_RENEW_S) -> None:
-        self.port, self.every_s, self.renew_s = port, every_s, renew_s
+    def __init__(
+        self, port: BotPort, gate: RateGate, every_s: float, renew_s: float = DRAFT_RENEW_S
+    ) -> None:
+        self.port, self.gate, self.every_s, self.renew_s = port, gate, every_s, renew_s
         self.drafts: bool | None = None  # whether the Bot API server knows drafts (per process)
 
-    def piece(self, stream: Stream, gate: FloodGate, step: int, text: str) -> None:
+    def piece(self, stream: Stream, step: int, text: str) -> None:
         """The step's text so far; a new step starts a new text (and a new draft)."""
         if stream.closed:
             return
@@ -82,7 +86,7 @@ class Streamer:
         stream.wake.set()
         if stream.task is None:
             stream.next_at = max(stream.next_at, time.monotonic() + FIRST_SHOW_S)
-            run = self._run(stream, gate)
+            run = self._run(stream)
             stream.task = asyncio.create_task(run, name=f"telegram-stream:{stream.key}")
 
     def stop(self, stream: Stream) -> None:
@@ -104,7 +108,7 @@ class Streamer:
         if stream.task is not None:
             stream.task.cancel()
 
-    async def _run(self, stream: Stream, gate: FloodGate) -> None:
+    async def _run(self, stream: Stream) -> None:
         while not (stream.closed or stream.broken):
             renew_in = self._renew_in(stream)
             if renew_in == 0:  # the draft would soon vanish: show the text again, as a new one
@@ -112,7 +116,8 @@ class Streamer:
             if stream.text == stream.rendered_from:
                 await _sleep(stream, renew_in)
                 continue
-            if (delay := max(stream.next_at - time.monotonic(), gate.wait_s())) > 0:
+            ready_in = self.gate.edit_in_s(stream.key)  # a flood wait, a reply on its way
+            if (delay := max(stream.next_at - time.monotonic(), ready_in)) > 0:
                 await _sleep(stream, delay)
                 continue
             text, html = stream.text, stream.html
@@ -122,7 +127,7 @@ class Streamer:
             try:
                 await self._show(stream, preview(text, html=html), html)
             except SendError as exc:
-                self._failed(stream, gate, exc, html)
+                self._failed(stream, exc, html)
             except Exception:  # best effort: the finished reply still comes
                 logger.exception("telegram: showing a reply as it grows in {} failed", stream.key)
                 stream.broken = True
@@ -154,10 +159,10 @@ class Streamer:
         private = stream.private and stream.drafts and not stream.message_id
         return private and self.drafts is not False
 
-    def _failed(self, stream: Stream, gate: FloodGate, exc: SendError, html: bool) -> None:
+    def _failed(self, stream: Stream, exc: SendError, html: bool) -> None:
         stream.rendered_from = None  # unless given up below, the text is shown again
         if exc.retry_after is not None:  # this chat waits; no other chat does
-            gate.block(exc.retry_after + 0.5)
+            self.gate.block(stream.key, exc.retry_after + 0.5)
             logger.warning(
                 "telegram: flood control for chat {}: waiting {:.0f} s", stream.key, exc.retry_after
             )

@@ -1,4 +1,5 @@
-"""Markdown → Telegram Bot API HTML (``parse_mode=HTML``), split into messages that fit the limit.
+"""Telegram's own part of its messages: the rendered HTML (nanomem/text/markdown_html.py's
+Telegram subset) split into messages that fit the limit, and what to do when Telegram refuses one.
 
 Telegram's limit counts UTF-16 code units of the visible text (after entity parsing), so that
 is what splitting measures: not Python characters, not tags.
@@ -9,12 +10,10 @@ Kept free of python-telegram-bot so it stays a pure, easily tested text transfor
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
-from html import escape, unescape
+from html import unescape
 
-from markdown_it import MarkdownIt
-from markdown_it.token import Token
-
+from nanomem.text.markdown_html import TELEGRAM_HTML, html_text, render_html
+from nanomem.text.measure import utf16_units as utf16_length
 from nanomem.text.utf8 import clean_text
 
 __all__ = [
@@ -33,197 +32,19 @@ __all__ = [
 
 TELEGRAM_LIMIT = 4096
 
-_SAFE_SCHEMES = frozenset({"http", "https", "tg", "mailto", "ftp"})
-_SCHEME_RE = re.compile(r"([a-zA-Z][a-zA-Z0-9+.-]*):")
-_LANG_JUNK_RE = re.compile(r"[^\w+#.-]")
 # Our own HTML is regular: tags never contain '<' or '>' and text is fully escaped, so a
 # tokenizer of "tag | entity | single character" is exact; single characters allow hard cuts.
 _ATOM_RE = re.compile(r"<[^<>]*>|&(?:#\d+|#[xX][0-9a-fA-F]+|[A-Za-z][A-Za-z0-9]*);|.", re.DOTALL)
 _TAG_RE = re.compile(r"<(/?)([A-Za-z][\w-]*)[^<>]*>")
-_INLINE_TAGS = {"strong": "b", "em": "i", "s": "s"}
 _MIN_LIMIT = 16  # far below any real use; a piece must at least hold one character
 
 Tag = tuple[bool, str]  # (is_closing, name)
 Stack = list[tuple[str, str]]  # (name, full opening tag) of currently open elements
 
 
-class _Parser(MarkdownIt):
-    def validateLink(self, url: str) -> bool:
-        # Let every URL parse as a link: markdown-it would otherwise print rejected links as
-        # raw Markdown source; we vet schemes ourselves and render unsafe links as their text.
-        return True
-
-
-_MD = _Parser("commonmark", {"html": True}).enable(["strikethrough", "table"])
-
-
-def _esc(text: str) -> str:
-    return escape(text, quote=False)
-
-
-def _esc_attr(text: str) -> str:
-    # Not escape(quote=True): its &#x27; is valid but needlessly noisy in an href.
-    return _esc(text).replace('"', "&quot;")
-
-
-def _safe_url(url: str | int | float | None) -> str | None:
-    """Return ``url`` if its scheme is one Telegram can open safely, else None."""
-    match = _SCHEME_RE.match(str(url or ""))
-    return str(url) if match and match.group(1).lower() in _SAFE_SCHEMES else None
-
-
-def _plain(tokens: Sequence[Token] | None) -> str:
-    """Visible text of inline tokens, formatting dropped (for table cells and alt text)."""
-    parts: list[str] = []
-    for tok in tokens or ():
-        if tok.type in ("text", "code_inline", "html_inline"):
-            parts.append(tok.content)
-        elif tok.type in ("softbreak", "hardbreak"):
-            parts.append(" ")
-        elif tok.type == "image":
-            parts.append(_plain(tok.children) or tok.content)
-    return "".join(parts)
-
-
-def _inline(tokens: Sequence[Token] | None, bold: bool = False) -> str:
-    """Render inline tokens; ``bold`` means we are already inside ``<b>`` (headings)."""
-    out: list[str] = []
-    # Nesting counters suppress redundant same-tag nesting such as <b><b>, which Telegram dislikes.
-    active = {"b": int(bold), "i": 0, "s": 0}
-    links: list[tuple[bool, int, str]] = []  # (emitted <a>, len(out) at open, href)
-    for tok in tokens or ():
-        kind, _, edge = tok.type.rpartition("_")
-        if tok.type in ("text", "html_inline"):  # raw HTML is shown, never passed through
-            out.append(_esc(tok.content))
-        elif tok.type in ("softbreak", "hardbreak"):
-            out.append("\n")
-        elif tok.type == "code_inline":
-            out.append(f"<code>{_esc(tok.content)}</code>")
-        elif kind in _INLINE_TAGS and edge in ("open", "close"):
-            tag = _INLINE_TAGS[kind]
-            if edge == "open":
-                active[tag] += 1
-                out.extend([f"<{tag}>"] if active[tag] == 1 else [])
-            else:
-                active[tag] -= 1
-                out.extend([f"</{tag}>"] if active[tag] == 0 else [])
-        elif tok.type == "link_open":
-            href = _safe_url(tok.attrGet("href"))
-            emit = href is not None and not any(e for e, _, _ in links)
-            if emit:
-                out.append(f'<a href="{_esc_attr(href or "")}">')
-            links.append((emit, len(out), href or ""))
-        elif tok.type == "link_close" and links:
-            emit, start, href = links.pop()
-            if emit:
-                out.extend([_esc(href), "</a>"] if len(out) == start else ["</a>"])
-        elif tok.type == "image":
-            src = _safe_url(tok.attrGet("src"))
-            alt = _plain(tok.children) or tok.content
-            if src and not any(e for e, _, _ in links):
-                out.append(f'<a href="{_esc_attr(src)}">{_esc(alt or src)}</a>')
-            else:
-                out.append(_esc(alt))
-    return "".join(out)
-
-
-def _indent(text: str, prefix: str) -> str:
-    """Prefix every line but the first, leaving lines inside ``<pre>`` untouched."""
-    lines = text.split("\n")
-    out = [lines[0]]
-    in_pre = lines[0].rfind("<pre>") > lines[0].rfind("</pre>")
-    for line in lines[1:]:
-        out.append(line if in_pre or not line else prefix + line)
-        opened, closed = line.rfind("<pre>"), line.rfind("</pre>")
-        in_pre = opened > closed if max(opened, closed) >= 0 else in_pre
-    return "\n".join(out)
-
-
-def _code(tok: Token) -> str:
-    body = _esc(tok.content.rstrip("\n"))
-    if not body.strip():
-        return ""
-    lang = _LANG_JUNK_RE.sub("", (tok.info.split() or [""])[0])
-    return (
-        f'<pre><code class="language-{lang}">{body}</code></pre>' if lang else f"<pre>{body}</pre>"
-    )
-
-
-def _table(tokens: Sequence[Token], i: int) -> tuple[str, int]:
-    """Render a table as aligned monospace text; Telegram has no table markup."""
-    rows: list[list[str]] = []
-    aligns: list[str] = []
-    header_rows = 0
-    while tokens[i].type != "table_close":
-        tok = tokens[i]
-        if tok.type == "tr_open":
-            rows.append([])
-        elif tok.type == "th_open":
-            aligns.append(str(tok.attrGet("style") or "").removeprefix("text-align:"))
-        elif tok.type == "inline":
-            rows[-1].append(_plain(tok.children).strip())
-        elif tok.type == "thead_close":
-            header_rows = len(rows)
-        i += 1
-    ncols = max(len(row) for row in rows)
-    rows = [row + [""] * (ncols - len(row)) for row in rows]
-    aligns += [""] * (ncols - len(aligns))
-    widths = [max(len(row[c]) for row in rows) for c in range(ncols)]
-    pad = {"right": str.rjust, "center": str.center}
-    lines = [
-        " | ".join(
-            pad.get(a, str.ljust)(cell, w) for cell, w, a in zip(row, widths, aligns, strict=True)
-        ).rstrip()
-        for row in rows
-    ]
-    if header_rows:
-        lines.insert(header_rows, "-+-".join("-" * w for w in widths))
-    return f"<pre>{_esc(chr(10).join(lines))}</pre>", i + 1
-
-
-def _blocks(tokens: Sequence[Token], i: int, stop: str, quoted: bool) -> tuple[list[str], int]:
-    """Render block tokens from ``i`` up to the ``stop`` token type; returns (blocks, next i)."""
-    blocks: list[str] = []
-    while i < len(tokens) and tokens[i].type != stop:
-        tok = tokens[i]
-        i += 1
-        if tok.type == "paragraph_open":
-            blocks.append(_inline(tokens[i].children))
-        elif tok.type == "heading_open":
-            text = _inline(tokens[i].children, bold=True)
-            blocks.append(f"<b>{text}</b>" if text.strip() else "")
-        elif tok.type in ("fence", "code_block"):
-            blocks.append(_code(tok))
-        elif tok.type == "html_block":
-            blocks.append(_esc(tok.content.rstrip("\n")))
-        elif tok.type == "hr":
-            blocks.append("———")
-        elif tok.type == "table_open":
-            text, i = _table(tokens, i)
-            blocks.append(text)
-        elif tok.type == "blockquote_open":
-            inner, i = _blocks(tokens, i, "blockquote_close", True)
-            body = "\n\n".join(b for b in inner if b.strip())
-            # Telegram forbids nested blockquotes, so inner quotes merge into the outer one.
-            blocks.append(body if quoted or not body else f"<blockquote>{body}</blockquote>")
-        elif tok.type in ("bullet_list_open", "ordered_list_open"):
-            start = tok.attrGet("start")
-            number = 1 if start is None else int(start)
-            items: list[str] = []
-            while tokens[i].type == "list_item_open":
-                marker = f"{number}. " if tok.type == "ordered_list_open" else "• "
-                inner, i = _blocks(tokens, i + 1, "list_item_close", quoted)
-                items.append(marker + _indent("\n".join(b for b in inner if b.strip()), "  "))
-                number += 1
-            blocks.append("\n".join(items))
-            i += 1  # the list's closing token
-    return blocks, i + 1
-
-
 def markdown_to_html(markdown: str) -> str:
-    """Convert Markdown to Telegram-safe HTML; whitespace-only input gives ``""``."""
-    blocks, _ = _blocks(_MD.parse(markdown), 0, "", False)
-    return "\n\n".join(b for b in blocks if b.strip()).strip()
+    """Markdown as Telegram-safe HTML; whitespace-only input gives ``""``."""
+    return render_html(markdown, TELEGRAM_HTML)
 
 
 def _tag(atom: str) -> Tag | None:
@@ -270,12 +91,6 @@ def visible_length(html: str) -> int:
     parsing (tags not counted, an entity counts as its character, an emoji beyond the BMP
     counts 2)."""
     return utf16_length(html_to_plain(html))
-
-
-def utf16_length(text: str) -> int:
-    if text.isascii():  # most of what is measured, many times over while a reply is split
-        return len(text)
-    return len(text.encode("utf-16-le", "surrogatepass")) // 2
 
 
 def _weight(atom: str) -> int:
@@ -394,7 +209,7 @@ def halves(text: str, *, html: bool, floor: int = 256) -> list[str] | None:
 
 def html_to_plain(html: str) -> str:
     """Drop all tags and unescape entities: the fallback when Telegram rejects our HTML."""
-    return unescape(_TAG_RE.sub("", html))
+    return html_text(html)
 
 
 def render_chunks(markdown: str, limit: int = TELEGRAM_LIMIT) -> list[str]:

@@ -24,8 +24,10 @@ if TYPE_CHECKING:
         image_suffix,
         pump_outbound,
         save_media,
+        send_in_turn,
         shaped,
     )
+    from nanomem.agent.chat_turns import Turns, TypingPace
     from nanomem.agent.client_turn import (
         CLIENT_REQUEST,
         SCHEMA_UNMET,
@@ -67,6 +69,7 @@ if TYPE_CHECKING:
         TurnEnded,
         TurnStarted,
     )
+    from nanomem.agent.rate_gate import RateGate
     from nanomem.agent.react_loop import ReactResult, react, seal_tool_calls
     from nanomem.agent.retries import (
         GIVEN_UP,
@@ -122,6 +125,7 @@ __all__ = [
     "Pending",
     "Progress",
     "Question",
+    "RateGate",
     "Reach",
     "ReactResult",
     "Readmit",
@@ -134,6 +138,8 @@ __all__ = [
     "ToolResult",
     "TurnEnded",
     "TurnStarted",
+    "Turns",
+    "TypingPace",
     "Unread",
     "Unreadable",
     "anyone",
@@ -154,6 +160,7 @@ __all__ = [
     "retry_delay",
     "save_media",
     "seal_tool_calls",
+    "send_in_turn",
     "shaped",
     "split_text",
 ]
@@ -174,8 +181,10 @@ __getattr__ = lazy_exports(
             "pump_outbound",
             "save_media",
             "forms",
+            "send_in_turn",
             "shaped",
         ),
+        "chat_turns": ("Turns", "TypingPace"),
         "client_turn": (
             "CLIENT_REQUEST",
             "SCHEMA_UNMET",
@@ -217,6 +226,7 @@ __getattr__ = lazy_exports(
             "TurnEnded",
             "TurnStarted",
         ),
+        "rate_gate": ("RateGate",),
         "react_loop": ("ReactResult", "react", "seal_tool_calls"),
         "retries": (
             "GIVEN_UP",

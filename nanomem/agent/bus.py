@@ -91,6 +91,9 @@ class MessageBus:
         self.retry_plan: RetryPlan | None = None  # set from agent.max_attempts (app.py)
         self._begun: set[int] = set()  # inbox messages whose counted attempt runs here
         self.retry_wake = asyncio.Event()  # a failure was recorded: its retry may come sooner
+        self.turns: set[str] = set()  # channels told of each turn's start and end (pump_outbound)
+        # The gateway stops: a reply waiting out a long rate limit waits for the next start.
+        self.closing = asyncio.Event()
 
     # Durability: every call is a no-op without an inbox.
 

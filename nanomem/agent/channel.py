@@ -6,6 +6,7 @@ sends from that, never from the channel's name or by probing it for methods."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 from collections import deque
 from collections.abc import Awaitable, Callable
@@ -48,13 +49,14 @@ class Capabilities:
     drafts: bool = False  # shows a reply growing as a draft before it is sent
     buttons: bool = False  # shows choices as buttons a person presses
     files: bool = False  # sends a file
-    # The longest text it takes in one message (0: no limit); the core splits a longer one at
-    # paragraph, line or word boundaries. Not for a channel that renders markup itself
-    # ("html"): only it knows how long its rendering is, so it splits that.
+    # The longest text it takes in one message (0: no limit), in `measure`'s units; the core
+    # splits a longer one at paragraph, line or word boundaries, keeping code blocks whole.
+    # An "html" channel that gives none renders and splits the whole reply itself.
     max_chars: int = 0
     # How a message's length is counted against max_chars, when not in characters: bytes of
-    # the event a channel sends, UTF-16 units, the length of its rendering. Given the text in
-    # the channel's markup, as the core would send it.
+    # the event a channel sends, UTF-16 units, the length of its rendering. Given a piece in
+    # the channel's markup (the model's Markdown, or plain), as the core would send it; the
+    # channel may render it first (nanomem/text has renderers and their measures).
     measure: Callable[[str], int] | None = None
     # How it shows the model's Markdown: "markdown" (as written, or rendered by the channel
     # from Markdown), "html" (rendered by the channel into its own HTML), "plain" (the core
@@ -273,20 +275,20 @@ def shaped(msg: OutboundMessage, can: Capabilities) -> OutboundMessage | None:
 
 def forms(msg: OutboundMessage, can: Capabilities) -> list[OutboundMessage]:
     """What the channel is sent for one message, in order: its `shaped` form, the model's
-    words in the channel's markup, split within its longest message (buttons under the last
-    part). Empty when it shows nothing of it."""
+    words in the channel's markup, split within its longest message by its measure, code
+    blocks kept whole (buttons under the last part). Empty when it shows nothing of it."""
     form = shaped(msg, can)
     if form is None:
         return []
     part = form.part
-    if not isinstance(part, Text) or can.markup == "html":
-        return [form]
+    if not isinstance(part, Text) or (can.markup == "html" and not can.max_chars):
+        return [form]  # an "html" channel without a limit renders and splits itself
     text = part.text
     if can.markup == "plain" and part.style == "reply":  # commands and errors are plain already
         text = plain_text(text)
-    if not can.max_chars or len(text) <= can.max_chars:
+    if not can.max_chars or (can.measure is None and len(text) <= can.max_chars):
         return [form if text == part.text else replace(form, part=replace(part, text=text))]
-    pieces = split_text(text, can.max_chars)
+    pieces = split_text(text, can.max_chars, can.measure, fences=can.markup != "plain")
     last = len(pieces) - 1
     return [
         replace(form, part=replace(part, text=piece, buttons=part.buttons if n == last else ()))
@@ -299,36 +301,126 @@ def _with_choices(text: str, choices: tuple[Button, ...]) -> str:
     return "\n".join([text, "", *(f"{b.label}: {b.command}" for b in choices)])
 
 
+# A reply refused with DeliveryLater(retry_in_s) is sent again within the run at most this many
+# times, each wait at most this long; past either it is kept for the next start, as is one
+# still waiting when the gateway stops, unless it is due within LATER_AT_STOP_S.
+LATER_ATTEMPTS = 8
+LATER_LONGEST_S = 900.0
+LATER_AT_STOP_S = 2.0
+
+
 async def pump_outbound(channel: Channel, bus: MessageBus) -> None:
     """Deliver one channel's outbox forever, in the form its capabilities allow. Per-chat order
     is kept here, once: a chat's messages are sent one after another, in the order they were
     made, while chats go concurrently (one waiting out a flood limit never holds up another).
     A delivered reply leaves the inbox."""
+    if channel.capabilities.turns:
+        bus.turns.add(channel.name)  # the core tells it of each turn's start and end
+    outgoing = Outgoing(channel, bus)
     box = bus.outbox(channel.name)
-    chats = ChatQueues(f"{channel.name}-out")
     try:
         while True:
-            msg = await box.get()
-            bus.sending(channel.name, +1)
-            chats.submit(msg.chat_id, functools.partial(_deliver, channel, bus, msg))
+            outgoing.put(await box.get())
     finally:
-        await chats.cancel()
+        await outgoing.chats.cancel()
 
 
-async def _deliver(channel: Channel, bus: MessageBus, msg: OutboundMessage) -> None:
-    try:
-        for form in forms(msg, channel.capabilities):  # a split reply leaves whole or not at all
-            await channel.send(form)
-        await bus.delivered(msg)
-    except asyncio.CancelledError:
-        raise
-    except DeliveryLater as exc:
-        # Only an answer stored in the inbox is sent again at the next start (bus.delivered).
-        kept = msg.seq is not None and msg.is_answer
-        fate = "is kept for the next start" if kept else "is dropped (not in the inbox)"
-        what = "a file" if isinstance(msg.part, File) else "a reply"
-        _logger().warning("{}: {} to chat {} {}: {}", channel.name, what, msg.chat_id, fate, exc)
-    except Exception:
-        _logger().exception("{}: could not deliver a message to chat {}", channel.name, msg.chat_id)
-    finally:
-        bus.sending(channel.name, -1)
+class Outgoing:
+    """One channel's messages on their way, each chat's in order. A piece of a reply still
+    waiting behind a slow send is replaced by a newer piece of the same step: only the newest
+    text so far needs showing (never merged across a step's end, a whole message or another
+    reply, which wait between them)."""
+
+    def __init__(self, channel: Channel, bus: MessageBus) -> None:
+        self.channel, self.bus = channel, bus
+        self.chats = ChatQueues(f"{channel.name}-out")
+        self._waiting: dict[str, deque[OutboundMessage]] = {}
+        self._held: set[str] = set()  # chats whose delivery the stop cut: nothing more goes
+
+    def put(self, msg: OutboundMessage) -> None:
+        if shaped(msg, self.channel.capabilities) is None:
+            return  # nothing of it is shown here (never an answer: nothing to mark delivered)
+        waiting = self._waiting.get(msg.chat_id)
+        if waiting is None:
+            waiting = self._waiting[msg.chat_id] = deque()
+        elif (merged := _merged(waiting[-1], msg)) is not None:
+            waiting[-1] = merged
+            return
+        waiting.append(msg)
+        self.bus.sending(self.channel.name, +1)
+        self.chats.submit(msg.chat_id, functools.partial(self._next, msg.chat_id))
+
+    async def _next(self, chat: str) -> None:
+        waiting = self._waiting[chat]
+        msg = waiting.popleft()
+        if not waiting:
+            del self._waiting[chat]
+        try:
+            if chat in self._held:  # an earlier one waits for the next start: this one too
+                _kept(self.channel, msg, "an earlier message to this chat waits for the next start")
+                return
+            parts = forms(msg, self.channel.capabilities)
+            if not await send_in_turn(self.channel.send, parts, self.bus.closing):
+                self._held.add(chat)
+                _kept(self.channel, msg, "the gateway stopped while it waited out a rate limit")
+                return
+            await self.bus.delivered(msg)
+        except asyncio.CancelledError:
+            raise
+        except DeliveryLater as exc:
+            _kept(self.channel, msg, str(exc))
+        except Exception:
+            name = self.channel.name
+            _logger().exception("{}: could not deliver a message to chat {}", name, chat)
+        finally:
+            self.bus.sending(self.channel.name, -1)
+
+
+async def send_in_turn(
+    send: Callable[[OutboundMessage], Awaitable[None]],
+    parts: list[OutboundMessage],
+    closing: asyncio.Event | None = None,
+) -> bool:
+    """Send a message's parts in order. A part refused with DeliveryLater(retry_in_s) is sent
+    again after that wait, from that part on (those delivered are never sent twice); the
+    caller, one chat's worker, holds the chat's later messages behind it meanwhile. False when
+    `closing` (a graceful stop) came during a long wait; DeliveryLater when given up."""
+    done = attempts = 0
+    loop = asyncio.get_running_loop()
+    while True:
+        try:
+            for part in parts[done:]:
+                await send(part)
+                done += 1
+            return True
+        except DeliveryLater as exc:
+            attempts += 1
+            wait = exc.retry_in_s
+            if wait is None or attempts >= LATER_ATTEMPTS or wait > LATER_LONGEST_S:
+                raise
+            due = loop.time() + max(0.0, wait)
+            if closing is not None:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(closing.wait(), max(0.0, wait))
+                if closing.is_set() and due - loop.time() > LATER_AT_STOP_S:
+                    return False
+            await asyncio.sleep(max(0.0, due - loop.time()))
+
+
+def _merged(waiting: OutboundMessage, newer: OutboundMessage) -> OutboundMessage | None:
+    """One piece for two of the same reply's step, the newer's text so far; None otherwise."""
+    old, new = waiting.part, newer.part
+    if not (isinstance(old, Delta) and isinstance(new, Delta)):
+        return None
+    if old.step != new.step or waiting.reply_to != newer.reply_to:
+        return None
+    return replace(newer, part=Delta(old.piece + new.piece, new.so_far, new.step))
+
+
+def _kept(channel: Channel, msg: OutboundMessage, why: str) -> None:
+    """Logged once: an answer in the inbox is sent again at the next start; anything else is
+    dropped (it is in no inbox)."""
+    kept = msg.seq is not None and msg.is_answer
+    fate = "is kept for the next start" if kept else "is dropped (not in the inbox)"
+    what = "a file" if isinstance(msg.part, File) else "a reply"
+    _logger().warning("{}: {} to chat {} {}: {}", channel.name, what, msg.chat_id, fate, why)

@@ -35,6 +35,8 @@ from nanomem.agent.outbound import (
     OutboundMessage,
     Progress,
     Text,
+    TurnEnded,
+    TurnStarted,
     describe_call,
     file_outlet,
 )
@@ -160,6 +162,7 @@ class AgentLoop:
         if self._draining or not await count_attempt(self.bus, msg):
             return  # stopping (it stays in the inbox for the next start), or parked
         finished: Finished = []
+        started = False  # the channel was told the turn began (TurnStarted)
         with self.answering.answering(msg.session_key):
             try:
                 if msg.prepare is not None:  # the channel's own work on it (a download)
@@ -167,12 +170,20 @@ class AgentLoop:
                     if ready is None:
                         return  # the channel answered it itself
                     msg = replace(ready, prepare=None)
+                if msg.channel in self.bus.turns:
+                    await self._tell(msg, TurnStarted(self._named(msg.content)))
+                    started = True
                 reply = await self._handle(msg, self.bus.publish_outbound, finished)
+                if reply is None and started:  # cut short: told before /stop answers
+                    await self._tell(msg, TurnEnded(stopped=True))
+                    started = False
                 # Recorded before it is sent: a crash from here on re-sends it, never loses it.
                 await self.bus.answered(msg, reply)
             except Deferred:  # stopping before its turn began: not the message's fault
                 await self.bus.give_back(msg.seq)
-                return  # it stays in the inbox for the next start
+                if started:  # no answer in this run: it stays in the inbox for the next start
+                    await self._tell(msg, TurnEnded(stopped=True))
+                return
             except Exception as exc:
                 logger.opt(exception=exc).error(
                     "failed to handle a message for {}", msg.session_key
@@ -183,7 +194,21 @@ class AgentLoop:
                     reply = await keep_for_retry(self.bus, msg, exc)
             if reply is not None:
                 await self.bus.publish_outbound(reply)
+            if started:
+                await self._tell(msg, TurnEnded())
         self._after(finished)  # queued behind the reply: what they send comes after it
+
+    async def _tell(self, msg: InboundMessage, part: TurnStarted | TurnEnded) -> None:
+        """A turn's start or end, in order with its chat's messages (never stored)."""
+        await self.bus.publish_outbound(OutboundMessage(msg.channel, msg.chat_id, part, msg.id))
+
+    def _named(self, content: str) -> str:
+        """The command a message runs, as TurnStarted names it ("" for a model turn)."""
+        try:
+            found = self.commands.resolve(content)
+        except UnknownCommand as exc:
+            return exc.name
+        return found[0].name if found else ""
 
     def _after(self, finished: Finished) -> None:
         for session, turn in finished:
@@ -541,9 +566,12 @@ class AgentLoop:
         if task is None or task.done():
             return NOTHING_TO_STOP
         task.cancel()
+        # Its end (TurnEnded) goes out before this answer: what it showed stays above it.
+        await asyncio.wait({task}, timeout=STOP_WAIT_S)
         return STOPPED
 
 
+STOP_WAIT_S = 10.0  # the longest /stop waits for the turn it cut to save what was said
 NOTHING_NAMED = "Nothing called {name} runs in this chat; /stop alone stops the reply."
 NOTHING_TO_RETRY = "Nothing to retry: your last message was answered."
 INTERNAL_ERROR = "Something went wrong on my side; the details are in the log."

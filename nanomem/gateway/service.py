@@ -266,6 +266,7 @@ class Gateway:
         def left() -> float:
             return 0.0 if self._forced else max(0.0, deadline - loop.time())
 
+        self.app.bus.closing.set()
         for name, channel in self.channels.items():
             self.health.set_channel(name, "stopping")
             await self._bounded(channel.stop_receiving(), f"{name} intake")

@@ -1,8 +1,9 @@
 """Time from the first streamed piece of a reply to the first text a Telegram chat shows.
 
 The real TelegramChannel (python-telegram-bot over HTTP) runs against the loopback Bot API;
-its outbox is pumped as in the gateway, and pieces are published on the bus as the core
-publishes them (the step's text so far), one every 20 ms for half a second, then the reply.
+its outbox is pumped as in the gateway, and the turn's start, its pieces (the step's text so
+far, one every 20 ms for half a second), the reply and the turn's end are published on the bus
+as the core publishes them.
 Measured: from publishing the first piece to the fake receiving the first draft
 (`sendMessageDraft`), or, on a Bot API server without drafts, the first message that is then
 edited in place. Each run is a new private chat; rows for one chat at a time and for 10
@@ -26,7 +27,7 @@ from loguru import logger
 from channels.telegram.channel import TelegramChannel
 from nanomem.agent.bus import InboundMessage, MessageBus
 from nanomem.agent.channel import pump_outbound
-from nanomem.agent.outbound import Delta, OutboundMessage, Text
+from nanomem.agent.outbound import Delta, OutboundMessage, Text, TurnEnded, TurnStarted
 from nanomem.config import TelegramSettings
 from tests.fakes.telegram_server import FakeTelegram
 
@@ -46,6 +47,8 @@ class Bench:
         for chat in chats:
             self.fake.send_text(chat, "hello")
         asked = [await asyncio.wait_for(self.bus.next_inbound(), 30) for _ in chats]
+        for msg in asked:  # as the core tells the channel once it begins on a message
+            await self.bus.publish_outbound(OutboundMessage.answering(msg, TurnStarted()))
         await asyncio.sleep(0.05)  # let the typing indicators go out first, as in real use
         return asked
 
@@ -60,6 +63,7 @@ class Bench:
             await self.bus.publish_outbound(piece)
             await asyncio.sleep(PAUSE)
         await self.bus.publish_outbound(OutboundMessage.answering(msg, Text(so_far)))
+        await self.bus.publish_outbound(OutboundMessage.answering(msg, TurnEnded()))
         first_message = await shown
         at = self.fake.drafts(chat)[0]["at"] if drafts else first_message
         return (at - started) * 1000

@@ -14,7 +14,7 @@ from channels.telegram.incoming import TOO_BIG
 from nanomem.agent.bus import InboundMessage, MessageBus
 from nanomem.agent.channel import ChannelDown, pump_outbound
 from nanomem.agent.inbox import SqliteInbox
-from nanomem.agent.outbound import Button, OutboundMessage, Text
+from nanomem.agent.outbound import Button, OutboundMessage, Text, TurnStarted
 from nanomem.config import ConfigError
 from tests.conftest import log_lines
 from tests.fakes.proxy_server import FakeProxy
@@ -97,6 +97,7 @@ async def test_a_private_message_reaches_the_bus_and_the_answer_comes_back(
     # not a shared room; a person is there to be asked (a shell command, say)
     assert msg.sender.can_answer and msg.sender.is_owner and not msg.sender.shared_room
     assert not msg.pressed
+    await running.channel.send(OutboundMessage.answering(msg, TurnStarted()))  # the core's
     await until(lambda: fake.chat_actions(OWNER) == [{"chat_id": OWNER, "action": "typing"}])
     await running.channel.send(OutboundMessage.answering(msg, Text("**hi** there")))
     (reply,) = await fake.wait_for_messages_async(OWNER, 1)
@@ -212,6 +213,7 @@ async def test_forum_topics_are_separate_sessions_and_replies_stay_in_the_topic(
     msg = await running.next()
     assert msg.chat_id == f"{GROUP}:7" and msg.session_key == f"telegram:{GROUP}:7"
     typing = {"chat_id": GROUP, "action": "typing", "message_thread_id": 7}
+    await running.channel.send(OutboundMessage.answering(msg, TurnStarted()))  # the core's
     await until(lambda: typing in fake.chat_actions())
     await running.channel.send(OutboundMessage.answering(msg, Text("in the topic")))
     (reply,) = await fake.wait_for_messages_async(GROUP, 1)

@@ -15,7 +15,6 @@ from channels.telegram.delivery import (
     EMPTY,
     SEND_ATTEMPTS,
     TOKEN_REJECTED,
-    ChatState,
     Delivery,
     PollWatch,
     SendError,
@@ -27,9 +26,18 @@ from channels.telegram.delivery import (
     target,
 )
 from nanomem.agent.bus import InboundMessage
-from nanomem.agent.channel import ChannelDown, ChatQueues, DeliveryLater
-from nanomem.agent.commands import NOTHING_TO_STOP, STOPPED, Command
-from nanomem.agent.outbound import Button, File, OutboundMessage, Part, Progress, Text
+from nanomem.agent.channel import ChannelDown, ChatQueues, DeliveryLater, send_in_turn
+from nanomem.agent.commands import STOPPED, Command
+from nanomem.agent.outbound import (
+    Button,
+    File,
+    OutboundMessage,
+    Part,
+    Progress,
+    Text,
+    TurnEnded,
+    TurnStarted,
+)
 from tests.conftest import log_lines
 from tests.helpers import until
 
@@ -44,10 +52,15 @@ class FakePort:
     buttons: list[tuple[Button, ...]] = field(default_factory=list)  # per sent message
     files: list[tuple[str, str, str, bytes]] = field(default_factory=list)  # key, kind, name
     faults: dict[str, deque[SendError]] = field(default_factory=dict)
+    later: dict[str, tuple[int, SendError]] = field(default_factory=dict)
     started: float = field(default_factory=time.monotonic)
 
     def fail(self, key: str, *errors: SendError) -> None:
         self.faults.setdefault(key, deque()).extend(errors)
+
+    def fail_after_sent(self, key: str, sent: int, error: SendError) -> None:
+        """`error` for the chat's first send once `sent` messages went to it."""
+        self.later[key] = (sent, error)
 
     async def send_text(
         self,
@@ -59,6 +72,8 @@ class FakePort:
         quiet: bool = False,
         buttons: tuple[Button, ...] = (),
     ) -> int:
+        if (after := self.later.get(key)) and len(self.texts(key)) == after[0]:
+            self.fail(key, self.later.pop(key)[1])
         if self.faults.get(key):
             raise self.faults[key].popleft()
         self.sent.append((key, text, html, reply_to, time.monotonic() - self.started))
@@ -99,8 +114,9 @@ def reply(key: str, text: str, reply_to: str | None = None, kind: str = "reply")
 
 
 class InOrder:
-    """Delivery behind the core's per-chat order (ChatQueues, as pump_outbound keeps it): a
-    send is queued for its chat and returns a future that settles once it is delivered."""
+    """Delivery behind the core's per-chat order (ChatQueues, as pump_outbound keeps it, and
+    its in-run retry after a flood wait): a send is queued for its chat and returns a future
+    that settles once it is delivered."""
 
     def __init__(self, delivery: InOrder) -> None:
         self.delivery = delivery
@@ -116,7 +132,7 @@ class InOrder:
 
         async def deliver() -> None:
             try:
-                await self.delivery.send(msg)
+                await send_in_turn(self.delivery.send, [msg])
             except DeliveryLater as exc:
                 done.set_exception(exc)
                 return
@@ -124,6 +140,14 @@ class InOrder:
 
         self.queues.submit(msg.chat_id, deliver)
         return done
+
+    def started(self, key: str, inbound_id: str, message_id: int, command: str = "") -> None:
+        """A message went to the core (the channel's part) and its turn began (the core's)."""
+        self.delivery.accepted(key, inbound_id, message_id, group=key.startswith("-"))
+        self.send(OutboundMessage("telegram", key, TurnStarted(command), inbound_id))
+
+    def ended(self, key: str, inbound_id: str, *, stopped: bool = False) -> None:
+        self.send(OutboundMessage("telegram", key, TurnEnded(stopped), inbound_id))
 
     async def close(self, within_s: float) -> None:
         """As the gateway stops: the core delivers what is queued, then the channel stops."""
@@ -242,32 +266,11 @@ def test_chunks_of_replies_errors_and_empty_text() -> None:
     assert [len(text) for text, _ in long_error] == [4096, 904]
 
 
-def test_stop_answer_ends_the_running_turn() -> None:
-    chat = ChatState()
-    chat.accept("dream", "dream")  # a long command, answered on its own
-    chat.accept("turn", None)
-    chat.accept("queued", None)
-    chat.accept("stop", "stop")
-    chat.answer(reply("1", STOPPED, "stop"))
-    assert chat.pending == ["dream", "queued"]  # the running turn was cut; the rest still wait
-    chat.answer(reply("1", "done", "queued"))
-    chat.answer(reply("1", "Nothing new to learn.", "dream"))
-    assert chat.pending == [] and chat.commands == {}
-
-
-def test_nothing_to_stop_leaves_waiting_messages_alone() -> None:
-    chat = ChatState()
-    chat.accept("new", "new")  # a queued command, not a running turn
-    chat.accept("stop", "stop")
-    chat.answer(reply("1", NOTHING_TO_STOP, "stop"))
-    assert chat.pending == ["new"]
-
-
 async def test_replies_are_rendered_and_quoted_only_in_groups(
     delivery: InOrder, port: FakePort
 ) -> None:
-    delivery.accepted("42", "in-1", 11, None)
-    delivery.accepted("-100:5", "in-2", 12, None)
+    delivery.started("42", "in-1", 11)
+    delivery.started("-100:5", "in-2", 12)
     delivery.send(reply("42", "**private**", "in-1"))
     delivery.send(reply("-100:5", "*group*", "in-2"))
     await settle(delivery)
@@ -280,7 +283,7 @@ async def test_replies_are_rendered_and_quoted_only_in_groups(
 async def test_long_replies_go_out_in_order_and_only_the_first_part_quotes(
     delivery: InOrder, port: FakePort
 ) -> None:
-    delivery.accepted("-100", "in", 9, None)
+    delivery.started("-100", "in", 9)
     text = "\n\n".join(f"part {n:02d} " + "word " * 150 for n in range(20))
     delivery.send(reply("-100", text, "in"))
     await settle(delivery)
@@ -333,41 +336,49 @@ async def test_a_flood_wait_in_one_chat_never_delays_another(
 async def test_typing_runs_while_a_turn_waits_and_stops_with_the_answer(
     delivery: InOrder, port: FakePort
 ) -> None:
-    delivery.accepted("42", "turn", 1, None)
-    delivery.accepted("42", "help", 2, "help")
+    delivery.started("42", "turn", 1)
+    delivery.started("42", "help", 2, "help")
     await until(lambda: port.typed.count("42") >= 3)  # typing repeats while the turn waits
     delivery.send(reply("42", "help text", "help"))  # answered at once: the turn still runs
+    delivery.ended("42", "help")
     await asyncio.sleep(0.1)  # two typing periods: it must still be shown
-    assert delivery.chat("42").typing is not None
+    assert delivery.turns.chat("42").typing is not None
     delivery.send(reply("42", "the answer", "turn"))
     await settle(delivery)
-    assert delivery.chat("42").typing is None
+    assert delivery.turns.chat("42").typing is None
     typed = len(port.typed)
     await asyncio.sleep(0.15)  # three typing periods: none may come
     assert len(port.typed) == typed
 
 
 async def test_typing_stops_on_failure_and_on_stop(delivery: InOrder, port: FakePort) -> None:
+    tried: list[str] = []
+
     async def broken(key: str) -> None:
+        tried.append(key)
         raise SendError("network down", transient=True)
 
     port.typing = broken  # type: ignore[method-assign]
-    delivery.accepted("1", "turn", 1, None)
-    assert delivery.chat("1").typing is not None  # typing starts ...
-    await until(lambda: delivery.chat("1").typing is None)  # ... and stops on the failure
-    assert delivery.chat("1").pending == ["turn"]
+    delivery.started("1", "turn", 1)
+    await until(lambda: tried)  # typing starts ...
+    await until(lambda: delivery.turns.chat("1").typing is None)  # ... and stops on the failure
+    await asyncio.sleep(0.15)  # three typing periods: no other attempt
+    assert tried == ["1"] and delivery.turns.chat("1").pending == ["turn"]
 
     port2 = FakePort()
     other = InOrder(Delivery(port2, typing_every_s=0.05, status_every_s=0.2, typing_delay_s=0))
-    other.accepted("2", "turn", 1, None)
-    other.accepted("2", "stop", 2, "stop")
+    other.started("2", "turn", 1)
+    other.started("2", "stop", 2, "stop")
+    await until(lambda: port2.typed)
+    other.ended("2", "turn", stopped=True)  # as the core tells it: the cut turn, then /stop's
     other.send(reply("2", STOPPED, "stop"))
+    other.ended("2", "stop")
     await settle(other)
-    assert other.chat("2").typing is None and other.chat("2").pending == []
+    assert "2" not in other.turns.chats and port2.texts("2") == [STOPPED]
 
 
 async def test_progress_is_one_throttled_quiet_message(delivery: InOrder, port: FakePort) -> None:
-    delivery.accepted("42", "turn", 1, None)
+    delivery.started("42", "turn", 1)
     for n in range(5):
         delivery.send(reply("42", f"read_file(path='{n}.md')", "turn", kind="progress"))
     await settle(delivery)
@@ -385,13 +396,13 @@ async def test_progress_is_one_throttled_quiet_message(delivery: InOrder, port: 
 async def test_close_delivers_what_is_queued_and_asks_nobody_to_resend(
     delivery: InOrder, port: FakePort
 ) -> None:
-    delivery.accepted("1", "turn", 1, None)
-    delivery.accepted("2", "turn2", 2, None)
+    delivery.started("1", "turn", 1)
+    delivery.started("2", "turn2", 2)
     sent = delivery.send(reply("2", "answered", "turn2"))
     await delivery.close(within_s=5)
     assert port.texts("1") == [] and port.texts("2") == ["answered"]
     assert sent.done() and sent.exception() is None
-    assert delivery.chat("1").typing is None
+    assert delivery.turns.chat("1").typing is None
 
 
 async def test_a_reply_that_cannot_be_sent_now_is_kept_for_later(
@@ -470,23 +481,31 @@ async def test_poll_watch_restarts_with_backoff_until_it_works() -> None:
 
 async def test_idle_chats_are_forgotten_once_answered(delivery: InOrder, port: FakePort) -> None:
     for n in range(50):
-        delivery.accepted(str(n), f"in{n}", n, None)
+        delivery.started(str(n), f"in{n}", n)
         delivery.send(reply(str(n), "done", reply_to=f"in{n}"))
-    delivery.accepted("busy", "a", 1, None)
-    delivery.accepted("busy", "b", 2, None)
+    delivery.started("busy", "a", 1)
+    delivery.started("busy", "b", 2)
     delivery.send(reply("busy", "first answered", reply_to="a"))
     await settle(delivery)
-    assert list(delivery.chats) == ["busy"]  # still waits for "b"
+    assert list(delivery.turns.chats) == list(delivery.chats) == ["busy"]  # "b" still waits
     assert len(port.sent) == 51
 
 
-async def test_a_flood_blocked_chat_is_remembered(delivery: InOrder, port: FakePort) -> None:
-    delivery.chat("1").block(60)
-    delivery._forget_if_idle("1")
-    assert "1" in delivery.chats  # its flood wait must bind the next send too
-    delivery.chat("2")
-    delivery._forget_if_idle("2")
-    assert "2" not in delivery.chats
+async def test_a_reply_a_flood_wait_cut_goes_on_after_its_delivered_parts(
+    delivery: InOrder, port: FakePort
+) -> None:
+    """A flood wait on a long reply's second part: the core sends it again within the run
+    (DeliveryLater.retry_in_s), from that part on; the first part is never sent twice."""
+    delivery.started("-100", "in", 9)
+    text = "\n\n".join(f"part {n:02d} " + "word " * 150 for n in range(20))
+    port.fail_after_sent("-100", 1, SendError("Too Many Requests", retry_after=0.3))
+    sent = delivery.send(reply("-100", text, "in"))
+    await asyncio.wait_for(sent, 10)
+    texts = port.texts("-100")
+    assert not port.faults["-100"] and len(texts) >= 3  # the flood wait came, and passed
+    assert "".join(texts).count("part ") == 20 and len(set(texts)) == len(texts)  # none twice
+    assert [r for *_, r, _ in port.sent] == [9] + [None] * (len(port.sent) - 1)  # quoted once
+    assert port.sent[1][4] - port.sent[0][4] >= 0.3  # the wait was kept
 
 
 async def test_a_part_refused_as_too_long_is_sent_in_smaller_pieces(
@@ -515,8 +534,8 @@ async def test_a_short_part_refused_as_too_long_is_given_up_not_split_forever(
 
 async def test_a_quick_answer_needs_no_typing_action(port: FakePort) -> None:
     delivery = InOrder(Delivery(port, typing_every_s=0.05, status_every_s=0.2, typing_delay_s=0.3))
-    delivery.accepted("1", "quick", 1, None)
-    delivery.accepted("2", "slow", 2, None)
+    delivery.started("1", "quick", 1)
+    delivery.started("2", "slow", 2)
     delivery.send(reply("1", "at once", "quick"))  # long before the typing delay is over
     await until(lambda: "2" in port.typed)  # the slow one shows it (control)
     assert "1" not in port.typed

@@ -1,5 +1,6 @@
 """Replies that grow while the model writes them: the real Telegram channel against the loopback
-Bot API, fed by the bus exactly as the core publishes (stream pieces, then the reply)."""
+Bot API, fed by the bus exactly as the core publishes (the turn's start, stream pieces, the
+reply, the turn's end)."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from channels.telegram.format import render_chunks
 from nanomem.agent.bus import InboundMessage, MessageBus
 from nanomem.agent.channel import pump_outbound
 from nanomem.agent.commands import STOPPED
-from nanomem.agent.outbound import Delta, OutboundMessage, Text
+from nanomem.agent.outbound import Delta, OutboundMessage, Text, TurnEnded, TurnStarted
 from nanomem.config import TelegramSettings
 from tests.fakes.telegram_server import FakeTelegram
 from tests.helpers import until
@@ -43,9 +44,13 @@ class Live:
     def __init__(self, channel: TelegramChannel, bus: MessageBus, fake: FakeTelegram) -> None:
         self.channel, self.bus, self.fake = channel, bus, fake
 
-    async def ask(self, chat_id: int, text: str, **sender: Any) -> InboundMessage:
+    async def ask(
+        self, chat_id: int, text: str, command: str = "", **sender: Any
+    ) -> InboundMessage:
         self.fake.send_text(chat_id, text, **sender)
-        return await asyncio.wait_for(self.bus.next_inbound(), 10)
+        msg = await asyncio.wait_for(self.bus.next_inbound(), 10)
+        await self.bus.publish_outbound(OutboundMessage.answering(msg, TurnStarted(command)))
+        return msg
 
     async def stream(self, msg: InboundMessage, text: str, pause: float = 0.01) -> None:
         """The model writes `text` a few words at a time; the core publishes each piece."""
@@ -56,8 +61,13 @@ class Live:
             await self.bus.publish_outbound(stream)
             await asyncio.sleep(pause)
 
-    async def reply(self, msg: InboundMessage, text: str) -> None:
-        await self.bus.publish_outbound(OutboundMessage.answering(msg, Text(text)))
+    async def reply(self, msg: InboundMessage, text: str | Text) -> None:
+        part = text if isinstance(text, Text) else Text(text)
+        await self.bus.publish_outbound(OutboundMessage.answering(msg, part))
+        await self.ended(msg)
+
+    async def ended(self, msg: InboundMessage, *, stopped: bool = False) -> None:
+        await self.bus.publish_outbound(OutboundMessage.answering(msg, TurnEnded(stopped)))
 
 
 @asynccontextmanager
@@ -247,12 +257,11 @@ async def test_what_was_shown_of_a_stopped_reply_stays_in_the_chat(
 ) -> None:
     async with live(fake, tmp_path) as chat:
         msg = await chat.ask(OWNER, "tell me")
-        stop = await chat.ask(OWNER, "/stop")
+        stop = await chat.ask(OWNER, "/stop", command="stop")
         await chat.stream(msg, "The first **words**")
         await until(lambda: fake.drafts(OWNER))
-        await chat.bus.publish_outbound(
-            OutboundMessage.answering(stop, Text(STOPPED, "command", command="stop"))
-        )
+        await chat.ended(msg, stopped=True)  # the core tells the cut turn's end first
+        await chat.reply(stop, Text(STOPPED, "command", command="stop"))
         kept, stopped = await fake.wait_for_messages_async(OWNER, 2)
     assert kept["html"] == "The first <b>words</b>" and stopped["text"] == STOPPED
 
@@ -264,3 +273,22 @@ def test_preview_shows_the_newest_part_rendered_and_balanced() -> None:
     newest = preview(LONG, html=True)
     assert newest == render_chunks(LONG)[-1]
     assert preview("a < b & c", html=False) == "a < b & c"
+
+
+async def test_a_reply_telegram_rate_limits_again_and_again_is_delivered_within_the_run_once(
+    fake: FakeTelegram, tmp_path: Path
+) -> None:
+    """Six flood waits in a row (the core's DeliveryLater with retry_in_s each time; Telegram
+    once gave up after six tries, until the next start): the reply arrives within the run,
+    every part once, in order, while another chat's reply goes at once."""
+    async with live(fake, tmp_path, stream=False) as chat:
+        mine = await chat.ask(OWNER, "tell me a lot")
+        theirs = await chat.ask(FRIEND, "and me")
+        final = render_chunks(LONG)
+        fake.fail_next("sendMessage", retry_after=1, times=6, chat_id=OWNER)
+        await chat.reply(mine, LONG)
+        await chat.reply(theirs, "at once")
+        (other,) = await fake.wait_for_messages_async(FRIEND, 1)
+        sent = await fake.wait_for_messages_async(OWNER, len(final), timeout=30)
+    assert other["text"] == "at once" and len(fake.sent_messages(OWNER)) == len(final)
+    assert html_of(sent) == final  # nothing twice, nothing lost, in order
