@@ -93,9 +93,9 @@ def test_a_dm_is_answered_with_html_and_a_plain_body(
     tmp_path_factory: pytest.TempPathFactory, cast: Cast, llm: FakeOpenAI
 ) -> None:
     """The owner invites the bot to a DM and writes: the reply is m.text with a plain body and
-    an HTML formatted_body in which the model's own angle brackets are text, not markup."""
+    an HTML formatted_body, the model's Markdown rendered and its own tags text, not markup."""
     home = onboarded(tmp_path_factory, "dm")
-    llm.set_fallback(lambda request: Step.reply("<b>not markup</b> & fine"))
+    llm.set_fallback(lambda request: Step.reply("**bold** <b>not markup</b> & fine"))
     with gateway(home, cast, llm):
         room = cast.owner.room(cast.bot.user_id, direct=True)
         joined_by_bot(cast.owner, room, cast.bot)
@@ -103,9 +103,12 @@ def test_a_dm_is_answered_with_html_and_a_plain_body(
         replies(cast.owner, room, cast.bot, 1)
         content = shown(cast.owner.events(room), cast.bot.user_id)[-1]
     assert content["msgtype"] == "m.text"
-    assert content["body"] == "<b>not markup</b> & fine"
+    assert content["body"] == "bold <b>not markup</b> & fine"
     assert content["format"] == "org.matrix.custom.html"
-    assert content["formatted_body"] == "&lt;b&gt;not markup&lt;/b&gt; &amp; fine"
+    assert (
+        content["formatted_body"]
+        == "<strong>bold</strong> &lt;b&gt;not markup&lt;/b&gt; &amp; fine"
+    )
 
 
 def test_a_group_room_is_answered_only_when_mentioned(
@@ -262,8 +265,10 @@ def test_a_group_rooms_privacy_holds_after_a_restart(
 def test_a_rate_limited_reply_is_delivered_within_the_run(
     tmp_path_factory: pytest.TempPathFactory, cast: Cast, llm: FakeOpenAI
 ) -> None:
-    """The homeserver holds the bot to one message a second: a reply of three parts
-    meets M_LIMIT_EXCEEDED, and every part still arrives, once, without a restart."""
+    """The homeserver holds the bot to one message a second: a reply of three parts meets
+    M_LIMIT_EXCEEDED (DeliveryLater with the homeserver's wait), and the core sends it again
+    within the run: every part arrives once (the parts sent before have the same transaction
+    ids, so the homeserver keeps one event each), without a restart."""
     home = onboarded(tmp_path_factory, "limited")
     cast.server.limit_messages(cast.bot.user_id, 1, 1)
     paragraphs = "\n\n".join(f"part {n} " + "x" * 20_000 for n in range(3))
@@ -277,7 +282,7 @@ def test_a_rate_limited_reply_is_delivered_within_the_run(
             timeout=60,
             what="three parts",
         )
-        process.wait_for_line(r"matrix: rate-limited in")
+        process.wait_for_line(r"matrix: rate-limited in .*: again in")
     assert [part.split()[:2] for part in found] == [["part", "0"], ["part", "1"], ["part", "2"]]
 
 

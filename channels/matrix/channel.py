@@ -18,7 +18,6 @@ from channels.matrix import client as hs
 from channels.matrix.delivery import Delivery
 from channels.matrix.events import (
     ENCRYPTED,
-    EVENT_LIMIT,
     FILE_TYPES,
     MEMBER,
     SYNC_FILTER,
@@ -110,8 +109,9 @@ class MatrixChannel(BaseChannel):
             streams=settings.stream or settings.stream_groups,
             edits=True,
             files=True,
-            markup="html",  # renders its HTML and splits by the event's bytes itself
-            max_chars=EVENT_LIMIT,  # bytes, as `measure` counts them
+            # Renders its HTML and splits a reply itself (max_chars 0: the core passes it
+            # whole), by the event's bytes: each part's transaction id is its number.
+            markup="html",
             measure=self.delivery.measure,
             pushes=True,
             reaches_owner=settings.owner is not None,
@@ -404,7 +404,6 @@ class MatrixChannel(BaseChannel):
     ) -> InboundMessage | None:
         """Run by the core in the chat's order just before the turn: a file is fetched here."""
         assert self._bus is not None
-        self.delivery.accepted(msg.chat_id)
         message = said(payload["event"])
         if message is None or message.msgtype not in FILE_TYPES:
             return msg

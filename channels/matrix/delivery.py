@@ -10,12 +10,20 @@ import mimetypes
 import time
 from dataclasses import dataclass
 from pathlib import PurePosixPath
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from loguru import logger
 
 from channels.matrix import client as hs
-from channels.matrix.events import content, edit, in_matrix_spelling, measure, split, txn_id
+from channels.matrix.events import (
+    EVENT_LIMIT,
+    content,
+    edit,
+    in_matrix_spelling,
+    measure,
+    split,
+    txn_id,
+)
 from nanomem.agent import (
     DeliveryLater,
     Delta,
@@ -35,10 +43,6 @@ if TYPE_CHECKING:
 TYPING_MS = 25_000  # each typing notice lasts this long; renewed every TYPING_EVERY_S
 TYPING_EVERY_S = 20.0
 GROWING = " …"  # after a reply still being written
-# A rate limit this short is waited out in the chat's delivery (its later messages wait behind
-# it, as the core would make them); longer, the reply is DeliveryLater with the wait.
-RATE_WAIT_S = 10.0
-RATE_TRIES = 4
 
 
 @dataclass
@@ -92,66 +96,66 @@ class Delivery:
         stream = self._streams.pop(msg.chat_id, None)
         if stream is not None and stream.reply_to != msg.reply_to:
             stream = None
+        markdown = part.style != "error"  # an error note is plain text
+        # Split here, not by the core: each part's transaction id is its number in the reply.
         for n, piece in enumerate(split(text or "…")):
+            body = content(piece, markdown=markdown)
             if n == 0 and stream is not None:  # the message it grew in becomes the whole reply
-                await self._send(msg.chat_id, edit(stream.event_id, piece), None)
+                await self._send(msg.chat_id, edit(stream.event_id, body), None)
                 continue
-            event_id = await self._send(msg.chat_id, content(piece), txn_id(msg.seq, n))
-            if n == 0 and msg.seq is not None:
-                await self._finish_earlier(msg.chat_id, event_id, piece)
+            event_id = await self._send(msg.chat_id, body, txn_id(msg.seq, n))
+            if n == 0 and msg.seq is not None and event_id:
+                await self._finish_earlier(msg.chat_id, event_id, body)
 
-    async def _finish_earlier(self, room: str, event_id: str, piece: str) -> None:
+    async def _finish_earlier(self, room: str, event_id: str, body: dict[str, Any]) -> None:
         """The part may have gone out as a growing message before a crash (under this config or
         an earlier one): the homeserver then answers with that message, edited to the whole."""
         client = self.channel.client
         if client is None:
             return
-        body = await hs.body_of(client, room, event_id)
-        if body is not None and body != piece:
-            await self._send(room, edit(event_id, piece), None)
+        kept = await hs.body_of(client, room, event_id)
+        if kept is not None and kept != body["body"]:
+            await self._send(room, edit(event_id, body), None)
 
     async def _grow(self, msg: OutboundMessage, so_far: str) -> None:
         """Show the reply so far: first as a message (the reply's part 0), then by edits no more
         often than stream_every_s. A rate limit skips an edit: the next one, or the whole
         reply, shows what it missed."""
         room, now = msg.chat_id, time.monotonic()
-        shown = split(so_far)[0] + GROWING if so_far else ""
         stream = self._streams.get(room)
         if stream is not None and stream.reply_to != msg.reply_to:
             stream = None
+        due = stream is None or now - stream.at >= self.stream_every_s
+        if not so_far.strip() or not due:
+            return
+        # An edit carries its text twice: what grows is held to half an event.
+        shown = split(so_far, EVENT_LIMIT // 2)[0] + GROWING
         try:
             if stream is None:
-                if not shown:
-                    return
-                event_id = await self._send(room, content(shown), txn_id(msg.seq, 0), wait=False)
+                event_id = await self._send(room, content(shown), txn_id(msg.seq, 0))
                 self._streams[room] = Stream(msg.reply_to, event_id, now, shown)
-            elif now - stream.at >= self.stream_every_s and shown != stream.text:
-                await self._send(room, edit(stream.event_id, shown), None, wait=False)
+            elif shown != stream.text:
+                await self._send(room, edit(stream.event_id, content(shown)), None)
                 stream.at, stream.text = now, shown
         except DeliveryLater as exc:
             logger.debug("matrix: an edit in {} skipped: {}", room, exc)
 
-    async def _send(
-        self, room: str, body: dict[str, object], txn: str | None, *, wait: bool = True
-    ) -> str:
-        """Send one event; a short rate-limit wait is waited out here (`wait`), a longer one
-        is DeliveryLater with the homeserver's wait, as is a homeserver out of reach."""
-        attempt = 0
-        while True:
-            client = self.channel.client
-            if client is None:
-                raise DeliveryLater("the Matrix channel is not running")
-            try:
-                return await hs.send(client, room, dict(body), txn)
-            except hs.MatrixError as exc:  # refused for good (not in the room, say): logged
-                logger.warning("matrix: the homeserver refused a message to {}: {}", room, exc)
-                return ""
-            except DeliveryLater as exc:
-                retry, attempt = exc.retry_in_s, attempt + 1
-                if not wait or retry is None or retry > RATE_WAIT_S or attempt == RATE_TRIES:
-                    raise
-                logger.info("matrix: rate-limited in {}; sending again in {:.1f} s", room, retry)
-                await asyncio.sleep(retry)
+    async def _send(self, room: str, body: dict[str, Any], txn: str | None) -> str:
+        """Send one event: its id, or "" when the homeserver refused it for good (logged). A
+        rate limit or a homeserver out of reach is DeliveryLater (with the homeserver's wait),
+        which the core tries again within the run."""
+        client = self.channel.client
+        if client is None:
+            raise DeliveryLater("the Matrix channel is not running")
+        try:
+            return await hs.send(client, room, body, txn)
+        except hs.MatrixError as exc:  # refused for good (not in the room, say): logged
+            logger.warning("matrix: the homeserver refused a message to {}: {}", room, exc)
+            return ""
+        except DeliveryLater as exc:
+            if exc.retry_in_s is not None:
+                logger.info("matrix: rate-limited in {}: again in {:.1f} s", room, exc.retry_in_s)
+            raise
 
     async def _file(self, msg: OutboundMessage, part: File) -> None:
         """A file from the workspace, uploaded; a file that cannot go is one line instead."""
@@ -168,9 +172,9 @@ class Delivery:
             url = await hs.upload(client, data, mime, name)
         except (FileGone, DeliveryLater, hs.MatrixError) as exc:
             note = f"The file {name} could not be sent now: {exc}"
-            await self._send(room, content(note), None)
+            await self._send(room, content(note, markdown=False), None)
             return
-        body: dict[str, object] = {
+        body: dict[str, Any] = {
             "msgtype": "m.image" if image else "m.file",
             "body": part.caption or name,
             "filename": name,

@@ -4,16 +4,18 @@ HTML a reply is sent as, its size as the homeserver counts it, and its transacti
 from __future__ import annotations
 
 import html
-import json
 import re
 from dataclasses import dataclass
 from typing import Any
 
 from nanomem.agent import split_text
+from nanomem.text.markdown_html import matrix_content
+from nanomem.text.measure import json_bytes
 from nanomem.text.utf8 import clean_text
 
-# The homeserver refuses an event over 65,536 bytes of JSON; what we add around the content
-# (room, sender, ids, hashes and signatures) stays well within the difference.
+# The homeserver refuses an event over 65,536 bytes of JSON; what it adds around the content
+# (room, sender, ids, hashes and signatures) stays well within the difference. An edit carries
+# its text twice: a growing reply shows at most half of this.
 EVENT_LIMIT = 60_000
 MESSAGE = "m.room.message"
 ENCRYPTED = "m.room.encrypted"
@@ -31,7 +33,6 @@ SYNC_FILTER: dict[str, Any] = {
     },
 }
 FILE_TYPES = {"m.file": "file", "m.image": "image", "m.audio": "audio", "m.video": "video"}
-_FENCE = re.compile(r"^(```|~~~)[^\n]*\n(.*?)^\1[ \t]*$", re.M | re.S)
 
 
 @dataclass(frozen=True)
@@ -135,63 +136,44 @@ def in_matrix_spelling(text: str, commands: set[str]) -> str:
     return text
 
 
-def rendered(text: str) -> str:
-    """The reply as HTML a client shows: everything escaped (the model's text is never markup),
-    code blocks kept as blocks, line breaks kept."""
-    out: list[str] = []
-    at = 0
-    for fence in _FENCE.finditer(text):
-        out.append(_lines(text[at : fence.start()]))
-        out.append(f"<pre><code>{html.escape(fence.group(2))}</code></pre>")
-        at = fence.end()
-    out.append(_lines(text[at:]))
-    return "".join(out)
+def content(text: str, *, markdown: bool = True) -> dict[str, Any]:
+    """An m.text event's content: the model's Markdown as Matrix's HTML subset (the shared
+    renderer: its text is never markup) with a plain body; `markdown` False for a plain note,
+    escaped as it is. An empty m.mentions says it mentions nobody: clients then ping no one
+    for an `@room` or a name in it."""
+    if markdown:
+        found: dict[str, Any] = matrix_content(text)
+    else:
+        found = {
+            "msgtype": "m.text",
+            "body": text,
+            "format": "org.matrix.custom.html",
+            "formatted_body": html.escape(text).replace("\n", "<br/>"),
+        }
+    return {**found, "m.mentions": {}}
 
 
-def _lines(text: str) -> str:
-    return html.escape(text).replace("\n", "<br/>")
-
-
-def content(text: str) -> dict[str, Any]:
-    """An m.text event's content: a plain body and its HTML. An empty m.mentions says it
-    mentions nobody: clients then ping no one for an `@room` or a name the model wrote."""
+def edit(event_id: str, new: dict[str, Any]) -> dict[str, Any]:
+    """An m.replace edit of `event_id` to the content `new` (`m.new_content` is what clients
+    show; the outer body is for clients without edits)."""
     return {
-        "msgtype": "m.text",
-        "body": text,
-        "format": "org.matrix.custom.html",
-        "formatted_body": rendered(text),
-        "m.mentions": {},
-    }
-
-
-def edit(event_id: str, text: str) -> dict[str, Any]:
-    """An m.replace edit of `event_id` to `text` (`m.new_content` is what clients show)."""
-    new = content(text)
-    return {
-        **content(f"* {text}"),
+        **new,
+        "body": f"* {new['body']}",
+        "formatted_body": f"* {new['formatted_body']}",
         "m.new_content": new,
         "m.relates_to": {"rel_type": "m.replace", "event_id": event_id},
     }
 
 
 def measure(text: str) -> int:
-    """Bytes of a reply's event content as the homeserver counts them (the edit's, which
-    carries the text twice, when it streams)."""
-    return len(json.dumps(content(text), ensure_ascii=False).encode())
+    """Bytes of a reply's event content as the homeserver counts them."""
+    return json_bytes(content(text))
 
 
 def split(text: str, limit: int = EVENT_LIMIT) -> list[str]:
-    """Parts of at most `limit` bytes each, cut where a reader would pause. A window in
-    characters is guessed from the text's bytes per character; a part that still weighs too
-    much (its characters cost more than the average) is split again."""
-    size = measure(text)
-    if size <= limit:
-        return [text]
-    window = max(1, min(len(text) - 1, len(text) * limit * 9 // (size * 10)))
-    parts: list[str] = []
-    for piece in split_text(text, window):
-        parts.extend([piece] if measure(piece) <= limit else split(piece, limit))
-    return parts
+    """Parts whose events weigh at most `limit` bytes each, cut where a reader would pause,
+    code blocks kept whole (the core's splitter, by this channel's measure)."""
+    return split_text(text, limit, measure)
 
 
 def txn_id(seq: int | None, part: int) -> str | None:

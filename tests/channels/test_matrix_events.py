@@ -14,7 +14,6 @@ from channels.matrix.events import (
     inviter,
     measure,
     names_us,
-    rendered,
     said,
     split,
     txn_id,
@@ -60,24 +59,32 @@ def test_commands_are_typed_with_a_bang_and_written_with_one() -> None:
 
 
 def test_the_html_escapes_the_models_text_and_keeps_code_blocks() -> None:
-    html = rendered('<a href="x">y</a> & more\n```\nif a < b:\n```')
-    escaped = "&lt;a href=&quot;x&quot;&gt;y&lt;/a&gt; &amp; more<br/>"
-    assert html == escaped + "<pre><code>if a &lt; b:\n</code></pre>"
-    sent = content("@room look")
-    assert sent["body"] == "@room look" and sent["m.mentions"] == {}  # pings nobody
-    changed = edit("$9", "new")
-    assert changed["m.new_content"]["body"] == "new"
+    sent = content('**bold** <a href="x">y</a> & more\n\n```\nif a < b:\n```')
+    html = sent["formatted_body"]
+    assert "<strong>bold</strong>" in html and "&lt;a href=" in html and "<a " not in html
+    assert "<pre><code>if a &lt; b:" in html
+    assert "**" not in sent["body"] and "if a < b:" in sent["body"]
+    assert content("@room look")["m.mentions"] == {}  # pings nobody
+    note = content("<b>a</b>\n*b*", markdown=False)
+    assert note["body"] == "<b>a</b>\n*b*"
+    assert note["formatted_body"] == "&lt;b&gt;a&lt;/b&gt;<br/>*b*"
+    changed = edit("$9", content("new"))
+    assert changed["m.new_content"]["body"] == "new" and changed["body"] == "* new"
     assert changed["m.relates_to"] == {"rel_type": "m.replace", "event_id": "$9"}
 
 
 def test_a_long_reply_is_split_into_parts_within_the_event_limit() -> None:
-    text = "\n\n".join(f"{n} " + "<é>" * 9000 for n in range(12))  # HTML escaping triples it
+    text = "\n\n".join(f"{n} " + "é < & > " * 3000 for n in range(8))  # escaping grows it
     parts = split(text)
     assert len(parts) > 1
     assert all(measure(part) <= EVENT_LIMIT for part in parts)
-    assert all(
-        len(json.dumps(content(p), ensure_ascii=False).encode()) <= EVENT_LIMIT for p in parts
-    )
+    compact = (",", ":")  # as the homeserver stores it
+    sizes = [
+        len(json.dumps(content(p), ensure_ascii=False, separators=compact).encode()) for p in parts
+    ]
+    assert all(size <= EVENT_LIMIT for size in sizes)
+    fenced = "```\n" + "\n".join(f"line {n} <x>" for n in range(9000)) + "\n```"
+    assert all(p.startswith("```\n") and p.endswith("\n```") for p in split(fenced))
 
     def words(t: str) -> str:  # cut between words, the space at a cut goes
         return "".join(t.split())

@@ -52,6 +52,8 @@ def test_a_huge_body_and_a_flood_of_mentions_are_read_within_bounds() -> None:
 def test_the_models_text_is_never_markup_nor_a_ping() -> None:
     sent = content('@room <a href="https://evil">click</a><img src=x onerror=alert(1)>')
     assert "<a" not in sent["formatted_body"] and "<img" not in sent["formatted_body"]
+    linked = content("[click](javascript:alert(1)) and [ok](https://example.org)")
+    assert "javascript:" not in linked["formatted_body"].split("href=")[-1].split(">")[0]
     assert sent["m.mentions"] == {}  # clients ping nobody for @room or names in the body
 
 
