@@ -301,3 +301,25 @@ def test_doctor_and_status_check_the_bots_login(
     assert "syt_wrong_token_0000" not in refused.stdout + refused.stderr
     assert f"access token set (***{cast.bot.token[-4:]})" in status.stdout
     assert cast.bot.token not in status.stdout + ok.stdout
+
+
+def test_an_encrypted_room_without_e2e_support_gets_one_plain_note(
+    tmp_path_factory: pytest.TempPathFactory, cast: Cast, llm: FakeOpenAI
+) -> None:
+    """matrix.e2e without olm is said on /health with the fix; in an encrypted room the bot
+    says once, plainly, that it cannot read it, and the model is never asked."""
+    home = onboarded(tmp_path_factory, "encrypted")
+    with gateway(home, cast, llm, NANOMEM_MATRIX__E2E="true") as process:
+        _, health = process.health()
+        room = cast.owner.room(cast.bot.user_id, direct=True, encrypted=True)
+        joined_by_bot(cast.owner, room, cast.bot)
+        secret = {"algorithm": "m.megolm.v1.aes-sha2", "ciphertext": "AwgA", "session_id": "x"}
+        for _ in range(2):
+            cast.owner.say(room, "", kind="m.room.encrypted", **secret)
+        notes = replies(cast.owner, room, cast.bot, 1)
+        cast.owner.say(room, "", kind="m.room.encrypted", **secret)
+        cast.owner.say(room, "!help")  # the bot reads on: a plain message is answered
+        found = replies(cast.owner, room, cast.bot, 2)
+    assert notes == [found[0]] and "encrypted" in found[0] and len(found) == 2
+    assert "nanomem[e2e]" in json.dumps(health)
+    assert not llm.requests

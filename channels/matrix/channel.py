@@ -54,6 +54,7 @@ if TYPE_CHECKING:
 
 SINCE = "matrix.since"  # the inbox's record of the sync token that confirms what it holds
 DEVICE = "matrix.device"  # the device a password login made, kept for the next login
+OWNER_ROOM = "matrix.owner_room"  # the owner's DM, where notices for the owner go
 NO_LOGIN = (
     "matrix.homeserver, matrix.user_id and matrix.access_token (or matrix.password) must be "
     "set: see docs/matrix.md"
@@ -140,6 +141,7 @@ class MatrixChannel(BaseChannel):
         logging.getLogger("nio").setLevel(logging.WARNING)  # it logs every event at INFO
         self.client = await self._connected()
         self._display = await hs.display_name(self.client, self.settings.user_id)
+        self.delivery.owner_room = await bus.position(OWNER_ROOM)
         if not self._replayed:  # what an earlier run left goes first, in arrival order
             await self._replay()
             self._replayed = True
@@ -188,7 +190,7 @@ class MatrixChannel(BaseChannel):
         return self._problem
 
     def owner_chat(self) -> str | None:
-        """The owner's DM: the last room of two where they wrote (found at intake)."""
+        """The owner's DM: the last room of two where they wrote (kept across restarts)."""
         return self.delivery.owner_room
 
     def known_group(self, room: str) -> bool:
@@ -289,8 +291,10 @@ class MatrixChannel(BaseChannel):
         ):
             return None
         self._groups[room_id] = group
-        if not group and sender == self.settings.owner:
-            self.delivery.owner_room = room_id
+        if not group and sender == self.settings.owner and self.delivery.owner_room != room_id:
+            self.delivery.owner_room = room_id  # where Dream reviews go, kept for restarts
+            assert self._bus is not None
+            await self._bus.receive(self.name, [], (OWNER_ROOM, room_id))
         who = Sender(
             sender,
             sender,

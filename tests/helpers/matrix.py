@@ -11,6 +11,8 @@ from nio import AsyncClient, RoomCreateResponse, RoomMessagesResponse, RoomSendR
 
 from tests.helpers.synapse import Synapse, User
 
+ENCRYPTION = {"algorithm": "m.megolm.v1.aes-sha2"}
+
 
 class Person:
     def __init__(self, server: Synapse, user: User) -> None:
@@ -27,9 +29,13 @@ class Person:
 
         return asyncio.run(run())
 
-    def room(self, *invite: str, direct: bool = False) -> str:
+    def room(self, *invite: str, direct: bool = False, encrypted: bool = False) -> str:
+        state = [{"type": "m.room.encryption", "state_key": "", "content": ENCRYPTION}]
+
         async def step(client: AsyncClient) -> str:
-            found = await client.room_create(invite=list(invite), is_direct=direct)
+            found = await client.room_create(
+                invite=list(invite), is_direct=direct, initial_state=state if encrypted else ()
+            )
             assert isinstance(found, RoomCreateResponse), found
             return found.room_id
 
@@ -42,10 +48,10 @@ class Person:
         body = {"user_id": user_id}
         self.server.call("POST", f"/_matrix/client/v3/rooms/{room}/invite", body, self.user.token)
 
-    def say(self, room: str, text: str, **extra: Any) -> str:
+    def say(self, room: str, text: str, *, kind: str = "m.room.message", **extra: Any) -> str:
         async def step(client: AsyncClient) -> str:
             content = {"msgtype": "m.text", "body": text, **extra}
-            found = await client.room_send(room, "m.room.message", content)
+            found = await client.room_send(room, kind, content)
             assert isinstance(found, RoomSendResponse), found
             return found.event_id
 
