@@ -323,3 +323,21 @@ def test_an_encrypted_room_without_e2e_support_gets_one_plain_note(
     assert notes == [found[0]] and "encrypted" in found[0] and len(found) == 2
     assert "nanomem[e2e]" in json.dumps(health)
     assert not llm.requests
+
+
+def test_a_new_home_on_the_same_bot_is_not_taken_for_the_old_one(
+    tmp_path_factory: pytest.TempPathFactory, cast: Cast, llm: FakeOpenAI
+) -> None:
+    """A second home (its inbox numbering from 1 again) answering in the same room from the
+    same device: its replies are new events, not the old home's taken again by their
+    transaction ids, and what was said before it first ran is not answered again."""
+    first, second = onboarded(tmp_path_factory, "home1"), onboarded(tmp_path_factory, "home2")
+    with gateway(first, cast, llm):
+        room = cast.owner.room(cast.bot.user_id, direct=True)
+        joined_by_bot(cast.owner, room, cast.bot)
+        cast.owner.say(room, "first")
+        replies(cast.owner, room, cast.bot, 1)
+    with gateway(second, cast, llm):
+        cast.owner.say(room, "second")
+        found = replies(cast.owner, room, cast.bot, 2)
+    assert found == ["echo: first", "echo: second"]

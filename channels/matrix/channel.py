@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import secrets
+import time
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -55,6 +57,10 @@ if TYPE_CHECKING:
 SINCE = "matrix.since"  # the inbox's record of the sync token that confirms what it holds
 DEVICE = "matrix.device"  # the device a password login made, kept for the next login
 OWNER_ROOM = "matrix.owner_room"  # the owner's DM, where notices for the owner go
+TXN_MARK = "matrix.txn_mark"  # this inbox's mark in every transaction id
+# When this home first ran the channel (ms): what rooms said before is history, not for us,
+# however a sync brings it (a room the homeserver shows as newly joined comes with its past).
+BORN = "matrix.born"
 NO_LOGIN = (
     "matrix.homeserver, matrix.user_id and matrix.access_token (or matrix.password) must be "
     "set: see docs/matrix.md"
@@ -105,6 +111,7 @@ class MatrixChannel(BaseChannel):
         self._refused: set[str] = set()
         self._told_encrypted: set[str] = set()
         self._replayed = False
+        self._born = 0
         self.delivery = Delivery(self, stream_every_s=stream_every_s)
         self.capabilities = Capabilities(
             streams=settings.stream or settings.stream_groups,
@@ -142,6 +149,12 @@ class MatrixChannel(BaseChannel):
         self.client = await self._connected()
         self._display = await hs.display_name(self.client, self.settings.user_id)
         self.delivery.owner_room = await bus.position(OWNER_ROOM)
+        if (mark := await bus.position(TXN_MARK)) is None:  # this home's first start
+            mark = secrets.token_hex(4)
+            await bus.receive(self.name, [], (BORN, str(int(time.time() * 1000))))
+            await bus.receive(self.name, [], (TXN_MARK, mark))
+        self.delivery.home = mark
+        self._born = int(await bus.position(BORN) or 0)
         if not self._replayed:  # what an earlier run left goes first, in arrival order
             await self._replay()
             self._replayed = True
@@ -278,7 +291,7 @@ class MatrixChannel(BaseChannel):
                 await self._encrypted(room_id)
             return None
         message = said(event)
-        if message is None:
+        if message is None or _sent_at(event) < self._born:
             return None
         if not self.allowed(sender):
             self._refuse(sender, "a message")
@@ -451,6 +464,11 @@ class MatrixChannel(BaseChannel):
 
     async def send(self, msg: OutboundMessage) -> None:
         await self.delivery.send(msg)
+
+
+def _sent_at(event: dict[str, Any]) -> int:
+    stamp = event.get("origin_server_ts")
+    return stamp if type(stamp) is int else 0
 
 
 def _since_our_join(events: list[dict[str, Any]], user_id: str) -> list[dict[str, Any]]:

@@ -59,6 +59,7 @@ class Delivery:
     def __init__(self, channel: MatrixChannel, *, stream_every_s: float) -> None:
         self.channel, self.stream_every_s = channel, stream_every_s
         self.owner_room: str | None = None
+        self.home = ""  # this inbox's mark in transaction ids (set at start)
         self._streams: dict[str, Stream] = {}
         self._typing: dict[str, asyncio.Task[None]] = {}
 
@@ -103,7 +104,7 @@ class Delivery:
             if n == 0 and stream is not None:  # the message it grew in becomes the whole reply
                 await self._send(msg.chat_id, edit(stream.event_id, body), None)
                 continue
-            event_id = await self._send(msg.chat_id, body, txn_id(msg.seq, n))
+            event_id = await self._send(msg.chat_id, body, txn_id(self.home, msg.seq, n))
             if n == 0 and msg.seq is not None and event_id:
                 await self._finish_earlier(msg.chat_id, event_id, body)
 
@@ -132,7 +133,7 @@ class Delivery:
         shown = split(so_far, EVENT_LIMIT // 2)[0] + GROWING
         try:
             if stream is None:
-                event_id = await self._send(room, content(shown), txn_id(msg.seq, 0))
+                event_id = await self._send(room, content(shown), txn_id(self.home, msg.seq, 0))
                 self._streams[room] = Stream(msg.reply_to, event_id, now, shown)
             elif shown != stream.text:
                 await self._send(room, edit(stream.event_id, content(shown)), None)

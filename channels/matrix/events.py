@@ -176,8 +176,10 @@ def split(text: str, limit: int = EVENT_LIMIT) -> list[str]:
     return split_text(text, limit, measure)
 
 
-def txn_id(seq: int | None, part: int) -> str | None:
+def txn_id(home: str, seq: int | None, part: int) -> str | None:
     """The same transaction id whenever the same part of a stored message's reply is sent (a
     streamed reply's growing message is its part 0), so the homeserver keeps one event however
-    often a restart sends it again. None (the client makes one) for what no inbox row keeps."""
-    return None if seq is None else f"nanomem-{seq}-{part}"
+    often a restart sends it again. `home` is this inbox's own mark: a new home numbers its
+    messages from 1 again, and must not match what an old one sent from the same device.
+    None (the client makes one) for what no inbox row keeps."""
+    return None if seq is None else f"nanomem-{home}-{seq}-{part}"

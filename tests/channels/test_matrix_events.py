@@ -94,8 +94,9 @@ def test_a_long_reply_is_split_into_parts_within_the_event_limit() -> None:
 
 
 def test_a_part_keeps_its_transaction_id_across_restarts() -> None:
-    assert txn_id(7, 0) == txn_id(7, 0) != txn_id(7, 1) != txn_id(8, 1)
-    assert txn_id(None, 0) is None  # not in the inbox: the client makes one
+    assert txn_id("a1", 7, 0) == txn_id("a1", 7, 0) != txn_id("a1", 7, 1) != txn_id("a1", 8, 1)
+    assert txn_id("a1", 7, 0) != txn_id("b2", 7, 0)  # a new home's message 7 is another one
+    assert txn_id("a1", None, 0) is None  # not in the inbox: the client makes one
 
 
 def test_the_inviter_is_read_from_the_invites_own_member_event() -> None:
