@@ -31,7 +31,7 @@ async def matrix(settings: MatrixSettings) -> Finding:
         )
     try:
         status, body = await _whoami(settings.homeserver, token)
-    except Exception as exc:  # httpx's errors name the host, never the token
+    except Exception as exc:  # the connection's errors name the host, never the token
         return Finding.fail(
             "matrix",
             f"could not reach {where} ({type(exc).__name__})",
@@ -58,20 +58,17 @@ async def matrix(settings: MatrixSettings) -> Finding:
 
 
 async def _whoami(homeserver: str, token: str) -> tuple[int, Any]:
-    import httpx
+    """(status, the JSON body or None) of GET /account/whoami, read to MAX_ANSWER at most."""
+    from nanomem.providers import Connection
 
     url = f"{homeserver.rstrip('/')}/_matrix/client/v3/account/whoami"
-    headers = {"Authorization": f"Bearer {token}"}
-    async with (
-        httpx.AsyncClient(timeout=HTTP_TIMEOUT_S) as http,
-        http.stream("GET", url, headers=headers) as answer,
-    ):
-        body = b""
-        async for chunk in answer.aiter_bytes():
-            body += chunk
-            if len(body) > MAX_ANSWER:
-                return answer.status_code, None
+    connection = Connection(url, timeout_s=HTTP_TIMEOUT_S, connections=1)
     try:
-        return answer.status_code, json.loads(body)
+        async with connection.get({b"Authorization": f"Bearer {token}".encode()}) as answer:
+            status, body = answer.status, await answer.excerpt(MAX_ANSWER)
+    finally:
+        await connection.close()
+    try:
+        return status, json.loads(body)
     except ValueError:
-        return answer.status_code, None
+        return status, None

@@ -227,9 +227,10 @@ class Connection:
         server closed just as the request went fails before any answer: it goes once more."""
         return self._send(b"POST", data, headers)
 
-    def get(self) -> AbstractAsyncContextManager[Body]:
-        """GET the URL (`nanomem doctor`: Telegram's getMe, a gateway's /health)."""
-        return self._send(b"GET", b"", {})
+    def get(self, headers: dict[bytes, bytes] | None = None) -> AbstractAsyncContextManager[Body]:
+        """GET the URL (`nanomem doctor`: Telegram's getMe, a homeserver's whoami, a gateway's
+        /health)."""
+        return self._send(b"GET", b"", headers or {})
 
     @asynccontextmanager
     async def _send(
