@@ -3,64 +3,19 @@ a channel written against the contract alone, over raw loopback sockets."""
 
 from __future__ import annotations
 
-import asyncio
-import json
 from collections.abc import AsyncIterator
-from typing import Any
 
 import pytest
 
 from nanomem.agent.markup import plain_text
-from nanomem.app import App
 from nanomem.features.dream import Dreaming
-from nanomem.gateway.service import Gateway
 from nanomem.home import Home
 from nanomem.providers.scripted import ScriptedProvider, call, text
 from tests.conftest import make_app
 from tests.helpers import until
 from tests.helpers.dream import LEARN, app_with_history
 from tests.helpers.line_channel import LineChannel
-
-WAIT_S = 30.0
-
-
-class Person:
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.reader, self.writer = reader, writer
-
-    async def say(self, text: str) -> None:
-        self.writer.write(text.encode() + b"\n")
-        await self.writer.drain()
-
-    async def hear(self) -> dict[str, Any]:
-        line = await asyncio.wait_for(self.reader.readline(), WAIT_S)
-        assert line, "the channel closed the connection"
-        heard: dict[str, Any] = json.loads(line)
-        return heard
-
-
-async def connect(channel: LineChannel, name: str) -> Person:
-    person = Person(*await asyncio.open_connection("127.0.0.1", channel.port))
-    await person.say(f"HELLO {name}")
-    return person
-
-
-async def running(app: App, channel: LineChannel) -> AsyncIterator[Gateway]:
-    gateway = Gateway(app, {channel.name: channel})
-    task = asyncio.create_task(gateway.run())
-    await until(
-        lambda: (
-            channel.port
-            and (r := gateway.health.channels.get("line")) is not None
-            and r.state == "up"
-        ),
-        WAIT_S,
-    )
-    try:
-        yield gateway
-    finally:
-        gateway.request_stop()
-        await asyncio.wait_for(task, WAIT_S)
+from tests.helpers.line_people import connect, running
 
 
 @pytest.fixture

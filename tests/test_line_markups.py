@@ -121,4 +121,4 @@ def test_discord_shows_the_models_markers_as_written() -> None:
         "x [y](https://e.org/%28a%29)"
     )
     assert render_discord("#### four") == "**four**"
-    assert discord_length("😀") == 2
+    assert discord_length("😀 **x**") == 7  # code points of `😀 **x**`, as Discord counts

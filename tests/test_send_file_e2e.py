@@ -194,7 +194,7 @@ async def test_a_group_cannot_send_itself_the_owners_personal_memory(
         )
         assert "Error:" in reply
     # A link planted in the group's own folder leads nowhere either.
-    room = room_folder(home.workspace, f"telegram:{GROUP}")
+    room = room_folder(home.workspace, f"telegram:{GROUP}", True)
     assert room is not None
     (room / "user.md").symlink_to(home.workspace / "USER.md")
     reply = await say(

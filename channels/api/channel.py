@@ -363,7 +363,7 @@ class ApiChannel(BaseChannel):
         for upload in uploads:
             name = f"{datetime.now():%Y-%m-%d}-api-{uuid.uuid4().hex[:12]}{upload.suffix}"
             try:
-                saved.append(save_media(self.workspace, session, name, upload.data))
+                saved.append(save_media(self.workspace, session, name, upload.data, False))
             except OSError as exc:
                 logger.warning("api: could not save a file under media/: {}", exc)
                 for path in saved:

@@ -19,12 +19,12 @@ from nio import AsyncClient, SyncResponse
 from channels.matrix import client as hs
 from channels.matrix.delivery import Delivery
 from channels.matrix.events import (
+    BANG,
     ENCRYPTED,
     FILE_TYPES,
     MEMBER,
     SYNC_FILTER,
     Said,
-    from_bang,
     inviter,
     names_us,
     said,
@@ -41,7 +41,9 @@ from nanomem.agent import (
     MessageBus,
     OutboundMessage,
     Pending,
+    Strangers,
     Text,
+    receive_until_stored,
     record_failure,
     save_media,
 )
@@ -76,7 +78,6 @@ ENCRYPTED_ROOM = (
 TOO_BIG = "That file is {size:.1f} MB; I accept up to {limit} MB (matrix.max_file_mb)."
 NO_DOWNLOAD = "I could not download that file; please send it again."
 STEP_S = 10.0
-REFUSED_KEPT = 10_000  # strangers named in the log: a flood of them must not grow memory
 
 
 class MatrixChannel(BaseChannel):
@@ -108,7 +109,7 @@ class MatrixChannel(BaseChannel):
         self._display = ""
         self._sizes: dict[str, int] = {}  # room → joined members, until its membership changes
         self._groups: dict[str, bool] = {}  # room → a group, as its last message was taken
-        self._refused: set[str] = set()
+        self._strangers = Strangers("Matrix", "matrix.allow_from")
         self._told_encrypted: set[str] = set()
         self._replayed = False
         self._born = 0
@@ -261,7 +262,10 @@ class MatrixChannel(BaseChannel):
             for event in events:
                 if (kept := await self._admit(room_id, event)) is not None:
                     items.append(kept)
-        seqs = await _stored(self._bus, self.name, items, (SINCE, found.next_batch))
+        what = plural(len(items), "message")
+        seqs = await receive_until_stored(
+            self._bus, self.name, items, what, (SINCE, found.next_batch)
+        )
         self._since = found.next_batch
         for (room, payload, sender), seq in zip(items, seqs, strict=True):
             await self._bus.publish_inbound(self._message(room, payload, sender, seq))
@@ -334,7 +338,7 @@ class MatrixChannel(BaseChannel):
         assert self.client is not None
         if names_us(message, self.settings.user_id, self._display):
             return True
-        if from_bang(message.body, self.command_names) != message.body:
+        if BANG.inbound(message.body, self.command_names) != message.body:
             return True
         if message.reply_to:
             return (
@@ -343,12 +347,7 @@ class MatrixChannel(BaseChannel):
         return False
 
     def _refuse(self, who: str, what: str) -> None:
-        if who in self._refused:
-            return
-        if len(self._refused) >= REFUSED_KEPT:
-            self._refused.clear()
-        self._refused.add(who)
-        logger.warning("matrix: refused {} from {}; add it to matrix.allow_from", what, who)
+        self._strangers.refuse(who, what)
 
     async def _encrypted(self, room_id: str) -> None:
         """One plain note per encrypted room and run: we cannot read what is said there."""
@@ -369,7 +368,7 @@ class MatrixChannel(BaseChannel):
         text = message.body if message is not None else ""
         if payload.get("group"):
             text = without_mention(text, self.settings.user_id, self._display)
-        text = from_bang(text.strip(), self.command_names)
+        text = BANG.inbound(text.strip(), self.command_names)
         inbound = InboundMessage(self.name, room, text, sender)
         prepare = functools.partial(self._prepare, payload, seq)
         inbound = replace(inbound, prepare=prepare)
@@ -432,7 +431,10 @@ class MatrixChannel(BaseChannel):
         try:
             data = await hs.download(self.settings.homeserver, self._access(), message.url, limit)
             name = message.file_name or FILE_TYPES[message.msgtype]
-            saved = await asyncio.to_thread(save_media, self.workspace, msg.session_key, name, data)
+            room = msg.sender.shared_room
+            saved = await asyncio.to_thread(
+                save_media, self.workspace, msg.session_key, name, data, room
+            )
         except ValueError as exc:
             logger.warning("matrix: a file in {} refused: {}", msg.chat_id, exc)
             await self._answered(msg, NO_DOWNLOAD)
@@ -484,22 +486,6 @@ def _since_our_join(events: list[dict[str, Any]], user_id: str) -> list[dict[str
         ):
             return events[at + 1 :]
     return events
-
-
-async def _stored(
-    bus: MessageBus,
-    channel: str,
-    items: list[tuple[str, dict[str, Any], Sender]],
-    position: tuple[str, str],
-) -> list[int | None]:
-    """Their inbox rows with the sync token, however long storing takes: a full disk is waited
-    out and tried again, never a reason to lose what the next sync would not bring back."""
-    while True:
-        try:
-            return await bus.receive(channel, items, position)
-        except Exception:
-            logger.exception("matrix: could not store {}; retrying", plural(len(items), "message"))
-            await asyncio.sleep(1.0)
 
 
 def _olm() -> bool:

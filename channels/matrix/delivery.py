@@ -16,10 +16,10 @@ from loguru import logger
 
 from channels.matrix import client as hs
 from channels.matrix.events import (
+    BANG,
     EVENT_LIMIT,
     content,
     edit,
-    in_matrix_spelling,
     measure,
     split,
     txn_id,
@@ -39,6 +39,7 @@ from nanomem.agent import (
 
 if TYPE_CHECKING:
     from channels.matrix.channel import MatrixChannel
+
 
 TYPING_MS = 25_000  # each typing notice lasts this long; renewed every TYPING_EVERY_S
 TYPING_EVERY_S = 20.0
@@ -93,7 +94,7 @@ class Delivery:
     async def _text(self, msg: OutboundMessage, part: Text) -> None:
         text = part.text
         if part.style != "reply" or part.command:  # our own text names commands as typed here
-            text = in_matrix_spelling(text, self.channel.command_names)
+            text = BANG.outbound(text, self.channel.command_names)
         stream = self._streams.pop(msg.chat_id, None)
         if stream is not None and stream.reply_to != msg.reply_to:
             stream = None

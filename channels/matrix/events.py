@@ -8,7 +8,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from nanomem.agent import split_text
+from nanomem.agent import Spelling, split_text
 from nanomem.text.markdown_html import matrix_content
 from nanomem.text.measure import json_bytes
 from nanomem.text.utf8 import clean_text
@@ -32,6 +32,7 @@ SYNC_FILTER: dict[str, Any] = {
         "account_data": {"not_types": ["*"]},
     },
 }
+BANG = Spelling("!")  # Element keeps /… for its own commands: ours are typed !help here
 FILE_TYPES = {"m.file": "file", "m.image": "image", "m.audio": "audio", "m.video": "video"}
 
 
@@ -118,21 +119,6 @@ def without_mention(text: str, user_id: str, display_name: str) -> str:
         lead = re.match(rf"\s*{re.escape(name)}\s*[:,]?\s*", text, re.I)
         if lead:
             return text[lead.end() :]
-    return text
-
-
-def from_bang(text: str, commands: set[str]) -> str:
-    """`!help` as `/help`: Element keeps `/…` for itself, so our commands take `!` here."""
-    name = text[1:].split(maxsplit=1)[0:1]
-    if text.startswith("!") and name and name[0].lower() in commands:
-        return "/" + text[1:]
-    return text
-
-
-def in_matrix_spelling(text: str, commands: set[str]) -> str:
-    """Our text naming our commands as they are typed here: `!help`, not `/help`."""
-    for name in sorted(commands, key=len, reverse=True):
-        text = re.sub(rf"(?<![\w/!.:]){'/'}{re.escape(name)}\b", f"!{name}", text)
     return text
 
 

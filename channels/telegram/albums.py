@@ -19,8 +19,7 @@ from typing import Any, Generic, TypeVar
 
 from loguru import logger
 
-from channels.telegram.incoming import stored
-from nanomem.agent import MessageBus, Pending
+from nanomem.agent import MessageBus, Pending, receive_until_stored
 from nanomem.audience import Sender
 
 ALBUM = "album"  # a stored album: {"album": [the parts' updates, in order]}
@@ -82,7 +81,7 @@ async def store_whole(
 ) -> int | None:
     """The album as one inbox row, then its parts' rows gone (in that order: see above)."""
     album = {ALBUM: [part.payload for part in parts]}
-    (seq,) = await stored(bus, channel, [(chat, album, sender)], "an album")
+    (seq,) = await receive_until_stored(bus, channel, [(chat, album, sender)], "an album")
     for part in parts:
         await bus.forget(part.seq)
     return seq

@@ -22,15 +22,14 @@ from channels.telegram.delivery import (
     PollWatch,
     SendError,
     command_menu,
-    in_telegram_spelling,
     is_allowed,
-    strip_mention,
     target,
 )
 from channels.telegram.incoming import (
     GREETING,
     NO_DOWNLOAD,
     REFUSED_PRESS,
+    SPELLING,
     UNSUPPORTED,
     Incoming,
     as_payload,
@@ -42,9 +41,7 @@ from channels.telegram.incoming import (
     next_offset,
     oversized,
     park_unreadable,
-    stored,
     stored_text,
-    told_length,
     unknown_chat,
 )
 from channels.telegram.transport import (
@@ -63,12 +60,19 @@ from nanomem.agent import (
     Capabilities,
     Command,
     InboundMessage,
+    Mention,
     MessageBus,
     OutboundMessage,
     Pending,
+    Received,
+    Strangers,
     Text,
+    hand_in_each,
+    left_over,
     parse_command,
+    receive_until_stored,
     record_failure,
+    vouched_again,
 )
 from nanomem.audience import Sender
 from nanomem.config import ConfigError, TelegramSettings
@@ -138,7 +142,7 @@ class TelegramChannel(BaseChannel):
             stream_groups=settings.stream_groups,
             stream_every_s=stream_every_s,  # Telegram allows about one edit a second per chat
         )
-        self._refused: set[int] = set()
+        self._strangers = Strangers("Telegram", "telegram.allow_from")
         self._owner_noted = False
         self.capabilities = Capabilities(
             streams=settings.stream,
@@ -300,7 +304,7 @@ class TelegramChannel(BaseChannel):
         # Nothing is confirmed until they are stored: a full disk is retried, never dropped.
         what = plural(len(kept), "update")
         position = (OFFSET, str(offset)) if offset is not None else None
-        seqs = await stored(self._bus, self.name, kept, what, position)
+        seqs = await receive_until_stored(self._bus, self.name, kept, what, position)
         self._offset = offset
         for (payload, error), seq in zip(unreadable, seqs[len(admitted) :], strict=True):
             if seq is not None:
@@ -341,21 +345,12 @@ class TelegramChannel(BaseChannel):
     async def _replay(self, bot: Bot) -> None:
         """Messages an earlier run stored but did not answer, handed in again in order."""
         assert self._bus is not None
-        left = await self._bus.unfinished(self.name)
-        if left:
-            logger.info(
-                "telegram: {} from before the restart answered now", plural(len(left), "message")
-            )
-        replay, held = albums.replay_order(left)
+        replay, held = albums.replay_order(await left_over(self._bus, self.name))
         for pending in held:  # already in an album row stored before the restart
             await self._bus.forget(pending.seq)
-        for pending in replay:  # in order: what came after a loose part waits behind its album
-            try:
-                await self._hand_in(bot, pending, retry=False)
-            except Exception as exc:  # one unreadable stored update must not keep us down
-                logger.exception("telegram: could not read stored message {}", pending.seq)
-                text, where = stored_text(pending.payload), f"{self.name}:{pending.chat}"
-                await record_failure(self._bus, pending.seq, exc, text, where)
+        # In order: what came after a loose part waits behind its album.
+        hand_in = functools.partial(self._hand_in, bot, retry=False)
+        await hand_in_each(self._bus, self.name, replay, hand_in, stored_text)
 
     async def readmit(self, pending: Pending) -> bool:
         """Take a stored message whose handling failed once more (agent/retries.py); False
@@ -369,10 +364,9 @@ class TelegramChannel(BaseChannel):
         assert self._bus is not None
         lead, *rest = [Update.de_json(part, bot) for part in albums.parts_of(pending.payload)]
         found = self._admit(lead)
-        if found is None:  # no longer allowed, say
-            await self._bus.forget(pending.seq)
+        sender = await vouched_again(self._bus, pending, None if found is None else found.sender)
+        if found is None or sender is None:  # no longer allowed, say: forgotten
             return
-        sender = pending.vouched(found.sender)  # admitted now, as it was then
         incoming = replace(found, sender=sender, seq=pending.seq, replayed=True, retry=retry)
         if albums.ALBUM in pending.payload:
             incoming = replace(incoming, rest=tuple(u.message for u in rest if u.message))
@@ -395,14 +389,9 @@ class TelegramChannel(BaseChannel):
         if not is_allowed(self.settings.allow_from, user.id, message.chat_id, self.settings.owner):
             if press is not None:
                 self._refuse_press(press.id)
-            if user.id not in self._refused:  # refused silently: no reply, typing or reaction
-                if len(self._refused) >= 10_000:  # a flood of strangers must not grow memory
-                    self._refused.clear()
-                self._refused.add(user.id)
-                name = f"@{user.username}" if user.username else user.full_name
-                logger.warning(
-                    "refused Telegram user {} ({}); add it to telegram.allow_from", user.id, name
-                )
+            self._strangers.refuse(
+                user.id, f"@{user.username}" if user.username else user.full_name
+            )
             return None
         group = message.chat.type in (ChatType.GROUP, ChatType.SUPERGROUP)
         sender = self._sender(user, group)
@@ -442,8 +431,9 @@ class TelegramChannel(BaseChannel):
         else:  # an album's captions joined (lone surrogates stop here)
             said = [clean_text(m.text or m.caption or "") for m in incoming.parts]
             text = "\n\n".join(filter(None, said))
-            if incoming.group:
-                text = strip_mention(text, message.get_bot().username)
+            mention = Mention.of_handle(message.get_bot().username or "")
+            if incoming.group and mention is not None:
+                text = mention.stripped(text)
         prepare = functools.partial(self._prepare, incoming)
         pressed = incoming.press is not None
         inbound = InboundMessage(self.name, incoming.key, text, incoming.sender, (), pressed)
@@ -498,35 +488,29 @@ class TelegramChannel(BaseChannel):
         files = [file for file in found if file is not None]
         if (refusal := oversized(files, self.settings.max_file_mb)) is not None:
             return refusal  # before any is saved: an album is taken whole or not at all
-        media: list[str] = []
-        lengths: dict[str, float] = {}
-        labels = []
+        # A group's files go to its own folder, by the channel's word (the sender's shared_room).
+        room = incoming.sender.shared_room
+        received = Received(self.workspace, f"{self.name}:{key}", room)
         for kind, item, suffix, file_name in files:
             try:
-                saved = await download(self.workspace, item, suffix, f"{self.name}:{key}")
+                await download(received, kind, item, suffix, file_name)
             except (TelegramError, OSError) as exc:
                 logger.warning("telegram: downloading a {} from {} failed: {}", kind, key, exc)
                 return NO_DOWNLOAD
-            media.append(saved)
-            if (seconds := told_length(item)) is not None:
-                lengths[saved] = seconds
-            labels.append(f"[{kind}: {file_name}]" if file_name else f"[{kind}]")
-        if files:
-            text = "\n".join(filter(None, [*labels, text]))
-        elif not text:
+        if not files and not text:
             if group:  # stickers and the like; in a group nobody asked us
                 await self._bus.forget(incoming.seq)
                 return None
             return UNSUPPORTED
         self.delivery.accepted(key, msg.id, message.message_id, group=group, late=incoming.retry)
-        return replace(msg, content=text, media=tuple(media), lengths=lengths)
+        return received.into(msg, text)
 
     # Outbound: one chat at a time, in order, from the core; Delivery reaches the Bot API here.
 
     async def send(self, msg: OutboundMessage) -> None:
         part = msg.part
         if isinstance(part, Text) and part.command:  # /help and the like: as the menu names them
-            spelled = in_telegram_spelling(part.text, self._commands)
+            spelled = SPELLING.outbound(part.text, [c.name for c in self._commands])
             msg = replace(msg, part=replace(part, text=spelled))
         await self.delivery.send(msg)
 

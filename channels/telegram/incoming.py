@@ -3,7 +3,6 @@ objects): which chat it belongs to, whether a group message is addressed to us, 
 
 from __future__ import annotations
 
-import asyncio
 import io
 import re
 import warnings
@@ -14,18 +13,27 @@ from typing import Any
 
 from loguru import logger
 
-from channels.telegram.delivery import mentions
-from nanomem.agent import MessageBus, parse_command, record_failure, save_media
+from nanomem.agent import (
+    Mention,
+    MessageBus,
+    Received,
+    Spelling,
+    addressed,
+    parse_command,
+    record_failure,
+    too_big,
+)
 from nanomem.audience import Sender
 
 GREETING = "Hi {name}! Write to me and I will answer. /help lists the commands."
-TOO_BIG = "That file is {size:.1f} MB; I accept up to {limit} MB (telegram.max_file_mb)."
+MAX_FILE_SETTING = "telegram.max_file_mb"
+# Telegram's menu allows no hyphen: /dream_log for /dream-log (both are read as ours).
+SPELLING = Spelling("/", underscores=True)
 NO_DOWNLOAD = "I could not download that file; please send it again."
 UNSUPPORTED = "I can read text, photos, documents, voice notes and audio, not this kind of message."
 REFUSED_PRESS = "Only the people this bot serves can use its buttons."
 UNREADABLE_KEPT = 4096  # of an update that cannot be read: what the inbox keeps of it
 _SUFFIX = re.compile(r"\.[a-z0-9]{1,8}")
-_COMMAND = re.compile(r"/([A-Za-z0-9_-]+)(?:@(\w+))?")
 
 
 @dataclass(frozen=True)
@@ -60,15 +68,12 @@ def chat_key(message: Any) -> str:
 def is_addressed(message: Any, bot: Any, our_commands: set[str]) -> bool:
     """In a group: a reply to the bot, an @mention of it, or one of our commands."""
     reply = message.reply_to_message
-    if reply is not None and reply.from_user is not None and reply.from_user.id == bot.id:
-        return True
-    text, username = message.text or message.caption or "", (bot.username or "").lower()
-    if mentions(text, username):
-        return True
-    if (command := _COMMAND.match(text)) is None:
-        return False
-    name, addressee = command.group(1).lower(), (command.group(2) or "").lower()
-    return addressee == username or (not addressee and name.replace("_", "-") in our_commands)
+    to_us = reply is not None and reply.from_user is not None and reply.from_user.id == bot.id
+    text = message.text or message.caption or ""
+    mention = Mention.of_handle(bot.username or "")
+    return addressed(
+        text, mention=mention, replied_to_us=to_us, commands=our_commands, spelling=SPELLING
+    )
 
 
 def fair_press(data: str | None, presser: int, message: Any) -> bool:
@@ -125,38 +130,16 @@ def told_length(item: Any) -> float | None:
 
 def oversized(files: list[tuple[str, Any, str, str]], max_mb: int) -> str | None:
     """The note refusing a message whose file (any of an album's) is above telegram.max_file_mb."""
-    for _, item, _, _ in files:
-        if (size := item.file_size or 0) > max_mb * 2**20:
-            return TOO_BIG.format(size=size / 2**20, limit=max_mb)
-    return None
+    return too_big((item.file_size or 0 for _, item, _, _ in files), max_mb, MAX_FILE_SETTING)
 
 
-async def download(workspace: Path, item: Any, suffix: str, session: str) -> str:
-    """Saved under a fresh temporary name, then renamed into place, in the media folder as
-    reached without following links: opening the final name for writing would write through
-    whatever a group planted there (a hard link to USER.md, say), and a `media` link its
-    sandboxed shell made would carry the file out of the room."""
+async def download(received: Received, kind: str, item: Any, suffix: str, file_name: str) -> str:
+    """Saved (Received.save: under a fresh temporary name, renamed into place, in the chat's
+    media folder as reached without following links) as `<date>-<Telegram's id><suffix>`."""
     name = f"{datetime.now():%Y-%m-%d}-{item.file_unique_id}{suffix}"
     data = io.BytesIO()  # python-telegram-bot holds the whole file in memory either way
     await (await item.get_file()).download_to_memory(data)
-    return await asyncio.to_thread(save_media, workspace, session, name, data.getvalue())
-
-
-async def stored(
-    bus: MessageBus,
-    channel: str,
-    items: list[tuple[str, dict[str, Any], Sender]],
-    what: str,
-    position: tuple[str, str] | None = None,
-) -> list[int | None]:
-    """Their inbox rows (bus.receive), however long storing takes: a full disk is waited out
-    and tried again, never a reason to drop what nothing else keeps yet."""
-    while True:
-        try:
-            return await bus.receive(channel, items, position)
-        except Exception:
-            logger.exception("telegram: could not store {}; retrying", what)
-            await asyncio.sleep(1.0)
+    return await received.save(name, data.getvalue(), kind, file_name, told_length(item))
 
 
 def as_payload(item: Any) -> dict[str, Any]:

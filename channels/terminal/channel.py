@@ -33,7 +33,7 @@ from nanomem.agent import (
     Question,
     Text,
 )
-from nanomem.audience import Sender, is_shared_room
+from nanomem.audience import Sender
 from nanomem.text.escapes import strip_escapes
 from nanomem.text.masking import redact
 
@@ -119,9 +119,9 @@ class TerminalChannel(BaseChannel):
         self.workspace = workspace
         self.unread = unread  # what the gateway said here unasked while nobody looked
         # The terminal is the owner's, and they sit at this prompt: they can answer a question
-        # (may this shell command run?). A session named like a group speaks as in one.
-        shared = is_shared_room(f"{self.name}:{chat_id}")
-        self.sender = Sender("user", is_owner=True, can_answer=True, shared_room=shared)
+        # (may this shell command run?). A session its first message made a group chat
+        # (`nanomem chat -m ... --room`) stays one: the core reads the session's stored word.
+        self.sender = Sender("user", is_owner=True, can_answer=True)
         self.history_file = history_file
         self._console = console
         self._bus: MessageBus | None = None

@@ -76,13 +76,13 @@ def _logger() -> Any:
     return logger
 
 
-def save_media(workspace: Path, session: str, name: str, data: bytes) -> str:
+def save_media(workspace: Path, session: str, name: str, data: bytes, room: bool) -> str:
     """Save a file a chat sent into its media folder; its path relative to the workspace, as
     the turn is given it. Blocking. No link below the workspace is followed (OSError when one
     is in the way): a sandboxed command may have made `media` a link, and a name planted under
     the final one (a hard link to USER.md) is replaced, never written through."""
     root = workspace.resolve()
-    relative = media_folder(root, session).relative_to(root) / name
+    relative = media_folder(root, session, room).relative_to(root) / name
     write_below(root, relative, data)
     return str(relative)
 

@@ -94,6 +94,14 @@ class CommandSet:
             raise UnknownCommand(name)
         return command, args
 
+    def named(self, text: str) -> str:
+        """The name of the command a message runs, known or not; "" for ordinary text."""
+        parsed = parse_command(text)
+        if parsed is None:
+            return ""
+        command = self._registered().get(parsed[0]) or self._fallbacks.get(parsed[0])
+        return command.name if command is not None else parsed[0]
+
     def all(self) -> list[Command]:
         return list(self._registered().values())
 

@@ -77,11 +77,12 @@ class ContextBuilder:
         self._skills_dir = str(skills.directory)
         self._overrides_dir = str(workspace / "templates")
 
-    async def system_prompt(self, session_key: str) -> str:
+    async def system_prompt(self, session_key: str, room: bool) -> str:
+        """`room`: a shared room, by its channel's word (as the turn or the session has it)."""
         # Usually a few stats and a cache hit: turns starting together share a thread hop.
-        return await self._renders.run(self.render_system_prompt, session_key)
+        return await self._renders.run(self.render_system_prompt, session_key, room)
 
-    def render_system_prompt(self, session_key: str) -> str:
+    def render_system_prompt(self, session_key: str, room: bool) -> str:
         """Rendered again only when memory files, skills or this chat's history entries
         change: same inputs, same bytes (so provider prompt caches keep working)."""
         entries = (
@@ -89,7 +90,7 @@ class ContextBuilder:
             if self.history is not None and self.history_chars
             else []
         )
-        personal = audience_of(session_key, self.groups_see_personal).personal
+        personal = audience_of(session_key, room, self.groups_see_personal).personal
         key = (self._files_key(), tuple(e.cursor for e in entries), personal)
         with self._cache_lock:
             cached = self._cache.get(key)
@@ -204,14 +205,14 @@ class ContextBuilder:
             channel=msg.channel,
             chat_id=msg.chat_id,
             sender=msg.sender.name if msg.sender.shared_room else "",  # tells members apart
-            media=[self._as_the_tools_see_it(msg.session_key, m) for m in msg.media],
+            media=[self._as_the_tools_see_it(msg, m) for m in msg.media],
         )
         content = f"{runtime}\n\n{msg.content}"
         return {"role": "user", "content": f"{content}\n\n{documents}" if documents else content}
 
-    def _as_the_tools_see_it(self, session: str, relative: str) -> str:
+    def _as_the_tools_see_it(self, msg: InboundMessage, relative: str) -> str:
         """A group's file tools start in its own folder: its media is named from there."""
-        room = room_folder(self.workspace, session)
+        room = room_folder(self.workspace, msg.session_key, msg.sender.shared_room)
         if room is None:
             return relative
         path = self.workspace / relative

@@ -68,6 +68,8 @@ class Intake:
                     return session, await self._reread(msg, session, found)
                 return session, found  # still the session's last turn: it goes on
             # Other turns came after it (another process on this session): asked afresh.
+        # The chat's kind, as its channel vouched, recorded with its first message saved.
+        await self.sessions.mark_room(session, msg.sender.shared_room)
         # Documents become text once, here, and the session keeps it (agent/documents.py).
         room = self.settings.agent.max_message_chars - len(msg.content)
         documents = await self.context.documents(msg.media, room, msg.session_key)

@@ -171,7 +171,7 @@ class AgentLoop:
                         return  # the channel answered it itself
                     msg = replace(ready, prepare=None)
                 if msg.channel in self.bus.turns:
-                    await self._tell(msg, TurnStarted(self._named(msg.content)))
+                    await self._tell(msg, TurnStarted(self.commands.named(msg.content)))
                     started = True
                 reply = await self._handle(msg, self.bus.publish_outbound, finished)
                 if reply is None and started:  # cut short: told before /stop answers
@@ -201,14 +201,6 @@ class AgentLoop:
     async def _tell(self, msg: InboundMessage, part: TurnStarted | TurnEnded) -> None:
         """A turn's start or end, in order with its chat's messages (never stored)."""
         await self.bus.publish_outbound(OutboundMessage(msg.channel, msg.chat_id, part, msg.id))
-
-    def _named(self, content: str) -> str:
-        """The command a message runs, as TurnStarted names it ("" for a model turn)."""
-        try:
-            found = self.commands.resolve(content)
-        except UnknownCommand as exc:
-            return exc.name
-        return found[0].name if found else ""
 
     def _after(self, finished: Finished) -> None:
         for session, turn in finished:
@@ -271,12 +263,20 @@ class AgentLoop:
             self._turn_slots,
         ):
             self._check_taking()
+            msg = await self._as_stored(msg)
             if found and found[0].handler is not None:  # a command: a line of text
                 if (refused := await self._admitted(msg)) is not None:
                     return refused
                 return await command_reply(msg, *found)
             # /retry is a whole turn too
             return await self._stoppable_turn(msg, progress, finished, retry=bool(found))
+
+    async def _as_stored(self, msg: InboundMessage) -> InboundMessage:
+        """A chat its session records as a shared room stays one, whatever a later message of
+        it says (the channel's word as stored: agent/intake.py records it)."""
+        if msg.sender.shared_room or not (await self.sessions.get(msg.session_key)).is_room:
+            return msg
+        return replace(msg, sender=replace(msg.sender, shared_room=True))
 
     @asynccontextmanager
     async def between_turns(self, key: str) -> AsyncIterator[None]:
@@ -347,13 +347,13 @@ class AgentLoop:
     ) -> OutboundMessage:
         turn = replace(self._context_of(msg), outlet=file_outlet(msg, progress))
         shown_from = session.replay_from
-        system = await self._system_message(session)
+        system = await self._system_message(session, turn.shared_room)
         for hook in self.before_turn:
             await hook(session, turn)
         # Archiving (by a hook, or a consolidation just done) adds history the prompt must show.
         while session.replay_from != shown_from:
             shown_from = session.replay_from
-            system = await self._system_message(session)
+            system = await self._system_message(session, turn.shared_room)
         user = to_wire([session.messages[at]])[0]
         # Counted as sent, images included: they take room, and usage counts them.
         # A paused turn going on shows the model again the images its request brought.
@@ -422,7 +422,8 @@ class AgentLoop:
         """Whom a turn works for: handed to every tool call and hook, never read from ambient
         state."""
         groups_see_personal = self.settings.memory.groups_see_personal
-        return ToolContext(msg.sender, audience_of(msg.session_key, groups_see_personal))
+        room = msg.sender.shared_room
+        return ToolContext(msg.sender, audience_of(msg.session_key, room, groups_see_personal))
 
     def _fixed(self, system: str, messages: list[dict[str, Any]], run: ClientRun | None) -> int:
         """Tokens of what every prompt of the turn carries besides the replayed history."""
@@ -469,7 +470,7 @@ class AgentLoop:
         logger.warning(
             "turn for {} failed after {}: {}", msg.session_key, plural(exc.attempts, "attempt"), exc
         )
-        owner = owner_alone(msg.sender, msg.session_key)  # not an address to show a group
+        owner = owner_alone(msg.sender)  # not an address to show a group
         note = self.templates.render(
             "provider_error.md.j2",
             category=exc.category,
@@ -496,8 +497,8 @@ class AgentLoop:
     async def _save(self, session: Session, messages: list[dict[str, Any]]) -> None:
         await self.sessions.append(session, messages)  # which masks known secrets
 
-    async def _system_message(self, session: Session) -> dict[str, Any]:
-        text = await self.context.system_prompt(session.key)
+    async def _system_message(self, session: Session, room: bool) -> dict[str, Any]:
+        text = await self.context.system_prompt(session.key, room)
         session.system_tokens = self.budget.count_system(text)
         return {"role": "system", "content": text}
 

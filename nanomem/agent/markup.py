@@ -23,6 +23,7 @@ Measure = Callable[[str], int]
 _OPENER = re.compile(r"(?P<lead>[ \t>]*(?:(?:[-*+]|\d{1,9}[.)])[ \t]+)?)(?P<fence>`{3,}|~{3,})")
 _CLOSER = re.compile(r"(?P<lead>[ \t>]*)(?P<fence>`{3,}|~{3,})[ \t]*")
 _ENTITY_START = re.compile(r"&#?[A-Za-z0-9]{0,31}$")
+_SPAN = 256  # how far around a space a code span or a link's text is looked for
 _JOINERS = frozenset("\u200d\ufe0e\ufe0f\r")  # a cut after these splits what they join
 
 
@@ -71,17 +72,20 @@ def split_text(
 ) -> list[str]:
     """Pieces of `text` each at most `limit` by `measure` (characters when None), cut where a
     reader would pause. `fences`: the text is Markdown, whose code fences are kept whole or
-    closed and reopened around a cut. Measuring costs a few calls per piece, each on about a
+    closed and reopened around a cut, and whose code spans and links' text are not cut at a
+    space. Measuring costs a few calls per piece, each on about a
     piece's length, so a long text costs about linearly in its length."""
-    return _Splitter(text, limit, measure or len, _fences(text) if fences else []).pieces()
+    return _Splitter(text, limit, measure or len, fences).pieces()
 
 
 class _Splitter:
-    def __init__(self, text: str, limit: int, measure: Measure, fences: list[_Fence]) -> None:
+    def __init__(self, text: str, limit: int, measure: Measure, markdown: bool) -> None:
         self.text, self.limit, self.measure = text, limit, measure
-        self.fences = fences
-        self.starts = [f.start for f in fences]
+        self.markdown = markdown
+        self.fences = _fences(text) if markdown else []
+        self.starts = [f.start for f in self.fences]
         self.fits: dict[int, bool] = {}  # fence start → fits one piece whole
+        self.last_lines: dict[int, int] = {}  # fence start → its last code line's start
 
     def pieces(self) -> list[str]:
         text, n = self.text, len(self.text)
@@ -203,9 +207,12 @@ class _Splitter:
 
     def _last(self, mark: str, start: int, fit: int) -> int:
         """The last `mark` at or before `fit` where a cut is allowed; `start` when none is."""
-        end = fit + len(mark)
+        end, spans = fit + len(mark), 64  # spaces in code or a link passed over, at most
         while (at := self.text.rfind(mark, start + 1, end)) > start:
             fence = self._fence_at(at)
+            if fence is None and mark == " " and self.markdown and spans and self._in_span(at):
+                end, spans = at, spans - 1
+                continue
             if fence is None:
                 return at
             # In code only between its lines, and only when it cannot stay whole.
@@ -215,6 +222,18 @@ class _Splitter:
             end = (last if inner else fence.start) + len(mark) - 1
         return start
 
+    def _in_span(self, at: int) -> bool:
+        """A space inside inline code or a link's text: a cut there would show their markers."""
+        text = self.text
+        line = text.rfind("\n", max(0, at - _SPAN), at) + 1 or max(0, at - _SPAN)
+        before = text[line:at]
+        if before.count("`") % 2:
+            return True
+        if before.rfind("[") <= before.rfind("]"):
+            return False
+        close = text.find("]", at, at + _SPAN)
+        return close > 0 and text.startswith("(", close + 1) and "\n" not in text[at:close]
+
     def _whole(self, fence: _Fence) -> bool:
         if fence.start not in self.fits:
             whole = self.text[fence.start : fence.stop]
@@ -223,8 +242,10 @@ class _Splitter:
 
     def _last_line(self, fence: _Fence) -> int:
         """Where its last code line with anything on it starts."""
-        last = fence.body + len(self.text[fence.body : fence.end].rstrip("\n"))
-        return self.text.rfind("\n", fence.body, last) + 1 or fence.body
+        if fence.start not in self.last_lines:
+            last = fence.body + len(self.text[fence.body : fence.end].rstrip("\n"))
+            self.last_lines[fence.start] = self.text.rfind("\n", fence.body, last) + 1 or fence.body
+        return self.last_lines[fence.start]
 
     def _hard(self, start: int, fit: int) -> int:
         """`fit`, moved back off a cut that would break a character, an escape or an entity."""

@@ -22,7 +22,6 @@ from nanomem.agent.client_turn import CLIENT_REQUEST, SCHEMA_UNMET, ClientRun, C
 from nanomem.agent.outbound import OutboundMessage, Paused, Text
 from nanomem.agent.react_loop import ReactResult
 from nanomem.agent.replay import last_user, newest_first, open_pause, waiting
-from nanomem.audience import is_shared_room
 from nanomem.pools import CLIENT_SCHEMAS
 from nanomem.providers import ToolCall
 from nanomem.text.masking import redact, redact_message
@@ -61,7 +60,7 @@ class ClientTurns:
         if client is not None:
             problem = _refusal(client, messages, offered)
             carries = client.tools or client.instructions or client.results
-            if carries and (msg.sender.shared_room or is_shared_room(msg.session_key)):
+            if carries and msg.sender.shared_room:
                 problem = "a client's tools and instructions are not taken in a group chat"
             if problem is None and (form := client.options.response_format) is not None:
                 problem = await CLIENT_SCHEMAS.run(structured.refused, form)  # time-bounded

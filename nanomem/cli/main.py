@@ -102,6 +102,7 @@ def build_parser() -> argparse.ArgumentParser:
         default="direct",
         help="session name (key cli:NAME); with -m also a whole key such as telegram:123",
     )
+    chat.add_argument("--room", action="store_true", help="with -m: as in a group chat")
     _add_overrides(chat)
 
     status = commands.add_parser("status", help="show configuration and state (no model call)")
@@ -297,7 +298,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
         app = _app(args, needs_model=True, stderr_level=stderr_level)
         gc.freeze()
         gc.enable()
-        return asyncio.run(_one_shot(app, args.session, text))
+        return asyncio.run(_one_shot(app, args.session, text, args.room))
     if ":" in args.session:
         raise CliError("--session takes a name here; whole keys (telegram:123) go with -m")
     home, settings = _configured(args, needs_model=True, ask=True)
@@ -337,16 +338,17 @@ def _ask_for_model(args: argparse.Namespace, home: Home) -> Settings:
     raise CliError("no model configured; nothing was saved", EXIT_CONFIG)
 
 
-async def _one_shot(app: App, session: str, text: str) -> int:
+async def _one_shot(app: App, session: str, text: str, room: bool) -> int:
     from nanomem.agent import InboundMessage, Text
-    from nanomem.audience import Sender, is_shared_room
+    from nanomem.audience import Sender
     from nanomem.cli.stdout_stream import StdoutStream
 
     # A whole key continues another channel's conversation (its reply is printed here).
     channel, chat = (session.split(":", 1)) if ":" in session else ("cli", session)
     stream = StdoutStream(app.workspace)
-    # The owner's one-shot: nobody stays at a prompt to answer a question.
-    sender = Sender("user", is_owner=True, shared_room=is_shared_room(f"{channel}:{chat}"))
+    # The owner's one-shot: nobody stays at a prompt to answer a question. A group chat by
+    # --room, or by its session's stored word (a room stays one: AgentLoop._as_stored).
+    sender = Sender("user", is_owner=True, shared_room=room)
     msg = InboundMessage(channel, chat, text, sender)
     reply = await app.loop.handle(msg, progress=stream.show)
     await app.loop.close(grace_s=30)

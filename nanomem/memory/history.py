@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 from loguru import logger
 
+from nanomem.audience import legacy_room
 from nanomem.durable import append_lines, atomic_write_text, truncate_torn_tail
 from nanomem.locks import FileLock, in_thread_holding
 from nanomem.text import untrusted_json
@@ -39,11 +40,20 @@ class HistoryEntry:
     parts: int = 1
     v: int = FORMAT_VERSION
     imported: str = ""  # the agent it was moved in from (`nanomem import`); its time is theirs
+    # From a shared room, by its channel's word; None in an entry written before that was.
+    room: bool | None = None
+
+    @property
+    def is_room(self) -> bool:
+        """From a shared room: as recorded, or by the rule of its time (legacy_room)."""
+        return self.room if self.room is not None else legacy_room(self.session)
 
     def to_json(self) -> str:
         fields = asdict(self)
         if not self.imported:
             del fields["imported"]  # written only where it says something
+        if self.room is None:
+            del fields["room"]
         return json.dumps(fields, ensure_ascii=False)
 
     @classmethod
@@ -69,6 +79,7 @@ class NewEntry:
     parts: int = 1
     timestamp: str = ""  # when it happened, if not now (an imported entry's own time)
     imported: str = ""
+    room: bool | None = None  # from a shared room (the session's stored word)
 
 
 def now_iso() -> str:
@@ -145,6 +156,7 @@ class HistoryStore:
                 e.part,
                 e.parts,
                 imported=e.imported,
+                room=e.room,
             )
             for i, e in enumerate(entries, start=1)
         ]

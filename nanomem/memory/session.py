@@ -22,6 +22,7 @@ from typing import Any
 
 from loguru import logger
 
+from nanomem.audience import legacy_room
 from nanomem.durable import append_lines, truncate_torn_tail
 from nanomem.locks import FileLock, to_thread_to_the_end
 from nanomem.providers import WireMessage
@@ -29,7 +30,8 @@ from nanomem.text import untrusted_json
 from nanomem.text.masking import redact_message
 from nanomem.text.utf8 import clean_value, is_valid
 
-FORMAT_VERSION = 1
+# Version 2: the header (or a state record) says whether the chat is a shared room (`room`).
+FORMAT_VERSION = 2
 # Keys the model API understands; everything else in a stored message is ours (timestamps).
 _WIRE_KEYS = ("role", "content", "tool_calls", "tool_call_id", "name")
 
@@ -63,6 +65,10 @@ class Session:
     counter: Counter = field(default=estimate_tokens, repr=False)
     system_tokens: int | None = None  # size of the system prompt of the last turn (not saved)
     unsaved: bool = False  # a new session: the header goes out with the first write
+    # A shared room (a group chat), as its channel said when its first message was saved; None
+    # in a file written before that was recorded (`is_room` reads the old rule for it).
+    room: bool | None = None
+    version: int = FORMAT_VERSION  # of the file's header
     # The file's (inode, size) after this process last read or wrote it: if it differs when a
     # lease is taken, another process changed the transcript.
     on_disk: tuple[int, int] | None = field(default=None, repr=False)
@@ -72,6 +78,14 @@ class Session:
     _cumulative: list[int] = field(default_factory=lambda: [0], repr=False)
     _user_turns: list[int] = field(default_factory=list, repr=False)  # absolute indices
     _wire: list[WireMessage | None] = field(default_factory=list, repr=False)
+
+    @property
+    def is_room(self) -> bool:
+        """A shared room: the stored word of its channel, or for a session from before it was
+        stored, the rule of then (audience.legacy_room)."""
+        if self.room is not None:
+            return self.room
+        return self.version < 2 and legacy_room(self.key)
 
     @property
     def replay_from(self) -> int:
@@ -294,11 +308,22 @@ class SessionStore:
             await to_thread_to_the_end(self._write, session, lines)
             session.messages.extend(stamped)
 
+    async def mark_room(self, session: Session, room: bool) -> None:
+        """Record what the channel says of the chat as its first message is saved (in the
+        header of a new file, else as a state record). Once a room, always a room: a message
+        that says otherwise never opens personal memory to the chat."""
+        if session.room is None and session.unsaved:
+            session.room = room  # the header, written with the message, carries it
+        elif session.room is None or (room and not session.room):
+            await self.update_state(session, room=room or session.is_room)
+
     async def update_state(self, session: Session, **changes: Any) -> None:
         record = {"_type": "state", **changes, "ts": now_iso()}
         async with self._write_lock(session):
             await to_thread_to_the_end(self._write, session, [json.dumps(record)])
             session.state.update(changes)
+            if isinstance(room := changes.get("room"), bool):
+                session.room = room
 
     @staticmethod
     def _write(session: Session, lines: list[str]) -> None:
@@ -309,6 +334,8 @@ class SessionStore:
             existing = _on_disk(session.path)
             if existing is None or existing[1] == 0:
                 header = {"_type": "session", "version": FORMAT_VERSION, "key": session.key}
+                if session.room is not None:
+                    header["room"] = session.room
                 lines = [json.dumps({**header, "created_at": session.created_at}), *lines]
         append_lines(session.path, lines)
         session.unsaved = False
@@ -335,7 +362,8 @@ class SessionStore:
         torn = truncate_torn_tail(path)
         if torn:
             logger.warning("session {}: dropped a torn last line ({} bytes)", key, len(torn))
-        session = Session(key=key, path=path, created_at="", counter=self.counter)
+        # A file without a readable header is read as the oldest version.
+        session = Session(key=key, path=path, created_at="", counter=self.counter, version=1)
         with path.open(encoding="utf-8") as fh:
             for number, line in enumerate(fh, start=1):
                 try:
@@ -346,11 +374,17 @@ class SessionStore:
                 kind = record.pop("_type", None)
                 if kind == "session":
                     session.created_at = record.get("created_at", "")
+                    version = record.get("version", 1)
+                    session.version = version if isinstance(version, int) else 1
+                    if isinstance(room := record.get("room"), bool):
+                        session.room = room
                     if record.get("version", FORMAT_VERSION) > FORMAT_VERSION:
                         logger.warning("session {}: written by a newer nanomem", key)
                 elif kind == "state":
                     record.pop("ts", None)
                     session.state.update(record)
+                    if isinstance(room := record.get("room"), bool):
+                        session.room = room
                 elif kind is None and "role" in record:
                     session.messages.append(record)
         session.on_disk = _on_disk(path)

@@ -7,7 +7,6 @@ from __future__ import annotations
 import re
 
 from nanomem.text.markdown_lines import LineMarkup, render_lines
-from nanomem.text.measure import utf16_units
 
 __all__ = ["discord_length", "neutralise_mentions", "render_discord"]
 
@@ -69,6 +68,6 @@ def render_discord(markdown: str) -> str:
 
 
 def discord_length(markdown: str) -> int:
-    """What Discord counts against its 2,000: the rendered content's characters (UTF-16
-    units, to be safe with emoji)."""
-    return utf16_units(render_discord(markdown))
+    """What Discord counts against its 2,000: the rendered content's code points (its API
+    counts Python characters, an emoji one)."""
+    return len(render_discord(markdown))

@@ -1,5 +1,5 @@
-"""How long a message is, counted the ways platforms count it: UTF-16 code units (Telegram,
-Discord), bytes of JSON (Matrix's event limit)."""
+"""How long a message is, counted the ways platforms count it: UTF-16 code units (Telegram),
+bytes of JSON (Matrix's event limit)."""
 
 from __future__ import annotations
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
-from nanomem.audience import Audience, Sender, is_shared_room
+from nanomem.audience import Audience, Sender
 
 # Hands a file (its path relative to the workspace, a caption) to the chat the turn answers,
 # while the turn goes on (`send_file`).
@@ -35,9 +35,9 @@ class ToolContext:
 
     @property
     def shared_room(self) -> bool:
-        """Works for a group chat (whatever that group may see of personal memory)."""
-        session = self.session
-        return self.sender.shared_room or (session is not None and is_shared_room(session))
+        """Works for a group chat (whatever that group may see of personal memory), by its
+        channel's word: the sender's, or the chat's as its audience carries it."""
+        return self.sender.shared_room or (self.audience is not None and self.audience.room)
 
 
 # Work no chat asked for: Dream, the Consolidator, the owner at the shell (`nanomem memory`).

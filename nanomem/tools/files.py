@@ -85,7 +85,8 @@ class FileTools:
         """The folder the tools work in for this call: the shared room's own when a group's
         turn runs (made on first use), else the workspace."""
         session = context.session
-        folder = room_folder(self.root, session) if session is not None else None
+        room = context.shared_room
+        folder = room_folder(self.root, session, room) if session is not None else None
         if folder is None:
             return self.root
         folder.mkdir(parents=True, exist_ok=True)

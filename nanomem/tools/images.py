@@ -60,15 +60,15 @@ def problem(image: Image) -> str | None:
 
 
 def save_images(
-    workspace: Path, session: str | None, images: tuple[Image, ...]
+    workspace: Path, session: str | None, images: tuple[Image, ...], room: bool
 ) -> tuple[list[str], tuple[Image, ...]]:
     """Save each usable image in the chat's media folder (blocking): a note per image for the
     tool's text, and the images saved (with their paths). No link below the workspace is
     followed, as with the files a chat sends (agent/channel.py save_media)."""
     root = workspace.resolve()
-    folder = media_folder(root, session or "")
+    folder = media_folder(root, session or "", room)
     # A group's file tools start in its own folder: its images are named from there.
-    seen_from = room_folder(root, session or "") or root
+    seen_from = room_folder(root, session or "", room) or root
     notes: list[str] = []
     saved: list[Image] = []
     for image in images[:MAX_TOOL_IMAGES]:

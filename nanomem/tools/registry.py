@@ -209,7 +209,7 @@ class ToolRegistry:
             note = f"[{len(result.images)} image(s) not kept: no workspace to save them in]"
             return ToolOutput("\n".join(filter(None, [text, note])))
         notes, saved = await asyncio.to_thread(
-            save_images, self.workspace, context.session, result.images
+            save_images, self.workspace, context.session, result.images, context.shared_room
         )
         return ToolOutput("\n".join(filter(None, [text, *notes])), saved)
 

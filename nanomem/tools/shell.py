@@ -91,7 +91,8 @@ class ShellTool:
             raise ToolError(f"the shell cannot run: {decision.describe(self.network)}")
         sandboxed = decision.binary is not None
         session = context.session
-        room = room_folder(self.workspace, session) if session is not None else None
+        shared = context.shared_room
+        room = room_folder(self.workspace, session, shared) if session is not None else None
         # Like the file tools, a group stays in its room (memory.groups_see_personal or not),
         # and only the sandbox can hold a command there.
         if room is not None and not sandboxed:

@@ -166,3 +166,13 @@ def test_a_channel_that_renders_html_gives_its_measure_and_the_core_splits_markd
     assert parts[0].content.startswith("# Notes")  # still the model's Markdown: the channel renders
     assert [p.part.buttons for p in parts][-1] == reply.buttons  # type: ignore[union-attr]
     assert forms(msg, Capabilities(markup="html", buttons=True)) == [msg]  # splits itself
+
+
+def test_a_paragraph_is_not_cut_inside_a_links_text_or_a_code_span() -> None:
+    text = "word " * 10 + "[a link with many words](https://e.org) and `code with spaces` end"
+    pieces = split_text(text, 60)
+    assert all(len(p) <= 60 for p in pieces)
+    assert any(p.startswith("[a link with many words](https://e.org)") for p in pieces)
+    assert any("`code with spaces`" in p for p in pieces)
+    # Plain text has no such spans: it is cut at the last space that fits.
+    assert split_text(text, 60, fences=False)[0].endswith("[a link")

@@ -194,13 +194,13 @@ def test_context_builder_lists_skills_and_overrides(tmp_path: Path) -> None:
     (workspace / "SOUL.md").write_text("Speak like a pirate.")
     skills = Skills(workspace / "skills")
     builder = ContextBuilder(workspace, Templates(workspace / "templates"), skills, ["read_skill"])
-    prompt = builder.render_system_prompt("cli:direct")
+    prompt = builder.render_system_prompt("cli:direct", False)
     assert "Speak like a pirate." in prompt
     assert "`weather`: Look up the forecast" in prompt
     assert skills.read_skill("weather").endswith("Use the API.\n")
     (workspace / "templates").mkdir()
     (workspace / "templates" / "system.md.j2").write_text("mine: {{ files.soul }}")
-    assert builder.render_system_prompt("cli:direct") == "mine: Speak like a pirate."
+    assert builder.render_system_prompt("cli:direct", False) == "mine: Speak like a pirate."
     msg = InboundMessage("telegram", "42", "hi", timestamp=datetime(2026, 1, 2, 3, 4, tzinfo=UTC))
     user = builder.user_message(msg)
     assert user["content"].startswith("[runtime · 2026-01-02")
@@ -215,17 +215,17 @@ async def test_chats_share_a_rendering_but_never_each_others_history(tmp_path: P
     builder = ContextBuilder(
         workspace, Templates(), skills, ["read_skill"], history, history_chars=4000
     )
-    plain = builder.render_system_prompt("telegram:1")
-    assert builder.render_system_prompt("telegram:2") == plain
+    plain = builder.render_system_prompt("telegram:1", False)
+    assert builder.render_system_prompt("telegram:2", False) == plain
     await history.append([NewEntry("telegram:1", "Ada prefers tea over coffee.", "summary")])
-    assert "prefers tea" in builder.render_system_prompt("telegram:1")
-    assert builder.render_system_prompt("telegram:2") == plain
+    assert "prefers tea" in builder.render_system_prompt("telegram:1", False)
+    assert builder.render_system_prompt("telegram:2", False) == plain
     (workspace / "skills" / "weather").mkdir(parents=True)
     (workspace / "skills" / "weather" / "SKILL.md").write_text(
         "---\nname: weather\ndescription: Look up the forecast\n---\n"
     )
     for chat in ("telegram:1", "telegram:2"):
-        assert "`weather`: Look up the forecast" in builder.render_system_prompt(chat)
+        assert "`weather`: Look up the forecast" in builder.render_system_prompt(chat, False)
 
 
 def test_bundled_data_folders_exist() -> None:

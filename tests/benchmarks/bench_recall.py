@@ -135,9 +135,9 @@ async def main() -> int:
                     words.append(term)
             text = " ".join(words)
             if label.startswith("group"):
-                chat = ToolContext(audience=audience_of("telegram:-501"))
+                chat = ToolContext(audience=audience_of("telegram:-501", True))
             else:
-                chat = ToolContext(audience=audience_of("telegram:1000"))
+                chat = ToolContext(audience=audience_of("telegram:1000", False))
 
             def search(
                 text: str = text,

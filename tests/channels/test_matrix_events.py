@@ -6,11 +6,10 @@ from __future__ import annotations
 import json
 
 from channels.matrix.events import (
+    BANG,
     EVENT_LIMIT,
     content,
     edit,
-    from_bang,
-    in_matrix_spelling,
     inviter,
     measure,
     names_us,
@@ -51,10 +50,10 @@ def test_a_reply_names_the_event_it_answers_and_an_edit_is_not_a_new_message() -
 
 def test_commands_are_typed_with_a_bang_and_written_with_one() -> None:
     ours = {"help", "dream-log"}
-    assert from_bang("!help", ours) == "/help"
-    assert from_bang("!dream-log 3", ours) == "/dream-log 3"
-    assert from_bang("!nothing", ours) == "!nothing"
-    written = in_matrix_spelling("Send /help or /dream-log; see https://x.org/help", ours)
+    assert BANG.inbound("!help", ours) == "/help"
+    assert BANG.inbound("!dream-log 3", ours) == "/dream-log 3"
+    assert BANG.inbound("!nothing", ours) == "!nothing"
+    written = BANG.outbound("Send /help or /dream-log; see https://x.org/help", ours)
     assert written == "Send !help or !dream-log; see https://x.org/help"
 
 

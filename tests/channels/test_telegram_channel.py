@@ -10,10 +10,10 @@ import pytest
 
 from channels.telegram.channel import GREETING, OFFSET, REFUSED_PRESS, TelegramChannel
 from channels.telegram.delivery import TOKEN_REJECTED
-from channels.telegram.incoming import TOO_BIG
 from nanomem.agent.bus import InboundMessage, MessageBus
 from nanomem.agent.channel import ChannelDown, pump_outbound
 from nanomem.agent.inbox import SqliteInbox
+from nanomem.agent.intake_kit import TOO_BIG
 from nanomem.agent.outbound import Button, OutboundMessage, Text, TurnStarted
 from nanomem.config import ConfigError
 from tests.conftest import log_lines
@@ -247,7 +247,7 @@ async def test_files_over_the_limit_get_a_clear_reply(fake: FakeTelegram, tmp_pa
     try:
         fake.send_document(OWNER, b"x" * (3 * 2**19), file_name="big.bin")
         (notice,) = await fake.wait_for_messages_async(OWNER, 1)
-        assert notice["text"] == TOO_BIG.format(size=1.5, limit=1)
+        assert notice["text"] == TOO_BIG.format(size=1.5, limit=1, setting="telegram.max_file_mb")
         assert bus.inbound_depth == 0 and not (tmp_path / "media").exists()
     finally:
         await serving.close()

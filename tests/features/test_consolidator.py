@@ -196,7 +196,7 @@ async def test_history_reaches_the_next_system_prompt(home: Home) -> None:
     system = model.chat_calls()[-1][0]["content"]
     assert "Recent history of this chat" in system
     assert "the user told me fact number 0" in system
-    other = await app.context.system_prompt("telegram:1")
+    other = await app.context.system_prompt("telegram:1", False)
     assert "fact number 0" not in other  # one chat's history never leaks into another's
 
 
@@ -251,7 +251,7 @@ async def test_interrupted_raw_archive_gets_exactly_its_missing_parts(home: Home
     app = app_with(home, model)
     await talk(app, 6)
     session = await app.sessions.get("cli:direct")
-    parts = raw_entries("cli:direct", session.messages[0:10], "rawref")
+    parts = raw_entries("cli:direct", session.messages[0:10], "rawref", False)
     assert len(parts) >= 2
     journal = {"ref": "rawref", "from": 0, "to": 10, "after": app.history.last_cursor()}
     await app.sessions.update_state(session, consolidating=journal)

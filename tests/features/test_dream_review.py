@@ -8,7 +8,7 @@ from channels.telegram.format import message_chunks
 from nanomem.agent.bus import InboundMessage
 from nanomem.agent.outbound import OutboundMessage
 from nanomem.app import App
-from nanomem.audience import Sender, is_shared_room
+from nanomem.audience import Sender
 from nanomem.features.dream import Dreaming
 from nanomem.features.dream.review import PendingChange
 from nanomem.home import Home
@@ -22,7 +22,7 @@ ASK = {"dream": {"review": "ask"}}
 async def say(
     app: App, words: str, chat: str = "direct", channel: str = "cli", owner: bool = True
 ) -> OutboundMessage:
-    sender = Sender(chat, is_owner=owner, shared_room=is_shared_room(f"{channel}:{chat}"))
+    sender = Sender(chat, is_owner=owner, shared_room=chat.startswith("-"))  # as Telegram says
     reply = await app.loop.handle(InboundMessage(channel, chat, words, sender))
     assert reply is not None
     return reply

@@ -15,7 +15,7 @@ import pytest
 
 from nanomem.agent.bus import InboundMessage
 from nanomem.app import App
-from nanomem.audience import Sender, audience_of, is_shared_room
+from nanomem.audience import Sender, audience_of
 from nanomem.features.dream import Dreaming
 from nanomem.features.dream.evidence import added_lines, cited_items, parse, trailers
 from nanomem.features.dream.journal import Edit, Journal
@@ -65,7 +65,7 @@ async def dreamed(home: Home, steps: Sequence[Step], **sections: dict[str, objec
 async def why(app: App, words: str, session: str = "cli:direct") -> str:
     channel, _, chat = session.partition(":")
     # The owner: a group member's /why is refused when groups see personal memory.
-    owner = Sender(is_owner=True, shared_room=is_shared_room(session))
+    owner = Sender(is_owner=True, shared_room=chat.startswith("-"))  # as Telegram says
     reply = await app.loop.handle(InboundMessage(channel, chat, f"/why {words}".rstrip(), owner))
     assert reply is not None
     return reply.content
@@ -275,7 +275,7 @@ def test_the_shell_is_the_owner(home: Home) -> None:
     app = make_app(home, ScriptedProvider([]))
     provenance = Provenance(app.git, app.history)
     assert provenance.answer("Confirm before").startswith("SOUL.md, line 12")
-    assert audience_of("telegram:-1").personal is False  # the rule the chat command applies
+    assert audience_of("telegram:-1", True).personal is False  # the rule the chat command applies
 
 
 @pytest.mark.parametrize("words", ["", "  "])

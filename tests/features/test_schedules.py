@@ -270,7 +270,7 @@ async def test_a_schedule_fires_through_the_inbox_in_its_chat(
     runner = turns(store, bus, grace_min=0)  # no grace for missed runs; on time still fires
     await runner.start(Reach({"telegram"}))
     try:
-        chat = ToolContext(audience=audience_of("telegram:42"))
+        chat = ToolContext(audience=audience_of("telegram:42", False))
         soon = (datetime.now(UTC) + timedelta(seconds=1)).isoformat()
         answer = await runner.schedule(chat, "remind them to drink water", at=soon)
         assert answer.startswith("Scheduled ")
@@ -389,7 +389,7 @@ async def test_a_schedule_fires_only_while_its_maker_is_admitted(
         runner = turns(store, bus, grace_min=0)
         await runner.start(Reach({"telegram"}, admits))
         try:
-            chat = ToolContext(Sender("77"), audience_of("telegram:-500"))
+            chat = ToolContext(Sender("77"), audience_of("telegram:-500", True))
             soon = datetime.now(UTC) + timedelta(seconds=1)
             await runner.schedule(chat, "stand-up", every_minutes=1)
             await runner.schedule(chat, "water", at=soon.isoformat())
@@ -432,7 +432,7 @@ async def test_a_schedule_made_in_a_scheduled_turn_is_made_by_whoever_made_that_
         await runner.start(Reach({"telegram"}, lambda session, made_by: made_by == "77"))
         fired = await next_message(bus)
         assert fired.sender.id == "77"
-        chat = ToolContext(fired.sender, audience_of("telegram:-500"))
+        chat = ToolContext(fired.sender, audience_of("telegram:-500", True))
         await runner.schedule(chat, "check again", every_minutes=30)
         assert [s.made_by for s in store.load()] == ["77"]
     finally:
@@ -469,7 +469,7 @@ async def test_tools_need_the_gateway_and_a_channel_that_can_receive(
     store: ScheduleStore, bus: MessageBus
 ) -> None:
     runner = turns(store, bus)
-    chat = ToolContext(audience=audience_of("cli:direct"))
+    chat = ToolContext(audience=audience_of("cli:direct", False))
     with pytest.raises(ToolError, match="need the gateway"):
         await runner.schedule(chat, "x", every_minutes=5)
     with pytest.raises(ToolError, match="need the gateway"):
@@ -477,7 +477,7 @@ async def test_tools_need_the_gateway_and_a_channel_that_can_receive(
     assert NEEDS_GATEWAY.endswith("Nothing was scheduled.")
     await runner.start(Reach({"telegram"}))
     try:
-        chat = ToolContext(audience=audience_of("api:laptop"))
+        chat = ToolContext(audience=audience_of("api:laptop", False))
         with pytest.raises(ToolError, match="cannot receive messages"):
             await runner.schedule(chat, "x", every_minutes=5)
         assert store.load() == []
@@ -489,14 +489,14 @@ async def test_a_chat_lists_and_cancels_only_its_own(store: ScheduleStore, bus: 
     runner = turns(store, bus)
     await runner.start(Reach({"telegram"}))
     try:
-        chat = ToolContext(audience=audience_of("telegram:1"))
+        chat = ToolContext(audience=audience_of("telegram:1", False))
         made = await runner.schedule(chat, "water the plants", cron="0 9 * * *")
         schedule_id = made.split()[1].rstrip(":")
-        chat = ToolContext(audience=audience_of("telegram:2"))
+        chat = ToolContext(audience=audience_of("telegram:2", False))
         assert await runner.list_schedules(chat) == "No schedules in this chat."
         refused = await runner.cancel_schedule(chat, schedule_id)
         assert refused.startswith(f"No schedule '{schedule_id}' in this chat")
-        chat = ToolContext(audience=audience_of("telegram:1"))
+        chat = ToolContext(audience=audience_of("telegram:1", False))
         listed = await runner.list_schedules(chat)
         assert listed.startswith(f"{schedule_id} · cron `0 9 * * *` (Europe/Berlin) · next ")
         assert listed.endswith("water the plants")

@@ -180,7 +180,7 @@ async def test_a_recording_over_the_upload_limit_is_refused_for_good(
     home: Home, fake: FakeOpenAI
 ) -> None:
     app = voice_app(home, fake)
-    big = save_media(home.workspace, CHAT, "big.oga", NOTE + bytes(25 * 2**20))
+    big = save_media(home.workspace, CHAT, "big.oga", NOTE + bytes(25 * 2**20), False)
     reply = await app.loop.handle(InboundMessage("telegram", "42", "", media=(big,)))
     assert reply is not None and reply.part == Text(
         "That recording is over 25 MB, more than transcription takes, so I cannot transcribe "
@@ -195,7 +195,7 @@ async def test_a_recording_the_service_finds_too_large_offers_no_retry(
 ) -> None:
     fake.transcription_error(413, "Maximum content size limit exceeded")
     app = voice_app(home, fake)
-    note = save_media(home.workspace, CHAT, "note.oga", NOTE)
+    note = save_media(home.workspace, CHAT, "note.oga", NOTE, False)
     reply = await app.loop.handle(InboundMessage("telegram", "42", "", media=(note,)))
     assert reply is not None and reply.part == Text(
         "I could not transcribe that recording: the transcription service found the recording "
@@ -230,7 +230,7 @@ async def test_a_voice_note_is_answered_with_a_voice_note_after_the_text(
 ) -> None:
     app = voice_app(home, fake, "**Sure**, at six.", reply="to_voice")
     await app.feature(Voice).start(Reach(pushing=frozenset({"telegram"})))
-    note = save_media(home.workspace, CHAT, "n.oga", NOTE)
+    note = save_media(home.workspace, CHAT, "n.oga", NOTE, False)
     fake.transcript("remind me at six")
     msg = InboundMessage("telegram", "42", "[voice note]", media=(note,))
     reply = await app.loop.handle(msg)
@@ -254,7 +254,7 @@ async def test_a_typed_message_gets_no_voice_and_a_failed_synthesis_costs_nothin
     app = voice_app(home, fake, "Hello.", "Hi again.", reply="to_voice")
     await app.feature(Voice).start(Reach(pushing=frozenset({"telegram"})))
     await app.loop.handle(InboundMessage("telegram", "42", "hello"))
-    note = save_media(home.workspace, CHAT, "n.oga", NOTE)
+    note = save_media(home.workspace, CHAT, "n.oga", NOTE, False)
     fake.speech_error(400, "voice not found")
     reply = await app.loop.handle(InboundMessage("telegram", "42", "", media=(note,)))
     assert reply is not None and reply.part == Text("Hi again.")
@@ -266,7 +266,7 @@ async def test_without_a_channel_that_takes_it_no_voice_is_made(
     home: Home, fake: FakeOpenAI
 ) -> None:
     app = voice_app(home, fake, "Hello.", reply="to_voice")  # not started: `nanomem chat`
-    note = save_media(home.workspace, CHAT, "n.oga", NOTE)
+    note = save_media(home.workspace, CHAT, "n.oga", NOTE, False)
     await app.loop.handle(InboundMessage("telegram", "42", "", media=(note,)))
     assert await spoken(app) == []
     assert [r.path for r in fake.audio_requests] == ["transcriptions"]
@@ -275,7 +275,7 @@ async def test_without_a_channel_that_takes_it_no_voice_is_made(
 async def test_voice_off_answers_how_to_turn_it_on_without_a_model_call(home: Home) -> None:
     provider = ScriptedProvider()
     app = make_app(home, provider, llm={"model": "anthropic/claude-sonnet-4"})
-    note = save_media(home.workspace, CHAT, "n.oga", NOTE)
+    note = save_media(home.workspace, CHAT, "n.oga", NOTE, False)
     reply = await app.loop.handle(InboundMessage("telegram", "42", "", media=(note,)))
     assert reply is not None and reply.part == Text(TURN_ON, "error")
     assert provider.calls == []

@@ -78,7 +78,7 @@ async def test_since_and_until(store: HistoryStore, recall: Recall) -> None:
             HistoryEntry(3, "2026-03-05T10:00:00+00:00", "telegram:1", "- tea in March", "raw"),
         ],
     )
-    chat = ToolContext(audience=audience_of("telegram:1"))
+    chat = ToolContext(audience=audience_of("telegram:1", False))
     assert sorted(cursors(recall, "tea")) == [1, 2, 3]
     feb = recall.search_history(chat, "tea", since="2026-02-01", until="2026-02-28")
     assert "February" in feb and "January" not in feb and "March" not in feb
@@ -94,7 +94,7 @@ def test_dates_without_an_offset_are_read_in_the_agents_time_zone(
     # 23:30 UTC on 1 March is already 2 March in Tokyo (UTC+9).
     late = HistoryEntry(1, "2026-03-01T23:30:00+00:00", "telegram:1", "- tea late at night", "r")
     write(store, [late])
-    chat = ToolContext(audience=audience_of("telegram:1"))
+    chat = ToolContext(audience=audience_of("telegram:1", False))
     tokyo = Recall(store, tmp_path / "tokyo.sqlite3", "Asia/Tokyo")
     utc = Recall(store, tmp_path / "utc.sqlite3", "UTC")
     assert "late at night" in tokyo.search_history(chat, "tea", since="2026-03-02")
@@ -115,7 +115,7 @@ async def test_an_entry_stamped_out_of_order_never_shows_outside_the_dates(
             HistoryEntry(3, "2026-02-05T10:00:00+00:00", "telegram:1", "- tea in February", "raw"),
         ],
     )
-    chat = ToolContext(audience=audience_of("telegram:1"))
+    chat = ToolContext(audience=audience_of("telegram:1", False))
     march = recall.search_history(chat, "tea", since="2026-03-01")
     assert "March" in march and "February" not in march and "January" not in march
 
@@ -128,11 +128,11 @@ async def test_a_group_searches_only_its_own_entries(store: HistoryStore, recall
             entry("- another group's code is bee", "telegram:-6"),
         ]
     )
-    chat = ToolContext(audience=audience_of("telegram:-5"))
+    chat = ToolContext(audience=audience_of("telegram:-5", True))
     answer = recall.search_history(chat, "code")
     assert "ant" in answer and "9876" not in answer and "bee" not in answer
     chat = ToolContext(
-        audience=audience_of("telegram:1")
+        audience=audience_of("telegram:1", False)
     )  # the owner's private chat sees everything
     answer = recall.search_history(chat, "code")
     assert "ant" in answer and "9876" in answer and "bee" in answer
@@ -143,7 +143,7 @@ async def test_results_say_when_and_where_and_quote_the_match(
 ) -> None:
     long = " ".join(f"filler{i}" for i in range(200))
     await store.append([entry(f"- {long} the attic key is blue {long}", "telegram:7")])
-    chat = ToolContext(audience=audience_of("telegram:7"))
+    chat = ToolContext(audience=audience_of("telegram:7", False))
     answer = recall.search_history(chat, "attic")
     header, quote = answer.split("\n", 1)
     stamp = json.loads(store.path.read_text().splitlines()[0])["timestamp"]

@@ -36,8 +36,27 @@ async def test_append_and_reload(tmp_path: Path) -> None:
     assert all("ts" in m for m in reloaded.messages)
     header = json.loads(session.path.read_text().splitlines()[0])
     assert (
-        header["_type"] == "session" and header["version"] == 1 and header["key"] == "telegram:42"
+        header["_type"] == "session" and header["version"] == 2 and header["key"] == "telegram:42"
     )
+
+
+async def test_a_session_records_whether_it_is_a_room_once_and_a_room_stays_one(
+    tmp_path: Path,
+) -> None:
+    store = SessionStore(tmp_path)
+    room = await store.get("matrix:!team:x")
+    await store.mark_room(room, True)
+    await store.append(room, [user("hi")])
+    assert json.loads(room.path.read_text().splitlines()[0])["room"] is True  # in the header
+    await store.mark_room(room, False)  # a later message saying otherwise changes nothing
+    reloaded = await SessionStore(tmp_path).get("matrix:!team:x")
+    assert reloaded.room is True and reloaded.is_room
+    private = await store.get("line:-7")  # a private chat, whatever its id looks like
+    await store.mark_room(private, False)
+    await store.append(private, [user("hi")])
+    assert not (await SessionStore(tmp_path).get("line:-7")).is_room
+    await store.mark_room(private, True)  # the channel now says room: a room from here on
+    assert (await SessionStore(tmp_path).get("line:-7")).is_room
 
 
 async def test_append_writes_only_new_lines(tmp_path: Path) -> None:

@@ -95,7 +95,7 @@ async def test_a_groups_own_file_is_kept_in_its_room_and_opened_from_there(
             user_id=MEMBER,
         ),
     )
-    room = room_folder(home.workspace, ROOM)
+    room = room_folder(home.workspace, ROOM, True)
     assert room is not None
     (saved,) = (room / "media").iterdir()
     assert not (home.workspace / "media").exists()  # not beside the owner's files
@@ -107,7 +107,7 @@ async def test_a_groups_own_file_is_kept_in_its_room_and_opened_from_there(
 
 
 async def test_a_hard_link_to_user_md_is_refused_in_a_group(live: LiveGateway, home: Home) -> None:
-    room = room_folder(home.workspace, ROOM)
+    room = room_folder(home.workspace, ROOM, True)
     assert room is not None
     room.mkdir(parents=True)
     (room / "plain.md").write_text("an ordinary note")

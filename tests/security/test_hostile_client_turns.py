@@ -51,9 +51,10 @@ async def test_a_group_chats_session_never_takes_a_clients_tools_or_instructions
 ) -> None:
     provider = ScriptedProvider()
     app = make_app(home, provider)
+    # A room by its channel's word (the sender it vouches for), whatever its chat id looks like.
     member = Sender("42", is_owner=True, shared_room=True)
-    for chat, sender in (("-100123", Sender("42", is_owner=True)), ("room", member)):
-        msg = InboundMessage("api", chat, "Hello", sender, client=client)
+    for chat in ("-100123", "room"):
+        msg = InboundMessage("api", chat, "Hello", member, client=client)
         refused(await answer(app, msg), "group")
         assert (await app.sessions.get(f"api:{chat}")).messages == []
     assert provider.calls == []

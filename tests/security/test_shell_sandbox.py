@@ -163,7 +163,9 @@ def test_in_a_group_only_the_rooms_folder_is_writable(
     fake_llm.tool_call("exec", {"command": attack})
     fake_llm.reply("done")
     session = "telegram:-100777"
-    result = run_cli("chat", "-m", "go", "--session", session, env=shell_env(home, fake_llm, mode))
+    result = run_cli(
+        "chat", "-m", "go", "--session", session, "--room", env=shell_env(home, fake_llm, mode)
+    )
     assert result.returncode == 0, result.stderr
     room = home.workspace / "rooms" / "telegram_-100777"
     assert (home.workspace / "SOUL.md").read_bytes() == soul

@@ -172,12 +172,12 @@ async def test_a_fifo_or_a_folder_is_not_read(workspace: Path) -> None:
 async def test_in_a_group_the_root_is_its_room_whatever_restrict_says(workspace: Path) -> None:
     ft = tools(workspace, restrict=False)
 
-    in_the_group = ToolContext(audience=audience.audience_of("telegram:-100555"))
+    in_the_group = ToolContext(audience=audience.audience_of("telegram:-100555", True))
     ft.write_file(in_the_group, "notes.md", "ours")
     for outside in ("/etc/passwd", "../../memory/MEMORY.md", "~/x"):
         with pytest.raises(ToolError, match="this group's folder"):
             await ft.read_file(in_the_group, outside)
-    room = audience.room_folder(workspace, "telegram:-100555")
+    room = audience.room_folder(workspace, "telegram:-100555", True)
     assert room is not None and (room / "notes.md").read_text() == "ours"
     assert not (workspace / "notes.md").exists()
 

@@ -25,7 +25,8 @@ class Chat:
 
 
 def context(chat: Chat, session: str = "telegram:1000") -> ToolContext:
-    return ToolContext(Sender("1000"), audience.audience_of(session), outlet=chat)
+    room = session.startswith("telegram:-")  # as Telegram says
+    return ToolContext(Sender("1000"), audience.audience_of(session, room), outlet=chat)
 
 
 async def test_a_file_is_handed_to_the_chat_by_its_workspace_path(tmp_path: Path) -> None:
@@ -39,7 +40,7 @@ async def test_a_file_is_handed_to_the_chat_by_its_workspace_path(tmp_path: Path
 
 async def test_a_groups_file_is_named_by_its_path_in_the_workspace(tmp_path: Path) -> None:
     session = "telegram:-100555"
-    room = audience.room_folder(tmp_path, session)
+    room = audience.room_folder(tmp_path, session, True)
     assert room is not None
     room.mkdir(parents=True)
     (room / "minutes.md").write_text("# Minutes\n")

@@ -201,7 +201,7 @@ async def test_a_hidden_file_inside_the_workspace_shows_empty(tmp_path: Path) ->
 async def test_a_group_seeing_personal_memory_still_gets_no_unsandboxed_shell(
     tmp_path: Path,
 ) -> None:
-    group = ToolContext(audience=audience_of("telegram:-100123", groups_see_personal=True))
+    group = ToolContext(audience=audience_of("telegram:-100123", True, groups_see_personal=True))
     shell = ShellTool(tmp_path, timeout_s=5, max_output_chars=1000, sandbox="off")
     with pytest.raises(ToolError, match="not available in group chats without its sandbox"):
         await shell.exec(group, "echo ran > ran.txt")

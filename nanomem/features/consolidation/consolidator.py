@@ -134,7 +134,7 @@ class Consolidator(Feature):
         while True:  # twice at most: byte bounds near the trigger are counted again, exactly
             system_tokens = session.system_tokens
             if fresh or system_tokens is None:
-                system_prompt = await self.context.system_prompt(session.key)
+                system_prompt = await self.context.system_prompt(session.key, session.is_room)
                 system_tokens = self.budget.count_system(system_prompt)
             raw = (
                 system_tokens
@@ -188,10 +188,11 @@ class Consolidator(Feature):
             # Nothing worth keeping: no entry, but the slice still counts as consolidated. A
             # crash before the state update finds no entry for the journal and redoes the
             # slice, which is just as right.
-            entries = [NewEntry(session.key, summary, "summary", ref)] if summary else []
+            room = session.is_room
+            entries = [NewEntry(session.key, summary, "summary", ref, room=room)] if summary else []
         except SummaryFailed as exc:
             logger.warning("consolidation of {} fell back to raw entries: {}", session.key, exc)
-            entries = raw_entries(session.key, session.messages[start:end], ref)
+            entries = raw_entries(session.key, session.messages[start:end], ref, session.is_room)
         written = await self.history.append(entries) if entries else []
         await self.sessions.update_state(session, replay_from=end, consolidating=None)
         logger.info(
@@ -205,7 +206,7 @@ class Consolidator(Feature):
     async def _summarise(self, session: Session, start: int, end: int) -> str:
         """The summary of messages[start:end]; "" when the model says nothing is worth keeping."""
         chunk = session.messages[start:end]
-        system = await self.context.system_prompt(session.key)
+        system = await self.context.system_prompt(session.key, session.is_room)
         instruction = self.templates.render(
             "consolidate.md.j2", first=_day(chunk[0]), last=_day(chunk[-1]), today=_day({})
         )
@@ -267,7 +268,9 @@ class Consolidator(Feature):
                 have = {e.part for e in found}
                 chunk = session.messages[int(journal["from"]) : int(journal["to"])]
                 missing = [
-                    e for e in raw_entries(session.key, chunk, journal["ref"]) if e.part not in have
+                    e
+                    for e in raw_entries(session.key, chunk, journal["ref"], session.is_room)
+                    if e.part not in have
                 ]
                 await self.history.append(missing)
             await self.sessions.update_state(
@@ -291,7 +294,9 @@ def usable(text: str) -> bool:
     return bool(lines) and not text.lower().startswith(("i can't", "i cannot", "sorry"))
 
 
-def raw_entries(session: str, messages: list[dict[str, Any]], ref: str) -> list[NewEntry]:
+def raw_entries(
+    session: str, messages: list[dict[str, Any]], ref: str, room: bool
+) -> list[NewEntry]:
     """The chunk verbatim, split into bounded entries: deterministic, so recovery can redo it."""
     lines: list[str] = []
     for message in messages:
@@ -312,7 +317,7 @@ def raw_entries(session: str, messages: list[dict[str, Any]], ref: str) -> list[
     if current:
         pieces.append(current)
     return [
-        NewEntry(session, piece, "raw", ref, part, len(pieces))
+        NewEntry(session, piece, "raw", ref, part, len(pieces), room=room)
         for part, piece in enumerate(pieces, start=1)
     ]
 

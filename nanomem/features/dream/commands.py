@@ -76,7 +76,8 @@ class MemoryCommands:
         return await self.run_dream(shown_here=owner_in_private(msg))
 
     async def _log(self, msg: InboundMessage, args: str) -> str:
-        if not audience_of(msg.session_key, self.dream.groups_see_personal).personal:
+        room, groups_see_personal = msg.sender.shared_room, self.dream.groups_see_personal
+        if not audience_of(msg.session_key, room, groups_see_personal).personal:
             return PRIVATE_ONLY  # the diffs are of USER.md and MEMORY.md
         reviews = await asyncio.to_thread(self.reviews.log_text, args)
         if args and reviews is not None:  # the id of a reviewed change, not of a version

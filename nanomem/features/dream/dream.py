@@ -22,7 +22,6 @@ from loguru import logger
 from pydantic import Field
 
 from nanomem.agent import Templates, react
-from nanomem.audience import is_shared_room
 from nanomem.config import DreamSettings
 from nanomem.durable import atomic_write_text
 from nanomem.features.dream.evidence import trailers
@@ -278,7 +277,7 @@ class Dream:
         if not batch:
             return DreamResult("nothing_new")
         # Group chats are shared rooms: what their members say never becomes the owner's memory.
-        entries = [e for e in batch if self.groups_see_personal or not is_shared_room(e.session)]
+        entries = [e for e in batch if self.groups_see_personal or not e.is_room]
         if not entries:
             await to_thread_to_the_end(self.history.advance_dream_cursor, batch[-1].cursor)
             return DreamResult("unchanged", len(batch))

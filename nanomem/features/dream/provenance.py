@@ -103,7 +103,7 @@ class Provenance:
         ]
 
     async def _why(self, msg: InboundMessage, args: str) -> str:
-        audience = audience_of(msg.session_key, self.groups_see_personal)
+        audience = audience_of(msg.session_key, msg.sender.shared_room, self.groups_see_personal)
         try:
             async with self._tracing:
                 return await asyncio.to_thread(self.answer, args, audience)

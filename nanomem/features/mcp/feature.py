@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, Any
 from loguru import logger
 
 from nanomem.agent import Command, Core, Feature, HealthReport, InboundMessage, Reach
-from nanomem.audience import is_shared_room
 from nanomem.config import McpSettings
 from nanomem.features.mcp.offers import Limits, Offer, choose
 from nanomem.features.mcp.results import result_images, result_text
@@ -186,7 +185,7 @@ class Mcp(Feature):
 
     async def _cmd_mcp(self, msg: InboundMessage, args: str) -> str:
         # A group hears only of the servers it may use: the others are the owner's business.
-        in_group = msg.sender.shared_room or is_shared_room(msg.session_key)
+        in_group = msg.sender.shared_room
         shown = {n: s for n, s in self.servers.items() if s.settings.groups or not in_group}
         if not shown:
             return "No MCP servers are available in this chat."

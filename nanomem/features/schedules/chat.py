@@ -16,7 +16,7 @@ from typing import Annotated, Any
 from pydantic import Field
 
 from nanomem.agent import Command, InboundMessage
-from nanomem.audience import Sender, is_shared_room
+from nanomem.audience import Sender
 from nanomem.config import ScheduleSettings
 from nanomem.features.schedules.rules import (
     Schedule,
@@ -101,7 +101,7 @@ class ChatSchedules:
         return NO_GATEWAY.format(grace=self.settings.misfire_grace_min)
 
     def listing(self, session: str, schedules: list[Schedule], asker: Sender | None = None) -> str:
-        maker = made_by(session, asker)
+        maker = made_by(asker)
         mine = [s for s in schedules if s.session == session and maker in (None, s.made_by)]
         if not mine:
             return "No schedules of yours in this chat." if maker else "No schedules in this chat."
@@ -115,7 +115,7 @@ class ChatSchedules:
 
     async def _cancel(self, session: str, schedule_id: str, asker: Sender | None) -> str:
         schedule_id = schedule_id.strip().lower()
-        maker = made_by(session, asker)
+        maker = made_by(asker)
         try:
             removed = await asyncio.to_thread(self.store.remove, schedule_id, session, maker)
         except ScheduleError as exc:  # schedules.json cannot be read: it is not written over
@@ -174,6 +174,7 @@ class ChatSchedules:
                 zone=self.zone if timezone is None else zone_checked(timezone),
                 now=now,
                 made_by=context.sender.id,
+                room=context.shared_room,
             )
             upcoming = made.reachable(now)
             await asyncio.to_thread(self.store.add, made)
@@ -230,9 +231,9 @@ class ChatSchedules:
         return await self._cancel(msg.session_key, args.split()[0], msg.sender)
 
 
-def made_by(session: str, asker: Sender | None) -> str | None:
+def made_by(asker: Sender | None) -> str | None:
     """In a group, a member other than the owner sees and cancels only what they scheduled
     (None: every schedule of the chat)."""
-    if asker is None or not is_shared_room(session) or asker.is_owner:
+    if asker is None or not asker.shared_room or asker.is_owner:
         return None
     return asker.id

@@ -14,6 +14,8 @@ from datetime import UTC, datetime, timedelta, tzinfo
 from typing import Any
 from zoneinfo import ZoneInfo
 
+from nanomem.audience import legacy_room
+
 FORMAT_VERSION = 1
 MAX_TEXT_CHARS = 4000
 MAX_EVERY_MINUTES = 60 * 24 * 366
@@ -42,7 +44,14 @@ class Schedule:
     every_minutes: int | None = None
     cron: str | None = None
     made_by: str = ""  # the sender who asked for it: it fires only while the channel admits them
+    # Made in a shared room, by its channel's word; None in one stored before that was recorded.
+    room: bool | None = None
     v: int = FORMAT_VERSION
+
+    @property
+    def is_room(self) -> bool:
+        """Made in a shared room: as recorded, or by the rule of its time (legacy_room)."""
+        return self.room if self.room is not None else legacy_room(self.session)
 
     @property
     def once(self) -> bool:
@@ -165,6 +174,8 @@ class Schedule:
         if at is not None and _when(at, None).tzinfo is None:
             raise ScheduleError(f"at={at[:80]!r} has no UTC offset")
         rule = _rule(at, fields.pop("every_minutes", None), fields.pop("cron", None), zone)
+        if isinstance(room := data.get("room"), bool):
+            fields["room"] = room
         schedule = cls(**(fields | rule))
         schedule.reachable(now)
         return schedule
@@ -234,6 +245,7 @@ def make_schedule(
     zone: tzinfo,
     now: datetime,
     made_by: str = "",
+    room: bool = False,
 ) -> Schedule:
     """A new schedule from what the model asked; ScheduleError says what is wrong."""
     text = text.strip()
@@ -245,6 +257,7 @@ def make_schedule(
         created_at=now.astimezone(UTC).isoformat(timespec="seconds"),
         timezone=zone_name(zone),
         made_by=made_by,
+        room=room,
         **_rule(at, every_minutes, cron, zone),
     )
     if schedule.reachable(now) is None:

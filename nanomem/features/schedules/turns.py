@@ -32,7 +32,7 @@ from nanomem.agent import (
     anyone,
     record_failure,
 )
-from nanomem.audience import Sender, is_shared_room
+from nanomem.audience import Sender, legacy_room
 from nanomem.config import ScheduleSettings
 from nanomem.features.schedules.chat import ChatSchedules
 from nanomem.features.schedules.rules import Schedule, ScheduleError, local, zone_named
@@ -335,6 +335,7 @@ class ScheduledTurns(ChatSchedules, Feature):
                 "created_at": schedule.created_at,
                 "occurrence": occurrence.isoformat(),
                 "made_by": schedule.made_by,
+                "room": schedule.is_room,
             }
             chat = schedule.session.partition(":")[2]
             position = (position_name(schedule.id), occurrence.isoformat())
@@ -389,8 +390,10 @@ class ScheduledTurns(ChatSchedules, Feature):
 
 def maker(payload: dict[str, Any]) -> Sender:
     """A firing's sender: whoever made the schedule (not the owner, nobody there to answer)."""
-    session = str(payload["session"])
-    return Sender(str(payload.get("made_by", "")), shared_room=is_shared_room(session))
+    room = payload.get("room")  # a firing stored before rooms were recorded has none
+    if not isinstance(room, bool):
+        room = legacy_room(str(payload["session"]))
+    return Sender(str(payload.get("made_by", "")), shared_room=room)
 
 
 def _latest_until(schedule: Schedule, after: datetime, until: datetime) -> datetime | None:

@@ -39,7 +39,7 @@ from nanomem.agent import (
     react,
     seal_tool_calls,
 )
-from nanomem.audience import Sender, is_shared_room
+from nanomem.audience import Sender
 from nanomem.features.tasks.records import State, TaskRecord, TaskStore, now_iso
 from nanomem.features.tasks.report import listing, named, report
 from nanomem.log import redact
@@ -177,6 +177,7 @@ class BackgroundTasks(Feature):
         record = TaskRecord(
             uuid.uuid4().hex[:4], label, session, sender.id, sender.name, self.store.run, now_iso()
         )
+        record = replace(record, room=context.shared_room)
         record = await self.store.add(record)
         running = self._running[record.id] = Running(record)
         running.replied = self.loop.answering.replied(session)
@@ -209,7 +210,7 @@ class BackgroundTasks(Feature):
         if not record.running:
             return f"{named(record)} has ended already ({record.state})."
         sender = msg.sender
-        if is_shared_room(msg.session_key) and not (
+        if (msg.sender.shared_room or record.is_room) and not (
             sender.is_owner or sender.id == record.started_by
         ):
             return f"Only whoever started {named(record)}, or the owner, can stop it."
@@ -275,7 +276,8 @@ class BackgroundTasks(Feature):
             user = {"role": "user", "content": instruction}
             await self.sessions.append(session, [user])
             # The chat's own prompt (its audience decides what memory it shows).
-            system = {"role": "system", "content": await self.context.system_prompt(record.session)}
+            prompt = await self.context.system_prompt(record.session, record.is_room)
+            system = {"role": "system", "content": prompt}
             try:
                 with charged_to(record.session, "task"):  # the chat that started it
                     await react(

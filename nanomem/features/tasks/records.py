@@ -19,6 +19,7 @@ from typing import Any, Literal
 
 from loguru import logger
 
+from nanomem.audience import legacy_room
 from nanomem.durable import atomic_write_text
 from nanomem.locks import FileLock, LockBusy
 from nanomem.text import untrusted_json
@@ -47,6 +48,12 @@ class TaskRecord:
     tokens: int = 0
     result: str = ""  # its final text, or why it failed
     told: bool = False  # its chat was told how it ended
+    # Started in a shared room, by its channel's word; None in a record from before that.
+    room: bool | None = None
+
+    @property
+    def is_room(self) -> bool:
+        return self.room if self.room is not None else legacy_room(self.session)
 
     @property
     def running(self) -> bool:

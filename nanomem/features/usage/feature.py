@@ -46,7 +46,7 @@ class UsageMeter(Feature):
     async def answer(self, msg: InboundMessage, args: str) -> str:
         chat = msg.session_key
         # The home's totals tell of the owner's other chats: never in a group, nor to others.
-        home = owner_alone(msg.sender, chat)
+        home = owner_alone(msg.sender)
         usage = await asyncio.to_thread(self._read, chat, home)
         return self.render(chat, usage)
 

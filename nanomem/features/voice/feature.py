@@ -159,7 +159,10 @@ class Voice(Feature):
                 plain_text(text), self.settings.speech_model, self.settings.speech_voice
             )
             name = f"{datetime.now():%Y-%m-%d}-reply-{secrets.token_hex(4)}.ogg"
-            path = await asyncio.to_thread(save_media, self.workspace, session.key, name, audio)
+            room = session.is_room
+            path = await asyncio.to_thread(
+                save_media, self.workspace, session.key, name, audio, room
+            )
         except (VoiceError, OSError) as exc:
             logger.warning("voice: no spoken reply in {}: {}", session.key, exc)
             return
