@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from nanomem.agent import plain_text
 from nanomem.home import Home
 from tests.conftest import cli_env, run_cli_here
 from tests.fakes.openai_server import FakeOpenAI, Step
@@ -211,9 +212,11 @@ def test_a_long_reply_is_split_within_the_event_limit(
     tmp_path_factory: pytest.TempPathFactory, cast: Cast, llm: FakeOpenAI
 ) -> None:
     """A reply of 150 kB goes as several messages, each within the homeserver's 64 KiB,
-    together the whole reply."""
+    together the whole reply, its code block whole in one of them."""
     home = onboarded(tmp_path_factory, "long")
+    code = "```python\n" + "\n".join(f"x{n} = {n}  # é" for n in range(400)) + "\n```"
     paragraphs = "\n\n".join(f"paragraph {n} " + "é" * 3000 for n in range(50))
+    paragraphs = paragraphs.replace("paragraph 20 ", f"{code}\n\nparagraph 20 ")
     llm.set_fallback(lambda request: Step.reply(paragraphs))
     with gateway(home, cast, llm, NANOMEM_MATRIX__STREAM="false"):
         room = cast.owner.room(cast.bot.user_id, direct=True)
@@ -231,7 +234,9 @@ def test_a_long_reply_is_split_within_the_event_limit(
     assert len(found) >= 3
     events = [e for e in cast.owner.events(room) if e.get("sender") == cast.bot.user_id]
     assert all(len(json.dumps(e, ensure_ascii=False).encode()) <= 65_536 for e in events)
-    assert "\n\n".join(found).replace("\n", "") == paragraphs.replace("\n", "")
+    assert "".join("".join(found).split()) == "".join(plain_text(paragraphs).split())
+    html = [c["formatted_body"] for c in shown(cast.owner.events(room), cast.bot.user_id)]
+    assert sum("<pre><code" in h and "x0 = 0" in h and "x399 = 399" in h for h in html) == 1
 
 
 def test_a_group_rooms_privacy_holds_after_a_restart(
