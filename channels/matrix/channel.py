@@ -267,6 +267,8 @@ class MatrixChannel(BaseChannel):
             self._bus, self.name, items, what, (SINCE, found.next_batch)
         )
         self._since = found.next_batch
+        if self.delivery.first_seq is None and (new := [q for q in seqs if q is not None]):
+            self.delivery.first_seq = min(new)
         for (room, payload, sender), seq in zip(items, seqs, strict=True):
             await self._bus.publish_inbound(self._message(room, payload, sender, seq))
 

@@ -43,6 +43,7 @@ if TYPE_CHECKING:
 
 TYPING_MS = 25_000  # each typing notice lasts this long; renewed every TYPING_EVERY_S
 TYPING_EVERY_S = 20.0
+TYPING_DELAY_S = 1.0
 GROWING = " …"  # after a reply still being written
 
 
@@ -63,6 +64,11 @@ class Delivery:
         self.home = ""  # this inbox's mark in transaction ids (set at start)
         self._streams: dict[str, Stream] = {}
         self._typing: dict[str, asyncio.Task[None]] = {}
+        self._typed: set[str] = set()  # rooms showing our typing indicator now
+        # The first inbox row stored in this run: only a reply to an earlier one can have gone
+        # out before (grown under part 0's transaction id by a run that died), so only those
+        # are looked at after sending.
+        self.first_seq: int | None = None
 
     measure = staticmethod(measure)
 
@@ -106,8 +112,11 @@ class Delivery:
                 await self._send(msg.chat_id, edit(stream.event_id, body), None)
                 continue
             event_id = await self._send(msg.chat_id, body, txn_id(self.home, msg.seq, n))
-            if n == 0 and msg.seq is not None and event_id:
+            if n == 0 and self._earlier(msg.seq) and event_id:
                 await self._finish_earlier(msg.chat_id, event_id, body)
+
+    def _earlier(self, seq: int | None) -> bool:
+        return seq is not None and (self.first_seq is None or seq < self.first_seq)
 
     async def _finish_earlier(self, room: str, event_id: str, body: dict[str, Any]) -> None:
         """The part may have gone out as a growing message before a crash (under this config or
@@ -191,16 +200,21 @@ class Delivery:
             self._typing[room] = asyncio.create_task(self._keep_typing(room), name="matrix-typing")
 
     async def _keep_typing(self, room: str) -> None:
+        await asyncio.sleep(TYPING_DELAY_S)  # an answer by then needs no indicator
+        self._typed.add(room)
         while (client := self.channel.client) is not None:
             with contextlib.suppress(Exception):  # typing is a courtesy: never fails a reply
                 await hs.typing(client, room, True, TYPING_MS)
             await asyncio.sleep(TYPING_EVERY_S)
 
     def _stop_typing(self, room: str) -> bool:
+        """Stop renewing the indicator; whether one was shown (and is to be taken down)."""
         task = self._typing.pop(room, None)
         if task is not None:
             task.cancel()
-        return task is not None
+        shown = room in self._typed
+        self._typed.discard(room)
+        return shown
 
     async def _typing_off(self, room: str) -> None:
         if self._stop_typing(room) and (client := self.channel.client) is not None:

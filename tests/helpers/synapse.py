@@ -101,6 +101,7 @@ class Synapse:
             "trusted_key_servers": [],
             "suppress_key_server_warning": True,
             "enable_registration": False,
+            "bcrypt_rounds": 4,  # registering a user is then milliseconds, not a quarter second
             "rc_message": _LOTS,
             "rc_registration": _LOTS,
             "rc_login": {"address": _LOTS, "account": _LOTS, "failed_attempts": _LOTS},
