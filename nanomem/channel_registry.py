@@ -13,6 +13,8 @@ CHANNELS = {
     "telegram": "channels.telegram.channel:TelegramChannel",
     "api": "channels.api.channel:ApiChannel",
     "matrix": "channels.matrix.channel:MatrixChannel",
+    "slack": "channels.slack.channel:SlackChannel",
+    "discord": "channels.discord.channel:DiscordChannel",
     "terminal-outbox": "channels.terminal.outbox:TerminalOutbox",
 }
 # Served by every gateway whatever the settings: what the agent says unasked in a terminal

@@ -5,10 +5,15 @@ from __future__ import annotations
 
 import re
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, Field, SecretStr, field_validator
 
 from nanomem.config_section import SECTION, blank_is_unset
+
+# Telegram's rule for a webhook's secret_token: 1 to 256 of these.
+WEBHOOK_SECRET = re.compile(r"[A-Za-z0-9_-]{1,256}")
+_GATEWAY_PATHS = ("/health", "/v1/")  # the gateway's own routes: never a webhook's
 
 
 class _Section(BaseModel):
@@ -42,6 +47,42 @@ class TelegramSettings(_Section):
     # Telegram sends it back in X-Telegram-Bot-Api-Secret-Token; unset: made at start.
     webhook_secret: SecretStr | None = None
 
+    def webhook_problem(self) -> str | None:
+        """What keeps webhook mode from working with these settings, as a sentence for the
+        person (Telegram's rules: https only, a secret of its characters); None: nothing."""
+        url, secret = (self.webhook_url or "").strip(), self.webhook_secret
+        if not url:
+            return (
+                'telegram.mode is "webhook" but telegram.webhook_url is not set: set it to the '
+                "public https address Telegram posts to (a reverse proxy in front of the "
+                'gateway), or set telegram.mode = "polling"'
+            )
+        try:
+            parts = urlsplit(url)
+            parts.port  # noqa: B018 (a port that is not a number raises here)
+        except ValueError:
+            return "telegram.webhook_url is not a URL"
+        if parts.scheme != "https" or not parts.hostname:
+            return (
+                "telegram.webhook_url must be an https:// address (Telegram posts only over "
+                "TLS): put a reverse proxy with a certificate in front of the gateway"
+            )
+        if parts.fragment or parts.username or parts.password:
+            return "telegram.webhook_url may not hold a #fragment, a user or a password"
+        path = parts.path or "/"
+        if path == "/" or any(path in (own, own.rstrip("/")) or path.startswith(own)
+                              for own in _GATEWAY_PATHS):  # fmt: skip
+            return (
+                f"telegram.webhook_url's path {path!r} is the gateway's own (/, /health, /v1/): "
+                "give it one of its own, e.g. https://bot.example.org/telegram/webhook"
+            )
+        if secret is not None and not WEBHOOK_SECRET.fullmatch(secret.get_secret_value()):
+            return (
+                "telegram.webhook_secret must be 1 to 256 letters, digits, _ or - (Telegram's "
+                "rule); leave it unset to have one made"
+            )
+        return None
+
     @property
     def owner_id(self) -> int | None:
         """The owner's user id (and private chat): `owner`, else the first user in allow_from."""
@@ -55,6 +96,11 @@ class TelegramSettings(_Section):
         if self.owner is not None:
             return None
         return next((v for v in self.allow_from if isinstance(v, int) and v > 0), None)
+
+    @field_validator("webhook_url", "webhook_secret", mode="before")
+    @classmethod
+    def _blank_is_unset(cls, value: Any) -> Any:
+        return blank_is_unset(value)  # "" in a compose file: a secret is made, say
 
     @field_validator("owner", mode="before")
     @classmethod

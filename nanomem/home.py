@@ -112,6 +112,18 @@ class Home:
         return self.root / "usage.jsonl"
 
     @property
+    def telegram_webhook_secret(self) -> Path:
+        """The secret Telegram sends with each webhook post, made by the gateway's first start
+        in webhook mode when telegram.webhook_secret is unset (mode 0600)."""
+        return self.root / "telegram-webhook-secret"
+
+    @property
+    def telegram_webhook(self) -> Path:
+        """What Telegram last said of the webhook (getWebhookInfo), as the gateway checked it,
+        for `nanomem status`."""
+        return self.root / "telegram-webhook.json"
+
+    @property
     def gateway(self) -> Path:
         """The running gateway's pid and port, while it holds the `gateway` lock
         (gateway/claim.py); a file left by a killed one means nothing without the lock."""

@@ -52,6 +52,8 @@ SLOW_FILES = {
     "test_shell_approval_e2e.py",
     "test_why_e2e.py",
     "test_chaos.py",
+    "test_discord_e2e.py",  # the real `nanomem gateway` against the loopback Discord
+    "test_discord_hostile.py",
     "test_docker.py",
     "test_e2e_processes.py",
     "test_e2e_terminal.py",

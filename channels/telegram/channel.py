@@ -1,17 +1,16 @@
-"""The Telegram channel: python-telegram-bot long polling in our own loop (with
-channels/telegram/transport.py, the only importer of python-telegram-bot)."""
+"""The Telegram channel: python-telegram-bot long polling in our own loop, or a webhook on the
+gateway's server (with channels/telegram/transport.py, the only importer of PTB)."""
 
 from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import Awaitable
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from loguru import logger
-from telegram import Bot, BotCommand, Message, Update, User
+from telegram import Bot, Message, Update, User
 from telegram.constants import ChatAction, ChatType, ParseMode
 from telegram.error import InvalidToken, TelegramError
 from telegram.request import BaseRequest
@@ -48,10 +47,13 @@ from channels.telegram.transport import (
     call_api,
     channel_down,
     poll,
+    quietly,
     read_update,
+    register_commands,
     requests_for,
     send_message,
 )
+from channels.telegram.webhook import made_webhook, unhook
 from nanomem.agent import (
     GIVEN_UP,
     RETRYING,
@@ -97,7 +99,8 @@ OWNER_ASSUMED = (
 class TelegramChannel(BaseChannel):
     """Long polling is ours, not python-telegram-bot's Updater: PTB confirms updates to Telegram
     before any handler runs, so a crash would lose them. Here each batch of updates is stored
-    in the inbox, with the new offset, before the next getUpdates confirms it."""
+    in the inbox, with the new offset, before the next getUpdates confirms it (by webhook:
+    before the post is answered, webhook.py)."""
 
     name = "telegram"
 
@@ -113,18 +116,19 @@ class TelegramChannel(BaseChannel):
         status_every_s: float = 3.0,
         watch_every_s: float = 1.0,
         stream_every_s: float = 1.0,
+        webhook_files: tuple[Path, Path] | None = None,  # its secret, Telegram's word on it
     ) -> None:
         token = settings.token.get_secret_value() if settings.token else ""
         if not token:
             raise ConfigError(NO_TOKEN)
         register_secrets([token])  # PTB errors and file URLs carry the token
+        self._hook = made_webhook(settings, webhook_files) if settings.mode == "webhook" else None
         self.settings, self.workspace, self._token = settings, workspace, token
-        self._commands = commands
-        self._our_commands = {c.name for c in commands} | {"start"}
+        self._commands, self._our_commands = commands, {c.name for c in commands} | {"start"}
         self.poll_timeout_s, self.watch_every_s = poll_timeout_s, watch_every_s
         # A poll lasts its own timeout plus the read timeout; allow some slack on top.
         self._poll = PollWatch(stall_after_s=poll_timeout_s + 35.0)
-        self._poll_request = self._requests(self._poll)
+        self._poll_request = requests_for(settings.proxy, self._poll)
         self._request: BaseRequest | None = None  # the other calls', made with each bot
         self._bot: Bot | None = None
         self._polling: asyncio.Task[None] | None = None
@@ -161,17 +165,21 @@ class TelegramChannel(BaseChannel):
             self._album_done, self._publish, quiet_s=wait, longest_s=max(10.0, wait)
         )
 
-    @staticmethod
-    async def bot_username(token: str, settings: TelegramSettings) -> str:
-        """Which bot `token` is (getMe): how onboarding checks a typed token."""
-        return await transport.bot_username(token, settings)
+    bot_username = staticmethod(transport.bot_username)  # which bot a token is (onboarding)
 
     @classmethod
     def from_app(cls, app: App) -> TelegramChannel:
-        return cls(app.settings.telegram, workspace=app.workspace, commands=app.loop.commands.all())
+        settings, commands, home = app.settings.telegram, app.loop.commands.all(), app.home
+        files = (home.telegram_webhook_secret, home.telegram_webhook)
+        return cls(settings, workspace=app.workspace, commands=commands, webhook_files=files)
 
     def listens(self, server: str) -> str:
-        return f"polling getUpdates from {shown_url(self.settings.base_url)} (no webhook)"
+        polling = f"polling getUpdates from {shown_url(self.settings.base_url)} (no webhook)"
+        return self._hook.listens(server) if self._hook is not None else polling
+
+    def routes(self, web_app: Any) -> None:
+        if self._hook is not None:
+            self._hook.routes(web_app)
 
     # Lifecycle.
 
@@ -186,7 +194,9 @@ class TelegramChannel(BaseChannel):
             self._owner_noted = True  # once per run: restarts of the channel stay quiet
             logger.info(OWNER_ASSUMED, owner=assumed)
         await self._launch()
-        watch = self._poll.run(self._relaunch, self.watch_every_s)
+        every = self.watch_every_s  # a webhook's watch asks Telegram, so 60 times less often
+        hook = self._hook.watch(lambda: self._bot, every * 60) if self._hook else None
+        watch = hook or self._poll.run(self._relaunch, every)
         self._watchdog = asyncio.create_task(watch, name="telegram-watchdog")
 
     async def _launch(self) -> None:
@@ -194,9 +204,12 @@ class TelegramChannel(BaseChannel):
         bot = self._build()
         try:
             await asyncio.wait_for(bot.initialize(), STEP_S)
-            await self._register_commands(bot)
+            await register_commands(bot, command_menu(self._commands), STEP_S)
+            # Before the replay: what Telegram posts meanwhile comes again (503) after it.
+            hooked = self._hook.set(bot) if self._hook is not None else unhook(bot)
+            await asyncio.wait_for(hooked, STEP_S)
         except BaseException as exc:
-            await _quietly(bot.shutdown(), "shut down")
+            await quietly(bot.shutdown(), "shut down")
             if (down := channel_down(exc)) is not None:
                 raise down from None
             raise
@@ -204,9 +217,12 @@ class TelegramChannel(BaseChannel):
         if not self._replayed:  # what an earlier run left goes first, in arrival order
             await self._replay(bot)
             self._replayed = True
-        self._poll.reset()
-        self._polling = asyncio.create_task(self._poll_updates(bot), name="telegram-poll")
-        logger.info("telegram: polling as @{}", bot.username)
+        if self._hook is not None:
+            await self._hook.open(functools.partial(self._store, bot), self._bus)
+        else:
+            self._poll.reset()
+            self._polling = asyncio.create_task(self._poll_updates(bot), name="telegram-poll")
+        logger.info("telegram: {} as @{}", "webhook" if self._hook else "polling", bot.username)
 
     async def _relaunch(self) -> None:
         await self._halt()
@@ -220,13 +236,10 @@ class TelegramChannel(BaseChannel):
             await asyncio.gather(polling, return_exceptions=True)
         bot, self._bot = self._bot, None
         if bot is not None:
-            await _quietly(bot.shutdown(), "shut down")
-
-    def _requests(self, watch: PollWatch | None = None) -> BaseRequest:
-        return requests_for(self.settings.proxy, watch)
+            await quietly(bot.shutdown(), "shut down")
 
     def _build(self) -> Bot:
-        self._request = self._requests()
+        self._request = requests_for(self.settings.proxy)
         return Bot(
             self._token,
             base_url=self.settings.base_url,
@@ -235,21 +248,14 @@ class TelegramChannel(BaseChannel):
             get_updates_request=self._poll_request,
         )
 
-    async def _register_commands(self, bot: Bot) -> None:
-        menu = [BotCommand(name, about) for name, about in command_menu(self._commands)]
-        try:
-            await asyncio.wait_for(bot.set_my_commands(menu), STEP_S)
-        except (TelegramError, TimeoutError) as exc:
-            logger.warning("telegram: could not register the command menu: {}", exc)
-
     async def stop_receiving(self) -> None:
         """Stop polling and drop intake in progress: what was stored stays in the inbox."""
-        if self._watchdog is not None:
-            self._watchdog.cancel()
-            await asyncio.gather(self._watchdog, return_exceptions=True)
-        if (polling := self._polling) is not None:
-            polling.cancel()
-            await asyncio.gather(polling, return_exceptions=True)
+        tasks = [task for task in (self._watchdog, self._polling) if task is not None]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        if self._hook is not None:  # posts being stored finish; later ones are refused (503)
+            await self._hook.close()
         await self._albums.stop()
 
     async def stop(self) -> None:
@@ -258,7 +264,7 @@ class TelegramChannel(BaseChannel):
         await self._halt()
 
     def problem(self) -> str | None:
-        return self._poll.problem
+        return self._poll.problem if self._hook is None else self._hook.problem
 
     def owner_chat(self) -> str | None:
         """The owner's private chat: a private chat's id is its person's user id."""
@@ -278,15 +284,18 @@ class TelegramChannel(BaseChannel):
         assert self._bus is not None
         if self._offset is None and (stored := await self._bus.position(OFFSET)) is not None:
             self._offset = int(stored)
-        take = functools.partial(self._store, bot)
-        url = f"{bot.base_url}/getUpdates"
-        await poll(
-            self._poll_request, url, self.poll_timeout_s, self._poll, lambda: self._offset, take
-        )
+        take, offset = functools.partial(self._polled, bot), lambda: self._offset
+        await poll(bot, self._poll_request, self.poll_timeout_s, self._poll, offset, take)
 
-    async def _store(self, bot: Bot, items: list[Any]) -> None:
-        """Keep what we answer, durably, with the offset that confirms the whole batch; an
-        update that cannot be read is kept too, and parked (`nanomem inbox` lists it)."""
+    async def _polled(self, bot: Bot, items: list[Any]) -> None:
+        """A batch stored with the offset that confirms it."""
+        offset = next_offset(items, self._offset)
+        await self._store(bot, items, (OFFSET, str(offset)) if offset is not None else None)
+        self._offset = offset
+
+    async def _store(self, bot: Bot, items: list[Any], position: tuple[str, str] | None) -> None:
+        """Keep what we answer, durably, with the channel's position in its source (one
+        step); an update that cannot be read is kept too, and parked (`nanomem inbox`)."""
         assert self._bus is not None
         admitted: list[tuple[Incoming, dict[str, Any]]] = []
         unreadable: list[tuple[dict[str, Any], Exception]] = []
@@ -298,14 +307,11 @@ class TelegramChannel(BaseChannel):
                 continue
             if found is not None:
                 admitted.append((found, item))
-        offset = next_offset(items, self._offset)
         kept = [(found.key, payload, found.sender) for found, payload in admitted]
         kept += [(unknown_chat(payload), payload, Sender()) for payload, _ in unreadable]
         # Nothing is confirmed until they are stored: a full disk is retried, never dropped.
         what = plural(len(kept), "update")
-        position = (OFFSET, str(offset)) if offset is not None else None
         seqs = await receive_until_stored(self._bus, self.name, kept, what, position)
-        self._offset = offset
         for (payload, error), seq in zip(unreadable, seqs[len(admitted) :], strict=True):
             if seq is not None:
                 await park_unreadable(self._bus, seq, payload, error, self.name)
@@ -563,21 +569,14 @@ class TelegramChannel(BaseChannel):
         """Answer a callback query at once (the person's app shows a spinner until then); an
         old one, replayed after a restart, may be refused: that is fine."""
         if self._bot is not None and press_id:
-            await _quietly(self._bot.answer_callback_query(press_id, text), "answer a press")
+            await quietly(self._bot.answer_callback_query(press_id, text), "answer a press")
 
     async def _clear_buttons(self, key: str, message_id: int) -> None:
         """A choice was made: its buttons go, so nobody presses them twice."""
         if self._bot is not None:
             edit = self._bot.edit_message_reply_markup(target(key)[0], message_id)
-            await _quietly(edit, "remove the buttons")
+            await quietly(edit, "remove the buttons")
 
     async def typing(self, key: str) -> None:
         chat_id, thread = target(key)
         await call_api(self._active_bot().send_chat_action(chat_id, ChatAction.TYPING, thread))
-
-
-async def _quietly(step: Awaitable[Any], what: str) -> None:
-    try:
-        await asyncio.wait_for(step, STEP_S)
-    except (TelegramError, TimeoutError, RuntimeError) as exc:
-        logger.debug("telegram: {} failed: {}", what, exc)

@@ -15,6 +15,7 @@ import aiohttp
 from loguru import logger
 from telegram import (
     Bot,
+    BotCommand,
     InlineKeyboardButton,
     InlineKeyboardMarkup,
     InputFile,
@@ -210,8 +211,8 @@ async def fetch_updates(
 
 
 async def poll(
+    bot: Bot,
     request: BaseRequest,
-    url: str,
     poll_s: float,
     watch: PollWatch,
     offset: Callable[[], int | None],
@@ -219,7 +220,7 @@ async def poll(
 ) -> None:
     """Long-poll getUpdates for ever, each batch `store`d (which confirms it by moving the
     offset on); a batch that cannot be stored is fetched again."""
-    delay, one = 1.0, False
+    delay, one, url = 1.0, False, f"{bot.base_url}/getUpdates"
     while True:
         try:
             items = await fetch_updates(request, url, offset(), poll_s, one=one)
@@ -229,6 +230,13 @@ async def poll(
             continue
         except TelegramError as exc:
             text = str(exc)
+            if isinstance(exc, Conflict) and "webhook" in text.lower():  # set since we started
+                logger.warning(
+                    "telegram: a webhook was set for this bot token (by another program?); "
+                    "removing it, as telegram.mode is polling (its updates are kept)"
+                )
+                await quietly(bot.delete_webhook(drop_pending_updates=False), "delete a webhook")
+                continue
             if isinstance(exc, Conflict):
                 text = "another program is polling with this bot token (only one may)"
             if text != watch.error:
@@ -297,6 +305,8 @@ def channel_down(exc: BaseException) -> ChannelDown | None:
     """The one line to report when the Bot API cannot be used; None for other errors."""
     if isinstance(exc, InvalidToken):
         return ChannelDown(NOT_FOUND if "not found" in str(exc).lower() else TOKEN_REJECTED)
+    if isinstance(exc, BadRequest):  # reached, and refused: setWebhook's address, say
+        return ChannelDown(f"telegram: the Bot API refused a call at start: {exc.message}")
     if isinstance(exc, TelegramError | TimeoutError | OSError):
         return ChannelDown(f"telegram: cannot reach the Bot API: {exc}")
     return None
@@ -408,3 +418,20 @@ async def bot_username(token: str, settings: TelegramSettings) -> str:
             "network, or telegram.base_url and telegram.proxy."
         ) from None
     return redact(username)
+
+
+async def quietly(step: Awaitable[Any], what: str, within_s: float = 10.0) -> None:
+    """A call whose failure changes nothing (an old press answered, a bot shut down)."""
+    try:
+        await asyncio.wait_for(step, within_s)
+    except (TelegramError, TimeoutError, RuntimeError) as exc:
+        logger.debug("telegram: {} failed: {}", what, exc)
+
+
+async def register_commands(bot: Bot, menu: list[tuple[str, str]], within_s: float) -> None:
+    """The command menu Telegram shows (setMyCommands); a failure is only a warning."""
+    commands = [BotCommand(name, about) for name, about in menu]
+    try:
+        await asyncio.wait_for(bot.set_my_commands(commands), within_s)
+    except (TelegramError, TimeoutError) as exc:
+        logger.warning("telegram: could not register the command menu: {}", exc)

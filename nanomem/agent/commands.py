@@ -95,12 +95,12 @@ class CommandSet:
         return command, args
 
     def named(self, text: str) -> str:
-        """The name of the command a message runs, known or not; "" for ordinary text."""
-        parsed = parse_command(text)
-        if parsed is None:
-            return ""
-        command = self._registered().get(parsed[0]) or self._fallbacks.get(parsed[0])
-        return command.name if command is not None else parsed[0]
+        """The name of the command a message runs ("" for ordinary text), known or not."""
+        try:
+            found = self.resolve(text)
+        except UnknownCommand as exc:
+            return exc.name
+        return found[0].name if found else ""
 
     def all(self) -> list[Command]:
         return list(self._registered().values())

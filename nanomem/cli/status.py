@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from nanomem.config import Settings
+from nanomem.config import Settings, TelegramSettings
 from nanomem.home import Home
 
 
@@ -43,8 +43,10 @@ def status_rows(
         ("gateway", "not running" if gateway is None else f"running ({gateway.describe()})"),
         ("gateway at", f"{gw.host}:{gw.port}, at most {gw.max_connections} connections"),
         ("agent api", _api_line(settings)),
-        *_telegram_rows(settings),
+        *_telegram_rows(settings, home),
         *_matrix_rows(settings),
+        *_slack_rows(settings),
+        *_discord_rows(settings),
         ("sessions", str(SessionStore(home.sessions).count())),
         ("schedules", ScheduleStore.of(home, settings.schedule).summary()),
         *_mcp_rows(home, settings, gateway.pid if gateway is not None else None),
@@ -64,8 +66,9 @@ def _mcp_rows(home: Home, settings: Settings, gateway: int | None) -> list[tuple
     return status_lines(home.mcp_state, configured, gateway)
 
 
-def _telegram_rows(settings: Settings) -> list[tuple[str, str]]:
-    """Whether the Telegram channel can start, and who it lets in (shown when enabled)."""
+def _telegram_rows(settings: Settings, home: Home) -> list[tuple[str, str]]:
+    """Whether the Telegram channel can start, who it lets in, how updates come (shown when
+    enabled); by webhook, what Telegram last said of it, as the gateway checked."""
     from nanomem.text.masking import masked, secret_of
     from nanomem.text.plural import plural
 
@@ -84,10 +87,11 @@ def _telegram_rows(settings: Settings) -> list[tuple[str, str]]:
                     else "token missing (telegram.token / NANOMEM_TELEGRAM__TOKEN)",
                     f"owner {owner}" if owner is not None else "no owner (telegram.owner)",
                     f"{plural(len(telegram.allow_from), 'user')} in allow_from",
-                    "polling getUpdates",
+                    "polling getUpdates" if telegram.mode == "polling" else _webhook_mode(telegram),
                 )
             ),
-        )
+        ),
+        *([("telegram webhook", _webhook_said(home))] if telegram.mode == "webhook" else []),
     ]
 
 
@@ -111,6 +115,78 @@ def _matrix_rows(settings: Settings) -> list[tuple[str, str]]:
     who = matrix.user_id or "no user id (matrix.user_id)"
     allowed = f"{plural(len(matrix.allow_from), 'user')} in allow_from"
     return [("matrix", ", ".join((who, login, owner, allowed)))]
+
+
+def _slack_rows(settings: Settings) -> list[tuple[str, str]]:
+    """Whether the Slack channel can start, and who it lets in (shown when enabled)."""
+    from nanomem.text.masking import masked, secret_of
+    from nanomem.text.plural import plural
+
+    slack = settings.slack
+    if not slack.enabled:
+        return []
+    token, app_token = secret_of(slack.bot_token), secret_of(slack.app_token)
+    mode = (
+        (
+            f"Socket Mode (app token {masked(app_token)})"
+            if app_token
+            else "Socket Mode: app_token missing"
+        )
+        if slack.mode == "socket"
+        else "Events API at /slack/events"
+    )
+    row = [
+        f"bot token set ({masked(token)})" if token else "bot token missing (slack.bot_token)",
+        f"owner {slack.owner}" if slack.owner else "no owner (slack.owner)",
+        f"{plural(len(slack.allow_from), 'member')} in allow_from",
+        mode,
+    ]
+    return [("slack", ", ".join(row))]
+
+
+def _webhook_mode(telegram: TelegramSettings) -> str:
+    from nanomem.text.masking import shown_url
+
+    if problem := telegram.webhook_problem():
+        return f"webhook: cannot start: {problem}"
+    return f"webhook at {shown_url(telegram.webhook_url or '')}"
+
+
+def _webhook_said(home: Home) -> str:
+    """Telegram's word on the webhook (getWebhookInfo) when the gateway last checked it."""
+    import json
+
+    try:
+        said = json.loads(home.telegram_webhook.read_text(encoding="utf-8"))
+        checked, url, waiting = said["checked_at"], said["url"], said["pending_update_count"]
+    except (OSError, ValueError, TypeError, KeyError):
+        return "not checked yet (the gateway asks Telegram at start, then every minute)"
+    from nanomem.text.masking import shown_url
+
+    where = f"posts to {shown_url(url)}" if url else "no webhook set"
+    line = f"Telegram at {checked}: {where}, {waiting} waiting"
+    if error := said.get("last_error_message"):
+        line += f"; last delivery error at {said.get('last_error_date')}: {error}"
+    from nanomem.text.escapes import strip_escapes
+
+    return strip_escapes(line)  # what a server said: never a terminal escape
+
+
+def _discord_rows(settings: Settings) -> list[tuple[str, str]]:
+    """Whether the Discord channel can start, and who it lets in (shown when enabled)."""
+    from nanomem.text.masking import masked, secret_of
+    from nanomem.text.plural import plural
+
+    discord = settings.discord
+    if not discord.enabled:
+        return []
+    token = secret_of(discord.token)
+    said = [
+        f"token set ({masked(token)})" if token else "token missing (discord.token)",
+        f"owner {discord.owner}" if discord.owner else "no owner (discord.owner)",
+        f"{plural(len(discord.allow_from), 'user')} in allow_from",
+    ]
+    return [("discord", ", ".join(said))]
 
 
 def _sandbox_state(settings: Settings) -> str:

@@ -9,9 +9,8 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from nanomem.config import Settings
-from nanomem.doctor import local, services
+from nanomem.doctor import discord, local, matrix, services, slack
 from nanomem.doctor.finding import Finding, within
-from nanomem.doctor.matrix import matrix
 from nanomem.doctor.model import TIMEOUT_S, model
 from nanomem.home import Home
 
@@ -36,7 +35,13 @@ async def online(home: Home, settings: Settings) -> list[Finding]:
         timeout = services.HTTP_TIMEOUT_S + 5
         checks.append(("telegram", timeout, lambda: services.telegram(settings.telegram)))
     if settings.matrix.enabled:
-        checks.append(("matrix", services.HTTP_TIMEOUT_S + 5, lambda: matrix(settings.matrix)))
+        checks.append(("matrix", matrix.HTTP_TIMEOUT_S + 5, lambda: matrix.matrix(settings.matrix)))
+    if settings.slack.enabled:
+        checks.append(("slack", slack.TIMEOUT_S + 5, lambda: slack.slack(settings.slack)))
+    if settings.discord.enabled:
+        checks.append(
+            ("discord", discord.HTTP_TIMEOUT_S + 5, lambda: discord.discord(settings.discord))
+        )
     if settings.tools.shell_enabled:
         checks.append(("sandbox", SANDBOX_S, lambda: _sandbox(settings)))
     for name, server in settings.mcp.servers.items():

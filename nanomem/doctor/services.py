@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 from nanomem.config import McpServerSettings, Settings, TelegramSettings
 from nanomem.doctor.finding import Finding
@@ -62,11 +63,45 @@ async def telegram(settings: TelegramSettings) -> Finding:
             "telegram", f"{shown} answered {status}, not a bot", "check telegram.base_url"
         )
     name = body["result"].get("username", "?")
+    hook = ""
+    if settings.mode == "webhook":
+        found = await _webhook(settings, token)
+        if isinstance(found, Finding):
+            return found
+        hook = f", {found}"
     owner = settings.owner_id
     if owner is None:
         fix = "nanomem config set telegram.owner <your numeric user id>"
-        return Finding.warn("telegram", f"bot @{name}; no owner set", fix)
-    return Finding.ok("telegram", f"bot @{name} ({shown}), owner {owner}")
+        return Finding.warn("telegram", f"bot @{name}; no owner set{hook}", fix)
+    return Finding.ok("telegram", f"bot @{name} ({shown}), owner {owner}{hook}")
+
+
+async def _webhook(settings: TelegramSettings, token: str) -> Finding | str:
+    """What Telegram says of the webhook (getWebhookInfo): a failure or warning, or the words
+    for an ok line."""
+    from nanomem.providers import ConnectionFailed
+
+    if problem := settings.webhook_problem():
+        return Finding.fail("telegram", problem, "fix telegram.webhook_url (docs/telegram.md)")
+    url = settings.webhook_url or ""
+    try:
+        _, body = await _get_json(f"{settings.base_url}{token}/getWebhookInfo", settings.proxy)
+    except (TimeoutError, ConnectionFailed) as exc:
+        return Finding.warn("telegram", f"getWebhookInfo failed ({exc or 'no answer'})", "")
+    info = body.get("result") if isinstance(body, dict) else None
+    if not isinstance(info, dict):
+        return Finding.warn("telegram", "getWebhookInfo gave no answer to read", "")
+    told, waiting = info.get("url") or "", info.get("pending_update_count", 0)
+    restart = "start `nanomem gateway` (it sets the webhook at start)"
+    if told != url:
+        where = f"to {shown_url(str(told))}" if told else "nowhere (no webhook set)"
+        return Finding.warn("telegram", f"Telegram posts {where}, not to {shown_url(url)}", restart)
+    if (error := info.get("last_error_message")) and waiting:
+        path = urlsplit(url).path
+        fix = f"check that the reverse proxy passes {path} to the gateway (docs/telegram.md)"
+        said = f"webhook {shown_url(url)}: {waiting} waiting, Telegram's last error: {error}"
+        return Finding.warn("telegram", said, fix)
+    return f"webhook {shown_url(url)} ({waiting} waiting)"
 
 
 def api(settings: Settings) -> Finding:

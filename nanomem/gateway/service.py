@@ -212,6 +212,8 @@ class Gateway:
 
     async def _supervise(self, name: str, channel: GatewayChannel) -> None:
         """Start a channel, retrying with backoff until it runs; then deliver its outbox."""
+        if channel.capabilities.turns:  # from its first message on (a replay at its start)
+            self.app.bus.turns.add(name)
         delay = RETRY_FIRST_S
         while True:
             self.health.set_channel(name, "starting")

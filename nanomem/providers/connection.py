@@ -228,8 +228,8 @@ class Connection:
         return self._send(b"POST", data, headers)
 
     def get(self, headers: dict[bytes, bytes] | None = None) -> AbstractAsyncContextManager[Body]:
-        """GET the URL (`nanomem doctor`: Telegram's getMe, a homeserver's whoami, a gateway's
-        /health)."""
+        """GET the URL (`nanomem doctor`: Telegram's getMe, Discord's users/@me with its bot
+        token in `headers`, a homeserver's whoami with its access token, a gateway's /health)."""
         return self._send(b"GET", b"", headers or {})
 
     @asynccontextmanager

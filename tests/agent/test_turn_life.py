@@ -69,9 +69,10 @@ def lives(channel: FakeChannel) -> list[list[str]]:
 @pytest.fixture
 async def running(home: Home, request: pytest.FixtureRequest) -> AsyncIterator[FakeChannel]:
     gate, turns = request.param
-    app = make_app(home, gate.provider(), agent={"max_message_chars": 100})
+    agent = {"max_message_chars": 100, "max_concurrent_turns": 1}
+    app = make_app(home, gate.provider(), agent=agent)
     channel = FakeChannel("fake", capabilities=Capabilities(turns=turns))
-    channel.gate = gate  # type: ignore[attr-defined]
+    channel.gate, channel.app = gate, app  # type: ignore[attr-defined]
     await channel.start(app.bus)
     tasks = [
         asyncio.create_task(app.loop.run()),
@@ -119,6 +120,22 @@ async def test_a_stopped_turn_ends_stopped_before_stop_s_own_answer(running: Fak
     ]
     order = life(running)
     assert order.index("stopped") < order.index(STOPPED)  # what it showed stays above
+
+
+@pytest.mark.parametrize("running", [(Gate("slow"), True)], indirect=True)
+async def test_a_turn_the_gateway_stopping_never_began_ends_stopped_unanswered(
+    running: FakeChannel,
+) -> None:
+    gate, app = running.gate, running.app  # type: ignore[attr-defined]
+    await running.say("slow", chat="1")
+    await until(lambda: gate.started == ["slow"])
+    await running.say("waits for a turn slot", chat="2")  # one turn at a time here
+    await until(lambda: [m.chat_id for m in running.sent] == ["1", "2"])  # both began
+    app.loop.stop_taking()
+    gate.held["slow"].set()
+    await until(lambda: len(running.sent) == 5)
+    assert lives(running) == [["start:", "re: slow", "end"], ["start:", "stopped"]]
+    assert gate.started == ["slow"]  # the model never saw the second
 
 
 @pytest.mark.parametrize("running", [(Gate(), True)], indirect=True)

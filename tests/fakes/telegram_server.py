@@ -18,6 +18,7 @@ import time
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import Any, Self, TypedDict, Unpack
+from urllib.parse import urlsplit
 
 from aiohttp import web
 
@@ -34,7 +35,7 @@ _NUMBER_KEYS = frozenset(
 _HTML_TAGS = frozenset(
     "b strong i em u ins s strike del code pre a blockquote tg-spoiler span".split()  # noqa: SIM905
 )
-_OK_METHODS = frozenset("setwebhook logout close setmessagereaction".split())  # noqa: SIM905
+_OK_METHODS = frozenset("logout close setmessagereaction".split())  # noqa: SIM905
 _TAG_RE = re.compile(r"<(/?)([a-zA-Z][a-zA-Z0-9-]*)(\s[^<>]*)?>")
 _ENTITY_RE = re.compile(r"&(?:[a-zA-Z]+|#[0-9]+|#x[0-9a-fA-F]+);")
 _COMMAND_RE = re.compile(r"[a-z0-9_]{1,32}")
@@ -44,6 +45,11 @@ _RAW = "__raw__"  # an update queued as text by send_raw, sent as it is
 _FOLDERS = {"photo": "photos", "voice": "voice", "audio": "music", "video_note": "video_notes"}
 # What a sendPhoto upload must start with for Telegram to make a photo of it.
 _IMAGE_MAGIC = (b"\xff\xd8\xff", b"\x89PNG\r\n\x1a\n", b"RIFF")
+_WEBHOOK_SECRET = re.compile(r"[A-Za-z0-9_-]{1,256}")
+_WEBHOOK_ACTIVE = (
+    "Conflict: can't use getUpdates method while webhook is active; use deleteWebhook to delete "
+    "the webhook first"
+)
 _NOT_MODIFIED = (
     "Bad Request: message is not modified: specified new message content and reply markup "
     "are exactly the same as a current content and reply markup of the message"
@@ -210,6 +216,16 @@ class FakeTelegram:
         self._html_rejects: list[int | None] = []
         self._token_valid, self._paused, self._stopping = True, False, False
         self._ack_offset, self._dropped = 0, set[int]()  # acknowledgement bookkeeping (chaos)
+        # setWebhook's url and secret_token while a webhook is set; its posts go to the target
+        # (a reverse proxy's upstream: the gateway's own address), retried until answered 200.
+        self._webhook: JSONDict | None = None
+        self._webhook_target = ""
+        self._webhook_error: tuple[int, str] | None = None  # (unix time, message) of the last
+        self._lost_answers = 0
+        self._posts: list[JSONDict] = []  # every post: update_id, status (None: no answer)
+        self._delivered: set[int] = set()  # answered 200
+        self.webhook_retry_s = (0.1, 1.0)  # Telegram's first delay after a failure, and its cap
+        self._delivering: asyncio.Task[None] | None = None
         self._waiters: set[asyncio.Event] = set()  # only touched on the server loop
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -257,10 +273,14 @@ class FakeTelegram:
         self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
         await self._runner.setup()
         await web.TCPSite(self._runner, "127.0.0.1", 0).start()
+        self._delivering = asyncio.get_running_loop().create_task(self._deliver())
         return int(self._runner.addresses[0][1])
 
     async def _shutdown(self) -> None:
         self._wake()
+        if self._delivering is not None:
+            self._delivering.cancel()
+            await asyncio.gather(self._delivering, return_exceptions=True)
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
@@ -285,6 +305,8 @@ class FakeTelegram:
                     raise ApiError(401, "Unauthorized")
                 self.getupdates_count += method == "getupdates"
                 self._take_fault(method, params)
+                if method == "getupdates" and self._webhook is not None:
+                    raise ApiError(409, _WEBHOOK_ACTIVE)
                 if method in _OK_METHODS:
                     return web.json_response({"ok": True, "result": True})
                 if method != "getupdates":
@@ -321,6 +343,8 @@ class FakeTelegram:
                     self._updates = [u for u in self._updates if u["update_id"] >= offset]
                 if self._stopping:
                     return []
+                if self._webhook is not None:  # set while this poll waited
+                    raise ApiError(409, _WEBHOOK_ACTIVE)
                 if self._updates and not self._paused:
                     return self._updates[:limit]
             remaining = deadline - loop.time()
@@ -364,11 +388,130 @@ class FakeTelegram:
         if params.get("drop_pending_updates") is True:
             self._note_dropped(self._updates)
             self._updates.clear()
+        self._webhook = None
+        return True
+
+    def _api_setwebhook(self, params: JSONDict) -> bool:
+        url = str(params.get("url") or "")
+        if not url:
+            return self._api_deletewebhook(params)
+        if not url.startswith("https://"):
+            raise _bad("bad webhook: An HTTPS URL must be provided for webhook")
+        secret = params.get("secret_token")
+        if secret is not None and not _WEBHOOK_SECRET.fullmatch(str(secret)):
+            raise _bad("secret token contains unallowed characters")
+        if params.get("drop_pending_updates") is True:
+            self._note_dropped(self._updates)
+            self._updates.clear()
+        self._webhook = {"url": url, "secret_token": secret,
+                         "allowed_updates": params.get("allowed_updates")}  # fmt: skip
+        self._wake()  # on the server loop: handlers run there
         return True
 
     def _api_getwebhookinfo(self, _: JSONDict) -> JSONDict:
-        return {"url": "", "has_custom_certificate": False,
-                "pending_update_count": len(self._updates)}  # fmt: skip
+        info: JSONDict = {"url": "", "has_custom_certificate": False,
+                          "pending_update_count": len(self._updates)}  # fmt: skip
+        if self._webhook is not None:
+            info |= {"url": self._webhook["url"], "max_connections": 40}
+            if self._webhook["allowed_updates"] is not None:
+                info["allowed_updates"] = self._webhook["allowed_updates"]
+        if self._webhook_error is not None:
+            date, message = self._webhook_error
+            info |= {"last_error_date": date, "last_error_message": message}
+        return info
+
+    # The webhook: Telegram posts each update, one at a time and in order (the real one keeps a
+    # chat's order and posts different chats' at once), until one is answered 200.
+
+    def forward_webhook_to(self, target: str) -> None:
+        """Where the webhook's posts go: `target` (http://127.0.0.1:<port>, the gateway), with
+        the path and query of the webhook's URL, as a reverse proxy would pass them on."""
+        with self._lock:
+            self._webhook_target = target.rstrip("/")
+        self._wake_threadsafe()
+
+    def lose_answers(self, times: int = 1) -> None:
+        """The next `times` answers to posts never arrive (the connection breaks, or the
+        gateway dies, right after it answered): the update is posted again."""
+        with self._lock:
+            self._lost_answers += times
+
+    def webhook(self) -> JSONDict | None:
+        """setWebhook's url, secret_token and allowed_updates while a webhook is set."""
+        with self._lock:
+            return dict(self._webhook) if self._webhook is not None else None
+
+    def posts(self) -> list[JSONDict]:
+        """Every post to the webhook as ``{"update_id", "status", "lost"}``, oldest first
+        (status None: no answer came; lost: one came, and `lose_answers` dropped it)."""
+        with self._lock:
+            return [dict(p) for p in self._posts]
+
+    async def _deliver(self) -> None:
+        import aiohttp
+
+        delay = self.webhook_retry_s[0]
+        async with aiohttp.ClientSession() as session:
+            while not self._stopping:
+                with self._lock:
+                    hook, target = self._webhook, self._webhook_target
+                    ready = hook is not None and target and not self._paused
+                    update = self._updates[0] if ready and self._updates else None
+                if hook is None or update is None:
+                    await self._changes(1.0)
+                    continue
+                status, error, wait = await self._post(session, hook, target, update)
+                with self._lock:
+                    lost = status == 200 and self._lost_answers > 0
+                    self._lost_answers -= lost
+                    self._posts.append({"update_id": update["update_id"], "status": status,
+                                        "lost": lost})  # fmt: skip
+                    if status == 200 and not lost:
+                        self._delivered.add(update["update_id"])
+                        self._updates = [u for u in self._updates if u is not update]
+                        delay = self.webhook_retry_s[0]
+                    else:
+                        self._webhook_error = (int(time.time()), error)
+                    self._changed.notify_all()
+                if status != 200 or lost:
+                    await asyncio.sleep(wait if wait is not None else delay)
+                    delay = min(delay * 2, self.webhook_retry_s[1])
+
+    async def _post(
+        self, session: Any, hook: JSONDict, target: str, update: JSONDict
+    ) -> tuple[int | None, str, float | None]:
+        """(status, Telegram's error message for it, the Retry-After it asked for)."""
+        import aiohttp
+
+        parts = urlsplit(hook["url"])
+        url = f"{target}{parts.path or '/'}" + (f"?{parts.query}" if parts.query else "")
+        headers = {"Content-Type": "application/json", "Host": parts.netloc}
+        if hook.get("secret_token"):
+            headers["X-Telegram-Bot-Api-Secret-Token"] = hook["secret_token"]
+        body = update.get(_RAW) or json.dumps(update)
+        try:
+            timeout = aiohttp.ClientTimeout(total=10)
+            async with session.post(url, data=body, headers=headers, timeout=timeout) as answer:
+                await answer.read()
+                error = f"Wrong response from the webhook: {answer.status} {answer.reason}"
+                after = answer.headers.get("Retry-After", "")
+                return answer.status, error, min(float(after), 5.0) if after.isdigit() else None
+        except TimeoutError:
+            return None, "Read timeout expired", None
+        except aiohttp.ClientError as exc:
+            return None, f"Connection failed: {type(exc).__name__}", None
+
+    async def _changes(self, within_s: float) -> None:
+        """Until something changed (a new update, a webhook set), or `within_s` passed."""
+        event = asyncio.Event()
+        self._waiters.add(event)
+        try:
+            # Not wait_for: on 3.11 it can swallow the cancellation stop() sends.
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(within_s):
+                    await event.wait()
+        finally:
+            self._waiters.discard(event)
 
     def _chat_id(self, params: JSONDict) -> int:
         if not isinstance(chat_id := params.get("chat_id"), int):
@@ -959,7 +1102,8 @@ class FakeTelegram:
             return [u["update_id"] for u in self._updates if not self._confirmed(u["update_id"])]
 
     def _confirmed(self, update_id: int) -> bool:
-        return update_id < self._ack_offset or update_id in self._dropped
+        confirmed = update_id < self._ack_offset or update_id in self._dropped
+        return confirmed or update_id in self._delivered
 
     # Fault injection.
 

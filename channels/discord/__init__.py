@@ -1,0 +1,1 @@
+"""The Discord channel (discord.py): DMs, guild channels and threads, slash commands, buttons."""

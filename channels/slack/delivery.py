@@ -1,0 +1,277 @@
+"""What the core sends, posted to Slack: whole messages in mrkdwn (in the thread they answer),
+choices as Block Kit buttons, a reply growing by `chat.update` at a bounded rate where it
+streams, files by Slack's external upload. The turns' bookkeeping is the core's `Turns`, the
+rate limits its `RateGate`; a whole message Slack refuses with 429 is a `DeliveryLater` with
+Slack's wait, which the core sends again within the run."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from loguru import logger
+
+from channels.slack.events import target
+from channels.slack.web import SendError, call, upload
+from nanomem.agent import (
+    Button,
+    DeliveryLater,
+    Delta,
+    DeltaEnd,
+    File,
+    FileGone,
+    MessageBus,
+    OutboundMessage,
+    Question,
+    RateGate,
+    Text,
+    TurnEnded,
+    Turns,
+    TurnStarted,
+    file_bytes,
+)
+from nanomem.text.mrkdwn import render_mrkdwn
+
+if TYPE_CHECKING:
+    from slack_sdk.web.async_client import AsyncWebClient
+
+SECTION_LIMIT = 3000  # a Block Kit section's text
+LABEL_LIMIT = 75  # a button's text
+VALUE_LIMIT = 2000  # a button's value
+CHOOSE = "Choose:"
+# The inbox's record of replies growing now ({reply_to: [chat, ts]}): after a crash, the
+# message a reply had begun to grow in is finished, not left half-written beside a second one.
+GROWN = "slack.grown"
+GROWN_KEPT = 200
+
+
+@dataclass(eq=False)
+class _Stream:
+    """A reply growing in one message: where it is (no ts before its first post), what it shows."""
+
+    ts: str = ""
+    shown: str = ""
+    looked: bool = False  # for the message a run before began it in
+
+
+def escape(text: str) -> str:
+    """Plain text as Slack shows it literally (its only three control characters)."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def blocks_for(text: str, buttons: tuple[Button, ...]) -> list[dict[str, Any]]:
+    """A section with the text (mrkdwn already), then the buttons, each sending its command."""
+    elements = [
+        {
+            "type": "button",
+            "action_id": f"nanomem-{n}",
+            "text": {"type": "plain_text", "text": b.label[:LABEL_LIMIT] or "…", "emoji": True},
+            "value": b.command[:VALUE_LIMIT],
+        }
+        for n, b in enumerate(buttons[:25])
+    ]
+    section = text if len(text) <= SECTION_LIMIT else CHOOSE
+    return [
+        {"type": "section", "text": {"type": "mrkdwn", "text": section or CHOOSE}},
+        {"type": "actions", "elements": elements},
+    ]
+
+
+class Delivery:
+    """Per chat, what the core sends, in the core's order (it calls one chat at a time)."""
+
+    def __init__(
+        self,
+        client: AsyncWebClient,
+        workspace: Path,
+        *,
+        streams_in: Callable[[str], bool],
+        stream_every_s: float = 1.2,
+    ) -> None:
+        self.client, self.workspace = client, workspace
+        self._streams_in = streams_in  # does this chat see replies grow (DMs, or groups too)?
+        self.stream_every_s = stream_every_s  # chat.update is Tier 3: about 50 a minute
+        self.gate = RateGate()
+        self.turns: Turns[_Stream] = Turns()  # no typing: Slack gives apps none
+        self.bus: MessageBus | None = None
+        # A stored message's reply_to → [chat, ts, after]: ts "" while its first post is on
+        # its way (sent after `after`, a Slack timestamp).
+        self._grown: dict[str, list[str]] = {}
+        self.bot_user = ""  # our own member id (auth.test): whose posts are ours
+
+    async def load(self, bus: MessageBus) -> None:
+        self.bus = bus
+        try:
+            grown = json.loads(await bus.position(GROWN) or "{}")
+        except ValueError:
+            grown = {}
+        if isinstance(grown, dict):
+            self._grown = {
+                str(k): [str(x) for x in v]
+                for k, v in grown.items()
+                if isinstance(v, list) and len(v) == 3
+            }
+
+    async def send(self, msg: OutboundMessage) -> None:
+        part = msg.part
+        if isinstance(part, TurnStarted):
+            self.turns.started(msg)
+            return
+        if isinstance(part, TurnEnded):  # a reply /stop cut short stays as it was shown
+            if self.turns.ended(msg) is not None:
+                await self._keep_grown(msg, None)
+            self.turns.forget_if_idle(msg.chat_id)
+            return
+        try:
+            if isinstance(part, Text):
+                await self._text(msg, part)
+            elif isinstance(part, Question):
+                await self._post(msg.chat_id, escape(part.text), part.choices)
+            elif isinstance(part, Delta):
+                await self._grow(msg, part.so_far)
+            elif isinstance(part, DeltaEnd):  # a tool runs next: its words stay in their message
+                chat = self.turns.chat(msg.chat_id)
+                if chat.streams.pop(msg.reply_to or "", None) is not None:
+                    await self._keep_grown(msg, None)
+            elif isinstance(part, File):
+                await self._file(msg, part)
+        except SendError as exc:
+            if isinstance(part, Delta):  # the whole reply follows: a piece is no loss
+                logger.debug("slack: a piece of a reply to {} was not shown: {}", msg.chat_id, exc)
+                return
+            if exc.retry_in_s is not None:
+                self.gate.block(msg.chat_id, exc.retry_in_s)
+            if exc.transient:
+                raise DeliveryLater(str(exc), retry_in_s=exc.retry_in_s) from None
+            logger.warning("slack: a message to {} was refused for good: {}", msg.chat_id, exc)
+
+    async def _text(self, msg: OutboundMessage, part: Text) -> None:
+        shown = escape(part.text) if part.style == "error" else render_mrkdwn(part.text)
+        stream = self.turns.answering(msg) or await self._grown_before(msg)
+        if stream is not None and stream.ts and not part.buttons:  # the grown message: the reply
+            if stream.shown != shown:
+                async with self.gate.reply(msg.chat_id):
+                    await self._update(msg.chat_id, stream.ts, shown)
+        else:
+            async with self.gate.reply(msg.chat_id):
+                await self._post(msg.chat_id, shown, part.buttons)
+        await self._keep_grown(msg, None)
+
+    async def _post(self, chat: str, text: str, buttons: tuple[Button, ...] = ()) -> str:
+        channel, thread = target(chat)
+        params: dict[str, Any] = {"channel": channel, "text": text or "…", "mrkdwn": True}
+        params |= {"unfurl_links": False, "unfurl_media": False}
+        if thread is not None:
+            params["thread_ts"] = thread
+        if buttons:
+            params["blocks"] = blocks_for(text, buttons)
+            if len(text) > SECTION_LIMIT:  # the words whole, then the choices under them
+                await self._post(chat, text)
+        answer = await call(self.client, "chat.postMessage", **params)
+        return str(answer.get("ts", ""))
+
+    async def _update(self, chat: str, ts: str, text: str, blocks: Any = None) -> None:
+        params: dict[str, Any] = {"channel": target(chat)[0], "ts": ts, "text": text or "…"}
+        if blocks is not None:
+            params["blocks"] = blocks
+        await call(self.client, "chat.update", **params)
+
+    async def _grow(self, msg: OutboundMessage, so_far: str) -> None:
+        """A piece of the reply (the core merges those that wait): shown by editing one
+        message, at most once per interval; a piece due sooner is skipped, the next one shows
+        the whole text so far."""
+        if not self._streams_in(msg.chat_id) or not so_far.strip():
+            return
+        stream = self.turns.growing(msg, _Stream)
+        if stream is None or self.gate.edit_in_s(msg.chat_id) > 0:
+            return
+        if not stream.looked:
+            stream.looked = True
+            if (before := await self._grown_before(msg)) is not None:
+                stream.ts = before.ts
+        shown = render_mrkdwn(so_far)
+        if shown == stream.shown:
+            return
+        self.gate.edited(msg.chat_id, self.stream_every_s)
+        if stream.ts:
+            await self._update(msg.chat_id, stream.ts, shown)
+        else:  # noted before and after: a crash between leaves a message we can find again
+            await self._keep_grown(msg, "", after=f"{time.time() - 1:.6f}")
+            stream.ts = await self._post(msg.chat_id, shown)
+            await self._keep_grown(msg, stream.ts)
+        stream.shown = shown
+
+    async def _grown_before(self, msg: OutboundMessage) -> _Stream | None:
+        """The message a run before this one began to grow this reply in: as noted, or, when
+        it died while Slack took the first post, our first post in the chat since then."""
+        found = self._grown.get(msg.reply_to or "") if msg.seq is not None else None
+        if not found or found[0] != msg.chat_id:
+            return None
+        chat, ts, after = found
+        if not ts:
+            ts = await self._ours_since(chat, after)
+        return _Stream(ts) if ts else None
+
+    async def _ours_since(self, chat: str, after: str) -> str:
+        """The ts of our first post in this chat (its thread) after `after`, "" if none."""
+        channel, thread = target(chat)
+        method, params = "conversations.history", {"channel": channel, "oldest": after}
+        if thread is not None:
+            method, params = "conversations.replies", params | {"ts": thread}
+        try:
+            answer = await call(self.client, method, **params, limit=50)
+        except SendError as exc:
+            logger.debug("slack: could not look for a reply begun in {}: {}", chat, exc)
+            return ""
+        said = answer.get("messages")
+        messages: list[Any] = said if isinstance(said, list) else []
+        ours = [
+            str(m["ts"])
+            for m in messages
+            if isinstance(m, dict) and m.get("user") == self.bot_user and m.get("ts") != thread
+        ]
+        return min(ours, key=float, default="")
+
+    async def _keep_grown(self, msg: OutboundMessage, ts: str | None, after: str = "") -> None:
+        """Record (or, with None, forget) where a stored message's reply grows, in the inbox."""
+        if msg.reply_to is None or msg.seq is None:
+            return
+        if ts is None:
+            if self._grown.pop(msg.reply_to, None) is None:
+                return
+        else:
+            kept = self._grown.get(msg.reply_to)
+            since = after or (kept[2] if kept else "")
+            self._grown[msg.reply_to] = [msg.chat_id, ts, since]
+            while len(self._grown) > GROWN_KEPT:
+                self._grown.pop(next(iter(self._grown)))
+        if self.bus is not None:
+            await self.bus.receive("slack", [], (GROWN, json.dumps(self._grown)))
+
+    async def _file(self, msg: OutboundMessage, part: File) -> None:
+        channel, thread = target(msg.chat_id)
+        name = Path(part.path).name
+        try:
+            data = await asyncio.to_thread(file_bytes, self.workspace, part.path)
+        except FileGone as exc:
+            await self._post(msg.chat_id, escape(f"The file {name} could not be sent: {exc}"))
+            return
+        try:
+            async with self.gate.reply(msg.chat_id):
+                await upload(self.client, channel, thread, name, data, part.caption)
+        except SendError as exc:
+            # A file is in no inbox: said in one line rather than dropped unseen.
+            await self._post(msg.chat_id, escape(f"The file {name} could not be sent now: {exc}"))
+
+    async def clear_buttons(self, chat: str, ts: str, text: str) -> None:
+        """A choice was made: the buttons go, so nobody presses them twice."""
+        section = [{"type": "section", "text": {"type": "mrkdwn", "text": text or "…"}}]
+        try:
+            await self._update(chat, ts, text, section)
+        except SendError as exc:
+            logger.debug("slack: could not remove the buttons in {}: {}", chat, exc)
