@@ -12,6 +12,7 @@ CHANNELS = {
     "terminal": "channels.terminal.channel:TerminalChannel",
     "telegram": "channels.telegram.channel:TelegramChannel",
     "api": "channels.api.channel:ApiChannel",
+    "matrix": "channels.matrix.channel:MatrixChannel",
     "slack": "channels.slack.channel:SlackChannel",
     "discord": "channels.discord.channel:DiscordChannel",
     "terminal-outbox": "channels.terminal.outbox:TerminalOutbox",
