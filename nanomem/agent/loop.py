@@ -272,8 +272,7 @@ class AgentLoop:
             return await self._stoppable_turn(msg, progress, finished, retry=bool(found))
 
     async def _as_stored(self, msg: InboundMessage) -> InboundMessage:
-        """A chat its session records as a shared room stays one, whatever a later message of
-        it says (the channel's word as stored: agent/intake.py records it)."""
+        """A chat its session records as a room (agent/intake.py) stays one, whatever it says."""
         if msg.sender.shared_room or not (await self.sessions.get(msg.session_key)).is_room:
             return msg
         return replace(msg, sender=replace(msg.sender, shared_room=True))
