@@ -263,7 +263,9 @@ class Delivery:
             return
         try:
             async with self.gate.reply(msg.chat_id):
-                await upload(self.client, channel, thread, name, data, part.caption)
+                # Slack reads the caption as a message's text: mrkdwn, so it never pings.
+                caption = render_mrkdwn(part.caption) if part.caption else ""
+                await upload(self.client, channel, thread, name, data, caption)
         except SendError as exc:
             # A file is in no inbox: said in one line rather than dropped unseen.
             await self._post(msg.chat_id, escape(f"The file {name} could not be sent now: {exc}"))
