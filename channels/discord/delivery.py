@@ -131,7 +131,12 @@ class Delivery:
             payload["components"] = components(msg.buttons)
         asked = self._asked.get(msg.reply_to or "")
         number = self._parts.get(msg.reply_to or "", 0)  # of this reply's parts, sent so far
-        made = await self._deliver(msg, payload, stream, asked, number)
+        try:
+            made = await self._deliver(msg, payload, stream, asked, number)
+        except DeliveryLater:
+            if stream is not None and msg.reply_to:  # the core's re-send edits it, not a second
+                self.turns.chat(msg.chat_id).streams[msg.reply_to] = stream
+            raise
         if msg.reply_to:
             _keep(self._parts, msg.reply_to, number + 1)
         if msg.buttons and made:
