@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from slack_sdk.web.async_client import AsyncWebClient
 
 SECTION_LIMIT = 3000  # a Block Kit section's text
+SECTIONS_KEPT = 49  # a message holds 50 blocks: the buttons' row, and the words before it
 LABEL_LIMIT = 75  # a button's text
 VALUE_LIMIT = 2000  # a button's value
 CHOOSE = "Choose:"
@@ -64,8 +65,21 @@ def escape(text: str) -> str:
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
+def sections(text: str) -> list[str]:
+    """The text (mrkdwn already) in pieces a section takes, cut at a line's end where one is
+    near: words and choices then go in one message, one call (a part sent again after a rate
+    limit never shows its words twice)."""
+    pieces = []
+    while len(text) > SECTION_LIMIT:
+        cut = text.rfind("\n", SECTION_LIMIT // 2, SECTION_LIMIT)
+        cut = cut if cut > 0 else SECTION_LIMIT
+        pieces.append(text[:cut])
+        text = text[cut:].lstrip("\n")
+    return [*pieces, text]
+
+
 def blocks_for(text: str, buttons: tuple[Button, ...]) -> list[dict[str, Any]]:
-    """A section with the text (mrkdwn already), then the buttons, each sending its command."""
+    """Sections with the text (mrkdwn already), then the buttons, each sending its command."""
     elements = [
         {
             "type": "button",
@@ -75,11 +89,11 @@ def blocks_for(text: str, buttons: tuple[Button, ...]) -> list[dict[str, Any]]:
         }
         for n, b in enumerate(buttons[:25])
     ]
-    section = text if len(text) <= SECTION_LIMIT else CHOOSE
-    return [
-        {"type": "section", "text": {"type": "mrkdwn", "text": section or CHOOSE}},
-        {"type": "actions", "elements": elements},
+    shown = [
+        {"type": "section", "text": {"type": "mrkdwn", "text": piece}}
+        for piece in sections(text or CHOOSE)[:SECTIONS_KEPT]
     ]
+    return [*shown, {"type": "actions", "elements": elements}]
 
 
 class Delivery:
@@ -170,8 +184,6 @@ class Delivery:
             params["thread_ts"] = thread
         if buttons:
             params["blocks"] = blocks_for(text, buttons)
-            if len(text) > SECTION_LIMIT:  # the words whole, then the choices under them
-                await self._post(chat, text)
         answer = await call(self.client, "chat.postMessage", **params)
         return str(answer.get("ts", ""))
 
