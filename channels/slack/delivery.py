@@ -49,6 +49,9 @@ CHOOSE = "Choose:"
 # message a reply had begun to grow in is finished, not left half-written beside a second one.
 GROWN = "slack.grown"
 GROWN_KEPT = 200
+# Of a growing reply, what is rendered for its preview (its pieces replace it, 3,900 each):
+# rendering all of a long one each time would hold the event loop for seconds.
+PREVIEWED = 8000
 
 
 @dataclass(eq=False)
@@ -206,7 +209,7 @@ class Delivery:
             stream.looked = True
             if (before := await self._grown_before(msg)) is not None:
                 stream.ts = before.ts
-        shown = render_mrkdwn(so_far)
+        shown = render_mrkdwn(so_far[:PREVIEWED])
         if shown == stream.shown:
             return
         self.gate.edited(msg.chat_id, self.stream_every_s)

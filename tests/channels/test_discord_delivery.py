@@ -111,6 +111,24 @@ async def test_a_rate_limited_reply_over_a_grown_message_is_not_posted_twice(
     assert fake.sent(GENERAL)[0]["id"] == grown["id"]
 
 
+async def test_a_huge_growing_reply_is_previewed_without_rendering_all_of_it(
+    fake: FakeDiscord, delivery: Delivery
+) -> None:
+    """Each piece of a reply 300,000 characters long: its preview shows Discord's 2,000 at
+    most, so only its beginning is rendered, on the event loop, in milliseconds, however
+    much the model has written (rendering all of it took over a second, with every piece)."""
+    delivery.accepted("in-1", Asked("", PERSON, guild=True))
+    await delivery.send(OutboundMessage("discord", GENERAL, TurnStarted(), "in-1"))
+    huge = "**bold** _it_ <x> & [a link](https://example.com) and words\n" * 5000
+    started = time.monotonic()
+    for n in range(5):
+        await delivery.send(OutboundMessage("discord", GENERAL, Delta("", huge[n:], 0), "in-1"))
+    took = time.monotonic() - started
+    await until(lambda: fake.sent(GENERAL), 30)
+    assert len(fake.sent(GENERAL)[0]["content"]) <= 2000
+    assert took < 1.0, took
+
+
 async def test_a_slash_commands_answer_replaces_its_thinking_then_follows_up(
     fake: FakeDiscord, delivery: Delivery
 ) -> None:

@@ -56,3 +56,25 @@ def shown_text(message: dict[str, Any]) -> str:
     if not blocks:
         return str(message["text"])
     return "".join(b["text"]["text"] for b in blocks if b.get("type") == "section")
+
+
+async def test_a_huge_growing_reply_is_previewed_without_rendering_all_of_it(
+    fake: FakeSlack, tmp_path: Path
+) -> None:
+    """Each piece of a reply 300,000 characters long: only its beginning is rendered for the
+    preview (a message shows 3,900 at most), on the event loop, in milliseconds."""
+    import time
+
+    from nanomem.agent import Delta, TurnStarted
+
+    delivery = Delivery(
+        web_client(BOT_TOKEN, fake.base_url), tmp_path, streams_in=lambda _: True,
+        stream_every_s=0.0,
+    )  # fmt: skip
+    await delivery.send(OutboundMessage("slack", DM, TurnStarted(), "in-1"))
+    huge = "**bold** _it_ <x> & [a link](https://example.com) and words\n" * 5000
+    started = time.monotonic()
+    for n in range(5):
+        await delivery.send(OutboundMessage("slack", DM, Delta("", huge[n:], 0), "in-1"))
+    took = time.monotonic() - started
+    assert fake.messages_in(DM) and took < 1.0, took
