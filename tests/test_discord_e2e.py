@@ -339,3 +339,27 @@ def test_a_bot_without_the_content_intent_says_so_in_health(
             gateway.wait_for_line("discord: the bot may not read messages: turn on the MESSAGE")
             status, health = gateway.health()
             assert status == 503 and "MESSAGE CONTENT intent" in str(health)
+
+
+def test_a_slash_command_is_acknowledged_while_the_catch_up_reads_history(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """After a restart the READY catch-up reads the history of the channels last heard from,
+    and Discord answers it slowly: a slash command meanwhile is still acknowledged within
+    Discord's 3 s (the fake refuses a later callback), and the catch-up still finds what came."""
+    with FakeDiscord() as fake, FakeOpenAI() as llm:
+        llm.set_fallback(echo)
+        home: Home = onboarded(tmp_path_factory, "discord-catch-up")
+        dm = fake.dm_channel(OWNER)
+        with DiscordGateway(home, fake, llm):
+            fake.dm(OWNER, "before")
+            said(fake, dm, "echo: before")
+        fake.dm(OWNER, "while it was down")
+        fake.history_s = 6.0
+        read = len(fake.requests)
+        with DiscordGateway(home, fake, llm):
+            fake.wait(lambda: any(p.endswith("/messages") and m == "GET"
+                                  for m, p, _ in fake.requests[read:]))  # fmt: skip
+            interaction = fake.slash(dm, OWNER, "help")
+            assert fake.wait(lambda: fake.responses(interaction), timeout=10)[0]["type"] == 5
+            said(fake, dm, "echo: while it was down")

@@ -71,6 +71,7 @@ class FakeDiscord:
         self, token: str = TOKEN, *, interaction_expiry_s: float = 3.0, content_intent: bool = True
     ) -> None:
         self.token, self.interaction_expiry_s = token, interaction_expiry_s
+        self.history_s = 0.0  # how long a channel's history takes to answer (a slow catch-up)
         # Whether the Message Content intent is turned on for the bot in the Developer Portal:
         # without it, an IDENTIFY asking for it is closed with 4014, as Discord does.
         self.content_intent = content_intent
@@ -596,6 +597,7 @@ class FakeDiscord:
                         raise _Refused(404, 10003, "Unknown Channel")
                     return self._channels[channel]
             case "GET", ["channels", channel, "messages"]:
+                await asyncio.sleep(self.history_s)
                 return self._history(channel, query)
             case "POST", ["channels", channel, "messages"]:
                 self._fault("create")
