@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from nanomem.home import Home
-from tests.fakes.discord_server import GENERAL, FakeDiscord
+from tests.fakes.discord_server import GENERAL, FakeDiscord, NotOffered
 from tests.fakes.openai_server import FakeOpenAI, Step
 from tests.helpers.discord import FRIEND, OWNER, STRANGER, DiscordGateway, said
 from tests.helpers.gateway import load_session, onboarded, user_texts
@@ -155,6 +155,20 @@ def test_a_slash_command_is_acknowledged_at_once_even_behind_a_long_turn(
     said(fake, dm, "the held answer")
     names = {c["name"] for c in fake.commands}
     assert {"help", "new", "stop", "dream-log"} <= names and "shell-allow" not in names
+
+
+def test_slash_commands_are_offered_in_servers_and_the_bots_dm_only(
+    gateway: DiscordGateway, fake: FakeDiscord
+) -> None:
+    """Registered for servers and the bot's DM as a server-installed app: Discord offers them
+    there, never in a group DM (whose people may not be the ones the bot serves)."""
+    fake.wait(lambda: fake.commands)
+    assert all(c.get("contexts") == [0, 1] for c in fake.commands), fake.commands
+    assert all(c.get("integration_types") == [0] for c in fake.commands)
+    with pytest.raises(NotOffered):
+        fake.slash(fake.group_dm(OWNER, FRIEND), OWNER, "help")
+    in_server = fake.slash(GENERAL, OWNER, "help")  # offered in a server: answered
+    assert fake.wait(lambda: fake.responses(in_server))[0]["type"] == 5
 
 
 def test_a_button_press_is_acknowledged_at_once_while_its_turn_waits(
