@@ -128,6 +128,8 @@ def _answers(resource: web.AbstractResource, path: str) -> bool:
         return info["pattern"].fullmatch(path) is not None
     prefix = str(info.get("prefix", "")).rstrip("/")
     return bool(prefix) and (path == prefix or path.startswith(prefix + "/"))
+
+
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
