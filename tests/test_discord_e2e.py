@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from nanomem.home import Home
-from tests.fakes.discord_server import GENERAL, FakeDiscord
+from tests.fakes.discord_server import GENERAL, FakeDiscord, NotOffered
 from tests.fakes.openai_server import FakeOpenAI, Step
 from tests.helpers.discord import FRIEND, OWNER, STRANGER, DiscordGateway, said
 from tests.helpers.gateway import load_session, onboarded, user_texts
@@ -155,6 +155,20 @@ def test_a_slash_command_is_acknowledged_at_once_even_behind_a_long_turn(
     said(fake, dm, "the held answer")
     names = {c["name"] for c in fake.commands}
     assert {"help", "new", "stop", "dream-log"} <= names and "shell-allow" not in names
+
+
+def test_slash_commands_are_offered_in_servers_and_the_bots_dm_only(
+    gateway: DiscordGateway, fake: FakeDiscord
+) -> None:
+    """Registered for servers and the bot's DM as a server-installed app: Discord offers them
+    there, never in a group DM (whose people may not be the ones the bot serves)."""
+    fake.wait(lambda: fake.commands)
+    assert all(c.get("contexts") == [0, 1] for c in fake.commands), fake.commands
+    assert all(c.get("integration_types") == [0] for c in fake.commands)
+    with pytest.raises(NotOffered):
+        fake.slash(fake.group_dm(OWNER, FRIEND), OWNER, "help")
+    in_server = fake.slash(GENERAL, OWNER, "help")  # offered in a server: answered
+    assert fake.wait(lambda: fake.responses(in_server))[0]["type"] == 5
 
 
 def test_a_button_press_is_acknowledged_at_once_while_its_turn_waits(
@@ -339,3 +353,27 @@ def test_a_bot_without_the_content_intent_says_so_in_health(
             gateway.wait_for_line("discord: the bot may not read messages: turn on the MESSAGE")
             status, health = gateway.health()
             assert status == 503 and "MESSAGE CONTENT intent" in str(health)
+
+
+def test_a_slash_command_is_acknowledged_while_the_catch_up_reads_history(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """After a restart the READY catch-up reads the history of the channels last heard from,
+    and Discord answers it slowly: a slash command meanwhile is still acknowledged within
+    Discord's 3 s (the fake refuses a later callback), and the catch-up still finds what came."""
+    with FakeDiscord() as fake, FakeOpenAI() as llm:
+        llm.set_fallback(echo)
+        home: Home = onboarded(tmp_path_factory, "discord-catch-up")
+        dm = fake.dm_channel(OWNER)
+        with DiscordGateway(home, fake, llm):
+            fake.dm(OWNER, "before")
+            said(fake, dm, "echo: before")
+        fake.dm(OWNER, "while it was down")
+        fake.history_s = 6.0
+        read = len(fake.requests)
+        with DiscordGateway(home, fake, llm):
+            fake.wait(lambda: any(p.endswith("/messages") and m == "GET"
+                                  for m, p, _ in fake.requests[read:]))  # fmt: skip
+            interaction = fake.slash(dm, OWNER, "help")
+            assert fake.wait(lambda: fake.responses(interaction), timeout=10)[0]["type"] == 5
+            said(fake, dm, "echo: while it was down")

@@ -174,6 +174,9 @@ async def test_bulk_overwrite_registers_commands_in_discords_spelling(fake: Fake
         bad = [{"name": "Dream Log", "description": "x", "type": 1}]
         with pytest.raises(discord.HTTPException):
             await client.http.bulk_upsert_global_commands(app, bad)  # type: ignore[arg-type]
+        nowhere = [{"name": "help", "description": "x", "type": 1, "contexts": [7]}]
+        with pytest.raises(discord.HTTPException):
+            await client.http.bulk_upsert_global_commands(app, nowhere)  # type: ignore[arg-type]
 
 
 async def test_a_wrong_token_is_refused(fake: FakeDiscord) -> None:

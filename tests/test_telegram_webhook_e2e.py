@@ -127,6 +127,24 @@ def test_an_address_telegram_would_refuse_stops_the_gateway_at_start(
     assert re.search(r"✗ telegram +telegram\.webhook_url must be an https:// address", doctor)
 
 
+def test_a_webhook_path_another_part_of_the_gateway_serves_stops_it_at_start(
+    servers: tuple[FakeTelegram, FakeOpenAI], home: Home
+) -> None:
+    """Slack's Events API route (Slack in http mode): Telegram's updates would go to Slack's
+    handler (or Slack's to Telegram's), so the gateway refuses to start, saying why."""
+    from tests.fakes.slack_server import FakeSlack
+    from tests.helpers.slack import slack_env
+
+    telegram, llm = servers
+    env = webhook_env(home, telegram, llm, "https://bot.example.org/slack/events")
+    with FakeSlack() as slack:
+        env |= slack_env(slack, NANOMEM_SLACK__MODE="http")
+        done = run_cli("gateway", env=env, timeout=60)
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert "give telegram.webhook_url a path nothing else of the gateway serves" in done.stderr
+    assert telegram.calls == []  # no webhook set at Telegram
+
+
 def test_doctor_says_when_telegram_posts_nowhere_yet(
     servers: tuple[FakeTelegram, FakeOpenAI], home: Home
 ) -> None:

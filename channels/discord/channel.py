@@ -114,6 +114,7 @@ class DiscordChannel(BaseChannel):
         self.delivery: Delivery | None = None
         self._events: asyncio.Queue[tuple[str, dict[str, Any]]] = asyncio.Queue()
         self._tasks: list[asyncio.Task[None]] = []
+        self._pressing: set[asyncio.Task[None]] = set()  # interactions being taken
         self._last: OrderedDict[str, str] = OrderedDict()  # channel → newest stored message id
         self._bot_id = ""
         self._mention: Mention | None = None  # <@bot id>, once signed in
@@ -164,7 +165,7 @@ class DiscordChannel(BaseChannel):
         logger.info("discord: connected as {} ({})", client.user, self._bot_id)
 
     async def _signed_in(self) -> Gateway:
-        client = Gateway(lambda event, data: self._events.put_nowait((event, data)))
+        client = Gateway(self._arrived)
         try:
             self._bot_id = await client.sign_in(self._token)
             self._mention = Mention(re.compile(rf"<@!?{self._bot_id}>"))
@@ -219,9 +220,10 @@ class DiscordChannel(BaseChannel):
     async def stop_receiving(self) -> None:
         """Take nothing more in: what came and was not stored is read again from the history
         at the next start."""
-        for task in self._tasks[:1]:
+        taking = [*self._tasks[:1], *self._pressing]
+        for task in taking:
             task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
+        await asyncio.gather(*taking, return_exceptions=True)
 
     async def stop(self) -> None:
         await self.stop_receiving()
@@ -243,7 +245,16 @@ class DiscordChannel(BaseChannel):
     def admits(self, chat: str, sender: str) -> bool:
         return is_allowed(self.settings.allow_from, sender, self.settings.owner)
 
-    # Intake: one task, in the order Discord sent the events.
+    # Intake: messages in one task, in the order Discord sent them; each interaction at once
+    # in its own, never behind the READY catch-up's history reads (Discord allows it 3 s).
+
+    def _arrived(self, event: str, data: dict[str, Any]) -> None:
+        if event != "INTERACTION_CREATE":
+            self._events.put_nowait((event, data))
+            return
+        task = asyncio.create_task(self._interaction(data), name="discord-interaction")
+        self._pressing.add(task)
+        task.add_done_callback(self._pressing.discard)
 
     async def _intake(self) -> None:
         while True:
@@ -251,14 +262,18 @@ class DiscordChannel(BaseChannel):
             try:
                 if event == "READY":
                     await self._catch_up()
-                elif event == "MESSAGE_CREATE":
-                    await self._take_message(read_message(data, self._bot_id))
                 else:
-                    await self._take_interaction(read_interaction(data))
+                    await self._take_message(read_message(data, self._bot_id))
             except asyncio.CancelledError:
                 raise
             except Exception:
                 logger.exception("discord: could not take a {} event", event)
+
+    async def _interaction(self, data: dict[str, Any]) -> None:
+        try:
+            await self._take_interaction(read_interaction(data))
+        except Exception:
+            logger.exception("discord: could not take an interaction")
 
     async def _take_message(self, found: Incoming | None) -> None:
         if found is None or not self._admitted(found):
@@ -323,17 +338,20 @@ class DiscordChannel(BaseChannel):
         return False
 
     async def _store(self, found: Incoming, *, advance: bool) -> int | None:
-        """Its inbox row, with the channel's newest stored message id when `advance`; a full
-        disk is waited out and tried again, never a reason to drop what nothing else keeps."""
+        """Its inbox row, with the channel's newest stored message id when `advance` (an
+        interaction, taken beside the message intake, leaves the positions to it); a full disk
+        is waited out and tried again, never a reason to drop what nothing else keeps."""
         assert self._bus is not None
-        last = OrderedDict(self._last)
-        if advance:
-            last[found.chat] = found.message_id
-            last.move_to_end(found.chat)
-            while len(last) > CHANNELS_KEPT:
-                last.popitem(last=False)
         item = (found.chat, as_payload(found), sender_of(found, self.settings.owner))
         what = f"a message from {found.chat}"
+        if not advance:
+            (seq,) = await receive_until_stored(self._bus, self.name, [item], what)
+            return seq
+        last = OrderedDict(self._last)
+        last[found.chat] = found.message_id
+        last.move_to_end(found.chat)
+        while len(last) > CHANNELS_KEPT:
+            last.popitem(last=False)
         (seq,) = await receive_until_stored(
             self._bus, self.name, [item], what, (LAST, json.dumps(last))
         )
@@ -378,6 +396,7 @@ class DiscordChannel(BaseChannel):
         last = OrderedDict(self._last)
         last[chat] = str(max(ids))
         await receive_until_stored(self._bus, self.name, [], "a position", (LAST, json.dumps(last)))
+        self._last = last
         self._last = last
 
     async def _publish(

@@ -19,6 +19,9 @@ _NAME = re.compile(r"[-_a-z0-9]{1,32}")  # Discord's spelling of a command's nam
 _MAX_FILES = 10  # Discord's own limit per message
 TEXT_OPTION = "text"  # each slash command's one optional option: what follows its name
 _PRIVATE_CHANNEL, _GROUP_DM = 2, 3  # an interaction's context; a channel's type
+# Where Discord offers our slash commands: servers (context 0) and the bot's own DM (1), as an
+# app installed in a server (integration type 0), never in group DMs or other people's DMs.
+OFFERED_IN: dict[str, Any] = {"contexts": [0, 1], "integration_types": [0]}
 KEPT_CHARS = 8000  # of a message's text, what the inbox keeps (Discord allows 4000)
 
 
@@ -159,6 +162,7 @@ def slash_commands(commands: list[Command]) -> list[dict[str, Any]]:
         }
         registered.append(
             {"name": command.name, "description": about, "type": 1, "options": [option]}
+            | OFFERED_IN
         )
     return registered[:100]  # Discord's limit of global commands
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,6 +50,13 @@ CHOOSE = "Choose:"
 # message a reply had begun to grow in is finished, not left half-written beside a second one.
 GROWN = "slack.grown"
 GROWN_KEPT = 200
+# The inbox's record of stored replies whose parts began to go out ({seq: [chat, after]}): one
+# sent again after a restart looks first for the parts Slack already shows (each message of a
+# stored reply carries its seq and part in Slack's message metadata, with this home's mark, so
+# two homes on one bot never take each other's for their own).
+SENDING = "slack.sending"
+MARK = "slack.mark"
+REPLY_EVENT = "nanomem_reply"
 # Of a growing reply, what is rendered for its preview (its pieces replace it, 3,900 each):
 # rendering all of a long one each time would hold the event loop for seconds.
 PREVIEWED = 8000
@@ -120,6 +128,11 @@ class Delivery:
         # its way (sent after `after`, a Slack timestamp).
         self._grown: dict[str, list[str]] = {}
         self.bot_user = ""  # our own member id (auth.test): whose posts are ours
+        self._sending: dict[str, list[str]] = {}  # SENDING
+        self._began: set[int] = set()  # stored replies whose parts go out in this run
+        self._parts: dict[int, int] = {}  # of each, the parts shown so far in this run
+        self._shown: dict[int, set[int]] = {}  # of those a run before began: parts Slack shows
+        self.mark = ""  # this home's (MARK)
 
     async def load(self, bus: MessageBus) -> None:
         self.bus = bus
@@ -133,6 +146,20 @@ class Delivery:
                 for k, v in grown.items()
                 if isinstance(v, list) and len(v) == 3
             }
+        try:
+            sending = json.loads(await bus.position(SENDING) or "{}")
+        except ValueError:
+            sending = {}
+        if isinstance(sending, dict):
+            self._sending = {
+                str(k): [str(x) for x in v]
+                for k, v in sending.items()
+                if isinstance(v, list) and len(v) == 2
+            }
+        self.mark = await bus.position(MARK) or ""
+        if not self.mark:
+            self.mark = uuid.uuid4().hex
+            await bus.receive("slack", [], (MARK, self.mark))
 
     async def send(self, msg: OutboundMessage) -> None:
         part = msg.part
@@ -148,7 +175,7 @@ class Delivery:
             if isinstance(part, Text):
                 await self._text(msg, part)
             elif isinstance(part, Question):
-                await self._post(msg.chat_id, escape(part.text), part.choices)
+                await self._answer(msg, escape(part.text), part.choices)
             elif isinstance(part, Delta):
                 await self._grow(msg, part.so_far)
             elif isinstance(part, DeltaEnd):  # a tool runs next: its words stay in their message
@@ -169,17 +196,81 @@ class Delivery:
 
     async def _text(self, msg: OutboundMessage, part: Text) -> None:
         shown = escape(part.text) if part.style == "error" else render_mrkdwn(part.text)
+        if msg.seq is not None and msg.is_answer and msg.seq not in self._began:
+            await self._begin(msg, msg.seq)
         stream = self.turns.answering(msg) or await self._grown_before(msg)
         if stream is not None and stream.ts and not part.buttons:  # the grown message: the reply
-            if stream.shown != shown:
+            try:
                 async with self.gate.reply(msg.chat_id):
-                    await self._update(msg.chat_id, stream.ts, shown)
+                    await self._update(msg.chat_id, stream.ts, shown, metadata=self._meta(msg))
+            except SendError:  # sent again (within the run): it finishes the same message
+                if msg.reply_to is not None:
+                    self.turns.chat(msg.chat_id).streams[msg.reply_to] = stream
+                raise
+            self._shown_part(msg)
         else:
             async with self.gate.reply(msg.chat_id):
-                await self._post(msg.chat_id, shown, part.buttons)
+                await self._answer(msg, shown, part.buttons)
         await self._keep_grown(msg, None)
 
-    async def _post(self, chat: str, text: str, buttons: tuple[Button, ...] = ()) -> str:
+    async def _answer(self, msg: OutboundMessage, text: str, buttons: tuple[Button, ...]) -> None:
+        """A part of a whole reply, posted once: a stored reply's part that a run before
+        already posted (found by its metadata) is not posted again."""
+        if msg.seq is not None and msg.is_answer:
+            if msg.seq not in self._began:
+                await self._begin(msg, msg.seq)
+            if self._parts.get(msg.seq, 0) in self._shown.get(msg.seq, set()):
+                self._shown_part(msg)
+                return
+        await self._post(msg.chat_id, text, buttons, metadata=self._meta(msg))
+        self._shown_part(msg)
+
+    async def _begin(self, msg: OutboundMessage, seq: int) -> None:
+        """The first part of a stored reply in this run: if a run before began it, which of
+        its parts Slack shows; else noted (before its first post) with the time to look from."""
+        key = str(seq)
+        found = self._sending.get(key)
+        if found is not None and found[0] == msg.chat_id:
+            ours = await self._ours_since(msg.chat_id, found[1], metadata=True)
+            self._shown[seq] = {
+                int(payload["part"])
+                for m in ours
+                if isinstance(payload := (m.get("metadata") or {}).get("event_payload"), dict)
+                and payload.get("home") == self.mark
+                and payload.get("seq") == seq
+                and isinstance(payload.get("part"), int)
+            }
+        else:
+            grown = self._grown.get(msg.reply_to or "")
+            after = f"{time.time() - 1:.6f}"
+            if grown is not None and grown[2]:  # its first part finishes a message begun then
+                after = min(after, grown[2], key=float)
+            self._sending[key] = [msg.chat_id, after]
+            while len(self._sending) > GROWN_KEPT:
+                self._sending.pop(next(iter(self._sending)))
+            if self.bus is not None:
+                await self.bus.receive("slack", [], (SENDING, json.dumps(self._sending)))
+        self._began.add(seq)
+
+    def _shown_part(self, msg: OutboundMessage) -> None:
+        if msg.seq is not None and msg.is_answer:
+            self._parts[msg.seq] = self._parts.get(msg.seq, 0) + 1
+
+    def _meta(self, msg: OutboundMessage) -> dict[str, Any] | None:
+        """Slack's message metadata naming the stored reply's part a message shows."""
+        if msg.seq is None or not msg.is_answer or not self.mark:
+            return None
+        payload = {"home": self.mark, "seq": msg.seq, "part": self._parts.get(msg.seq, 0)}
+        return {"event_type": REPLY_EVENT, "event_payload": payload}
+
+    async def _post(
+        self,
+        chat: str,
+        text: str,
+        buttons: tuple[Button, ...] = (),
+        *,
+        metadata: dict[str, Any] | None = None,
+    ) -> str:
         channel, thread = target(chat)
         params: dict[str, Any] = {"channel": channel, "text": text or "…", "mrkdwn": True}
         params |= {"unfurl_links": False, "unfurl_media": False}
@@ -187,13 +278,25 @@ class Delivery:
             params["thread_ts"] = thread
         if buttons:
             params["blocks"] = blocks_for(text, buttons)
+        if metadata is not None:
+            params["metadata"] = metadata
         answer = await call(self.client, "chat.postMessage", **params)
         return str(answer.get("ts", ""))
 
-    async def _update(self, chat: str, ts: str, text: str, blocks: Any = None) -> None:
+    async def _update(
+        self,
+        chat: str,
+        ts: str,
+        text: str,
+        blocks: Any = None,
+        *,
+        metadata: dict[str, Any] | None = None,
+    ) -> None:
         params: dict[str, Any] = {"channel": target(chat)[0], "ts": ts, "text": text or "…"}
         if blocks is not None:
             params["blocks"] = blocks
+        if metadata is not None:
+            params["metadata"] = metadata
         await call(self.client, "chat.update", **params)
 
     async def _grow(self, msg: OutboundMessage, so_far: str) -> None:
@@ -229,28 +332,37 @@ class Delivery:
             return None
         chat, ts, after = found
         if not ts:
-            ts = await self._ours_since(chat, after)
+            ours = await self._ours_since(chat, after)
+            ts = min((str(m["ts"]) for m in ours), key=float, default="")
         return _Stream(ts) if ts else None
 
-    async def _ours_since(self, chat: str, after: str) -> str:
-        """The ts of our first post in this chat (its thread) after `after`, "" if none."""
+    async def _ours_since(
+        self, chat: str, after: str, *, metadata: bool = False
+    ) -> list[dict[str, Any]]:
+        """Our posts in this chat (its thread) after `after` (with their metadata if asked);
+        none when Slack cannot say."""
         channel, thread = target(chat)
-        method, params = "conversations.history", {"channel": channel, "oldest": after}
+        params: dict[str, Any] = {"channel": channel, "oldest": after, "limit": 200}
+        method = "conversations.history"
         if thread is not None:
             method, params = "conversations.replies", params | {"ts": thread}
+        if metadata:
+            params["include_all_metadata"] = True
         try:
-            answer = await call(self.client, method, **params, limit=50)
+            answer = await call(self.client, method, **params)
         except SendError as exc:
             logger.debug("slack: could not look for a reply begun in {}: {}", chat, exc)
-            return ""
+            return []
         said = answer.get("messages")
         messages: list[Any] = said if isinstance(said, list) else []
-        ours = [
-            str(m["ts"])
+        return [
+            m
             for m in messages
-            if isinstance(m, dict) and m.get("user") == self.bot_user and m.get("ts") != thread
+            if isinstance(m, dict)
+            and m.get("user") == self.bot_user
+            and m.get("ts") != thread
+            and "ts" in m
         ]
-        return min(ours, key=float, default="")
 
     async def _keep_grown(self, msg: OutboundMessage, ts: str | None, after: str = "") -> None:
         """Record (or, with None, forget) where a stored message's reply grows, in the inbox."""

@@ -36,12 +36,31 @@ DRAFT_RENEW_S = 20.0
 _DRAFT_IDS = itertools.count(1)  # must be non-zero; one per step, so a new step replaces it
 
 
+# Of a reply being written, what is rendered for its preview (its newest message's worth,
+# 4,096 characters, with room to spare): rendering all of a long one at each refresh would
+# hold the event loop for seconds.
+PREVIEWED = 8000
+
+
 def preview(markdown: str, *, html: bool) -> str:
     """What to show of a reply being written: its newest part within one message's limit,
-    rendered from the Markdown so far (balanced HTML) or as plain text; "" when blank."""
-    text = clean_text(markdown)
+    rendered from the end of the Markdown so far (balanced HTML) or as plain text; "" when
+    blank."""
+    text = clean_text(_tail(markdown))
     parts = split_html(markdown_to_html(text)) if html else split_plain(text)
     return parts[-1] if parts else ""
+
+
+def _tail(markdown: str) -> str:
+    """Its last PREVIEWED characters or so, from a line's start where one is near; a code
+    block the cut falls in is opened again, so its end still shows as code."""
+    if len(markdown) <= PREVIEWED:
+        return markdown
+    start = len(markdown) - PREVIEWED
+    line = markdown.find("\n", start, start + PREVIEWED // 2)
+    cut = line + 1 if line >= 0 else start
+    tail = markdown[cut:]
+    return "```\n" + tail if markdown.count("```", 0, cut) % 2 else tail
 
 
 @dataclass(eq=False)

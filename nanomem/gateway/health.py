@@ -14,6 +14,7 @@ from aiohttp import web
 from loguru import logger
 
 from nanomem.agent import HealthReport, MessageBus
+from nanomem.config import ConfigError
 from nanomem.gateway.connection_guard import ConnectionGuard
 from nanomem.log import redact
 
@@ -99,6 +100,36 @@ class Health:
 
 # Adds a channel's own routes (the agent API) to the gateway's one HTTP server.
 AddRoutes = Callable[[web.Application], None]
+_SHARED = (
+    "two parts of the gateway would answer at one path ({path}): give telegram.webhook_url a "
+    "path nothing else of the gateway serves, e.g. https://bot.example.org/telegram/webhook"
+)
+
+
+def _shared_path(app: web.Application) -> str | None:
+    """A path two of the server's routes answer (the first one added would take every request
+    meant for the other), or None: whichever channels are on, each path has one owner."""
+    resources = list(app.router.resources())
+    for resource in resources:
+        path = resource.get_info().get("path")
+        if path is None:
+            continue
+        for other in resources:
+            if other is not resource and _answers(other, str(path)):
+                return str(path)
+    return None
+
+
+def _answers(resource: web.AbstractResource, path: str) -> bool:
+    info = resource.get_info()
+    if "path" in info:
+        return bool(info["path"] == path)
+    if "pattern" in info:
+        return info["pattern"].fullmatch(path) is not None
+    prefix = str(info.get("prefix", "")).rstrip("/")
+    return bool(prefix) and (path == prefix or path.startswith(prefix + "/"))
+
+
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
@@ -150,7 +181,12 @@ async def serve_health(
     app = web.Application(middlewares=[answering])
     app.router.add_get("/health", handle)
     for add in routes:
-        add(app)
+        try:
+            add(app)
+        except RuntimeError as exc:  # aiohttp: that method at that path is served already
+            raise ConfigError(_SHARED.format(path=str(exc))) from None
+    if (shared := _shared_path(app)) is not None:
+        raise ConfigError(_SHARED.format(path=repr(shared)))
     # A client that hangs up cancels its handler: the agent API stops that turn. Bodies come
     # as sent: a handler decodes them (nanomem.text.inflate), so a Content-Encoding aiohttp cannot
     # read, or bytes that are not what it says, get the handler's answer, not aiohttp's.

@@ -132,3 +132,5 @@ def test_our_listed_commands_become_slash_commands_in_discords_spelling() -> Non
         "description": "[<n>]",
     }
     assert len(made[1]["description"]) == 100
+    # servers and the bot's DM, installed in a server: never offered in a group DM
+    assert all(c["contexts"] == [0, 1] and c["integration_types"] == [0] for c in made)

@@ -12,7 +12,7 @@ import pytest
 from channels.slack.delivery import SECTION_LIMIT, Delivery
 from channels.slack.web import web_client
 from nanomem.agent import Button, DeliveryLater, OutboundMessage, Text
-from tests.fakes.slack_server import BOT_TOKEN, FakeSlack
+from tests.fakes.slack_server import BOT_TOKEN, BOT_USER, FakeSlack
 from tests.helpers.slack import DM, slack_fake
 
 
@@ -78,3 +78,52 @@ async def test_a_huge_growing_reply_is_previewed_without_rendering_all_of_it(
         await delivery.send(OutboundMessage("slack", DM, Delta("", huge[n:], 0), "in-1"))
     took = time.monotonic() - started
     assert fake.messages_in(DM) and took < 1.0, took
+
+
+async def test_a_rate_limited_answer_over_a_grown_reply_finishes_it_without_an_inbox(
+    fake: FakeSlack, tmp_path: Path
+) -> None:
+    """A reply that is in no inbox (seq None) grew in a message; Slack rate-limits the update
+    that finishes it, and the core sends the answer again: the same message is finished, no
+    second one posted."""
+    from nanomem.agent import Delta, TurnStarted
+
+    delivery = Delivery(
+        web_client(BOT_TOKEN, fake.base_url), tmp_path, streams_in=lambda _: True,
+        stream_every_s=0.0,
+    )  # fmt: skip
+    await delivery.send(OutboundMessage("slack", DM, TurnStarted(), "in-1"))
+    await delivery.send(OutboundMessage("slack", DM, Delta("so far", "so far", 0), "in-1"))
+    fake.fail("chat.update", "ratelimited", status=429, retry_after=1)
+    answer = OutboundMessage("slack", DM, Text("the whole answer"), "in-1")
+    with pytest.raises(DeliveryLater):
+        await delivery.send(answer)
+    await delivery.send(answer)  # as the core's send_in_turn does after the wait
+    assert [m["text"] for m in fake.messages_in(DM)] == ["the whole answer"]
+
+
+async def test_two_homes_on_one_bot_never_take_each_others_replies_for_their_own(
+    fake: FakeSlack, tmp_path: Path
+) -> None:
+    """Two homes share a bot and a DM, each with its own inbox numbering from 1. One's stored
+    reply 1 began to go out and was refused; the other posts its own reply 1; after a restart
+    the first looks for its reply's messages: the other's (its metadata with another home's
+    mark) is not its own, so its reply is posted."""
+    from nanomem.agent import MessageBus
+    from nanomem.agent.inbox import SqliteInbox
+
+    async def delivery_of(home: str) -> Delivery:
+        bus = MessageBus(inbox=SqliteInbox(tmp_path / f"{home}.sqlite3"))
+        delivery = delivery_to(fake, tmp_path)
+        delivery.bot_user = BOT_USER
+        await delivery.load(bus)
+        return delivery
+
+    fake.fail("chat.postMessage", "internal_error", status=500)
+    with pytest.raises(DeliveryLater):
+        await (await delivery_of("one")).send(
+            OutboundMessage("slack", DM, Text("one's"), "in-1", 1)
+        )
+    await (await delivery_of("two")).send(OutboundMessage("slack", DM, Text("two's"), "in-1", 1))
+    await (await delivery_of("one")).send(OutboundMessage("slack", DM, Text("one's"), "in-1", 1))
+    assert sorted(m["text"] for m in fake.messages_in(DM)) == ["one's", "two's"]

@@ -362,3 +362,36 @@ def test_a_copy_slack_sends_after_a_restart_is_known(tmp_path: Any) -> None:
             assert len(llm.requests) == asked + 1
     finally:
         fake.stop()
+
+
+def test_a_sigkill_before_a_whole_reply_is_marked_delivered_doubles_nothing(
+    tmp_path: Any,
+) -> None:
+    """A whole reply in two messages (not streamed): killed once Slack made its first message
+    but before the answer came back (so before the inbox marks it delivered). After the
+    restart the stored reply goes out again: its first message is found by its metadata and
+    not posted twice, its second is posted once."""
+    home, fake = onboarded_home(tmp_path), slack_fake()
+    first = "\n".join(f"first half line {n}" for n in range(150))
+    second = "\n".join(f"second half line {n}" for n in range(150))
+    try:
+        with FakeOpenAI() as llm:
+            llm.set_fallback(lambda r: Step.reply(f"{first}\n\n{second}"))
+            gateway = slack_gateway(home, fake, llm, NANOMEM_SLACK__STREAM="false")
+            fake.slow("chat.postMessage", 60)
+            fake.send_message(DM, OWNER, "a reply in two messages")
+            wait_until(lambda: replies(fake, DM), what="Slack to take the first message")
+            gateway.stop(signal.SIGKILL)
+            fake.clear_faults()
+            asked = len(llm.requests)
+            with slack_gateway(home, fake, llm, NANOMEM_SLACK__STREAM="false"):
+                wait_until(lambda: reply_count(fake, DM, "second half line 149"),
+                           what="the rest of the stored reply")  # fmt: skip
+            shown = replies(fake, DM)
+            assert len(shown) == 2, shown
+            assert "first half line 0" in shown[0] and "second half line 149" in shown[1]
+            assert len(llm.requests) == asked  # the stored reply, not a new turn
+            stored = [c[1].get("metadata") for c in fake.calls if c[0] == "chat.postMessage"]
+            assert all(m and m["event_payload"]["part"] in (0, 1) for m in stored), stored
+    finally:
+        fake.stop()

@@ -292,3 +292,21 @@ async def test_a_reply_telegram_rate_limits_again_and_again_is_delivered_within_
         sent = await fake.wait_for_messages_async(OWNER, len(final), timeout=30)
     assert other["text"] == "at once" and len(fake.sent_messages(OWNER)) == len(final)
     assert html_of(sent) == final  # nothing twice, nothing lost, in order
+
+
+def test_a_huge_reply_is_previewed_from_its_end_without_rendering_all_of_it() -> None:
+    """Each refresh of a reply 300,000 characters long renders only its end (a message shows
+    4,096 at most), on the event loop, in milliseconds; it shows what it showed before."""
+    import time
+
+    huge = "**bold** _it_ <x> & [a link](https://example.com) and words\n" * 5000 + "the end"
+    started = time.monotonic()
+    for n in range(5):
+        shown = preview(huge[n:], html=True)
+    took = time.monotonic() - started
+    assert took < 0.5, took
+    assert shown.endswith("and words\nthe end") and "<b>bold</b>" in shown
+    code = "Here:\n```py\n" + "x = 1  # a < b\n" * 2000  # cut inside the code block
+    in_code = preview(code, html=True)  # as code still, as all of it rendered shows it
+    assert in_code.startswith("<pre>") and in_code.endswith("# a &lt; b</pre>"), in_code[-60:]
+    assert in_code == preview(code[len(code) // 2 :].replace("x = 1", "```py\nx = 1", 1), html=True)

@@ -27,7 +27,7 @@ JSONDict = dict[str, Any]
 TOKEN = "fake-discord-bot-token-0123456789abcdef"
 BOT_ID, APP_ID, GUILD_ID = "1100000000000000001", "1100000000000000002", "1100000000000000003"
 GENERAL = "1100000000000000010"  # the guild's text channel
-DM, GUILD_TEXT, PUBLIC_THREAD = 1, 0, 11
+DM, GUILD_TEXT, PUBLIC_THREAD, GROUP_DM = 1, 0, 11, 3
 GUILDS, GUILD_MESSAGES, DIRECT_MESSAGES, MESSAGE_CONTENT = 1 << 0, 1 << 9, 1 << 12, 1 << 15
 TEXT_LIMIT = 2000
 EPHEMERAL = 64
@@ -57,6 +57,10 @@ class _Interaction:
     message_id: str = ""  # a press's: the message whose button it was
 
 
+class NotOffered(Exception):
+    """Discord offers no such slash command where it was asked for."""
+
+
 @dataclass
 class _Fault:
     what: str  # "create", "edit" or "callback"
@@ -71,6 +75,7 @@ class FakeDiscord:
         self, token: str = TOKEN, *, interaction_expiry_s: float = 3.0, content_intent: bool = True
     ) -> None:
         self.token, self.interaction_expiry_s = token, interaction_expiry_s
+        self.history_s = 0.0  # how long a channel's history takes to answer (a slow catch-up)
         # Whether the Message Content intent is turned on for the bot in the Developer Portal:
         # without it, an IDENTIFY asking for it is closed with 4014, as Discord does.
         self.content_intent = content_intent
@@ -184,6 +189,14 @@ class FakeDiscord:
         self._dispatch("THREAD_CREATE", thread | {"newly_created": True}, GUILDS)
         return tid
 
+    def group_dm(self, *users: str) -> str:
+        """A group DM of `users` (the bot is in it when a user added the app there)."""
+        with self._lock:
+            cid = self._next_id()
+            recipients = [_user(u, f"u{u}") for u in users]
+            self._channels[cid] = {"id": cid, "type": GROUP_DM, "recipients": recipients}
+            return cid
+
     def dm_channel(self, user: str) -> str:
         with self._lock:
             return self._dm_channel(user)
@@ -225,7 +238,15 @@ class FakeDiscord:
         }
 
     def slash(self, channel: str, user: str, name: str, value: str = "") -> str:
-        """`user` runs `/name value` in `channel`; the interaction's id."""
+        """`user` runs `/name value` in `channel`; the interaction's id. As Discord, only where
+        the command was registered for (`contexts`, all three when not given): elsewhere
+        Discord does not offer it (NotOffered)."""
+        with self._lock:
+            kind = self._channels[channel]["type"]
+            context = 2 if kind == GROUP_DM else 1 if kind == DM else 0
+            command = next((c for c in self.commands if c["name"] == name), {})
+        if context not in (command.get("contexts") or (0, 1, 2)):
+            raise NotOffered(f"/{name} is not offered in a channel of type {kind}")
         options = [{"name": "text", "type": 3, "value": value}] if value else []
         data = {"id": self._command_id(name), "name": name, "type": 1, "options": options}
         return self._interact(channel, user, 2, data)
@@ -596,6 +617,7 @@ class FakeDiscord:
                         raise _Refused(404, 10003, "Unknown Channel")
                     return self._channels[channel]
             case "GET", ["channels", channel, "messages"]:
+                await asyncio.sleep(self.history_s)
                 return self._history(channel, query)
             case "POST", ["channels", channel, "messages"]:
                 self._fault("create")
@@ -645,6 +667,11 @@ class FakeDiscord:
             name, about = command.get("name", ""), command.get("description", "")
             if not _COMMAND_NAME.match(name) or name != name.lower() or not 1 <= len(about) <= 100:
                 raise _Refused(400, 50035, f"Invalid Form Body: command {name!r}")
+            contexts, installs = command.get("contexts"), command.get("integration_types")
+            if contexts is not None and not set(contexts) <= {0, 1, 2}:
+                raise _Refused(400, 50035, f"Invalid Form Body: contexts of {name!r}")
+            if installs is not None and not set(installs) <= {0, 1}:
+                raise _Refused(400, 50035, f"Invalid Form Body: integration_types of {name!r}")
         with self._lock:
             self.commands = [c | {"id": self._next_id(), "application_id": APP_ID} for c in body]
             return self.commands

@@ -29,7 +29,7 @@ BOT_TOKEN = "xoxb-1111-2222-fake-bot-token"
 APP_TOKEN = "xapp-1-A111-fake-app-token"
 SIGNING_SECRET = "fake-signing-secret-0123456789"
 BOT_USER, BOT_ID, TEAM, APP_ID = "UBOT00001", "BBOT00001", "T0000TEAM", "A0000APP1"
-_JSON_FIELDS = ("blocks", "files", "attachments")
+_JSON_FIELDS = ("blocks", "files", "attachments", "metadata")
 TEXT_LIMIT = 40_000  # Slack truncates a message's text beyond this; the fake refuses it
 
 
@@ -294,6 +294,7 @@ class FakeSlack:
         ts = self._new_ts()
         message = {"channel": channel, "ts": ts, "text": text or "", "blocks": params.get("blocks")}
         message |= {"thread_ts": params.get("thread_ts"), "at": time.monotonic()}
+        message["metadata"] = _metadata(params.get("metadata"))
         self.posted.append(message)
         self._changed.notify_all()
         return {"channel": channel, "ts": ts, "message": {"text": text, "ts": ts}}
@@ -304,6 +305,8 @@ class FakeSlack:
             raise _Refused("msg_too_long")
         found["text"] = params.get("text", found["text"])
         found["blocks"] = params.get("blocks")
+        if "metadata" in params:  # as Slack: kept unless the update brings its own
+            found["metadata"] = _metadata(params.get("metadata"))
         self.updates.append({**params, "at": time.monotonic()})
         return {"channel": found["channel"], "ts": found["ts"], "text": found["text"]}
 
@@ -326,6 +329,7 @@ class FakeSlack:
     def _history(self, params: JSONDict, thread: str | None) -> list[JSONDict]:
         """What the app posted in a conversation (a thread) after `oldest`, newest first."""
         channel, oldest = str(params.get("channel", "")), float(params.get("oldest") or 0)
+        with_metadata = str(params.get("include_all_metadata", "")).lower() in ("true", "1")
         if channel not in self.conversations:
             raise _Refused("channel_not_found")
         found = [
@@ -336,6 +340,7 @@ class FakeSlack:
                 "ts": m["ts"],
                 "text": m["text"],
             }
+            | ({"metadata": m["metadata"]} if m.get("metadata") and with_metadata else {})
             for m in self.posted
             if m["channel"] == channel and float(m["ts"]) > oldest and m["thread_ts"] == thread
         ]
@@ -607,3 +612,14 @@ class FakeSlack:
 
 class _Refused(Exception):
     """A Web API call Slack answers with `ok: false` and this error."""
+
+
+def _metadata(given: Any) -> JSONDict | None:
+    """Message metadata as Slack keeps it: an event type and a JSON object, or nothing."""
+    if not isinstance(given, dict) or not isinstance(given.get("event_type"), str):
+        return None
+    payload = given.get("event_payload")
+    return {
+        "event_type": given["event_type"],
+        "event_payload": payload if isinstance(payload, dict) else {},
+    }
