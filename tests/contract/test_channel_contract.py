@@ -149,6 +149,19 @@ def test_a_kill_mid_reply_loses_nothing_and_doubles_nothing(driver: Driver) -> N
     assert shown.index(held) < shown.index("echo: after the restart")
 
 
+def test_a_kill_while_a_reply_grows_leaves_one_whole_reply(driver: Driver) -> None:
+    since = time.monotonic()
+    seen = len(driver.posted("owner"))
+    driver.say("owner", "HOLDGROW through the kill")
+    wait_until(lambda: driver.llm.held, what="the reply to be held halfway")
+    if driver.streams:  # the half-grown reply is on the platform when the kill comes
+        wait_until(lambda: driver.stream_times("owner", since), what="the half-grown reply")
+    kill_and_restart(driver, driver.llm.release)
+    shown = driver.wait_posted("owner", lambda s: any(GROWING in t for t in s[seen:]), "the reply")
+    new = [t for t in shown[seen:] if "piece0" in t]
+    assert new == [GROWING], new  # one message, whole: none left half-grown beside it
+
+
 def test_a_rate_limited_reply_is_delivered_within_the_run(driver: Driver) -> None:
     driver.rate_limit(2, 1.0)
     started = time.monotonic()

@@ -37,7 +37,8 @@ ENV = {"NANOMEM_TOOLS__SHELL_ENABLED": "true", "NANOMEM_GATEWAY__GRACE_S": "3"}
 
 def contract_model() -> Callable[[dict[str, Any]], Step]:
     """The model every driver's gateway talks to, chosen by a keyword in the last message: HOLD
-    is held the first time (until `llm.release()`), answered at once after; GROW streams; LONG
+    is held the first time (until `llm.release()`), answered at once after; GROW streams (and
+    HOLDGROW is held halfway through the first time); LONG
     is longer than any platform's message; RUN asks to run a shell command; anything else is
     said back as "echo: <the person's words>"."""
     held: set[str] = set()
@@ -47,12 +48,14 @@ def contract_model() -> Callable[[dict[str, Any]], Step]:
         if last.get("role") == "tool":
             return Step.reply(f"result: {str(last['content'])[:80]}")
         said = user_texts(request)[-1].splitlines()[-1] if user_texts(request) else ""
-        if "HOLD" in said:
+        if "HOLD" in said and "GROW" not in said:
             first = said not in held
             held.add(said)
             return Step.reply(f"held answer to {said}", hold_after=0 if first else None)
-        if "GROW" in said:
-            return Step.reply(GROWING, pieces=16, pause=0.25)
+        if "GROW" in said:  # HOLDGROW: held halfway the first time, shown half-grown meanwhile
+            first = "HOLD" in said and said not in held
+            held.add(said)
+            return Step.reply(GROWING, pieces=16, pause=0.25, hold_after=8 if first else None)
         if "LONG" in said:
             return Step.reply(LONG)
         if "RUN " in said:
