@@ -95,18 +95,26 @@ def test_a_long_reply_is_split_within_the_platforms_measure(driver: Driver) -> N
     assert numbers == [f"{n:03d}" for n in range(60)]  # nothing lost, doubled or reordered
 
 
-def test_a_growing_reply_is_edited_at_a_bounded_rate_or_sent_whole(driver: Driver) -> None:
+@pytest.mark.parametrize("group", [False, True], ids=["private", "group"])
+def test_a_growing_reply_is_edited_at_a_bounded_rate_or_sent_whole(
+    driver: Driver, group: bool
+) -> None:
     since = time.monotonic()
-    seen = len(driver.posted("owner"))
-    driver.say("owner", "GROW it")
-    shown = driver.wait_posted("owner", lambda s: any(GROWING in t for t in s), "the whole reply")
+    seen = len(driver.posted("owner", group=group))
+    driver.say("owner", "GROW it", group=group)
+    shown = driver.wait_posted(
+        "owner", lambda s: any(GROWING in t for t in s[seen:]), "the whole reply", group=group
+    )
     new = shown[seen:]
     assert sum("piece0" in t for t in new) == 1  # one message grew, or came whole: never two
-    times = driver.stream_times("owner", since)
+    times = driver.stream_times("owner", since, group=group)
     if driver.streams:
         assert len(times) >= 2, times  # it was shown growing
+        # The last one makes it the whole reply. Arrival times jitter on a loaded machine: the
+        # rate is bounded on average, and no two edits come close together.
         gaps = [b - a for a, b in itertools.pairwise(times)][:-1]
-        assert all(gap >= driver.edit_gap_s * 0.95 for gap in gaps), gaps
+        assert not gaps or sum(gaps) / len(gaps) >= driver.edit_gap_s * 0.95, gaps
+        assert all(gap >= driver.edit_gap_s * 0.6 for gap in gaps), gaps
     else:
         assert times == [] and new[-1].endswith(GROWING)  # no partial text ever shown
 
@@ -149,15 +157,25 @@ def test_a_kill_mid_reply_loses_nothing_and_doubles_nothing(driver: Driver) -> N
     assert shown.index(held) < shown.index("echo: after the restart")
 
 
-def test_a_kill_while_a_reply_grows_leaves_one_whole_reply(driver: Driver) -> None:
+@pytest.mark.parametrize("group", [False, True], ids=["private", "group"])
+def test_a_kill_while_a_reply_grows_leaves_one_whole_reply(
+    driver: Driver, group: bool, request: pytest.FixtureRequest
+) -> None:
+    if reason := driver.KNOWN_DEFECTS.get(
+        f"kill while growing {'in a group' if group else ''}".strip()
+    ):
+        request.applymarker(pytest.mark.xfail(strict=True, reason=reason))
     since = time.monotonic()
-    seen = len(driver.posted("owner"))
-    driver.say("owner", "HOLDGROW through the kill")
+    seen = len(driver.posted("owner", group=group))
+    said = f"HOLDGROW through the kill {'here' if group else 'there'}"
+    driver.say("owner", said, group=group)
     wait_until(lambda: driver.llm.held, what="the reply to be held halfway")
     if driver.streams:  # the half-grown reply is on the platform when the kill comes
-        wait_until(lambda: driver.stream_times("owner", since), what="the half-grown reply")
+        wait_until(lambda: driver.stream_times("owner", since, group=group), what="half of it")
     kill_and_restart(driver, driver.llm.release)
-    shown = driver.wait_posted("owner", lambda s: any(GROWING in t for t in s[seen:]), "the reply")
+    shown = driver.wait_posted(
+        "owner", lambda s: any(GROWING in t for t in s[seen:]), "the reply", group=group
+    )
     new = [t for t in shown[seen:] if "piece0" in t]
     assert new == [GROWING], new  # one message, whole: none left half-grown beside it
 
