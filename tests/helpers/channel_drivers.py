@@ -48,14 +48,18 @@ def contract_model() -> Callable[[dict[str, Any]], Step]:
         if last.get("role") == "tool":
             return Step.reply(f"result: {str(last['content'])[:80]}")
         said = user_texts(request)[-1].splitlines()[-1] if user_texts(request) else ""
-        if "HOLD" in said and "GROW" not in said:
+        if "HOLDGROW" in said:  # held halfway the first time, half shown; its replay at once
+            first = said not in held
+            held.add(said)
+            if first:
+                return Step.reply(GROWING, pieces=16, pause=0.15, hold_after=8)
+            return Step.reply(GROWING, pieces=16)
+        if "HOLD" in said:
             first = said not in held
             held.add(said)
             return Step.reply(f"held answer to {said}", hold_after=0 if first else None)
-        if "GROW" in said:  # HOLDGROW: held halfway the first time, shown half-grown meanwhile
-            first = "HOLD" in said and said not in held
-            held.add(said)
-            return Step.reply(GROWING, pieces=16, pause=0.25, hold_after=8 if first else None)
+        if "GROW" in said:
+            return Step.reply(GROWING, pieces=16, pause=0.25)
         if "LONG" in said:
             return Step.reply(LONG)
         if "RUN " in said:
