@@ -12,6 +12,7 @@ CHANNELS = {
     "terminal": "channels.terminal.channel:TerminalChannel",
     "telegram": "channels.telegram.channel:TelegramChannel",
     "api": "channels.api.channel:ApiChannel",
+    "matrix": "channels.matrix.channel:MatrixChannel",
     "slack": "channels.slack.channel:SlackChannel",
     "discord": "channels.discord.channel:DiscordChannel",
     "terminal-outbox": "channels.terminal.outbox:TerminalOutbox",
@@ -21,8 +22,8 @@ CHANNELS = {
 ALWAYS_SERVED = ("terminal-outbox",)
 NO_CHANNEL = (
     "no channel is enabled, so it serves only what terminal chats left for later (reminders) "
-    "and Dream: set telegram.enabled = true and telegram.token in {config} (or "
-    "NANOMEM_TELEGRAM__ENABLED=true and NANOMEM_TELEGRAM__TOKEN), or api.enabled = true"
+    "and Dream: enable a messenger in {config} (telegram.enabled = true and telegram.token, "
+    "or the matrix, discord or slack section: README's Messengers), or api.enabled = true"
 )
 
 

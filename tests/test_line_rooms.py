@@ -57,6 +57,22 @@ async def test_a_private_chat_whose_id_starts_with_a_dash_stays_private(home: Ho
     assert session_header(home, "line:-7")["room"] is False
 
 
+async def test_a_room_turn_cut_by_a_stop_goes_on_in_the_room_after_the_restart(
+    home: Home,
+) -> None:
+    slow = ScriptedProvider(latency=60.0)
+    channel = LineChannel(owner="ada", stored=True)
+    async for _ in running(app_for(home, slow, grace_s=0.2), channel):
+        bea = await connect(channel, "bea", f"ROOM {ROOM}")
+        await bea.say("cut short: the door code?")
+        await until(lambda: slow.calls)  # its turn runs: the gateway stops under it
+    provider = ScriptedProvider(latency=0.05)
+    app = app_for(home, provider)
+    async for _ in running(app, LineChannel(owner="ada", stored=True)):
+        await until(lambda: app.bus.inbox is not None and app.bus.inbox.count() == 0)
+    assert not personal(asked(provider, "cut short: the door code?"))
+
+
 async def test_a_room_message_replayed_from_the_inbox_after_a_restart_stays_in_the_room(
     home: Home,
 ) -> None:

@@ -36,6 +36,9 @@ from nanomem.text.discord_markdown import neutralise_mentions, render_discord
 
 NOBODY = {"parse": [], "replied_user": False}  # allowed_mentions: no ping, whatever the text
 LIMIT = 2000  # Discord's longest message, in characters
+# Of a growing reply, what is rendered for its preview (which shows LIMIT at most): rendering
+# all of a long one, with every piece, would hold the event loop for seconds.
+PREVIEWED = 4 * LIMIT
 TOKEN_LIVES_S = 14 * 60.0  # an interaction's token answers for 15 minutes
 TYPING_EVERY_S = 8.0  # Discord shows "typing" for 10 s
 TYPING_MAX_S = 600.0  # a turn silent this long gets no more typing
@@ -132,7 +135,12 @@ class Delivery:
             payload["components"] = components(msg.buttons)
         asked = self._asked.get(msg.reply_to or "")
         number = self._parts.get(msg.reply_to or "", 0)  # of this reply's parts, sent so far
-        made = await self._deliver(msg, payload, stream, asked, number)
+        try:
+            made = await self._deliver(msg, payload, stream, asked, number)
+        except DeliveryLater:
+            if stream is not None and msg.reply_to:  # the core's re-send edits it, not a second
+                self.turns.chat(msg.chat_id).streams[msg.reply_to] = stream
+            raise
         if msg.reply_to:
             _keep(self._parts, msg.reply_to, number + 1)
         if msg.buttons and made:
@@ -222,7 +230,7 @@ class Delivery:
             return  # answered already
         if msg.seq is not None and not self._parts.get(msg.reply_to or ""):
             stream.nonce = _nonce(msg.seq, 0)
-        stream.text = render_discord(so_far)
+        stream.text = render_discord(so_far[:PREVIEWED])
         busy = stream.task is not None and not stream.task.done()
         if busy or time.monotonic() - stream.shown_at < self.stream_every_s or not so_far.strip():
             return  # skipped: the next piece, or the reply itself, shows it

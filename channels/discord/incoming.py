@@ -18,6 +18,7 @@ _MESSAGE_TYPES = (0, 19)  # a message, and a reply: joins, pins and the like are
 _NAME = re.compile(r"[-_a-z0-9]{1,32}")  # Discord's spelling of a command's name
 _MAX_FILES = 10  # Discord's own limit per message
 TEXT_OPTION = "text"  # each slash command's one optional option: what follows its name
+_PRIVATE_CHANNEL, _GROUP_DM = 2, 3  # an interaction's context; a channel's type
 KEPT_CHARS = 8000  # of a message's text, what the inbox keeps (Discord allows 4000)
 
 
@@ -93,7 +94,7 @@ def read_interaction(data: Any) -> Incoming | None:
     interaction, token = _id(data.get("id")), data.get("token")
     if not (user and chat and interaction) or not isinstance(token, str):
         return None
-    guild = _id(data.get("guild_id")) != ""
+    guild = _shared_place(data)
     if data["type"] == PRESS:
         message = data.get("message")
         message_id = _id(message.get("id")) if isinstance(message, dict) else ""
@@ -108,6 +109,15 @@ def read_interaction(data: Any) -> Incoming | None:
     words = " ".join(str(v) for v in said if isinstance(v, str | int | float))
     text = clean_text(f"/{name} {words[:KEPT_CHARS]}".strip())
     return Incoming("command", chat, user, _name(person), text, guild, "", interaction, token)
+
+
+def _shared_place(data: dict[str, Any]) -> bool:
+    """Whether an interaction comes from where others read its answer: a guild, or, for an app
+    its person installed on their account, a group DM or their DM with someone else (no
+    guild_id there, but `context` 2, PRIVATE_CHANNEL; or a GROUP_DM channel)."""
+    channel = data.get("channel")
+    group_dm = isinstance(channel, dict) and channel.get("type") == _GROUP_DM
+    return _id(data.get("guild_id")) != "" or data.get("context") == _PRIVATE_CHANNEL or group_dm
 
 
 def fair_press(incoming: Incoming) -> bool:

@@ -255,9 +255,14 @@ class SlackChannel(BaseChannel):
     # Inbound: bolt's listeners store, then return (bolt acks).
 
     async def _http(self, request: web.Request) -> web.StreamResponse:
+        from aiohttp import web
         from slack_bolt.adapter.aiohttp import to_aiohttp_response, to_bolt_request
 
-        answer = await self.app.async_dispatch(await to_bolt_request(request))
+        try:
+            asked = await to_bolt_request(request)
+        except (RecursionError, ValueError):  # bolt reads the body before the signature
+            return web.Response(status=400, text="not a request from Slack")
+        answer = await self.app.async_dispatch(asked)
         return await to_aiohttp_response(answer)
 
     async def _on_event(self, body: dict[str, Any]) -> None:

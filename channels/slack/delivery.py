@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from slack_sdk.web.async_client import AsyncWebClient
 
 SECTION_LIMIT = 3000  # a Block Kit section's text
+SECTIONS_KEPT = 49  # a message holds 50 blocks: the buttons' row, and the words before it
 LABEL_LIMIT = 75  # a button's text
 VALUE_LIMIT = 2000  # a button's value
 CHOOSE = "Choose:"
@@ -48,6 +49,9 @@ CHOOSE = "Choose:"
 # message a reply had begun to grow in is finished, not left half-written beside a second one.
 GROWN = "slack.grown"
 GROWN_KEPT = 200
+# Of a growing reply, what is rendered for its preview (its pieces replace it, 3,900 each):
+# rendering all of a long one each time would hold the event loop for seconds.
+PREVIEWED = 8000
 
 
 @dataclass(eq=False)
@@ -64,8 +68,21 @@ def escape(text: str) -> str:
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
+def sections(text: str) -> list[str]:
+    """The text (mrkdwn already) in pieces a section takes, cut at a line's end where one is
+    near: words and choices then go in one message, one call (a part sent again after a rate
+    limit never shows its words twice)."""
+    pieces = []
+    while len(text) > SECTION_LIMIT:
+        cut = text.rfind("\n", SECTION_LIMIT // 2, SECTION_LIMIT)
+        cut = cut if cut > 0 else SECTION_LIMIT
+        pieces.append(text[:cut])
+        text = text[cut:].lstrip("\n")
+    return [*pieces, text]
+
+
 def blocks_for(text: str, buttons: tuple[Button, ...]) -> list[dict[str, Any]]:
-    """A section with the text (mrkdwn already), then the buttons, each sending its command."""
+    """Sections with the text (mrkdwn already), then the buttons, each sending its command."""
     elements = [
         {
             "type": "button",
@@ -75,11 +92,11 @@ def blocks_for(text: str, buttons: tuple[Button, ...]) -> list[dict[str, Any]]:
         }
         for n, b in enumerate(buttons[:25])
     ]
-    section = text if len(text) <= SECTION_LIMIT else CHOOSE
-    return [
-        {"type": "section", "text": {"type": "mrkdwn", "text": section or CHOOSE}},
-        {"type": "actions", "elements": elements},
+    shown = [
+        {"type": "section", "text": {"type": "mrkdwn", "text": piece}}
+        for piece in sections(text or CHOOSE)[:SECTIONS_KEPT]
     ]
+    return [*shown, {"type": "actions", "elements": elements}]
 
 
 class Delivery:
@@ -170,8 +187,6 @@ class Delivery:
             params["thread_ts"] = thread
         if buttons:
             params["blocks"] = blocks_for(text, buttons)
-            if len(text) > SECTION_LIMIT:  # the words whole, then the choices under them
-                await self._post(chat, text)
         answer = await call(self.client, "chat.postMessage", **params)
         return str(answer.get("ts", ""))
 
@@ -194,7 +209,7 @@ class Delivery:
             stream.looked = True
             if (before := await self._grown_before(msg)) is not None:
                 stream.ts = before.ts
-        shown = render_mrkdwn(so_far)
+        shown = render_mrkdwn(so_far[:PREVIEWED])
         if shown == stream.shown:
             return
         self.gate.edited(msg.chat_id, self.stream_every_s)
@@ -263,7 +278,9 @@ class Delivery:
             return
         try:
             async with self.gate.reply(msg.chat_id):
-                await upload(self.client, channel, thread, name, data, part.caption)
+                # Slack reads the caption as a message's text: mrkdwn, so it never pings.
+                caption = render_mrkdwn(part.caption) if part.caption else ""
+                await upload(self.client, channel, thread, name, data, caption)
         except SendError as exc:
             # A file is in no inbox: said in one line rather than dropped unseen.
             await self._post(msg.chat_id, escape(f"The file {name} could not be sent now: {exc}"))

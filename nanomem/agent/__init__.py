@@ -67,7 +67,7 @@ if TYPE_CHECKING:
         vouched_again,
     )
     from nanomem.agent.loop import AgentLoop
-    from nanomem.agent.markup import plain_text
+    from nanomem.agent.markup import plain_text, split_text
     from nanomem.agent.outbound import (
         STOPPING,
         STOPPING_NOTE,
@@ -186,6 +186,7 @@ __all__ = [
     "seal_tool_calls",
     "send_in_turn",
     "shaped",
+    "split_text",
     "too_big",
     "vouched_again",
 ]
@@ -249,7 +250,7 @@ __getattr__ = lazy_exports(
             "vouched_again",
         ),
         "loop": ("AgentLoop",),
-        "markup": ("plain_text",),
+        "markup": ("plain_text", "split_text"),
         "outbound": (
             "STOPPING",
             "STOPPING_NOTE",

@@ -296,6 +296,14 @@ def forms(msg: OutboundMessage, can: Capabilities) -> list[OutboundMessage]:
     ]
 
 
+async def forms_off_the_loop(msg: OutboundMessage, can: Capabilities) -> list[OutboundMessage]:
+    """`forms`, in a worker thread for a long text: rendering and measuring it piece by piece
+    takes seconds, while other chats' acknowledgements are due within three."""
+    if isinstance(msg.part, Text) and len(msg.part.text) > FORMS_ON_THE_LOOP_CHARS:
+        return await asyncio.to_thread(forms, msg, can)
+    return forms(msg, can)
+
+
 def _with_choices(text: str, choices: tuple[Button, ...]) -> str:
     """Choices as lines to type, for a channel without buttons."""
     return "\n".join([text, "", *(f"{b.label}: {b.command}" for b in choices)])
@@ -305,6 +313,7 @@ def _with_choices(text: str, choices: tuple[Button, ...]) -> str:
 # times, each wait at most this long; past either it is kept for the next start, as is one
 # still waiting when the gateway stops, unless it is due within LATER_AT_STOP_S.
 LATER_ATTEMPTS = 8
+FORMS_ON_THE_LOOP_CHARS = 20_000  # a text split on the event loop takes milliseconds up to this
 LATER_LONGEST_S = 900.0
 LATER_AT_STOP_S = 2.0
 
@@ -359,7 +368,7 @@ class Outgoing:
             if chat in self._held:  # an earlier one waits for the next start: this one too
                 _kept(self.channel, msg, "an earlier message to this chat waits for the next start")
                 return
-            parts = forms(msg, self.channel.capabilities)
+            parts = await forms_off_the_loop(msg, self.channel.capabilities)
             if not await send_in_turn(self.channel.send, parts, self.bus.closing):
                 self._held.add(chat)
                 _kept(self.channel, msg, "the gateway stopped while it waited out a rate limit")

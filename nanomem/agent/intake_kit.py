@@ -161,7 +161,7 @@ class Mention:
 
     def stripped(self, text: str) -> str:
         """The message without the mention; one that is only the mention stays as it is."""
-        spaced = re.compile(self.pattern.pattern + r"[ \t]*", self.pattern.flags)
+        spaced = re.compile(rf"(?:{self.pattern.pattern})[ \t]*", self.pattern.flags)
         return spaced.sub("", text).strip() or text
 
 

@@ -263,8 +263,8 @@ class AgentLoop:
             self._turn_slots,
         ):
             self._check_taking()
-            msg = await self._as_stored(msg)
             if found and found[0].handler is not None:  # a command: a line of text
+                msg = await self._as_stored(msg)
                 if (refused := await self._admitted(msg)) is not None:
                     return refused
                 return await command_reply(msg, *found)
@@ -272,8 +272,7 @@ class AgentLoop:
             return await self._stoppable_turn(msg, progress, finished, retry=bool(found))
 
     async def _as_stored(self, msg: InboundMessage) -> InboundMessage:
-        """A chat its session records as a shared room stays one, whatever a later message of
-        it says (the channel's word as stored: agent/intake.py records it)."""
+        """A chat its session records as a room (agent/intake.py) stays one, whatever it says."""
         if msg.sender.shared_room or not (await self.sessions.get(msg.session_key)).is_room:
             return msg
         return replace(msg, sender=replace(msg.sender, shared_room=True))
@@ -297,6 +296,7 @@ class AgentLoop:
         key = msg.session_key
         self._starting.add(key)  # from here a /stop stops the turn before it begins
         try:
+            msg = await self._as_stored(msg)
             if (refused := await self._admitted(msg)) is not None:
                 return refused
             intake = self.intake.retried(msg) if retry else self.intake.acknowledge(msg)

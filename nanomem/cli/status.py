@@ -44,6 +44,7 @@ def status_rows(
         ("gateway at", f"{gw.host}:{gw.port}, at most {gw.max_connections} connections"),
         ("agent api", _api_line(settings)),
         *_telegram_rows(settings, home),
+        *_matrix_rows(settings),
         *_slack_rows(settings),
         *_discord_rows(settings),
         ("sessions", str(SessionStore(home.sessions).count())),
@@ -92,6 +93,28 @@ def _telegram_rows(settings: Settings, home: Home) -> list[tuple[str, str]]:
         ),
         *([("telegram webhook", _webhook_said(home))] if telegram.mode == "webhook" else []),
     ]
+
+
+def _matrix_rows(settings: Settings) -> list[tuple[str, str]]:
+    """Whether the Matrix channel can log in, and who it lets in (shown when enabled)."""
+    from nanomem.text.masking import masked, secret_of
+    from nanomem.text.plural import plural
+
+    matrix = settings.matrix
+    if not matrix.enabled:
+        return []
+    token, password = secret_of(matrix.access_token), secret_of(matrix.password)
+    login = (
+        f"access token set ({masked(token)})"
+        if token
+        else "password set (logs in at start)"
+        if password
+        else "no login (matrix.access_token / NANOMEM_MATRIX__ACCESS_TOKEN)"
+    )
+    owner = f"owner {matrix.owner}" if matrix.owner else "no owner (matrix.owner)"
+    who = matrix.user_id or "no user id (matrix.user_id)"
+    allowed = f"{plural(len(matrix.allow_from), 'user')} in allow_from"
+    return [("matrix", ", ".join((who, login, owner, allowed)))]
 
 
 def _slack_rows(settings: Settings) -> list[tuple[str, str]]:

@@ -9,7 +9,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from nanomem.config import Settings
-from nanomem.doctor import discord, local, services, slack
+from nanomem.doctor import discord, local, matrix, services, slack
 from nanomem.doctor.finding import Finding, within
 from nanomem.doctor.model import TIMEOUT_S, model
 from nanomem.home import Home
@@ -34,6 +34,8 @@ async def online(home: Home, settings: Settings) -> list[Finding]:
     if settings.telegram.enabled:
         timeout = services.HTTP_TIMEOUT_S + 5
         checks.append(("telegram", timeout, lambda: services.telegram(settings.telegram)))
+    if settings.matrix.enabled:
+        checks.append(("matrix", matrix.HTTP_TIMEOUT_S + 5, lambda: matrix.matrix(settings.matrix)))
     if settings.slack.enabled:
         checks.append(("slack", slack.TIMEOUT_S + 5, lambda: slack.slack(settings.slack)))
     if settings.discord.enabled:

@@ -229,7 +229,7 @@ class Connection:
 
     def get(self, headers: dict[bytes, bytes] | None = None) -> AbstractAsyncContextManager[Body]:
         """GET the URL (`nanomem doctor`: Telegram's getMe, Discord's users/@me with its bot
-        token in `headers`, a gateway's /health)."""
+        token in `headers`, a homeserver's whoami with its access token, a gateway's /health)."""
         return self._send(b"GET", b"", headers or {})
 
     @asynccontextmanager

@@ -98,6 +98,7 @@ def test_a_room_with_a_mention_pattern_of_its_own() -> None:
     assert not addressed("nanomemory", mention=matrix, replied_to_us=False, commands=OURS)
     assert addressed("!help", mention=matrix, replied_to_us=False, commands=OURS, spelling=ELEMENT)
     assert matrix.stripped("nanomem: what time is it") == "what time is it"
+    assert matrix.stripped("hey @nanomem:example.org what time") == "hey what time"
 
 
 def test_a_file_over_the_limit_is_refused_before_anything_is_saved() -> None:

@@ -91,6 +91,44 @@ async def test_a_growing_reply_skips_an_edit_that_is_rate_limited(
     assert fake.sent(GENERAL)[0]["id"] == grown["id"]  # the same message became the reply
 
 
+async def test_a_rate_limited_reply_over_a_grown_message_is_not_posted_twice(
+    fake: FakeDiscord, delivery: Delivery
+) -> None:
+    """The reply that replaces a grown message is refused for longer than the client waits:
+    the core's re-send (DeliveryLater's retry, from that part on) edits the same message,
+    never leaving the half-grown one beside a second, whole one."""
+    delivery.accepted("in-1", Asked("", PERSON, guild=True))
+    await delivery.send(OutboundMessage("discord", GENERAL, TurnStarted(), "in-1"))
+    await delivery.send(OutboundMessage("discord", GENERAL, Delta("gr", "gr", 0), "in-1"))
+    stream = delivery.turns.chat(GENERAL).streams["in-1"]
+    await until(lambda: stream.message_id is not None, 30)
+    grown = fake.sent(GENERAL)[0]
+    fake.rate_limit("edit", times=1, retry_after=40.0)
+    with pytest.raises(DeliveryLater):
+        await delivery.send(reply("grown"))
+    await delivery.send(reply("grown"))  # the core's retry
+    assert [m["content"] for m in fake.sent(GENERAL)] == ["grown"]
+    assert fake.sent(GENERAL)[0]["id"] == grown["id"]
+
+
+async def test_a_huge_growing_reply_is_previewed_without_rendering_all_of_it(
+    fake: FakeDiscord, delivery: Delivery
+) -> None:
+    """Each piece of a reply 300,000 characters long: its preview shows Discord's 2,000 at
+    most, so only its beginning is rendered, on the event loop, in milliseconds, however
+    much the model has written (rendering all of it took over a second, with every piece)."""
+    delivery.accepted("in-1", Asked("", PERSON, guild=True))
+    await delivery.send(OutboundMessage("discord", GENERAL, TurnStarted(), "in-1"))
+    huge = "**bold** _it_ <x> & [a link](https://example.com) and words\n" * 5000
+    started = time.monotonic()
+    for n in range(5):
+        await delivery.send(OutboundMessage("discord", GENERAL, Delta("", huge[n:], 0), "in-1"))
+    took = time.monotonic() - started
+    await until(lambda: fake.sent(GENERAL), 30)
+    assert len(fake.sent(GENERAL)[0]["content"]) <= 2000
+    assert took < 1.0, took
+
+
 async def test_a_slash_commands_answer_replaces_its_thinking_then_follows_up(
     fake: FakeDiscord, delivery: Delivery
 ) -> None:

@@ -125,9 +125,13 @@ def test_plain_notes_are_escaped_never_markup() -> None:
 
 
 def test_a_long_text_with_buttons_keeps_its_section_within_slacks_limit() -> None:
-    blocks = blocks_for("x" * (SECTION_LIMIT + 1), (Button("Approve", "/dream-approve 1"),))
-    assert blocks[0]["text"]["text"] == "Choose:"
-    assert blocks[1]["elements"][0]["value"] == "/dream-approve 1"
+    """The words in as many sections as they need, the buttons under them: one message."""
+    words = "x" * (SECTION_LIMIT + 1)
+    blocks = blocks_for(words, (Button("Approve", "/dream-approve 1"),))
+    *shown, actions = blocks
+    assert all(len(b["text"]["text"]) <= SECTION_LIMIT for b in shown)
+    assert "".join(b["text"]["text"] for b in shown) == words
+    assert actions["elements"][0]["value"] == "/dream-approve 1"
 
 
 def test_commands_in_our_own_text_are_spelled_as_typed_in_slack() -> None:

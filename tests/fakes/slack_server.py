@@ -80,6 +80,7 @@ class _Fault:
     times: int
     status: int = 200
     retry_after: int | None = None
+    after: int = 0  # calls answered before the fault begins
 
 
 class FakeSlack:
@@ -199,11 +200,13 @@ class FakeSlack:
         times: int = 1,
         status: int = 200,
         retry_after: int | None = None,
+        after: int = 0,
     ) -> None:
-        """The next `times` calls of `method` fail: `ok: false` with `error`, or HTTP 429 with
-        Retry-After when `status` is 429."""
+        """The next `times` calls of `method` (after the next `after`, answered as usual) fail:
+        `ok: false` with `error`, or HTTP 429 with Retry-After when `status` is 429."""
         with self._lock:
-            self._faults.setdefault(method, []).append(_Fault(error, times, status, retry_after))
+            fault = _Fault(error, times, status, retry_after, after)
+            self._faults.setdefault(method, []).append(fault)
 
     def clear_faults(self) -> None:
         with self._lock:
@@ -220,6 +223,9 @@ class FakeSlack:
         if not faults:
             return None
         fault = faults[0]
+        if fault.after > 0:
+            fault.after -= 1
+            return None
         fault.times -= 1
         if fault.times <= 0:
             faults.pop(0)

@@ -75,10 +75,11 @@ MEMORY_FACT = "the owner's locker code is 9876"
 ROOM = "!team:x"
 
 
-def app_for(home: Home, provider: ScriptedProvider) -> App:
+def app_for(home: Home, provider: ScriptedProvider, grace_s: float = 30.0) -> App:
     (home.workspace / "USER.md").write_text(f"# User\n- {USER_FACT}\n")
     (home.workspace / "memory" / "MEMORY.md").write_text(f"# Memory\n- {MEMORY_FACT}\n")
-    return build_app(settings_for(home, gateway={"port": 0}), home, provider=provider, durable=True)
+    settings = settings_for(home, gateway={"port": 0, "grace_s": grace_s})
+    return build_app(settings, home, provider=provider, durable=True)
 
 
 def personal(messages: list[dict[str, Any]]) -> bool:

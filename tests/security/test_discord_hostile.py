@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from channels.discord.incoming import read_interaction, sender_of
 from tests.fakes.discord_server import BOT_ID, GENERAL, FakeDiscord
 from tests.fakes.openai_server import FakeOpenAI, Step
 from tests.helpers.discord import FRIEND, OWNER, DiscordGateway
@@ -119,3 +120,49 @@ def test_an_interactions_token_never_reaches_the_log(
     token = fake.token_of(interaction)
     gateway.wait_for_line(r"rate limited\. PATCH .*/webhooks/\d+/\*\*\*/messages/@original")
     assert not [line for line in gateway.lines if token in line]
+
+
+@pytest.mark.parametrize(
+    ("channel_type", "context"),
+    [(3, 2), (1, 2), (3, None)],
+    ids=["group-dm", "dm-with-someone-else", "group-dm-no-context"],
+)
+def test_a_user_installed_command_in_a_private_channel_is_a_room(
+    channel_type: int, context: int | None
+) -> None:
+    """An app that allows User Install (Discord's default for a new app) takes its commands
+    everywhere its person goes: a group DM, or a DM with a friend, come without a guild_id but
+    with `context` 2 (PRIVATE_CHANNEL). Others read the answer there: a shared room, never the
+    owner's personal chat (Discord's interaction payload, as documented)."""
+    payload: dict[str, Any] = {
+        "id": "1300000000000000001",
+        "application_id": "1000000000000000001",
+        "type": 2,
+        "data": {"id": "1", "name": "help", "type": 1},
+        "channel_id": "1400000000000000001",
+        "channel": {"id": "1400000000000000001", "type": channel_type},
+        "user": {"id": OWNER, "username": "owner"},
+        "token": "itoken",
+        "version": 1,
+        "authorizing_integration_owners": {"1": OWNER},
+    }
+    if context is not None:
+        payload["context"] = context
+    found = read_interaction(payload)
+    assert found is not None
+    assert sender_of(found, OWNER).shared_room
+
+
+def test_a_command_in_the_bots_own_dm_stays_personal() -> None:
+    payload = {
+        "id": "1300000000000000002",
+        "type": 2,
+        "data": {"id": "1", "name": "help", "type": 1},
+        "channel_id": "1400000000000000002",
+        "channel": {"id": "1400000000000000002", "type": 1},
+        "user": {"id": OWNER, "username": "owner"},
+        "token": "itoken",
+        "context": 1,
+    }
+    found = read_interaction(payload)
+    assert found is not None and not sender_of(found, OWNER).shared_room

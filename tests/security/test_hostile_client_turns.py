@@ -51,12 +51,16 @@ async def test_a_group_chats_session_never_takes_a_clients_tools_or_instructions
 ) -> None:
     provider = ScriptedProvider()
     app = make_app(home, provider)
-    # A room by its channel's word (the sender it vouches for), whatever its chat id looks like.
+    # A session its channel recorded as a room's stays one, whatever a later message says.
+    shared = await app.sessions.get("api:shared")
+    await app.sessions.mark_room(shared, True)
+    await app.sessions.append(shared, [{"role": "user", "content": "earlier"}])
     member = Sender("42", is_owner=True, shared_room=True)
-    for chat in ("-100123", "room"):
-        msg = InboundMessage("api", chat, "Hello", member, client=client)
+    for chat, sender in (("shared", Sender("42", is_owner=True)), ("room", member)):
+        msg = InboundMessage("api", chat, "Hello", sender, client=client)
+        before = list((await app.sessions.get(f"api:{chat}")).messages)
         refused(await answer(app, msg), "group")
-        assert (await app.sessions.get(f"api:{chat}")).messages == []
+        assert (await app.sessions.get(f"api:{chat}")).messages == before
     assert provider.calls == []
 
 

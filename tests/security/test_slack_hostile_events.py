@@ -152,3 +152,41 @@ def test_a_strangers_slash_command_is_acked_and_ignored(running: Any) -> None:
     command = fake.command(GENERAL, STRANGER, "dream-log")
     settled(fake)
     assert fake.acked(command) and len(llm.requests) == asked and len(fake.posted) == posted
+
+
+def test_a_files_caption_never_pings_mentions_or_links(running: Any) -> None:
+    """The caption the model gives `send_file` is the upload's `initial_comment`, which Slack
+    reads as a message's text: escaped like every other word the model writes."""
+    fake, llm, gateway = running
+    (gateway.home.workspace / "pings.txt").write_text("the file\n")
+    llm.add(Step.tool_call("send_file", {"path": "pings.txt", "caption": PINGS}))
+    llm.add(Step.reply("sent the captioned file"))
+    fake.send_message(DM, OWNER, "send me the file")
+    wait_until(lambda: reply_count(fake, DM, "sent the captioned file"), what="the reply")
+    (upload,) = [u for u in fake.uploads if u["name"] == "pings.txt"]
+    comment = upload["comment"]
+    assert "<!" not in comment and "<@" not in comment and "<https://evil" not in comment
+    assert "&lt;!channel&gt;" in comment and "&amp; more" in comment
+
+
+HUGE = "**bold** _it_ <x> & [a link](https://example.com) and words\n" * 5000  # ~300,000 chars
+
+
+def test_a_huge_reply_never_holds_up_the_acknowledgements(running: Any) -> None:
+    """A reply of 300,000 characters is split into Slack-sized pieces, measured in mrkdwn, a
+    few seconds of work: never on the event loop, where envelopes wait for their ack meanwhile
+    (Slack sends one again after 3 seconds)."""
+    import time
+
+    fake, llm, _ = running
+    llm.add(Step.reply(HUGE))
+    posted = len(fake.posted)
+    fake.send_message(DM, OWNER, "say a lot")
+    probes = []
+    deadline = time.monotonic() + 120
+    while len(fake.posted) < posted + 40 and time.monotonic() < deadline:
+        probes.append(fake.envelope("events_api", fake.event_payload({}) | {"event": "probe"}))
+        time.sleep(0.25)
+    settled(fake)
+    slowest = max(p.ack_s or 0.0 for p in probes)
+    assert len(fake.posted) >= posted + 40 and slowest < 2.0, slowest

@@ -129,3 +129,33 @@ def test_a_signed_slash_command_and_press_over_http_are_answered(served: Any) ->
     assert post(gateway, body, signed(SIGNING_SECRET, body) | form)[0] == 200
     wait_until(lambda: reply_count(fake, DM, "/nanomem") > before, what="the press's answer")
     assert len(llm.requests) == asked  # commands: no model turn
+
+
+@pytest.mark.parametrize("signature", ["unsigned", "signed"])
+@pytest.mark.parametrize("form", ["json", "form"])
+def test_a_body_nested_too_deeply_is_refused_without_a_traceback(
+    served: Any, signature: str, form: str
+) -> None:
+    """Bolt reads the body before it checks the signature, and Python's json gives up on deep
+    nesting with a RecursionError: anyone who can reach the port would otherwise put a
+    traceback in the log with each post. Refused plainly, and the channel answers on."""
+    import urllib.parse
+
+    fake, llm, gateway = served
+    asked, lines = len(llm.requests), len(gateway.lines)
+    nested = "[" * 100_000 + "]" * 100_000
+    if form == "json":
+        body, kind = nested.encode(), "application/json"
+    else:
+        body = urllib.parse.urlencode({"payload": nested}).encode()
+        kind = "application/x-www-form-urlencoded"
+    headers = {"Content-Type": kind}
+    if signature == "signed":
+        headers |= signed(SIGNING_SECRET, body)
+    status, said = post(gateway, body, headers)
+    assert status in (400, 401) and "Traceback" not in said and "Recursion" not in said
+    genuine = event(fake, f"genuine after nesting {signature} {form}")
+    post(gateway, genuine, signed(SIGNING_SECRET, genuine))
+    wait_until(lambda: len(llm.requests) == asked + 1, what="the genuine message's turn")
+    logged = "\n".join(gateway.lines[lines:])
+    assert "Traceback" not in logged and "RecursionError" not in logged

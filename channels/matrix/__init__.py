@@ -1,0 +1,1 @@
+"""The Matrix channel (matrix-nio)."""

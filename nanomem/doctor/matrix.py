@@ -1,0 +1,74 @@
+"""The Matrix channel's check: its access token asked who it is (`/account/whoami`) on the
+homeserver, or its password noted (it logs in at start)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from nanomem.channel_settings import MatrixSettings
+from nanomem.doctor.finding import Finding
+from nanomem.text.masking import masked, secret_of, shown_url
+
+HTTP_TIMEOUT_S = 10.0
+MAX_ANSWER = 64 * 1024  # whoami is small: a longer answer is not its
+SET_LOGIN = (
+    "nanomem config set matrix.homeserver https://…, matrix.user_id @bot:server and "
+    "matrix.access_token (see docs/matrix.md)"
+)
+
+
+async def matrix(settings: MatrixSettings) -> Finding:
+    token, password = secret_of(settings.access_token), secret_of(settings.password)
+    if not settings.homeserver or not settings.user_id or not (token or password):
+        return Finding.fail("matrix", "matrix.enabled, but the login is incomplete", SET_LOGIN)
+    where = shown_url(settings.homeserver)
+    if not token:
+        return Finding.warn(
+            "matrix",
+            f"{settings.user_id} on {where}: logs in with its password at start",
+            "prefer an access token: nanomem config set matrix.access_token …",
+        )
+    try:
+        status, body = await _whoami(settings.homeserver, token)
+    except Exception as exc:  # the connection's errors name the host, never the token
+        return Finding.fail(
+            "matrix",
+            f"could not reach {where} ({type(exc).__name__})",
+            "check the network and matrix.homeserver",
+        )
+    if status == 401:
+        return Finding.fail(
+            "matrix", f"{where} refused the access token ({masked(token)})", SET_LOGIN
+        )
+    user = body.get("user_id") if isinstance(body, dict) else None
+    if status != 200 or not isinstance(user, str):
+        return Finding.fail(
+            "matrix",
+            f"{where} answered {status}, not a homeserver's whoami",
+            "check matrix.homeserver (the client-server API's address)",
+        )
+    if user != settings.user_id:
+        fix = f"nanomem config set matrix.user_id {user}"
+        return Finding.fail("matrix", f"the access token is {user}'s, not {settings.user_id}", fix)
+    if settings.owner is None:
+        fix = "nanomem config set matrix.owner @you:your.server"
+        return Finding.warn("matrix", f"{user} on {where}; no owner set", fix)
+    return Finding.ok("matrix", f"{user} on {where}, owner {settings.owner}")
+
+
+async def _whoami(homeserver: str, token: str) -> tuple[int, Any]:
+    """(status, the JSON body or None) of GET /account/whoami, read to MAX_ANSWER at most."""
+    from nanomem.providers import Connection
+
+    url = f"{homeserver.rstrip('/')}/_matrix/client/v3/account/whoami"
+    connection = Connection(url, timeout_s=HTTP_TIMEOUT_S, connections=1)
+    try:
+        async with connection.get({b"Authorization": f"Bearer {token}".encode()}) as answer:
+            status, body = answer.status, await answer.excerpt(MAX_ANSWER)
+    finally:
+        await connection.close()
+    try:
+        return status, json.loads(body)
+    except ValueError:
+        return status, None
