@@ -52,6 +52,7 @@ SLOW_FILES = {
     "test_shell_approval_e2e.py",
     "test_why_e2e.py",
     "test_chaos.py",
+    "test_channel_contract.py",  # every channel's real gateway process against its platform
     "test_discord_e2e.py",  # the real `nanomem gateway` against the loopback Discord
     "test_discord_hostile.py",
     "test_docker.py",

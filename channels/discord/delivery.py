@@ -55,6 +55,7 @@ class Stream:
     text: str = ""
     message_id: str | None = None
     shown_at: float = 0.0
+    nonce: str = ""  # the reply's first part's: a run after a crash finds this message by it
     task: asyncio.Task[None] | None = None  # the post or edit on its way (one at a time)
 
 
@@ -166,9 +167,16 @@ class Delivery:
                 "fail_if_not_exists": False,
             }
         if msg.seq is not None:  # a re-send after a crash is the same message, not a second
-            payload |= {"nonce": f"nm{msg.seq}p{number}", "enforce_nonce": True}
+            payload |= {"nonce": _nonce(msg.seq, number), "enforce_nonce": True}
         made = await self._post(msg.chat_id, payload)
-        return str(made.get("id", "")) if isinstance(made, dict) else ""
+        if not isinstance(made, dict):
+            return ""
+        if made.get("content") != payload["content"]:  # half-grown by a run that was killed
+            fields = ("content", "allowed_mentions", "components")
+            await self._edit(
+                msg.chat_id, str(made["id"]), {k: payload[k] for k in fields if k in payload}
+            )
+        return str(made.get("id", ""))
 
     async def _answer_interaction(self, token: str, payload: dict[str, Any], *, first: bool) -> Any:
         """The deferred response ("thinking…") becomes the first part; later parts follow."""
@@ -220,6 +228,8 @@ class Delivery:
             return
         if (stream := self.turns.growing(msg, Stream)) is None:
             return  # answered already
+        if msg.seq is not None and not self._parts.get(msg.reply_to or ""):
+            stream.nonce = _nonce(msg.seq, 0)
         stream.text = render_discord(so_far[:PREVIEWED])
         busy = stream.task is not None and not stream.task.done()
         if busy or time.monotonic() - stream.shown_at < self.stream_every_s or not so_far.strip():
@@ -229,9 +239,11 @@ class Delivery:
 
     async def _show(self, chat: str, stream: Stream) -> None:
         text = stream.text if len(stream.text) <= LIMIT else stream.text[: LIMIT - 1] + "…"
-        payload = {"content": text, "allowed_mentions": NOBODY}
+        payload: dict[str, Any] = {"content": text, "allowed_mentions": NOBODY}
         try:
             if stream.message_id is None:
+                if stream.nonce:
+                    payload |= {"nonce": stream.nonce, "enforce_nonce": True}
                 stream.message_id = str((await self.client.send(chat, payload))["id"])
             else:
                 path = "/channels/{channel_id}/messages/{message_id}"
@@ -275,6 +287,11 @@ class Delivery:
         for stream in self.turns.close():
             if stream.task is not None:
                 stream.task.cancel()
+
+
+def _nonce(seq: int, part: int) -> str:
+    """A reply part's nonce: Discord answers a second post with it by the first message."""
+    return f"nm{seq}p{part}"
 
 
 def _keep(kept: OrderedDict[str, Any], key: str, value: Any) -> None:

@@ -34,7 +34,13 @@ class GatewayProcess:
     `telegram` is None (it then serves what terminal chats leave for later)."""
 
     def __init__(
-        self, home: Home, telegram: FakeTelegram | None, llm: FakeOpenAI, **env: str
+        self,
+        home: Home,
+        telegram: FakeTelegram | None,
+        llm: FakeOpenAI,
+        *,
+        command: list[str] | None = None,  # another gateway's command (tests/helpers/line_gateway)
+        **env: str,
     ) -> None:
         self.home = home
         settings = {
@@ -51,7 +57,7 @@ class GatewayProcess:
             }
         self.env = cli_env(home, llm, **(settings | env))
         self.proc = subprocess.Popen(
-            [*NANOMEM, "gateway"],
+            command or [*NANOMEM, "gateway"],
             env=self.env,
             stderr=subprocess.PIPE,
             text=True,
