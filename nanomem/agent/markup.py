@@ -25,6 +25,9 @@ _CLOSER = re.compile(r"(?P<lead>[ \t>]*)(?P<fence>`{3,}|~{3,})[ \t]*")
 _ENTITY_START = re.compile(r"&#?[A-Za-z0-9]{0,31}$")
 _SPAN = 256  # how far around a space a code span or a link's text is looked for
 _JOINERS = frozenset("\u200d\ufe0e\ufe0f\r")  # a cut after these splits what they join
+# Joined characters a cut is moved back over, at most: a longer run (a hostile run of combining
+# marks) is cut anyway, not into one-character pieces each measuring a whole piece's worth.
+_CLUSTER = 32
 
 
 @dataclass(frozen=True)
@@ -253,13 +256,20 @@ class _Splitter:
         fence = self._fence_at(at)
         if fence is not None and fence.start > start and (self._whole(fence) or at < fence.body):
             return fence.start
-        while at - 1 > start and (
+        floor = max(start + 1, fit - _CLUSTER)
+        while at > floor and (
             text[at - 1] in _JOINERS
-            or text[at - 1] == "\\"
             or unicodedata.combining(text[at])
             or "\udc00" <= text[at] <= "\udfff"
             or text[at] in "\u200d\ufe0e\ufe0f"
         ):
+            at -= 1
+        if at == floor and floor > start + 1:
+            at = fit  # no character is that long: a run of marks is cut where it fills a piece
+        run = at  # an odd run of backslashes ends in one escaping the next character
+        while run > start and text[run - 1] == "\\":
+            run -= 1
+        if (at - run) % 2 and at - 1 > start:
             at -= 1
         if (m := _ENTITY_START.search(text, max(start + 1, at - 32), at)) and m.end() == at:
             at = m.start() if m.start() > start else at

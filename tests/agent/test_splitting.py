@@ -94,6 +94,11 @@ def test_a_hard_cut_never_breaks_a_character_an_escape_or_an_entity() -> None:
             pieces = split_text(text, limit)
             assert "".join(pieces) == text
             assert all(p.startswith(keep[0]) and p.endswith(keep[-1]) for p in pieces), pieces
+    escapes = "\\" * 41 + "*"  # twenty escaped backslashes, then an escaped star
+    for limit in range(7, 23):
+        pieces = split_text(escapes, limit)
+        assert "".join(pieces) == escapes
+        assert all(len(p) % 2 == 0 for p in pieces[:-1]), pieces  # no pair cut apart
 
 
 def test_measuring_costs_about_linearly_in_the_replys_length() -> None:

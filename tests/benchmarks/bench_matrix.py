@@ -7,7 +7,10 @@ person) and measures the wall time until every DM has the bot's reply, seen thro
 the bot's own account. Synapse shares the machine's cores with the gateway: on 2 cores its own
 work on 200 events is in the figure.
 
-    python tests/benchmarks/bench_matrix.py [--runs N] [--chats N] [--env KEY=VALUE ...]
+    python tests/benchmarks/bench_matrix.py [--runs N] [--chats N] [--env KEY=VALUE ...] [--floor]
+
+--floor answers with matrix_echo.py, a bare matrix-nio bot, instead of the gateway: what
+Synapse itself allows on this machine.
 """
 
 from __future__ import annotations
@@ -93,7 +96,11 @@ async def matrix_bursts(args: argparse.Namespace, tmp: Path, model_url: str) -> 
         people = [server.register(f"person{n}") for n in range(args.chats)]
         home = Path(tempfile.mkdtemp(dir=tmp)) / "home"
         extra = dict(item.split("=", 1) for item in args.env)
-        gateway = start_gateway(home, model_url, server, bot, people[0].user_id, extra)
+        if args.floor:  # the same pattern answered by a bare matrix-nio bot: Synapse's floor
+            echo = [sys.executable, str(Path(__file__).with_name("matrix_echo.py"))]
+            gateway = subprocess.Popen([*echo, server.url, bot.user_id, bot.token, str(LATENCY)])
+        else:
+            gateway = start_gateway(home, model_url, server, bot, people[0].user_id, extra)
         clients = [client(server, p) for p in people]
         rooms = []
         for person in clients:
@@ -141,6 +148,7 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--chats", type=int, default=100)
     parser.add_argument("--env", action="append", default=[], help="extra KEY=VALUE settings")
+    parser.add_argument("--floor", action="store_true", help="a bare matrix-nio echo bot instead")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp, _common.ModelServer(LATENCY) as model:
         walls = asyncio.run(matrix_bursts(args, Path(tmp), model.base_url))
@@ -156,8 +164,9 @@ def main() -> int:
     ratio = matrix / base
     settings = ", ".join(args.env) or "default settings"
     print(f"### {args.chats} chats at once, model latency {LATENCY * 1000:.0f} ms, {settings}\n")
+    label = "matrix-nio echo bot (floor)" if args.floor else "matrix (real Synapse)"
     rows = [
-        ["matrix (real Synapse)", f"{matrix:.3f}", ", ".join(f"{w:.3f}" for w in walls)],
+        [label, f"{matrix:.3f}", ", ".join(f"{w:.3f}" for w in walls)],
         [
             "telegram (loopback Bot API)",
             f"{base:.3f}",

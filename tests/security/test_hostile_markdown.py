@@ -17,7 +17,13 @@ import pytest
 from nanomem.agent.markup import split_text
 from nanomem.home import Home
 from nanomem.text.discord_markdown import render_discord
-from nanomem.text.markdown_html import MATRIX_HTML, TELEGRAM_HTML, render_html, telegram_units
+from nanomem.text.markdown_html import (
+    MATRIX_HTML,
+    TELEGRAM_HTML,
+    matrix_event_bytes,
+    render_html,
+    telegram_units,
+)
 from nanomem.text.markdown_plain import plain_text
 from nanomem.text.mrkdwn import render_mrkdwn
 from tests.fakes.openai_server import FakeOpenAI
@@ -105,6 +111,38 @@ def test_hostile_markdown_is_split_by_a_rendering_measure_in_bounded_calls(attac
     assert all(telegram_units(p) <= 4096 or len(p) == 1 for p in pieces)
     # A few measures per piece, and pieces hold most of a message each.
     assert calls <= 12 * len(pieces) + 2 * markdown.count("```") // 2 + 10, (calls, len(pieces))
+
+
+# Text with no place a reader would pause, each kind of character the splitter must not cut
+# inside; each is a few Matrix events' worth at the limit below.
+UNBREAKABLE = {
+    "no spaces or newlines, every character escaped": "‹é>" * 6_000,
+    "html and json escapes only": '&<>"' * 4_500,
+    "one huge code line": "```\n" + "x<&\\" * 4_500 + "\n```",
+    "combining marks on one letter": "e" + "\u0301" * 18_000,
+    "joiners on one letter": "a" + "\u200d" * 18_000,
+    "variation selectors on one letter": "a" + "\ufe0f" * 18_000,
+    "backslashes": "\\" * 18_001 + "*x*",
+    "emoji joined to emoji": "\U0001f469\u200d" * 6_000,
+}
+EVENT = 8_000  # Matrix's measure; small, so that a text makes several events
+
+
+@pytest.mark.parametrize("attack", sorted(UNBREAKABLE))
+def test_unbreakable_text_is_split_by_matrix_measure_in_linear_work(attack: str) -> None:
+    text = UNBREAKABLE[attack]
+    budget = 16 * len(text) + 4 * EVENT  # characters measured: a few passes over the text
+    work = 0
+
+    def measure(piece: str) -> int:
+        nonlocal work
+        work += len(piece)
+        assert work <= budget, "quadratic: pieces far smaller than an event, each measured"
+        return matrix_event_bytes(piece)
+
+    pieces = split_text(text, EVENT, measure)
+    assert all(matrix_event_bytes(p) <= EVENT for p in pieces)
+    assert len(pieces) <= 2 * matrix_event_bytes(text) // EVENT + 2  # full events, not crumbs
 
 
 @pytest.mark.slow
