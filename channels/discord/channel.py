@@ -30,8 +30,6 @@ from channels.discord.incoming import (
     slash_commands,
 )
 from nanomem.agent import (
-    GIVEN_UP,
-    RETRYING,
     BaseChannel,
     Capabilities,
     ChannelDown,
@@ -43,12 +41,11 @@ from nanomem.agent import (
     Pending,
     Received,
     Strangers,
-    Text,
     addressed,
     hand_in_each,
     left_over,
+    prepared,
     receive_until_stored,
-    record_failure,
     too_big,
     vouched_again,
 )
@@ -447,24 +444,7 @@ class DiscordChannel(BaseChannel):
         self, found: Incoming, retry: bool, msg: InboundMessage
     ) -> InboundMessage | None:
         assert self._bus is not None
-        try:
-            ready = await self._inbound(found, retry, msg)
-        except Exception as exc:  # our own fault: kept and tried again, never dropped
-            logger.exception("discord: could not take a message in {}", found.chat)
-            if msg.seq is None:
-                return None
-            kept = await record_failure(self._bus, msg.seq, exc, msg.content, found.chat)
-            if kept is None or kept.attempts == 1:  # told once
-                parked = kept is not None and kept.parked_at is not None
-                note = Text(GIVEN_UP if parked else RETRYING, "error")
-                await self._bus.publish_outbound(OutboundMessage(self.name, found.chat, note))
-            return None
-        if isinstance(ready, str):  # answered by the channel itself: kept until delivered
-            answer = OutboundMessage(self.name, found.chat, Text(ready, "error"), msg.id, msg.seq)
-            await self._bus.answer_for(msg.seq, answer)
-            await self._bus.publish_outbound(answer)
-            return None
-        return ready
+        return await prepared(self._bus, msg, self._inbound(found, retry, msg))
 
     async def _inbound(
         self, found: Incoming, retry: bool, msg: InboundMessage

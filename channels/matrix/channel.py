@@ -31,8 +31,6 @@ from channels.matrix.events import (
     without_mention,
 )
 from nanomem.agent import (
-    GIVEN_UP,
-    RETRYING,
     BaseChannel,
     Capabilities,
     ChannelDown,
@@ -43,8 +41,8 @@ from nanomem.agent import (
     Pending,
     Strangers,
     Text,
+    prepared,
     receive_until_stored,
-    record_failure,
     save_media,
 )
 from nanomem.audience import Sender
@@ -422,43 +420,30 @@ class MatrixChannel(BaseChannel):
     ) -> InboundMessage | None:
         """Run by the core in the chat's order just before the turn: a file is fetched here."""
         assert self._bus is not None
+        return await prepared(self._bus, msg, self._fetched(payload, msg))
+
+    async def _fetched(self, payload: dict[str, Any], msg: InboundMessage) -> InboundMessage | str:
+        """The message with its file saved; the note to answer it with when it is refused. A
+        failure to fetch it raises: kept and tried again, never dropped."""
         message = said(payload["event"])
         if message is None or message.msgtype not in FILE_TYPES:
             return msg
         limit = self.settings.max_file_mb * 2**20
         if message.size is not None and message.size > limit:
             size = message.size / 2**20
-            await self._answered(msg, TOO_BIG.format(size=size, limit=self.settings.max_file_mb))
-            return None
+            return TOO_BIG.format(size=size, limit=self.settings.max_file_mb)
         try:
             data = await hs.download(self.settings.homeserver, self._access(), message.url, limit)
-            name = message.file_name or FILE_TYPES[message.msgtype]
-            room = msg.sender.shared_room
-            saved = await asyncio.to_thread(
-                save_media, self.workspace, msg.session_key, name, data, room
-            )
         except ValueError as exc:
             logger.warning("matrix: a file in {} refused: {}", msg.chat_id, exc)
-            await self._answered(msg, NO_DOWNLOAD)
-            return None
-        except Exception as exc:  # kept and tried again, never dropped
-            logger.warning("matrix: downloading a file in {} failed: {}", msg.chat_id, exc)
-            if seq is not None:
-                kept = await record_failure(self._bus, seq, exc, msg.content, msg.chat_id)
-                if kept is None or kept.attempts == 1:
-                    parked = kept is not None and kept.parked_at is not None
-                    note = Text(GIVEN_UP if parked else RETRYING, "error")
-                    await self._bus.publish_outbound(OutboundMessage(self.name, msg.chat_id, note))
-            return None
+            return NO_DOWNLOAD
+        name = message.file_name or FILE_TYPES[message.msgtype]
+        room = msg.sender.shared_room
+        saved = await asyncio.to_thread(
+            save_media, self.workspace, msg.session_key, name, data, room
+        )
         label = f"[{FILE_TYPES[message.msgtype]}: {message.file_name}]"
         return replace(msg, content=label, media=(saved,))
-
-    async def _answered(self, msg: InboundMessage, note: str) -> None:
-        """The channel's own answer to a stored message, kept until delivered."""
-        assert self._bus is not None
-        answer = OutboundMessage(self.name, msg.chat_id, Text(note, "error"), msg.id, msg.seq)
-        await self._bus.answer_for(msg.seq, answer)
-        await self._bus.publish_outbound(answer)
 
     def _access(self) -> str:
         assert self.client is not None

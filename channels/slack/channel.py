@@ -34,8 +34,6 @@ from channels.slack.events import COMMAND, REFUSED_PRESS, Incoming
 from channels.slack.intake import Intake
 from channels.slack.web import SendError, call, download, web_client
 from nanomem.agent import (
-    GIVEN_UP,
-    RETRYING,
     BaseChannel,
     Capabilities,
     ChannelDown,
@@ -45,7 +43,7 @@ from nanomem.agent import (
     Pending,
     Text,
     parse_command,
-    record_failure,
+    prepared,
     save_media,
 )
 from nanomem.audience import Sender
@@ -404,24 +402,7 @@ class SlackChannel(BaseChannel):
         """In the chat's order, just before the turn: a press's buttons cleared, files
         fetched. None when the channel answered it itself or it failed (kept for a retry)."""
         assert self._bus is not None
-        try:
-            ready = await self._inbound(found, msg)
-        except Exception as exc:  # our own fault: kept and tried again, never dropped
-            logger.exception("slack: could not take a message in {}", found.chat)
-            if found.seq is None:
-                return None
-            kept = await record_failure(self._bus, found.seq, exc, msg.content, found.chat)
-            if kept is None or kept.attempts == 1:
-                parked = kept is not None and kept.parked_at is not None
-                note = Text(GIVEN_UP if parked else RETRYING, "error")
-                await self._bus.publish_outbound(OutboundMessage(self.name, found.chat, note))
-            return None
-        if isinstance(ready, str):
-            answer = OutboundMessage(self.name, found.chat, Text(ready, "error"), seq=found.seq)
-            await self._bus.answer_for(found.seq, answer)
-            await self._bus.publish_outbound(answer)
-            return None
-        return ready
+        return await prepared(self._bus, msg, self._inbound(found, msg))
 
     async def _inbound(self, found: Incoming, msg: InboundMessage) -> InboundMessage | str | None:
         assert self._bus is not None

@@ -55,8 +55,6 @@ from channels.telegram.transport import (
 )
 from channels.telegram.webhook import made_webhook, unhook
 from nanomem.agent import (
-    GIVEN_UP,
-    RETRYING,
     BaseChannel,
     Button,
     Capabilities,
@@ -72,8 +70,8 @@ from nanomem.agent import (
     hand_in_each,
     left_over,
     parse_command,
+    prepared,
     receive_until_stored,
-    record_failure,
     vouched_again,
 )
 from nanomem.audience import Sender
@@ -454,25 +452,7 @@ class TelegramChannel(BaseChannel):
         """Run by the core in the chat's order, just before the turn: the message as the turn
         gets it, or None when the channel answered it itself or it failed (kept for a retry)."""
         assert self._bus is not None
-        try:
-            ready = await self._inbound(incoming, msg)
-        except Exception as exc:  # our own fault: kept and tried again, never dropped
-            logger.exception("telegram: could not take a message in {}", incoming.key)
-            if incoming.seq is None:
-                return None
-            kept = await record_failure(self._bus, incoming.seq, exc, msg.content, incoming.key)
-            if kept is None or kept.attempts == 1:  # told once
-                parked = kept is not None and kept.parked_at is not None
-                note = Text(GIVEN_UP if parked else RETRYING, "error")
-                await self._bus.publish_outbound(OutboundMessage(self.name, incoming.key, note))
-            return None
-        if isinstance(ready, str):  # answered by the channel itself: kept until delivered
-            note = Text(ready, "error")
-            answer = OutboundMessage(self.name, incoming.key, note, seq=incoming.seq)
-            await self._bus.answer_for(incoming.seq, answer)
-            await self._bus.publish_outbound(answer)  # in order with the chat's replies
-            return None
-        return ready
+        return await prepared(self._bus, msg, self._inbound(incoming, msg))
 
     async def _inbound(
         self, incoming: Incoming, msg: InboundMessage

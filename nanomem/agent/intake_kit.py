@@ -18,7 +18,8 @@ from loguru import logger
 
 from nanomem.agent.bus import InboundMessage, MessageBus
 from nanomem.agent.channel import save_media
-from nanomem.agent.retries import record_failure
+from nanomem.agent.outbound import OutboundMessage, Text
+from nanomem.agent.retries import keep_for_retry, record_failure
 from nanomem.audience import Sender
 from nanomem.text.plural import plural
 
@@ -91,6 +92,34 @@ async def vouched_again(bus: MessageBus, pending: Pending, derived: Sender | Non
         await bus.forget(pending.seq)
         return None
     return pending.vouched(derived)
+
+
+async def prepared(
+    bus: MessageBus, msg: InboundMessage, work: Awaitable[InboundMessage | str | None]
+) -> InboundMessage | None:
+    """What a channel's `prepare` returns the core, from its own `work` on a message (the
+    message for the turn; a note to answer it with, say a file too big; None for nobody): a
+    note is answered and kept until delivered; a failure (its own fault) is kept for a retry
+    and told once, never dropped."""
+    try:
+        ready = await work
+    except Exception as exc:
+        logger.exception("{}: could not take a message in {}", msg.channel, msg.chat_id)
+        if msg.seq is not None and (note := await keep_for_retry(bus, msg, exc)) is not None:
+            await bus.publish_outbound(note)
+        return None
+    if isinstance(ready, str):
+        await answer_itself(bus, msg, ready)
+        return None
+    return ready
+
+
+async def answer_itself(bus: MessageBus, msg: InboundMessage, note: str) -> None:
+    """The channel's own answer to a stored message, kept in the inbox until delivered, in
+    order with the chat's replies."""
+    answer = OutboundMessage.answering(msg, Text(note, "error"))
+    await bus.answer_for(msg.seq, answer)
+    await bus.publish_outbound(answer)
 
 
 # Mention-only in groups, and a channel's spelling of our commands.

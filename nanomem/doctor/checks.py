@@ -35,12 +35,14 @@ async def online(home: Home, settings: Settings) -> list[Finding]:
         timeout = services.HTTP_TIMEOUT_S + 5
         checks.append(("telegram", timeout, lambda: services.telegram(settings.telegram)))
     if settings.matrix.enabled:
-        checks.append(("matrix", matrix.HTTP_TIMEOUT_S + 5, lambda: matrix.matrix(settings.matrix)))
+        checks.append(
+            ("matrix", services.HTTP_TIMEOUT_S + 5, lambda: matrix.matrix(settings.matrix))
+        )
     if settings.slack.enabled:
         checks.append(("slack", slack.TIMEOUT_S + 5, lambda: slack.slack(settings.slack)))
     if settings.discord.enabled:
         checks.append(
-            ("discord", discord.HTTP_TIMEOUT_S + 5, lambda: discord.discord(settings.discord))
+            ("discord", services.HTTP_TIMEOUT_S + 5, lambda: discord.discord(settings.discord))
         )
     if settings.tools.shell_enabled:
         checks.append(("sandbox", SANDBOX_S, lambda: _sandbox(settings)))

@@ -2,15 +2,11 @@
 
 from __future__ import annotations
 
-import json
-from typing import Any
-
 from nanomem.channel_settings import DiscordSettings
 from nanomem.doctor.finding import Finding
+from nanomem.doctor.services import HTTP_TIMEOUT_S, get_json
 from nanomem.text.masking import masked, secret_of, shown_url
 
-HTTP_TIMEOUT_S = 10.0
-MAX_ANSWER = 64 * 1024  # a user object is small: a longer answer is not one
 SET_TOKEN = "nanomem config set discord.token <the token from the Developer Portal → Bot>"
 
 
@@ -23,7 +19,7 @@ async def discord(settings: DiscordSettings) -> Finding:
     url = f"{settings.api_base.rstrip('/')}/users/@me"
     shown = f"{shown_url(url)} (token {masked(token)})"
     try:
-        status, body = await _who_am_i(url, token)
+        status, body = await get_json(url, headers={b"Authorization": f"Bot {token}".encode()})
     except TimeoutError:
         fix = "check the network"
         return Finding.fail("discord", f"no answer from {shown} within {HTTP_TIMEOUT_S:g} s", fix)
@@ -41,21 +37,3 @@ async def discord(settings: DiscordSettings) -> Finding:
         return Finding.warn("discord", f"bot {name}; no owner set", fix)
     where = shown_url(settings.api_base)
     return Finding.ok("discord", f"bot {name} ({where}), owner {settings.owner}")
-
-
-async def _who_am_i(url: str, token: str) -> tuple[int, Any]:
-    """(status, the JSON body or None), through the lean client's connection (its proxy and
-    TLS decisions), the body read to MAX_ANSWER at most."""
-    from nanomem.providers import Connection
-
-    headers = {b"Authorization": f"Bot {token}".encode()}
-    connection = Connection(url, timeout_s=HTTP_TIMEOUT_S, connections=1)
-    try:
-        async with connection.get(headers) as answer:
-            status, body = answer.status, await answer.excerpt(MAX_ANSWER)
-    finally:
-        await connection.close()
-    try:
-        return status, json.loads(body)
-    except ValueError:
-        return status, None

@@ -3,15 +3,11 @@ homeserver, or its password noted (it logs in at start)."""
 
 from __future__ import annotations
 
-import json
-from typing import Any
-
 from nanomem.channel_settings import MatrixSettings
 from nanomem.doctor.finding import Finding
+from nanomem.doctor.services import get_json
 from nanomem.text.masking import masked, secret_of, shown_url
 
-HTTP_TIMEOUT_S = 10.0
-MAX_ANSWER = 64 * 1024  # whoami is small: a longer answer is not its
 SET_LOGIN = (
     "nanomem config set matrix.homeserver https://…, matrix.user_id @bot:server and "
     "matrix.access_token (see docs/matrix.md)"
@@ -30,7 +26,8 @@ async def matrix(settings: MatrixSettings) -> Finding:
             "prefer an access token: nanomem config set matrix.access_token …",
         )
     try:
-        status, body = await _whoami(settings.homeserver, token)
+        url = f"{settings.homeserver.rstrip('/')}/_matrix/client/v3/account/whoami"
+        status, body = await get_json(url, headers={b"Authorization": f"Bearer {token}".encode()})
     except Exception as exc:  # the connection's errors name the host, never the token
         return Finding.fail(
             "matrix",
@@ -55,20 +52,3 @@ async def matrix(settings: MatrixSettings) -> Finding:
         fix = "nanomem config set matrix.owner @you:your.server"
         return Finding.warn("matrix", f"{user} on {where}; no owner set", fix)
     return Finding.ok("matrix", f"{user} on {where}, owner {settings.owner}")
-
-
-async def _whoami(homeserver: str, token: str) -> tuple[int, Any]:
-    """(status, the JSON body or None) of GET /account/whoami, read to MAX_ANSWER at most."""
-    from nanomem.providers import Connection
-
-    url = f"{homeserver.rstrip('/')}/_matrix/client/v3/account/whoami"
-    connection = Connection(url, timeout_s=HTTP_TIMEOUT_S, connections=1)
-    try:
-        async with connection.get({b"Authorization": f"Bearer {token}".encode()}) as answer:
-            status, body = answer.status, await answer.excerpt(MAX_ANSWER)
-    finally:
-        await connection.close()
-    try:
-        return status, json.loads(body)
-    except ValueError:
-        return status, None

@@ -20,7 +20,9 @@ MAX_ANSWER = 64 * 1024  # getMe and /health are small: a longer answer is not th
 SET_TOKEN = "nanomem config set telegram.token <the token @BotFather gave>"
 
 
-async def _get_json(url: str, proxy: str | None = None) -> tuple[int, Any]:
+async def get_json(
+    url: str, proxy: str | None = None, headers: dict[bytes, bytes] | None = None
+) -> tuple[int, Any]:
     """(status, the JSON body or None) of a GET through the lean client's connection (its
     proxy and TLS decisions), the body read to MAX_ANSWER at most. TimeoutError, or
     ConnectionFailed with a message that names the host, never the path (a bot token)."""
@@ -28,7 +30,7 @@ async def _get_json(url: str, proxy: str | None = None) -> tuple[int, Any]:
 
     connection = Connection(url, timeout_s=HTTP_TIMEOUT_S, connections=1, configured=proxy)
     try:
-        async with connection.get() as answer:
+        async with connection.get(headers) as answer:
             status, body = answer.status, await answer.excerpt(MAX_ANSWER)
     finally:
         await connection.close()
@@ -46,7 +48,7 @@ async def telegram(settings: TelegramSettings) -> Finding:
         return Finding.fail("telegram", "telegram.enabled, but no token is set", SET_TOKEN)
     shown = f"{shown_url(settings.base_url)}{masked(token)}/getMe"
     try:
-        status, body = await _get_json(f"{settings.base_url}{token}/getMe", settings.proxy)
+        status, body = await get_json(f"{settings.base_url}{token}/getMe", settings.proxy)
     except TimeoutError:
         fix = "check the network, or telegram.proxy"
         return Finding.fail("telegram", f"no answer from {shown} within {HTTP_TIMEOUT_S:g} s", fix)
@@ -85,7 +87,7 @@ async def _webhook(settings: TelegramSettings, token: str) -> Finding | str:
         return Finding.fail("telegram", problem, "fix telegram.webhook_url (docs/telegram.md)")
     url = settings.webhook_url or ""
     try:
-        _, body = await _get_json(f"{settings.base_url}{token}/getWebhookInfo", settings.proxy)
+        _, body = await get_json(f"{settings.base_url}{token}/getWebhookInfo", settings.proxy)
     except (TimeoutError, ConnectionFailed) as exc:
         return Finding.warn("telegram", f"getWebhookInfo failed ({exc or 'no answer'})", "")
     info = body.get("result") if isinstance(body, dict) else None
@@ -142,7 +144,7 @@ async def gateway(found: Running | None, host: str) -> Finding:
     near = "127.0.0.1" if host in ("0.0.0.0", "") else "[::1]" if host == "::" else host
     url = f"http://{near}:{found.port}/health"
     try:
-        status, body = await _get_json(url)
+        status, body = await get_json(url)
     except (TimeoutError, ConnectionFailed) as exc:
         fix = f"its log says why; kill -TERM {found.pid} and start it again" if found.pid else ""
         said = str(exc) or f"nothing within {HTTP_TIMEOUT_S:g} s"
