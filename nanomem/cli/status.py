@@ -98,7 +98,6 @@ def _telegram_rows(settings: Settings, home: Home) -> list[tuple[str, str]]:
 def _matrix_rows(settings: Settings) -> list[tuple[str, str]]:
     """Whether the Matrix channel can log in, and who it lets in (shown when enabled)."""
     from nanomem.text.masking import masked, secret_of
-    from nanomem.text.plural import plural
 
     matrix = settings.matrix
     if not matrix.enabled:
@@ -111,16 +110,15 @@ def _matrix_rows(settings: Settings) -> list[tuple[str, str]]:
         if password
         else "no login (matrix.access_token / NANOMEM_MATRIX__ACCESS_TOKEN)"
     )
-    owner = f"owner {matrix.owner}" if matrix.owner else "no owner (matrix.owner)"
     who = matrix.user_id or "no user id (matrix.user_id)"
-    allowed = f"{plural(len(matrix.allow_from), 'user')} in allow_from"
-    return [("matrix", ", ".join((who, login, owner, allowed)))]
+    return [
+        ("matrix", ", ".join((who, login, *_admitted("matrix", matrix.owner, matrix.allow_from))))
+    ]
 
 
 def _slack_rows(settings: Settings) -> list[tuple[str, str]]:
     """Whether the Slack channel can start, and who it lets in (shown when enabled)."""
     from nanomem.text.masking import masked, secret_of
-    from nanomem.text.plural import plural
 
     slack = settings.slack
     if not slack.enabled:
@@ -137,11 +135,20 @@ def _slack_rows(settings: Settings) -> list[tuple[str, str]]:
     )
     row = [
         f"bot token set ({masked(token)})" if token else "bot token missing (slack.bot_token)",
-        f"owner {slack.owner}" if slack.owner else "no owner (slack.owner)",
-        f"{plural(len(slack.allow_from), 'member')} in allow_from",
+        *_admitted("slack", slack.owner, slack.allow_from, "member"),
         mode,
     ]
     return [("slack", ", ".join(row))]
+
+
+def _admitted(
+    section: str, owner: str | None, allow_from: list[str], who: str = "user"
+) -> tuple[str, str]:
+    """Who a messenger lets in: its owner, and how many others its allow_from names."""
+    from nanomem.text.plural import plural
+
+    said = f"owner {owner}" if owner else f"no owner ({section}.owner)"
+    return said, f"{plural(len(allow_from), who)} in allow_from"
 
 
 def _webhook_mode(telegram: TelegramSettings) -> str:
@@ -175,7 +182,6 @@ def _webhook_said(home: Home) -> str:
 def _discord_rows(settings: Settings) -> list[tuple[str, str]]:
     """Whether the Discord channel can start, and who it lets in (shown when enabled)."""
     from nanomem.text.masking import masked, secret_of
-    from nanomem.text.plural import plural
 
     discord = settings.discord
     if not discord.enabled:
@@ -183,8 +189,7 @@ def _discord_rows(settings: Settings) -> list[tuple[str, str]]:
     token = secret_of(discord.token)
     said = [
         f"token set ({masked(token)})" if token else "token missing (discord.token)",
-        f"owner {discord.owner}" if discord.owner else "no owner (discord.owner)",
-        f"{plural(len(discord.allow_from), 'user')} in allow_from",
+        *_admitted("discord", discord.owner, discord.allow_from),
     ]
     return [("discord", ", ".join(said))]
 
