@@ -370,7 +370,7 @@ class MatrixChannel(BaseChannel):
             text = without_mention(text, self.settings.user_id, self._display)
         text = BANG.inbound(text.strip(), self.command_names)
         inbound = InboundMessage(self.name, room, text, sender)
-        prepare = functools.partial(self._prepare, payload, seq)
+        prepare = functools.partial(self._prepare, payload)
         inbound = replace(inbound, prepare=prepare)
         if seq is not None:
             inbound = replace(inbound, id=InboundMessage.inbox_id(seq), seq=seq)
@@ -415,9 +415,7 @@ class MatrixChannel(BaseChannel):
         msg = self._message(pending.chat, payload, sender, pending.seq)
         await self._bus.publish_inbound(replace(msg, replayed=True))
 
-    async def _prepare(
-        self, payload: dict[str, Any], seq: int | None, msg: InboundMessage
-    ) -> InboundMessage | None:
+    async def _prepare(self, payload: dict[str, Any], msg: InboundMessage) -> InboundMessage | None:
         """Run by the core in the chat's order just before the turn: a file is fetched here."""
         assert self._bus is not None
         return await prepared(self._bus, msg, self._fetched(payload, msg))
