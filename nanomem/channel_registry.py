@@ -15,6 +15,7 @@ CHANNELS = {
     "matrix": "channels.matrix.channel:MatrixChannel",
     "slack": "channels.slack.channel:SlackChannel",
     "discord": "channels.discord.channel:DiscordChannel",
+    "web": "channels.web.channel:WebChannel",
     "terminal-outbox": "channels.terminal.outbox:TerminalOutbox",
 }
 # Served by every gateway whatever the settings: what the agent says unasked in a terminal

@@ -222,3 +222,19 @@ class SlackSettings(_MessengerSection):
         if value is not None:
             _messenger_ids([value], "a Slack member id (U…/W…)", r"[UW][A-Z0-9]{2,30}")
         return value
+
+
+class WebAppSettings(_Section):
+    """The web app (channels/web): chat and the memory's pages at `/` on the gateway's server,
+    for the owner alone."""
+
+    enabled: bool = False
+    # What the owner logs in with (at least 16 characters, never logged); `nanomem gateway` and
+    # onboarding write a new one in the config file where none is set. `nanomem web-link`
+    # prints a one-time login link instead.
+    token: SecretStr | None = None
+    # Served on a non-loopback gateway.host only behind a reverse proxy that adds TLS (it then
+    # trusts X-Forwarded-Proto for the cookie's Secure flag): refused to start otherwise.
+    behind_proxy: bool = False
+    session_days: float = Field(30.0, gt=0, le=365)  # a login lasts this long
+    max_upload_mb: int = Field(20, ge=1, le=2000)  # largest file dropped into the chat

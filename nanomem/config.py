@@ -26,6 +26,7 @@ from nanomem.channel_settings import DiscordSettings as DiscordSettings
 from nanomem.channel_settings import MatrixSettings as MatrixSettings
 from nanomem.channel_settings import SlackSettings as SlackSettings
 from nanomem.channel_settings import TelegramSettings as TelegramSettings
+from nanomem.channel_settings import WebAppSettings as WebAppSettings
 from nanomem.config_section import SECTION
 from nanomem.config_section import blank_is_unset as blank_is_unset
 from nanomem.config_section import http_url as http_url
@@ -407,6 +408,7 @@ class Settings(BaseModel):
     slack: SlackSettings = SlackSettings()
     gateway: GatewaySettings = GatewaySettings()
     api: ApiSettings = ApiSettings()
+    web: WebAppSettings = WebAppSettings()
     schedule: ScheduleSettings = ScheduleSettings()
     log: LogSettings = LogSettings()
     mcp: McpSettings = McpSettings()

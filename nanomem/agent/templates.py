@@ -79,7 +79,8 @@ class Templates:
             )
 
     def names(self) -> list[str]:
-        return sorted(self.bundled.list_templates())
+        """The prompts; not the web app's pages (templates/web/: channels/web/render.py)."""
+        return sorted(n for n in self.bundled.list_templates() if not n.startswith("web/"))
 
 
 def _sandbox(override_dir: Path | None) -> Environment:
