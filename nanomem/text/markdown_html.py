@@ -9,7 +9,7 @@ as bullet lines, a table as aligned monospace text, a quote within a quote merge
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from html import escape, unescape
 from typing import TYPE_CHECKING
@@ -47,6 +47,9 @@ class HtmlSubset:
     tags: frozenset[str]
     nested_quotes: bool = True
     schemes: frozenset[str] = WEB_SCHEMES
+    # A code block's HTML from its text and language (a highlighter, which escapes the text
+    # itself); None: the text escaped, unhighlighted.
+    highlight: Callable[[str, str], str] | None = None
 
 
 TELEGRAM_HTML = HtmlSubset(
@@ -129,6 +132,8 @@ class _Renderer:
         if not body.strip():
             return ""
         lang = _LANG_JUNK.sub("", (tok.info.split() or [""])[0])[:32]
+        if self.subset.highlight is not None:
+            body = self.subset.highlight(tok.content.rstrip("\n"), lang)
         if lang:
             return f'<pre><code class="language-{lang}">{body}</code></pre>'
         return f"<pre><code>{body}</code></pre>" if self.blocks else f"<pre>{body}</pre>"
