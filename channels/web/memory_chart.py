@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
-from datetime import date, datetime, timedelta
+from datetime import date, datetime, time, timedelta
 
 from channels.web.diffs import changed_lines
 from nanomem.features.dream import meaningful
 from nanomem.memory import GitStore
 
 DAYS = 30  # drawn, up to today
+MIN_DAYS = 7  # drawn even for a younger memory
 MAX_VERSIONS = 5_000  # looked at for those days: a bound, far above a month of Dream runs
 KEPT = 20_000  # counted versions remembered (a few dozen bytes each)
 
@@ -63,11 +64,15 @@ class FactCounts:
         return counted
 
     def daily(self, days: int = DAYS, today: date | None = None) -> list[Day]:
-        """Blocking. The last `days` days, oldest first; a day without versions keeps the
-        count of the day before."""
+        """Blocking. Up to the last `days` days, oldest first, from the first version's day
+        (at least a week); a day without versions keeps the count of the day before."""
         today = today or datetime.now().astimezone().date()
         first = today - timedelta(days=days - 1)
-        walked = self.git.walk(MAX_VERSIONS)  # newest first
+        since = datetime.combine(first, time.min).astimezone()
+        walked = self.git.walk(MAX_VERSIONS, since)  # newest first
+        if walked and walked[-1][1] >= since:  # the whole history fits: start at its first day
+            first = max(first, min(walked[-1][1].date(), today - timedelta(days=MIN_DAYS - 1)))
+            days = (today - first).days + 1
         inside = [(sha, when.date()) for sha, when in walked if when.date() >= first]
         before = next((sha for sha, when in walked if when.date() < first), None)
         facts = self.count(before).facts if before is not None else 0

@@ -340,17 +340,21 @@ class GitStore:
             walker = repo.get_walker([head], max_entries=skip + limit)
             return [self._version(repo, e.commit.id) for e in list(walker)[skip:]]
 
-    def walk(self, limit: int) -> list[tuple[str, datetime]]:
-        """The newest `limit` versions' ids and times, newest first, without their diffs."""
+    def walk(self, limit: int, since: datetime | None = None) -> list[tuple[str, datetime]]:
+        """The newest `limit` versions' ids and times, newest first, without their diffs;
+        with `since`, up to the first version older than it (included)."""
         self.ensure()
+        found: list[tuple[str, datetime]] = []
         with self._open() as repo:
             head = self._head(repo)
             if head is None:
                 return []
-            return [
-                (e.commit.id.decode(), datetime.fromtimestamp(e.commit.commit_time).astimezone())
-                for e in repo.get_walker([head], max_entries=limit)
-            ]
+            for entry in repo.get_walker([head], max_entries=limit):
+                when = datetime.fromtimestamp(entry.commit.commit_time).astimezone()
+                found.append((entry.commit.id.decode(), when))
+                if since is not None and when < since:
+                    break
+        return found
 
     def resolve(self, prefix: str) -> str:
         """A full sha from any unique prefix of 4+ hex characters of a version in the history."""

@@ -128,3 +128,9 @@ def test_facts_per_day_are_counted_once_per_version(store: GitStore) -> None:
     assert counts.reads == 3  # versions never change: read once
     later = counts.daily(days=3, today=today + timedelta(days=5))
     assert [(d.added, d.removed, d.facts) for d in later] == [(0, 0, 3)] * 3  # carried over
+
+
+def test_a_young_memory_is_drawn_over_a_week(store: GitStore) -> None:
+    days = FactCounts(store).daily()
+    assert len(days) == 7 and days[-1].day == date.today()
+    assert days[-1].facts == 1 and days[0].facts == 0
