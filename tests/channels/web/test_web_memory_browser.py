@@ -16,6 +16,7 @@ from tests.conftest import cli_env, run_cli
 from tests.fakes.openai_server import FakeOpenAI
 from tests.helpers.browser import PHONE, base_url, log_in, screenshot, web_gateway
 from tests.helpers.gateway import GatewayProcess, onboarded
+from tests.helpers.memory_history import weeks_of_dreams
 from tests.helpers.xss import CORPUS, Watch, watch
 
 pytestmark = pytest.mark.slow
@@ -56,6 +57,7 @@ class Site:
 @pytest.fixture(scope="module")
 def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
     home = onboarded(tmp_path_factory, "web-memory")
+    weeks_of_dreams(home)
     with FakeOpenAI() as llm, web_gateway(home, llm, **REVIEW) as gateway:
         yield Site(home, llm, gateway)
 
@@ -129,6 +131,7 @@ def test_a_dream_change_is_approved_and_its_line_says_why(
     pending = page.locator("section.pending")
     expect(pending.get_by_role("heading", level=2)).to_contain_text("USER.md +1 -1")
     expect(pending.locator(".add").filter(has_text="- Drinks green tea")).to_have_count(1)
+    screenshot(page, "review")
     pending.get_by_role("button", name="Approve").click()
     expect(page.get_by_role("status")).to_contain_text("saved as version")
     expect(page.locator(".empty")).to_contain_text("No memory change is waiting")
@@ -245,9 +248,8 @@ def test_the_pages_at_their_best(context: BrowserContext, site: Site) -> None:
     screenshot(page, "memory")
     page.goto(f"{site.base}/timeline")
     expect(page.locator("figure.chart")).to_have_count(2)
-    assert page.locator("figure.chart rect.plus").count() > 0
+    assert page.locator("figure.chart").first.locator("rect.plus").count() >= 21  # day by day
+    assert page.locator("figure.chart").last.locator("rect.minus").count() > 0
     assert page.locator("article.version").count() >= 6
     screenshot(page, "timeline")
-    page.goto(f"{site.base}/review")
-    screenshot(page, "review")
     clean(seen)
