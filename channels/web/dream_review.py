@@ -16,6 +16,7 @@ from channels.web.diffs import parse
 from channels.web.memory_page import dreaming
 from channels.web.render import page
 from nanomem.locks import to_thread_to_the_end
+from nanomem.text.masking import redact
 
 if TYPE_CHECKING:
     from channels.web.site import Site
@@ -35,7 +36,8 @@ def _state(dream: Dream) -> dict[str, Any]:
     pending = dream.review.peek()
     return {
         "pending": pending,
-        "diff": parse(pending.diff) if pending is not None else None,
+        # Masked as a version's diff is: a key pasted into a chat is in the history Dream read.
+        "diff": parse(redact(pending.diff)) if pending is not None else None,
         "decisions": dream.review.decisions(limit=DECISIONS_SHOWN),
     }
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
 SECTIONS = {"SOUL.md": "soul", "USER.md": "user", "memory/MEMORY.md": "memory"}
 LINE_HASH_CHARS = 16
 FENCE = ("```", "~~~")
+HEADING = re.compile(r" {0,3}(#{1,6})(\s.*|$)")
 
 
 @dataclass(frozen=True)
@@ -69,9 +71,18 @@ def blocks(content: str) -> list[Block]:
             found.append(Block(start + 1, markdown(text), False, line_hash(line)))
         elif line.strip():
             askable = meaningful(line)
-            found.append(Block(start + 1, markdown(line), askable, line_hash(line)))
+            found.append(Block(start + 1, markdown(_below(line)), askable, line_hash(line)))
         index += 1
     return found
+
+
+def _below(line: str) -> str:
+    """A file's heading two levels down (`# User` an h3): the page's h1 and the file's h2 are
+    above it, for whoever finds their way by headings."""
+    heading = HEADING.match(line)
+    if heading is None:
+        return line
+    return "#" * min(len(heading.group(1)) + 2, 6) + heading.group(2)
 
 
 def add_routes(web_app: web.Application, site: Site) -> None:
@@ -82,24 +93,28 @@ def add_routes(web_app: web.Application, site: Site) -> None:
     web_app.router.add_get("/memory/why", owner_only(functools.partial(_why, site)))
 
 
-def _file_context(rel: str, content: bytes | None, saved: str = "") -> dict[str, Any]:
+def _file_context(rel: str, content: bytes | None) -> dict[str, Any]:
     text = (content or b"").decode("utf-8", errors="replace")
     return {
         "rel": rel,
         "slug": SECTIONS[rel],
         "blocks": blocks(text),
         "absent": content is None,
-        "saved": saved,
         "quote": quote,
     }
 
 
+def _files(site: Site) -> list[dict[str, Any]]:
+    """Blocking (git, and Markdown for files of up to 2 MB)."""
+    now = shown(site.app.git)
+    return [_file_context(rel, now.files.get(rel)) for rel in SECTIONS]
+
+
 async def _page(site: Site, request: web.Request) -> web.StreamResponse:
     try:
-        now = await asyncio.to_thread(shown, site.app.git)
+        files = await asyncio.to_thread(_files, site)
     except GitStoreError as exc:
         return page(request, "memory_page.html.j2", status=409, error=str(exc), files=[])
-    files = [_file_context(rel, now.files.get(rel)) for rel in SECTIONS]
     return page(request, "memory_page.html.j2", error="", files=files)
 
 
@@ -113,10 +128,10 @@ def _chosen(request: web.Request, field: str = "file") -> str:
 async def _file(site: Site, request: web.Request) -> web.StreamResponse:
     rel = _chosen(request)
     try:
-        now = await asyncio.to_thread(shown, site.app.git)
+        files = await asyncio.to_thread(_files, site)
     except GitStoreError as exc:
         return page(request, "memory_error.html.j2", status=409, error=str(exc))
-    return page(request, "memory_file.html.j2", **_file_context(rel, now.files.get(rel)))
+    return page(request, "memory_file.html.j2", **files[list(SECTIONS).index(rel)], saved="")
 
 
 async def _edit_form(site: Site, request: web.Request) -> web.StreamResponse:
@@ -159,7 +174,7 @@ async def _save(site: Site, request: web.Request) -> web.StreamResponse:
     base, seen = str(form.get("base", "")), str(form.get("seen", ""))
     try:
         version = await asyncio.to_thread(save_edit, site.app.git, rel, text, summary, base, seen)
-        now = await asyncio.to_thread(shown, site.app.git)
+        files = await asyncio.to_thread(_files, site)
     except GitStoreError as exc:
         # The person's text goes back into the form: a refused edit loses nothing.
         status = 409 if isinstance(exc, EditConflict) else 400
@@ -177,7 +192,7 @@ async def _save(site: Site, request: web.Request) -> web.StreamResponse:
             quote=quote,
         )
     saved = f"Saved as version {version.short}: {version.summary}"
-    return page(request, "memory_file.html.j2", **_file_context(rel, now.files.get(rel), saved))
+    return page(request, "memory_file.html.j2", **files[list(SECTIONS).index(rel)], saved=saved)
 
 
 async def _why(site: Site, request: web.Request) -> web.StreamResponse:

@@ -84,6 +84,8 @@ def test_each_line_is_a_block_with_its_number_and_a_code_block_stays_whole() -> 
     ]
     assert "&lt;b&gt;Ada&lt;/b&gt;" in found[1].html  # raw HTML stays text
     assert "<code>code" in found[3].html
+    assert found[0].html.startswith("<h3>")  # below the page's h1 and the file's h2
+    assert blocks("###### deep")[0].html.startswith("<h6>")
     assert found[1].hash != found[2].hash
 
 
