@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 
 MAX_REASON_CHARS = 1_000  # it goes into Dream's next prompts
 DECISIONS_SHOWN = 5
+DECIDED = ("approved", "rejected")
 
 
 def add_routes(web_app: web.Application, site: Site) -> None:
@@ -61,12 +62,16 @@ async def _decide(site: Site, request: web.Request) -> web.StreamResponse:
         error, status = f"The reason is longer than {MAX_REASON_CHARS:,} characters.", 400
     else:
         try:
+            if decided := await asyncio.to_thread(_decided_elsewhere, dream, wanted):
+                raise ReviewError(decided)  # made meanwhile, elsewhere: never made twice
             pending, version = await to_thread_to_the_end(
                 ReviewCommands(dream).decide, what, wanted, reason
             )
             outcome = {"what": what, "pending": pending, "version": version, "reason": reason}
         except ReviewError as exc:
-            error, status = await asyncio.to_thread(_already, dream, wanted, str(exc)), 409
+            # Decided elsewhere in the instant between the look and the decision, too.
+            decided = await asyncio.to_thread(_decided_elsewhere, dream, wanted)
+            error, status = decided or str(exc), 409
         except DreamBusy:
             error, status = BUSY, 409
     state = await asyncio.to_thread(_state, dream)
@@ -75,13 +80,14 @@ async def _decide(site: Site, request: web.Request) -> web.StreamResponse:
     )
 
 
-def _already(dream: Dream, wanted: str, refused: str) -> str:
-    """Why a decision was refused: most often, it was made elsewhere meanwhile."""
+def _decided_elsewhere(dream: Dream, wanted: str) -> str:
+    """Blocking. What the owner decided of change `wanted` elsewhere ("" if nothing): an
+    approval or a rejection (a change dropped or expired was the review's own doing)."""
     for record in dream.review.decisions(limit=200):
-        if str(record.get("id", "")) == wanted:
+        if str(record.get("id", "")) == wanted and record.get("status") in DECIDED:
             when = str(record.get("at", ""))[:16].replace("T", " ")
             return (
                 f"Change {wanted} was already {record.get('status')} ({when} UTC), elsewhere; "
                 "nothing was decided twice."
             )
-    return refused
+    return ""
