@@ -158,14 +158,13 @@ async def _edit_form(site: Site, request: web.Request) -> web.StreamResponse:
 async def _save(site: Site, request: web.Request) -> web.StreamResponse:
     try:
         form = await request.post()
-    except web.HTTPRequestEntityTooLarge as exc:
+    except web.HTTPRequestEntityTooLarge:
         # Too big to read back into the form: the message goes beside it (see memory.js).
-        limit = f"{exc.max_size:,}" if hasattr(exc, "max_size") else "the largest"
         return page(
             request,
             "memory_error.html.j2",
             status=413,
-            error=f"That text is larger than the web app takes ({limit} bytes); nothing was saved.",
+            error="That text is larger than the web app takes in one request; nothing was saved.",
         )
     rel = str(form.get("file", ""))
     if rel not in SECTIONS:

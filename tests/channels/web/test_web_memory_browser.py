@@ -207,6 +207,25 @@ def test_a_conflicting_edit_is_refused_and_the_text_kept(
     clean(seen)
 
 
+def test_a_huge_edit_is_refused_beside_the_text_kept(context: BrowserContext, site: Site) -> None:
+    page, seen = logged_in(context, site)
+    page.goto(f"{site.base}/memory")
+    before = site.user_md()
+    section = page.locator("#user")
+    section.get_by_role("button", name="Edit USER.md").click()
+    huge = "- a fact\n" * 150_000  # 1.35 MB: more than one request may carry
+    # Set, not typed: typing a megabyte into a spell-checked textarea takes minutes.
+    section.get_by_label("USER.md", exact=True).evaluate("(box, text) => box.value = text", huge)
+    section.get_by_label("What did you change?").fill("everything")
+    section.get_by_role("button", name="Save").click()
+    expect(section.locator(".edit-error")).to_have_text(
+        "That text is larger than the web app takes in one request; nothing was saved."
+    )
+    assert section.get_by_label("USER.md", exact=True).input_value() == huge
+    assert site.user_md() == before
+    clean(seen)
+
+
 def test_at_a_phone_width_by_keyboard_alone(browser: Browser, site: Site) -> None:
     context = browser.new_context(viewport=PHONE)
     page, seen = logged_in(context, site)
