@@ -131,7 +131,9 @@ async def _file(site: Site, request: web.Request) -> web.StreamResponse:
         files = await asyncio.to_thread(_files, site)
     except GitStoreError as exc:
         return page(request, "memory_error.html.j2", status=409, error=str(exc))
-    return page(request, "memory_file.html.j2", **files[list(SECTIONS).index(rel)], saved="")
+    return page(
+        request, "memory_file.html.j2", **files[list(SECTIONS).index(rel)], saved="", focus=True
+    )
 
 
 async def _edit_form(site: Site, request: web.Request) -> web.StreamResponse:
@@ -191,7 +193,9 @@ async def _save(site: Site, request: web.Request) -> web.StreamResponse:
             quote=quote,
         )
     saved = f"Saved as version {version.short}: {version.summary}"
-    return page(request, "memory_file.html.j2", **files[list(SECTIONS).index(rel)], saved=saved)
+    return page(
+        request, "memory_file.html.j2", **files[list(SECTIONS).index(rel)], saved=saved, focus=True
+    )
 
 
 async def _why(site: Site, request: web.Request) -> web.StreamResponse:

@@ -247,11 +247,13 @@ def test_at_a_phone_width_by_keyboard_alone(browser: Browser, site: Site) -> Non
     page.keyboard.press("Tab")
     page.keyboard.press("Enter")
     expect(page.locator("#user").get_by_role("status")).to_contain_text("edit: from the phone")
+    expect(edit).to_be_focused()  # the focus comes back where it left
     assert "- Typed on a phone" in site.user_md()
     for path in ("/memory", "/timeline", "/review"):
         page.goto(f"{site.base}{path}")
         width = page.evaluate("document.documentElement.scrollWidth")
         assert width <= PHONE["width"], f"{path} is {width} px wide"
+        screenshot(page, f"{path[1:]}-phone")
     clean(seen)
     context.close()
 
