@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 PER_PAGE = 10
 MAX_PAGE = 10_000  # a page further back walks that many versions: a bound on one request
 DIFFS_KEPT = 200  # parsed diffs remembered (versions never change)
+LATER_LOOKED = 100  # newer versions looked at for the ones a restore also undoes
 
 
 class Versions:
@@ -61,6 +62,18 @@ class Versions:
         return [self.shown(sha) for sha, _ in walked[skip : skip + PER_PAGE]], len(walked) > (
             skip + PER_PAGE
         )
+
+    def later(self, sha: str) -> tuple[list[Version], bool]:
+        """Blocking. The newer versions that changed a file version `sha` changed (a restore
+        undoes them too, as /dream-restore says after the fact), oldest first; and whether
+        more versions lay between than were looked at."""
+        target, _ = self.shown(sha)
+        walked = self.git.walk(LATER_LOOKED + 1)
+        newer = [s for s, _ in walked]
+        cut = sha not in newer
+        newer = newer[: newer.index(sha)] if not cut else newer[:LATER_LOOKED]
+        touched = [v for v, _ in map(self.shown, newer) if set(v.files) & set(target.files)]
+        return touched[::-1], cut
 
     def charts(self) -> tuple[Markup, Markup]:
         """Blocking. Facts in memory per day; facts added (up) and removed (down) per day."""
@@ -140,7 +153,16 @@ async def _version(
 ) -> web.StreamResponse:
     full = await _resolved(versions, request.match_info["sha"])
     version, diff = await asyncio.to_thread(versions.shown, full)
-    return page(request, "timeline_version.html.j2", version=version, diff=diff, confirm=confirm)
+    later, more = await asyncio.to_thread(versions.later, full) if confirm else ([], False)
+    return page(
+        request,
+        "timeline_version.html.j2",
+        version=version,
+        diff=diff,
+        confirm=confirm,
+        later=later,
+        more=more,
+    )
 
 
 async def _restore(site: Site, versions: Versions, request: web.Request) -> web.StreamResponse:

@@ -107,3 +107,32 @@ async def test_why_of_a_heading_or_a_line_since_changed_asks_for_a_reload(served
         assert "changed since the page was loaded" in await response.text()
     response = await served.client.get("/memory/why?file=USER.md&line=two")
     assert response.status == 400
+
+
+async def test_the_restore_asks_first_naming_the_later_changes_it_undoes_too(
+    served: Served,
+) -> None:
+    workspace, git = served.app.workspace, served.app.git
+    changes = []
+    for rel, text in [
+        ("USER.md", "# User\n- Ada\n"),
+        ("memory/MEMORY.md", "# Memory\n- Apollo\n"),
+        ("USER.md", "# User\n- Ada\n- tea\n"),
+    ]:
+        (workspace / rel).write_text(text)
+        changes.append(git.commit_manual_edits())
+    first, memory, later = changes
+    assert first is not None and memory is not None and later is not None
+    response = await served.client.get(f"/timeline/restore/{first.sha}")
+    page = await response.text()
+    assert response.status == 200 and f"Restore version {first.short}?" in page
+    listed = page[page.index('<ul class="later">') :].split("</ul>")[0]
+    assert later.short in listed and memory.short not in listed
+    assert git.log(limit=1)[0] == later  # asking changed nothing
+    status, said = await post(served, f"/timeline/restore/{first.sha}", {})
+    assert status == 200 and "later changes to the same files:" in said and later.short in said
+    assert "Ada" not in (workspace / "USER.md").read_text()
+    assert (workspace / "memory" / "MEMORY.md").read_text() == "# Memory\n- Apollo\n"
+    newest = git.log(limit=1)[0]
+    response = await served.client.get(f"/timeline/restore/{newest.sha}")
+    assert "No later change touched these files." in await response.text()
