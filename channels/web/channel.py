@@ -216,7 +216,7 @@ class WebChannel(BaseChannel):
             return
         link = file_url(url, file_id, name)
         html = chat_html("chat_note.html.j2", text=part.caption, style="file", buttons=(), url=url,
-                      link=link, name=name)  # fmt: skip
+                      link=link, file_name=name)  # fmt: skip
         self.live.note(chat, html)
 
 
