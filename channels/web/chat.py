@@ -29,7 +29,7 @@ from channels.web.live import Event
 from channels.web.markdown import markdown
 from channels.web.render import page
 from nanomem.agent import Received
-from nanomem.memory.session import session_filename
+from nanomem.memory import session_filename
 
 if TYPE_CHECKING:
     from channels.web.channel import WebChannel
