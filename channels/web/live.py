@@ -60,7 +60,7 @@ class Chat:
 
     @property
     def idle(self) -> bool:
-        return not (self.pages or self.pending or self.turns or self.notes)
+        return not (self.pages or self.pending or self.turns or self.growing or self.notes)
 
 
 class Live:
