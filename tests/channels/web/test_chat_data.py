@@ -91,9 +91,11 @@ def test_a_page_of_a_long_session_reads_only_that_page() -> None:
 
 
 def test_entries_show_each_kind_of_message() -> None:
+    call = {"function": {"name": "exec", "arguments": '{"command": "ls"}'}}
+    when = "2026-11-28T01:02:03"
     messages = [
-        {"role": "user", "content": "[runtime]\n\nrun it", "in": "in-3", "ts": "2026-11-28T01:02:03"},
-        {"role": "assistant", "content": "", "tool_calls": [{"function": {"name": "exec", "arguments": '{"command": "ls"}'}}]},
+        {"role": "user", "content": "[runtime]\n\nrun it", "in": "in-3", "ts": when},
+        {"role": "assistant", "content": "", "tool_calls": [call]},
         {"role": "tool", "name": "exec", "content": "x" * 5000},
         {"role": "assistant", "content": "done", "failed": "media"},
         {"role": "assistant", "content": ""},
