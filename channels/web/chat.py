@@ -110,6 +110,7 @@ async def _conversation(site: Site, request: web.Request) -> web.StreamResponse:
     first = next((m for m in messages[:TITLE_SEARCH] if m.get("role") == "user"), None)
     title = titled(person_text(first.get("content"))) if first else ""
     commands = [c for c in site.app.loop.commands.all() if c.listed]
+    live = _channel(site).live.chats.get(key.partition(":")[2])  # notes shown before: not again
     return page(
         request,
         "chat_conversation.html.j2",
@@ -122,6 +123,7 @@ async def _conversation(site: Site, request: web.Request) -> web.StreamResponse:
         earlier=shown.start or None,
         url=conversation_url(key),
         shown=len(messages),
+        notes=live.note_count if live is not None else 0,
         commands=commands,
         max_mb=site.settings.max_upload_mb,
         markdown=markdown,
@@ -192,9 +194,13 @@ def _resumed(request: web.Request) -> tuple[int, int]:
     last = request.headers.get("Last-Event-ID", "")
     shown, _, note = last.partition(".")
     if shown.isdigit() and note.isdigit():
-        return int(shown), int(note)
-    after = request.query.get("after", "")
-    return (int(after) if after.isdigit() and len(after) < 10 else 0), 0
+        return _count(shown), _count(note)
+    after, note = request.query.get("after", ""), request.query.get("note", "")
+    return _count(after), _count(note)
+
+
+def _count(text: str) -> int:
+    return int(text) if text.isdigit() and len(text) < 10 else 0
 
 
 async def _send(site: Site, request: web.Request) -> web.StreamResponse:

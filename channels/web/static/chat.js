@@ -54,20 +54,23 @@
     conversation.classList.toggle("busy", busy);
   }
 
-  // What the session holds, each message once (a page that reconnects may be sent it again).
+  // What the session holds, each message once (a page that reconnects may be sent it again),
+  // where what it replaces stood: the person's message as received, the reply as it grew.
   function saved(data) {
     const follow = nearBottom();
-    for (const sent of data.ins || []) {
-      messages.querySelectorAll(".pending").forEach((el) => {
-        if (el.dataset.in === sent) el.remove();
-      });
-    }
-    if (data.turn) live(data.turn, false)?.remove();
+    const replaced = Array.from(messages.querySelectorAll(".pending")).filter((el) =>
+      (data.ins || []).includes(el.dataset.in),
+    );
+    const growing = data.turn ? live(data.turn, false) : null;
+    if (growing) replaced.push(growing);
+    replaced.sort((a, b) => (a.compareDocumentPosition(b) & Node.DOCUMENT_POSITION_FOLLOWING ? -1 : 1));
+    const anchor = replaced.length ? replaced[0] : null;
     for (const node of nodes(data.html)) {
       if (node.classList.contains("earlier")) continue;
       if (node.id && document.getElementById(node.id)) continue;
-      messages.appendChild(node);
+      messages.insertBefore(node, anchor);
     }
+    replaced.forEach((el) => el.remove());
     if (follow) toBottom();
   }
 
@@ -112,7 +115,8 @@
   }
 
   if (conversation.dataset.writable === "yes") {
-    const events = new EventSource(url + "/events?after=" + conversation.dataset.shown);
+    const since = "?after=" + conversation.dataset.shown + "&note=" + conversation.dataset.notes;
+    const events = new EventSource(url + "/events" + since);
     const on = (name, handle) =>
       events.addEventListener(name, (event) => handle(JSON.parse(event.data)));
     on("messages", saved);
