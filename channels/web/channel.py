@@ -152,7 +152,8 @@ class WebChannel(BaseChannel):
             self.live.ended(chat, turn)
         elif isinstance(part, Text):
             shown = await self.sync(chat, turn)
-            if part.buttons or part.text.strip() not in shown:
+            said = part.text.strip()  # after a feature's preface ("heard: ..."), if any
+            if part.buttons or not any(text and said.endswith(text) for text in shown):
                 self.live.note(chat, self._note(chat, part.text, part.style, part.buttons))
         elif isinstance(part, Question):
             self.live.note(chat, self._note(chat, part.text, "command", part.choices))

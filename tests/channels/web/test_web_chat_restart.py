@@ -1,11 +1,13 @@
 """A web message survives the gateway's kill -9: stored before the page was told it was
-received, answered after the restart, once."""
+received, answered after the restart, once; the page left open reconnects by itself and is
+sent what it missed, once."""
 
 from __future__ import annotations
 
 import concurrent.futures
 import re
 import signal
+import socket
 import time
 from pathlib import Path
 
@@ -30,10 +32,13 @@ def test_a_message_sent_before_a_kill_is_answered_after_the_restart_once(
     context = browser.new_context()
     context.set_default_timeout(20_000)
     page = context.new_page()
+    with socket.socket() as free:  # one port for both gateways: the open page reconnects to it
+        free.bind(("127.0.0.1", 0))
+        port = {"NANOMEM_GATEWAY__PORT": str(free.getsockname()[1])}
     with FakeOpenAI() as llm:
         llm.add(Step.reply("never finished, " * 8, hold_after=1))  # the turn hangs, unanswered
         llm.reply(ANSWER)
-        first = web_gateway(home, llm)
+        first = web_gateway(home, llm, **port)
         try:
             log_in(page, base_url(first))
             page.get_by_role("button", name="New conversation").click()
@@ -48,9 +53,12 @@ def test_a_message_sent_before_a_kill_is_answered_after_the_restart_once(
         finally:
             first.stop(signal.SIGKILL)
         llm.release()
-        with web_gateway(home, llm) as second:
-            page.goto(f"{base_url(second)}/chat/c/{path}")
+        with web_gateway(home, llm, **port) as second:
+            assert base_url(second) == base_url(first)
+            # The page was never reloaded: its event stream came back by itself.
             expect(page.locator(".msg.reply")).to_contain_text(ANSWER, timeout=20_000)
+            expect(page.locator(".msg.person")).to_have_count(1)
+            expect(page.locator(".msg.reply")).to_have_count(1)
             page.reload()
             expect(page.locator(".msg.person")).to_have_count(1)
             expect(page.locator(".msg.reply")).to_have_count(1)
