@@ -52,8 +52,8 @@ class Form:
 
 
 async def read_form(request: web.Request, max_mb: int) -> Form:
-    """The message a browser posts: its words, and files within `max_mb` each (Refused: too
-    big, too many, not a form we know). Nothing is saved here."""
+    """The message a browser posts: its words, and files within `max_mb` together (Refused:
+    too big, too many, not a form we know). Nothing is saved here."""
     if request.content_type != "multipart/form-data":
         posted = await request.post()
         return Form(text=clean_text(str(posted.get("text", ""))))
@@ -68,8 +68,9 @@ async def read_form(request: web.Request, max_mb: int) -> Form:
         elif part.name in ("file", "voice") and part.filename is not None:
             if len(form.files) >= MAX_FILES:
                 raise Refused(f"At most {MAX_FILES} files in one message.")
-            too_big = f"That file is larger than {max_mb} MB (web.max_upload_mb)."
-            data = await _read(part, max_mb * 2**20, too_big)
+            too_big = f"That is more than {max_mb} MB of files (web.max_upload_mb)."
+            left = max_mb * 2**20 - sum(len(data) for _, _, data in form.files)
+            data = await _read(part, left, too_big)
             if data:
                 form.files.append((part.name, part.filename, data))
         else:

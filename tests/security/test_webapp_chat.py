@@ -108,10 +108,10 @@ def test_uploads_over_the_limit_or_not_what_they_claim_are_refused_and_nothing_k
     chat = conversation()
     before = media(gateway)
     big = PNG + b"\0" * (2**20 + 1)
-    assert owner.send(chat, [("file", "big.png", big)]) == (
-        413,
-        b"That file is larger than 1 MB (web.max_upload_mb).",
-    )
+    too_big = (413, b"That is more than 1 MB of files (web.max_upload_mb).")
+    assert owner.send(chat, [("file", "big.png", big)]) == too_big
+    halves = [("file", f"{n}.png", PNG + b"\0" * 2**19) for n in range(2)]
+    assert owner.send(chat, halves) == too_big  # the limit is the message's, not each file's
     hostile = [
         ("page.png", b"<html><script>alert(1)</script></html>"),  # HTML named as an image
         ("x.svg", b'<svg xmlns="http://www.w3.org/2000/svg"><script>alert(1)</script></svg>'),
