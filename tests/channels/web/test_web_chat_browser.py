@@ -62,6 +62,8 @@ def scripted(request: dict[str, Any]) -> Step:
         return Step.tool_call("exec", {"command": text.split("RUN ", 1)[1].strip()})
     if "SEND IT" in text:
         return Step.tool_call("send_file", {"path": "report.txt", "caption": "Your report"})
+    if "REPLY HOSTILE" in text:  # every line of it, streamed piece by piece
+        return Step.reply(CORPUS_TEXT, pieces=12, pause=0.05)
     if "HOSTILE" in text:
         return Step.tool_call("read_file", {"path": CORPUS_TEXT[:2000]})
     if "SHOW OFF" in text:
@@ -309,6 +311,9 @@ def test_hostile_text_stays_text_everywhere(
     url = new_conversation(page, base_url(gateway))
     say(page, CORPUS_TEXT)  # the person's own words, and the model's reply quoting them
     expect(page.locator(".msg.reply").last).to_contain_text("heard:")
+    say(page, "REPLY HOSTILE")  # the model's reply, growing and then rendered
+    expect(page.locator(".msg.reply").last).to_contain_text("{{7*7}}")
+    expect(page.locator(".msg.reply").last).to_contain_text("<img src=x onerror=alert(1)>")
     say(page, "HOSTILE tool step")  # a tool step and its result
     expect(page.locator(".msg.reply").last).to_contain_text("result:")
     page.locator("#file").set_input_files(  # a file's name
