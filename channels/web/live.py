@@ -165,6 +165,9 @@ class Live:
             chat.turns.remove(turn)
         chat.growing.pop(turn, None)
         chat.steps.pop(turn, None)
+        # Its message is in the session by now, or never will be (a command): a page that
+        # opens later shows the session, not a bubble waiting for nothing.
+        chat.pending.pop(turn, None)
         self.push(key, Event("turn", {"state": "ended", "turn": turn}))
         self._forget_if_idle(key)
 

@@ -133,12 +133,14 @@ async def test_a_page_that_joins_is_sent_what_is_live_and_only_that() -> None:
     ]
     assert events[-1].id == "4.1"
     assert live.open("c1", shown=4, note=1) is not None  # a note it saw is not sent again
-    live.saved("c1", {"in-1"})
+    live.sent("c1", "in-2", "<p>/help</p>")  # a command: never saved in the session
     live.ended("c1", "in-1")
+    live.ended("c1", "in-2")
     again = live.open("c1", shown=6, note=1)
-    assert again is not None and again[1] == []
-    live.delta("c1", "in-2", 0, "x", "x")
-    assert page.queue.qsize() == 2  # the turn's end and the new piece
+    assert again is not None and again[1] == []  # no bubble left waiting for nothing
+    live.saved("c1", {"in-1"})
+    live.delta("c1", "in-3", 0, "x", "x")
+    assert page.queue.qsize() == 4  # the second bubble, two turns' ends, the new piece
 
 
 async def test_open_pages_are_bounded_and_one_too_far_behind_is_dropped() -> None:
