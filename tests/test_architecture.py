@@ -75,7 +75,7 @@ CHANNEL_MAY_IMPORT = {
 }
 # The web app's pages show and change what the slash commands do (the memory, its versions,
 # Dream's review, the features' state), by calling the same functions under the same locks.
-WEB_MAY_IMPORT = CHANNEL_MAY_IMPORT | {"memory", "features", "locks"}
+WEB_MAY_IMPORT = CHANNEL_MAY_IMPORT | {"features", "locks"}
 
 
 def layer_of(module: str) -> str:
