@@ -250,11 +250,11 @@ class MatrixChannel(BaseChannel):
         items: list[tuple[str, dict[str, Any], Sender]] = []
         for room_id, info in found.rooms.join.items():
             events = [e.source for e in info.timeline.events if isinstance(e.source, dict)]
-            events = _since_our_join(events, self.settings.user_id)
-            if any(e.get("type") == MEMBER for e in events) or any(
-                getattr(e, "source", {}).get("type") == MEMBER for e in info.state
-            ):
+            if _members_changed(events, info):
                 self._sizes.pop(room_id, None)  # somebody came or went: ask again
+            if (joined := getattr(info.summary, "joined_member_count", None)) is not None:
+                self._sizes[room_id] = joined  # the homeserver said it unasked
+            events = _since_our_join(events, self.settings.user_id)
             if first:
                 continue
             for event in events:
@@ -471,6 +471,17 @@ def _since_our_join(events: list[dict[str, Any]], user_id: str) -> list[dict[str
         ):
             return events[at + 1 :]
     return events
+
+
+def _members_changed(events: list[dict[str, Any]], info: Any) -> bool:
+    """Whether somebody came or went in this batch: a membership event in the timeline, or in
+    the state of a batch whose timeline skipped some (a gap). The state of a whole timeline only
+    restates the senders' membership (lazy loading), which changes nobody's: asking the
+    homeserver again for it cost a request per message."""
+    if any(e.get("type") == MEMBER for e in events):
+        return True
+    gap = bool(getattr(info.timeline, "limited", True))
+    return gap and any(getattr(e, "source", {}).get("type") == MEMBER for e in info.state)
 
 
 def _olm() -> bool:
