@@ -76,6 +76,7 @@ class Driver:
     streams = True  # a growing reply is shown growing (edits or drafts), at a bounded rate;
     # in groups too (each driver's gateway sets stream_groups)
     buttons = True  # a question comes with buttons; False: its choices as text, typed back
+    command_prefix = "/"  # how the channel writes a command, a typed choice among them
     limit = 0  # the platform's longest message, in `measure`
     edit_gap_s = 1.0  # the platform's bound on edits to a growing message
     PEOPLE: ClassVar[dict[str, Any]] = {}  # the owner, the friend and the stranger's user ids
