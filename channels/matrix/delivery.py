@@ -48,9 +48,9 @@ if TYPE_CHECKING:
 TYPING_MS = 25_000  # each typing notice lasts this long; renewed every 20 s while a turn runs
 TYPING = TypingPace(delay_s=1.0, every_s=20.0, silent_max_s=600.0)
 GROWING = " …"  # after a reply still being written
-# A reply's first words wait this long: one written by then goes whole, as one event, where a
-# growing one costs the homeserver two or more (the message and its edits, each stored). Most
-# short replies, and all of them when many chats answer at once.
+# A reply's first words wait this long: one written by then (most short replies) goes whole,
+# as one event, where a growing one costs the homeserver two or more (the message and its
+# edits, each stored): with 100 chats answering at once, half its events.
 FIRST_SHOW_S = 1.0
 # Edits across all rooms, a second: when many replies grow at once, each grows in fewer, larger
 # steps instead of the homeserver storing an edit per room every stream_every_s.
@@ -209,6 +209,10 @@ class Delivery:
             except DeliveryLater as exc:  # skipped: a later edit, or the reply, shows it
                 logger.debug("matrix: a growing reply in {} not shown now: {}", room, exc)
                 stream.shown_from = None
+            except Exception:  # best effort: the whole reply still goes
+                logger.exception("matrix: showing a growing reply in {} failed", room)
+                stream.unsure = not stream.event_id  # its post may have reached the homeserver
+                return
 
     async def _settled(self, stream: Stream) -> None:
         """Stop growing, once what is on its way has arrived (or may have: `unsure`)."""
@@ -216,11 +220,12 @@ class Delivery:
         stream.wake.set()
         if stream.task is None or stream.task.done():
             return
-        try:
-            await asyncio.wait_for(asyncio.shield(stream.task), CLOSE_WAIT_S)
-        except TimeoutError:
-            stream.task.cancel()
-            stream.unsure = not stream.event_id
+        with contextlib.suppress(Exception):  # its own failure was logged where it failed
+            try:
+                await asyncio.wait_for(asyncio.shield(stream.task), CLOSE_WAIT_S)
+            except TimeoutError:
+                stream.task.cancel()
+                stream.unsure = not stream.event_id
 
     async def _keep_shown(self, stream: Stream) -> None:
         """A turn /stop cut short: its message shows what was written, without the mark of a
