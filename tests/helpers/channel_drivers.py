@@ -146,12 +146,6 @@ class TelegramDriver(Driver):
     limit = 4096  # UTF-16 code units of the text as shown
     PEOPLE: ClassVar[dict[str, Any]] = {"owner": 1000, "friend": 1001, "stranger": 666}
     GROUP = -100777
-    KNOWN_DEFECTS: ClassVar[dict[str, str]] = {
-        "kill while growing in a group": "with telegram.stream_groups (off by default) a reply "
-        "half-grown by edits when the gateway is killed stays, and the replay posts the whole "
-        "reply as a second message: the grown message's id is not kept across a restart (Slack "
-        "keeps it in the inbox's positions, Discord finds it by the reply's nonce)"
-    }
     MENTION = "@nanomem_test_bot "
 
     def __init__(self, home: Home, llm: FakeOpenAI) -> None:
