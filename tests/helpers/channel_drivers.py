@@ -163,7 +163,10 @@ class TelegramDriver(Driver):
             "NANOMEM_TELEGRAM__OWNER": str(self.PEOPLE["owner"]),
             "NANOMEM_TELEGRAM__STREAM_GROUPS": "true",
         }
-        self.gateway = GatewayProcess(self.home, self.fake, self.llm, **(ENV | env))
+        self.gateway = self._gateway(**(ENV | env))
+
+    def _gateway(self, **env: str) -> GatewayProcess:
+        return GatewayProcess(self.home, self.fake, self.llm, **env)
 
     def close(self) -> None:
         self.fake.stop()
@@ -197,6 +200,25 @@ class TelegramDriver(Driver):
         wait = int(seconds)
         said = f"Too Many Requests: retry after {wait}"
         self.fake.fail_next("sendMessage", retry_after=wait, times=times, description=said)
+
+
+class TelegramWebhookDriver(TelegramDriver):
+    """Telegram with telegram.mode = "webhook": the fake Bot API posts each update to the
+    gateway's webhook route, again until it is answered 200, as Telegram does."""
+
+    name = "telegram-webhook"
+    URL = "https://bot.example.org/telegram/hook"
+
+    def _gateway(self, **env: str) -> GatewayProcess:
+        hook = {"NANOMEM_TELEGRAM__MODE": "webhook", "NANOMEM_TELEGRAM__WEBHOOK_URL": self.URL}
+        gateway = GatewayProcess(self.home, self.fake, self.llm, **(env | hook))
+        self.fake.forward_webhook_to(f"http://127.0.0.1:{gateway.port}")
+        gateway.wait_for_line(r"telegram: webhook as @")  # never polling
+        return gateway
+
+    def stop(self) -> int:
+        assert self.fake.getupdates_count == 0, "it polled"
+        return super().stop()
 
 
 class DiscordDriver(Driver):
@@ -367,7 +389,8 @@ class LineDriver(Driver):
 
 
 DRIVERS: dict[str, type[Driver]] = {
-    d.name: d for d in (TelegramDriver, DiscordDriver, SlackDriver, LineDriver)
+    d.name: d
+    for d in (TelegramDriver, TelegramWebhookDriver, DiscordDriver, SlackDriver, LineDriver)
 }
 PERSONAL = USER_FACT  # written to the owner's USER.md: a group's turn never sees it
 
