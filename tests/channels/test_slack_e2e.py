@@ -140,6 +140,19 @@ def test_a_command_and_a_press_are_acked_while_a_long_turn_runs(running: Any) ->
     llm.release()
 
 
+def test_a_channel_named_directmessage_is_a_channel_not_a_dm(running: Any) -> None:
+    """Anyone may name a channel "directmessage", as Slack names a DM in a command: whether
+    the command came from a DM is Slack's fact about the conversation, not its name. Deciding
+    on the owner's memory is refused there, as in any channel."""
+    _, fake, _, _ = running
+    fake.add_conversation("CNAMEDDM1", "channel", name="directmessage")
+    fake.command("CNAMEDDM1", OWNER, "dream-approve")
+    wait_until(lambda: replies(fake, "CNAMEDDM1"), what="the command's answer")
+    assert replies(fake, "CNAMEDDM1") == [
+        "Memory changes are decided by the owner, in a private chat."
+    ]
+
+
 def replies_ts(fake: FakeSlack) -> str:
     return str(fake.messages_in(DM)[-1]["ts"])
 

@@ -165,11 +165,13 @@ class FakeSlack:
         with self._lock:
             self.users[user_id] = {"id": user_id, "name": name, "real_name": name, "is_bot": bot}
 
-    def add_conversation(self, channel: str, kind: str, user: str = "") -> None:
-        """`kind`: "im" (a DM with `user`), "mpim", "channel" or "group" (a private channel)."""
+    def add_conversation(self, channel: str, kind: str, user: str = "", name: str = "") -> None:
+        """`kind`: "im" (a DM with `user`), "mpim", "channel" or "group" (a private channel);
+        `name`: a channel's, as anyone who makes one may choose it."""
         with self._lock:
             self.conversations[channel] = {
                 "id": channel,
+                **({"name": name} if name and kind != "im" else {}),
                 "is_im": kind == "im",
                 "is_mpim": kind == "mpim",
                 "is_channel": kind == "channel",
@@ -585,9 +587,8 @@ class FakeSlack:
     def _channel_name(self, channel: str) -> str:
         """What Slack names a conversation in a command or press: a DM is "directmessage"."""
         with self._lock:
-            return (
-                "directmessage" if self.conversations.get(channel, {}).get("is_im") else "general"
-            )
+            found = self.conversations.get(channel, {})
+            return "directmessage" if found.get("is_im") else str(found.get("name", "general"))
 
     # What the app did.
 
