@@ -60,6 +60,8 @@ REPLY_EVENT = "nanomem_reply"
 # Of a growing reply, what is rendered for its preview (its pieces replace it, 3,900 each):
 # rendering all of a long one each time would hold the event loop for seconds.
 PREVIEWED = 8000
+# Looking for our own posts since a time: pages of 200 (Slack's advice), this many at most.
+HISTORY_PAGES = 10
 
 
 @dataclass(eq=False)
@@ -339,8 +341,8 @@ class Delivery:
     async def _ours_since(
         self, chat: str, after: str, *, metadata: bool = False
     ) -> list[dict[str, Any]]:
-        """Our posts in this chat (its thread) after `after` (with their metadata if asked);
-        none when Slack cannot say."""
+        """Our posts in this chat (its thread) after `after` (with their metadata if asked),
+        page by page up to HISTORY_PAGES; those found so far when Slack cannot say more."""
         channel, thread = target(chat)
         params: dict[str, Any] = {"channel": channel, "oldest": after, "limit": 200}
         method = "conversations.history"
@@ -348,13 +350,27 @@ class Delivery:
             method, params = "conversations.replies", params | {"ts": thread}
         if metadata:
             params["include_all_metadata"] = True
-        try:
-            answer = await call(self.client, method, **params)
-        except SendError as exc:
-            logger.debug("slack: could not look for a reply begun in {}: {}", chat, exc)
-            return []
-        said = answer.get("messages")
-        messages: list[Any] = said if isinstance(said, list) else []
+        messages: list[Any] = []
+        for _ in range(HISTORY_PAGES):
+            try:
+                answer = await call(self.client, method, **params)
+            except SendError as exc:
+                logger.debug("slack: could not look for a reply begun in {}: {}", chat, exc)
+                break
+            said = answer.get("messages")
+            messages += said if isinstance(said, list) else []
+            meta = answer.get("response_metadata")
+            cursor = meta.get("next_cursor") if isinstance(meta, dict) else None
+            if not answer.get("has_more") or not isinstance(cursor, str) or not cursor:
+                break
+            params["cursor"] = cursor
+        else:
+            logger.warning(
+                "slack: a reply begun before a restart was looked for in the newest {} pages of "
+                "{}'s history only",
+                HISTORY_PAGES,
+                chat,
+            )
         return [
             m
             for m in messages

@@ -127,3 +127,29 @@ async def test_two_homes_on_one_bot_never_take_each_others_replies_for_their_own
     await (await delivery_of("two")).send(OutboundMessage("slack", DM, Text("two's"), "in-1", 1))
     await (await delivery_of("one")).send(OutboundMessage("slack", DM, Text("one's"), "in-1", 1))
     assert sorted(m["text"] for m in fake.messages_in(DM)) == ["one's", "two's"]
+
+
+async def test_a_reply_sent_again_after_a_restart_finds_its_parts_past_the_first_page(
+    fake: FakeSlack, tmp_path: Path
+) -> None:
+    """A run posted a stored reply's three parts, then died before it was marked delivered;
+    the next run looks for them in the history, which Slack gives a page at a time (here one
+    message a page): it finds them all, and posts none again."""
+    from nanomem.agent import MessageBus
+    from nanomem.agent.inbox import SqliteInbox
+
+    async def delivery_of_a_run() -> Delivery:
+        delivery = delivery_to(fake, tmp_path)
+        delivery.bot_user = BOT_USER
+        await delivery.load(MessageBus(inbox=SqliteInbox(tmp_path / "inbox.sqlite3")))
+        return delivery
+
+    parts = [OutboundMessage("slack", DM, Text(f"part {n}"), "in-1", 1) for n in range(3)]
+    first = await delivery_of_a_run()
+    for part in parts:
+        await first.send(part)
+    fake.page_max = 1
+    again = await delivery_of_a_run()
+    for part in parts:
+        await again.send(part)
+    assert [m["text"] for m in fake.messages_in(DM)] == ["part 0", "part 1", "part 2"]

@@ -12,6 +12,7 @@ and when it acknowledged each envelope (`acks`).
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import hashlib
 import hmac
@@ -95,6 +96,9 @@ class FakeSlack:
         self.uploads: list[JSONDict] = []  # completed uploads: channel, thread_ts, name, data
         self.envelopes: list[Envelope] = []
         self.connections_opened = 0
+        # The most a history page holds, whatever `limit` asks: Slack may return fewer items
+        # than asked even before the end, and says where to go on (`next_cursor`).
+        self.page_max = 1000
         self.users: dict[str, JSONDict] = {}
         self.conversations: dict[str, JSONDict] = {}
         self._lock = threading.Lock()
@@ -323,10 +327,20 @@ class FakeSlack:
         return {"channel": found}
 
     def _api_conversations_history(self, params: JSONDict) -> JSONDict:
-        return {"messages": self._history(params, None), "has_more": False}
+        return self._page(params, self._history(params, None))
 
     def _api_conversations_replies(self, params: JSONDict) -> JSONDict:
-        return {"messages": self._history(params, str(params.get("ts", ""))), "has_more": False}
+        return self._page(params, self._history(params, str(params.get("ts", ""))))
+
+    def _page(self, params: JSONDict, found: list[JSONDict]) -> JSONDict:
+        """One page from the `cursor` on (an opaque string, as Slack's), `limit` long at most."""
+        cursor = str(params.get("cursor") or "")
+        start = int(base64.b64decode(cursor).decode().removeprefix("next:")) if cursor else 0
+        end = start + min(int(params.get("limit") or 100), self.page_max)
+        more = end < len(found)
+        after = base64.b64encode(f"next:{end}".encode()).decode() if more else ""
+        meta = {"next_cursor": after}
+        return {"messages": found[start:end], "has_more": more, "response_metadata": meta}
 
     def _history(self, params: JSONDict, thread: str | None) -> list[JSONDict]:
         """What the app posted in a conversation (a thread) after `oldest`, newest first."""
@@ -346,7 +360,7 @@ class FakeSlack:
             for m in self.posted
             if m["channel"] == channel and float(m["ts"]) > oldest and m["thread_ts"] == thread
         ]
-        return found[::-1][: int(params.get("limit") or 100)]
+        return found[::-1]
 
     def _api_conversations_open(self, params: JSONDict) -> JSONDict:
         user = str(params.get("users", ""))
