@@ -32,7 +32,14 @@ from channels.slack import events
 from channels.slack.delivery import Delivery
 from channels.slack.events import COMMAND, REFUSED_PRESS, Incoming
 from channels.slack.intake import Intake
-from channels.slack.web import SendError, call, download, web_client
+from channels.slack.web import (
+    SendError,
+    call,
+    download,
+    drop_connections,
+    keep_connections,
+    web_client,
+)
 from nanomem.agent import (
     BaseChannel,
     Capabilities,
@@ -162,9 +169,11 @@ class SlackChannel(BaseChannel):
                 "slack.allow_from is empty and slack.owner is not set: every message is refused,"
                 " and the log names each refused member id to add"
             )
+        keep_connections(self.client)
         try:
             me = await call(self.client, "auth.test")
         except SendError as exc:
+            await drop_connections(self.client)
             raise ChannelDown(f"slack: the bot token was not accepted ({exc})") from None
         self.bot_user = self.delivery.bot_user = str(me.get("user_id", ""))
         self._intake = Intake(bus, self.name)
@@ -182,6 +191,7 @@ class SlackChannel(BaseChannel):
                 await asyncio.wait_for(self._socket.connect_async(), STEP_S * 3)
             except Exception as exc:
                 await self._close_socket()
+                await drop_connections(self.client)
                 raise ChannelDown(f"slack: Socket Mode could not connect: {exc}") from None
             self._watch = asyncio.create_task(self._watch_socket(), name="slack-watch")
         logger.info("slack: connected as {} ({} mode)", self.bot_user, self.settings.mode)
@@ -200,6 +210,7 @@ class SlackChannel(BaseChannel):
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        await drop_connections(self.client)
 
     async def _close_socket(self) -> None:
         socket, self._socket = self._socket, None

@@ -96,6 +96,7 @@ class FakeSlack:
         self.uploads: list[JSONDict] = []  # completed uploads: channel, thread_ts, name, data
         self.envelopes: list[Envelope] = []
         self.connections_opened = 0
+        self.api_connections: set[tuple[Any, ...]] = set()  # the Web API's clients' (host, port)
         # The most a history page holds, whatever `limit` asks: Slack may return fewer items
         # than asked even before the end, and says where to go on (`next_cursor`).
         self.page_max = 1000
@@ -243,6 +244,9 @@ class FakeSlack:
 
     async def _method(self, request: web.Request) -> web.Response:
         method = request.match_info["method"]
+        peer = request.transport.get_extra_info("peername") if request.transport else None
+        with self._lock:
+            self.api_connections.add(tuple(peer) if peer else ())
         params: JSONDict = dict(request.query)
         if request.can_read_body:
             if request.content_type == "application/json":
