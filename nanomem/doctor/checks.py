@@ -55,6 +55,8 @@ async def online(home: Home, settings: Settings) -> list[Finding]:
     checks.append(("gateway", services.HTTP_TIMEOUT_S + 5, lambda: services.gateway(found, host)))
     runs = [within(name, min(seconds, TOTAL_S), check) for name, seconds, check in checks]
     findings = list(await asyncio.gather(*runs))
+    if settings.web.enabled:
+        findings.insert(1, services.web_app(settings))
     if settings.api.enabled:
         findings.insert(1, services.api(settings))
     return findings

@@ -117,6 +117,26 @@ def api(settings: Settings) -> Finding:
     )
 
 
+def web_app(settings: Settings) -> Finding:
+    """Whether the web app can start: a token, an address it may serve, TLS files that load."""
+    from nanomem.config import ConfigError
+    from nanomem.gateway.health import tls_context
+
+    web, gw = settings.web, settings.gateway
+    if web.token is None:
+        fix = "start `nanomem gateway` once: it writes one into the config (web.token)"
+        return Finding.warn("web app", "enabled, no token yet (nobody can log in)", fix)
+    if problem := web.start_problem(gw.host, gw.tls_cert is not None):
+        return Finding.fail("web app", f"will not start on {gw.host}", problem)
+    try:
+        tls_context(gw)
+    except ConfigError as exc:
+        return Finding.fail("web app", "the gateway's TLS files cannot be used", str(exc))
+    where = f"{gw.scheme}://{gw.host}:{gw.port}/"
+    how = ", behind a proxy" if web.behind_proxy else ""
+    return Finding.ok("web app", f"can start at {where}{how}; token set")
+
+
 async def mcp_server(name: str, server: McpServerSettings, settings: Settings) -> Finding:
     """Started as the MCP feature starts it, until it lists its tools or fails, then stopped."""
     from nanomem.features.mcp import probe
