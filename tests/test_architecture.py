@@ -58,6 +58,7 @@ BASE_MODULES = {
     "setting_source",
     "text",
     "thread_batch",
+    "web_logins",
 }
 # What a channel may use: the channel port and the settings and helpers it is built from.
 CHANNEL_MAY_IMPORT = {
@@ -70,6 +71,7 @@ CHANNEL_MAY_IMPORT = {
     "log",
     "text",
     "thread_batch",
+    "web_logins",  # the web app's one-time login codes and logouts, kept in the home
     "app",
 }
 
