@@ -44,13 +44,20 @@ def _load(path: Path) -> dict[str, Any]:
         return empty
     if not isinstance(state, dict) or state.get("version") != VERSION:
         return empty
-    codes = [
-        c
-        for c in state.get("codes", [])
-        if isinstance(c, dict) and isinstance(c.get("sha256"), str) and _number(c.get("expires"))
-    ]
-    ended = {k: v for k, v in dict(state.get("ended", {})).items() if _number(v)}
-    return {"version": VERSION, "codes": codes, "ended": ended}
+    codes, ended = state.get("codes"), state.get("ended")
+    return {
+        "version": VERSION,
+        "codes": [
+            c
+            for c in (codes if isinstance(codes, list) else [])
+            if isinstance(c, dict)
+            and isinstance(c.get("sha256"), str)
+            and _number(c.get("expires"))
+        ],
+        "ended": {
+            k: v for k, v in (ended if isinstance(ended, dict) else {}).items() if _number(v)
+        },
+    }
 
 
 def _number(value: object) -> bool:

@@ -17,7 +17,7 @@ from aiohttp import web
 
 from channels.web.auth import COOKIE, changes_state, gate_of
 from channels.web.render import page
-from nanomem.web_logins import consume, end_session
+from nanomem.web_logins import CODE_SHAPE, consume, end_session
 
 if TYPE_CHECKING:
     from channels.web.site import Site
@@ -131,8 +131,10 @@ async def _login(request: web.Request) -> web.StreamResponse:
 async def _link(request: web.Request) -> web.StreamResponse:
     if refused := _throttled(request):
         return refused
-    gate = gate_of(request)
-    if not await consume(gate.site.app.home, request.match_info["code"]):
+    gate, code = gate_of(request), request.match_info["code"]
+    if not CODE_SHAPE.fullmatch(code):  # no code we made: no guess at one either
+        return _refused(request, USED, 403)
+    if not await consume(gate.site.app.home, code):
         request.app[THROTTLE_KEY].failed(gate.client(request))
         return _refused(request, USED, 403)
     # A page that moves on by itself, not a redirect: a link opened from another site (a

@@ -226,12 +226,13 @@ def tls_context(settings: GatewaySettings) -> ssl.SSLContext | None:
     if settings.tls_cert is None or settings.tls_key is None:
         return None
     cert, key = settings.tls_cert.expanduser(), settings.tls_key.expanduser()
+    for name, path in (("tls_cert", cert), ("tls_key", key)):
+        if not path.is_file():
+            raise ConfigError(f"gateway.{name}: {path} does not exist (a PEM file is needed)")
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
     try:
         context.load_cert_chain(cert, key)
-    except FileNotFoundError as exc:
-        raise ConfigError(f"gateway.tls_cert/tls_key: {exc.filename} does not exist") from None
     except (OSError, ssl.SSLError) as exc:
         reason = getattr(exc, "reason", None) or getattr(exc, "strerror", None) or "unreadable"
         raise ConfigError(
