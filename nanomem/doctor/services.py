@@ -5,6 +5,7 @@ running on this home (`GET /health`)."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
@@ -154,7 +155,7 @@ async def mcp_server(name: str, server: McpServerSettings, settings: Settings) -
     return Finding.fail(label, f"{found.transport}: {reason}", fix)
 
 
-async def gateway(found: Running | None, host: str) -> Finding:
+async def gateway(found: Running | None, host: str, tls_cert: Path | None = None) -> Finding:
     from nanomem.providers import ConnectionFailed
 
     if found is None:
@@ -162,6 +163,10 @@ async def gateway(found: Running | None, host: str) -> Finding:
     if not found.port:
         return Finding.warn("gateway", f"starting ({found.describe()}); no port announced yet")
     near = "127.0.0.1" if host in ("0.0.0.0", "") else "[::1]" if host == "::" else host
+    if tls_cert is not None:  # its certificate names a public host, or none this machine trusts
+        url = f"https://{near}:{found.port}/health"
+        fix = f"curl --cacert {tls_cert} {url} (or -k) shows its health"
+        return Finding.ok("gateway", f"pid {found.pid} serves https; {fix}")
     url = f"http://{near}:{found.port}/health"
     try:
         status, body = await get_json(url)

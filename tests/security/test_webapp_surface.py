@@ -196,3 +196,6 @@ def test_with_a_certificate_everything_is_https(tmp_path: Path) -> None:
         with pytest.raises(httpx.HTTPError):  # no plain http on that port
             httpx.get(f"http://127.0.0.1:{running.port}/health", timeout=5)
         assert re.search(r"web: https://127\.0\.0\.1:\d+/", "".join(running.lines))
+        doctor = run_cli("doctor", env=running.env).stdout
+        assert re.search(r"^✓ web app +can start at https://", doctor, re.M), doctor
+        assert re.search(rf"^✓ gateway +pid \d+ serves https; curl --cacert {cert}", doctor, re.M)
