@@ -53,9 +53,11 @@ def test_at_a_phones_width_every_page_is_a_tap_away(
         assert not overflows(page), label
     assert page.get_by_role("button", name="Log out").is_visible()
     current = nav.get_by_role("link", name=PAGES[-1], exact=True)
-    assert current.evaluate(
-        "el => { const b = el.getBoundingClientRect(); return b.left >= 0 && b.right <= innerWidth }"
-    ), "the current page's link is scrolled into the row"
+    inside = (
+        "el => el.getBoundingClientRect().left >= 0"
+        " && el.getBoundingClientRect().right <= innerWidth"
+    )
+    assert current.evaluate(inside), "the current page's link is scrolled into the row"
     screenshot(page, "header-phone")
     context.close()
 
