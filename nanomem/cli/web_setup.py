@@ -61,7 +61,7 @@ def ensure_web_token(
         )
         return False
     try:
-        made = create_web_token(config, home.lock("config"), enable=offer)
+        made = create_web_token(config, home.lock("config"), enable=offer, make=web.token is None)
     except (OSError, ConfigError) as exc:
         print(f"nanomem: no token made for the web app: {exc}", file=sys.stderr)
         return False
@@ -82,9 +82,12 @@ def ensure_web_token(
     return True
 
 
-def create_web_token(config: Path, lock: FileLock, *, enable: bool = False) -> str | None:
-    """Store a new web.token in `config` (mode 0600) under `lock`, with `enable` also
-    web.enabled = true; the token, or None when the file holds one already (made meanwhile)."""
+def create_web_token(
+    config: Path, lock: FileLock, *, enable: bool = False, make: bool = True
+) -> str | None:
+    """Store a new web.token in `config` (mode 0600) under `lock` (not with `make` False: one
+    set elsewhere wins), with `enable` also web.enabled = true; the token, or None when the
+    file holds one already (made meanwhile) or none was to be made."""
     import secrets
 
     from nanomem.config_file import change, with_value
@@ -95,7 +98,7 @@ def create_web_token(config: Path, lock: FileLock, *, enable: bool = False) -> s
     def with_token(text: str) -> str:
         if enable:
             text = with_value(text, ("web", "enabled"), True)
-        if tomllib.loads(text).get("web", {}).get("token"):
+        if not make or tomllib.loads(text).get("web", {}).get("token"):
             return text
         made.append(token)
         return with_value(text, ("web", "token"), token)
