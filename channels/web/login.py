@@ -47,7 +47,8 @@ class Throttle:
         wait = _wait(mine, self.per_client, now) if mine is not None else 0.0
         return max(wait, _wait(self._all, self.overall, now))
 
-    def failed(self, client: str, now: float | None = None) -> None:
+    def failed(self, client: str, now: float | None = None) -> float:
+        """Count a failure of `client`'s; when it was counted (for `forgive`)."""
         now = time.monotonic() if now is None else now
         times = self._clients.pop(client, None) or deque()
         self._clients[client] = times  # now the most recent
@@ -57,6 +58,13 @@ class Throttle:
                 each.popleft()
         while len(self._clients) > MAX_CLIENTS:
             self._clients.popitem(last=False)
+        return now
+
+    def forgive(self, client: str, when: float) -> None:
+        """Take back the failure counted at `when`: the attempt turned out to be good."""
+        for times in (self._clients.get(client), self._all):
+            if times is not None and when in times:
+                times.remove(when)
 
 
 def _wait(times: deque[float], limit: int, now: float) -> float:
@@ -114,10 +122,12 @@ async def _form(request: web.Request) -> web.StreamResponse:
 
 
 async def _login(request: web.Request) -> web.StreamResponse:
+    # The form is read first: from the limit's check to the failure it counts nothing waits,
+    # so a burst of guesses sent at once is counted as they are decided, not let through.
+    form = await request.post()
     if refused := _throttled(request):
         return refused
     gate = gate_of(request)
-    form = await request.post()
     token = gate.site.settings.token
     assert token is not None
     # Compared as digests: the time taken says nothing of the token's length either.
@@ -134,9 +144,13 @@ async def _link(request: web.Request) -> web.StreamResponse:
     gate, code = gate_of(request), request.match_info["code"]
     if not CODE_SHAPE.fullmatch(code):  # no code we made: no guess at one either
         return _refused(request, USED, 403)
+    # Counted as a failure while the home is read (a burst of guesses meets the limit at
+    # once), forgiven when it was a code we made.
+    throttle, client = request.app[THROTTLE_KEY], gate.client(request)
+    tried = throttle.failed(client)
     if not await consume(gate.site.app.home, code):
-        request.app[THROTTLE_KEY].failed(gate.client(request))
         return _refused(request, USED, 403)
+    throttle.forgive(client, tried)
     # A page that moves on by itself, not a redirect: a link opened from another site (a
     # chat app) would carry that site's context through a redirect, and the SameSite=Strict
     # cookie would then stay home on the next request.

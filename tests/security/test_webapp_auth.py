@@ -6,8 +6,11 @@ logged-out cookies; a changed token; guessing the token; a one-time link used tw
 from __future__ import annotations
 
 import re
+import socket
+import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from urllib.parse import quote
 
 import httpx
@@ -216,3 +219,51 @@ def test_behind_a_proxy_the_limit_is_per_client(tmp_path_factory: pytest.TempPat
         link = f"{base}/login/{quote(new_code(home))}"
         assert httpx.get(link, headers=mallory).status_code == 429  # the same door
         assert httpx.get(link, headers=owner).status_code == 200
+        # A burst sent all at once is counted as it is decided: five wrong, then refused;
+        # also when every guess's body comes only after all their headers are in.
+        tokens = burst(30, "POST", f"{base}/login", {"X-Forwarded-For": "10.0.0.99"})
+        assert sorted(tokens) == [401] * PER_CLIENT + [429] * (30 - PER_CLIENT)
+        held = held_back_logins(running.port, 30, "10.0.0.97")
+        assert sorted(held) == [401] * PER_CLIENT + [429] * (30 - PER_CLIENT)
+        codes = burst(30, "GET", f"{base}/login/{'B' * 32}", {"X-Forwarded-For": "10.0.0.98"})
+        assert sorted(codes) == [403] * PER_CLIENT + [429] * (30 - PER_CLIENT)
+
+
+def burst(count: int, method: str, url: str, headers: dict[str, str]) -> list[int]:
+    """`count` requests sent at once, each on its own connection; their statuses."""
+    ready = threading.Barrier(count)
+
+    def one(_: int) -> int:
+        with httpx.Client(timeout=30) as client:
+            ready.wait()
+            data = {"token": "a-wrong-guess"} if method == "POST" else None
+            return client.request(method, url, data=data, headers=headers).status_code
+
+    with ThreadPoolExecutor(count) as pool:
+        return list(pool.map(one, range(count)))
+
+
+def held_back_logins(port: int, count: int, client: str) -> list[int]:
+    """`count` wrong logins whose headers all arrive first and whose bodies follow together
+    (what a limit checked before the body is read would let through); their statuses."""
+    body = b"token=a-wrong-guess"
+    head = (
+        f"POST /login HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nX-Forwarded-For: {client}\r\n"
+        "Content-Type: application/x-www-form-urlencoded\r\nConnection: close\r\n"
+        f"Content-Length: {len(body)}\r\n\r\n"
+    ).encode()
+    sockets = [socket.create_connection(("127.0.0.1", port), timeout=30) for _ in range(count)]
+    try:
+        for each in sockets:
+            each.sendall(head)
+        time.sleep(0.5)  # every request is waiting for its body now
+        for each in sockets:
+            each.sendall(body)
+        statuses = []
+        for each in sockets:
+            first = each.makefile("rb").readline()
+            statuses.append(int(first.split()[1]))
+        return statuses
+    finally:
+        for each in sockets:
+            each.close()
