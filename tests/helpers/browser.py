@@ -64,8 +64,16 @@ def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
         asyncio.events._set_running_loop(held)
 
 
+# The process's one Chromium. Playwright's sync API cannot start a second while one runs, and
+# each conftest or module that imports `browser` makes a fixture of its own: they share this.
+_running: list[Browser] = []
+
+
 @pytest.fixture(scope="session")
 def browser() -> Iterator[Browser]:
+    if _running:
+        yield _running[0]
+        return
     executable = chromium_executable()
     if executable is None:
         message = "no Chromium: apt install chromium (or set NANOMEM_CHROMIUM)"
@@ -76,9 +84,11 @@ def browser() -> Iterator[Browser]:
 
     with sync_playwright() as playwright:
         launched = playwright.chromium.launch(executable_path=executable, args=ARGS)
+        _running.append(launched)
         try:
             yield launched
         finally:
+            _running.clear()
             launched.close()
 
 
