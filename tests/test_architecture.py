@@ -69,6 +69,7 @@ CHANNEL_MAY_IMPORT = {
     "config_section",
     "durable",  # crash-safe writes of what a channel keeps (the agent API's sent files)
     "log",
+    "memory",  # the web app shows the sessions (its Chat page) and the memory they made
     "text",
     "thread_batch",
     "web_logins",  # the web app's one-time login codes and logouts, kept in the home
