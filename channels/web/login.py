@@ -116,8 +116,6 @@ def _throttled(request: web.Request) -> web.Response | None:
 
 
 async def _form(request: web.Request) -> web.StreamResponse:
-    if gate_of(request).session_of(request) is not None:
-        raise web.HTTPSeeOther(_next_of(request))
     return page(request, "login.html.j2", error="", next=_next_of(request), done=False)
 
 
