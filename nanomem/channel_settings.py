@@ -169,7 +169,7 @@ class MatrixSettings(_MessengerSection):
     # The owner's user id, "@you:example.org": always allowed; the only one whose invites are
     # accepted besides allow_from's; Dream reviews go to a DM with them.
     owner: str | None = None
-    # End-to-end encrypted rooms: needs the e2e extra (pip install 'nanomem[e2e]').
+    # End-to-end encrypted rooms: not supported yet, extra or not (said at start; docs/matrix.md).
     e2e: bool = False
 
     @field_validator("allow_from")
