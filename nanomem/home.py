@@ -130,6 +130,11 @@ class Home:
         return self.root / "gateway.json"
 
     @property
+    def web_logins(self) -> Path:
+        """The web app's one-time login codes (hashed) and logged-out logins (web_logins.py)."""
+        return self.root / "web-logins.json"
+
+    @property
     def locks(self) -> Path:
         """Lock files shared by every process on this home; outside the workspace, so the
         agent's file tools can never replace one."""
