@@ -1,12 +1,18 @@
-"""A channel that records what it is sent, and a message stored in the inbox as a channel
-stores it."""
+"""A channel that records what it is sent, a message stored in the inbox as a channel stores
+it, and one parked after its attempts failed."""
 
 from __future__ import annotations
 
+import asyncio
+import functools
+
 from nanomem.agent.bus import InboundMessage, MessageBus
 from nanomem.agent.channel import BaseChannel, DeliveryLater
+from nanomem.agent.inbox import SqliteInbox
 from nanomem.agent.outbound import OutboundMessage
+from nanomem.agent.retries import record_failure, retry_delay
 from nanomem.audience import Sender
+from nanomem.home import Home
 
 
 class Recorder(BaseChannel):
@@ -35,3 +41,16 @@ async def stored(bus: MessageBus, chat: str, text: str) -> InboundMessage:
     return InboundMessage(
         "telegram", chat, text, Sender("1"), id=InboundMessage.inbox_id(seq), seq=seq
     )
+
+
+def parked_message(home: Home, text: str, chat: str = "1002") -> int:
+    """A message that failed three times, recorded as the gateway records it (blocking: it
+    runs its own event loop)."""
+    inbox = SqliteInbox(home.inbox)
+    bus = MessageBus(inbox=inbox)
+    bus.retry_plan = functools.partial(retry_delay, max_attempts=3)
+    (seq,) = inbox.add("telegram", [(chat, {"text": text}, Sender())], None)
+    for _ in range(3):
+        asyncio.run(record_failure(bus, seq, IsADirectoryError(), text, f"telegram:{chat}"))
+    inbox.close()
+    return seq

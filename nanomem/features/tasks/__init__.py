@@ -8,14 +8,16 @@ if TYPE_CHECKING:
     from nanomem.features.tasks.background import INBOX_CHANNEL, BackgroundTasks
     from nanomem.features.tasks.feature import build
     from nanomem.features.tasks.records import TaskRecord, TaskStore
-    from nanomem.features.tasks.report import report
+    from nanomem.features.tasks.report import age, cost, report
 
 __all__ = [
     "INBOX_CHANNEL",
     "BackgroundTasks",
     "TaskRecord",
     "TaskStore",
+    "age",
     "build",
+    "cost",
     "report",
 ]
 __getattr__ = lazy_exports(
@@ -24,6 +26,6 @@ __getattr__ = lazy_exports(
         "background": ("INBOX_CHANNEL", "BackgroundTasks"),
         "feature": ("build",),
         "records": ("TaskRecord", "TaskStore"),
-        "report": ("report",),
+        "report": ("age", "cost", "report"),
     },
 )
