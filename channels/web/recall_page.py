@@ -60,7 +60,7 @@ def add_routes(web_app: web.Application, site: Site) -> None:
 async def _page(site: Site, index: MessageIndex, request: web.Request) -> web.StreamResponse:
     from nanomem.features.recall import MAX_CHARS
 
-    query = request.query.get("q", "")
+    query = request.query.get("q", "").replace("\x00", " ")  # as the search reads it
     notes = []
     if len(query) > MAX_CHARS:  # never a 10 KB query echoed back into the page
         query = query[:MAX_CHARS]
