@@ -247,6 +247,12 @@ def test_a_schedule_is_cancelled_by_keyboard_alone_at_a_phones_width(
     page.goto(f"{served.base}/operations")
     assert fits(page)
     tab_to(page, f"#cancel-{made.id}")
+    # The section redraws itself meanwhile (a new button in the old one's place): the focus
+    # stays on the button, which htmx finds again by its id.
+    button = f"#cancel-{made.id}"
+    page.evaluate("(s) => { document.querySelector(s).dataset.before = 'redraw' }", button)
+    page.wait_for_function("(s) => !document.querySelector(s).dataset.before", arg=button)
+    assert page.evaluate("document.activeElement.id") == f"cancel-{made.id}"
     page.keyboard.press("Enter")
     status = page.get_by_role("region", name="Schedules").get_by_role("status")
     assert status.inner_text().startswith(f"Cancelled schedule {made.id}")
