@@ -116,6 +116,7 @@ def test_a_schedule_the_model_made_is_cancelled_and_gone_from_schedules(
     section = page.get_by_role("region", name="Schedules")
     row = section.get_by_role("row").filter(has_text="water the plants")
     assert "telegram:1001" in row.inner_text() and "09:00" in row.inner_text()
+    assert row.get_by_role("link").get_attribute("href") == "/chat/c/telegram%3A1001"
     row.get_by_role("button", name=f"Cancel schedule {schedule}").click()
     status = page.get_by_role("region", name="Schedules").get_by_role("status")
     assert status.inner_text().startswith(f"Cancelled schedule {schedule}")
