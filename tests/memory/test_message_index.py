@@ -142,3 +142,11 @@ def test_matched_words_are_marked_as_the_index_compares_them() -> None:
         (">", False),
     ]
     assert marked("nothing", "") == [("nothing", False)]
+
+
+async def test_a_chat_longer_than_a_read_block_is_indexed_whole(tmp_path: Path) -> None:
+    # 5 MB of one message: more than a block (4 MiB) is read before its line ends.
+    await chat(tmp_path, "telegram:1", "haystack " + "x" * 5_000_000, "the needle is here")
+    index = index_of(tmp_path)
+    assert [h.index for h in index.search("needle").hits] == [1]
+    assert [h.index for h in index.search("haystack").hits] == [0]

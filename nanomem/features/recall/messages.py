@@ -39,6 +39,7 @@ if TYPE_CHECKING:
 
 SCHEMA_VERSION = 1
 MAX_MESSAGE_CHARS = 20_000
+BLOCK = 4 * 2**20  # bytes of a session file read at a time
 SEARCHED_ROLES = ("user", "assistant")
 RUNTIME_HEADER = "[runtime · "  # templates/runtime_context.md.j2: stored with a user's message
 _PLACES = """
@@ -220,19 +221,28 @@ class MessageIndex:
             raise
 
     def _read(self, db: sqlite3.Connection, path: Path, followed: _Followed, cursor: int) -> int:
-        """Index the whole lines after `followed.offset`; the last cursor given out."""
+        """Index the whole lines after `followed.offset`, a block at a time (a long chat is
+        never all in memory); the last cursor given out."""
         try:
             with path.open("rb") as fh:
                 fh.seek(followed.offset)
-                data = fh.read()
+                carried = b""
+                while block := fh.read(BLOCK):
+                    data = carried + block
+                    end = data.rfind(b"\n")  # a line still being written is read next time
+                    if end < 0:
+                        carried = data
+                        continue
+                    cursor = self._index(db, data[:end], followed, cursor)
+                    followed.offset += end + 1
+                    carried = data[end + 1 :]
         except OSError as exc:  # a directory in its place, a permission: left for later
             logger.warning("message index: cannot read {} ({})", path.name, exc)
-            return cursor
-        end = data.rfind(b"\n")  # a last line still being written is read next time
-        if end < 0:
-            return cursor
+        return cursor
+
+    def _index(self, db: sqlite3.Connection, lines: bytes, followed: _Followed, cursor: int) -> int:
         entries, facts, places = [], [], []
-        for line in data[:end].split(b"\n"):
+        for line in lines.split(b"\n"):
             try:
                 record = untrusted_json.loads(line)
             except ValueError:
@@ -261,7 +271,6 @@ class MessageIndex:
         db.executemany("INSERT INTO entries (rowid, content, chat) VALUES (?, ?, ?)", entries)
         db.executemany("INSERT INTO facts VALUES (?, ?, ?, ?, ?)", facts)
         db.executemany("INSERT INTO places VALUES (?, ?, ?, ?)", places)
-        followed.offset += end + 1
         return cursor
 
     @staticmethod

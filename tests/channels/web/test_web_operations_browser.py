@@ -223,6 +223,8 @@ def test_mcp_servers_health_and_token_use_are_shown(browser: Browser, served: Se
     assert row.get_by_role("cell").nth(1).inner_text() == "up"
     usage = page.get_by_role("region", name="Token use")
     assert usage.locator("svg").count() == 2
+    bars = usage.locator("svg rect title").all_text_contents()
+    assert "telegram:1005: 12400.0 tokens" in bars  # the chat's bar, as the turn reported
     (chat,) = usage.get_by_role("row").filter(has_text="telegram:1005").all()
     # chat, calls, tokens, cost: the scripted turn's one call and its reported tokens
     assert chat.get_by_role("cell").all_inner_texts()[:3] == ["telegram:1005", "1", "12,400"]
