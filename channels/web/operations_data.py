@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from nanomem.audience import Sender
-from nanomem.features.tasks import age, cost
+from nanomem.features.tasks import age, cost, in_order, state_of
 
 if TYPE_CHECKING:
     from aiohttp import web
@@ -147,22 +147,18 @@ async def tasks(site: Site) -> list[TaskRow] | None:
     feature = tasks_feature(site)
     if feature is None:
         return None
-    records = await feature.records()
-    running = [r for r in records if r.running]
-    ended = sorted((r for r in records if not r.running), key=lambda r: r.ended_at, reverse=True)
-    return [_task_row(r) for r in [*running, *ended]]
+    return [_task_row(r) for r in in_order(await feature.records())]
 
 
 def _task_row(record: TaskRecord) -> TaskRow:
     since = age(record.started_at) if record.running else f"{age(record.ended_at)} ago"
     result = record.result if len(record.result) <= SHOWN_RESULT else record.result[:SHOWN_RESULT]
-    state = {"limit": "step limit"}.get(record.state, record.state)
     return TaskRow(
         record.id,
         record.session,
         record.is_room,
         record.label,
-        state,
+        state_of(record),
         record.running,
         since,
         cost(record),
