@@ -172,3 +172,13 @@ def test_searches_side_by_side_all_answer(served: Served) -> None:
 
     assert asyncio.run(many()) == [200] * 20
     client.close()
+
+
+def test_a_query_past_the_servers_line_bound_is_refused_and_the_page_still_answers(
+    served: Served,
+) -> None:
+    client, _ = logged_in(served)
+    refused = client.get("/recall", params={"q": "x" * 20_000})
+    assert 400 <= refused.status_code < 500 and "Traceback" not in refused.text
+    assert client.get("/recall", params={"q": "keep"}).status_code == 200
+    client.close()
