@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+from concurrent.futures import ThreadPoolExecutor
 
 from nanomem.agent.bus import InboundMessage, MessageBus
 from nanomem.agent.channel import BaseChannel, DeliveryLater
@@ -44,13 +45,19 @@ async def stored(bus: MessageBus, chat: str, text: str) -> InboundMessage:
 
 
 def parked_message(home: Home, text: str, chat: str = "1002") -> int:
-    """A message that failed three times, recorded as the gateway records it (blocking: it
-    runs its own event loop)."""
+    """A message that failed three times, recorded as the gateway records it (blocking: its
+    event loop runs in a thread of its own, so a caller may have one running, as an asyncio
+    test or Playwright's sync API does)."""
     inbox = SqliteInbox(home.inbox)
     bus = MessageBus(inbox=inbox)
     bus.retry_plan = functools.partial(retry_delay, max_attempts=3)
     (seq,) = inbox.add("telegram", [(chat, {"text": text}, Sender())], None)
-    for _ in range(3):
-        asyncio.run(record_failure(bus, seq, IsADirectoryError(), text, f"telegram:{chat}"))
+
+    async def fail_thrice() -> None:
+        for _ in range(3):
+            await record_failure(bus, seq, IsADirectoryError(), text, f"telegram:{chat}")
+
+    with ThreadPoolExecutor(1) as thread:
+        thread.submit(asyncio.run, fail_thrice()).result()
     inbox.close()
     return seq

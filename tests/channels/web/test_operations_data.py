@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import time
 from datetime import UTC, datetime
 from zoneinfo import ZoneInfo
@@ -76,9 +75,8 @@ async def test_parked_messages_are_listed_retried_and_dropped_as_nanomem_inbox_d
     home: Home,
 ) -> None:
     site = site_of(home)
-    # Parked as the gateway parks them (their own event loop: in a thread).
-    first = await asyncio.to_thread(parked_message, home, "please <script>remember</script> x")
-    second = await asyncio.to_thread(parked_message, home, "second")
+    first = parked_message(home, "please <script>remember</script> x")
+    second = parked_message(home, "second")
     listed, problem = await data.parked(site)
     assert problem == "" and [seq for seq, _ in listed] == [first, second]
     assert "“please <script>remember</script> x”" in listed[0][1]
