@@ -33,7 +33,7 @@ class Result:
     room: bool
     when: str
     timestamp: str
-    what: str  # "you", "the assistant", or "summary"
+    what: str  # "you", "a member" (of a room), "the assistant", or "summary"
     pieces: list[tuple[str, bool]]  # the snippet, the matched words marked
     href: str
 
@@ -83,7 +83,7 @@ def search(site: Site, index: MessageIndex, query: str) -> Results:
             hit.room,
             _when(hit.timestamp),
             hit.timestamp,
-            "you" if hit.role == "user" else "the assistant",
+            _who(hit.role, hit.room),
             marked(hit.snippet, query),
             f"{chat_url(hit.session)}#m{hit.index}",
         )
@@ -112,6 +112,12 @@ def search(site: Site, index: MessageIndex, query: str) -> Results:
             )
         )
     return Results(shown, summaries, notes)
+
+
+def _who(role: str, room: bool) -> str:
+    if role != "user":
+        return "the assistant"
+    return "a member" if room else "you"  # a room's messages are its members'
 
 
 def chat_url(session: str) -> str:

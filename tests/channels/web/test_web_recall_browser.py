@@ -100,6 +100,10 @@ def test_a_group_rooms_messages_are_labelled_as_the_rooms(browser: Browser, serv
     page.goto(f"{served.base}/recall?q=ladder")
     found = page.get_by_role("region", name="Messages").get_by_role("listitem")
     assert found.count() == 2
+    assert sorted(found.all_inner_texts()[i].split(" · ")[2].split("\n")[0] for i in range(2)) == [
+        "a member",
+        "the assistant",
+    ]
     for i in range(2):
         assert "group room" in found.nth(i).inner_text()
         assert found.nth(i).get_by_role("link").inner_text() == f"telegram:{ROOM}"
