@@ -33,7 +33,7 @@ class Result:
     room: bool
     when: str
     timestamp: str
-    what: str  # "you", "a member" (of a room), "the assistant", or "summary"
+    what: str  # "you", "a member" (of a room), "the assistant"; "summary" (or "archived …")
     pieces: list[tuple[str, bool]]  # the snippet, the matched words marked
     href: str
 
@@ -99,14 +99,17 @@ def search(site: Site, index: MessageIndex, query: str) -> Results:
     notes += [note for note in history.notes if note not in notes]
     for hit in history.hits:
         entries = site.app.history.read_after(hit.cursor - 1, 1)
-        room = bool(entries) and entries[0].cursor == hit.cursor and entries[0].is_room
+        entry = entries[0] if entries and entries[0].cursor == hit.cursor else None
         summaries.append(
             Result(
                 hit.session,
-                room,
+                entry is not None and entry.is_room,
                 _when(hit.timestamp),
                 hit.timestamp,
-                "summary",
+                # A slice no summary could be made of is kept word for word (docs/memory.md).
+                "archived word for word"
+                if entry is not None and entry.kind == "raw"
+                else "summary",
                 marked(hit.snippet, query),
                 chat_url(hit.session),
             )
