@@ -17,7 +17,7 @@ from tests.fakes.telegram_server import FakeTelegram
 from tests.helpers.browser import PHONE, base_url, log_in, screenshot
 from tests.helpers.gateway import GatewayProcess, onboarded
 from tests.helpers.web_chats import fits, say, tab_to, telegram_web_gateway
-from tests.helpers.xss import CORPUS_TEXT, watch
+from tests.helpers.xss import CORPUS, CORPUS_TEXT, watch
 
 pytestmark = pytest.mark.slow
 
@@ -60,7 +60,9 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
                     f"telegram:{CHAT}",
                     "- 2026-03-14: grandpa's notebook is in the attic",
                     "summary",
-                )
+                ),
+                # Consolidation keeps what the chat said, hostile text included.
+                NewEntry(f"telegram:{CHAT}", f"- xsscanary {' '.join(CORPUS)}", "summary"),
             ]
         )
         yield Served(gateway, base_url(gateway))
@@ -141,6 +143,8 @@ def test_hostile_text_in_a_searched_message_stays_text(browser: Browser, served:
     page.goto(f"{served.base}/recall?q=xsscanary")
     shown = page.locator("li.result p.snippet").first.inner_text()
     assert "xsscanary <script>alert(1)</script>" in shown
+    summary = page.get_by_role("region", name="Summaries").locator("p.snippet").inner_text()
+    assert summary.startswith("- xsscanary <script>alert(1)</script> <img src=x onerror")
     assert page.locator("li.result script, li.result img, li.result svg").count() == 0
     watched.assert_clean()
     context.close()
