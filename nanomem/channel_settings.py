@@ -237,4 +237,4 @@ class WebAppSettings(_Section):
     # trusts X-Forwarded-Proto for the cookie's Secure flag): refused to start otherwise.
     behind_proxy: bool = False
     session_days: float = Field(30.0, gt=0, le=365)  # a login lasts this long
-    max_upload_mb: int = Field(20, ge=1, le=2000)  # largest file dropped into the chat
+    max_upload_mb: int = Field(20, ge=1, le=2000)  # files in one chat message, together

@@ -68,6 +68,7 @@ CHANNEL_MAY_IMPORT = {
     "config_section",
     "durable",  # crash-safe writes of what a channel keeps (the agent API's sent files)
     "log",
+    "memory",  # the web app shows the sessions (its Chat page) and the memory they made
     "text",
     "thread_batch",
     "app",
