@@ -17,7 +17,7 @@ from aiohttp import web
 
 from channels.web import operations_data as data
 from channels.web.auth import changes_state, owner_only
-from channels.web.recall_page import chat_url
+from channels.web.conversations import conversation_url
 from channels.web.render import page
 
 if TYPE_CHECKING:
@@ -63,7 +63,7 @@ async def _page(site: Site, request: web.Request) -> web.StreamResponse:
 async def _whole(
     site: Site, request: web.Request, notices: dict[str, str], status: int = 200
 ) -> web.StreamResponse:
-    context: dict[str, Any] = {"notices": notices, "chat_url": chat_url}
+    context: dict[str, Any] = {"notices": notices, "chat_url": conversation_url}
     for section in SECTIONS:
         context |= await _read(site, request, section)
     return page(request, "operations.html.j2", status=status, **context)
@@ -71,7 +71,9 @@ async def _whole(
 
 async def _fragment(site: Site, section: str, request: web.Request) -> web.StreamResponse:
     context = await _read(site, request, section)
-    return page(request, f"operations_{section}.html.j2", notices={}, chat_url=chat_url, **context)
+    return page(
+        request, f"operations_{section}.html.j2", notices={}, chat_url=conversation_url, **context
+    )
 
 
 async def _act(
@@ -85,7 +87,11 @@ async def _act(
     if request.headers.get("HX-Request"):  # htmx swaps only a 2xx: the notice says it
         context = await _read(site, request, section)
         return page(
-            request, f"operations_{section}.html.j2", notices=notices, chat_url=chat_url, **context
+            request,
+            f"operations_{section}.html.j2",
+            notices=notices,
+            chat_url=conversation_url,
+            **context,
         )
     return await _whole(site, request, notices, 200 if found else 404)
 

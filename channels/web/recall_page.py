@@ -13,11 +13,11 @@ import asyncio
 import functools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
-from urllib.parse import quote
 
 from aiohttp import web
 
 from channels.web.auth import owner_only
+from channels.web.conversations import conversation_url
 from channels.web.render import page
 
 if TYPE_CHECKING:
@@ -85,7 +85,7 @@ def search(site: Site, index: MessageIndex, query: str) -> Results:
             hit.timestamp,
             _who(hit.role, hit.room),
             marked(hit.snippet, query),
-            f"{chat_url(hit.session)}#m{hit.index}",
+            f"{conversation_url(hit.session)}#m{hit.index}",
         )
         for hit in messages.hits
         if hit.session
@@ -111,7 +111,7 @@ def search(site: Site, index: MessageIndex, query: str) -> Results:
                 if entry is not None and entry.kind == "raw"
                 else "summary",
                 marked(hit.snippet, query),
-                chat_url(hit.session),
+                conversation_url(hit.session),
             )
         )
     return Results(shown, summaries, notes)
@@ -121,11 +121,6 @@ def _who(role: str, room: bool) -> str:
     if role != "user":
         return "the assistant"
     return "a member" if room else "you"  # a room's messages are its members'
-
-
-def chat_url(session: str) -> str:
-    """The conversation's page (docs/web.md's addresses)."""
-    return f"/chat/c/{quote(session, safe='')}"
 
 
 def _when(stamp: str) -> str:

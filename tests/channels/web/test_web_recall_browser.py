@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pytest
-from playwright.sync_api import Browser
+from playwright.sync_api import Browser, expect
 
 from nanomem.home import Home
 from nanomem.memory.history import HistoryStore, NewEntry
@@ -93,6 +93,9 @@ def test_history_is_searched_and_a_result_opens_its_chat_at_the_message(
     target = links.nth(hrefs.index(f"/chat/c/telegram%3A{CHAT}#m1"))
     target.click()
     page.wait_for_url(f"{served.base}/chat/c/telegram%3A{CHAT}#m1")
+    # The chat page opens at that message: the reply the search found.
+    expect(page.locator("#m1")).to_contain_text("It is in the attic")
+    assert page.locator("#m1").is_visible()
     context.close()
 
 
@@ -129,6 +132,8 @@ def test_a_search_by_keyboard_alone_at_a_phones_width(browser: Browser, served: 
     assert fits(page)
     page.keyboard.press("Enter")
     page.wait_for_url(f"{served.base}{focused}")
+    anchor = "#" + focused.partition("#")[2]
+    expect(page.locator(anchor)).to_contain_text("garden key")
     context.close()
 
 
