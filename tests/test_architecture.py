@@ -73,6 +73,10 @@ CHANNEL_MAY_IMPORT = {
     "thread_batch",
     "app",
 }
+# The web app's pages show and change what the slash commands do (the memory, its versions,
+# Dream's review, the features' state), by calling the same functions under the same locks;
+# and the gateway's health, as GET /health reports it.
+WEB_MAY_IMPORT = CHANNEL_MAY_IMPORT | {"features", "locks", "gateway"}
 
 
 def layer_of(module: str) -> str:
@@ -278,9 +282,8 @@ def test_the_core_never_probes_a_channel_for_what_it_can_do() -> None:
     assert probes == []
 
 
-# The web app's pages are views of the features and of the gateway's health: the memory's,
-# the schedules', the tasks' own functions, never copies of them (issue 34).
-WEB_PAGES_MAY_IMPORT = {"features", "gateway"}
+def channel_may_import(channel: str) -> set[str]:
+    return WEB_MAY_IMPORT if channel.startswith("channels.web.") else CHANNEL_MAY_IMPORT
 
 
 def test_channels_plug_in_through_the_port() -> None:
@@ -289,11 +292,7 @@ def test_channels_plug_in_through_the_port() -> None:
         for path in CHANNELS
         for name in imported_modules(path)
         if name.startswith("nanomem.")
-        and name.split(".")[1] not in CHANNEL_MAY_IMPORT
-        and not (
-            module_name(path).startswith("channels.web.")
-            and name.split(".")[1] in WEB_PAGES_MAY_IMPORT
-        )
+        and name.split(".")[1] not in channel_may_import(module_name(path))
     )
     assert reached == []
 
