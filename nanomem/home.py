@@ -95,6 +95,11 @@ class Home:
         return self.root / "index" / "history.sqlite3"
 
     @property
+    def messages_index(self) -> Path:
+        """The web app's full-text index of the chats' messages (derived; rebuilt when missing)."""
+        return self.root / "index" / "messages.sqlite3"
+
+    @property
     def mcp_state(self) -> Path:
         """Where each MCP server stands, a file per running process, for `nanomem status`
         (features/mcp/state.py)."""

@@ -76,8 +76,9 @@ CHANNEL_MAY_IMPORT = {
     "app",
 }
 # The web app's pages show and change what the slash commands do (the memory, its versions,
-# Dream's review, the features' state), by calling the same functions under the same locks.
-WEB_MAY_IMPORT = CHANNEL_MAY_IMPORT | {"features", "locks"}
+# Dream's review, the features' state), by calling the same functions under the same locks;
+# and the gateway's health, as GET /health reports it.
+WEB_MAY_IMPORT = CHANNEL_MAY_IMPORT | {"features", "locks", "gateway"}
 
 
 def layer_of(module: str) -> str:

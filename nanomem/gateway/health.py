@@ -99,6 +99,8 @@ class Health:
         return blocks
 
 
+# The gateway's Health on its HTTP server, for a channel's pages that show it (the web app).
+HEALTH = web.AppKey("nanomem_health", Health)
 # Adds a channel's own routes (the agent API) to the gateway's one HTTP server.
 AddRoutes = Callable[[web.Application], None]
 _SHARED = (
@@ -193,6 +195,7 @@ async def serve_health(
             guard.request_ended(request.transport)
 
     app = web.Application(middlewares=[answering])
+    app[HEALTH] = health
     app.router.add_get("/health", handle)
     for add in routes:
         try:
