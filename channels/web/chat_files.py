@@ -10,6 +10,7 @@ import json
 import re
 import secrets
 import time
+import unicodedata
 import urllib.parse
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
@@ -115,10 +116,12 @@ def saved_name(suffix: str, recorded: bool) -> str:
 
 
 def shown_name(name: str) -> str:
-    """A file's name as the person gave it, for its label: its last part, no control
-    characters, not too long (shown as text, never markup)."""
+    """A file's name as given (the person's, or the model's path), for its label: its last part,
+    no control characters, not too long (shown as text, never markup). Format characters go
+    too: a right-to-left override makes "invoice\u202efdp.exe" read as a PDF."""
     last = PurePosixPath(name.replace("\\", "/")).name
-    cleaned = re.sub(r"[\x00-\x1f\x7f\[\]]", "", clean_text(last)).strip()
+    kept = (ch for ch in clean_text(last) if unicodedata.category(ch) not in ("Cc", "Cf"))
+    cleaned = re.sub(r"[\[\]]", "", "".join(kept)).strip()
     return cleaned[:NAME_CHARS] or "file"
 
 
@@ -143,7 +146,7 @@ class SentFiles:
     def add(self, session: str, part: File) -> tuple[str, str]:
         """(its id, its name)."""
         file_id = secrets.token_urlsafe(24)
-        name = PurePosixPath(part.path).name
+        name = shown_name(part.path)
         record = {"version": 1, "session": session, "path": part.path, "name": name}
         atomic_write_text(self.folder / f"{file_id}.json", json.dumps(record), mode=0o600)
         return file_id, name

@@ -198,3 +198,12 @@ async def test_a_sent_file_is_served_as_an_attachment(tmp_path: Path, name: str)
     (workspace / name).unlink()
     with pytest.raises(Exception, match="Not Found"):
         await sent.response("web:aaaaaaaa", file_id)
+
+
+def test_a_file_name_cannot_pretend_to_be_another_by_its_direction(tmp_path: Path) -> None:
+    # U+202E turns "invoice‮fdp.exe" into what reads as "invoiceexe.pdf"; zero-width and the
+    # other bidi controls hide or reorder characters the same way, in and out.
+    tricks = "invoice\u202efdp.exe", "a\u2066b\u2069\u200bc\u200f\u061c.png"
+    assert [shown_name(name) for name in tricks] == ["invoicefdp.exe", "abc.png"]
+    sent = SentFiles(tmp_path / "web-files", tmp_path / "workspace")
+    assert sent.add("web:aaaaaaaa", File("out/report\u202efdp.exe"))[1] == "reportfdp.exe"
