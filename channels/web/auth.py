@@ -14,7 +14,7 @@ import hmac
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from aiohttp import web
@@ -30,6 +30,10 @@ COOKIE = "nanomem_session"
 CSRF_FIELD = "csrf"  # a form's field, or the X-CSRF-Token header (htmx sends it: base.html.j2)
 CSRF_HEADER = "X-CSRF-Token"
 SITE_KEY = web.AppKey("nanomem_web_site", object)
+# What owner_only puts on a request: the login's id, its expiry, what every template gets.
+SESSION = web.RequestKey("web_session", str)
+EXPIRES = web.RequestKey("web_expires", int)
+CONTEXT = web.RequestKey("web_context", dict[str, Any])
 # No inline script or style anywhere: whatever reached a page as text stays text.
 SECURITY_HEADERS = {
     "Content-Security-Policy": (
@@ -152,8 +156,8 @@ def owner_only(handler: Handler) -> Handler:
             if request.headers.get("HX-Request"):
                 return web.Response(status=401, headers={"HX-Redirect": "/login"})
             raise web.HTTPSeeOther(login_address(request))
-        request["web_session"], request["web_expires"] = found
-        request["web_context"] = {"csrf": gate.csrf(found[0])}
+        request[SESSION], request[EXPIRES] = found
+        request[CONTEXT] = {"csrf": gate.csrf(found[0])}
         return await handler(request)
 
     return checked
@@ -169,7 +173,7 @@ def changes_state(handler: Handler) -> Handler:
             "multipart/form-data",
         ):
             sent = str((await request.post()).get(CSRF_FIELD, ""))
-        expected = request["web_context"]["csrf"]
+        expected = request[CONTEXT]["csrf"]
         if not sent or not hmac.compare_digest(sent.encode(), expected.encode()):
             return web.Response(status=403, text="This form has expired: reload the page.")
         return await handler(request)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -171,3 +172,26 @@ def test_config_error_is_what_the_gateway_turns_into_exit_2() -> None:
     missing = GatewaySettings(tls_cert="/nonexistent/c.pem", tls_key="/nonexistent/k.pem")
     with pytest.raises(ConfigError, match="does not exist"):
         tls_context(missing)
+
+
+async def test_a_page_sees_its_login_through_typed_request_keys() -> None:
+    # A plain string key on the request is aiohttp's NotAppKeyWarning on every page served.
+    from aiohttp import web
+
+    from channels.web.auth import CONTEXT, GATE_KEY, SESSION, owner_only
+
+    the_gate = gate()
+    app = web.Application()
+    app[GATE_KEY] = the_gate
+    cookie = the_gate.cookie("abc", int(time.time()) + 60)
+    request = make_mocked_request("GET", "/chat", {"Cookie": f"{COOKIE}={cookie}"}, app=app)
+    seen: list[tuple[str, str]] = []
+
+    async def shown(request: web.Request) -> web.Response:
+        seen.append((request[SESSION], request[CONTEXT]["csrf"]))
+        return web.Response()
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        await owner_only(shown)(request)
+    assert seen == [("abc", the_gate.csrf("abc"))]
