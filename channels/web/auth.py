@@ -52,6 +52,7 @@ SECURITY_HEADERS = {
 }
 STATIC_CACHE = "no-cache"  # revalidated (ETag): a new version of a script is never missed
 HSTS = "max-age=31536000"
+LOGGED_OUT = "You are logged out: reload the page to log in again."
 
 
 def is_web_path(path: str) -> bool:
@@ -155,6 +156,11 @@ def owner_only(handler: Handler) -> Handler:
         if found is None:
             if request.headers.get("HX-Request"):
                 return web.Response(status=401, headers={"HX-Redirect": "/login"})
+            if request.headers.get("Sec-Fetch-Mode", "navigate") != "navigate":
+                # A page's script (a message sent, earlier messages, an event stream): a
+                # redirect would be followed to the login page's 200, and a message typed
+                # after a logout elsewhere taken as sent and lost.
+                return web.Response(status=401, text=LOGGED_OUT)
             raise web.HTTPSeeOther(login_address(request))
         request[SESSION], request[EXPIRES] = found
         request[CONTEXT] = {"csrf": gate.csrf(found[0])}
