@@ -24,6 +24,7 @@ from nanomem.text import untrusted_json
 from nanomem.text.utf8 import clean_text
 
 MAX_FILES = 10  # in one message
+MAX_PARTS = MAX_FILES + 8  # of a form: the files, the words, the token, an empty file input
 MAX_TEXT_BYTES = 1_000_000  # of the typed words in a form (the core's own limit is lower)
 NAME_CHARS = 100  # of a file's name as shown
 CHUNK = 64 * 1024
@@ -60,7 +61,11 @@ async def read_form(request: web.Request, max_mb: int) -> Form:
         return Form(text=clean_text(str(posted.get("text", ""))))
     form = Form()
     reader = await request.multipart()
+    parts = 0
     while (part := await reader.next()) is not None:
+        parts += 1
+        if parts > MAX_PARTS:  # each is bounded; so is how many (empty ones count too)
+            raise Refused("That form has too many parts.")
         if not isinstance(part, BodyPartReader):
             raise Refused("That form is not one this page sends.")
         if part.name == "text":
@@ -75,7 +80,7 @@ async def read_form(request: web.Request, max_mb: int) -> Form:
             if data:
                 form.files.append((part.name, part.filename, data))
         else:
-            await part.release()
+            await _read(part, MAX_TEXT_BYTES, "That form is too big.")
     return form
 
 
