@@ -127,6 +127,7 @@ def add_routes(web_app: web.Application, site: Site) -> None:
         gate.ended |= await ended_sessions(site.app.home)
 
     web_app.on_startup.append(load_ended)
+    web_app.middlewares.append(_error_pages)
     web_app.on_response_prepare.append(_secure_headers)
     login.add_routes(web_app, site)
 
@@ -198,3 +199,33 @@ async def _secure_headers(request: web.Request, response: web.StreamResponse) ->
         response.headers["Cache-Control"] = STATIC_CACHE
     if gate_of(request).is_https(request):
         response.headers.setdefault("Strict-Transport-Security", HSTS)
+
+
+@web.middleware
+async def _error_pages(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """An error met by a person opening a page (no such conversation, a page that is not
+    there) is shown in the layout, with the way back; a script's or a program's stays plain."""
+    try:
+        return await handler(request)
+    except web.HTTPException as exc:
+        navigating = request.headers.get("Sec-Fetch-Mode") == "navigate"
+        if not (navigating and exc.status >= 400 and exc.status != 401):
+            raise
+        if not is_web_path(request.path) or request.method not in ("GET", "HEAD"):
+            raise
+        from channels.web.render import render
+
+        found = gate_of(request).session_of(request)
+        shown = {"csrf": gate_of(request).csrf(found[0])} if found is not None else {}
+        plain = exc.text in (None, f"{exc.status}: {exc.reason}")
+        html = render(
+            "error.html.j2",
+            request_path=request.path,
+            reason=exc.reason,
+            message=exc.reason if plain else exc.text,
+            **shown,
+        )
+        kept = {k: v for k, v in exc.headers.items() if not k.lower().startswith("content-")}
+        return web.Response(
+            text=html, status=exc.status, content_type="text/html", charset="utf-8", headers=kept
+        )

@@ -146,3 +146,29 @@ def test_after_all_this_no_secret_is_in_the_log(gateway: GatewayProcess) -> None
     logs = "".join(p.read_text(errors="replace") for p in gateway.home.logs.glob("*"))
     assert WEB_TOKEN not in "".join(gateway.lines) + logs
     assert "Traceback" not in "".join(gateway.lines) + logs
+
+
+def test_a_page_that_is_not_there_is_said_in_the_layout_with_the_way_back(
+    browser: Browser, gateway: GatewayProcess
+) -> None:
+    base = base_url(gateway)
+    context = browser.new_context()
+    page = context.new_page()
+    watched = watch(context, page)
+    log_in(page, base)
+    for path, said in (
+        ("/chat/c/telegram%3A999", "No such conversation."),
+        ("/chat/c/web%3A%3Cscript%3Ealert(1)%3C%2Fscript%3E", "No such conversation."),
+        ("/memory/nowhere", "Not Found"),
+    ):
+        answer = page.goto(base + path)
+        assert answer is not None and answer.status == 404, path
+        expect(page.locator("main h1 + p")).to_have_text(said)
+        expect(page.get_by_role("link", name="Back to your conversations")).to_be_visible()
+        expect(page.get_by_role("button", name="Log out")).to_be_visible()
+    page.get_by_role("link", name="Back to your conversations").click()
+    page.wait_for_url(f"{base}/chat")
+    watched.assert_clean()
+    context.close()
+    plain = httpx.get(f"{base}/chat/c/telegram%3A999", follow_redirects=False)  # no login
+    assert plain.status_code == 303  # a stranger still meets the login first
