@@ -202,7 +202,7 @@ async def test_a_sent_file_is_served_as_an_attachment(tmp_path: Path, name: str)
 
 
 def test_a_file_name_cannot_pretend_to_be_another_by_its_direction(tmp_path: Path) -> None:
-    # U+202E turns "invoice‮fdp.exe" into what reads as "invoiceexe.pdf"; zero-width and the
+    # U+202E turns "invoice<U+202E>fdp.exe" into what reads as "invoiceexe.pdf"; zero-width and the
     # other bidi controls hide or reorder characters the same way, in and out.
     tricks = "invoice\u202efdp.exe", "a\u2066b\u2069\u200bc\u200f\u061c.png"
     assert [shown_name(name) for name in tricks] == ["invoicefdp.exe", "abc.png"]
