@@ -301,7 +301,8 @@ def test_a_dm_reply_grows_by_edits_at_a_bounded_rate(running: Any) -> None:
 def test_health_says_when_socket_mode_stays_down_and_recovers(tmp_path: Any) -> None:
     home, fake = onboarded_home(tmp_path), slack_fake()
     try:
-        with FakeOpenAI() as llm, slack_gateway(home, fake, llm) as gateway:
+        down_after = {"NANOMEM_SLACK__DOWN_AFTER_S": "1"}  # 15 s by default
+        with FakeOpenAI() as llm, slack_gateway(home, fake, llm, **down_after) as gateway:
             assert gateway.health()[0] == 200
             fake.fail("apps.connections.open", "internal_error", times=10_000)
             fake.drop()
