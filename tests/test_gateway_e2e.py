@@ -319,6 +319,10 @@ def test_a_second_signal_to_an_idle_gateway_exits_130_at_any_moment(
     with FakeOpenAI() as llm:
         process = GatewayProcess(Home(tmp_path / "home"), None, llm)
         process.proc.send_signal(signal.SIGTERM)
+        # Two signals sent while the machine did not run the process in between are one
+        # pending signal (POSIX does not queue them): the spacing counts from the first's
+        # arrival, not from its sending.
+        process.wait_for_line("a second signal stops at once")
         time.sleep(spacing_s)
         if process.proc.poll() is not None:  # gone before the second: the first one's exit
             assert process.stop(None) == 0, "".join(process.lines)
