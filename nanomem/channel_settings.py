@@ -162,7 +162,7 @@ class MatrixSettings(_MessengerSection):
     # The owner's user id, "@you:example.org": always allowed; the only one whose invites are
     # accepted besides allow_from's; Dream reviews go to a DM with them.
     owner: str | None = None
-    # End-to-end encrypted rooms: needs the e2e extra (pip install 'nanomem[e2e]').
+    # End-to-end encrypted rooms: not supported yet, extra or not (said at start; docs/matrix.md).
     e2e: bool = False
 
     @field_validator("allow_from")
@@ -240,4 +240,4 @@ class WebAppSettings(_Section):
     # trusts X-Forwarded-Proto for the cookie's Secure flag): refused to start otherwise.
     behind_proxy: bool = False
     session_days: float = Field(30.0, gt=0, le=365)  # a login lasts this long
-    max_upload_mb: int = Field(20, ge=1, le=2000)  # largest file dropped into the chat
+    max_upload_mb: int = Field(20, ge=1, le=2000)  # files in one chat message, together

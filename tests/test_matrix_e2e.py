@@ -18,6 +18,7 @@ from tests.helpers import wait_until
 from tests.helpers.gateway import GatewayProcess, onboarded
 from tests.helpers.matrix import Person, bodies, shown
 from tests.helpers.synapse import Synapse, User, synapse
+from tests.helpers.synapse_log import AccessLog
 
 pytestmark = pytest.mark.slow
 __all__ = ["synapse"]  # the session's homeserver, a fixture
@@ -110,6 +111,29 @@ def test_a_dm_is_answered_with_html_and_a_plain_body(
         content["formatted_body"]
         == "<strong>bold</strong> &lt;b&gt;not markup&lt;/b&gt; &amp; fine"
     )
+
+
+def test_a_dm_costs_no_member_lookup(
+    tmp_path_factory: pytest.TempPathFactory, cast: Cast, llm: FakeOpenAI
+) -> None:
+    """Whether a room is a DM comes with the sync (the homeserver's room summary counts who
+    joined): no request for it, at the first message or later (bench_matrix.py shows what this
+    cannot: a lazy-loading sync restates a sender's membership whenever the homeserver's memory
+    of what the device was sent lapses, at 100 members a device, which changes nobody's)."""
+    home = onboarded(tmp_path_factory, "lookups")
+    log = AccessLog(cast.server.folder / "synapse.log")
+    with gateway(home, cast, llm, NANOMEM_MATRIX__STREAM="false"):
+        room = cast.owner.room(cast.bot.user_id, direct=True)
+        joined_by_bot(cast.owner, room, cast.bot)
+        cast.owner.say(room, "first")
+        replies(cast.owner, room, cast.bot, 1)
+        first = log.read(cast.bot.user_id)
+        for n in range(3):
+            cast.owner.say(room, f"more {n}")
+            replies(cast.owner, room, cast.bot, 2 + n)
+        later = log.read(cast.bot.user_id)
+    assert later.count["send"] == 3  # the replies, each one event
+    assert first.count["members"] == later.count["members"] == 0
 
 
 def test_a_group_room_is_answered_only_when_mentioned(
@@ -309,11 +333,13 @@ def test_doctor_and_status_check_the_bots_login(
     assert cast.bot.token not in status.stdout + ok.stdout
 
 
-def test_an_encrypted_room_without_e2e_support_gets_one_plain_note(
+def test_an_encrypted_room_gets_one_plain_note(
     tmp_path_factory: pytest.TempPathFactory, cast: Cast, llm: FakeOpenAI
 ) -> None:
-    """matrix.e2e without olm is said on /health with the fix; in an encrypted room the bot
-    says once, plainly, that it cannot read it, and the model is never asked."""
+    """The channel does not decrypt: matrix.e2e is said on /health as not supported yet; in an
+    encrypted room the bot says once, plainly, that it cannot read it, and the model is never
+    asked. The same with the e2e extra installed (matrix-nio then decrypts nothing for us, and
+    the bot said nothing at all there)."""
     home = onboarded(tmp_path_factory, "encrypted")
     with gateway(home, cast, llm, NANOMEM_MATRIX__E2E="true") as process:
         _, health = process.health()

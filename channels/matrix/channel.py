@@ -66,8 +66,9 @@ NO_LOGIN = (
     "set: see docs/matrix.md"
 )
 NO_E2E = (
-    "matrix.e2e is set but matrix-nio has no end-to-end encryption here (python-olm is "
-    "missing): encrypted rooms are not read; install it with pip install 'nanomem[e2e]'"
+    "matrix.e2e is set, but the Matrix channel does not read or write end-to-end encrypted "
+    "rooms yet, with or without the e2e extra (pip install 'nanomem[e2e]'): an encrypted room "
+    "gets one note saying so; talk to the bot in a room without encryption"
 )
 ENCRYPTED_ROOM = (
     "This room is end-to-end encrypted and I cannot read encrypted messages here; talk to me "
@@ -141,7 +142,7 @@ class MatrixChannel(BaseChannel):
                 "matrix.allow_from is empty and matrix.owner is not set: every message and "
                 "invite is refused, and the log names each refused user id to add"
             )
-        if self.settings.e2e and not _olm():
+        if self.settings.e2e:
             self._problem = NO_E2E
             logger.warning("matrix: {}", NO_E2E)
         logging.getLogger("nio").setLevel(logging.WARNING)  # it logs every event at INFO
@@ -250,11 +251,11 @@ class MatrixChannel(BaseChannel):
         items: list[tuple[str, dict[str, Any], Sender]] = []
         for room_id, info in found.rooms.join.items():
             events = [e.source for e in info.timeline.events if isinstance(e.source, dict)]
-            events = _since_our_join(events, self.settings.user_id)
-            if any(e.get("type") == MEMBER for e in events) or any(
-                getattr(e, "source", {}).get("type") == MEMBER for e in info.state
-            ):
+            if _members_changed(events, info):
                 self._sizes.pop(room_id, None)  # somebody came or went: ask again
+            if (joined := getattr(info.summary, "joined_member_count", None)) is not None:
+                self._sizes[room_id] = joined  # the homeserver said it unasked
+            events = _since_our_join(events, self.settings.user_id)
             if first:
                 continue
             for event in events:
@@ -350,8 +351,9 @@ class MatrixChannel(BaseChannel):
         self._strangers.refuse(who, what)
 
     async def _encrypted(self, room_id: str) -> None:
-        """One plain note per encrypted room and run: we cannot read what is said there."""
-        if room_id in self._told_encrypted or _olm():
+        """One plain note per encrypted room and run: we cannot read what is said there (nor
+        with the e2e extra, which only lets matrix-nio decrypt: it was silence there)."""
+        if room_id in self._told_encrypted:
             return
         self._told_encrypted.add(room_id)
         logger.warning("matrix: {} is encrypted; its messages cannot be read here", room_id)
@@ -473,7 +475,12 @@ def _since_our_join(events: list[dict[str, Any]], user_id: str) -> list[dict[str
     return events
 
 
-def _olm() -> bool:
-    from nio.crypto import ENCRYPTION_ENABLED
-
-    return bool(ENCRYPTION_ENABLED)
+def _members_changed(events: list[dict[str, Any]], info: Any) -> bool:
+    """Whether somebody came or went in this batch: a membership event in the timeline, or in
+    the state of a batch whose timeline skipped some (a gap). The state of a whole timeline only
+    restates the senders' membership (lazy loading), which changes nobody's: asking the
+    homeserver again for it cost a request per message."""
+    if any(e.get("type") == MEMBER for e in events):
+        return True
+    gap = bool(getattr(info.timeline, "limited", True))
+    return gap and any(getattr(e, "source", {}).get("type") == MEMBER for e in info.state)

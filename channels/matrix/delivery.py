@@ -8,7 +8,7 @@ import asyncio
 import contextlib
 import mimetypes
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from typing import TYPE_CHECKING, Any
 
@@ -17,9 +17,10 @@ from loguru import logger
 from channels.matrix import client as hs
 from channels.matrix.events import (
     BANG,
-    EVENT_LIMIT,
+    GROWN_LIMIT,
     content,
     edit,
+    growing,
     measure,
     split,
     txn_id,
@@ -30,9 +31,12 @@ from nanomem.agent import (
     File,
     FileGone,
     OutboundMessage,
+    RateGate,
     Text,
     TurnEnded,
+    Turns,
     TurnStarted,
+    TypingPace,
     file_bytes,
     image_suffix,
 )
@@ -41,20 +45,34 @@ if TYPE_CHECKING:
     from channels.matrix.channel import MatrixChannel
 
 
-TYPING_MS = 25_000  # each typing notice lasts this long; renewed every TYPING_EVERY_S
-TYPING_EVERY_S = 20.0
-TYPING_DELAY_S = 1.0
+TYPING_MS = 25_000  # each typing notice lasts this long; renewed every 20 s while a turn runs
+TYPING = TypingPace(delay_s=1.0, every_s=20.0, silent_max_s=600.0)
 GROWING = " …"  # after a reply still being written
+# A reply's first words wait this long: one written by then (most short replies) goes whole,
+# as one event, where a growing one costs the homeserver two or more (the message and its
+# edits, each stored): with 100 chats answering at once, half its events.
+FIRST_SHOW_S = 1.0
+# Edits across all rooms, a second: when many replies grow at once, each grows in fewer, larger
+# steps instead of the homeserver storing an edit per room every stream_every_s.
+EDITS_PER_S = 10.0
+CLOSE_WAIT_S = 10.0  # the longest a whole reply waits for its growing message's post or edit
 
 
-@dataclass
+@dataclass(eq=False)
 class Stream:
-    """One reply growing in a room: the message it grows in, and the last edit's time and text."""
+    """One reply growing in a room: the message it grows in (the reply's part 0) and its text."""
 
-    reply_to: str | None
-    event_id: str
-    at: float
-    text: str
+    room: str
+    txn: str | None  # part 0's transaction id: the growing message is that part
+    text: str = ""  # the reply so far (Markdown)
+    shown_from: str | None = None  # the text the message was last made from
+    shown: str = ""  # what it shows
+    event_id: str = ""  # "" before its first post
+    next_at: float = 0.0  # no post or edit before this (monotonic)
+    closed: bool = False  # the whole reply is here, or the turn ended: nothing more is shown
+    unsure: bool = False  # its first post was cut off on its way: the homeserver may have it
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
+    task: asyncio.Task[None] | None = None
 
 
 class Delivery:
@@ -62,9 +80,9 @@ class Delivery:
         self.channel, self.stream_every_s = channel, stream_every_s
         self.owner_room: str | None = None
         self.home = ""  # this inbox's mark in transaction ids (set at start)
-        self._streams: dict[str, Stream] = {}
-        self._typing: dict[str, asyncio.Task[None]] = {}
-        self._typed: set[str] = set()  # rooms showing our typing indicator now
+        self.gate = RateGate(edits_per_s=EDITS_PER_S)
+        self.turns: Turns[Stream] = Turns(self._typing, TYPING, self.gate.wait_s)
+        self._typed: set[str] = set()  # rooms shown our typing indicator since their turn began
         # The first inbox row stored in this run: only a reply to an earlier one can have gone
         # out before (grown under part 0's transaction id by a run that died), so only those
         # are looked at after sending.
@@ -73,22 +91,27 @@ class Delivery:
     measure = staticmethod(measure)
 
     async def close(self) -> None:
-        for room in list(self._typing):
-            self._stop_typing(room)
+        for stream in self.turns.close():
+            stream.closed = True
+            if stream.task is not None:
+                stream.task.cancel()
 
     async def send(self, msg: OutboundMessage) -> None:
         part, room = msg.part, msg.chat_id
         if isinstance(part, TurnStarted):
-            self.accepted(room)
+            self.turns.started(msg)
         elif isinstance(part, TurnEnded):
-            await self._typing_off(room)
+            if (cut := self.turns.ended(msg)) is not None:
+                await self._keep_shown(cut)  # a turn /stop cut short: what was shown stays
+            await self._turn_over(room)
         elif isinstance(part, Delta):
-            if self._streams_in(room):
-                await self._grow(msg, part.so_far)
+            self._grow(msg, part.so_far)
         elif isinstance(part, Text):
-            await self._text(msg, part)
-            if msg.is_answer:
-                await self._typing_off(room)
+            try:
+                await self._text(msg, part)
+            finally:
+                if msg.is_answer:
+                    await self._turn_over(room)
         elif isinstance(part, File):
             await self._file(msg, part)
         # Progress lines and a step's end: the growing message already shows the reply.
@@ -98,29 +121,39 @@ class Delivery:
         return s.stream_groups if self.channel.known_group(room) else s.stream
 
     async def _text(self, msg: OutboundMessage, part: Text) -> None:
-        text = part.text
+        room, text = msg.chat_id, part.text
         if part.style != "reply" or part.command:  # our own text names commands as typed here
             text = BANG.outbound(text, self.channel.command_names)
-        stream = self._streams.pop(msg.chat_id, None)
-        if stream is not None and stream.reply_to != msg.reply_to:
-            stream = None
+        stream = self.turns.answering(msg)
+        if stream is not None:
+            await self._settled(stream)
         markdown = part.style != "error"  # an error note is plain text
         # Split here, not by the core: each part's transaction id is its number in the reply.
         for n, piece in enumerate(split(text or "…")):
             body = content(piece, markdown=markdown)
-            if n == 0 and stream is not None:  # the message it grew in becomes the whole reply
-                await self._send(msg.chat_id, edit(stream.event_id, body), None)
-                continue
-            event_id = await self._send(msg.chat_id, body, txn_id(self.home, msg.seq, n))
-            if n == 0 and self._earlier(msg.seq) and event_id:
-                await self._finish_earlier(msg.chat_id, event_id, body)
+            try:
+                async with self.gate.reply(room):
+                    if n == 0 and stream is not None and stream.event_id:
+                        # The message it grew in becomes the reply's first part.
+                        await self._send(room, edit(stream.event_id, body), None)
+                        continue
+                    event_id = await self._send(room, body, txn_id(self.home, msg.seq, n))
+            except DeliveryLater:
+                if n == 0 and stream is not None and msg.reply_to is not None:
+                    # Sent again by the core: it finishes the same message, not a second one.
+                    self.turns.chat(room).streams[msg.reply_to] = stream
+                raise
+            unsure = stream is not None and stream.unsure
+            if n == 0 and event_id and (unsure or self._earlier(msg.seq)):
+                await self._finish_earlier(room, event_id, body)
 
     def _earlier(self, seq: int | None) -> bool:
         return seq is not None and (self.first_seq is None or seq < self.first_seq)
 
     async def _finish_earlier(self, room: str, event_id: str, body: dict[str, Any]) -> None:
-        """The part may have gone out as a growing message before a crash (under this config or
-        an earlier one): the homeserver then answers with that message, edited to the whole."""
+        """The part may have gone out as a growing message before (by a run that died, or a
+        post cut off on its way): the homeserver then answers with that message, edited to
+        the whole."""
         client = self.channel.client
         if client is None:
             return
@@ -128,28 +161,80 @@ class Delivery:
         if kept is not None and kept != body["body"]:
             await self._send(room, edit(event_id, body), None)
 
-    async def _grow(self, msg: OutboundMessage, so_far: str) -> None:
-        """Show the reply so far: first as a message (the reply's part 0), then by edits no more
-        often than stream_every_s. A rate limit skips an edit: the next one, or the whole
-        reply, shows what it missed."""
-        room, now = msg.chat_id, time.monotonic()
-        stream = self._streams.get(room)
-        if stream is not None and stream.reply_to != msg.reply_to:
-            stream = None
-        due = stream is None or now - stream.at >= self.stream_every_s
-        if not so_far.strip() or not due:
+    # Growing replies: best effort, from a task of each stream's own, never waited for by the
+    # chat; the whole reply replaces what they showed.
+
+    def _grow(self, msg: OutboundMessage, so_far: str) -> None:
+        if not self._streams_in(msg.chat_id) or not so_far.strip():
             return
-        # An edit carries its text twice: what grows is held to half an event.
-        shown = split(so_far, EVENT_LIMIT // 2)[0] + GROWING
-        try:
-            if stream is None:
-                event_id = await self._send(room, content(shown), txn_id(self.home, msg.seq, 0))
-                self._streams[room] = Stream(msg.reply_to, event_id, now, shown)
-            elif shown != stream.text:
-                await self._send(room, edit(stream.event_id, content(shown)), None)
-                stream.at, stream.text = now, shown
-        except DeliveryLater as exc:
-            logger.debug("matrix: an edit in {} skipped: {}", room, exc)
+        txn = txn_id(self.home, msg.seq, 0)
+        stream = self.turns.growing(msg, lambda: Stream(msg.chat_id, txn))
+        if stream is None or stream.closed:
+            return  # answered already
+        stream.text = so_far
+        stream.wake.set()
+        if stream.task is None:
+            stream.next_at = time.monotonic() + FIRST_SHOW_S
+            stream.task = asyncio.create_task(self._show(stream), name="matrix-stream")
+
+    async def _show(self, stream: Stream) -> None:
+        """Post the growing message, then edit it: each chat no more often than
+        stream_every_s, the channel no more than EDITS_PER_S, never while a whole message is on
+        its way; each time the newest text (what it missed meanwhile is never shown)."""
+        room = stream.room
+        while not stream.closed:
+            if stream.shown and len(stream.shown_from or "") >= GROWN_LIMIT:
+                return  # it shows all its part can: the rest comes with the whole reply
+            if stream.text == stream.shown_from:
+                await _woken(stream, None)
+                continue
+            delay = max(stream.next_at - time.monotonic(), self.gate.edit_in_s(room))
+            if delay > 0:
+                await _woken(stream, delay)
+                continue
+            stream.shown_from = text = stream.text
+            shown = growing(text) + GROWING
+            if shown == stream.shown:
+                continue
+            self.gate.edited(room, self.stream_every_s)
+            stream.next_at = time.monotonic() + self.stream_every_s
+            try:
+                if stream.event_id:
+                    await self._send(room, edit(stream.event_id, content(shown)), None)
+                elif not (event_id := await self._send(room, content(shown), stream.txn)):
+                    return  # refused for good (logged): the whole reply is posted instead
+                else:
+                    stream.event_id = event_id
+                stream.shown = shown
+            except DeliveryLater as exc:  # skipped: a later edit, or the reply, shows it
+                logger.debug("matrix: a growing reply in {} not shown now: {}", room, exc)
+                stream.shown_from = None
+            except Exception:  # best effort: the whole reply still goes
+                logger.exception("matrix: showing a growing reply in {} failed", room)
+                stream.unsure = not stream.event_id  # its post may have reached the homeserver
+                return
+
+    async def _settled(self, stream: Stream) -> None:
+        """Stop growing, once what is on its way has arrived (or may have: `unsure`)."""
+        stream.closed = True
+        stream.wake.set()
+        if stream.task is None or stream.task.done():
+            return
+        with contextlib.suppress(Exception):  # its own failure was logged where it failed
+            try:
+                await asyncio.wait_for(asyncio.shield(stream.task), CLOSE_WAIT_S)
+            except TimeoutError:
+                stream.task.cancel()
+                stream.unsure = not stream.event_id
+
+    async def _keep_shown(self, stream: Stream) -> None:
+        """A turn /stop cut short: its message shows what was written, without the mark of a
+        reply still growing."""
+        await self._settled(stream)
+        if stream.event_id and stream.shown_from:
+            with contextlib.suppress(DeliveryLater):
+                body = content(growing(stream.shown_from))
+                await self._send(stream.room, edit(stream.event_id, body), None)
 
     async def _send(self, room: str, body: dict[str, Any], txn: str | None) -> str:
         """Send one event: its id, or "" when the homeserver refused it for good (logged). A
@@ -165,6 +250,7 @@ class Delivery:
             return ""
         except DeliveryLater as exc:
             if exc.retry_in_s is not None:
+                self.gate.block(room, exc.retry_in_s)
                 logger.info("matrix: rate-limited in {}: again in {:.1f} s", room, exc.retry_in_s)
             raise
 
@@ -194,29 +280,26 @@ class Delivery:
         }
         await self._send(room, body, None)
 
-    def accepted(self, room: str) -> None:
-        """A turn begins in `room`: typing until its answer."""
-        if room not in self._typing:
-            self._typing[room] = asyncio.create_task(self._keep_typing(room), name="matrix-typing")
-
-    async def _keep_typing(self, room: str) -> None:
-        await asyncio.sleep(TYPING_DELAY_S)  # an answer by then needs no indicator
+    async def _typing(self, room: str) -> None:
+        """One typing notice (the shared Turns paces them while a turn runs)."""
+        if (client := self.channel.client) is None:
+            return
         self._typed.add(room)
-        while (client := self.channel.client) is not None:
+        await hs.typing(client, room, True, TYPING_MS)
+
+    async def _turn_over(self, room: str) -> None:
+        """Nobody waits in the room any more: a typing indicator shown is taken down."""
+        if self.turns.waiting(room):
+            return
+        self.turns.forget_if_idle(room)
+        if room in self._typed and (client := self.channel.client) is not None:
+            self._typed.discard(room)
             with contextlib.suppress(Exception):  # typing is a courtesy: never fails a reply
-                await hs.typing(client, room, True, TYPING_MS)
-            await asyncio.sleep(TYPING_EVERY_S)
-
-    def _stop_typing(self, room: str) -> bool:
-        """Stop renewing the indicator; whether one was shown (and is to be taken down)."""
-        task = self._typing.pop(room, None)
-        if task is not None:
-            task.cancel()
-        shown = room in self._typed
-        self._typed.discard(room)
-        return shown
-
-    async def _typing_off(self, room: str) -> None:
-        if self._stop_typing(room) and (client := self.channel.client) is not None:
-            with contextlib.suppress(Exception):
                 await hs.typing(client, room, False)
+
+
+async def _woken(stream: Stream, within_s: float | None) -> None:
+    """Until the stream has news (a piece, its end) or `within_s` seconds pass."""
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(stream.wake.wait(), within_s)
+    stream.wake.clear()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import html
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,6 +18,7 @@ from nanomem.text.utf8 import clean_text
 # (room, sender, ids, hashes and signatures) stays well within the difference. An edit carries
 # its text twice: a growing reply shows at most half of this.
 EVENT_LIMIT = 60_000
+GROWN_LIMIT = EVENT_LIMIT // 2
 MESSAGE = "m.room.message"
 ENCRYPTED = "m.room.encrypted"
 MEMBER = "m.room.member"
@@ -156,10 +158,20 @@ def measure(text: str) -> int:
     return json_bytes(content(text))
 
 
-def split(text: str, limit: int = EVENT_LIMIT) -> list[str]:
+def split(
+    text: str, limit: int = EVENT_LIMIT, measure: Callable[[str], int] = measure
+) -> list[str]:
     """Parts whose events weigh at most `limit` bytes each, cut where a reader would pause,
     code blocks kept whole (the core's splitter, by this channel's measure)."""
     return split_text(text, limit, measure)
+
+
+def growing(text: str, measure: Callable[[str], int] = measure) -> str:
+    """What a reply still being written shows: its first part (which the message becomes),
+    held to half an event, since an edit carries its text twice. Each character of the text is
+    at least a byte of the event, so no more of it than that is ever measured: the work of an
+    edit stays the same however long the reply grows."""
+    return split(text[:GROWN_LIMIT], GROWN_LIMIT, measure)[0]
 
 
 def txn_id(home: str, seq: int | None, part: int) -> str | None:

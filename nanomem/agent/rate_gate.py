@@ -2,8 +2,10 @@
 platform has one bucket for everything (docs/channels.md).
 
 The platform's own word comes first: its `retry_after` blocks the chat (or the channel) until
-then. A channel may also pace itself: at most `per_s` calls a second across the channel, and
-edits of one chat no closer than the `every_s` it gives. Whole messages come before streaming
+then. A channel may also pace itself: at most `per_s` calls a second across the channel, at
+most `edits_per_s` streaming edits a second across the channel (when many chats stream, each
+grows in fewer, larger steps; whole messages never wait for it), and edits of one chat no
+closer than the `every_s` it gives. Whole messages come before streaming
 edits and progress: a reply never waits behind an edit, and an edit waits while a reply is on
 its way (the channel then shows its newest text, never each one it missed).
 """
@@ -34,11 +36,13 @@ class _Chat:
 class RateGate:
     """What a channel asks before each call to its platform; cheap for a chat never limited."""
 
-    def __init__(self, *, per_s: float = 0.0) -> None:
+    def __init__(self, *, per_s: float = 0.0, edits_per_s: float = 0.0) -> None:
         self.per_s = per_s  # the channel's calls a second, across chats (0: no pace of ours)
+        self.edits_per_s = edits_per_s  # its edits a second, across chats (0: no such pace)
         self._chats: dict[str, _Chat] = {}
         self._blocked_until = 0.0  # a channel-wide flood wait
         self._next_at = 0.0  # the channel's next call, paced by per_s
+        self._next_edit_at = 0.0  # the channel's next edit, paced by edits_per_s
 
     def block(self, chat: str | None, seconds: float) -> None:
         """The platform said to wait (`retry_after`): this chat, or every chat (None)."""
@@ -60,7 +64,7 @@ class RateGate:
         """Seconds before an edit (a growing reply, a progress line) may go: after a flood wait,
         the chat's pace, and any whole message on its way (then a short look again)."""
         state = self._chats.get(chat)
-        paced = self._reply_in_s(chat)
+        paced = max(self._reply_in_s(chat), self._next_edit_at - time.monotonic())
         if state is None:
             return paced
         if state.replies:
@@ -69,8 +73,11 @@ class RateGate:
 
     def edited(self, chat: str, every_s: float) -> None:
         """An edit goes now: the chat's next one no sooner than `every_s` from now."""
-        self._chat(chat).edit_at = time.monotonic() + every_s
+        now = time.monotonic()
+        self._chat(chat).edit_at = now + every_s
         self._paced()
+        if self.edits_per_s > 0:
+            self._next_edit_at = max(self._next_edit_at, now) + 1.0 / self.edits_per_s
 
     @asynccontextmanager
     async def reply(self, chat: str) -> AsyncIterator[None]:

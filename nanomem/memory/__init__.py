@@ -9,11 +9,13 @@ from typing import TYPE_CHECKING
 from nanomem.exports import lazy_exports
 
 if TYPE_CHECKING:
+    from nanomem.memory.edits import EditConflict, digest, save_edit, shown
     from nanomem.memory.gitstore import (
         TRACKED,
         Files,
         GitStore,
         GitStoreError,
+        Restored,
         Version,
         describe_stats,
     )
@@ -26,24 +28,38 @@ __all__ = [
     "BpeTokenizer",
     "Budget",
     "Calibration",
+    "EditConflict",
     "Files",
     "GitStore",
     "GitStoreError",
     "HistoryEntry",
     "HistoryStore",
     "NewEntry",
+    "Restored",
     "Session",
     "SessionStore",
     "Version",
     "clean_temp_files",
     "describe_stats",
+    "digest",
+    "save_edit",
     "session_filename",
+    "shown",
     "to_wire",
 ]
 __getattr__ = lazy_exports(
     __name__,
     {
-        "gitstore": ("Files", "GitStore", "GitStoreError", "TRACKED", "Version", "describe_stats"),
+        "edits": ("EditConflict", "digest", "save_edit", "shown"),
+        "gitstore": (
+            "Files",
+            "GitStore",
+            "GitStoreError",
+            "Restored",
+            "TRACKED",
+            "Version",
+            "describe_stats",
+        ),
         "history": ("HistoryEntry", "HistoryStore", "NewEntry", "clean_temp_files"),
         "session": ("Session", "SessionStore", "session_filename", "to_wire"),
         "tokens": ("BpeTokenizer", "Budget", "Calibration"),

@@ -43,6 +43,8 @@ LOCK_WAIT_S = 120.0  # writers hold the memory lock for milliseconds; this is a 
 # Left behind when a process dies mid-update; only ever stale while we hold the memory lock.
 REF_LOCKS = ("HEAD.lock", "packed-refs.lock", "refs/**/*.lock")
 
+# The kinds of version, as their messages begin (`import from openclaw`, `restore 1a2b3c4d`).
+KINDS = ("initial memory", "manual edit", "edit", "dream", "restore", "import")
 Files = dict[str, bytes | None]  # path → content, None when the file does not exist
 Annotated = list[tuple["ObjectID", bytes]]  # a file's lines, each with the version that wrote it
 BLAMES_KEPT = 16  # (version, file) blames kept for deriving the next versions' from
@@ -98,6 +100,12 @@ class Version:
     @property
     def summary(self) -> str:
         return self.message.splitlines()[0] if self.message else ""
+
+    @property
+    def kind(self) -> str:
+        """What made it: `dream`, `edit`, `manual edit`, `restore`, `import`, `initial memory`."""
+        head = self.summary.split(":", 1)[0]
+        return next((k for k in KINDS if head == k or head.startswith(f"{k} ")), head)
 
 
 @dataclass(frozen=True)
@@ -187,12 +195,15 @@ class GitStore:
             self.ensure()
             return self.commit_files(self.read_workspace(), message)
 
-    def commit_files(self, files: Files, kind: str, trailer: str = "") -> Version | None:
-        """Commit these contents (not re-read from disk) if they differ from the last version."""
+    def commit_files(
+        self, files: Files, kind: str, trailer: str = "", title: str = ""
+    ) -> Version | None:
+        """Commit these contents (not re-read from disk) if they differ from the last version;
+        `title`: the person's own summary, after the kind (`edit: <title>`)."""
         with self.writing():
             if files == self.files_at(self._head()):
                 return None
-            return self._commit(files, kind, trailer=trailer)
+            return self._commit(files, kind, trailer=trailer, title=title)
 
     def commit_manual_edits(self) -> Version | None:
         """Edits made outside Dream (by the person, or the chat agent) become their own version,
@@ -212,7 +223,13 @@ class GitStore:
         return _dulwich_repo()(str(self.git_dir))
 
     def _commit(
-        self, files: Files, kind: str, *, allow_empty: bool = False, trailer: str = ""
+        self,
+        files: Files,
+        kind: str,
+        *,
+        allow_empty: bool = False,
+        trailer: str = "",
+        title: str = "",
     ) -> Version:
         """Commit `files`; the message is built from the real diff: `<kind>: <stats>` and the
         changed lines, never from anyone's claims about them. A `trailer` (`Key: value`) ends
@@ -236,7 +253,8 @@ class GitStore:
             commit.author_time = commit.commit_time = now
             commit.author_timezone = commit.commit_timezone = offset
             commit.encoding = b"UTF-8"
-            message = _message(kind, stats, diff) + (f"\n{trailer}\n" if trailer else "")
+            message = _message(kind, stats, diff, title=title)
+            message += f"\n{trailer}\n" if trailer else ""
             # The message quotes changed lines: a known secret in a memory file stays out of it.
             commit.message = redact(message).encode("utf-8")
             _add_object(repo, commit)
@@ -312,15 +330,31 @@ class GitStore:
                     files[rel] = None
             return files
 
-    def log(self, limit: int = 20) -> list[Version]:
+    def log(self, limit: int = 20, skip: int = 0) -> list[Version]:
+        """Newest first, from the `skip`-th; only the versions returned are diffed."""
         self.ensure()
         with self._open() as repo:
             head = self._head(repo)
             if head is None:
                 return []
-            return [
-                self._version(repo, e.commit.id) for e in repo.get_walker([head], max_entries=limit)
-            ]
+            walker = repo.get_walker([head], max_entries=skip + limit)
+            return [self._version(repo, e.commit.id) for e in list(walker)[skip:]]
+
+    def walk(self, limit: int, since: datetime | None = None) -> list[tuple[str, datetime]]:
+        """The newest `limit` versions' ids and times, newest first, without their diffs;
+        with `since`, up to the first version older than it (included)."""
+        self.ensure()
+        found: list[tuple[str, datetime]] = []
+        with self._open() as repo:
+            head = self._head(repo)
+            if head is None:
+                return []
+            for entry in repo.get_walker([head], max_entries=limit):
+                when = datetime.fromtimestamp(entry.commit.commit_time).astimezone()
+                found.append((entry.commit.id.decode(), when))
+                if since is not None and when < since:
+                    break
+        return found
 
     def resolve(self, prefix: str) -> str:
         """A full sha from any unique prefix of 4+ hex characters of a version in the history."""
@@ -345,6 +379,12 @@ class GitStore:
             parent_tree = repo[commit.parents[0]].tree if commit.parents else None  # type: ignore[attr-defined]
             diff = self._diff_bytes(repo, parent_tree, commit.tree)  # type: ignore[attr-defined]
             return self._version(repo, commit.id), diff.decode("utf-8", errors="replace")
+
+    def shown(self, sha: str) -> tuple[Version, str]:
+        """A version and its diff as a person sees it: a key pasted into USER.md is in the
+        file, never on a screen."""
+        version, diff = self.show(sha)
+        return version, redact(diff)
 
     def version(self, sha: str) -> Version:
         with self._open() as repo:
@@ -507,7 +547,9 @@ def describe_stats(stats: dict[str, tuple[int, int]]) -> str:
     return ", ".join(f"{rel} +{a} -{r}" for rel, (a, r) in sorted(stats.items()))
 
 
-def _message(kind: str, stats: dict[str, tuple[int, int]], diff: bytes, max_lines: int = 30) -> str:
+def _message(
+    kind: str, stats: dict[str, tuple[int, int]], diff: bytes, max_lines: int = 30, title: str = ""
+) -> str:
     if not stats:
         return f"{kind}\n"
     changed = [
@@ -518,7 +560,12 @@ def _message(kind: str, stats: dict[str, tuple[int, int]], diff: bytes, max_line
     body = changed[:max_lines]
     if len(changed) > max_lines:
         body.append(f"… {len(changed) - max_lines} more changed lines")
-    return f"{kind}: {describe_stats(stats)}\n\n" + "\n".join(body) + "\n"
+    head = (
+        f"{kind}: {title}\n\n{describe_stats(stats)}"
+        if title
+        else f"{kind}: {describe_stats(stats)}"
+    )
+    return f"{head}\n\n" + "\n".join(body) + "\n"
 
 
 def _dulwich_repo() -> type[Repo]:

@@ -31,6 +31,18 @@ async def test_the_channel_pace_spaces_calls_across_chats() -> None:
     assert time.monotonic() - began >= 0.2  # five calls: four gaps
 
 
+async def test_the_channel_edit_pace_spaces_edits_across_chats_never_replies() -> None:
+    gate = RateGate(edits_per_s=1)  # one edit a second, whichever chat
+    assert gate.edit_in_s("1") == 0
+    gate.edited("1", 0.0)
+    assert gate.edit_in_s("2") > 0.5  # another chat's edit waits its turn
+    gate.edited("2", 0.0)  # one that goes anyway (shown late) moves the next one further
+    assert gate.edit_in_s("3") > 1.5
+    began = time.monotonic()
+    async with gate.reply("2"):  # a whole message never waits for the edits' pace
+        assert time.monotonic() - began < 0.1
+
+
 async def test_a_reply_never_waits_behind_edits_and_edits_wait_for_it() -> None:
     gate = RateGate()
     gate.edited("1", 10.0)  # the chat's edits are paced to one in 10 s

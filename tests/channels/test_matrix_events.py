@@ -8,8 +8,10 @@ import json
 from channels.matrix.events import (
     BANG,
     EVENT_LIMIT,
+    GROWN_LIMIT,
     content,
     edit,
+    growing,
     inviter,
     measure,
     names_us,
@@ -90,6 +92,28 @@ def test_a_long_reply_is_split_into_parts_within_the_event_limit() -> None:
 
     assert words("".join(parts)) == words(text)
     assert split("short") == ["short"]
+
+
+def test_a_growing_reply_measures_no_more_of_its_text_however_long_it_grows() -> None:
+    """Each edit of a growing reply shows its first part: the text measured for it is bounded
+    by the half event that part may fill, not by all the model has written (a reply growing to
+    megabytes was re-split whole at every edit)."""
+    paragraph = "word " * 40 + "é\n\n"
+    measured: list[int] = []
+
+    def counted(text: str) -> int:
+        measured.append(len(text))
+        return measure(text)
+
+    work = []
+    for size in (100_000, 1_000_000, 4_000_000):
+        measured.clear()
+        text = (paragraph * (size // len(paragraph) + 1))[:size]
+        shown = growing(text, counted)
+        assert text.startswith(shown) and measure(shown) <= GROWN_LIMIT
+        work.append(sum(measured))
+    assert work[0] == work[1] == work[2]  # the same work at 100 kB, 1 MB and 4 MB
+    assert work[0] < 40 * GROWN_LIMIT
 
 
 def test_a_part_keeps_its_transaction_id_across_restarts() -> None:

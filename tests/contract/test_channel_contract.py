@@ -128,7 +128,7 @@ def test_a_shell_command_is_approved_by_a_button_or_typed_choice(driver: Driver)
     )
     question = next(t for t in reversed(shown) if APPROVAL_ASKED in t)
     # Without buttons the choices are in the text, to be typed back.
-    assert ("/shell-allow" in question) is not driver.buttons
+    assert (f"{driver.command_prefix}shell-allow" in question) is not driver.buttons
     driver.approve("owner")
     driver.wait_posted(
         "owner", lambda s: any("result:" in t and "contract-approved" in t for t in s), "the result"

@@ -358,3 +358,33 @@ async def test_blame_reads_the_whole_history_once_and_follows_new_versions_from_
     assert counted.count == 1  # the new version's blame came from the one before
     fresh = Provenance(FromScratch(app.git), app.history)  # control: nothing kept
     assert fresh.answer("Likes tea") == provenance.answer("Likes tea")
+
+
+async def test_a_line_by_its_number_has_the_why_of_its_words_as_data(home: Home) -> None:
+    """The web app's Memory page asks by line number; its answer is /why's own, as data."""
+    app = await dreamed(home, CITED)
+    provenance = app.feature(Dreaming).provenance
+    found = provenance.line_at("memory/MEMORY.md", 10)
+    assert found is not None
+    line, live = found
+    answer = await provenance.traced(line, live)
+    assert answer.text() == await why(app, "Apollo")
+    assert answer.version == app.git.log(limit=1)[0]
+    (source,) = answer.sources
+    assert (source.session, source.where) == ("telegram:43", "telegram chat 43")
+    assert source.quote == APOLLO and not source.missing
+    assert provenance.line_at("memory/MEMORY.md", 1) is None  # a heading: nothing to ask
+    assert provenance.line_at("USER.md", 999) is None
+    assert provenance.line_at("config.toml", 1) is None
+
+
+async def test_an_edit_made_in_the_web_app_is_said_to_be_yours(home: Home) -> None:
+    from nanomem.memory import save_edit, shown
+
+    app = await dreamed(home, CITED)
+    now = shown(app.git)
+    text = (now.files["USER.md"] or b"").decode() + "- Allergic to cats\n"
+    edited = save_edit(app.git, "USER.md", text, "cats", now.head or "", now.digests["USER.md"])
+    answer = await why(app, "cats")
+    assert f"Edited by you in the web app: version {edited.short}" in answer
+    assert answer.endswith("“cats”.")

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import signal
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -23,6 +25,7 @@ from tests.fakes.discord_server import GENERAL, FakeDiscord
 from tests.fakes.openai_server import FakeOpenAI, Step
 from tests.fakes.telegram_server import FakeTelegram
 from tests.helpers import discord as dc
+from tests.helpers import matrix as mx
 from tests.helpers import slack as sl
 from tests.helpers import wait_until
 from tests.helpers.gateway import GatewayProcess, user_texts
@@ -76,6 +79,7 @@ class Driver:
     streams = True  # a growing reply is shown growing (edits or drafts), at a bounded rate;
     # in groups too (each driver's gateway sets stream_groups)
     buttons = True  # a question comes with buttons; False: its choices as text, typed back
+    command_prefix = "/"  # how the channel writes a command, a typed choice among them
     limit = 0  # the platform's longest message, in `measure`
     edit_gap_s = 1.0  # the platform's bound on edits to a growing message
     PEOPLE: ClassVar[dict[str, Any]] = {}  # the owner, the friend and the stranger's user ids
@@ -146,12 +150,6 @@ class TelegramDriver(Driver):
     limit = 4096  # UTF-16 code units of the text as shown
     PEOPLE: ClassVar[dict[str, Any]] = {"owner": 1000, "friend": 1001, "stranger": 666}
     GROUP = -100777
-    KNOWN_DEFECTS: ClassVar[dict[str, str]] = {
-        "kill while growing in a group": "with telegram.stream_groups (off by default) a reply "
-        "half-grown by edits when the gateway is killed stays, and the replay posts the whole "
-        "reply as a second message: the grown message's id is not kept across a restart (Slack "
-        "keeps it in the inbox's positions, Discord finds it by the reply's nonce)"
-    }
     MENTION = "@nanomem_test_bot "
 
     def __init__(self, home: Home, llm: FakeOpenAI) -> None:
@@ -169,7 +167,10 @@ class TelegramDriver(Driver):
             "NANOMEM_TELEGRAM__OWNER": str(self.PEOPLE["owner"]),
             "NANOMEM_TELEGRAM__STREAM_GROUPS": "true",
         }
-        self.gateway = GatewayProcess(self.home, self.fake, self.llm, **(ENV | env))
+        self.gateway = self._gateway(**(ENV | env))
+
+    def _gateway(self, **env: str) -> GatewayProcess:
+        return GatewayProcess(self.home, self.fake, self.llm, **env)
 
     def close(self) -> None:
         self.fake.stop()
@@ -203,6 +204,25 @@ class TelegramDriver(Driver):
         wait = int(seconds)
         said = f"Too Many Requests: retry after {wait}"
         self.fake.fail_next("sendMessage", retry_after=wait, times=times, description=said)
+
+
+class TelegramWebhookDriver(TelegramDriver):
+    """Telegram with telegram.mode = "webhook": the fake Bot API posts each update to the
+    gateway's webhook route, again until it is answered 200, as Telegram does."""
+
+    name = "telegram-webhook"
+    URL = "https://bot.example.org/telegram/hook"
+
+    def _gateway(self, **env: str) -> GatewayProcess:
+        hook = {"NANOMEM_TELEGRAM__MODE": "webhook", "NANOMEM_TELEGRAM__WEBHOOK_URL": self.URL}
+        gateway = GatewayProcess(self.home, self.fake, self.llm, **(env | hook))
+        self.fake.forward_webhook_to(f"http://127.0.0.1:{gateway.port}")
+        gateway.wait_for_line(r"telegram: webhook as @")  # never polling
+        return gateway
+
+    def stop(self) -> int:
+        assert self.fake.getupdates_count == 0, "it polled"
+        return super().stop()
 
 
 class DiscordDriver(Driver):
@@ -372,8 +392,142 @@ class LineDriver(Driver):
         (Path(self.home.root) / LIMIT_FILE).write_text(f"{times} {seconds}")
 
 
+class MatrixDriver(Driver):
+    """Matrix against a Synapse of its own (tests/helpers/synapse.py; skipped without one),
+    behind a gate that refuses as many of the bot's sends as asked the way Synapse's rate
+    limiter does; people are matrix-nio clients (tests/helpers/matrix.py). Matrix has no
+    buttons: choices are typed, with Matrix's `!`. Its limit is 64 KiB an event, past the
+    contract's LONG: its model says the same 60 paragraphs, each long enough to pass it."""
+
+    name = "matrix"
+    buttons = False
+    command_prefix = "!"
+    limit = 65_536  # bytes of an event; measured on the content the channel would send
+    edit_gap_s = 1.5  # matrix.stream_every_s
+    PEOPLE: ClassVar[dict[str, Any]] = {
+        who: f"@{who}:localhost" for who in ("owner", "friend", "stranger")
+    }
+
+    def __init__(self, home: Home, llm: FakeOpenAI) -> None:
+        from tests.helpers.synapse import Synapse, synapse_or_skip
+
+        super().__init__(home, llm)
+        synapse_or_skip()
+        self._folder = Path(tempfile.mkdtemp(prefix="contract-synapse-"))
+        self.server = Synapse(self._folder).start()
+        self.bot = self.server.register("nanomem")
+        self.people = {who: mx.Person(self.server, self.server.register(who))
+                       for who in self.PEOPLE}  # fmt: skip
+        self.gate = mx.SendGate(self.server.url).start()
+        self._rooms: dict[tuple[str, bool], str] = {}
+        model = contract_model()
+        llm.set_fallback(lambda request: _matrix_long(request) or model(request))
+
+    @staticmethod
+    def measure(text: str) -> int:
+        from channels.matrix.events import measure
+
+        return measure(text)
+
+    def start(self) -> None:
+        env = ENV | {
+            "NANOMEM_MATRIX__ENABLED": "true",
+            "NANOMEM_MATRIX__HOMESERVER": self.gate.url,
+            "NANOMEM_MATRIX__USER_ID": self.bot.user_id,
+            "NANOMEM_MATRIX__ACCESS_TOKEN": self.bot.token,
+            "NANOMEM_MATRIX__OWNER": self.PEOPLE["owner"],
+            "NANOMEM_MATRIX__ALLOW_FROM": json.dumps([self.PEOPLE["friend"]]),
+            "NANOMEM_MATRIX__STREAM_GROUPS": "true",
+        }
+        self.gateway = GatewayProcess(self.home, None, self.llm, **env)
+        self.gateway.wait_for_line(r"matrix: running")
+
+    def close(self) -> None:
+        self.gate.stop()
+        self.server.stop()
+        shutil.rmtree(self._folder, ignore_errors=True)
+
+    def _room(self, who: str, group: bool) -> str:
+        """The person's DM with the bot, or the group of the owner, the friend and the bot:
+        made at first use, the bot in it before anything is said (what came before its join
+        is history it never answers); a stranger's DM, which the bot never joins, at once."""
+        key = ("owner", True) if group else (who, False)
+        if key in self._rooms:
+            return self._rooms[key]
+        bot = self.bot.user_id
+        if group:
+            owner, friend = self.people["owner"], self.people["friend"]
+            room = owner.room(bot, friend.user.user_id)
+            friend.join(room)
+        else:
+            owner = self.people[who]
+            room = owner.room(bot, direct=True)
+        if who != "stranger":
+            wait_until(lambda: bot in owner.joined(room), timeout=30, what="the bot to join")
+        self._rooms[key] = room
+        return room
+
+    def say(self, who: str, text: str, *, group: bool = False) -> None:
+        room = self._room(who, group)
+        self.people[who].say(room, f"{self.bot.user_id}: {text}" if group else text)
+
+    def _events(self, who: str, group: bool) -> list[dict[str, Any]]:
+        key = ("owner", True) if group else (who, False)
+        if key not in self._rooms:
+            return []
+        return self.people["owner" if group else who].events(self._rooms[key])
+
+    def posted(self, who: str, *, group: bool = False) -> list[str]:
+        shown = mx.bodies(self._events(who, group), self.bot.user_id)
+        return [t for t in shown if not t.startswith("⚙")]
+
+    def stream_times(self, who: str, since: float, *, group: bool = False) -> list[float]:
+        """The growing message's post and its edits, by the homeserver's clock made monotonic."""
+        ours = [e for e in self._events(who, group) if e.get("sender") == self.bot.user_id]
+        edited = {
+            str(relates.get("event_id"))
+            for e in ours
+            if (relates := e.get("content", {}).get("m.relates_to") or {}).get("rel_type")
+            == "m.replace"
+        }
+        grew = [e for e in ours if e["event_id"] in edited or e["content"].get("m.new_content")]
+        offset = time.time() - time.monotonic()
+        times = (int(e["origin_server_ts"]) / 1000 - offset for e in grew)
+        return sorted(t for t in times if t >= since)
+
+    def approve(self, who: str) -> None:
+        asked = next(t for t in reversed(self.posted(who)) if APPROVAL_ASKED in t)
+        typed = re.search(r"(!shell-allow \S+)", asked)
+        assert typed is not None, f"no choice to type in {asked!r}"
+        self.say(who, typed.group(1))
+
+    def rate_limit(self, times: int, seconds: float) -> None:
+        self.gate.refuse_sends(times, seconds)
+
+
+# Matrix's event holds 64 KiB: the contract's 60 paragraphs, each long enough to pass it.
+MATRIX_LONG = "\n\n".join(
+    f"Paragraph {n:03d} 🙂: " + "lorem ipsum dolor sit amet " * 60 for n in range(60)
+)
+
+
+def _matrix_long(request: dict[str, Any]) -> Step | None:
+    said = user_texts(request)[-1].splitlines()[-1] if user_texts(request) else ""
+    if "LONG" in said and not any(word in said for word in ("HOLD", "GROW", "RUN ")):
+        return Step.reply(MATRIX_LONG)
+    return None
+
+
 DRIVERS: dict[str, type[Driver]] = {
-    d.name: d for d in (TelegramDriver, DiscordDriver, SlackDriver, LineDriver)
+    d.name: d
+    for d in (
+        TelegramDriver,
+        TelegramWebhookDriver,
+        DiscordDriver,
+        SlackDriver,
+        LineDriver,
+        MatrixDriver,
+    )
 }
 PERSONAL = USER_FACT  # written to the owner's USER.md: a group's turn never sees it
 

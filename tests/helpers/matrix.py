@@ -4,9 +4,12 @@ invited, messages sent, and what the bot wrote read back as a person's client sh
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import aiohttp
+from aiohttp import web
 from nio import AsyncClient, RoomCreateResponse, RoomMessagesResponse, RoomSendResponse
 
 from tests.helpers.synapse import Synapse, User
@@ -91,3 +94,82 @@ def shown(events: list[dict[str, Any]], sender: str) -> list[dict[str, Any]]:
 
 def bodies(events: list[dict[str, Any]], sender: str) -> list[str]:
     return [str(c.get("body", "")) for c in shown(events, sender)]
+
+
+class SendGate:
+    """A loopback gate between the bot and Synapse: every request goes through as it is, but
+    the next `times` message sends are answered as Synapse's rate limiter answers one (429,
+    M_LIMIT_EXCEEDED with retry_after_ms): exactly as many as asked, which Synapse's own
+    limiter cannot be made to do. On its own event loop in a daemon thread."""
+
+    def __init__(self, upstream: str) -> None:
+        self.upstream = upstream.rstrip("/")
+        self.url = ""
+        self._lock = threading.Lock()
+        self._refusals = 0
+        self._retry_ms = 0
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._runner: web.AppRunner | None = None
+        self._session: aiohttp.ClientSession | None = None
+
+    def start(self) -> SendGate:
+        loop = self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=loop.run_forever, name="send-gate", daemon=True)
+        self._thread.start()
+        port = asyncio.run_coroutine_threadsafe(self._serve(), loop).result(timeout=10)
+        self.url = f"http://127.0.0.1:{port}"
+        return self
+
+    def stop(self) -> None:
+        if (loop := self._loop) is None or self._thread is None:
+            return
+        asyncio.run_coroutine_threadsafe(self._shutdown(), loop).result(timeout=10)
+        loop.call_soon_threadsafe(loop.stop)
+        self._thread.join(timeout=10)
+        loop.close()
+        self._loop = None
+
+    def refuse_sends(self, times: int, seconds: float) -> None:
+        with self._lock:
+            self._refusals, self._retry_ms = times, int(seconds * 1000)
+
+    async def _serve(self) -> int:
+        self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None))
+        app = web.Application(client_max_size=128 * 1024 * 1024)
+        app.router.add_route("*", "/{path:.*}", self._forward)
+        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
+        await self._runner.setup()
+        await web.TCPSite(self._runner, "127.0.0.1", 0).start()
+        return int(self._runner.addresses[0][1])
+
+    async def _shutdown(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+        if self._session is not None:
+            await self._session.close()
+
+    def _refused(self, request: web.Request) -> int | None:
+        """The wait to ask for, when this request is a message send to refuse."""
+        if request.method != "PUT" or "/send/m.room.message/" not in request.path:
+            return None
+        with self._lock:
+            if self._refusals <= 0:
+                return None
+            self._refusals -= 1
+            return self._retry_ms
+
+    async def _forward(self, request: web.Request) -> web.Response:
+        if (wait := self._refused(request)) is not None:
+            body = {"errcode": "M_LIMIT_EXCEEDED", "error": "Too Many Requests"}
+            return web.json_response(body | {"retry_after_ms": wait}, status=429)
+        assert self._session is not None
+        skip = {"host", "content-length", "transfer-encoding", "connection"}
+        headers = {k: v for k, v in request.headers.items() if k.lower() not in skip}
+        async with self._session.request(
+            request.method, self.upstream + request.path_qs, data=await request.read(),
+            headers=headers,
+        ) as answer:  # fmt: skip
+            kind = answer.headers.get("Content-Type", "application/json")
+            return web.Response(body=await answer.read(), status=answer.status,
+                                headers={"Content-Type": kind})  # fmt: skip

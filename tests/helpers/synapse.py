@@ -40,8 +40,9 @@ class User:
 
 
 class Synapse:
-    def __init__(self, folder: Path) -> None:
+    def __init__(self, folder: Path, tuned: dict[str, Any] | None = None) -> None:
         self.folder = folder
+        self.tuned = tuned or {}  # merged into the configuration (a benchmark's experiments)
         self.port = _free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.secret = secrets.token_hex(16)
@@ -50,7 +51,7 @@ class Synapse:
 
     def start(self) -> Synapse:
         config = self.folder / "homeserver.yaml"
-        config.write_text(json.dumps(self._config()))  # YAML reads JSON
+        config.write_text(json.dumps(self._config() | self.tuned))  # YAML reads JSON
         run = [str(PYTHON), "-m", "synapse.app.homeserver", "--config-path", str(config)]
         subprocess.run([*run, "--generate-keys"], check=True, capture_output=True, timeout=120)
         log = (self.folder / "synapse.log").open("wb")
@@ -65,6 +66,11 @@ class Synapse:
             except OSError:
                 time.sleep(0.1)
         raise AssertionError(f"Synapse did not start: {self.log()[-3000:]}")
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
 
     def log(self) -> str:
         return (self.folder / "synapse.log").read_text(errors="replace")

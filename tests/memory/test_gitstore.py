@@ -3,6 +3,7 @@ from __future__ import annotations
 import random
 import shutil
 import subprocess
+from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -246,3 +247,35 @@ def test_a_file_removed_by_a_restore_is_not_removed_through_a_planted_link(
     (workspace / "memory" / "MEMORY.md").write_text("ours")
     store.write_files({"memory/MEMORY.md": None})  # the positive control: a real folder's file
     assert not (workspace / "memory" / "MEMORY.md").exists()
+
+
+def test_every_kind_of_version_is_named(store: GitStore, workspace: Path) -> None:
+    (workspace / "USER.md").write_text("# User\n- Ada\n")
+    store.commit_manual_edits()
+    files = store.read_workspace()
+    for user, kind, title in [
+        (b"# User\n- Ada\n- tea\n", "dream", ""),
+        (b"# User\n", "edit", "restore: not really"),
+        (b"# User\n- x\n", "import from openclaw", ""),
+    ]:
+        store.write_files({"USER.md": user})
+        store.commit_files(files | {"USER.md": user}, kind, title=title)
+    store.restore(store.log(limit=1)[0].sha)
+    kinds = [v.kind for v in store.log()]
+    assert kinds == ["restore", "import", "edit", "dream", "manual edit", "initial memory"]
+    assert store.log()[2].summary == "edit: restore: not really"
+    assert "USER.md +0 -2" in store.log()[2].message  # the stats follow the person's title
+
+
+def test_log_pages_and_walk_stop_where_asked(store: GitStore, workspace: Path) -> None:
+    for n in range(5):
+        (workspace / "USER.md").write_text(f"# User\n- {n}\n")
+        store.commit_manual_edits()
+    everything = store.log(limit=100)
+    assert [v.sha for v in store.log(limit=2, skip=3)] == [v.sha for v in everything[3:5]]
+    assert store.log(limit=2, skip=10) == []
+    walked = store.walk(100)
+    assert [sha for sha, _ in walked] == [v.sha for v in everything]
+    newest_time = walked[0][1]
+    assert len(store.walk(100, since=newest_time + timedelta(seconds=1))) == 1  # the first older
+    assert len(store.walk(2)) == 2

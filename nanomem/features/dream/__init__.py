@@ -10,11 +10,13 @@ if TYPE_CHECKING:
     from nanomem.features.dream.commands import DREAM_IS_RUNNING, SHELL, MemoryCommands
     from nanomem.features.dream.dream import Dream, DreamBusy, DreamResult
     from nanomem.features.dream.feature import Dreaming, build
-    from nanomem.features.dream.provenance import Provenance
-    from nanomem.features.dream.review import PendingChange
+    from nanomem.features.dream.provenance import Provenance, Why, meaningful
+    from nanomem.features.dream.review import PendingChange, ReviewError
+    from nanomem.features.dream.review_commands import BUSY, ReviewCommands
     from nanomem.features.dream.scheduler import DreamScheduler
 
 __all__ = [
+    "BUSY",
     "DREAM_IS_RUNNING",
     "SHELL",
     "Dream",
@@ -25,7 +27,11 @@ __all__ = [
     "MemoryCommands",
     "PendingChange",
     "Provenance",
+    "ReviewCommands",
+    "ReviewError",
+    "Why",
     "build",
+    "meaningful",
 ]
 __getattr__ = lazy_exports(
     __name__,
@@ -41,8 +47,9 @@ __getattr__ = lazy_exports(
             "DreamResult",
         ),
         "feature": ("Dreaming", "build"),
-        "provenance": ("Provenance",),
-        "review": ("PendingChange",),
+        "provenance": ("Provenance", "Why", "meaningful"),
+        "review": ("PendingChange", "ReviewError"),
+        "review_commands": ("BUSY", "ReviewCommands"),
         "scheduler": ("DreamScheduler",),
     },
 )

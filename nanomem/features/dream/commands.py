@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from nanomem.agent import Answer, Command, InboundMessage, fenced
 from nanomem.audience import audience_of
 from nanomem.features.dream.dream import Dream, DreamBusy
 from nanomem.features.dream.review_commands import ReviewCommands, owner_in_private
 from nanomem.memory import GitStore, GitStoreError, Version
-from nanomem.text.masking import redact
+
+if TYPE_CHECKING:
+    from nanomem.memory import Restored
 
 CHAT_DIFF_CHARS = 3000
 DREAM_IS_RUNNING = "Dream is running; try again when it has finished. Nothing was restored."
@@ -115,8 +118,7 @@ class MemoryCommands:
 
     def log_text(self, sha: str = "", max_diff_chars: int | None = None) -> str:
         full = self.git.resolve(sha) if sha else self.git.log(limit=1)[0].sha
-        version, diff = self.git.show(full)
-        diff = redact(diff)  # a key pasted into USER.md is in the file, never on a screen
+        version, diff = self.git.shown(full)
         note = ""
         if max_diff_chars is not None and len(diff) > max_diff_chars:
             cut = diff[:max_diff_chars].rsplit("\n", 1)[0]
@@ -134,10 +136,13 @@ class MemoryCommands:
         rows = "\n".join(self._row(v) for v in versions)
         return f"Memory versions, newest first:\n{rows}\n\n{self.wording.restore} <id> undoes one."
 
-    def restore_text(self, sha: str) -> str:
+    def restore(self, sha: str) -> Restored:
         """Blocking. A restore never overlaps a Dream run (in any process): DreamBusy."""
         with self.dream.exclusive():
-            restored = self.git.restore(sha)
+            return self.git.restore(sha)
+
+    def restore_text(self, sha: str) -> str:
+        restored = self.restore(sha)
         undone = restored.undone
         files = ", ".join(sorted(undone.files))
         lines = [

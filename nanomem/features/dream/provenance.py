@@ -54,7 +54,7 @@ def find(query: str, files: dict[str, str]) -> tuple[Line | None, list[Line]]:
         Line(rel, number, text)
         for rel, content in files.items()
         for number, text in enumerate(content.splitlines(), start=1)
-        if _meaningful(text)
+        if meaningful(text)
     ]
     needle = " ".join(query.casefold().split())
     exact = [line for line in lines if needle in " ".join(line.text.casefold().split())]
@@ -70,7 +70,7 @@ def find(query: str, files: dict[str, str]) -> tuple[Line | None, list[Line]]:
     return None, [line for _, line in scored[:CLOSEST]]
 
 
-def _meaningful(text: str) -> bool:
+def meaningful(text: str) -> bool:
     """A line worth asking about: has words, and is no Markdown heading."""
     stripped = text.strip()
     return any(c.isalnum() for c in stripped) and not stripped.startswith("#")
@@ -129,9 +129,27 @@ class Provenance:
                 return f"Nothing is in memory yet that could match “{asked}”."
             rows = "\n".join(f"- {c.file}: “{_clip(c.text)}”" for c in closest)
             return f"No remembered line matches “{asked}”. The closest:\n{rows}"
-        origin = self.origin(line, files[line.file])
-        said = f"{line.file}, line {line.number}: “{_clip(line.text.strip())}”"
-        return "\n".join([said, *self._explain(line, origin, audience)])
+        return self.explain(line, files[line.file], audience).text()
+
+    def explain(self, line: Line, live: str, audience: Audience | None = None) -> Why:
+        """Blocking. Where `line` of `live` (its file as it was searched) came from."""
+        origin = self.origin(line, live)
+        notes, sources = self._explain(line, origin, audience)
+        return Why(line, notes, sources, origin.version)
+
+    def line_at(self, rel: str, number: int) -> tuple[Line, str] | None:
+        """Blocking. Line `number` of memory file `rel` as it is now, and the file; None when
+        there is no such line or it is not worth asking about (blank, a heading)."""
+        files = self._visible_files(None)
+        lines = files.get(rel, "").splitlines()
+        if not 1 <= number <= len(lines) or not meaningful(lines[number - 1]):
+            return None
+        return Line(rel, number, lines[number - 1]), files[rel]
+
+    async def traced(self, line: Line, live: str) -> Why:
+        """`explain` in a worker thread, one trace at a time (see __init__)."""
+        async with self._tracing:
+            return await asyncio.to_thread(self.explain, line, live)
 
     def _visible_files(self, audience: Audience | None) -> dict[str, str]:
         self.git.ensure()
@@ -186,13 +204,16 @@ class Provenance:
 
     # -- explaining -----------------------------------------------------------------------
 
-    def _explain(self, line: Line, origin: Origin, audience: Audience | None) -> list[str]:
+    def _explain(
+        self, line: Line, origin: Origin, audience: Audience | None
+    ) -> tuple[list[str], list[Source]]:
         restored = [
             f"Put back by restore {r.short} on {_when(r)}; before that:" for r in origin.restores
         ]
         version = origin.version
         if origin.kind == "dream" and version is not None:
-            return [*restored, *self._explain_dream(line.file, origin.text, version, audience)]
+            notes, sources = self._explain_dream(line.file, origin.text, version, audience)
+            return [*restored, *notes], sources
         if version is None:
             said = (
                 "Written by hand, outside Dream (by you, or by the assistant in a chat), and not "
@@ -209,16 +230,22 @@ class Provenance:
                 f"Put back by restore {version.short} on {_when(version)}; where it first came "
                 "from is no longer in the memory history."
             )
+        elif version.kind == "edit":  # the web app's Memory page: the summary is the person's
+            title = version.summary.split(":", 1)[1].strip()
+            said = (
+                f"Edited by you in the web app: version {version.short} on {_when(version)}, "
+                f"“{title}”."
+            )
         else:
             said = (
                 "Written by hand, outside Dream (by you, or by the assistant in a chat): saved "
                 f"as {_kind_name(version)} {version.short} on {_when(version)}."
             )
-        return [*restored, said]
+        return [*restored, said], []
 
     def _explain_dream(
         self, rel: str, text: str, version: Version, audience: Audience | None
-    ) -> list[str]:
+    ) -> tuple[list[str], list[Source]]:
         found = evidence.parse(version.message)
         run = f"Dream run {version.short}"
         head = f"Written {_when(version)} by {run} (/dream-log {version.short})"
@@ -226,7 +253,7 @@ class Provenance:
         if cited:
             entries = self._entries(cited)
             rows = [self._row(c, entries.get(c), found, text, audience) for c in cited]
-            return [f"{head}, from:", *rows]
+            return [f"{head}, from:"], rows
         if found.entries:
             entries = self._entries(tuple(found.entries))
             ranked = _ranked(text, list(entries.values()))[:CLOSEST]
@@ -234,19 +261,19 @@ class Provenance:
             lead = f"{head}. It read {read} and did not say which one this line came from"
             if not ranked:
                 chats = sorted({_chat(ref.session, audience) for ref in found.entries.values()})
-                return [f"{lead}; it read conversations in: {', '.join(chats)}."]
+                return [f"{lead}; it read conversations in: {', '.join(chats)}."], []
             rows = [self._row(e.cursor, e, found, text, audience) for e in ranked]
-            return [f"{lead}; the closest:", *rows]
+            return [f"{lead}; the closest:"], rows
         if found.cursor is not None:  # a run older than the evidence records
             first = max(0, found.cursor - LEGACY_WINDOW)
             near = self.history.read_after(first, found.cursor - first)
             ranked = _ranked(text, near)[:1]
             lead = f"{head}, from history up to entry {found.cursor}"
             if not ranked:
-                return [f"{lead}."]
+                return [f"{lead}."], []
             row = self._row(ranked[0].cursor, ranked[0], found, text, audience)
-            return [f"{lead}; probably:", row]
-        return [f"{head}."]
+            return [f"{lead}; probably:"], [row]
+        return [f"{head}."], []
 
     def _entries(self, cursors: tuple[int, ...]) -> dict[int, HistoryEntry]:
         """The archived entries with these cursors (the archive is append-only: they are
@@ -265,17 +292,48 @@ class Provenance:
         found: evidence.Evidence,
         text: str,
         audience: Audience | None,
-    ) -> str:
+    ) -> Source:
         ref = found.entries.get(cursor)
         session = entry.session if entry else ref.session if ref else ""
         stamp = entry.timestamp if entry else ref.timestamp if ref else ""
         where = _chat(session, audience) if session else f"history entry {cursor}"
-        day = f", {stamp[:10]}" if stamp else ""
         if not _may_quote(session, audience):
-            return f"- {where}{day}"
+            return Source(cursor, where, stamp[:10])
         if entry is None:
-            return f"- {where}{day} (entry {cursor} is no longer in the archive)"
-        return f"- {where}{day}: “{_clip(_best_line(text, entry.content))}”"
+            return Source(cursor, where, stamp[:10], session, missing=True)
+        return Source(cursor, where, stamp[:10], session, _clip(_best_line(text, entry.content)))
+
+
+@dataclass(frozen=True)
+class Source:
+    """A history entry a line was learned from, as the asker may see it."""
+
+    cursor: int
+    where: str  # `telegram chat 42`, `another conversation`, `history entry 12`
+    day: str  # YYYY-MM-DD, or ""
+    session: str = ""  # the chat's key, when the asker may see that chat
+    quote: str = ""  # the entry's words that taught the line (clipped)
+    missing: bool = False  # no longer in the archive
+
+    def text(self) -> str:
+        day = f", {self.day}" if self.day else ""
+        if self.missing:
+            return f"- {self.where}{day} (entry {self.cursor} is no longer in the archive)"
+        return f"- {self.where}{day}: “{self.quote}”" if self.quote else f"- {self.where}{day}"
+
+
+@dataclass(frozen=True)
+class Why:
+    """/why's answer for one line: what is said of its origin, then the entries it came from."""
+
+    line: Line
+    notes: list[str]
+    sources: list[Source]
+    version: Version | None = None  # the version that wrote it (None: not saved as one yet)
+
+    def text(self) -> str:
+        said = f"{self.line.file}, line {self.line.number}: “{_clip(self.line.text.strip())}”"
+        return "\n".join([said, *self.notes, *(s.text() for s in self.sources)])
 
 
 def _kind(version: Version) -> OriginKind:

@@ -49,7 +49,7 @@ class ReviewCommands:
         if not owner_in_private(msg):
             return OWNER_ONLY
         try:
-            pending, version = await to_thread_to_the_end(self._decide, "approve", args, "")
+            pending, version = await to_thread_to_the_end(self.decide, "approve", args, "")
         except ReviewError as exc:
             return str(exc)
         except DreamBusy:
@@ -63,7 +63,7 @@ class ReviewCommands:
             return OWNER_ONLY
         wanted, reason = await asyncio.to_thread(self._id_and_reason, args)  # reads a file
         try:
-            pending, _ = await to_thread_to_the_end(self._decide, "reject", wanted, reason)
+            pending, _ = await to_thread_to_the_end(self.decide, "reject", wanted, reason)
         except ReviewError as exc:
             return str(exc)
         except DreamBusy:
@@ -85,7 +85,7 @@ class ReviewCommands:
             return first, rest.strip()  # an old button's id: refused as no longer waiting
         return "", args.strip()
 
-    def _decide(self, what: str, wanted: str, reason: str) -> tuple[Any, Any]:
+    def decide(self, what: str, wanted: str, reason: str) -> tuple[Any, Any]:
         """Blocking, under the Dream lock (DreamBusy while a run goes on)."""
         with self.dream.exclusive():
             if what == "approve":
