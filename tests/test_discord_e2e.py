@@ -7,6 +7,7 @@ from __future__ import annotations
 import itertools
 import re
 import signal
+import time
 from collections.abc import Iterator
 from typing import Any
 
