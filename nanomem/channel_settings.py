@@ -216,6 +216,9 @@ class SlackSettings(_MessengerSection):
     owner: str | None = None  # the owner's member id, "U0123ABCD"
     # Slack's Web API; changed only for a test server.
     api_base: str = "https://slack.com/api/"
+    # Without a Socket Mode connection this long, /health and the log say so (slack-sdk
+    # reconnects by itself; a refresh takes a second or two).
+    down_after_s: float = Field(15.0, gt=0, le=3600)
 
     @field_validator("allow_from")
     @classmethod

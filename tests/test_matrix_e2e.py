@@ -192,12 +192,17 @@ def test_strangers_invites_and_messages_are_ignored(
 def test_a_kill_mid_reply_loses_nothing_and_doubles_nothing(
     tmp_path_factory: pytest.TempPathFactory, cast: Cast, llm: FakeOpenAI
 ) -> None:
-    """The gateway is SIGKILLed while a slow model streams a reply into a DM: after the
-    restart each message has exactly one reply message, showing the whole reply."""
+    """The gateway is SIGKILLed while the model streams a reply into a DM (held halfway, the
+    first time, until the kill): after the restart each message has exactly one reply
+    message, showing the whole reply."""
     home = onboarded(tmp_path_factory, "kill")
+    asked: list[str] = []
 
     def slow(request: dict[str, Any]) -> Step:
-        return Step.reply(f"answer to {said(request)}: " + "words " * 30, pieces=15, pause=0.2)
+        first = not asked
+        asked.append(said(request))
+        return Step.reply(f"answer to {said(request)}: " + "words " * 30, pieces=15, pause=0.1,
+                          hold_after=8 if first else None)  # fmt: skip
 
     llm.set_fallback(slow)
     first = gateway(home, cast, llm)
@@ -211,6 +216,7 @@ def test_a_kill_mid_reply_loses_nothing_and_doubles_nothing(
         what="a reply to begin growing",
     )
     first.stop(signal.SIGKILL)
+    llm.release()  # the killed run's rest goes nowhere
     with gateway(home, cast, llm) as second:
         try:
             found = wait_until(
