@@ -49,6 +49,7 @@ class Said:
     mentions: tuple[str, ...]  # user ids in m.mentions
     reply_to: str  # the event it answers ("" when none)
     url: str = ""  # an attachment's mxc:// address
+    file: dict[str, Any] | None = None  # an encrypted attachment's keys (url inside)
     file_name: str = ""
     size: int | None = None  # as the sender's client told it
 
@@ -70,6 +71,9 @@ def said(event: dict[str, Any]) -> Said | None:
     reply = relates.get("m.in_reply_to")
     info = content.get("info")
     size = info.get("size") if isinstance(info, dict) else None
+    file = content.get("file")  # an encrypted room's attachment: the key to it, and its url
+    file = file if isinstance(file, dict) else None
+    url = file.get("url") if file is not None else content.get("url")
     return Said(
         event_id=_text(event.get("event_id")),
         sender=_text(event.get("sender")),
@@ -79,7 +83,8 @@ def said(event: dict[str, Any]) -> Said | None:
         if isinstance(users, list)
         else (),
         reply_to=_text(reply.get("event_id")) if isinstance(reply, dict) else "",
-        url=_text(content.get("url")),
+        url=_text(url),
+        file=file,
         file_name=_text(content.get("filename") or content.get("body"))[:200],
         size=size if type(size) is int else None,
     )
