@@ -326,3 +326,24 @@ def test_a_new_home_on_the_same_bot_is_not_taken_for_the_old_one(
         cast.owner.say(room, "second")
         found = replies(cast.owner, room, cast.bot, 2)
     assert found == ["echo: first", "echo: second"]
+
+
+def test_a_file_the_agent_sends_is_uploaded(
+    tmp_path_factory: pytest.TempPathFactory, cast: Cast, llm: FakeOpenAI
+) -> None:
+    """`send_file` in a room without encryption: the file goes to the media repository and
+    its message points at it with `url` (in an encrypted room, `file`: test_matrix_encrypted)."""
+    home = onboarded(tmp_path_factory, "sendfile")
+    (home.workspace / "report.csv").write_text("a,b\n1,2\n")
+    llm.add(Step.tool_call("send_file", {"path": "report.csv", "caption": "the report"}))
+    llm.add(Step.reply("sent the report"))
+    with gateway(home, cast, llm, NANOMEM_MATRIX__STREAM="false"):
+        room = cast.owner.room(cast.bot.user_id, direct=True)
+        joined_by_bot(cast.owner, room, cast.bot)
+        cast.owner.say(room, "send me the report")
+        replies(cast.owner, room, cast.bot, 2)
+        (file,) = [c for c in shown(cast.owner.events(room), cast.bot.user_id) if "url" in c]
+    server, media = file["url"].removeprefix("mxc://").split("/", 1)
+    path = f"/_matrix/client/v1/media/download/{server}/{media}"
+    assert cast.server.fetch(path, cast.owner.user.token) == b"a,b\n1,2\n"
+    assert file["body"] == "the report" and file["msgtype"] == "m.file"

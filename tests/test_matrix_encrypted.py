@@ -5,6 +5,7 @@ they write is decrypted, answered like any message, and answered encrypted."""
 from __future__ import annotations
 
 import json
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,7 @@ from tests.conftest import cli_env, run_cli_here
 from tests.fakes.openai_server import FakeOpenAI, Step
 from tests.helpers import wait_until
 from tests.helpers.gateway import onboarded
-from tests.helpers.matrix import EncryptedPerson, bodies
+from tests.helpers.matrix import EncryptedPerson, bodies, shown
 from tests.helpers.matrix_cast import Cast, echo, gateway, said
 from tests.helpers.synapse import Synapse, synapse
 
@@ -147,6 +148,60 @@ def test_a_restart_keeps_the_device_and_its_keys(
     assert found == ["echo: before", "echo: after"]
     assert sorted(d["device_id"] for d in again) == sorted(d["device_id"] for d in devices)
     assert len(list((home.root / "matrix" / "store").glob("*.db"))) == 1
+
+
+def test_files_go_both_ways_encrypted(
+    tmp_path_factory: pytest.TempPathFactory, cast: Cast, llm: FakeOpenAI, owner: EncryptedPerson
+) -> None:
+    """An encrypted file sent to the bot reaches the turn decrypted (saved in the workspace);
+    a file the agent sends goes encrypted (`file`, no `url`), and the owner's client decrypts
+    it to what the workspace holds."""
+    home = onboarded(tmp_path_factory, "e2e-files")
+    (home.workspace / "report.csv").write_text("a,b\n1,2\n")
+    llm.add(Step.tool_call("send_file", {"path": "report.csv", "caption": "the report"}))
+    llm.add(Step.reply("sent the report"))
+    with gateway(home, cast, llm, **E2E, NANOMEM_MATRIX__STREAM="false"):
+        room = owner.room(cast.bot.user_id, direct=True)
+        joined(owner, room, cast.bot.user_id)
+        owner.send_file(room, "notes.txt", b"remember the milk")
+        found = whole_replies(owner, room, cast.bot.user_id, 2)
+        sent = [c for c in shown(owner.events(room), cast.bot.user_id) if "file" in c]
+    turn = said(llm.requests[0])  # the file decrypted, read into the turn as a document
+    assert "notes.txt" in turn and "remember the milk" in turn
+    saved = [p for p in (home.workspace / "media").rglob("*") if p.is_file()]
+    assert [p.read_bytes() for p in saved] == [b"remember the milk"]
+    assert found[-1] == "sent the report"
+    (file,) = sent
+    assert "url" not in file and file["body"] == "the report"
+    assert owner.file_of(file) == b"a,b\n1,2\n"
+    assert "remember the milk" not in json.dumps(sent_by(cast, room))
+
+
+def test_a_kill_mid_reply_loses_nothing_and_doubles_nothing_encrypted(
+    tmp_path_factory: pytest.TempPathFactory, cast: Cast, llm: FakeOpenAI, owner: EncryptedPerson
+) -> None:
+    """The gateway is SIGKILLed while an encrypted reply grows: after the restart (the same
+    device, its keys kept) each message has exactly one reply, whole, as the owner's client
+    decrypts it (the message it grew in is finished by an edit, read back by decrypting it)."""
+    home = onboarded(tmp_path_factory, "e2e-kill")
+
+    def slow(request: dict[str, Any]) -> Step:
+        return Step.reply(f"answer to {said(request)}: " + "words " * 30, pieces=15, pause=0.2)
+
+    llm.set_fallback(slow)
+    first = gateway(home, cast, llm, **E2E)
+    room = owner.room(cast.bot.user_id, direct=True)
+    joined(owner, room, cast.bot.user_id)
+    for n in range(2):
+        owner.say(room, f"question {n}")
+    wait_until(
+        lambda: bodies(owner.events(room), cast.bot.user_id), timeout=60, what="a reply growing"
+    )
+    first.stop(signal.SIGKILL)
+    with gateway(home, cast, llm, **E2E):
+        found = whole_replies(owner, room, cast.bot.user_id, 2)
+    expected = [f"answer to question {n}: " + ("words " * 30).strip() for n in range(2)]
+    assert [x.strip() for x in found] == expected
 
 
 def test_a_message_that_cannot_be_decrypted_gets_one_note(

@@ -6,6 +6,7 @@ reply."""
 from __future__ import annotations
 
 import contextlib
+import io
 import re
 from pathlib import Path
 from typing import Any
@@ -238,10 +239,11 @@ async def upload(
     await room_known(client, room_id)
     secret = encrypted(client, room_id)
 
-    async def provide(*_: int) -> bytes:
-        return data
-
-    response, keys = await client.upload(provide, mime, name, encrypt=secret, filesize=len(data))
+    # A file object: nio reads it from the start again when it retries, and encrypts it as
+    # it reads (its encryption does not await a coroutine's bytes).
+    response, keys = await client.upload(
+        io.BytesIO(data), mime, name, encrypt=secret, filesize=len(data)
+    )
     found: UploadResponse = checked(response, "upload")
     if secret and keys:
         return {"file": {**keys, "url": found.content_uri, "mimetype": mime}}

@@ -4,6 +4,7 @@ invited, messages sent, and what the bot wrote read back as a person's client sh
 from __future__ import annotations
 
 import asyncio
+import io
 import threading
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -14,12 +15,15 @@ from aiohttp import web
 from nio import (
     AsyncClient,
     AsyncClientConfig,
+    DownloadResponse,
     LoginResponse,
     RoomCreateResponse,
     RoomMessagesResponse,
     RoomSendResponse,
     SyncResponse,
+    UploadResponse,
 )
+from nio.crypto import decrypt_attachment
 
 from tests.helpers.synapse import Synapse, User
 
@@ -242,6 +246,37 @@ class EncryptedPerson:
         )
         assert isinstance(found, RoomSendResponse), found
         return str(found.event_id)
+
+    def send_file(self, room: str, name: str, data: bytes) -> None:
+        """A file as Element sends one in an encrypted room: encrypted, then uploaded, its key
+        in the encrypted message's `file`."""
+        self.sync()
+
+        async def step() -> None:
+            found, keys = await self.client.upload(
+                io.BytesIO(data), "text/plain", name, encrypt=True, filesize=len(data)
+            )
+            assert isinstance(found, UploadResponse) and keys, found
+            content = {
+                "msgtype": "m.file",
+                "body": name,
+                "file": {**keys, "url": found.content_uri},
+                "info": {"size": len(data), "mimetype": "text/plain"},
+            }
+            sent = await self.client.room_send(
+                room, "m.room.message", content, ignore_unverified_devices=True
+            )
+            assert isinstance(sent, RoomSendResponse), sent
+
+        self._run(step())
+
+    def file_of(self, content: dict[str, Any]) -> bytes:
+        """An encrypted attachment the bot sent, downloaded and decrypted."""
+        file = content["file"]
+        found = self._run(self.client.download(mxc=file["url"]))
+        assert isinstance(found, DownloadResponse), found
+        key, sha256, iv = file["key"]["k"], file["hashes"]["sha256"], file["iv"]
+        return bytes(decrypt_attachment(found.body, key, sha256, iv))
 
     def events(self, room: str) -> list[dict[str, Any]]:
         """The room's events as this client decrypted them, oldest first (one sync more)."""
