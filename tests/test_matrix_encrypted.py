@@ -5,6 +5,7 @@ they write is decrypted, answered like any message, and answered encrypted."""
 from __future__ import annotations
 
 import json
+import shutil
 import signal
 from collections.abc import Iterator
 from pathlib import Path
@@ -266,3 +267,43 @@ def test_status_and_doctor_say_encryption_is_on(
     assert "end-to-end encryption on (devices trusted on first use" in status.stdout
     assert "end-to-end encryption on" in doctor.stdout
     assert "encryption" not in plain.stdout
+
+
+def test_a_room_that_turns_encryption_on_is_answered_encrypted(
+    tmp_path_factory: pytest.TempPathFactory, cast: Cast, llm: FakeOpenAI, owner: EncryptedPerson
+) -> None:
+    """A DM without encryption is answered in the clear; once the owner turns encryption on
+    while the gateway runs, the next reply is encrypted, never in the clear."""
+    home = onboarded(tmp_path_factory, "e2e-turned-on")
+    with gateway(home, cast, llm, **E2E, NANOMEM_MATRIX__STREAM="false"):
+        room = owner.room(cast.bot.user_id, direct=True, encrypted=False)
+        joined(owner, room, cast.bot.user_id)
+        owner.say(room, "before")
+        whole_replies(owner, room, cast.bot.user_id, 1)
+        owner.encrypt(room)
+        owner.say(room, "after")
+        found = whole_replies(owner, room, cast.bot.user_id, 2)
+    assert found == ["echo: before", "echo: after"]
+    kinds = [e["type"] for e in sent_by(cast, room)]
+    assert kinds == ["m.room.message", "m.room.encrypted"]
+    assert "echo: after" not in json.dumps(sent_by(cast, room))
+
+
+def test_a_lost_crypto_store_is_said_with_its_fix(
+    tmp_path_factory: pytest.TempPathFactory, cast: Cast, llm: FakeOpenAI
+) -> None:
+    """The store deleted between two runs, the access token (so the device) the same: the
+    homeserver refuses the new keys for the old device; the gateway says so on /health with
+    the fix, and plain rooms are still answered."""
+    home = onboarded(tmp_path_factory, "e2e-lost")
+    with gateway(home, cast, llm, **E2E):
+        pass
+    shutil.rmtree(home.root / "matrix" / "store")
+    with gateway(home, cast, llm, **E2E) as process:
+        _, health = process.health()
+        room = cast.owner.room(cast.bot.user_id, direct=True)
+        wait_until(lambda: cast.bot.user_id in cast.owner.joined(room), timeout=30, what="join")
+        cast.owner.say(room, "in the clear")
+        wait_until(lambda: bodies(cast.owner.events(room), cast.bot.user_id), timeout=60,
+                   what="the reply")  # fmt: skip
+    assert "refused device" in json.dumps(health) and "a new device" in json.dumps(health)

@@ -80,6 +80,12 @@ UNDECRYPTABLE = (
     "I could not decrypt a message here: its room key has not reached me. I have asked your "
     "devices for it; if this stays, please send the message again."
 )
+KEYS_REFUSED = (
+    "the homeserver refused device {device}'s keys ({error}): its keys in the crypto store "
+    "(<home>/matrix/store) are not the ones it has. Was the store lost, or is the access token "
+    "another client's? Log the bot in as a new device (a new access token, or matrix.password "
+    "with matrix.device_id unset); encrypted rooms cannot be read until then"
+)
 STORE = "matrix/store"  # in the home: the crypto store, one SQLite file per user and device
 TOO_BIG = "That file is {size:.1f} MB; I accept up to {limit} MB (matrix.max_file_mb)."
 NO_DOWNLOAD = "I could not download that file; please send it again."
@@ -112,7 +118,8 @@ class MatrixChannel(BaseChannel):
         self._bus: MessageBus | None = None
         self._since: str | None = None
         self._syncing: asyncio.Task[None] | None = None
-        self._problem: str | None = None
+        self._problem: str | None = None  # a sync failing: cleared by the next that works
+        self._lasting: str | None = None  # what holds for the whole run (encryption's state)
         self._display = ""
         self._sizes: dict[str, int] = {}  # room → joined members, until its membership changes
         self._groups: dict[str, bool] = {}  # room → a group, as its last message was taken
@@ -159,7 +166,7 @@ class MatrixChannel(BaseChannel):
                 "invite is refused, and the log names each refused user id to add"
             )
         if self.settings.e2e and not self.e2e:
-            self._problem = NO_E2E
+            self._lasting = NO_E2E
             logger.warning("matrix: {}", NO_E2E)
         logging.getLogger("nio").setLevel(logging.WARNING)  # it logs every event at INFO
         self.client = await self._connected()
@@ -200,8 +207,7 @@ class MatrixChannel(BaseChannel):
                 await self._bus.receive(self.name, [], (DEVICE, device))
             client.user_id, client.device_id = s.user_id, device
             if store is not None:  # others can encrypt for this device from now on
-                await asyncio.wait_for(hs.keys_kept(client), STEP_S)
-                logger.info("matrix: end-to-end encryption on, device {}", device)
+                await self._keys_up(client, device)
         except (hs.MatrixError, OSError, TimeoutError) as exc:
             await client.close()
             raise ChannelDown(f"matrix: the homeserver refused the login: {exc}") from None
@@ -209,6 +215,17 @@ class MatrixChannel(BaseChannel):
             await client.close()
             raise
         return client
+
+    async def _keys_up(self, client: AsyncClient, device: str) -> None:
+        """The device's keys uploaded. Refused, the store is not this device's (lost, or the
+        token is another client's): plain rooms still work, and the fix is said."""
+        try:
+            await asyncio.wait_for(hs.keys_kept(client), STEP_S)
+        except hs.MatrixError as exc:
+            self._lasting = KEYS_REFUSED.format(device=device, error=exc)
+            logger.error("matrix: {}", self._lasting)
+            return
+        logger.info("matrix: end-to-end encryption on, device {}", device)
 
     async def stop_receiving(self) -> None:
         if (syncing := self._syncing) is not None:
@@ -222,7 +239,7 @@ class MatrixChannel(BaseChannel):
             await self.client.close()
 
     def problem(self) -> str | None:
-        return self._problem
+        return self._problem or self._lasting
 
     def owner_chat(self) -> str | None:
         """The owner's DM: the last room of two where they wrote (kept across restarts)."""
@@ -258,8 +275,7 @@ class MatrixChannel(BaseChannel):
                 await asyncio.sleep(min(30.0, 2.0**failures))
                 continue
             failures = 0
-            if self._problem and self._problem != NO_E2E:
-                self._problem = None
+            self._problem = None
             await self._take(found)
             if self.e2e:  # the keys this sync showed a need for, before the next one
                 try:

@@ -22,14 +22,16 @@ GROWN_LIMIT = EVENT_LIMIT // 2
 MESSAGE = "m.room.message"
 ENCRYPTED = "m.room.encrypted"
 MEMBER = "m.room.member"
+ENCRYPTION = "m.room.encryption"
 # Only what the channel reads: messages, membership (a room's size changes) and whether a
-# room is encrypted; no presence, receipts, typing or account data.
+# room is encrypted (in the timeline too: a room that turns encryption on while we run must
+# never be answered in the clear); no presence, receipts, typing or account data.
 SYNC_FILTER: dict[str, Any] = {
     "presence": {"not_types": ["*"]},
     "account_data": {"not_types": ["*"]},
     "room": {
-        "timeline": {"types": [MESSAGE, ENCRYPTED, MEMBER], "limit": 50},
-        "state": {"types": [MEMBER, "m.room.encryption"], "lazy_load_members": True},
+        "timeline": {"types": [MESSAGE, ENCRYPTED, MEMBER, ENCRYPTION], "limit": 50},
+        "state": {"types": [MEMBER, ENCRYPTION], "lazy_load_members": True},
         "ephemeral": {"not_types": ["*"]},
         "account_data": {"not_types": ["*"]},
     },

@@ -229,14 +229,22 @@ class EncryptedPerson:
 
         self._run(step())
 
-    def room(self, *invite: str, direct: bool = False) -> str:
+    def room(self, *invite: str, direct: bool = False, encrypted: bool = True) -> str:
         state = [{"type": "m.room.encryption", "state_key": "", "content": ENCRYPTION}]
         found = self._run(
-            self.client.room_create(invite=list(invite), is_direct=direct, initial_state=state)
+            self.client.room_create(
+                invite=list(invite), is_direct=direct, initial_state=state if encrypted else ()
+            )
         )
         assert isinstance(found, RoomCreateResponse), found
         self.sync()
         return str(found.room_id)
+
+    def encrypt(self, room: str) -> None:
+        """Turn encryption on in a room that had it off (for good, as Matrix has it)."""
+        path = f"/_matrix/client/v3/rooms/{room}/state/m.room.encryption"
+        self.server.call("PUT", path, ENCRYPTION, self.user.token)
+        self.sync()
 
     def say(self, room: str, text: str) -> str:
         self.sync()
