@@ -13,7 +13,13 @@ from nanomem.config_section import SECTION, blank_is_unset
 
 # Telegram's rule for a webhook's secret_token: 1 to 256 of these.
 WEBHOOK_SECRET = re.compile(r"[A-Za-z0-9_-]{1,256}")
-_GATEWAY_PATHS = ("/health", "/v1/")  # the gateway's own routes: never a webhook's
+# Every path the web app answers besides `/` (channels/web): its headers go on them all.
+WEB_PATHS: tuple[str, ...] = ("/login", "/logout", "/chat", "/memory", "/timeline", "/review")
+WEB_PATHS += ("/recall", "/operations", "/static")
+# The gateway's own routes, /health, the agent API and the web app's pages (whether it is on
+# or not: turning it on later must not take a webhook's path): never a webhook's.
+_GATEWAY_PATHS = ("/health", "/v1/", *WEB_PATHS)
+WEB_TOKEN_CHARS = 16
 
 
 class _Section(BaseModel):
@@ -70,10 +76,11 @@ class TelegramSettings(_Section):
         if parts.fragment or parts.username or parts.password:
             return "telegram.webhook_url may not hold a #fragment, a user or a password"
         path = parts.path or "/"
-        if path == "/" or any(path in (own, own.rstrip("/")) or path.startswith(own)
+        if path == "/" or any(path == own.rstrip("/") or path.startswith(own.rstrip("/") + "/")
                               for own in _GATEWAY_PATHS):  # fmt: skip
             return (
-                f"telegram.webhook_url's path {path!r} is the gateway's own (/, /health, /v1/): "
+                f"telegram.webhook_url's path {path!r} is the gateway's own (/, /health, /v1/, "
+                "the web app's /login, /chat, /memory, ...): "
                 "give it one of its own, e.g. https://bot.example.org/telegram/webhook"
             )
         if secret is not None and not WEBHOOK_SECRET.fullmatch(secret.get_secret_value()):
@@ -238,3 +245,34 @@ class WebAppSettings(_Section):
     behind_proxy: bool = False
     session_days: float = Field(30.0, gt=0, le=365)  # a login lasts this long
     max_upload_mb: int = Field(20, ge=1, le=2000)  # files in one chat message, together
+
+    @field_validator("token", mode="before")
+    @classmethod
+    def _guessless(cls, value: Any) -> Any:
+        """A token nobody can guess, that a login form carries whole; errors never hold it."""
+        raw = value.get_secret_value() if isinstance(value, SecretStr) else value
+        if not isinstance(raw, str) or not raw.strip():
+            return None  # blank: unset, and the gateway makes one
+        raw = raw.strip()
+        if len(raw) < WEB_TOKEN_CHARS or not all("!" <= ch <= "~" for ch in raw):
+            raise ValueError(
+                f"must be at least {WEB_TOKEN_CHARS} characters without spaces (delete it to "
+                "have `nanomem gateway` make one)"
+            )
+        return raw
+
+    def start_problem(self, host: str, tls: bool) -> str | None:
+        """Why the web app may not start on gateway.host `host` (`tls`: the gateway speaks
+        https), said for the person; None: it may. The token and the login cookie never cross
+        a network in the clear: off loopback, only over the gateway's TLS or a proxy's."""
+        from nanomem.config import is_loopback
+
+        if self.token is None:
+            return "web.token is not set: the web app needs one to log in with"
+        if is_loopback(host) or tls or self.behind_proxy:
+            return None
+        return (
+            f"the web app will not serve gateway.host = {host!r} (not loopback) in the clear: "
+            "set gateway.tls_cert and gateway.tls_key for https, or put a reverse proxy with TLS "
+            'in front and set web.behind_proxy = true, or set gateway.host = "127.0.0.1"'
+        )

@@ -240,6 +240,19 @@ class GatewaySettings(_Section):
     max_connections: int = Field(256, ge=4, le=65536)
     # A request's headers must arrive within this, and its body may not stall for longer.
     read_timeout_s: float = Field(15.0, gt=0, le=600)
+    # PEM files: set both and the whole server (/health, /v1, the web app) speaks https.
+    tls_cert: Annotated[Path | None, BeforeValidator(blank_is_unset)] = None
+    tls_key: Annotated[Path | None, BeforeValidator(blank_is_unset)] = None
+
+    @model_validator(mode="after")
+    def _tls_pair(self) -> GatewaySettings:
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise ValueError("gateway.tls_cert and gateway.tls_key are set together or not at all")
+        return self
+
+    @property
+    def scheme(self) -> str:
+        return "https" if self.tls_cert is not None else "http"
 
 
 MIN_KEY_CHARS = 16

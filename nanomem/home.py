@@ -95,6 +95,11 @@ class Home:
         return self.root / "index" / "history.sqlite3"
 
     @property
+    def messages_index(self) -> Path:
+        """The web app's full-text index of the chats' messages (derived; rebuilt when missing)."""
+        return self.root / "index" / "messages.sqlite3"
+
+    @property
     def mcp_state(self) -> Path:
         """Where each MCP server stands, a file per running process, for `nanomem status`
         (features/mcp/state.py)."""
@@ -128,6 +133,11 @@ class Home:
         """The running gateway's pid and port, while it holds the `gateway` lock
         (gateway/claim.py); a file left by a killed one means nothing without the lock."""
         return self.root / "gateway.json"
+
+    @property
+    def web_logins(self) -> Path:
+        """The web app's one-time login codes (hashed) and logged-out logins (web_logins.py)."""
+        return self.root / "web-logins.json"
 
     @property
     def locks(self) -> Path:

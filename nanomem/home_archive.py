@@ -33,7 +33,7 @@ APPENDED = ("usage.jsonl",)
 LEFT_OUT = {
     "logs": "log files",
     "chat_history": "the terminal's input history",
-    "index": "the history's search index (rebuilt when missing)",
+    "index": "the search indexes of the history and the chats (rebuilt when missing)",
     "inbox.sqlite3": "the gateway's inbox (messages in flight on this machine)",
     "inbox.sqlite3-wal": "the gateway's inbox (messages in flight on this machine)",
     "inbox.sqlite3-shm": "the gateway's inbox (messages in flight on this machine)",

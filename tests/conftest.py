@@ -33,6 +33,7 @@ pytest_plugins = [
     "tests.helpers.terminal",
     "tests.helpers.loopback",
     "tests.helpers.mcp",
+    "tests.helpers.browser",  # its hook keeps asyncio tests working beside the browser's
 ]
 
 NANOMEM = [sys.executable, "-m", "nanomem"]

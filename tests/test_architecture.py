@@ -58,6 +58,7 @@ BASE_MODULES = {
     "setting_source",
     "text",
     "thread_batch",
+    "web_logins",
 }
 # What a channel may use: the channel port and the settings and helpers it is built from.
 CHANNEL_MAY_IMPORT = {
@@ -71,11 +72,13 @@ CHANNEL_MAY_IMPORT = {
     "memory",  # the web app shows the sessions (its Chat page) and the memory they made
     "text",
     "thread_batch",
+    "web_logins",  # the web app's one-time login codes and logouts, kept in the home
     "app",
 }
 # The web app's pages show and change what the slash commands do (the memory, its versions,
-# Dream's review, the features' state), by calling the same functions under the same locks.
-WEB_MAY_IMPORT = CHANNEL_MAY_IMPORT | {"features", "locks"}
+# Dream's review, the features' state), by calling the same functions under the same locks;
+# and the gateway's health, as GET /health reports it.
+WEB_MAY_IMPORT = CHANNEL_MAY_IMPORT | {"features", "locks", "gateway"}
 
 
 def layer_of(module: str) -> str:

@@ -377,3 +377,37 @@ def test_a_slash_command_is_acknowledged_while_the_catch_up_reads_history(
             interaction = fake.slash(dm, OWNER, "help")
             assert fake.wait(lambda: fake.responses(interaction), timeout=10)[0]["type"] == 5
             said(fake, dm, "echo: while it was down")
+
+
+def test_a_slash_command_thinking_when_killed_is_finished_by_its_answer_after_the_restart(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """/new waits behind a held turn, answered "thinking…"; the gateway is killed. After the
+    restart its answer replaces that "thinking…" (the interaction's token, kept in the inbox,
+    lives 15 minutes) instead of coming as a message beside one left thinking for ever."""
+    held: list[str] = []
+
+    def once_held(request: dict[str, Any]) -> Step:
+        if "HOLD" in user_texts(request)[-1] and not held:
+            held.append("held")
+            return Step.reply("the held answer", hold_after=0)
+        return Step.reply("the held answer") if held else echo(request)
+
+    with FakeDiscord() as fake, FakeOpenAI() as llm:
+        llm.set_fallback(once_held)
+        home: Home = onboarded(tmp_path_factory, "discord-thinking")
+        first = DiscordGateway(home, fake, llm)
+        dm = fake.dm_channel(OWNER)
+        fake.dm(OWNER, "HOLD before the command")
+        fake.wait(lambda: asked(llm, "HOLD before the command"))
+        interaction = fake.slash(dm, OWNER, "new")  # behind the held turn
+        assert fake.wait(lambda: fake.responses(interaction))[0]["type"] == 5  # "thinking…"
+        first.stop(signal.SIGKILL)
+        fake.wait(lambda: not fake.connected())
+        llm.release()
+        with DiscordGateway(home, fake, llm):
+            said(fake, dm, "the held answer")
+            answer = fake.wait(lambda: next((m for m in fake.sent(dm) if m.get("webhook")), None))
+            assert fake.original(interaction) == answer["id"]  # "thinking…" became the answer
+            time.sleep(0.5)
+            assert [m["content"] for m in fake.sent(dm)] == ["the held answer", answer["content"]]

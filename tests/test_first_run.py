@@ -15,6 +15,7 @@ from pathlib import Path
 import pexpect
 import pytest
 
+from nanomem.cli.web_setup import QUESTION as WEB_QUESTION
 from nanomem.home import Home
 from tests.conftest import NANOMEM, cli_env, run_cli
 from tests.fakes.openai_server import FakeOpenAI
@@ -55,6 +56,8 @@ def test_onboard_asks_only_what_the_flags_left_and_hides_the_key(tmp_path: Path)
     child.sendline("sk-typed-and-hidden")
     child.expect_exact("Connect Telegram now? [y/N]")
     child.sendline("")
+    child.expect_exact(WEB_QUESTION)
+    child.sendline("")
     child.expect(pexpect.EOF)
     child.close()
     assert child.exitstatus == 0, seen.getvalue()
@@ -73,6 +76,8 @@ def test_a_key_in_the_environment_is_not_asked_for(tmp_path: Path) -> None:
     child.expect_exact("Using the API key in the environment variable OPENAI_API_KEY")
     child.expect_exact("Connect Telegram now? [y/N]")
     child.sendline("n")
+    child.expect_exact(WEB_QUESTION)
+    child.sendline("")
     child.expect(pexpect.EOF)
     assert not any(question in seen.getvalue() for question in QUESTIONS)
     assert llm_table(home) == {"model": "openai/gpt-4o-mini", "api_base": "http://h/v1"}
@@ -91,6 +96,8 @@ def test_a_typed_name_without_provider_is_explained_and_asked_again(tmp_path: Pa
     child.expect_exact("empty if the server needs none")  # a local server: no key needed
     child.sendline("")
     child.expect_exact("Connect Telegram now? [y/N]")
+    child.sendline("")
+    child.expect_exact(WEB_QUESTION)
     child.sendline("")
     child.expect(pexpect.EOF)
     assert llm_table(home) == {"model": "ollama/llama3.1"}
@@ -111,12 +118,41 @@ def test_a_typed_name_with_spaces_is_refused_before_the_base_url_question(tmp_pa
     child.sendline("")
     child.expect_exact("Connect Telegram now? [y/N]")
     child.sendline("")
+    child.expect_exact(WEB_QUESTION)
+    child.sendline("")
     child.expect(pexpect.EOF)
     assert seen.getvalue().count("Base URL") == 1
     assert llm_table(home) == {
         "model": "openai/gpt-4o-mini",
         "api_base": "http://localhost:11434/v1",
     }
+
+
+def test_onboard_turns_the_web_app_on_and_shows_its_token_once(tmp_path: Path) -> None:
+    home = Home(tmp_path / "home")
+    child, seen = spawn(bare_env(home), "onboard", "--model", "ollama/llama3.1")
+    child.expect_exact("empty if the server needs none")
+    child.sendline("")
+    child.expect_exact("Connect Telegram now? [y/N]")
+    child.sendline("")
+    child.expect_exact(WEB_QUESTION)
+    child.sendline("y")
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 0, seen.getvalue()
+    web = tomllib.loads(home.config.read_text())["web"]
+    assert web["enabled"] is True and len(web["token"]) >= 40
+    shown = seen.getvalue()
+    assert shown.count(web["token"]) == 1 and "http://127.0.0.1:18790/" in shown
+    log = home.logs / "nanomem.log"
+    assert not log.exists() or web["token"] not in log.read_text(errors="replace")
+
+    again, seen = spawn(bare_env(home), "onboard")  # on: not offered again, never shown again
+    again.expect_exact("Connect Telegram now? [y/N]")
+    again.sendline("")
+    again.expect(pexpect.EOF)
+    assert WEB_QUESTION not in seen.getvalue() and web["token"] not in seen.getvalue()
+    assert tomllib.loads(home.config.read_text())["web"] == web
 
 
 def test_ctrl_d_at_a_question_writes_nothing(tmp_path: Path) -> None:
@@ -286,6 +322,8 @@ def test_with_telegram_enabled_onboarding_asks_who_the_owner_is(tmp_path: Path) 
     child.sendline("@me")
     child.expect_exact("not a numeric user id")
     child.sendline("4242")
+    child.expect_exact(WEB_QUESTION)
+    child.sendline("n")
     child.expect(pexpect.EOF)
     child.close()
     assert child.exitstatus == 0, seen.getvalue()

@@ -3,30 +3,13 @@ them (the real CLI in-process; the inbox a gateway would have left)."""
 
 from __future__ import annotations
 
-import asyncio
-import functools
-
-from nanomem.agent.bus import MessageBus
 from nanomem.agent.inbox import SqliteInbox
-from nanomem.agent.retries import record_failure, retry_delay
-from nanomem.audience import Sender
 from nanomem.home import Home
 from nanomem.log import register_secrets
 from tests.conftest import cli_env, run_cli_here
+from tests.helpers.inbox import parked_message
 
 SECRET = "sk-live-0123456789abcdefghijklmnop"
-
-
-def parked_message(home: Home, text: str, chat: str = "1002") -> int:
-    """A message that failed three times, recorded as the gateway records it."""
-    inbox = SqliteInbox(home.inbox)
-    bus = MessageBus(inbox=inbox)
-    bus.retry_plan = functools.partial(retry_delay, max_attempts=3)
-    (seq,) = inbox.add("telegram", [(chat, {"text": text}, Sender())], None)
-    for _ in range(3):
-        asyncio.run(record_failure(bus, seq, IsADirectoryError(), text, f"telegram:{chat}"))
-    inbox.close()
-    return seq
 
 
 def test_status_lists_parked_messages_and_says_none_otherwise(home: Home) -> None:

@@ -16,6 +16,7 @@ from pathlib import Path
 import pexpect
 import pytest
 
+from nanomem.cli.web_setup import QUESTION as WEB_QUESTION
 from nanomem.home import Home
 from tests.conftest import cli_env
 from tests.fakes.openai_server import FakeOpenAI, echo_step
@@ -49,6 +50,8 @@ def spawn(env: dict[str, str], *args: str) -> tuple[pexpect.spawn, io.StringIO]:
 
 
 def finish(child: pexpect.spawn, seen: io.StringIO) -> str:
+    child.expect_exact(WEB_QUESTION)  # the web app, offered last: not now
+    child.sendline("")
     child.expect(pexpect.EOF)
     child.close()
     assert child.exitstatus == 0, seen.getvalue()

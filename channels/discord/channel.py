@@ -10,6 +10,7 @@ import json
 import re
 import time
 from collections import OrderedDict
+from collections.abc import Awaitable
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -63,6 +64,11 @@ LAST = "discord.last"  # the inbox's record: each channel's newest stored messag
 CHANNELS_KEPT = 200  # channels whose last stored message is remembered (for the catch-up)
 CATCH_UP_CHANNELS = 50  # at start, the most recent channels looked at for what came meanwhile
 CATCH_UP_MESSAGES = 100  # and at most this many messages of each (one page of history)
+# Gateway events waiting for the intake. Past this a flood's events are dropped: discord.py
+# reads the socket whatever its handlers do (each event its own task), so there is no pushing
+# back, and Discord re-sends nothing; what a dropped message said is read back from its
+# channel's history (as at a new session) once the intake has caught up.
+EVENTS_KEPT = 1000
 NO_TOKEN = "discord.token is not set: create a bot in Discord's Developer Portal, then set it"
 REFUSED = "Only the people this bot serves can use it."
 NOT_YOURS = "Only the person who was asked can answer this."
@@ -86,6 +92,7 @@ class DiscordChannel(BaseChannel):
         commands: list[Command],
         stream_every_s: float = 1.2,
         typing_delay_s: float = 1.0,
+        events_kept: int = EVENTS_KEPT,
     ) -> None:
         token = settings.token.get_secret_value() if settings.token else ""
         if not token:
@@ -109,7 +116,11 @@ class DiscordChannel(BaseChannel):
         self._bus: MessageBus | None = None
         self._client: Gateway | None = None
         self.delivery: Delivery | None = None
-        self._events: asyncio.Queue[tuple[str, dict[str, Any]]] = asyncio.Queue()
+        self._events: asyncio.Queue[tuple[str, dict[str, Any]]] = asyncio.Queue(events_kept)
+        # Since events were dropped: each channel's id just before its first dropped message
+        # (None: a READY was dropped, every channel is read again).
+        self._missed: dict[str, str] | None = {}
+        self._overflowed = False
         self._tasks: list[asyncio.Task[None]] = []
         self._pressing: set[asyncio.Task[None]] = set()  # interactions being taken
         self._last: OrderedDict[str, str] = OrderedDict()  # channel → newest stored message id
@@ -148,6 +159,7 @@ class DiscordChannel(BaseChannel):
             max_file_mb=self.settings.max_file_mb,
             typing_delay_s=self.typing_delay_s,
         )
+        await self.delivery.load(bus)
         await self._register_commands(client)
         await self._open_owner_dm(client)
         if (stored := await bus.position(LAST)) is not None:
@@ -247,24 +259,56 @@ class DiscordChannel(BaseChannel):
 
     def _arrived(self, event: str, data: dict[str, Any]) -> None:
         if event != "INTERACTION_CREATE":
-            self._events.put_nowait((event, data))
+            try:
+                self._events.put_nowait((event, data))
+            except asyncio.QueueFull:
+                self._dropped(event, data)
             return
         task = asyncio.create_task(self._interaction(data), name="discord-interaction")
         self._pressing.add(task)
         task.add_done_callback(self._pressing.discard)
 
+    def _dropped(self, event: str, data: dict[str, Any]) -> None:
+        """An event past EVENTS_KEPT: logged once while they keep coming, and noted where
+        its message was, for the catch-up."""
+        if not self._overflowed:
+            logger.warning(
+                "discord: more than {} events wait to be read: later ones are read back from "
+                "their channels' history once these are ({} messages in {} channels at most)",
+                self._events.maxsize,
+                CATCH_UP_MESSAGES,
+                CATCH_UP_CHANNELS,
+            )
+        self._overflowed = True
+        chat, message = str(data.get("channel_id", "")), str(data.get("id", ""))
+        if event == "READY":
+            self._missed = None
+        elif self._missed is not None and chat.isdigit() and message.isdigit():
+            room = chat in self._missed or len(self._missed) < CATCH_UP_CHANNELS
+            if room:  # the first one dropped there: the page starts before it
+                self._missed.setdefault(chat, str(int(message) - 1))
+
     async def _intake(self) -> None:
         while True:
+            if self._overflowed and self._events.empty():  # what was dropped, read back
+                missed, self._missed, self._overflowed = self._missed, {}, False
+                await self._safely("what a flood dropped", self._catch_up(missed))
             event, data = await self._events.get()
-            try:
-                if event == "READY":
-                    await self._catch_up()
-                else:
-                    await self._take_message(read_message(data, self._bot_id))
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                logger.exception("discord: could not take a {} event", event)
+            await self._safely(f"a {event} event", self._take_event(event, data))
+
+    async def _take_event(self, event: str, data: dict[str, Any]) -> None:
+        if event == "READY":
+            await self._catch_up()
+        else:
+            await self._take_message(read_message(data, self._bot_id))
+
+    async def _safely(self, what: str, taking: Awaitable[None]) -> None:
+        try:
+            await taking
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            logger.exception("discord: could not take {}", what)
 
     async def _interaction(self, data: dict[str, Any]) -> None:
         try:
@@ -310,7 +354,9 @@ class DiscordChannel(BaseChannel):
         seq = await self._store(found, advance=False)
         if found.kind == "press":  # its buttons go at once, so nobody presses them twice
             await self._callback(found, UPDATED, {"components": []})
-        else:  # "thinking…" until the answer replaces it
+        else:  # "thinking…" until the answer replaces it, after a crash too
+            if seq is not None:
+                await self.delivery.deferring(InboundMessage.inbox_id(seq), found.token)
             await self._callback(found, DEFERRED, None)
         await self._publish(found, seq, sender_of(found, self.settings.owner))
 
@@ -355,13 +401,16 @@ class DiscordChannel(BaseChannel):
         self._last = last
         return seq
 
-    async def _catch_up(self) -> None:
-        """What came while we were away, from the history of the channels we last heard from
-        (bounded: the most recent channels, one page each), stored and answered in order."""
+    async def _catch_up(self, dropped: dict[str, str] | None = None) -> None:
+        """What came while we were away (or was dropped in a flood: `dropped`), from the
+        history of the channels we last heard from (bounded: the most recent channels, one
+        page each), stored and answered in order."""
         assert self._client is not None
         if self._owner_dm is None:
             await self._open_owner_dm(self._client)
-        for chat, after in list(self._last.items())[-CATCH_UP_CHANNELS:]:
+        recent = dict(list(self._last.items())[-CATCH_UP_CHANNELS:])
+        chats = recent if dropped is None else {c: self._last.get(c, a) for c, a in dropped.items()}
+        for chat, after in chats.items():
             try:
                 about = await self._client.call("GET", "/channels/{c}", c=chat)
                 path = "/channels/{c}/messages?after={after}&limit={limit}"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -23,6 +24,7 @@ from nanomem.agent import (
     Delta,
     File,
     FileGone,
+    MessageBus,
     OutboundMessage,
     Question,
     Text,
@@ -46,6 +48,10 @@ ATTEMPTS = 4  # of a send that failed on the network or a 5xx
 LATER_S = 30.0  # when a send that keeps failing is tried again within the run
 EMPTY = "(the model sent an empty reply)"
 KEPT = 4096  # inbound ids, message ids and interactions remembered, newest kept
+# The inbox's record of slash commands answered "thinking…" and not yet through their
+# interaction ({inbound id: [token, unix time]}): after a crash the answer still finishes it.
+THINKING = "discord.thinking"
+THINKING_KEPT = 200
 
 
 @dataclass
@@ -92,6 +98,39 @@ class Delivery:
         self._asked: OrderedDict[str, Asked] = OrderedDict()  # inbound id → its message
         self._pressers: OrderedDict[str, str] = OrderedDict()  # buttons' message → who may press
         self._parts: OrderedDict[str, int] = OrderedDict()  # reply_to → parts sent so far
+        self._deferred: dict[str, tuple[str, float]] = {}  # THINKING
+        self._bus: MessageBus | None = None
+
+    async def load(self, bus: MessageBus) -> None:
+        """The "thinking…" answers a run before left, whose tokens still live."""
+        self._bus = bus
+        try:
+            kept = json.loads(await bus.position(THINKING) or "{}")
+        except ValueError:
+            kept = {}
+        if isinstance(kept, dict):
+            self._deferred = {
+                str(k): (v[0], float(v[1]))
+                for k, v in kept.items()
+                if isinstance(v, list) and len(v) == 2 and isinstance(v[0], str)
+                and isinstance(v[1], int | float) and time.time() - v[1] < TOKEN_LIVES_S
+            }  # fmt: skip
+
+    async def deferring(self, inbound_id: str, token: str) -> None:
+        """A slash command is about to be answered "thinking…": kept before it is."""
+        self._deferred[inbound_id] = (token, time.time())
+        while len(self._deferred) > THINKING_KEPT:
+            self._deferred.pop(next(iter(self._deferred)))
+        await self._keep_deferred()
+
+    async def _keep_deferred(self) -> None:
+        if self._bus is None:
+            return
+        kept = json.dumps({k: list(v) for k, v in self._deferred.items()})
+        try:
+            await self._bus.receive("discord", [], (THINKING, kept))
+        except Exception as exc:  # an aid after a crash: never worth the interaction's answer
+            logger.warning('discord: could not record a "thinking…" answer: {}', exc)
 
     def accepted(self, inbound_id: str, asked: Asked) -> None:
         """A message went to the core: where its answer goes, and who may press its buttons."""
@@ -158,8 +197,10 @@ class Delivery:
         if stream is not None and (made := await self._finish(stream)) is not None:
             await self._edit(msg.chat_id, made, payload)  # the grown message becomes the reply
             return made
-        if asked is not None and asked.token and time.monotonic() - asked.at < TOKEN_LIVES_S:
-            made = await self._answer_interaction(asked.token, payload, first=number == 0)
+        if token := self._token(msg.reply_to, asked):
+            made = await self._answer_interaction(token, payload, first=number == 0)
+            if self._deferred.pop(msg.reply_to or "", None) is not None:
+                await self._keep_deferred()
             return str(made.get("id", "")) if isinstance(made, dict) else ""
         if asked is not None and asked.guild and asked.message_id and number == 0:
             payload["message_reference"] = {
@@ -177,6 +218,13 @@ class Delivery:
                 msg.chat_id, str(made["id"]), {k: payload[k] for k in fields if k in payload}
             )
         return str(made.get("id", ""))
+
+    def _token(self, reply_to: str | None, asked: Asked | None) -> str:
+        """The interaction's token while it lives: this run's, or one a run before kept."""
+        if asked is not None and asked.token and time.monotonic() - asked.at < TOKEN_LIVES_S:
+            return asked.token
+        kept = self._deferred.get(reply_to or "")
+        return kept[0] if kept is not None and time.time() - kept[1] < TOKEN_LIVES_S else ""
 
     async def _answer_interaction(self, token: str, payload: dict[str, Any], *, first: bool) -> Any:
         """The deferred response ("thinking…") becomes the first part; later parts follow."""

@@ -32,7 +32,14 @@ from channels.slack import events
 from channels.slack.delivery import Delivery
 from channels.slack.events import COMMAND, REFUSED_PRESS, Incoming
 from channels.slack.intake import Intake
-from channels.slack.web import SendError, call, download, web_client
+from channels.slack.web import (
+    SendError,
+    call,
+    download,
+    drop_connections,
+    keep_connections,
+    web_client,
+)
 from nanomem.agent import (
     BaseChannel,
     Capabilities,
@@ -162,9 +169,11 @@ class SlackChannel(BaseChannel):
                 "slack.allow_from is empty and slack.owner is not set: every message is refused,"
                 " and the log names each refused member id to add"
             )
+        keep_connections(self.client)
         try:
             me = await call(self.client, "auth.test")
         except SendError as exc:
+            await drop_connections(self.client)
             raise ChannelDown(f"slack: the bot token was not accepted ({exc})") from None
         self.bot_user = self.delivery.bot_user = str(me.get("user_id", ""))
         self._intake = Intake(bus, self.name)
@@ -182,6 +191,7 @@ class SlackChannel(BaseChannel):
                 await asyncio.wait_for(self._socket.connect_async(), STEP_S * 3)
             except Exception as exc:
                 await self._close_socket()
+                await drop_connections(self.client)
                 raise ChannelDown(f"slack: Socket Mode could not connect: {exc}") from None
             self._watch = asyncio.create_task(self._watch_socket(), name="slack-watch")
         logger.info("slack: connected as {} ({} mode)", self.bot_user, self.settings.mode)
@@ -200,6 +210,7 @@ class SlackChannel(BaseChannel):
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        await drop_connections(self.client)
 
     async def _close_socket(self) -> None:
         socket, self._socket = self._socket, None
@@ -268,7 +279,7 @@ class SlackChannel(BaseChannel):
         if found is None or not self._admitted(found, None):
             return
         if not events.names_type(body):
-            found = replace(found, shared=await self._is_shared(found.channel, None))
+            found = replace(found, shared=await self._is_shared(found.channel))
         self._shared.setdefault(found.channel, found.shared)
         if found.shared and not events.is_mention(body):
             wanted = self.settings.group_policy == "open"
@@ -279,8 +290,7 @@ class SlackChannel(BaseChannel):
     async def _on_command(self, body: dict[str, Any], ack: Any) -> None:
         found = events.read_command(body)
         if found is not None and self._admitted(found, None):
-            hint = _hint(body.get("channel_name"))
-            found = replace(found, shared=await self._is_shared(found.channel, hint))
+            found = replace(found, shared=await self._is_shared(found.channel))
             await self._store(found)
         await ack()
 
@@ -294,9 +304,7 @@ class SlackChannel(BaseChannel):
                 self._spawn(self._whisper(found.channel, found.user, OWNER_PRESS))
                 await ack()
                 return
-            channel = body.get("channel")
-            hint = _hint(channel.get("name") if isinstance(channel, dict) else None)
-            found = replace(found, shared=await self._is_shared(found.channel, hint))
+            found = replace(found, shared=await self._is_shared(found.channel))
             await self._store(found)
         await ack()
 
@@ -321,21 +329,21 @@ class SlackChannel(BaseChannel):
             logger.warning("refused Slack member {}; add it to slack.allow_from", found.user)
         return False
 
-    async def _is_shared(self, channel: str, hint: bool | None) -> bool:
+    async def _is_shared(self, channel: str) -> bool:
         """Whether a conversation has more people than the owner and the app: what Slack said
-        of it, else asked of it (conversations.info); shared when it cannot be told, so a
-        personal memory never reaches a room by mistake."""
+        of its type (an event's channel_type), else asked of it (conversations.info), never
+        read from its name (anyone may name a channel "directmessage", as Slack names a DM in
+        a command); shared when it cannot be told, so a personal memory never reaches a room
+        by mistake."""
         if (known := self._shared.get(channel)) is not None:
             return known
-        if hint is None:
-            try:
-                info = await call(self.client, "conversations.info", channel=channel)
-                hint = events.shared_from_info(info.get("channel") or {})
-            except SendError as exc:
-                logger.debug("slack: conversations.info {} failed: {}", channel, exc)
-                return True
-        self._shared[channel] = hint
-        return hint
+        try:
+            info = await call(self.client, "conversations.info", channel=channel)
+        except SendError as exc:
+            logger.debug("slack: conversations.info {} failed: {}", channel, exc)
+            return True
+        shared = self._shared[channel] = events.shared_from_info(info.get("channel") or {})
+        return shared
 
     async def _store(self, found: Incoming) -> None:
         assert self._intake is not None
@@ -465,11 +473,6 @@ class SlackChannel(BaseChannel):
         task = asyncio.create_task(work)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
-
-
-def _hint(channel_name: Any) -> bool | None:
-    """A command's or press's `channel_name`: Slack names a DM "directmessage"."""
-    return False if channel_name == "directmessage" else None
 
 
 class _Acking(AsyncSocketModeHandler):

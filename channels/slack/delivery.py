@@ -11,7 +11,7 @@ import json
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -60,6 +60,12 @@ REPLY_EVENT = "nanomem_reply"
 # Of a growing reply, what is rendered for its preview (its pieces replace it, 3,900 each):
 # rendering all of a long one each time would hold the event loop for seconds.
 PREVIEWED = 8000
+# A reply's first words wait this long before they are posted to grow: a reply done by then
+# goes out whole, in one post, with no update after it and no notes in the inbox (most short
+# replies; Telegram's drafts wait as long).
+FIRST_SHOW_S = 0.15
+# Looking for our own posts since a time: pages of 200 (Slack's advice), this many at most.
+HISTORY_PAGES = 10
 
 
 @dataclass(eq=False)
@@ -69,6 +75,21 @@ class _Stream:
     ts: str = ""
     shown: str = ""
     looked: bool = False  # for the message a run before began it in
+    text: str = ""  # the step's words so far
+    began: float = field(default_factory=time.monotonic)
+    first: asyncio.Task[None] | None = None  # its first post, due FIRST_SHOW_S after `began`
+    posting: bool = False  # that post is on its way
+
+
+async def _settled(stream: _Stream) -> None:
+    """Its first post dropped while it waits, or waited for while it is on its way (what
+    follows then finishes that message, never a second)."""
+    first = stream.first
+    if first is None or first.done():
+        return
+    if not stream.posting:
+        first.cancel()
+    await asyncio.gather(first, return_exceptions=True)
 
 
 def escape(text: str) -> str:
@@ -117,8 +138,10 @@ class Delivery:
         *,
         streams_in: Callable[[str], bool],
         stream_every_s: float = 1.2,
+        first_show_s: float = FIRST_SHOW_S,
     ) -> None:
         self.client, self.workspace = client, workspace
+        self.first_show_s = first_show_s
         self._streams_in = streams_in  # does this chat see replies grow (DMs, or groups too)?
         self.stream_every_s = stream_every_s  # chat.update is Tier 3: about 50 a minute
         self.gate = RateGate()
@@ -167,7 +190,8 @@ class Delivery:
             self.turns.started(msg)
             return
         if isinstance(part, TurnEnded):  # a reply /stop cut short stays as it was shown
-            if self.turns.ended(msg) is not None:
+            if (cut := self.turns.ended(msg)) is not None:
+                await _settled(cut)
                 await self._keep_grown(msg, None)
             self.turns.forget_if_idle(msg.chat_id)
             return
@@ -179,9 +203,7 @@ class Delivery:
             elif isinstance(part, Delta):
                 await self._grow(msg, part.so_far)
             elif isinstance(part, DeltaEnd):  # a tool runs next: its words stay in their message
-                chat = self.turns.chat(msg.chat_id)
-                if chat.streams.pop(msg.reply_to or "", None) is not None:
-                    await self._keep_grown(msg, None)
+                await self._step_ended(msg)
             elif isinstance(part, File):
                 await self._file(msg, part)
         except SendError as exc:
@@ -198,7 +220,10 @@ class Delivery:
         shown = escape(part.text) if part.style == "error" else render_mrkdwn(part.text)
         if msg.seq is not None and msg.is_answer and msg.seq not in self._began:
             await self._begin(msg, msg.seq)
-        stream = self.turns.answering(msg) or await self._grown_before(msg)
+        stream = self.turns.answering(msg)
+        if stream is not None:
+            await _settled(stream)
+        stream = stream or await self._grown_before(msg)
         if stream is not None and stream.ts and not part.buttons:  # the grown message: the reply
             try:
                 async with self.gate.reply(msg.chat_id):
@@ -299,19 +324,42 @@ class Delivery:
             params["metadata"] = metadata
         await call(self.client, "chat.update", **params)
 
-    async def _grow(self, msg: OutboundMessage, so_far: str) -> None:
+    async def _step_ended(self, msg: OutboundMessage) -> None:
+        chat = self.turns.chat(msg.chat_id)
+        stream = chat.streams.get(msg.reply_to or "")
+        if stream is not None:
+            await _settled(stream)
+        if stream is not None and not stream.ts and stream.text:  # words held back a moment
+            try:
+                await self._grow(msg, stream.text, first_wait=False)
+            except SendError as exc:
+                logger.debug("slack: a step's words in {} were not shown: {}", msg.chat_id, exc)
+        if chat.streams.pop(msg.reply_to or "", None) is not None:
+            await self._keep_grown(msg, None)
+
+    async def _grow(self, msg: OutboundMessage, so_far: str, *, first_wait: bool = True) -> None:
         """A piece of the reply (the core merges those that wait): shown by editing one
-        message, at most once per interval; a piece due sooner is skipped, the next one shows
-        the whole text so far."""
+        message, at most once per interval (the first after FIRST_SHOW_S); a piece due sooner
+        is skipped, the next one shows the whole text so far."""
         if not self._streams_in(msg.chat_id) or not so_far.strip():
             return
         stream = self.turns.growing(msg, _Stream)
-        if stream is None or self.gate.edit_in_s(msg.chat_id) > 0:
+        if stream is None:
             return
+        stream.text = so_far
         if not stream.looked:
             stream.looked = True
             if (before := await self._grown_before(msg)) is not None:
                 stream.ts = before.ts
+        waiting = stream.first is None or not stream.first.done()
+        if not stream.ts and first_wait and self.first_show_s > 0 and waiting:
+            if stream.first is None:  # the first post waits, in a task of its own
+                wait = stream.began + self.first_show_s - time.monotonic()
+                show = self._show_first(msg, stream, wait)
+                stream.first = asyncio.create_task(show, name=f"slack-first:{msg.chat_id}")
+            return
+        if self.gate.edit_in_s(msg.chat_id) > 0:
+            return
         shown = render_mrkdwn(so_far[:PREVIEWED])
         if shown == stream.shown:
             return
@@ -323,6 +371,20 @@ class Delivery:
             stream.ts = await self._post(msg.chat_id, shown)
             await self._keep_grown(msg, stream.ts)
         stream.shown = shown
+
+    async def _show_first(self, msg: OutboundMessage, stream: _Stream, wait: float) -> None:
+        """The words so far, posted once the reply is still being written after the wait
+        (`_settled` drops this while it waits: the reply came first)."""
+        await asyncio.sleep(max(wait, self.gate.edit_in_s(msg.chat_id), 0.0))
+        if (held := self.gate.edit_in_s(msg.chat_id)) > 0:  # another edit in the chat meanwhile
+            await asyncio.sleep(held)
+        stream.posting = True
+        try:
+            await self._grow(msg, stream.text, first_wait=False)
+        except SendError as exc:
+            logger.debug("slack: a piece of a reply to {} was not shown: {}", msg.chat_id, exc)
+        except Exception:  # its own task: the reply still comes
+            logger.exception("slack: showing a reply as it grows in {} failed", msg.chat_id)
 
     async def _grown_before(self, msg: OutboundMessage) -> _Stream | None:
         """The message a run before this one began to grow this reply in: as noted, or, when
@@ -339,8 +401,8 @@ class Delivery:
     async def _ours_since(
         self, chat: str, after: str, *, metadata: bool = False
     ) -> list[dict[str, Any]]:
-        """Our posts in this chat (its thread) after `after` (with their metadata if asked);
-        none when Slack cannot say."""
+        """Our posts in this chat (its thread) after `after` (with their metadata if asked),
+        page by page up to HISTORY_PAGES; those found so far when Slack cannot say more."""
         channel, thread = target(chat)
         params: dict[str, Any] = {"channel": channel, "oldest": after, "limit": 200}
         method = "conversations.history"
@@ -348,13 +410,27 @@ class Delivery:
             method, params = "conversations.replies", params | {"ts": thread}
         if metadata:
             params["include_all_metadata"] = True
-        try:
-            answer = await call(self.client, method, **params)
-        except SendError as exc:
-            logger.debug("slack: could not look for a reply begun in {}: {}", chat, exc)
-            return []
-        said = answer.get("messages")
-        messages: list[Any] = said if isinstance(said, list) else []
+        messages: list[Any] = []
+        for _ in range(HISTORY_PAGES):
+            try:
+                answer = await call(self.client, method, **params)
+            except SendError as exc:
+                logger.debug("slack: could not look for a reply begun in {}: {}", chat, exc)
+                break
+            said = answer.get("messages")
+            messages += said if isinstance(said, list) else []
+            meta = answer.get("response_metadata")
+            cursor = meta.get("next_cursor") if isinstance(meta, dict) else None
+            if not answer.get("has_more") or not isinstance(cursor, str) or not cursor:
+                break
+            params["cursor"] = cursor
+        else:
+            logger.warning(
+                "slack: a reply begun before a restart was looked for in the newest {} pages of "
+                "{}'s history only",
+                HISTORY_PAGES,
+                chat,
+            )
         return [
             m
             for m in messages

@@ -35,6 +35,19 @@ def web_client(token: str, api_base: str) -> AsyncWebClient:
     return AsyncWebClient(token=token, base_url=base, timeout=int(CALL_S))
 
 
+def keep_connections(client: AsyncWebClient) -> None:
+    """One pool of connections for every call, made in the running loop: without one,
+    slack-sdk opens a session, and a new TCP (and TLS) connection, for each call and closes
+    it after."""
+    client.session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=CALL_S))
+
+
+async def drop_connections(client: AsyncWebClient) -> None:
+    session, client.session = client.session, None
+    if session is not None:
+        await session.close()
+
+
 async def call(client: AsyncWebClient, method: str, **params: Any) -> dict[str, Any]:
     """One Web API method; its answer, or SendError."""
     try:

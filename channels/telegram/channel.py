@@ -183,6 +183,7 @@ class TelegramChannel(BaseChannel):
 
     async def start(self, bus: MessageBus) -> None:
         self._bus = bus
+        await self.delivery.load(bus)  # before the replay: where its replies grew
         if not self.settings.allow_from and self.settings.owner is None:
             logger.warning(
                 "telegram.allow_from is empty and telegram.owner is not set: every message is "

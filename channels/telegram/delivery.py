@@ -22,7 +22,7 @@ from typing import TypeVar
 from loguru import logger
 
 from channels.telegram.bot_api import BotPort, SendError
-from channels.telegram.drafts import Stream, Streamer
+from channels.telegram.drafts import Grown, Stream, Streamer
 from channels.telegram.files import send_file
 from channels.telegram.format import (
     halves,
@@ -38,6 +38,7 @@ from nanomem.agent import (
     Delta,
     DeltaEnd,
     File,
+    MessageBus,
     OutboundMessage,
     Progress,
     RateGate,
@@ -181,13 +182,17 @@ class Delivery:
         self.gate = RateGate()  # Telegram's flood waits, per chat
         pace = TypingPace(typing_delay_s, typing_every_s, TYPING_MAX_S)
         self.turns: Turns[Stream] = Turns(self._typing, pace, self.gate.wait_s)
-        self.streamer = Streamer(port, self.gate, stream_every_s)
+        self.grown = Grown()  # the messages stored messages' replies grow in, kept
+        self.streamer = Streamer(port, self.gate, stream_every_s, posted=self._posted)
         self.chats: dict[str, ChatState] = {}
         # inbound id → (its Telegram message id, whether it came in a group)
         self._asked: OrderedDict[str, tuple[int, bool]] = OrderedDict()
         self._late: OrderedDict[str, None] = OrderedDict()  # answered out of order: quoted
         # A reply a flood wait cut mid-way → the parts delivered, so its retry goes on after them.
         self._parts_sent: OrderedDict[tuple[str, str | None, int | None, str], int] = OrderedDict()
+
+    async def load(self, bus: MessageBus) -> None:
+        await self.grown.load(bus)
 
     def chat(self, key: str) -> ChatState:
         return self.chats.setdefault(key, ChatState())
@@ -256,9 +261,19 @@ class Delivery:
         if group and not self.stream_groups:
             return
         quote = message_id if group else None
-        stream = self.turns.growing(msg, lambda: Stream(msg.chat_id, not group, quote))
+        stream = self.turns.growing(msg, lambda: self._stream(msg, not group, quote))
         if stream is not None:  # None: answered already (a piece never outruns its reply)
             self.streamer.piece(stream, piece.step, piece.so_far or stream.text + piece.piece)
+
+    def _stream(self, msg: OutboundMessage, private: bool, quote: int | None) -> Stream:
+        """A reply starting to grow: in the message a run before began it in, if any."""
+        stream = Stream(msg.chat_id, private, quote, reply_to=msg.reply_to or "")
+        stream.message_id = self.grown.get(msg.reply_to, msg.chat_id)
+        return stream
+
+    async def _posted(self, stream: Stream) -> None:
+        if stream.message_id is not None:
+            await self.grown.keep(stream.reply_to, stream.key, stream.message_id)
 
     async def _keep_shown(self, stream: Stream) -> None:
         """A turn /stop cut short: what the person saw of it stays in the chat (the session
@@ -269,6 +284,7 @@ class Delivery:
         kept = OutboundMessage("telegram", stream.key, Text(stream.text))
         with contextlib.suppress(DeliveryLater):  # logged; not in the inbox to send later
             await self._deliver(kept, stream)
+        await self.grown.forget(stream.reply_to)
 
     async def close(self) -> None:
         """Stop typing and growing replies; what was not delivered stays in the inbox for the
@@ -293,9 +309,15 @@ class Delivery:
         try:
             if stream is not None:  # a draft is simply replaced by the reply; a message is not
                 await self.streamer.finished(stream)
-                grown = stream.message_id
-                if grown is not None and await self._replace(msg.chat_id, grown, *chunks[0]):
-                    first, reply_to = 2, None
+            # A stored reply whose run died while it grew: it finishes the message begun then.
+            grown = self.grown.get(msg.reply_to, msg.chat_id) if msg.seq is not None else None
+            grown = stream.message_id if stream is not None else grown
+            if (
+                first == 1
+                and grown is not None
+                and await self._replace(msg.chat_id, grown, *chunks[0])
+            ):
+                first, reply_to = 2, None
             for number, (text, html) in enumerate(chunks[first - 1 :], start=first):
                 buttons = msg.buttons if number == len(chunks) else ()  # under the last part
                 try:
@@ -312,8 +334,9 @@ class Delivery:
                     logger.error("telegram: gave up sending {}: {}", where, exc)
                     if exc.transient:
                         raise DeliveryLater(str(exc)) from exc
-                    return  # refused for good (blocked by the person, say): nothing to keep
+                    break  # refused for good (blocked by the person, say): nothing to keep
                 reply_to = None
+            await self.grown.forget(msg.reply_to)  # replaced, or not there to replace
         finally:
             self._forget_if_idle(msg.chat_id)
 

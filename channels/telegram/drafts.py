@@ -13,14 +13,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import json
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from loguru import logger
 
 from channels.telegram.bot_api import BotPort, SendError
 from channels.telegram.format import markdown_to_html, split_html, split_plain
-from nanomem.agent import RateGate
+from nanomem.agent import MessageBus, RateGate
 from nanomem.text.utf8 import clean_text
 
 GROUP_SLOWER = 3
@@ -34,6 +36,9 @@ CLOSE_WAIT_S = 10.0  # the longest a finished reply waits for a refresh already 
 # first call or from its latest.
 DRAFT_RENEW_S = 20.0
 _DRAFT_IDS = itertools.count(1)  # must be non-zero; one per step, so a new step replaces it
+# The inbox's record of the messages stored messages' replies grow in ({reply_to: [chat, id]}).
+GROWN = "telegram.grown"
+GROWN_KEPT = 200
 
 
 # Of a reply being written, what is rendered for its preview (its newest message's worth,
@@ -70,6 +75,7 @@ class Stream:
     key: str
     private: bool
     quote: int | None = None  # the question a group's first message quotes
+    reply_to: str = ""  # the stored message it answers ("" when not stored)
     step: int = 0
     text: str = ""  # the step's Markdown so far
     rendered_from: str | None = None  # the text last shown (None: show it again)
@@ -86,14 +92,68 @@ class Stream:
     task: asyncio.Task[None] | None = None
 
 
+class Grown:
+    """Where each stored message's reply grows by edits, in the inbox's positions: after a
+    crash its replay finishes that message rather than posting a second one beside it. (Bots
+    cannot read a chat's history: a kill between Telegram's posting of the first text and
+    this record still leaves that one message behind.)"""
+
+    def __init__(self) -> None:
+        self.bus: MessageBus | None = None
+        self._ids: dict[str, tuple[str, int]] = {}
+
+    async def load(self, bus: MessageBus) -> None:
+        self.bus = bus
+        try:
+            kept = json.loads(await bus.position(GROWN) or "{}")
+        except ValueError:
+            kept = {}
+        if isinstance(kept, dict):
+            self._ids = {
+                str(k): (str(v[0]), v[1])
+                for k, v in kept.items()
+                if isinstance(v, list) and len(v) == 2 and isinstance(v[1], int)
+            }
+
+    def get(self, reply_to: str | None, chat: str) -> int | None:
+        found = self._ids.get(reply_to or "")
+        return found[1] if found is not None and found[0] == chat else None
+
+    async def keep(self, reply_to: str, chat: str, message_id: int) -> None:
+        if reply_to and self._ids.get(reply_to) != (chat, message_id):
+            self._ids[reply_to] = (chat, message_id)
+            while len(self._ids) > GROWN_KEPT:
+                self._ids.pop(next(iter(self._ids)))
+            await self._store()
+
+    async def forget(self, reply_to: str | None) -> None:
+        if self._ids.pop(reply_to or "", None) is not None:
+            await self._store()
+
+    async def _store(self) -> None:
+        if self.bus is None:
+            return
+        kept = json.dumps({k: list(v) for k, v in self._ids.items()})
+        try:
+            await self.bus.receive("telegram", [], (GROWN, kept))
+        except Exception as exc:  # an aid after a crash, never worth a reply
+            logger.warning("telegram: could not record where a reply grows: {}", exc)
+
+
 class Streamer:
     """Keeps each stream's chat up to date from a task of its own, throttled per chat."""
 
     def __init__(
-        self, port: BotPort, gate: RateGate, every_s: float, renew_s: float = DRAFT_RENEW_S
+        self,
+        port: BotPort,
+        gate: RateGate,
+        every_s: float,
+        renew_s: float = DRAFT_RENEW_S,
+        posted: Callable[[Stream], Awaitable[None]] | None = None,
     ) -> None:
         self.port, self.gate, self.every_s, self.renew_s = port, gate, every_s, renew_s
         self.drafts: bool | None = None  # whether the Bot API server knows drafts (per process)
+        self._posted = posted  # told of the message a stream grows in, once posted
 
     def piece(self, stream: Stream, step: int, text: str) -> None:
         """The step's text so far; a new step starts a new text (and a new draft)."""
@@ -169,6 +229,8 @@ class Streamer:
             stream.message_id = await self.port.send_text(
                 stream.key, body, html=html, reply_to=stream.quote
             )
+            if self._posted is not None:
+                await self._posted(stream)
         else:
             await self.port.edit_text(stream.key, stream.message_id, body, html=html)
         stream.shown = body

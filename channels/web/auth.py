@@ -1,8 +1,9 @@
-"""Owner only: a login with web.token gives a signed session cookie; every page checks it, and
-every change of state also checks a CSRF token tied to that session.
+"""Owner only: a login (channels/web/login.py) gives a signed session cookie; every page checks
+it, and every change of state also checks a CSRF token tied to that session.
 
 The cookie is stateless (the session id and its expiry, signed with a key derived from
-web.token), so a restart keeps people logged in and a new token logs everyone out.
+web.token), so a restart keeps people logged in and a new token logs everyone out; a logout
+is remembered in the home (nanomem/web_logins.py) until the cookie would have expired.
 """
 
 from __future__ import annotations
@@ -10,14 +11,16 @@ from __future__ import annotations
 import functools
 import hashlib
 import hmac
-import secrets
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
+from urllib.parse import quote
 
 from aiohttp import web
 
-from channels.web.render import page
+from nanomem.channel_settings import WEB_PATHS
+from nanomem.web_logins import ended_sessions
 
 if TYPE_CHECKING:
     from channels.web.site import Site
@@ -37,45 +40,105 @@ SECURITY_HEADERS = {
     "X-Content-Type-Options": "nosniff",
     "Referrer-Policy": "no-referrer",
     "X-Frame-Options": "DENY",
+    "Cross-Origin-Opener-Policy": "same-origin",
+    "Cross-Origin-Resource-Policy": "same-origin",
+    # The chat records voice notes; nothing asks for the rest.
+    "Permissions-Policy": "camera=(), geolocation=(), microphone=(self), payment=(), usb=()",
     "Cache-Control": "no-store",
 }
+STATIC_CACHE = "no-cache"  # revalidated (ETag): a new version of a script is never missed
+HSTS = "max-age=31536000"
+
+
+def is_web_path(path: str) -> bool:
+    return path == "/" or any(path == own or path.startswith(own + "/") for own in WEB_PATHS)
+
+
+@dataclass
+class Gate:
+    """The login's state in the gateway: the signing key and the logins a logout ended."""
+
+    site: Site
+    key: bytes
+    ended: set[str] = field(default_factory=set)
+
+    @classmethod
+    def of(cls, site: Site) -> Gate:
+        token = site.settings.token
+        assert token is not None  # WebChannel.from_app refuses to start without one
+        secret = token.get_secret_value().encode()
+        return cls(site, hashlib.sha256(b"nanomem-web-session\0" + secret).digest())
+
+    def sign(self, text: str) -> str:
+        return hmac.new(self.key, text.encode(), hashlib.sha256).hexdigest()
+
+    def cookie(self, session: str, expires: int) -> str:
+        return f"{session}.{expires}.{self.sign(f'{session}.{expires}')}"
+
+    def session_of(self, request: web.Request) -> tuple[str, int] | None:
+        """The session id and expiry the request's cookie carries, when its signature and
+        expiry hold and no logout ended it."""
+        session, _, rest = request.cookies.get(COOKIE, "").partition(".")
+        expires, _, signature = rest.partition(".")
+        if not (session and expires.isdigit() and len(expires) < 12 and signature):
+            return None
+        if not hmac.compare_digest(self.sign(f"{session}.{expires}"), signature):
+            return None
+        if int(expires) <= time.time() or session in self.ended:
+            return None
+        return session, int(expires)
+
+    def csrf(self, session: str) -> str:
+        return self.sign(f"csrf.{session}")
+
+    def is_https(self, request: web.Request) -> bool:
+        """Whether the browser reached us over https: our own TLS, or the proxy's word."""
+        if request.secure:
+            return True
+        forwarded = request.headers.get("X-Forwarded-Proto", "")
+        return self.site.settings.behind_proxy and forwarded.strip().lower() == "https"
+
+    def client(self, request: web.Request) -> str:
+        """Who is asking, for the rate limits: the peer, or behind a proxy the address the
+        proxy saw (the last one it appended: earlier ones are the client's own claims)."""
+        if self.site.settings.behind_proxy:
+            forwarded = request.headers.get("X-Forwarded-For", "").split(",")[-1].strip()
+            if forwarded:
+                return forwarded[:64]
+        return request.remote or "?"
+
+
+GATE_KEY = web.AppKey("nanomem_web_gate", Gate)
 
 
 def add_routes(web_app: web.Application, site: Site) -> None:
+    from channels.web import login
+
+    gate = Gate.of(site)
     web_app[SITE_KEY] = site
-    web_app.router.add_get("/login", functools.partial(_login_form, site))
-    web_app.router.add_post("/login", functools.partial(_login, site))
-    web_app.router.add_post("/logout", changes_state(_logout))
+    web_app[GATE_KEY] = gate
+
+    async def load_ended(_: web.Application) -> None:
+        gate.ended |= await ended_sessions(site.app.home)
+
+    web_app.on_startup.append(load_ended)
+    web_app.on_response_prepare.append(_secure_headers)
+    login.add_routes(web_app, site)
 
 
-def _key(site: Site) -> bytes:
-    token = site.settings.token
-    assert token is not None  # WebChannel.from_app refuses to start without one
-    return hashlib.sha256(b"nanomem-web-session\0" + token.get_secret_value().encode()).digest()
-
-
-def _sign(site: Site, text: str) -> str:
-    return hmac.new(_key(site), text.encode(), hashlib.sha256).hexdigest()
-
-
-def _session_of(request: web.Request, site: Site) -> str | None:
-    """The session id the request's cookie carries, when its signature and expiry hold."""
-    cookie = request.cookies.get(COOKIE, "")
-    session, _, rest = cookie.partition(".")
-    expires, _, signature = rest.partition(".")
-    if not (session and expires.isdigit() and signature):
-        return None
-    if not hmac.compare_digest(_sign(site, f"{session}.{expires}"), signature):
-        return None
-    return session if int(expires) > time.time() else None
+def gate_of(request: web.Request) -> Gate:
+    return request.app[GATE_KEY]
 
 
 def csrf_token(site: Site, session: str) -> str:
-    return _sign(site, f"csrf.{session}")
+    return Gate.of(site).csrf(session)
 
 
-def _site(request: web.Request) -> Site:
-    return request.app[SITE_KEY]  # type: ignore[return-value]
+def login_address(request: web.Request) -> str:
+    """/login, asked to come back here afterwards (a page's own address only)."""
+    if request.method != "GET" or request.path in ("/", "/login"):
+        return "/login"
+    return f"/login?next={quote(request.path_qs, safe='')}"
 
 
 def owner_only(handler: Handler) -> Handler:
@@ -83,15 +146,15 @@ def owner_only(handler: Handler) -> Handler:
 
     @functools.wraps(handler)
     async def checked(request: web.Request) -> web.StreamResponse:
-        site = _site(request)
-        session = _session_of(request, site)
-        if session is None:
+        gate = gate_of(request)
+        found = gate.session_of(request)
+        if found is None:
             if request.headers.get("HX-Request"):
-                return _secured(web.Response(status=401, headers={"HX-Redirect": "/login"}))
-            raise web.HTTPSeeOther("/login", headers=SECURITY_HEADERS)
-        request["web_session"] = session
-        request["web_context"] = {"csrf": csrf_token(site, session)}
-        return _secured(await handler(request))
+                return web.Response(status=401, headers={"HX-Redirect": "/login"})
+            raise web.HTTPSeeOther(login_address(request))
+        request["web_session"], request["web_expires"] = found
+        request["web_context"] = {"csrf": gate.csrf(found[0])}
+        return await handler(request)
 
     return checked
 
@@ -107,46 +170,21 @@ def changes_state(handler: Handler) -> Handler:
         ):
             sent = str((await request.post()).get(CSRF_FIELD, ""))
         expected = request["web_context"]["csrf"]
-        if not sent or not hmac.compare_digest(sent, expected):
+        if not sent or not hmac.compare_digest(sent.encode(), expected.encode()):
             return web.Response(status=403, text="This form has expired: reload the page.")
         return await handler(request)
 
     return owner_only(functools.wraps(handler)(with_csrf))
 
 
-def _secured(response: web.StreamResponse) -> web.StreamResponse:
+async def _secure_headers(request: web.Request, response: web.StreamResponse) -> None:
+    """Every answer at the web app's paths, pages, redirects, errors and static files alike,
+    goes out with the security headers; /v1 and /health keep their own."""
+    if not is_web_path(request.path):
+        return
     for name, value in SECURITY_HEADERS.items():
         response.headers.setdefault(name, value)
-    return response
-
-
-async def _login_form(site: Site, request: web.Request) -> web.StreamResponse:
-    return _secured(page(request, "login.html.j2", error=""))
-
-
-async def _login(site: Site, request: web.Request) -> web.StreamResponse:
-    form = await request.post()
-    given = str(form.get("token", "")).encode()
-    token = site.settings.token
-    assert token is not None
-    if not hmac.compare_digest(given, token.get_secret_value().encode()):
-        return _secured(page(request, "login.html.j2", status=401, error="That token is wrong."))
-    session = secrets.token_urlsafe(18)
-    expires = int(time.time() + site.settings.session_days * 86400)
-    response = web.HTTPSeeOther("/", headers=SECURITY_HEADERS)
-    response.set_cookie(
-        COOKIE,
-        f"{session}.{expires}.{_sign(site, f'{session}.{expires}')}",
-        max_age=int(site.settings.session_days * 86400),
-        httponly=True,
-        samesite="Strict",
-        secure=request.secure,
-        path="/",
-    )
-    raise response
-
-
-async def _logout(request: web.Request) -> web.StreamResponse:
-    response = web.HTTPSeeOther("/login", headers=SECURITY_HEADERS)
-    response.del_cookie(COOKIE, path="/")
-    raise response
+    if request.path.startswith("/static/") and response.status in (200, 304):
+        response.headers["Cache-Control"] = STATIC_CACHE
+    if gate_of(request).is_https(request):
+        response.headers.setdefault("Strict-Transport-Security", HSTS)

@@ -75,8 +75,9 @@ class WebChannel(BaseChannel):
 
     @classmethod
     def from_app(cls, app: App) -> WebChannel:
-        if app.settings.web.token is None:
-            raise ConfigError("web.token is not set: the web app needs one to log in with")
+        gateway = app.settings.gateway
+        if problem := app.settings.web.start_problem(gateway.host, gateway.tls_cert is not None):
+            raise ConfigError(problem)
         return cls(app)
 
     def routes(self, web_app: web.Application) -> None:

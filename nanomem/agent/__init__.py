@@ -51,7 +51,7 @@ if TYPE_CHECKING:
         anyone,
         keep_telling,
     )
-    from nanomem.agent.inbox import Pending, SqliteInbox, parked_in
+    from nanomem.agent.inbox import Pending, SqliteInbox, drop_in, parked_in, unpark_in
     from nanomem.agent.intake_kit import (
         SLASH,
         Mention,
@@ -167,6 +167,7 @@ __all__ = [
     "answer_itself",
     "anyone",
     "bundled_dir",
+    "drop_in",
     "fenced",
     "file_bytes",
     "forms",
@@ -192,6 +193,7 @@ __all__ = [
     "shaped",
     "split_text",
     "too_big",
+    "unpark_in",
     "vouched_again",
 ]
 __getattr__ = lazy_exports(
@@ -238,7 +240,7 @@ __getattr__ = lazy_exports(
             "anyone",
             "keep_telling",
         ),
-        "inbox": ("Pending", "SqliteInbox", "parked_in"),
+        "inbox": ("Pending", "SqliteInbox", "drop_in", "parked_in", "unpark_in"),
         "intake_kit": (
             "SLASH",
             "Mention",

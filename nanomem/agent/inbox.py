@@ -385,6 +385,29 @@ def parked_in(path: Path) -> list[Pending]:
     return _readable(rows)
 
 
+def unpark_in(path: Path, seq: int) -> bool:
+    """Try a parked message of an inbox file once more (`nanomem inbox retry`, the web page's
+    Retry), also while the gateway runs: it notices within seconds. False when there is no
+    such parked message; no inbox file is made by asking."""
+    return _changed_in(path, lambda inbox: inbox.unpark(seq))
+
+
+def drop_in(path: Path, seq: int) -> bool:
+    """Remove a failed or parked message of an inbox file for good (`nanomem inbox drop`, the
+    web page's Drop); False when there is no such message."""
+    return _changed_in(path, lambda inbox: inbox.drop(seq))
+
+
+def _changed_in(path: Path, change: Callable[[SqliteInbox], bool]) -> bool:
+    if not path.is_file():
+        return False
+    inbox = SqliteInbox(path)
+    try:
+        return change(inbox)
+    finally:
+        inbox.close()
+
+
 def _migrate(db: sqlite3.Connection) -> None:
     """Bring an older inbox up to this version in one transaction (a newer one is left be)."""
     version = int(db.execute("PRAGMA user_version").fetchone()[0])

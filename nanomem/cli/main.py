@@ -232,7 +232,7 @@ def _first_run(args: argparse.Namespace, home: Home, given: Choices) -> bool:
     """Onboard `home`; `given` (onboard's flags) is written. A new config is completed by
     questions on a terminal, never elsewhere. Returns whether questions were asked."""
     from nanomem.cli.first_run import ask_missing
-    from nanomem.cli.onboard import ensure_api_key, onboard, set_config_values
+    from nanomem.cli.onboard import ensure_secrets, onboard, set_config_values
     from nanomem.cli.telegram_setup import ask_telegram, save_telegram
     from nanomem.providers import model_name_problem
 
@@ -256,7 +256,7 @@ def _first_run(args: argparse.Namespace, home: Home, given: Choices) -> bool:
         print(f"created {path}")
     if telegram is not None:
         print(save_telegram(home.config, home.lock("config"), telegram))
-    ensure_api_key(_settings(args, home), _config_path(args, home), home)
+    ensure_secrets(_settings(args, home), _config_path(args, home), home, args.command)
     chosen = {k: v for k, v in (("model", given.model), ("api_base", given.api_base)) if v}
     if chosen and not fresh:  # an explicit flag is a request to change the existing file
         set_config_values(home.config, "llm", chosen, home.lock("config"))
@@ -451,7 +451,7 @@ def _review_notice(path: Path, session: str) -> OutboundMessage:
 
 
 def cmd_gateway(args: argparse.Namespace) -> int:
-    from nanomem.cli.onboard import ensure_api_key
+    from nanomem.cli.onboard import ensure_secrets
     from nanomem.config import ConfigError
     from nanomem.gateway.claim import AlreadyRunning, claim
     from nanomem.gateway.service import Gateway, finish, serve
@@ -460,7 +460,7 @@ def cmd_gateway(args: argparse.Namespace) -> int:
     home, settings = _configured(args, needs_model=True)
     try:  # claimed before the app is built: a running gateway's home is left alone
         with claim(home, settings.gateway.port) as held:
-            if ensure_api_key(settings, _config_path(args, home), home):  # never keyless
+            if ensure_secrets(settings, _config_path(args, home), home):  # never keyless
                 settings = _settings(args, home)
             app = _build(home, settings, args.log_level, durable=True, config=args.config)
             code = serve(Gateway.from_app(app), listening=held.announce)

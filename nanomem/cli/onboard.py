@@ -83,6 +83,17 @@ def set_config_values(
         raise CliError(str(exc), EXIT_CONFIG) from None
 
 
+def ensure_secrets(settings: Settings, config: Path, home: Home, command: str = "") -> bool:
+    """What each enabled door needs to let its owner in: the agent API's key and the web app's
+    token, made where missing (`nanomem onboard` at a terminal also offers the web app); whether
+    the file changed (the settings are then to be read again)."""
+    from nanomem.cli.web_setup import ensure_web_token
+
+    made_key = ensure_api_key(settings, config, home)
+    offer = command == "onboard" and sys.stdin.isatty()
+    return ensure_web_token(settings, config, home, offer=offer) or made_key
+
+
 def ensure_api_key(settings: Settings, config: Path, home: Home) -> bool:
     """The agent API always asks for a key: an enabled API without one gets a new key in
     `config`; whether it did (the settings are then to be read again). What stands in the way

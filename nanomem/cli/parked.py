@@ -55,7 +55,7 @@ def act(home: Home, action: str, ident: str) -> tuple[int, str]:
     """(exit code, what to print)."""
     import sqlite3
 
-    from nanomem.agent import SqliteInbox, parked_in, parked_line
+    from nanomem.agent import drop_in, parked_in, parked_line, unpark_in
 
     if action == "list":
         try:
@@ -66,16 +66,10 @@ def act(home: Home, action: str, ident: str) -> tuple[int, str]:
     seq = ident.removeprefix("#")
     if not seq.isdigit():
         return 2, USAGE
-    if not home.inbox.is_file():
-        return 1, f"No parked message #{seq}."
-    inbox = SqliteInbox(home.inbox)
-    try:
-        if action == "retry":
-            if not inbox.unpark(int(seq)):
-                return 1, f"No parked message #{seq} (`nanomem inbox` lists them)."
-            return 0, f"Message #{seq} is tried again now by the gateway (or at its next start)."
-        if not inbox.drop(int(seq)):
-            return 1, f"No parked or failed message #{seq} (`nanomem inbox` lists them)."
-        return 0, f"Message #{seq} was dropped; it will not be answered."
-    finally:
-        inbox.close()
+    if action == "retry":
+        if not unpark_in(home.inbox, int(seq)):
+            return 1, f"No parked message #{seq} (`nanomem inbox` lists them)."
+        return 0, f"Message #{seq} is tried again now by the gateway (or at its next start)."
+    if not drop_in(home.inbox, int(seq)):
+        return 1, f"No parked or failed message #{seq} (`nanomem inbox` lists them)."
+    return 0, f"Message #{seq} was dropped; it will not be answered."

@@ -43,6 +43,7 @@ def status_rows(
         ("gateway", "not running" if gateway is None else f"running ({gateway.describe()})"),
         ("gateway at", f"{gw.host}:{gw.port}, at most {gw.max_connections} connections"),
         ("agent api", _api_line(settings)),
+        ("web app", _web_app_line(settings, gateway.port if gateway is not None else None)),
         *_telegram_rows(settings, home),
         *_matrix_rows(settings),
         *_slack_rows(settings),
@@ -52,6 +53,20 @@ def status_rows(
         *_mcp_rows(home, settings, gateway.pid if gateway is not None else None),
         ("log file", str(home.logs / "nanomem.log")),
     ]
+
+
+def _web_app_line(settings: Settings, port: int | None) -> str:
+    """On or off, where, and whether a token is set (never the token, not even masked)."""
+    from nanomem.cli.web_setup import web_address
+
+    web, gw = settings.web, settings.gateway
+    if not web.enabled:
+        return "off (web.enabled)"
+    token = "token set" if web.token is not None else "no token yet (`nanomem gateway` makes one)"
+    said = f"on at {web_address(gw, port or None)}/, {token}"
+    if web.token is not None and (problem := web.start_problem(gw.host, gw.tls_cert is not None)):
+        return f"{said}; will not start: {problem}"
+    return said + (", behind a proxy" if web.behind_proxy else "")
 
 
 def _mcp_rows(home: Home, settings: Settings, gateway: int | None) -> list[tuple[str, str]]:

@@ -20,6 +20,7 @@ MODULES: tuple[str, ...] = (  # in the order `nanomem --help` lists them
     "import_home",
     "import_command",
     "self_command",
+    "web_link",
 )
 
 

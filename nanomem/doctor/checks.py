@@ -51,10 +51,13 @@ async def online(home: Home, settings: Settings) -> list[Finding]:
             start = functools.partial(services.mcp_server, name, server, settings)
             checks.append((f"mcp {name}", server.timeout_s + 5, start))
     found = await asyncio.to_thread(running, home)
-    host = settings.gateway.host
-    checks.append(("gateway", services.HTTP_TIMEOUT_S + 5, lambda: services.gateway(found, host)))
+    host, cert = settings.gateway.host, settings.gateway.tls_cert
+    probe = functools.partial(services.gateway, found, host, cert)
+    checks.append(("gateway", services.HTTP_TIMEOUT_S + 5, probe))
     runs = [within(name, min(seconds, TOTAL_S), check) for name, seconds, check in checks]
     findings = list(await asyncio.gather(*runs))
+    if settings.web.enabled:
+        findings.insert(1, services.web_app(settings))
     if settings.api.enabled:
         findings.insert(1, services.api(settings))
     return findings

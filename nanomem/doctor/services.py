@@ -5,6 +5,7 @@ running on this home (`GET /health`)."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
@@ -117,6 +118,26 @@ def api(settings: Settings) -> Finding:
     )
 
 
+def web_app(settings: Settings) -> Finding:
+    """Whether the web app can start: a token, an address it may serve, TLS files that load."""
+    from nanomem.config import ConfigError
+    from nanomem.gateway.health import tls_context
+
+    web, gw = settings.web, settings.gateway
+    if web.token is None:
+        fix = "start `nanomem gateway` once: it writes one into the config (web.token)"
+        return Finding.warn("web app", "enabled, no token yet (nobody can log in)", fix)
+    if problem := web.start_problem(gw.host, gw.tls_cert is not None):
+        return Finding.fail("web app", f"will not start on {gw.host}", problem)
+    try:
+        tls_context(gw)
+    except ConfigError as exc:
+        return Finding.fail("web app", "the gateway's TLS files cannot be used", str(exc))
+    where = f"{gw.scheme}://{gw.host}:{gw.port}/"
+    how = ", behind a proxy" if web.behind_proxy else ""
+    return Finding.ok("web app", f"can start at {where}{how}; token set")
+
+
 async def mcp_server(name: str, server: McpServerSettings, settings: Settings) -> Finding:
     """Started as the MCP feature starts it, until it lists its tools or fails, then stopped."""
     from nanomem.features.mcp import probe
@@ -134,7 +155,7 @@ async def mcp_server(name: str, server: McpServerSettings, settings: Settings) -
     return Finding.fail(label, f"{found.transport}: {reason}", fix)
 
 
-async def gateway(found: Running | None, host: str) -> Finding:
+async def gateway(found: Running | None, host: str, tls_cert: Path | None = None) -> Finding:
     from nanomem.providers import ConnectionFailed
 
     if found is None:
@@ -142,6 +163,10 @@ async def gateway(found: Running | None, host: str) -> Finding:
     if not found.port:
         return Finding.warn("gateway", f"starting ({found.describe()}); no port announced yet")
     near = "127.0.0.1" if host in ("0.0.0.0", "") else "[::1]" if host == "::" else host
+    if tls_cert is not None:  # its certificate names a public host, or none this machine trusts
+        url = f"https://{near}:{found.port}/health"
+        fix = f"curl --cacert {tls_cert} {url} (or -k) shows its health"
+        return Finding.ok("gateway", f"pid {found.pid} serves https; {fix}")
     url = f"http://{near}:{found.port}/health"
     try:
         status, body = await get_json(url)

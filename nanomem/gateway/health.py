@@ -4,6 +4,7 @@ Dream run, the schedules), queue depths."""
 from __future__ import annotations
 
 import asyncio
+import ssl
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass
@@ -14,7 +15,7 @@ from aiohttp import web
 from loguru import logger
 
 from nanomem.agent import HealthReport, MessageBus
-from nanomem.config import ConfigError
+from nanomem.config import ConfigError, GatewaySettings
 from nanomem.gateway.connection_guard import ConnectionGuard
 from nanomem.log import redact
 
@@ -98,6 +99,8 @@ class Health:
         return blocks
 
 
+# The gateway's Health on its HTTP server, for a channel's pages that show it (the web app).
+HEALTH = web.AppKey("nanomem_health", Health)
 # Adds a channel's own routes (the agent API) to the gateway's one HTTP server.
 AddRoutes = Callable[[web.Application], None]
 _SHARED = (
@@ -136,19 +139,31 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 class _GuardedSite(web.BaseSite):
     """A TCP site whose connections pass through a ConnectionGuard."""
 
-    def __init__(self, runner: web.AppRunner, host: str, port: int, guard: ConnectionGuard):
-        super().__init__(runner)
+    def __init__(
+        self,
+        runner: web.AppRunner,
+        host: str,
+        port: int,
+        guard: ConnectionGuard,
+        tls: ssl.SSLContext | None = None,
+    ):
+        super().__init__(runner, ssl_context=tls)
         self._host, self._port, self._guard = host, port, guard
 
     @property
     def name(self) -> str:
-        return f"http://{self._host}:{self._port}"
+        scheme = "https" if self._ssl_context is not None else "http"
+        return f"{scheme}://{self._host}:{self._port}"
 
     async def start(self) -> None:
         await super().start()
         assert self._runner.server is not None
         self._server = await asyncio.get_running_loop().create_server(
-            self._guard.wrap(self._runner.server), self._host, self._port, backlog=self._backlog
+            self._guard.wrap(self._runner.server),
+            self._host,
+            self._port,
+            backlog=self._backlog,
+            ssl=self._ssl_context,
         )
 
 
@@ -160,9 +175,10 @@ async def serve_health(
     *,
     max_connections: int = 256,
     read_timeout_s: float = 15.0,
+    tls: ssl.SSLContext | None = None,
 ) -> tuple[web.AppRunner, int]:
-    """Serve GET /health (200, or 503 when a channel is down) and the channels' routes;
-    returns the runner and port."""
+    """Serve GET /health (200, or 503 when a channel is down) and the channels' routes, over
+    https with `tls`; returns the runner and port."""
     guard = ConnectionGuard(max_connections, read_timeout_s)
 
     async def handle(_: web.Request) -> web.Response:
@@ -179,6 +195,7 @@ async def serve_health(
             guard.request_ended(request.transport)
 
     app = web.Application(middlewares=[answering])
+    app[HEALTH] = health
     app.router.add_get("/health", handle)
     for add in routes:
         try:
@@ -199,8 +216,30 @@ async def serve_health(
     )
     await runner.setup()
     try:
-        await _GuardedSite(runner, host, port, guard).start()
+        await _GuardedSite(runner, host, port, guard, tls).start()
     except OSError:
         await runner.cleanup()
         raise
     return runner, int(runner.addresses[0][1])
+
+
+def tls_context(settings: GatewaySettings) -> ssl.SSLContext | None:
+    """The server's TLS from gateway.tls_cert and tls_key (None: plain http); ConfigError
+    naming the file when they cannot be used."""
+    if settings.tls_cert is None or settings.tls_key is None:
+        return None
+    cert, key = settings.tls_cert.expanduser(), settings.tls_key.expanduser()
+    for name, path in (("tls_cert", cert), ("tls_key", key)):
+        if not path.is_file():
+            raise ConfigError(f"gateway.{name}: {path} does not exist (a PEM file is needed)")
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    try:
+        context.load_cert_chain(cert, key)
+    except (OSError, ssl.SSLError) as exc:
+        reason = getattr(exc, "reason", None) or getattr(exc, "strerror", None) or "unreadable"
+        raise ConfigError(
+            f"gateway.tls_cert {cert} and gateway.tls_key {key} cannot be used ({reason}): "
+            "give a PEM certificate (chain) and its private key"
+        ) from None
+    return context

@@ -32,7 +32,7 @@ from nanomem.agent import (
 from nanomem.app import App
 from nanomem.channel_registry import ALWAYS_SERVED, NO_CHANNEL, enabled_channels, load_channel
 from nanomem.config import ConfigError
-from nanomem.gateway.health import Health, serve_health
+from nanomem.gateway.health import Health, serve_health, tls_context
 from nanomem.pools import POOLS, WORKERS
 
 SIGNALS = (signal.SIGTERM, signal.SIGINT)
@@ -82,6 +82,7 @@ class Gateway:
         is told the port once the server listens."""
         settings, loop = self.app.settings.gateway, asyncio.get_running_loop()
         _make_room_for(settings.max_connections)
+        tls = tls_context(settings)
         try:
             routes = [channel.routes for channel in self.channels.values()]
             runner, self.port = await serve_health(
@@ -91,6 +92,7 @@ class Gateway:
                 routes,
                 max_connections=settings.max_connections,
                 read_timeout_s=settings.read_timeout_s,
+                tls=tls,
             )
         except OSError as exc:
             raise ConfigError(_cannot_listen(settings.host, settings.port, exc)) from None
@@ -98,7 +100,7 @@ class Gateway:
             listening(self.port)
         for sig in SIGNALS:
             loop.add_signal_handler(sig, self.request_stop)
-        self._say_where(f"http://{settings.host}:{self.port}")
+        self._say_where(f"{settings.scheme}://{settings.host}:{self.port}")
         dispatcher = asyncio.create_task(self.app.loop.run(), name="agent-loop")
         dispatcher.add_done_callback(self._dispatcher_ended)
         await self._start_features()

@@ -52,10 +52,10 @@ class HtmlSubset:
     highlight: Callable[[str, str], str] | None = None
 
 
+# No tg:// links: `tg://user?id=` would let the model's text (or a page it read) name any
+# account as a link that opens that person's profile, a mention nobody gave it.
 TELEGRAM_HTML = HtmlSubset(
-    frozenset({"b", "i", "s", "code", "pre", "a", "blockquote"}),
-    nested_quotes=False,
-    schemes=WEB_SCHEMES | {"tg"},  # tg://user?id= opens a profile in the app
+    frozenset({"b", "i", "s", "code", "pre", "a", "blockquote"}), nested_quotes=False
 )
 MATRIX_HTML = HtmlSubset(
     frozenset(

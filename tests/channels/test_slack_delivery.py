@@ -13,6 +13,7 @@ from channels.slack.delivery import SECTION_LIMIT, Delivery
 from channels.slack.web import web_client
 from nanomem.agent import Button, DeliveryLater, OutboundMessage, Text
 from tests.fakes.slack_server import BOT_TOKEN, BOT_USER, FakeSlack
+from tests.helpers import until
 from tests.helpers.slack import DM, slack_fake
 
 
@@ -69,7 +70,7 @@ async def test_a_huge_growing_reply_is_previewed_without_rendering_all_of_it(
 
     delivery = Delivery(
         web_client(BOT_TOKEN, fake.base_url), tmp_path, streams_in=lambda _: True,
-        stream_every_s=0.0,
+        stream_every_s=0.0, first_show_s=0.0,
     )  # fmt: skip
     await delivery.send(OutboundMessage("slack", DM, TurnStarted(), "in-1"))
     huge = "**bold** _it_ <x> & [a link](https://example.com) and words\n" * 5000
@@ -90,7 +91,7 @@ async def test_a_rate_limited_answer_over_a_grown_reply_finishes_it_without_an_i
 
     delivery = Delivery(
         web_client(BOT_TOKEN, fake.base_url), tmp_path, streams_in=lambda _: True,
-        stream_every_s=0.0,
+        stream_every_s=0.0, first_show_s=0.0,
     )  # fmt: skip
     await delivery.send(OutboundMessage("slack", DM, TurnStarted(), "in-1"))
     await delivery.send(OutboundMessage("slack", DM, Delta("so far", "so far", 0), "in-1"))
@@ -127,3 +128,59 @@ async def test_two_homes_on_one_bot_never_take_each_others_replies_for_their_own
     await (await delivery_of("two")).send(OutboundMessage("slack", DM, Text("two's"), "in-1", 1))
     await (await delivery_of("one")).send(OutboundMessage("slack", DM, Text("one's"), "in-1", 1))
     assert sorted(m["text"] for m in fake.messages_in(DM)) == ["one's", "two's"]
+
+
+async def test_a_reply_sent_again_after_a_restart_finds_its_parts_past_the_first_page(
+    fake: FakeSlack, tmp_path: Path
+) -> None:
+    """A run posted a stored reply's three parts, then died before it was marked delivered;
+    the next run looks for them in the history, which Slack gives a page at a time (here one
+    message a page): it finds them all, and posts none again."""
+    from nanomem.agent import MessageBus
+    from nanomem.agent.inbox import SqliteInbox
+
+    async def delivery_of_a_run() -> Delivery:
+        delivery = delivery_to(fake, tmp_path)
+        delivery.bot_user = BOT_USER
+        await delivery.load(MessageBus(inbox=SqliteInbox(tmp_path / "inbox.sqlite3")))
+        return delivery
+
+    parts = [OutboundMessage("slack", DM, Text(f"part {n}"), "in-1", 1) for n in range(3)]
+    first = await delivery_of_a_run()
+    for part in parts:
+        await first.send(part)
+    fake.page_max = 1
+    again = await delivery_of_a_run()
+    for part in parts:
+        await again.send(part)
+    assert [m["text"] for m in fake.messages_in(DM)] == ["part 0", "part 1", "part 2"]
+
+
+async def test_a_reply_done_at_once_is_posted_whole_and_a_steps_words_before_a_tool_stay(
+    fake: FakeSlack, tmp_path: Path
+) -> None:
+    """A reply whose words all came at once is one post, not a post made to grow and its
+    update (nor notes in the inbox for them); words held back that way before a tool call
+    are posted when the step ends, and stay."""
+    from nanomem.agent import Delta, DeltaEnd, TurnStarted
+
+    client = web_client(BOT_TOKEN, fake.base_url)
+    delivery = Delivery(client, tmp_path, streams_in=lambda _: True)
+
+    def part(reply_to: str, seq: int, *parts: Any) -> list[OutboundMessage]:
+        return [OutboundMessage("slack", DM, p, reply_to, seq) for p in parts]
+
+    for msg in part("in-1", 1, TurnStarted(), Delta("Quick ", "Quick ", 0),
+                    Delta("answer.", "Quick answer.", 0), Text("Quick answer.")):  # fmt: skip
+        await delivery.send(msg)
+    assert [m["text"] for m in fake.messages_in(DM)] == ["Quick answer."] and not fake.updates
+    for msg in part("in-2", 2, TurnStarted(), Delta("Let me look.", "Let me look.", 0),
+                    DeltaEnd(0)):  # fmt: skip
+        await delivery.send(msg)
+    assert [m["text"] for m in fake.messages_in(DM)][-1] == "Let me look."
+    # Words and then a long silence (a slow model): shown after the wait, then finished.
+    for msg in part("in-3", 3, TurnStarted(), Delta("Thinking", "Thinking", 0)):
+        await delivery.send(msg)
+    await until(lambda: fake.messages_in(DM)[-1]["text"] == "Thinking", what="the words")
+    await delivery.send(OutboundMessage("slack", DM, Text("Thinking done."), "in-3", 3))
+    assert [m["text"] for m in fake.messages_in(DM)][-2:] == ["Let me look.", "Thinking done."]

@@ -140,6 +140,30 @@ def test_a_command_and_a_press_are_acked_while_a_long_turn_runs(running: Any) ->
     llm.release()
 
 
+def test_web_api_calls_share_their_connections(running: Any) -> None:
+    """Each Web API call on a connection of its own would mean a TCP and TLS handshake per
+    post (slack-sdk's default without a session): ten replies take far fewer."""
+    _, fake, _, _ = running
+    before = len(fake.api_connections)
+    for n in range(10):
+        fake.send_message(DM, OWNER, f"one of ten {n}")
+    wait_until(lambda: reply_count(fake, DM, "one of ten 9") == 1, what="the tenth reply")
+    assert len(fake.api_connections) - before <= 3
+
+
+def test_a_channel_named_directmessage_is_a_channel_not_a_dm(running: Any) -> None:
+    """Anyone may name a channel "directmessage", as Slack names a DM in a command: whether
+    the command came from a DM is Slack's fact about the conversation, not its name. Deciding
+    on the owner's memory is refused there, as in any channel."""
+    _, fake, _, _ = running
+    fake.add_conversation("CNAMEDDM1", "channel", name="directmessage")
+    fake.command("CNAMEDDM1", OWNER, "dream-approve")
+    wait_until(lambda: replies(fake, "CNAMEDDM1"), what="the command's answer")
+    assert replies(fake, "CNAMEDDM1") == [
+        "Memory changes are decided by the owner, in a private chat."
+    ]
+
+
 def replies_ts(fake: FakeSlack) -> str:
     return str(fake.messages_in(DM)[-1]["ts"])
 

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from channels.telegram.channel import TelegramChannel
-from channels.telegram.drafts import preview
+from channels.telegram.drafts import GROWN, preview
 from channels.telegram.format import render_chunks
 from nanomem.agent.bus import InboundMessage, MessageBus
 from nanomem.agent.channel import pump_outbound
@@ -71,7 +71,9 @@ class Live:
 
 
 @asynccontextmanager
-async def live(fake: FakeTelegram, tmp_path: Path, **values: Any) -> AsyncIterator[Live]:
+async def live(
+    fake: FakeTelegram, tmp_path: Path, bus: MessageBus | None = None, **values: Any
+) -> AsyncIterator[Live]:
     base = {"enabled": True, "token": fake.token, "allow_from": [OWNER, FRIEND]}
     base |= {"base_url": fake.base_url, "base_file_url": fake.base_file_url}
     settings = TelegramSettings.model_validate(base | values)
@@ -84,7 +86,7 @@ async def live(fake: FakeTelegram, tmp_path: Path, **values: Any) -> AsyncIterat
         watch_every_s=0.1,
         stream_every_s=0.2,
     )
-    bus = MessageBus()
+    bus = bus or MessageBus()
     await channel.start(bus)
     pump = asyncio.create_task(pump_outbound(channel, bus))
     try:
@@ -216,6 +218,31 @@ async def test_groups_get_the_final_reply_only_unless_stream_groups(
         assert fake.drafts(group) == []  # drafts exist in private chats only
         assert sent["reply_to_message"]["text"].endswith("tell me")  # the question is quoted
         assert bool(fake.edits(group)) is stream_groups
+
+
+async def test_a_stored_reply_finishes_the_message_a_killed_run_began_to_grow_it_in(
+    fake: FakeTelegram, tmp_path: Path
+) -> None:
+    """A group's reply had begun to grow in a message when the run died; the next run's
+    stored reply edits that message into the whole reply instead of posting a second."""
+    from nanomem.agent.inbox import SqliteInbox
+
+    ask = {"chat_type": "supergroup", "user_id": OWNER}
+    inbox = tmp_path / "inbox.sqlite3"
+    run = {"stream_groups": True}
+    async with live(fake, tmp_path, MessageBus(inbox=SqliteInbox(inbox)), **run) as chat:
+        msg = await chat.ask(GROUP, "@nanomem_test_bot tell me", **ask)  # type: ignore[arg-type]
+        await chat.stream(msg, "The first words")
+        kept = chat.bus.inbox
+        await until(lambda: kept is not None and kept.position(GROWN), what="its message kept")
+    # Stopped without its reply: as killed. The next run answers what is left in the inbox.
+    async with live(fake, tmp_path, MessageBus(inbox=SqliteInbox(inbox)), **run) as chat:
+        again = await asyncio.wait_for(chat.bus.next_inbound(), 10)
+        assert again.seq == msg.seq
+        await chat.bus.publish_outbound(OutboundMessage.answering(again, TurnStarted()))
+        await chat.reply(again, "The first words, and the rest.")
+        await until(lambda: "and the rest" in fake.sent_messages(GROUP)[-1]["text"])
+    assert [m["text"] for m in fake.sent_messages(GROUP)] == ["The first words, and the rest."]
 
 
 async def test_stream_false_sends_only_the_final_reply(fake: FakeTelegram, tmp_path: Path) -> None:

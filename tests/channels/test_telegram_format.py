@@ -173,7 +173,8 @@ RENDER_CASES = [
     ("link_data", "[x](data:text/html;base64,AAAA)", "x"),
     ("link_relative", "[rel](/path/to)", "rel"),
     ("link_mailto", "[mail](mailto:a@b.c)", '<a href="mailto:a@b.c">mail</a>'),
-    ("link_tg", "[me](tg://user?id=1)", '<a href="tg://user?id=1">me</a>'),
+    ("link_tg_user_is_no_link", "[x](tg://user?id=1)", "x"),  # a mention nobody gave
+    ("link_tg_autolink", "<tg://user?id=1>", "tg://user?id=1"),  # as text
     ("link_empty_text", "[](https://e.com)", '<a href="https://e.com">https://e.com</a>'),
     (
         "autolink",

@@ -40,6 +40,9 @@ def channel(tmp_path: Path, **telegram: Any) -> TelegramChannel:
         ("https://bot.example.org", "is the gateway's own"),
         ("https://bot.example.org/health", "is the gateway's own"),
         ("https://bot.example.org/v1/chat/completions", "is the gateway's own"),
+        ("https://bot.example.org/chat", "is the gateway's own"),  # the web app's pages
+        ("https://bot.example.org/login/abc", "is the gateway's own"),
+        ("https://bot.example.org/static/app.js", "is the gateway's own"),
         ("https://me:pw@bot.example.org/hook", "may not hold"),
     ],
 )

@@ -298,6 +298,11 @@ class FakeDiscord:
         with self._lock:
             return self._interactions[interaction].token
 
+    def original(self, interaction: str) -> str | None:
+        """The id of the message an interaction's response shows (None: "thinking…" still)."""
+        with self._lock:
+            return self._interactions[interaction].original
+
     def ephemeral(self, interaction: str) -> list[str]:
         """What only the interaction's user was shown."""
         with self._lock:

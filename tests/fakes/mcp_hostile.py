@@ -4,6 +4,7 @@ tool list FastMCP would never produce). `python tests/fakes/mcp_hostile.py MODE`
 deep: a tool `deep` whose 2 kB input schema has `$defs` that each reference the next four
   times (expanded in full: 4^12 copies, or 4^FAKE_MCP_DEPTH), beside a plain tool `echo`.
 many: FAKE_MCP_TOOLS tools (`tool0`...) with a schema of about FAKE_MCP_SCHEMA_BYTES each.
+xss FILE: a tool named for each text of the JSON list in FILE, each described by all of them.
 silent: never answers `initialize`; first it starts a grandchild in its own session (setsid,
   so it is not even in the server's process group). Both pids go to the file FAKE_MCP_PIDS,
   one a line (the server's, then the grandchild's).
@@ -84,7 +85,14 @@ def main() -> None:
     if mode == "silent":
         silent()
         return
-    if mode == "deep":
+    if mode == "xss":
+        texts = json.loads(Path(sys.argv[2]).read_text(encoding="utf-8"))
+        described = "\n\n".join(texts)
+        tools = [
+            types.Tool(name=text, description=described, inputSchema={"type": "object"})
+            for text in texts
+        ]
+    elif mode == "deep":
         tools = [
             types.Tool(
                 name="deep", description="A schema that explodes.", inputSchema=deep_schema()

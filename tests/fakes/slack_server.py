@@ -12,6 +12,7 @@ and when it acknowledged each envelope (`acks`).
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import hashlib
 import hmac
@@ -95,6 +96,10 @@ class FakeSlack:
         self.uploads: list[JSONDict] = []  # completed uploads: channel, thread_ts, name, data
         self.envelopes: list[Envelope] = []
         self.connections_opened = 0
+        self.api_connections: set[tuple[Any, ...]] = set()  # the Web API's clients' (host, port)
+        # The most a history page holds, whatever `limit` asks: Slack may return fewer items
+        # than asked even before the end, and says where to go on (`next_cursor`).
+        self.page_max = 1000
         self.users: dict[str, JSONDict] = {}
         self.conversations: dict[str, JSONDict] = {}
         self._lock = threading.Lock()
@@ -165,11 +170,13 @@ class FakeSlack:
         with self._lock:
             self.users[user_id] = {"id": user_id, "name": name, "real_name": name, "is_bot": bot}
 
-    def add_conversation(self, channel: str, kind: str, user: str = "") -> None:
-        """`kind`: "im" (a DM with `user`), "mpim", "channel" or "group" (a private channel)."""
+    def add_conversation(self, channel: str, kind: str, user: str = "", name: str = "") -> None:
+        """`kind`: "im" (a DM with `user`), "mpim", "channel" or "group" (a private channel);
+        `name`: a channel's, as anyone who makes one may choose it."""
         with self._lock:
             self.conversations[channel] = {
                 "id": channel,
+                **({"name": name} if name and kind != "im" else {}),
                 "is_im": kind == "im",
                 "is_mpim": kind == "mpim",
                 "is_channel": kind == "channel",
@@ -237,6 +244,9 @@ class FakeSlack:
 
     async def _method(self, request: web.Request) -> web.Response:
         method = request.match_info["method"]
+        peer = request.transport.get_extra_info("peername") if request.transport else None
+        with self._lock:
+            self.api_connections.add(tuple(peer) if peer else ())
         params: JSONDict = dict(request.query)
         if request.can_read_body:
             if request.content_type == "application/json":
@@ -321,10 +331,20 @@ class FakeSlack:
         return {"channel": found}
 
     def _api_conversations_history(self, params: JSONDict) -> JSONDict:
-        return {"messages": self._history(params, None), "has_more": False}
+        return self._page(params, self._history(params, None))
 
     def _api_conversations_replies(self, params: JSONDict) -> JSONDict:
-        return {"messages": self._history(params, str(params.get("ts", ""))), "has_more": False}
+        return self._page(params, self._history(params, str(params.get("ts", ""))))
+
+    def _page(self, params: JSONDict, found: list[JSONDict]) -> JSONDict:
+        """One page from the `cursor` on (an opaque string, as Slack's), `limit` long at most."""
+        cursor = str(params.get("cursor") or "")
+        start = int(base64.b64decode(cursor).decode().removeprefix("next:")) if cursor else 0
+        end = start + min(int(params.get("limit") or 100), self.page_max)
+        more = end < len(found)
+        after = base64.b64encode(f"next:{end}".encode()).decode() if more else ""
+        meta = {"next_cursor": after}
+        return {"messages": found[start:end], "has_more": more, "response_metadata": meta}
 
     def _history(self, params: JSONDict, thread: str | None) -> list[JSONDict]:
         """What the app posted in a conversation (a thread) after `oldest`, newest first."""
@@ -344,7 +364,7 @@ class FakeSlack:
             for m in self.posted
             if m["channel"] == channel and float(m["ts"]) > oldest and m["thread_ts"] == thread
         ]
-        return found[::-1][: int(params.get("limit") or 100)]
+        return found[::-1]
 
     def _api_conversations_open(self, params: JSONDict) -> JSONDict:
         user = str(params.get("users", ""))
@@ -585,9 +605,8 @@ class FakeSlack:
     def _channel_name(self, channel: str) -> str:
         """What Slack names a conversation in a command or press: a DM is "directmessage"."""
         with self._lock:
-            return (
-                "directmessage" if self.conversations.get(channel, {}).get("is_im") else "general"
-            )
+            found = self.conversations.get(channel, {})
+            return "directmessage" if found.get("is_im") else str(found.get("name", "general"))
 
     # What the app did.
 

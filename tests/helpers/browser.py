@@ -7,6 +7,7 @@ Screenshots go to test-output/screenshots/ (or $NANOMEM_SCREENSHOTS) for a perso
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 from collections.abc import Iterator
@@ -47,8 +48,32 @@ def chromium_executable() -> str | None:
     return shutil.which("chromium") or shutil.which("chromium-browser")
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
+    """Playwright's sync API leaves its event loop marked as this thread's running loop between
+    its calls, for as long as the session's Chromium is open; an asyncio test run after a
+    browser test in the same process (a CI worker runs both) then cannot start its own loop.
+    A test that does not use the browser runs with the mark taken off, and put back after."""
+    held = asyncio.events._get_running_loop()
+    if held is None or "browser" in getattr(item, "fixturenames", ()):
+        return (yield)
+    asyncio.events._set_running_loop(None)
+    try:
+        return (yield)
+    finally:
+        asyncio.events._set_running_loop(held)
+
+
+# The process's one Chromium. Playwright's sync API cannot start a second while one runs, and
+# each conftest or module that imports `browser` makes a fixture of its own: they share this.
+_running: list[Browser] = []
+
+
 @pytest.fixture(scope="session")
 def browser() -> Iterator[Browser]:
+    if _running:
+        yield _running[0]
+        return
     executable = chromium_executable()
     if executable is None:
         message = "no Chromium: apt install chromium (or set NANOMEM_CHROMIUM)"
@@ -59,9 +84,11 @@ def browser() -> Iterator[Browser]:
 
     with sync_playwright() as playwright:
         launched = playwright.chromium.launch(executable_path=executable, args=ARGS)
+        _running.append(launched)
         try:
             yield launched
         finally:
+            _running.clear()
             launched.close()
 
 

@@ -150,12 +150,6 @@ class TelegramDriver(Driver):
     limit = 4096  # UTF-16 code units of the text as shown
     PEOPLE: ClassVar[dict[str, Any]] = {"owner": 1000, "friend": 1001, "stranger": 666}
     GROUP = -100777
-    KNOWN_DEFECTS: ClassVar[dict[str, str]] = {
-        "kill while growing in a group": "with telegram.stream_groups (off by default) a reply "
-        "half-grown by edits when the gateway is killed stays, and the replay posts the whole "
-        "reply as a second message: the grown message's id is not kept across a restart (Slack "
-        "keeps it in the inbox's positions, Discord finds it by the reply's nonce)"
-    }
     MENTION = "@nanomem_test_bot "
 
     def __init__(self, home: Home, llm: FakeOpenAI) -> None:
@@ -173,7 +167,10 @@ class TelegramDriver(Driver):
             "NANOMEM_TELEGRAM__OWNER": str(self.PEOPLE["owner"]),
             "NANOMEM_TELEGRAM__STREAM_GROUPS": "true",
         }
-        self.gateway = GatewayProcess(self.home, self.fake, self.llm, **(ENV | env))
+        self.gateway = self._gateway(**(ENV | env))
+
+    def _gateway(self, **env: str) -> GatewayProcess:
+        return GatewayProcess(self.home, self.fake, self.llm, **env)
 
     def close(self) -> None:
         self.fake.stop()
@@ -207,6 +204,25 @@ class TelegramDriver(Driver):
         wait = int(seconds)
         said = f"Too Many Requests: retry after {wait}"
         self.fake.fail_next("sendMessage", retry_after=wait, times=times, description=said)
+
+
+class TelegramWebhookDriver(TelegramDriver):
+    """Telegram with telegram.mode = "webhook": the fake Bot API posts each update to the
+    gateway's webhook route, again until it is answered 200, as Telegram does."""
+
+    name = "telegram-webhook"
+    URL = "https://bot.example.org/telegram/hook"
+
+    def _gateway(self, **env: str) -> GatewayProcess:
+        hook = {"NANOMEM_TELEGRAM__MODE": "webhook", "NANOMEM_TELEGRAM__WEBHOOK_URL": self.URL}
+        gateway = GatewayProcess(self.home, self.fake, self.llm, **(env | hook))
+        self.fake.forward_webhook_to(f"http://127.0.0.1:{gateway.port}")
+        gateway.wait_for_line(r"telegram: webhook as @")  # never polling
+        return gateway
+
+    def stop(self) -> int:
+        assert self.fake.getupdates_count == 0, "it polled"
+        return super().stop()
 
 
 class DiscordDriver(Driver):
@@ -503,7 +519,15 @@ def _matrix_long(request: dict[str, Any]) -> Step | None:
 
 
 DRIVERS: dict[str, type[Driver]] = {
-    d.name: d for d in (TelegramDriver, DiscordDriver, SlackDriver, LineDriver, MatrixDriver)
+    d.name: d
+    for d in (
+        TelegramDriver,
+        TelegramWebhookDriver,
+        DiscordDriver,
+        SlackDriver,
+        LineDriver,
+        MatrixDriver,
+    )
 }
 PERSONAL = USER_FACT  # written to the owner's USER.md: a group's turn never sees it
 

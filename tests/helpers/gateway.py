@@ -65,7 +65,7 @@ class GatewayProcess:
         self.lines: list[str] = []
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
-        found = self.wait_for_line(r"health at http://[\d.]+:(\d+)/health", timeout=60)
+        found = self.wait_for_line(r"health at https?://[\d.]+:(\d+)/health", timeout=60)
         self.port = int(found.group(1))
         if telegram is not None:
             self.wait_for_line(r"telegram: running")

@@ -1,12 +1,19 @@
-"""A channel that records what it is sent, and a message stored in the inbox as a channel
-stores it."""
+"""A channel that records what it is sent, a message stored in the inbox as a channel stores
+it, and one parked after its attempts failed."""
 
 from __future__ import annotations
 
+import asyncio
+import functools
+from concurrent.futures import ThreadPoolExecutor
+
 from nanomem.agent.bus import InboundMessage, MessageBus
 from nanomem.agent.channel import BaseChannel, DeliveryLater
+from nanomem.agent.inbox import SqliteInbox
 from nanomem.agent.outbound import OutboundMessage
+from nanomem.agent.retries import record_failure, retry_delay
 from nanomem.audience import Sender
+from nanomem.home import Home
 
 
 class Recorder(BaseChannel):
@@ -35,3 +42,22 @@ async def stored(bus: MessageBus, chat: str, text: str) -> InboundMessage:
     return InboundMessage(
         "telegram", chat, text, Sender("1"), id=InboundMessage.inbox_id(seq), seq=seq
     )
+
+
+def parked_message(home: Home, text: str, chat: str = "1002") -> int:
+    """A message that failed three times, recorded as the gateway records it (blocking: its
+    event loop runs in a thread of its own, so a caller may have one running, as an asyncio
+    test or Playwright's sync API does)."""
+    inbox = SqliteInbox(home.inbox)
+    bus = MessageBus(inbox=inbox)
+    bus.retry_plan = functools.partial(retry_delay, max_attempts=3)
+    (seq,) = inbox.add("telegram", [(chat, {"text": text}, Sender())], None)
+
+    async def fail_thrice() -> None:
+        for _ in range(3):
+            await record_failure(bus, seq, IsADirectoryError(), text, f"telegram:{chat}")
+
+    with ThreadPoolExecutor(1) as thread:
+        thread.submit(asyncio.run, fail_thrice()).result()
+    inbox.close()
+    return seq

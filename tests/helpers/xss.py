@@ -79,8 +79,9 @@ class Watch:
 
 
 def watch(context: BrowserContext, page: Page) -> Watch:
-    """Record (and dismiss) every dialog on `page` and on any page it opens, abort and record
-    every request of the context to a host other than loopback, record the CSP's refusals."""
+    """Record (and dismiss) every dialog on `page` and on any other page of its context (a
+    popup it opens), abort and record every request of the context to a host other than
+    loopback, record the CSP's refusals."""
     watched = Watch()
 
     def on_dialog(dialog: Dialog) -> None:
@@ -91,10 +92,6 @@ def watch(context: BrowserContext, page: Page) -> Watch:
         if "Content Security Policy" in message.text:
             watched.blocked.append(message.text)
 
-    def follow(opened: Page) -> None:
-        opened.on("dialog", on_dialog)
-        opened.on("console", on_console)
-
     def route(request: Route) -> None:
         url = request.request.url
         parts = urlsplit(url)
@@ -104,7 +101,9 @@ def watch(context: BrowserContext, page: Page) -> Watch:
         else:
             request.continue_()
 
-    follow(page)
-    context.on("page", follow)
+    # On the context, not each page: a popup's dialog can come before a listener added to
+    # it when it opens could be.
+    context.on("dialog", on_dialog)
+    context.on("console", on_console)
     context.route("**/*", route)
     return watched

@@ -183,10 +183,13 @@ class Mcp(Feature):
             audience=None if server.settings.groups else _not_in_groups,
         )
 
+    def shown(self, *, in_group: bool) -> dict[str, McpServer]:
+        """The servers /mcp and the web page show: a group hears only of the servers it may
+        use, the others are the owner's business."""
+        return {n: s for n, s in self.servers.items() if s.settings.groups or not in_group}
+
     async def _cmd_mcp(self, msg: InboundMessage, args: str) -> str:
-        # A group hears only of the servers it may use: the others are the owner's business.
-        in_group = msg.sender.shared_room
-        shown = {n: s for n, s in self.servers.items() if s.settings.groups or not in_group}
+        shown = self.shown(in_group=msg.sender.shared_room)
         if not shown:
             return "No MCP servers are available in this chat."
         lines = ["MCP servers:"]

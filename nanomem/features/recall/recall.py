@@ -38,7 +38,7 @@ MAX_IDLE_READERS = 4
 RANKED_SHARE = 0.8  # of the time limit, for ranking; the rest collects unranked matches
 # `chat` holds one token per entry naming its session (hex, so no tokenizer splits it), so a
 # group's search is part of the full-text match instead of a scan of every match.
-_SCHEMA = """
+SCHEMA = """
 CREATE VIRTUAL TABLE IF NOT EXISTS entries USING fts5(
     content, chat, tokenize = 'unicode61 remove_diacritics 2', prefix = '3'
 );
@@ -61,11 +61,41 @@ def chat_token(session: str) -> str:
     return "s" + session.encode("utf-8", "replace").hex()
 
 
-def _epoch(stamp: str) -> float:
+def epoch_of(stamp: str) -> float:
     try:
         return datetime.fromisoformat(stamp).astimezone().timestamp()
     except ValueError:
         return 0.0
+
+
+def open_index(path: Path, schema: str, version: int) -> sqlite3.Connection:
+    """The writer's connection to a derived index (this one, the web app's of messages);
+    sqlite3.DatabaseError when the file cannot be read."""
+    import sqlite3
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    try:
+        db.execute("PRAGMA busy_timeout = 10000")
+        db.execute("PRAGMA journal_mode = WAL")
+        db.execute("PRAGMA synchronous = NORMAL")  # derived data: a loss is rebuilt
+        if db.execute("PRAGMA user_version").fetchone()[0] != version:
+            # Made by another version (or just created): built again from nothing.
+            tables = db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+            for (name,) in tables.fetchall():
+                if not name.startswith("entries_"):  # FTS5's own go with `entries`
+                    db.execute(f'DROP TABLE IF EXISTS "{name}"')
+            db.executescript(schema)
+            db.execute(f"PRAGMA user_version = {version}")
+    except sqlite3.DatabaseError:
+        db.close()
+        raise
+    return db
+
+
+def remove_index(path: Path) -> None:
+    for suffix in ("", "-wal", "-shm"):
+        path.with_name(path.name + suffix).unlink(missing_ok=True)
 
 
 class Recall(Feature):
@@ -142,7 +172,7 @@ class Recall(Feature):
                 )
                 rows = []
                 for e in batch:
-                    epoch = _epoch(e.timestamp)
+                    epoch = epoch_of(e.timestamp)
                     reached = max(reached, epoch)
                     rows.append((e.cursor, e.session, e.timestamp, epoch, reached))
                 db.executemany(
@@ -185,27 +215,8 @@ class Recall(Feature):
         )
 
     def _open(self) -> sqlite3.Connection:
-        import sqlite3
-
         if self._db is None:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-            try:
-                db.execute("PRAGMA busy_timeout = 10000")
-                db.execute("PRAGMA journal_mode = WAL")
-                db.execute("PRAGMA synchronous = NORMAL")  # derived data: a loss is rebuilt
-                if db.execute("PRAGMA user_version").fetchone()[0] != SCHEMA_VERSION:
-                    # Made by another version (or just created): built again from nothing.
-                    tables = db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
-                    for (name,) in tables.fetchall():
-                        if not name.startswith("entries_"):  # FTS5's own go with `entries`
-                            db.execute(f'DROP TABLE IF EXISTS "{name}"')
-                    db.executescript(_SCHEMA)
-                    db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-            except sqlite3.DatabaseError:
-                db.close()
-                raise
-            self._db = db
+            self._db = open_index(self.path, SCHEMA, SCHEMA_VERSION)
         return self._db
 
     def _discard(self) -> None:
@@ -213,8 +224,7 @@ class Recall(Feature):
         if self._db is not None:
             self._db.close()
             self._db = None
-        for suffix in ("", "-wal", "-shm"):
-            self.path.with_name(self.path.name + suffix).unlink(missing_ok=True)
+        remove_index(self.path)
 
     def close(self) -> None:
         self._close_readers()

@@ -10,6 +10,7 @@ dates a search is given are read here too.
 from __future__ import annotations
 
 import re
+import unicodedata
 from dataclasses import dataclass
 from datetime import datetime, time, timedelta, tzinfo
 
@@ -79,6 +80,37 @@ def parse_query(text: str) -> Query:
             f"A prefix needs at least {MIN_PREFIX} letters: {listed} searched as whole words."
         )
     return Query(tuple(terms), tuple(notes))
+
+
+def marked(snippet: str, query: str) -> list[tuple[str, bool]]:
+    """The snippet in pieces, each with whether it is a word the query matched (the web
+    app's Recall marks them): words compared as the index's tokenizer does, case and accents
+    ignored, `word*` as a prefix."""
+    whole: set[str] = set()
+    prefixes: list[str] = []
+    for term in parse_query(query).terms:
+        words = [_folded(w) for w in _WORD.findall(term.rstrip("*")[1:-1].replace('""', '"'))]
+        if term.endswith("*") and words:
+            prefixes.append(words.pop())
+        whole.update(words)
+    pieces: list[tuple[str, bool]] = []
+    done = 0
+    for found in _WORD.finditer(snippet):
+        word = _folded(found.group())
+        if word in whole or any(word.startswith(p) for p in prefixes):
+            if found.start() > done:
+                pieces.append((snippet[done : found.start()], False))
+            pieces.append((found.group(), True))
+            done = found.end()
+    if done < len(snippet):
+        pieces.append((snippet[done:], False))
+    return pieces
+
+
+def _folded(word: str) -> str:
+    """As unicode61 with remove_diacritics compares words: case and accents ignored."""
+    decomposed = unicodedata.normalize("NFKD", word.casefold())
+    return "".join(c for c in decomposed if not unicodedata.combining(c))
 
 
 def parse_day(text: str, *, end: bool, zone: tzinfo | None = None) -> float:

@@ -107,13 +107,17 @@ class ChatSchedules:
             return "No schedules of yours in this chat." if maker else "No schedules in this chat."
         lines = []
         for s in mine:
-            upcoming = self.next_run(s)
-            when = local(upcoming, self.zone) if upcoming else "not armed"
             text = s.text if len(s.text) <= 80 else s.text[:79] + "…"
-            lines.append(f"{s.id} · {s.describe()} · next {when} · {text}")
+            lines.append(f"{s.id} · {s.describe()} · next {self.when(s)} · {text}")
         return "\n".join(lines)
 
-    async def _cancel(self, session: str, schedule_id: str, asker: Sender | None) -> str:
+    def when(self, schedule: Schedule) -> str:
+        """Its next run in the schedules' zone (/schedules and the web page), or "not armed"."""
+        upcoming = self.next_run(schedule)
+        return local(upcoming, self.zone) if upcoming else "not armed"
+
+    async def cancel(self, session: str, schedule_id: str, asker: Sender | None) -> str:
+        """/unschedule, the tool and the web page's Cancel: what the asker is told."""
         schedule_id = schedule_id.strip().lower()
         maker = made_by(asker)
         try:
@@ -202,7 +206,7 @@ class ChatSchedules:
         id: Annotated[str, Field(description="The schedule's id, from list_schedules")],
     ) -> str:
         """Cancel one of this chat's schedules."""
-        return await self._cancel(self._chat(context), id, context.sender)
+        return await self.cancel(self._chat(context), id, context.sender)
 
     # -- commands ---------------------------------------------------------------------------
 
@@ -228,7 +232,7 @@ class ChatSchedules:
             return NEEDS_GATEWAY.removesuffix(" Nothing was scheduled.")
         if not args.split():
             return "Usage: /unschedule <id> (/schedules lists them)."
-        return await self._cancel(msg.session_key, args.split()[0], msg.sender)
+        return await self.cancel(msg.session_key, args.split()[0], msg.sender)
 
 
 def made_by(asker: Sender | None) -> str | None:

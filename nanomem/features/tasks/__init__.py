@@ -8,15 +8,19 @@ if TYPE_CHECKING:
     from nanomem.features.tasks.background import INBOX_CHANNEL, BackgroundTasks
     from nanomem.features.tasks.feature import build
     from nanomem.features.tasks.records import TaskRecord, TaskStore
-    from nanomem.features.tasks.report import report
+    from nanomem.features.tasks.report import age, cost, in_order, report, state_of
 
 __all__ = [
     "INBOX_CHANNEL",
     "BackgroundTasks",
     "TaskRecord",
     "TaskStore",
+    "age",
     "build",
+    "cost",
+    "in_order",
     "report",
+    "state_of",
 ]
 __getattr__ = lazy_exports(
     __name__,
@@ -24,6 +28,6 @@ __getattr__ = lazy_exports(
         "background": ("INBOX_CHANNEL", "BackgroundTasks"),
         "feature": ("build",),
         "records": ("TaskRecord", "TaskStore"),
-        "report": ("report",),
+        "report": ("age", "cost", "in_order", "report", "state_of"),
     },
 )

@@ -190,14 +190,14 @@ class BackgroundTasks(Feature):
     async def _cmd_tasks(self, msg: InboundMessage, args: str) -> str:
         return listing(await self._of_chat(msg.session_key))
 
-    async def _of_chat(self, session: str) -> list[TaskRecord]:
-        """The chat's tasks: as recorded, with the progress of those running here."""
+    async def records(self) -> list[TaskRecord]:
+        """Every chat's tasks (the web page): as recorded, with the progress of those running
+        here."""
         records = await asyncio.to_thread(self.store.read)
-        return [
-            self._running[r.id].progress() if r.id in self._running else r
-            for r in records
-            if r.session == session
-        ]
+        return [self._running[r.id].progress() if r.id in self._running else r for r in records]
+
+    async def _of_chat(self, session: str) -> list[TaskRecord]:
+        return [r for r in await self.records() if r.session == session]
 
     async def stop_named(self, msg: InboundMessage, name: str) -> str | None:
         """`/stop <id>`: only a task of this chat (another chat's is not found here); in a
@@ -206,11 +206,13 @@ class BackgroundTasks(Feature):
         found = [r for r in await self._of_chat(msg.session_key) if r.id == wanted]
         if not found:
             return None
-        record = found[0]
+        return self.stop_task(found[0], msg.sender)
+
+    def stop_task(self, record: TaskRecord, sender: Sender) -> str:
+        """Stop a running task (`/stop <id>`, the web page's Stop): what the asker is told."""
         if not record.running:
             return f"{named(record)} has ended already ({record.state})."
-        sender = msg.sender
-        if (msg.sender.shared_room or record.is_room) and not (
+        if (sender.shared_room or record.is_room) and not (
             sender.is_owner or sender.id == record.started_by
         ):
             return f"Only whoever started {named(record)}, or the owner, can stop it."

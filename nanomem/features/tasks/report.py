@@ -59,25 +59,33 @@ def report(record: TaskRecord, max_iterations: int) -> str:
     return f"{who} was interrupted by a restart; ask again to rerun it"
 
 
+def in_order(records: list[TaskRecord]) -> list[TaskRecord]:
+    """Running tasks first, then the ones that ended, newest first (/tasks, the web page)."""
+    running = [r for r in records if r.running]
+    ended = sorted((r for r in records if not r.running), key=lambda r: r.ended_at, reverse=True)
+    return running + ended
+
+
+def state_of(record: TaskRecord) -> str:
+    return {"limit": "step limit"}.get(record.state, record.state)
+
+
 def listing(records: list[TaskRecord], now: datetime | None = None) -> str:
     """/tasks: the chat's running tasks, then the ones that ended, newest first."""
     if not records:
         return "No background tasks in this chat. The agent starts one for a long job."
-    running = [r for r in records if r.running]
-    ended = sorted((r for r in records if not r.running), key=lambda r: r.ended_at, reverse=True)
     lines = []
-    for record in running:
-        lines.append(
-            f"{record.id}  running {age(record.started_at, now)} · "
-            f"{plural(record.steps, 'step')}  {record.label}"
-        )
-    for record in ended:
-        state = {"limit": "step limit", "interrupted": "interrupted"}.get(
-            record.state, record.state
-        )
-        lines.append(
-            f"{record.id}  {state} {age(record.ended_at, now)} ago · {cost(record)}  {record.label}"
-        )
-    if running:
+    for record in in_order(records):
+        if record.running:
+            lines.append(
+                f"{record.id}  running {age(record.started_at, now)} · "
+                f"{plural(record.steps, 'step')}  {record.label}"
+            )
+        else:
+            lines.append(
+                f"{record.id}  {state_of(record)} {age(record.ended_at, now)} ago · "
+                f"{cost(record)}  {record.label}"
+            )
+    if any(record.running for record in records):
         lines += ["", "/stop <id> stops a running one."]
     return "\n".join(lines)

@@ -41,6 +41,19 @@ class Totals:
                 record.prompt, record.completion, record.cached, record.cache_write
             )
 
+    def merge(self, other: Totals) -> None:
+        self.calls += other.calls
+        self.prompt += other.prompt
+        self.completion += other.completion
+        self.cached += other.cached
+        self.cache_write += other.cache_write
+        self.priced_cost += other.priced_cost
+        self.unpriced += other.unpriced
+
+    @property
+    def tokens(self) -> int:
+        return self.prompt + self.completion
+
     @property
     def cost(self) -> float | None:
         """The whole cost; None (unknown) when any call's model has no price."""
@@ -161,6 +174,24 @@ class Daily:
     models: dict[str, Totals]
     total: Totals
     priced: dict[str, bool]  # by model
+
+    def by_day(self) -> list[tuple[dt.date, Totals]]:
+        """Every day from the first to the last, oldest first; a day without calls is empty."""
+        days: dict[dt.date, Totals] = {}
+        day = self.first_day
+        while day <= self.last_day:
+            days[day] = Totals()
+            day += dt.timedelta(days=1)
+        for (day, _), totals in self.rows.items():
+            days.setdefault(day, Totals()).merge(totals)
+        return sorted(days.items())
+
+    def by_chat(self) -> list[tuple[str, Totals]]:
+        """Each chat's sums over the days, the most tokens first."""
+        chats: dict[str, Totals] = defaultdict(Totals)
+        for (_, chat), totals in self.rows.items():
+            chats[chat].merge(totals)
+        return sorted(chats.items(), key=lambda item: -item[1].tokens)
 
     def as_json(self) -> dict[str, Any]:
         return {

@@ -28,7 +28,7 @@ def test_a_stranger_is_sent_to_the_login_and_a_wrong_token_is_refused(
     base = base_url(gateway)
     page = browser.new_page()
     response = page.goto(f"{base}/memory")
-    assert page.url == f"{base}/login"
+    assert page.url == f"{base}/login?next=/memory"
     assert response is not None
     assert "default-src 'self'" in response.headers["content-security-policy"]
     page.get_by_label("Token").fill("not-the-token-at-all-000000")
@@ -36,7 +36,7 @@ def test_a_stranger_is_sent_to_the_login_and_a_wrong_token_is_refused(
     assert page.get_by_role("alert").inner_text() == "That token is wrong."
     screenshot(page, "login")
     page.goto(f"{base}/memory")
-    assert page.url == f"{base}/login"
+    assert page.url == f"{base}/login?next=/memory"
     page.close()
 
 
