@@ -169,7 +169,7 @@ class MatrixSettings(_MessengerSection):
     # The owner's user id, "@you:example.org": always allowed; the only one whose invites are
     # accepted besides allow_from's; Dream reviews go to a DM with them.
     owner: str | None = None
-    # End-to-end encrypted rooms: not supported yet, extra or not (said at start; docs/matrix.md).
+    # End-to-end encrypted rooms, when the e2e extra is installed (said at start when it is not).
     e2e: bool = False
 
     @field_validator("allow_from")
