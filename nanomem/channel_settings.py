@@ -169,7 +169,7 @@ class MatrixSettings(_MessengerSection):
     # The owner's user id, "@you:example.org": always allowed; the only one whose invites are
     # accepted besides allow_from's; Dream reviews go to a DM with them.
     owner: str | None = None
-    # End-to-end encrypted rooms: not supported yet, extra or not (said at start; docs/matrix.md).
+    # End-to-end encrypted rooms, when the e2e extra is installed (said at start when it is not).
     e2e: bool = False
 
     @field_validator("allow_from")
@@ -216,6 +216,9 @@ class SlackSettings(_MessengerSection):
     owner: str | None = None  # the owner's member id, "U0123ABCD"
     # Slack's Web API; changed only for a test server.
     api_base: str = "https://slack.com/api/"
+    # Without a Socket Mode connection this long, /health and the log say so (slack-sdk
+    # reconnects by itself; a refresh takes a second or two).
+    down_after_s: float = Field(15.0, gt=0, le=3600)
 
     @field_validator("allow_from")
     @classmethod

@@ -43,6 +43,8 @@ LEFT_OUT = {
     "mcp-state": "MCP servers' running state",
     "gateway.json": "the running gateway's address",
     "locks": "lock files",
+    "matrix": "Matrix's encryption keys and device (secrets: a restored home logs in anew)",
+    "web-logins.json": "the web app's one-time login codes and ended logins",
     ".private-v1": "a mark that its permissions were checked (a new home is checked anew)",
 }
 

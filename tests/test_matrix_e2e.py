@@ -11,39 +11,17 @@ from typing import Any
 import pytest
 
 from nanomem.agent import plain_text
-from nanomem.home import Home
 from tests.conftest import cli_env, run_cli_here
 from tests.fakes.openai_server import FakeOpenAI, Step
 from tests.helpers import wait_until
-from tests.helpers.gateway import GatewayProcess, onboarded
+from tests.helpers.gateway import onboarded
 from tests.helpers.matrix import Person, bodies, shown
+from tests.helpers.matrix_cast import Cast, echo, gateway, said
 from tests.helpers.synapse import Synapse, User, synapse
 from tests.helpers.synapse_log import AccessLog
 
 pytestmark = pytest.mark.slow
 __all__ = ["synapse"]  # the session's homeserver, a fixture
-
-
-class Cast:
-    """The bot's account and the people around it, new ones for each test (rooms too)."""
-
-    def __init__(self, server: Synapse, tag: str) -> None:
-        self.server = server
-        self.bot = server.register(f"bot{tag}")
-        self.owner = Person(server, server.register(f"owner{tag}"))
-        self.friend = Person(server, server.register(f"friend{tag}"))
-        self.stranger = Person(server, server.register(f"stranger{tag}"))
-
-    def env(self, **extra: str) -> dict[str, str]:
-        return {
-            "NANOMEM_MATRIX__ENABLED": "true",
-            "NANOMEM_MATRIX__HOMESERVER": self.server.url,
-            "NANOMEM_MATRIX__USER_ID": self.bot.user_id,
-            "NANOMEM_MATRIX__ACCESS_TOKEN": self.bot.token,
-            "NANOMEM_MATRIX__OWNER": self.owner.user.user_id,
-            "NANOMEM_MATRIX__ALLOW_FROM": json.dumps([self.friend.user.user_id]),
-            **extra,
-        }
 
 
 _tags = iter(range(1, 10_000))
@@ -59,22 +37,6 @@ def llm() -> Iterator[FakeOpenAI]:
     with FakeOpenAI() as server:
         server.set_fallback(echo)
         yield server
-
-
-def said(request: dict[str, Any]) -> str:
-    """What the person wrote last (the core puts a runtime line before it)."""
-    users = [m for m in request["messages"] if m.get("role") == "user"]
-    return str(users[-1]["content"]).rsplit("\n\n", 1)[-1]
-
-
-def echo(request: dict[str, Any]) -> Step:
-    return Step.reply(f"echo: {said(request)}")
-
-
-def gateway(home: Home, cast: Cast, llm: FakeOpenAI, **extra: str) -> GatewayProcess:
-    process = GatewayProcess(home, None, llm, **cast.env(**extra))
-    process.wait_for_line(r"matrix: running")
-    return process
 
 
 def joined_by_bot(person: Person, room: str, bot: User) -> None:
@@ -192,12 +154,17 @@ def test_strangers_invites_and_messages_are_ignored(
 def test_a_kill_mid_reply_loses_nothing_and_doubles_nothing(
     tmp_path_factory: pytest.TempPathFactory, cast: Cast, llm: FakeOpenAI
 ) -> None:
-    """The gateway is SIGKILLed while a slow model streams a reply into a DM: after the
-    restart each message has exactly one reply message, showing the whole reply."""
+    """The gateway is SIGKILLed while the model streams a reply into a DM (held halfway, the
+    first time, until the kill): after the restart each message has exactly one reply
+    message, showing the whole reply."""
     home = onboarded(tmp_path_factory, "kill")
+    asked: list[str] = []
 
     def slow(request: dict[str, Any]) -> Step:
-        return Step.reply(f"answer to {said(request)}: " + "words " * 30, pieces=15, pause=0.2)
+        first = not asked
+        asked.append(said(request))
+        return Step.reply(f"answer to {said(request)}: " + "words " * 30, pieces=15, pause=0.1,
+                          hold_after=8 if first else None)  # fmt: skip
 
     llm.set_fallback(slow)
     first = gateway(home, cast, llm)
@@ -211,6 +178,7 @@ def test_a_kill_mid_reply_loses_nothing_and_doubles_nothing(
         what="a reply to begin growing",
     )
     first.stop(signal.SIGKILL)
+    llm.release()  # the killed run's rest goes nowhere
     with gateway(home, cast, llm) as second:
         try:
             found = wait_until(
@@ -330,13 +298,11 @@ def test_doctor_and_status_check_the_bots_login(
 def test_an_encrypted_room_gets_one_plain_note(
     tmp_path_factory: pytest.TempPathFactory, cast: Cast, llm: FakeOpenAI
 ) -> None:
-    """The channel does not decrypt: matrix.e2e is said on /health as not supported yet; in an
-    encrypted room the bot says once, plainly, that it cannot read it, and the model is never
-    asked. The same with the e2e extra installed (matrix-nio then decrypts nothing for us, and
-    the bot said nothing at all there)."""
+    """With matrix.e2e off, the channel decrypts nothing: in an encrypted room the bot says
+    once, plainly, that it cannot read it, and the model is never asked; a plain message there
+    is still answered. (With it on, tests/test_matrix_encrypted.py.)"""
     home = onboarded(tmp_path_factory, "encrypted")
-    with gateway(home, cast, llm, NANOMEM_MATRIX__E2E="true") as process:
-        _, health = process.health()
+    with gateway(home, cast, llm):
         room = cast.owner.room(cast.bot.user_id, direct=True, encrypted=True)
         joined_by_bot(cast.owner, room, cast.bot)
         secret = {"algorithm": "m.megolm.v1.aes-sha2", "ciphertext": "AwgA", "session_id": "x"}
@@ -347,7 +313,6 @@ def test_an_encrypted_room_gets_one_plain_note(
         cast.owner.say(room, "!help")  # the bot reads on: a plain message is answered
         found = replies(cast.owner, room, cast.bot, 2)
     assert notes == [found[0]] and "encrypted" in found[0] and len(found) == 2
-    assert "nanomem[e2e]" in json.dumps(health)
     assert not llm.requests
 
 
@@ -367,3 +332,24 @@ def test_a_new_home_on_the_same_bot_is_not_taken_for_the_old_one(
         cast.owner.say(room, "second")
         found = replies(cast.owner, room, cast.bot, 2)
     assert found == ["echo: first", "echo: second"]
+
+
+def test_a_file_the_agent_sends_is_uploaded(
+    tmp_path_factory: pytest.TempPathFactory, cast: Cast, llm: FakeOpenAI
+) -> None:
+    """`send_file` in a room without encryption: the file goes to the media repository and
+    its message points at it with `url` (in an encrypted room, `file`: test_matrix_encrypted)."""
+    home = onboarded(tmp_path_factory, "sendfile")
+    (home.workspace / "report.csv").write_text("a,b\n1,2\n")
+    llm.add(Step.tool_call("send_file", {"path": "report.csv", "caption": "the report"}))
+    llm.add(Step.reply("sent the report"))
+    with gateway(home, cast, llm, NANOMEM_MATRIX__STREAM="false"):
+        room = cast.owner.room(cast.bot.user_id, direct=True)
+        joined_by_bot(cast.owner, room, cast.bot)
+        cast.owner.say(room, "send me the report")
+        replies(cast.owner, room, cast.bot, 2)
+        (file,) = [c for c in shown(cast.owner.events(room), cast.bot.user_id) if "url" in c]
+    server, media = file["url"].removeprefix("mxc://").split("/", 1)
+    path = f"/_matrix/client/v1/media/download/{server}/{media}"
+    assert cast.server.fetch(path, cast.owner.user.token) == b"a,b\n1,2\n"
+    assert file["body"] == "the report" and file["msgtype"] == "m.file"

@@ -1,10 +1,13 @@
 """The Matrix channel: a sync loop whose every batch is stored in the inbox with its sync token
 before the next sync confirms it, invites taken only from the owner and allow_from, and
-replies as HTML with a plain body (channels/matrix/delivery.py)."""
+replies as HTML with a plain body (channels/matrix/delivery.py). With matrix.e2e and the e2e
+extra, encrypted rooms too: nio decrypts each sync, and what it decrypted is taken like any
+other message."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 import secrets
@@ -66,14 +69,24 @@ NO_LOGIN = (
     "set: see docs/matrix.md"
 )
 NO_E2E = (
-    "matrix.e2e is set, but the Matrix channel does not read or write end-to-end encrypted "
-    "rooms yet, with or without the e2e extra (pip install 'nanomem[e2e]'): an encrypted room "
-    "gets one note saying so; talk to the bot in a room without encryption"
+    "matrix.e2e is set, but the e2e extra is not installed (pip install 'nanomem[e2e]'): "
+    "encrypted rooms are not read, each gets one note saying so"
 )
 ENCRYPTED_ROOM = (
     "This room is end-to-end encrypted and I cannot read encrypted messages here; talk to me "
     "in a room without encryption."
 )
+UNDECRYPTABLE = (
+    "I could not decrypt a message here: its room key has not reached me. I have asked your "
+    "devices for it; if this stays, please send the message again."
+)
+KEYS_REFUSED = (
+    "the homeserver refused device {device}'s keys ({error}): its keys in the crypto store "
+    "(<home>/matrix/store) are not the ones it has. Was the store lost, or is the access token "
+    "another client's? Log the bot in as a new device (a new access token, or matrix.password "
+    "with matrix.device_id unset); encrypted rooms cannot be read until then"
+)
+STORE = "matrix/store"  # in the home: the crypto store, one SQLite file per user and device
 TOO_BIG = "That file is {size:.1f} MB; I accept up to {limit} MB (matrix.max_file_mb)."
 NO_DOWNLOAD = "I could not download that file; please send it again."
 STEP_S = 10.0
@@ -90,6 +103,7 @@ class MatrixChannel(BaseChannel):
         commands: list[Command],
         sync_timeout_ms: int = 30_000,
         stream_every_s: float = 1.5,
+        store: Path | None = None,
     ) -> None:
         token = settings.access_token.get_secret_value() if settings.access_token else ""
         password = settings.password.get_secret_value() if settings.password else ""
@@ -104,12 +118,16 @@ class MatrixChannel(BaseChannel):
         self._bus: MessageBus | None = None
         self._since: str | None = None
         self._syncing: asyncio.Task[None] | None = None
-        self._problem: str | None = None
+        self._problem: str | None = None  # a sync failing: cleared by the next that works
+        self._lasting: str | None = None  # what holds for the whole run (encryption's state)
         self._display = ""
         self._sizes: dict[str, int] = {}  # room → joined members, until its membership changes
         self._groups: dict[str, bool] = {}  # room → a group, as its last message was taken
         self._strangers = Strangers("Matrix", "matrix.allow_from")
         self._told_encrypted: set[str] = set()
+        # matrix.e2e with the extra installed: nio decrypts and encrypts (its store in the home).
+        self.e2e = settings.e2e and hs.crypto_installed()
+        self.store = store
         self._replayed = False
         self._born = 0
         self.delivery = Delivery(self, stream_every_s=stream_every_s)
@@ -128,7 +146,12 @@ class MatrixChannel(BaseChannel):
 
     @classmethod
     def from_app(cls, app: App) -> MatrixChannel:
-        return cls(app.settings.matrix, workspace=app.workspace, commands=app.loop.commands.all())
+        return cls(
+            app.settings.matrix,
+            workspace=app.workspace,
+            commands=app.loop.commands.all(),
+            store=app.home.root / STORE,
+        )
 
     def listens(self, server: str) -> str:
         return f"syncing with {shown_url(self.settings.homeserver)} as {self.settings.user_id}"
@@ -142,8 +165,8 @@ class MatrixChannel(BaseChannel):
                 "matrix.allow_from is empty and matrix.owner is not set: every message and "
                 "invite is refused, and the log names each refused user id to add"
             )
-        if self.settings.e2e:
-            self._problem = NO_E2E
+        if self.settings.e2e and not self.e2e:
+            self._lasting = NO_E2E
             logger.warning("matrix: {}", NO_E2E)
         logging.getLogger("nio").setLevel(logging.WARNING)  # it logs every event at INFO
         self.client = await self._connected()
@@ -166,13 +189,16 @@ class MatrixChannel(BaseChannel):
         assert self._bus is not None
         s = self.settings
         device = s.device_id or await self._bus.position(DEVICE) or ""
-        client = hs.client_for(s.homeserver, s.user_id, device)
+        store = self.store if self.e2e and self.store is not None else None
+        client = hs.client_for(s.homeserver, s.user_id, device, store)
         try:
             if self._token:
                 client.access_token = self._token
                 user, device = await asyncio.wait_for(hs.whoami(client), STEP_S)
                 if user != s.user_id:
                     raise ConfigError(f"matrix.access_token belongs to {user}, not {s.user_id}")
+                if store is not None:  # the token's device: its keys are in its store
+                    hs.restored(client, user, device, self._token)
             else:
                 token, device = await asyncio.wait_for(
                     hs.login(client, self._password, device), STEP_S
@@ -180,6 +206,8 @@ class MatrixChannel(BaseChannel):
                 register_secrets([token])
                 await self._bus.receive(self.name, [], (DEVICE, device))
             client.user_id, client.device_id = s.user_id, device
+            if store is not None:  # others can encrypt for this device from now on
+                await self._keys_up(client, device)
         except (hs.MatrixError, OSError, TimeoutError) as exc:
             await client.close()
             raise ChannelDown(f"matrix: the homeserver refused the login: {exc}") from None
@@ -187,6 +215,17 @@ class MatrixChannel(BaseChannel):
             await client.close()
             raise
         return client
+
+    async def _keys_up(self, client: AsyncClient, device: str) -> None:
+        """The device's keys uploaded. Refused, the store is not this device's (lost, or the
+        token is another client's): plain rooms still work, and the fix is said."""
+        try:
+            await asyncio.wait_for(hs.keys_kept(client), STEP_S)
+        except hs.MatrixError as exc:
+            self._lasting = KEYS_REFUSED.format(device=device, error=exc)
+            logger.error("matrix: {}", self._lasting)
+            return
+        logger.info("matrix: end-to-end encryption on, device {}", device)
 
     async def stop_receiving(self) -> None:
         if (syncing := self._syncing) is not None:
@@ -200,7 +239,7 @@ class MatrixChannel(BaseChannel):
             await self.client.close()
 
     def problem(self) -> str | None:
-        return self._problem
+        return self._problem or self._lasting
 
     def owner_chat(self) -> str | None:
         """The owner's DM: the last room of two where they wrote (kept across restarts)."""
@@ -236,9 +275,13 @@ class MatrixChannel(BaseChannel):
                 await asyncio.sleep(min(30.0, 2.0**failures))
                 continue
             failures = 0
-            if self._problem and self._problem != NO_E2E:
-                self._problem = None
+            self._problem = None
             await self._take(found)
+            if self.e2e:  # the keys this sync showed a need for, before the next one
+                try:
+                    await hs.keys_kept(self.client)
+                except Exception as exc:  # tried again after the next sync
+                    logger.warning("matrix: keys not exchanged now: {}", exc)
 
     async def _take(self, found: SyncResponse) -> None:
         """Invites first (a joined room's messages arrive in a later sync), then this batch's
@@ -291,9 +334,9 @@ class MatrixChannel(BaseChannel):
         sender = event.get("sender")
         if not isinstance(sender, str) or sender == self.settings.user_id:
             return None
-        if event.get("type") == ENCRYPTED:
+        if event.get("type") == ENCRYPTED:  # nio could not decrypt it, or we do not
             if self.allowed(sender):
-                await self._encrypted(room_id)
+                await self._encrypted(room_id, event)
             return None
         message = said(event)
         if message is None or _sent_at(event) < self._born:
@@ -350,17 +393,20 @@ class MatrixChannel(BaseChannel):
     def _refuse(self, who: str, what: str) -> None:
         self._strangers.refuse(who, what)
 
-    async def _encrypted(self, room_id: str) -> None:
-        """One plain note per encrypted room and run: we cannot read what is said there (nor
-        with the e2e extra, which only lets matrix-nio decrypt: it was silence there)."""
+    async def _encrypted(self, room_id: str, event: dict[str, Any]) -> None:
+        """A message we cannot read. Without encryption on: one plain note per room and run.
+        With it, nio had no room key for it: the sender's devices are asked for it, and the
+        room is told once per run (the message itself is not answered)."""
+        assert self._bus is not None and self.client is not None
+        if self.e2e:
+            with contextlib.suppress(Exception):  # best effort: the note says what to do
+                await hs.ask_for_key(self.client, event, room_id)
         if room_id in self._told_encrypted:
             return
         self._told_encrypted.add(room_id)
-        logger.warning("matrix: {} is encrypted; its messages cannot be read here", room_id)
-        assert self._bus is not None
-        await self._bus.publish_outbound(
-            OutboundMessage(self.name, room_id, Text(ENCRYPTED_ROOM, "error"))
-        )
+        note = UNDECRYPTABLE if self.e2e else ENCRYPTED_ROOM
+        logger.warning("matrix: a message in {} cannot be decrypted here", room_id)
+        await self._bus.publish_outbound(OutboundMessage(self.name, room_id, Text(note, "error")))
 
     def _message(
         self, room: str, payload: dict[str, Any], sender: Sender, seq: int | None
@@ -434,6 +480,8 @@ class MatrixChannel(BaseChannel):
             return TOO_BIG.format(size=size, limit=self.settings.max_file_mb)
         try:
             data = await hs.download(self.settings.homeserver, self._access(), message.url, limit)
+            if message.file is not None:  # an encrypted room's attachment
+                data = await asyncio.to_thread(hs.decrypted_file, data, message.file)
         except ValueError as exc:
             logger.warning("matrix: a file in {} refused: {}", msg.chat_id, exc)
             return NO_DOWNLOAD

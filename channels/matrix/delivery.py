@@ -266,7 +266,7 @@ class Delivery:
                 raise FileGone(f"{name} is larger than matrix.max_file_mb")
             image = image_suffix(data) is not None
             mime = mimetypes.guess_type(name)[0] or "application/octet-stream"
-            url = await hs.upload(client, data, mime, name)
+            where = await hs.upload(client, room, data, mime, name)
         except (FileGone, DeliveryLater, hs.MatrixError) as exc:
             note = f"The file {name} could not be sent now: {exc}"
             await self._send(room, content(note, markdown=False), None)
@@ -275,7 +275,7 @@ class Delivery:
             "msgtype": "m.image" if image else "m.file",
             "body": part.caption or name,
             "filename": name,
-            "url": url,
+            **where,
             "info": {"size": len(data), "mimetype": mime},
         }
         await self._send(room, body, None)

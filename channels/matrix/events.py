@@ -22,14 +22,16 @@ GROWN_LIMIT = EVENT_LIMIT // 2
 MESSAGE = "m.room.message"
 ENCRYPTED = "m.room.encrypted"
 MEMBER = "m.room.member"
+ENCRYPTION = "m.room.encryption"
 # Only what the channel reads: messages, membership (a room's size changes) and whether a
-# room is encrypted; no presence, receipts, typing or account data.
+# room is encrypted (in the timeline too: a room that turns encryption on while we run must
+# never be answered in the clear); no presence, receipts, typing or account data.
 SYNC_FILTER: dict[str, Any] = {
     "presence": {"not_types": ["*"]},
     "account_data": {"not_types": ["*"]},
     "room": {
-        "timeline": {"types": [MESSAGE, ENCRYPTED, MEMBER], "limit": 50},
-        "state": {"types": [MEMBER, "m.room.encryption"], "lazy_load_members": True},
+        "timeline": {"types": [MESSAGE, ENCRYPTED, MEMBER, ENCRYPTION], "limit": 50},
+        "state": {"types": [MEMBER, ENCRYPTION], "lazy_load_members": True},
         "ephemeral": {"not_types": ["*"]},
         "account_data": {"not_types": ["*"]},
     },
@@ -49,6 +51,7 @@ class Said:
     mentions: tuple[str, ...]  # user ids in m.mentions
     reply_to: str  # the event it answers ("" when none)
     url: str = ""  # an attachment's mxc:// address
+    file: dict[str, Any] | None = None  # an encrypted attachment's keys (url inside)
     file_name: str = ""
     size: int | None = None  # as the sender's client told it
 
@@ -70,6 +73,9 @@ def said(event: dict[str, Any]) -> Said | None:
     reply = relates.get("m.in_reply_to")
     info = content.get("info")
     size = info.get("size") if isinstance(info, dict) else None
+    file = content.get("file")  # an encrypted room's attachment: the key to it, and its url
+    file = file if isinstance(file, dict) else None
+    url = file.get("url") if file is not None else content.get("url")
     return Said(
         event_id=_text(event.get("event_id")),
         sender=_text(event.get("sender")),
@@ -79,7 +85,8 @@ def said(event: dict[str, Any]) -> Said | None:
         if isinstance(users, list)
         else (),
         reply_to=_text(reply.get("event_id")) if isinstance(reply, dict) else "",
-        url=_text(content.get("url")),
+        url=_text(url),
+        file=file,
         file_name=_text(content.get("filename") or content.get("body"))[:200],
         size=size if type(size) is int else None,
     )

@@ -74,7 +74,6 @@ NO_DOWNLOAD = "I could not download that file; please send it again."
 OWNER_PRESS = "Only the owner can make this choice."
 STEP_S = 10.0
 WATCH_S = 1.0  # how often the Socket Mode connection is looked at
-DOWN_AFTER_S = 15.0  # without one this long, /health says so (a refresh takes a second or two)
 
 
 class SlackChannel(BaseChannel):
@@ -238,7 +237,7 @@ class SlackChannel(BaseChannel):
 
     def problem(self) -> str | None:
         down = self._down_since
-        if down is None or time.monotonic() - down < DOWN_AFTER_S:
+        if down is None or time.monotonic() - down < self.settings.down_after_s:
             return None
         return (
             f"slack: no Socket Mode connection for {time.monotonic() - down:.0f} s (reconnecting)"

@@ -125,10 +125,12 @@ def _matrix_rows(settings: Settings) -> list[tuple[str, str]]:
         if password
         else "no login (matrix.access_token / NANOMEM_MATRIX__ACCESS_TOKEN)"
     )
+    from nanomem.doctor.matrix import e2e_state
+
     who = matrix.user_id or "no user id (matrix.user_id)"
-    return [
-        ("matrix", ", ".join((who, login, *_admitted("matrix", matrix.owner, matrix.allow_from))))
-    ]
+    e2e = e2e_state(matrix)
+    admitted = _admitted("matrix", matrix.owner, matrix.allow_from)
+    return [("matrix", ", ".join((who, login, *admitted, *([e2e] if e2e else []))))]
 
 
 def _slack_rows(settings: Settings) -> list[tuple[str, str]]:

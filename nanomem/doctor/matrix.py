@@ -3,6 +3,9 @@ homeserver, or its password noted (it logs in at start)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+from importlib.util import find_spec
+
 from nanomem.channel_settings import MatrixSettings
 from nanomem.doctor.finding import Finding
 from nanomem.doctor.services import get_json
@@ -14,7 +17,32 @@ SET_LOGIN = (
 )
 
 
+INSTALL_E2E = "pip install 'nanomem[e2e]' (matrix-nio's crypto: vodozemac, a binary wheel)"
+
+
+def e2e_state(settings: MatrixSettings) -> str | None:
+    """What matrix.e2e comes to here: None when it is off."""
+    if not settings.e2e:
+        return None
+    if find_spec("vodozemac") is None or find_spec("peewee") is None:
+        return (
+            "matrix.e2e is set, but the e2e extra is missing: encrypted rooms get one note "
+            f"instead of answers; {INSTALL_E2E}"
+        )
+    return "end-to-end encryption on (devices trusted on first use, not verified)"
+
+
 async def matrix(settings: MatrixSettings) -> Finding:
+    finding = await _login(settings)
+    e2e = e2e_state(settings)
+    if e2e is None or finding.level == "fail":
+        return finding
+    if "missing" in e2e:
+        return Finding.warn("matrix", f"{finding.found}; {e2e}", INSTALL_E2E)
+    return replace(finding, found=f"{finding.found}; {e2e}")
+
+
+async def _login(settings: MatrixSettings) -> Finding:
     token, password = secret_of(settings.access_token), secret_of(settings.password)
     if not settings.homeserver or not settings.user_id or not (token or password):
         return Finding.fail("matrix", "matrix.enabled, but the login is incomplete", SET_LOGIN)

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
+from channels.matrix.client import decrypted_file
 from channels.matrix.events import (
     BANG,
     EVENT_LIMIT,
@@ -129,3 +132,25 @@ def test_the_inviter_is_read_from_the_invites_own_member_event() -> None:
     ]
     assert inviter(state, BOT) == "@ann:example.org"
     assert inviter([{"type": "m.room.name"}], BOT) == ""
+
+
+def test_an_encrypted_attachment_is_read_from_its_file_key() -> None:
+    """In an encrypted room a file's address is inside `file`, with the key to it; a `file`
+    that is not an object is no attachment address at all."""
+    keys = {"url": "mxc://example.org/abc", "key": {"k": "K"}, "iv": "I", "hashes": {}}
+    found = said(message("notes.txt", msgtype="m.file", file=keys))
+    assert found is not None and found.url == "mxc://example.org/abc" and found.file == keys
+    odd = said(message("x", msgtype="m.file", file="mxc://example.org/abc"))
+    assert odd is not None and odd.url == "" and odd.file is None
+
+
+def test_an_encrypted_attachment_is_decrypted_and_an_altered_one_refused() -> None:
+    """What nio encrypted for a room is decrypted back; altered on its way (its hash no longer
+    fits), or with keys missing, it is a ValueError (the file refused with a note)."""
+    from nio.crypto import encrypt_attachment
+
+    data, keys = encrypt_attachment(b"remember the milk")
+    assert decrypted_file(data, keys) == b"remember the milk"
+    for bad_data, bad_keys in ((data[:-1] + b"?", keys), (data, {"iv": keys["iv"]})):
+        with pytest.raises(ValueError, match="cannot be decrypted"):
+            decrypted_file(bad_data, bad_keys)

@@ -50,7 +50,7 @@ def running(
     fake = slack_fake()
     with FakeOpenAI() as llm:
         llm.set_fallback(answer)
-        with slack_gateway(home, fake, llm) as gateway:
+        with slack_gateway(home, fake, llm, NANOMEM_TOOLS__SHELL_ENABLED="true") as gateway:
             yield home, fake, llm, gateway
     fake.stop()
 
@@ -168,9 +168,8 @@ def replies_ts(fake: FakeSlack) -> str:
     return str(fake.messages_in(DM)[-1]["ts"])
 
 
-def test_a_shell_command_is_approved_with_a_button(tmp_path: Any) -> None:
-    home = onboarded_home(tmp_path)
-    fake = slack_fake()
+def test_a_shell_command_is_approved_with_a_button(running: Any) -> None:
+    _, fake, llm, _ = running
 
     def model(request: dict[str, Any]) -> Step:
         last = request["messages"][-1]
@@ -178,32 +177,29 @@ def test_a_shell_command_is_approved_with_a_button(tmp_path: Any) -> None:
             return Step.reply(f"tool said: {last['content'][:60]}")
         return Step.tool_call("exec", {"command": "echo approved-by-button"})
 
+    llm.set_fallback(model)
     try:
-        with FakeOpenAI() as llm:
-            llm.set_fallback(model)
-            with slack_gateway(home, fake, llm, NANOMEM_TOOLS__SHELL_ENABLED="true"):
-                fake.send_message(DM, OWNER, "run it")
-                wait_until(lambda: _has_button(fake, "Allow once"), what="the approval question")
-                question = blocks_message(fake, DM, "Allow once")
-                # Someone else's press of the owner's choice: refused to them alone, at once.
-                theirs = fake.press(question, "Allow once", MEMBER)
-                wait_until(lambda: fake.ephemerals, timeout=ACK_S, what="the refusal")
-                assert fake.ephemerals[-1]["user"] == MEMBER and fake.acked(theirs)
-                assert "Only the owner" in fake.ephemerals[-1]["text"]
-                press = fake.press(question, "Allow once", OWNER)
-                wait_until(lambda: reply_count(fake, DM, "tool said:"), what="the command's result")
-                assert "approved-by-button" in replies(fake, DM)[-1]
-                assert press.ack_s is not None and press.ack_s < ACK_S
-                # The buttons went once pressed: nobody presses them twice.
-                cleared = [
-                    u
-                    for u in fake.updates
-                    if u.get("ts") == press.payload["container"]["message_ts"]
-                ]
-                assert cleared and all(b["type"] != "actions" for b in cleared[-1]["blocks"])
-                assert "Run this command?" in cleared[-1]["text"]  # the question stays
+        fake.send_message(DM, OWNER, "run it")
+        wait_until(lambda: _has_button(fake, "Allow once"), what="the approval question")
+        question = blocks_message(fake, DM, "Allow once")
+        # Someone else's press of the owner's choice: refused to them alone, at once.
+        told = len(fake.ephemerals)
+        theirs = fake.press(question, "Allow once", MEMBER)
+        wait_until(lambda: len(fake.ephemerals) > told, timeout=ACK_S, what="the refusal")
+        assert fake.ephemerals[-1]["user"] == MEMBER and fake.acked(theirs)
+        assert "Only the owner" in fake.ephemerals[-1]["text"]
+        press = fake.press(question, "Allow once", OWNER)
+        wait_until(lambda: reply_count(fake, DM, "tool said:"), what="the command's result")
+        assert "approved-by-button" in replies(fake, DM)[-1]
+        assert press.ack_s is not None and press.ack_s < ACK_S
+        # The buttons went once pressed: nobody presses them twice.
+        cleared = [
+            u for u in fake.updates if u.get("ts") == press.payload["container"]["message_ts"]
+        ]
+        assert cleared and all(b["type"] != "actions" for b in cleared[-1]["blocks"])
+        assert "Run this command?" in cleared[-1]["text"]  # the question stays
     finally:
-        fake.stop()
+        llm.set_fallback(answer)
 
 
 def _has_button(fake: FakeSlack, label: str) -> bool:
@@ -325,7 +321,8 @@ def test_a_dm_reply_grows_by_edits_at_a_bounded_rate(running: Any) -> None:
 def test_health_says_when_socket_mode_stays_down_and_recovers(tmp_path: Any) -> None:
     home, fake = onboarded_home(tmp_path), slack_fake()
     try:
-        with FakeOpenAI() as llm, slack_gateway(home, fake, llm) as gateway:
+        down_after = {"NANOMEM_SLACK__DOWN_AFTER_S": "1"}  # 15 s by default
+        with FakeOpenAI() as llm, slack_gateway(home, fake, llm, **down_after) as gateway:
             assert gateway.health()[0] == 200
             fake.fail("apps.connections.open", "internal_error", times=10_000)
             fake.drop()

@@ -146,14 +146,14 @@ async def test_a_draft_is_renewed_before_telegram_lets_it_expire(
 
         watcher = asyncio.create_task(watch())
         half = len(LONG) // 2
-        await chat.stream(msg, LONG[:half], pause=0.05)
-        await asyncio.sleep(3.0)  # the pause longer than a draft's life (the behaviour tested)
+        await chat.stream(msg, LONG[:half], pause=0.035)  # about 2.4 s: longer than a life
+        await asyncio.sleep(2.5)  # the pause longer than a draft's life (the behaviour tested)
         so_far = LONG[:half]
         for piece in re.findall(r".{1,40}", LONG[half:], re.DOTALL):
             so_far += piece
             stream = OutboundMessage.answering(msg, Delta(piece, so_far, 0))
             await chat.bus.publish_outbound(stream)
-            await asyncio.sleep(0.05)
+            await asyncio.sleep(0.02)
         done.set()
         await watcher
         await chat.reply(msg, LONG)

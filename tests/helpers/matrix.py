@@ -4,13 +4,26 @@ invited, messages sent, and what the bot wrote read back as a person's client sh
 from __future__ import annotations
 
 import asyncio
+import io
 import threading
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import aiohttp
 from aiohttp import web
-from nio import AsyncClient, RoomCreateResponse, RoomMessagesResponse, RoomSendResponse
+from nio import (
+    AsyncClient,
+    AsyncClientConfig,
+    DownloadResponse,
+    LoginResponse,
+    RoomCreateResponse,
+    RoomMessagesResponse,
+    RoomSendResponse,
+    SyncResponse,
+    UploadResponse,
+)
+from nio.crypto import decrypt_attachment
 
 from tests.helpers.synapse import Synapse, User
 
@@ -173,3 +186,111 @@ class SendGate:
             kind = answer.headers.get("Content-Type", "application/json")
             return web.Response(body=await answer.read(), status=answer.status,
                                 headers={"Content-Type": kind})  # fmt: skip
+
+
+class EncryptedPerson:
+    """A person whose client encrypts, as Element does: matrix-nio with end-to-end encryption
+    on, a device of their own (a password login) and its keys in its own store, on one event
+    loop for the person's life. What the bot wrote is read as that client decrypts it."""
+
+    def __init__(self, server: Synapse, user: User, store: Path) -> None:
+        self.server, self.user = server, user
+        self.loop = asyncio.new_event_loop()
+        config = AsyncClientConfig(encryption_enabled=True, store_sync_tokens=True)
+        store.mkdir(parents=True, exist_ok=True)
+        self.client = AsyncClient(server.url, user.user_id, store_path=str(store), config=config)
+        self.seen: dict[str, list[dict[str, Any]]] = {}  # room → its events, decrypted
+        found = self._run(self.client.login(user.password, "person"))
+        assert isinstance(found, LoginResponse), found
+        self.sync()
+
+    def _run(self, step: Awaitable[Any]) -> Any:
+        return self.loop.run_until_complete(step)
+
+    def close(self) -> None:
+        self._run(self.client.close())
+        self.loop.close()
+
+    def sync(self) -> None:
+        """One sync, and the keys it calls for exchanged (what nio's sync_forever does)."""
+
+        async def step() -> None:
+            found = await self.client.sync(500, full_state=not self.seen)
+            assert isinstance(found, SyncResponse), found
+            for room, info in found.rooms.join.items():
+                self.seen.setdefault(room, []).extend(e.source for e in info.timeline.events)
+            if self.client.should_upload_keys:
+                await self.client.keys_upload()
+            if self.client.should_query_keys:
+                await self.client.keys_query()
+            if self.client.should_claim_keys:
+                await self.client.keys_claim(self.client.get_users_for_key_claiming())
+            await self.client.send_to_device_messages()
+
+        self._run(step())
+
+    def room(self, *invite: str, direct: bool = False, encrypted: bool = True) -> str:
+        state = [{"type": "m.room.encryption", "state_key": "", "content": ENCRYPTION}]
+        found = self._run(
+            self.client.room_create(
+                invite=list(invite), is_direct=direct, initial_state=state if encrypted else ()
+            )
+        )
+        assert isinstance(found, RoomCreateResponse), found
+        self.sync()
+        return str(found.room_id)
+
+    def encrypt(self, room: str) -> None:
+        """Turn encryption on in a room that had it off (for good, as Matrix has it)."""
+        path = f"/_matrix/client/v3/rooms/{room}/state/m.room.encryption"
+        self.server.call("PUT", path, ENCRYPTION, self.user.token)
+        self.sync()
+
+    def say(self, room: str, text: str) -> str:
+        self.sync()
+        content = {"msgtype": "m.text", "body": text}
+        found = self._run(
+            self.client.room_send(room, "m.room.message", content, ignore_unverified_devices=True)
+        )
+        assert isinstance(found, RoomSendResponse), found
+        return str(found.event_id)
+
+    def send_file(self, room: str, name: str, data: bytes) -> None:
+        """A file as Element sends one in an encrypted room: encrypted, then uploaded, its key
+        in the encrypted message's `file`."""
+        self.sync()
+
+        async def step() -> None:
+            found, keys = await self.client.upload(
+                io.BytesIO(data), "text/plain", name, encrypt=True, filesize=len(data)
+            )
+            assert isinstance(found, UploadResponse) and keys, found
+            content = {
+                "msgtype": "m.file",
+                "body": name,
+                "file": {**keys, "url": found.content_uri},
+                "info": {"size": len(data), "mimetype": "text/plain"},
+            }
+            sent = await self.client.room_send(
+                room, "m.room.message", content, ignore_unverified_devices=True
+            )
+            assert isinstance(sent, RoomSendResponse), sent
+
+        self._run(step())
+
+    def file_of(self, content: dict[str, Any]) -> bytes:
+        """An encrypted attachment the bot sent, downloaded and decrypted."""
+        file = content["file"]
+        found = self._run(self.client.download(mxc=file["url"]))
+        assert isinstance(found, DownloadResponse), found
+        key, sha256, iv = file["key"]["k"], file["hashes"]["sha256"], file["iv"]
+        return bytes(decrypt_attachment(found.body, key, sha256, iv))
+
+    def events(self, room: str) -> list[dict[str, Any]]:
+        """The room's events as this client decrypted them, oldest first (one sync more)."""
+        self.sync()
+        return list(self.seen.get(room, []))
+
+    def joined(self, room: str) -> list[str]:
+        path = f"/_matrix/client/v3/rooms/{room}/joined_members"
+        return list(self.server.call("GET", path, token=self.user.token)["joined"])

@@ -131,6 +131,13 @@ class Synapse:
         except urllib.error.HTTPError as exc:
             raise AssertionError(f"{method} {path}: {exc.code} {exc.read()[:500]!r}") from None
 
+    def fetch(self, path: str, token: str) -> bytes:
+        """A GET's body as bytes (a media download)."""
+        request = urllib.request.Request(self.url + path)
+        request.add_header("Authorization", f"Bearer {token}")
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return bytes(response.read())
+
     def limit_messages(self, user_id: str, per_second: int, burst: int) -> None:
         """Hold one user to a message rate of its own (the admin API's override)."""
         if self._admin is None:
