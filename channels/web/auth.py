@@ -14,7 +14,7 @@ import hmac
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from aiohttp import web
@@ -30,6 +30,10 @@ COOKIE = "nanomem_session"
 CSRF_FIELD = "csrf"  # a form's field, or the X-CSRF-Token header (htmx sends it: base.html.j2)
 CSRF_HEADER = "X-CSRF-Token"
 SITE_KEY = web.AppKey("nanomem_web_site", object)
+# What owner_only puts on a request: the login's id, its expiry, what every template gets.
+SESSION = web.RequestKey("web_session", str)
+EXPIRES = web.RequestKey("web_expires", int)
+CONTEXT = web.RequestKey("web_context", dict[str, Any])
 # No inline script or style anywhere: whatever reached a page as text stays text.
 SECURITY_HEADERS = {
     "Content-Security-Policy": (
@@ -48,6 +52,7 @@ SECURITY_HEADERS = {
 }
 STATIC_CACHE = "no-cache"  # revalidated (ETag): a new version of a script is never missed
 HSTS = "max-age=31536000"
+LOGGED_OUT = "You are logged out: reload the page to log in again."
 
 
 def is_web_path(path: str) -> bool:
@@ -122,6 +127,7 @@ def add_routes(web_app: web.Application, site: Site) -> None:
         gate.ended |= await ended_sessions(site.app.home)
 
     web_app.on_startup.append(load_ended)
+    web_app.middlewares.append(_error_pages)
     web_app.on_response_prepare.append(_secure_headers)
     login.add_routes(web_app, site)
 
@@ -151,9 +157,14 @@ def owner_only(handler: Handler) -> Handler:
         if found is None:
             if request.headers.get("HX-Request"):
                 return web.Response(status=401, headers={"HX-Redirect": "/login"})
+            if request.headers.get("Sec-Fetch-Mode", "navigate") != "navigate":
+                # A page's script (a message sent, earlier messages, an event stream): a
+                # redirect would be followed to the login page's 200, and a message typed
+                # after a logout elsewhere taken as sent and lost.
+                return web.Response(status=401, text=LOGGED_OUT)
             raise web.HTTPSeeOther(login_address(request))
-        request["web_session"], request["web_expires"] = found
-        request["web_context"] = {"csrf": gate.csrf(found[0])}
+        request[SESSION], request[EXPIRES] = found
+        request[CONTEXT] = {"csrf": gate.csrf(found[0])}
         return await handler(request)
 
     return checked
@@ -169,7 +180,7 @@ def changes_state(handler: Handler) -> Handler:
             "multipart/form-data",
         ):
             sent = str((await request.post()).get(CSRF_FIELD, ""))
-        expected = request["web_context"]["csrf"]
+        expected = request[CONTEXT]["csrf"]
         if not sent or not hmac.compare_digest(sent.encode(), expected.encode()):
             return web.Response(status=403, text="This form has expired: reload the page.")
         return await handler(request)
@@ -188,3 +199,33 @@ async def _secure_headers(request: web.Request, response: web.StreamResponse) ->
         response.headers["Cache-Control"] = STATIC_CACHE
     if gate_of(request).is_https(request):
         response.headers.setdefault("Strict-Transport-Security", HSTS)
+
+
+@web.middleware
+async def _error_pages(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """An error met by a person opening a page (no such conversation, a page that is not
+    there) is shown in the layout, with the way back; a script's or a program's stays plain."""
+    try:
+        return await handler(request)
+    except web.HTTPException as exc:
+        navigating = request.headers.get("Sec-Fetch-Mode") == "navigate"
+        if not (navigating and exc.status >= 400 and exc.status != 401):
+            raise
+        if not is_web_path(request.path) or request.method not in ("GET", "HEAD"):
+            raise
+        from channels.web.render import render
+
+        found = gate_of(request).session_of(request)
+        shown = {"csrf": gate_of(request).csrf(found[0])} if found is not None else {}
+        plain = exc.text in (None, f"{exc.status}: {exc.reason}")
+        html = render(
+            "error.html.j2",
+            request_path=request.path,
+            reason=exc.reason,
+            message=exc.reason if plain else exc.text,
+            **shown,
+        )
+        kept = {k: v for k, v in exc.headers.items() if not k.lower().startswith("content-")}
+        return web.Response(
+            text=html, status=exc.status, content_type="text/html", charset="utf-8", headers=kept
+        )

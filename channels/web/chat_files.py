@@ -10,6 +10,7 @@ import json
 import re
 import secrets
 import time
+import unicodedata
 import urllib.parse
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
@@ -23,6 +24,7 @@ from nanomem.text import untrusted_json
 from nanomem.text.utf8 import clean_text
 
 MAX_FILES = 10  # in one message
+MAX_PARTS = MAX_FILES + 8  # of a form: the files, the words, the token, an empty file input
 MAX_TEXT_BYTES = 1_000_000  # of the typed words in a form (the core's own limit is lower)
 NAME_CHARS = 100  # of a file's name as shown
 CHUNK = 64 * 1024
@@ -59,7 +61,11 @@ async def read_form(request: web.Request, max_mb: int) -> Form:
         return Form(text=clean_text(str(posted.get("text", ""))))
     form = Form()
     reader = await request.multipart()
+    parts = 0
     while (part := await reader.next()) is not None:
+        parts += 1
+        if parts > MAX_PARTS:  # each is bounded; so is how many (empty ones count too)
+            raise Refused("That form has too many parts.")
         if not isinstance(part, BodyPartReader):
             raise Refused("That form is not one this page sends.")
         if part.name == "text":
@@ -74,7 +80,7 @@ async def read_form(request: web.Request, max_mb: int) -> Form:
             if data:
                 form.files.append((part.name, part.filename, data))
         else:
-            await part.release()
+            await _read(part, MAX_TEXT_BYTES, "That form is too big.")
     return form
 
 
@@ -115,10 +121,12 @@ def saved_name(suffix: str, recorded: bool) -> str:
 
 
 def shown_name(name: str) -> str:
-    """A file's name as the person gave it, for its label: its last part, no control
-    characters, not too long (shown as text, never markup)."""
+    """A file's name as given (the person's, or the model's path), for its label: its last part,
+    no control characters, not too long (shown as text, never markup). Format characters go
+    too: a right-to-left override makes "invoice\u202efdp.exe" read as a PDF."""
     last = PurePosixPath(name.replace("\\", "/")).name
-    cleaned = re.sub(r"[\x00-\x1f\x7f\[\]]", "", clean_text(last)).strip()
+    kept = (ch for ch in clean_text(last) if unicodedata.category(ch) not in ("Cc", "Cf"))
+    cleaned = re.sub(r"[\[\]]", "", "".join(kept)).strip()
     return cleaned[:NAME_CHARS] or "file"
 
 
@@ -143,7 +151,7 @@ class SentFiles:
     def add(self, session: str, part: File) -> tuple[str, str]:
         """(its id, its name)."""
         file_id = secrets.token_urlsafe(24)
-        name = PurePosixPath(part.path).name
+        name = shown_name(part.path)
         record = {"version": 1, "session": session, "path": part.path, "name": name}
         atomic_write_text(self.folder / f"{file_id}.json", json.dumps(record), mode=0o600)
         return file_id, name

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from aiohttp import web
 
-from channels.web.auth import COOKIE, changes_state, gate_of
+from channels.web.auth import COOKIE, EXPIRES, SESSION, changes_state, gate_of
 from channels.web.render import page
 from nanomem.web_logins import CODE_SHAPE, consume, end_session
 
@@ -179,7 +179,7 @@ def _set_cookie(request: web.Request, response: web.StreamResponse) -> None:
 
 
 async def _logout(site: Site, request: web.Request) -> web.StreamResponse:
-    session, expires = request["web_session"], request["web_expires"]
+    session, expires = request[SESSION], request[EXPIRES]
     gate_of(request).ended.add(session)
     await end_session(site.app.home, session, expires)
     response = web.HTTPSeeOther("/login")

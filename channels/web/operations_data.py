@@ -252,7 +252,7 @@ def _one_line(value: Any) -> str:
     if isinstance(value, dict):
         return " · ".join(f"{key}: {_one_line(inner)}" for key, inner in value.items())
     if isinstance(value, list):
-        return ", ".join(_one_line(inner) for inner in value)
+        return ", ".join(_one_line(inner) for inner in value) or "none"
     return "—" if value is None else json.dumps(value, ensure_ascii=False).strip('"')
 
 

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
+from channels.web.auth import CONTEXT
 from nanomem.agent import bundled_dir
 
 if TYPE_CHECKING:
@@ -32,8 +33,8 @@ def render(name: str, **context: Any) -> str:
 
 
 def page(request: web.Request, name: str, *, status: int = 200, **context: Any) -> web.Response:
-    """A whole page or an htmx fragment; the request's `web_context` (what every page shows:
+    """A whole page or an htmx fragment; the request's CONTEXT (what every page shows:
     the CSRF token, the navigation) is added to `context`."""
-    shared: dict[str, Any] = request.get("web_context", {})
+    shared: dict[str, Any] = request.get(CONTEXT, {})
     html = render(name, request_path=request.path, **shared, **context)
     return web.Response(text=html, content_type="text/html", charset="utf-8", status=status)

@@ -15,7 +15,14 @@ its 500 ms for that chat's request and writes its first piece, to that piece on 
 stream. Median of the bursts after a warm-up; p50 and p95 over every page of every burst.
 Telegram's row runs against the same fake model.
 
-    python tests/benchmarks/bench_web.py [--runs N] [--chats N] [--no-telegram]
+`--browsers` adds the issue's own measure beside: 50 real Chromium pages (one browser, one
+login, a context per page: a context keeps six connections to a host and an open Chat page
+holds one), each typing its message into the Chat page and waiting for the streamed reply in
+its DOM; first text is when the page's reply first has words (Playwright's poll, every 10 ms,
+is in it), the wall until every page shows the saved reply. The verdict is the gateway's (the
+SSE row): 50 renderers on two shared cores measure the machine more than the server.
+
+    python tests/benchmarks/bench_web.py [--runs N] [--chats N] [--no-telegram] [--browsers]
 """
 
 from __future__ import annotations
@@ -169,16 +176,99 @@ async def web_session(
         gateway.wait(timeout=60)
 
 
+FIRST_TEXT = (
+    "() => !!document.querySelector('#messages .msg.reply .text, #messages .msg.reply .md')"
+)
+SAVED = "() => !!document.querySelector('#messages .msg.reply:not(.live)')"
+
+
+async def page_chat(page: Any, key: str, model: Model) -> float:
+    """Seconds from the model's first token to the first words of the reply in the page."""
+    box = page.get_by_label("Message")
+    await box.fill(f"{SAID} chat-{key}")
+    await box.press("Enter")
+    await page.wait_for_function(FIRST_TEXT, polling=10, timeout=120_000)
+    first = time.perf_counter()
+    await page.wait_for_function(SAVED, polling=50, timeout=120_000)
+    return first - (model.asked[key] + LATENCY)
+
+
+async def page_burst(
+    chromium: Any, cookies: list[Any], base: str, model: Model, chats: int
+) -> tuple[float, list[float]]:
+    """A context per page: Chromium keeps six connections per host in a context, and each
+    open Chat page holds one for its event stream, so a seventh page of one context would
+    wait for a connection (a person's seventh tab too: docs/web.md)."""
+    keys = [f"bench{secrets.token_hex(6)}" for _ in range(chats)]
+    contexts = [await chromium.new_context() for _ in keys]
+    try:
+        pages = []
+        for context in contexts:
+            await context.add_cookies(cookies)  # the one login's cookie
+            pages.append(await context.new_page())
+        await asyncio.gather(
+            *(p.goto(f"{base}/chat/c/web%3A{k}") for p, k in zip(pages, keys, strict=True))
+        )
+        await asyncio.sleep(1.0)  # each page's event stream open before anything is sent
+        started = time.perf_counter()
+        done = await asyncio.gather(
+            *(page_chat(p, k, model) for p, k in zip(pages, keys, strict=True))
+        )
+        wall = time.perf_counter() - started
+    finally:
+        for context in contexts:
+            await context.close()
+    return wall, [first * 1000 for first in done]
+
+
+async def browser_session(
+    model: Model, model_url: str, tmp: Path, args: argparse.Namespace
+) -> list[tuple[float, list[float]]]:
+    from playwright.async_api import async_playwright
+
+    from tests.helpers.browser import ARGS, chromium_executable
+
+    home = Path(tempfile.mkdtemp(dir=tmp)) / "home"
+    gateway, port = start_gateway(home, model_url)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        async with async_playwright() as playwright:
+            chromium = await playwright.chromium.launch(
+                executable_path=chromium_executable(), args=ARGS
+            )
+            context = await chromium.new_context()
+            login = await context.new_page()
+            await login.goto(f"{base}/login")
+            await login.get_by_label("Token").fill(TOKEN)
+            await login.get_by_role("button", name="Log in").click()
+            await login.wait_for_url(f"{base}/chat")
+            cookies = await context.cookies()
+            await page_burst(chromium, cookies, base, model, 1)  # the first turn loads the lazy
+            found = [
+                await page_burst(chromium, cookies, base, model, args.chats)
+                for _ in range(args.runs)
+            ]
+            await chromium.close()
+            return found
+    finally:
+        gateway.terminate()
+        gateway.wait(timeout=60)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--chats", type=int, default=50)
     parser.add_argument("--no-telegram", action="store_true", help="the web chats alone")
+    parser.add_argument("--browsers", action="store_true", help="50 Chromium pages too")
     args = parser.parse_args()
     model = Model()
     with tempfile.TemporaryDirectory() as tmp, FakeOpenAI(model_latency=LATENCY) as fake_model:
         fake_model.set_fallback(model)
         bursts = asyncio.run(web_session(model, fake_model.base_url, Path(tmp), args))
+        pages: list[tuple[float, list[float]]] = []
+        if args.browsers:
+            pages = asyncio.run(browser_session(model, fake_model.base_url, Path(tmp), args))
         telegram: list[tuple[float, float]] = []
         if not args.no_telegram:
             with FakeTelegram() as fake:
@@ -201,6 +291,18 @@ def main() -> int:
             f"{p95:.0f}",
         ]
     ]
+    if pages:
+        page_walls = [w for w, _ in pages]
+        page_firsts = [ms for _, each in pages for ms in each]
+        rows.append(
+            [
+                "web (Chromium pages)",
+                f"{_common.median(page_walls):.3f}",
+                ", ".join(f"{w:.3f}" for w in page_walls),
+                f"{_common.percentile(page_firsts, 0.5):.0f}",
+                f"{_common.percentile(page_firsts, 0.95):.0f}",
+            ]
+        )
     if telegram:
         tg = [w for w, _ in telegram]
         runs = ", ".join(f"{w:.3f}" for w in tg)

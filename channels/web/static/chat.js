@@ -148,7 +148,11 @@
     if (button.disabled) return;
     button.disabled = true;
     fetch(button.dataset.url, { credentials: "same-origin" })
-      .then((response) => response.text())
+      .then(async (response) => {
+        const text = await response.text();
+        if (!response.ok) throw new Error(text || response.statusText);
+        return text;
+      })
       .then((html) => {
         const before = document.documentElement.scrollHeight;
         const anchor = button.nextElementSibling;
@@ -160,8 +164,9 @@
         button.remove();
         window.scrollBy(0, document.documentElement.scrollHeight - before);
       })
-      .catch(() => {
+      .catch((error) => {
         button.disabled = false;
+        show(error.message);
       });
   }
   const seen = new IntersectionObserver((found) => {

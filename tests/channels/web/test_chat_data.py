@@ -4,6 +4,7 @@ time, what open pages are sent, and files in and out."""
 from __future__ import annotations
 
 import asyncio
+import io
 import os
 from pathlib import Path
 from typing import Any, SupportsIndex
@@ -198,3 +199,45 @@ async def test_a_sent_file_is_served_as_an_attachment(tmp_path: Path, name: str)
     (workspace / name).unlink()
     with pytest.raises(Exception, match="Not Found"):
         await sent.response("web:aaaaaaaa", file_id)
+
+
+def test_a_file_name_cannot_pretend_to_be_another_by_its_direction(tmp_path: Path) -> None:
+    # U+202E turns "invoice<U+202E>fdp.exe" into what reads as "invoiceexe.pdf"; zero-width and the
+    # other bidi controls hide or reorder characters the same way, in and out.
+    tricks = "invoice\u202efdp.exe", "a\u2066b\u2069\u200bc\u200f\u061c.png"
+    assert [shown_name(name) for name in tricks] == ["invoicefdp.exe", "abc.png"]
+    sent = SentFiles(tmp_path / "web-files", tmp_path / "workspace")
+    assert sent.add("web:aaaaaaaa", File("out/report\u202efdp.exe"))[1] == "reportfdp.exe"
+
+
+async def test_a_form_of_endless_parts_is_refused_not_read_to_its_end() -> None:
+    # Parts that are no field of ours, or empty files, were each read and let go: a form of
+    # a million of them kept the handler reading for as long as the sender liked.
+    from aiohttp import FormData, web
+    from aiohttp.test_utils import TestClient, TestServer
+
+    from channels.web.chat_files import MAX_FILES, Refused, read_form
+
+    async def read(request: web.Request) -> web.Response:
+        try:
+            form = await read_form(request, max_mb=1)
+        except Refused as exc:
+            return web.Response(status=exc.status, text=str(exc))
+        return web.Response(text=f"{form.text}|{len(form.files)}")
+
+    server = web.Application()
+    server.router.add_post("/", read)
+    async with TestClient(TestServer(server)) as client:
+        for name, filename in (("junk", None), ("file", "empty.png"), ("text", None)):
+            form = FormData(default_to_multipart=True)
+            for _ in range(500):
+                form.add_field(name, io.BytesIO(b"") if filename else "x", filename=filename)
+            answer = await client.post("/", data=form)
+            assert (answer.status, await answer.text()) == (400, "That form has too many parts.")
+        fine = FormData()
+        fine.add_field("csrf", "t")
+        fine.add_field("text", "hello")
+        for _ in range(MAX_FILES):
+            fine.add_field("file", io.BytesIO(PNG), filename="a.png")
+        answer = await client.post("/", data=fine)
+        assert (answer.status, await answer.text()) == (200, f"hello|{MAX_FILES}")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -171,3 +172,51 @@ def test_config_error_is_what_the_gateway_turns_into_exit_2() -> None:
     missing = GatewaySettings(tls_cert="/nonexistent/c.pem", tls_key="/nonexistent/k.pem")
     with pytest.raises(ConfigError, match="does not exist"):
         tls_context(missing)
+
+
+async def test_a_page_sees_its_login_through_typed_request_keys() -> None:
+    # A plain string key on the request is aiohttp's NotAppKeyWarning on every page served.
+    from aiohttp import web
+
+    from channels.web.auth import CONTEXT, GATE_KEY, SESSION, owner_only
+
+    the_gate = gate()
+    app = web.Application()
+    app[GATE_KEY] = the_gate
+    cookie = the_gate.cookie("abc", int(time.time()) + 60)
+    request = make_mocked_request("GET", "/chat", {"Cookie": f"{COOKIE}={cookie}"}, app=app)
+    seen: list[tuple[str, str]] = []
+
+    async def shown(request: web.Request) -> web.Response:
+        seen.append((request[SESSION], request[CONTEXT]["csrf"]))
+        return web.Response()
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        await owner_only(shown)(request)
+    assert seen == [("abc", the_gate.csrf("abc"))]
+
+
+async def test_a_pages_own_request_without_a_login_is_told_so_not_redirected() -> None:
+    # fetch follows a redirect to the login page's 200: a message sent after a logout in
+    # another tab was taken as sent, its words cleared and lost.
+    from aiohttp import web
+
+    from channels.web.auth import GATE_KEY, LOGGED_OUT, owner_only
+
+    app = web.Application()
+    app[GATE_KEY] = gate()
+
+    async def never(request: web.Request) -> web.Response:
+        raise AssertionError("a stranger reached the page")
+
+    for mode in ("cors", "same-origin", "no-cors"):
+        headers = {"Sec-Fetch-Mode": mode}
+        request = make_mocked_request("POST", "/chat/c/web%3Aabcdefgh/send", headers, app=app)
+        answer = await owner_only(never)(request)
+        assert isinstance(answer, web.Response)
+        assert (answer.status, answer.text) == (401, LOGGED_OUT)
+    navigating = make_mocked_request("GET", "/memory", {"Sec-Fetch-Mode": "navigate"}, app=app)
+    with pytest.raises(web.HTTPSeeOther) as sent:
+        await owner_only(never)(navigating)
+    assert sent.value.location == "/login?next=%2Fmemory"

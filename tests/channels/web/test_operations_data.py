@@ -128,3 +128,19 @@ async def test_no_tasks_no_servers_and_unknown_ids_are_said(home: Home) -> None:
     off = site_of(home, agent={"max_background_tasks": 0})
     assert await data.tasks(off) is None
     assert (await data.stop_task(off, "beef"))[0] is False
+
+
+async def test_no_token_use_yet_is_said_not_drawn_as_empty_charts(home: Home) -> None:
+    from channels.web.render import render
+
+    fresh = render("operations_usage.html.j2", usage=await data.usage(site_of(home)), notices={})
+    assert "No model calls in the last 30 days yet." in fresh and "<svg" not in fresh
+    append(home.usage, [Record(time.time(), "cli:direct", "turn", "t1", "openai/fake", 10, 1)])
+    used = render("operations_usage.html.j2", usage=await data.usage(site_of(home)), notices={})
+    assert "No model calls" not in used and "<svg" in used and "cli:direct" in used
+
+
+def test_a_health_value_that_is_empty_says_none_not_nothing() -> None:
+    # "schedules: armed: 0 · failed: · file: —" read as a line cut short.
+    line = data._one_line({"armed": 0, "failed": [], "file": None, "names": ["a", "b"]})
+    assert line == "armed: 0 · failed: none · file: — · names: a, b"
