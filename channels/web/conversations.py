@@ -223,14 +223,6 @@ async def transcript(store: SessionStore, key: str) -> Session:
     process (a terminal chat) changed the file since the gateway read it: then read afresh,
     never replacing what the gateway's turns hold (they reload it under their lease)."""
     session = await store.get(key)
-    if _stamp(session.path) == session.on_disk:
+    if not session.changed_on_disk():
         return session
     return await SessionStore(store.directory, cache_size=1).get(key)
-
-
-def _stamp(path: Path) -> tuple[int, int] | None:
-    try:
-        info = path.stat()
-    except FileNotFoundError:
-        return None
-    return (info.st_ino, info.st_size)

@@ -79,6 +79,10 @@ class Session:
     _user_turns: list[int] = field(default_factory=list, repr=False)  # absolute indices
     _wire: list[WireMessage | None] = field(default_factory=list, repr=False)
 
+    def changed_on_disk(self) -> bool:
+        """Another process changed the file since this one last read or wrote it (one stat)."""
+        return _on_disk(self.path) != self.on_disk
+
     @property
     def is_room(self) -> bool:
         """A shared room: the stored word of its channel, or for a session from before it was
@@ -276,8 +280,7 @@ class SessionStore:
         session = self._cache.get(key)
         if session is None:
             return
-        now = _on_disk(session.path)  # one stat (~2 us): less than a hop to a thread (~50)
-        if now != session.on_disk:
+        if session.changed_on_disk():  # one stat (~2 us): less than a hop to a thread (~50)
             logger.info("session {}: changed by another process; reloading", key)
             self._cache[key] = await asyncio.to_thread(self._load, key)
 
