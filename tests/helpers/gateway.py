@@ -86,6 +86,10 @@ class GatewayProcess:
             time.sleep(0.05)
         raise AssertionError(f"no line matching {pattern!r} in:\n{''.join(self.lines)}")
 
+    def logged(self) -> str:
+        """Everything in the home's log files (what a person reading the log would see)."""
+        return "".join(p.read_text(errors="replace") for p in self.home.logs.glob("*"))
+
     def health(self) -> tuple[int, dict[str, Any]]:
         url = f"http://127.0.0.1:{self.port}/health"
         try:

@@ -143,7 +143,7 @@ def test_markup_in_a_session_key_and_a_groups_words_stays_text(
 
 
 def test_after_all_this_no_secret_is_in_the_log(gateway: GatewayProcess) -> None:
-    logs = "".join(p.read_text(errors="replace") for p in gateway.home.logs.glob("*"))
+    logs = gateway.logged()
     assert WEB_TOKEN not in "".join(gateway.lines) + logs
     assert "Traceback" not in "".join(gateway.lines) + logs
 

@@ -83,7 +83,7 @@ def test_health_and_the_agent_api_keep_their_own_headers(gateway: GatewayProcess
 
 
 def test_the_token_is_in_no_log(gateway: GatewayProcess) -> None:
-    logs = "".join(p.read_text(errors="replace") for p in gateway.home.logs.glob("*"))
+    logs = gateway.logged()
     assert WEB_TOKEN not in "".join(gateway.lines) and WEB_TOKEN not in logs
     assert "the web app" in "".join(gateway.lines)  # the log does speak of it
 
